@@ -1,0 +1,204 @@
+"""Command-line flags of ``python -m trainer.task``, parsed once into a typed config.
+
+This module must not import TensorFlow: ``--help`` and flag errors should answer
+in well under a second, before the multi-second TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+
+MODELS = ("cnn", "resnet50")
+STRATEGIES = (
+    "auto",
+    "one_device",
+    "mirrored",
+    "multi_worker_mirrored",
+    "parameter_server",
+    "tpu",
+)
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+SWITCHES = ("auto", "on", "off")
+
+# Vertex AI custom jobs set these when a base output directory is configured:
+# <base>/model, <base>/checkpoints and <base>/logs.
+VERTEX_MODEL_DIR_ENV = "AIP_MODEL_DIR"
+VERTEX_CHECKPOINT_DIR_ENV = "AIP_CHECKPOINT_DIR"
+VERTEX_TENSORBOARD_DIR_ENV = "AIP_TENSORBOARD_LOG_DIR"
+
+
+class ConfigError(ValueError):
+    """A flag value that cannot work; the message names the flag."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """Everything the trainer needs from the command line, validated."""
+
+    job_dir: str
+    model: str
+    data: str
+    image_size: int
+    epochs: int
+    steps_per_epoch: int | None
+    batch_size_per_replica: int
+    strategy: str
+    tpu: str | None
+    learning_rate: float
+    save_every_steps: int
+    steps_per_execution: int
+    precision: str
+    xla: str
+    num_classes: int | None
+    validation_split: float
+    eval_steps: int | None
+    seed: int
+    overwrite: bool
+    logical_cpus: int
+    # Directories Vertex AI asks us to use instead of the job-dir defaults.
+    model_dir_override: str | None = None
+    checkpoint_dir_override: str | None = None
+    tensorboard_dir_override: str | None = None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.task",
+        description=(
+            "Train an image classifier with tf.distribute. The strategy comes from "
+            "TF_CONFIG, the visible GPUs and --tpu; the job directory receives "
+            "backups, checkpoints, TensorBoard logs, the exported model and "
+            "metrics.json. Re-running a finished job exits 0 without training."
+        ),
+    )
+    parser.add_argument(
+        "--job-dir",
+        default=None,
+        help=(
+            "Output directory, local or gs://. Defaults to the parent of "
+            f"${VERTEX_MODEL_DIR_ENV} when Vertex AI sets it."
+        ),
+    )
+    parser.add_argument("--model", choices=MODELS, default="cnn",
+                        help="cnn: the seed's flowers network; resnet50: Keras ResNet50, random init.")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help=(
+            "'synthetic', a directory of class sub-folders of images, or TFRecord "
+            "files (a file, a glob, or a directory of *.tfrecord)."
+        ),
+    )
+    parser.add_argument("--image-size", type=_positive_int, default=180,
+                        help="Images are resized to this square size (the seed uses 180).")
+    parser.add_argument("--epochs", type=_positive_int, default=10)
+    parser.add_argument(
+        "--steps-per-epoch",
+        type=_positive_int,
+        default=None,
+        help="Default: one pass over the training files (synthetic data: 100).",
+    )
+    parser.add_argument("--batch-size-per-replica", type=_positive_int, default=32,
+                        help="The global batch is this times the number of replicas.")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="auto")
+    parser.add_argument("--tpu", default=None,
+                        help="TPU name, or 'local' on a TPU VM. Implies the TPU strategy under auto.")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument(
+        "--save-every-steps",
+        type=_positive_int,
+        default=200,
+        help="Back up the training state this often (parameter servers: every epoch).",
+    )
+    parser.add_argument(
+        "--steps-per-execution",
+        type=_positive_int,
+        default=16,
+        help=(
+            "Training steps per tf.function call; fewer Python round trips. Lowered "
+            "to a divisor of --steps-per-epoch so backups land on epoch ends."
+        ),
+    )
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="auto: mixed_float16 on GPU, mixed_bfloat16 on TPU, float32 on CPU.")
+    parser.add_argument("--xla", choices=SWITCHES, default="auto",
+                        help="XLA-compile the training step. auto: on for a single device.")
+    parser.add_argument("--num-classes", type=_positive_int, default=None,
+                        help="Required for TFRecord data; inferred otherwise.")
+    parser.add_argument("--validation-split", type=float, default=0.2,
+                        help="Share of image files / TFRecord records held out for evaluation.")
+    parser.add_argument("--eval-steps", type=_positive_int, default=None,
+                        help="Batches evaluated after training (default: the whole held-out set).")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="Train again even if the job directory holds a finished job.")
+    parser.add_argument(
+        "--logical-cpus",
+        type=_positive_int,
+        default=1,
+        help=(
+            "Split the host CPU into this many logical devices so MirroredStrategy "
+            "can be exercised without GPUs (tests); leave at 1 for real runs."
+        ),
+    )
+    return parser
+
+
+def _default_job_dir(environ: Mapping[str, str]) -> str | None:
+    model_dir = environ.get(VERTEX_MODEL_DIR_ENV)
+    if model_dir:
+        # Vertex AI: AIP_MODEL_DIR is <base_output_dir>/model.
+        return model_dir.rstrip("/").rsplit("/", 1)[0]
+    return None
+
+
+def parse_args(argv: Sequence[str] | None = None,
+               environ: Mapping[str, str] | None = None) -> TrainerConfig:
+    """Parses and validates flags; exits with status 2 and one message on bad input."""
+    environ = os.environ if environ is None else environ
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    job_dir = args.job_dir or _default_job_dir(environ)
+    if not job_dir:
+        parser.error(f"--job-dir is required (or set ${VERTEX_MODEL_DIR_ENV})")
+    if not 0.0 <= args.validation_split < 1.0:
+        parser.error(f"--validation-split must be in [0, 1), got {args.validation_split}")
+    if args.learning_rate <= 0:
+        parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
+    if args.strategy == "tpu" and not args.tpu:
+        parser.error("--strategy tpu needs --tpu NAME (or --tpu local on a TPU VM)")
+    return TrainerConfig(
+        job_dir=job_dir.rstrip("/") if job_dir != "/" else job_dir,
+        model=args.model,
+        data=args.data,
+        image_size=args.image_size,
+        epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch,
+        batch_size_per_replica=args.batch_size_per_replica,
+        strategy=args.strategy,
+        tpu=args.tpu,
+        learning_rate=args.learning_rate,
+        save_every_steps=args.save_every_steps,
+        steps_per_execution=args.steps_per_execution,
+        precision=args.precision,
+        xla=args.xla,
+        num_classes=args.num_classes,
+        validation_split=args.validation_split,
+        eval_steps=args.eval_steps,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        logical_cpus=args.logical_cpus,
+        model_dir_override=environ.get(VERTEX_MODEL_DIR_ENV) or None,
+        checkpoint_dir_override=environ.get(VERTEX_CHECKPOINT_DIR_ENV) or None,
+        tensorboard_dir_override=environ.get(VERTEX_TENSORBOARD_DIR_ENV) or None,
+    )

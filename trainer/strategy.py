@@ -1,0 +1,184 @@
+"""Choosing and building the tf.distribute strategy from the environment.
+
+The choice is a pure function of TF_CONFIG, the number of visible GPUs and the
+--tpu flag, so it is unit-tested for GPU and TPU machines that this CI does not
+have. ``auto`` follows tensorflow_cloud's rule: TPU -> TPUStrategy, parameter
+servers -> ParameterServerStrategy, several workers -> MultiWorkerMirroredStrategy,
+several local GPUs -> MirroredStrategy, otherwise one device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # TensorFlow is imported lazily so the choice logic stays cheap to test.
+    import tensorflow as tf
+
+ONE_DEVICE = "one_device"
+MIRRORED = "mirrored"
+MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
+PARAMETER_SERVER = "parameter_server"
+TPU = "tpu"
+
+# Roles a TF_CONFIG task can have (Vertex AI pools 0..3 map to these).
+CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
+
+
+class StrategyError(ValueError):
+    """The requested strategy does not fit the environment."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    """What TF_CONFIG says about the cluster and this process's place in it."""
+
+    cluster: dict[str, list[str]]
+    task_type: str | None
+    task_id: int
+
+    @property
+    def num_workers(self) -> int:
+        """Training workers, counting the chief (MWMS treats it as worker 0)."""
+        return len(self.cluster.get(CHIEF, [])) + len(self.cluster.get(WORKER, []))
+
+    @property
+    def num_ps(self) -> int:
+        return len(self.cluster.get(PS, []))
+
+    @property
+    def is_distributed(self) -> bool:
+        return bool(self.cluster)
+
+    @property
+    def task_name(self) -> str:
+        return f"{self.task_type or 'local'}-{self.task_id}"
+
+
+def parse_tf_config(environ: Mapping[str, str]) -> ClusterInfo:
+    """Reads TF_CONFIG; an absent or empty one means a single local process."""
+    raw = environ.get("TF_CONFIG", "").strip()
+    if not raw:
+        return ClusterInfo(cluster={}, task_type=None, task_id=0)
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise StrategyError(f"TF_CONFIG is not valid JSON: {error}") from error
+    cluster = {role: list(addresses) for role, addresses in parsed.get("cluster", {}).items()}
+    task = parsed.get("task", {})
+    task_type = task.get("type")
+    task_id = int(task.get("index", 0))
+    known = {CHIEF, WORKER, PS, EVALUATOR}
+    if task_type is not None and task_type not in known:
+        raise StrategyError(f"TF_CONFIG task type {task_type!r} is not one of {sorted(known)}")
+    if task_type in (CHIEF, WORKER, PS) and task_id >= len(cluster.get(task_type, [])):
+        raise StrategyError(f"TF_CONFIG task {task_type}:{task_id} is not in its cluster")
+    if len(cluster.get(CHIEF, [])) > 1:
+        raise StrategyError("TF_CONFIG may name at most one chief")
+    return ClusterInfo(cluster=cluster, task_type=task_type, task_id=task_id)
+
+
+def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int,
+                    tpu: str | None, logical_cpus: int = 1) -> str:
+    """Returns the strategy kind for this environment, or raises StrategyError.
+
+    Explicit requests are checked against the environment, because a mismatch
+    (say parameter_server without any ps task) would otherwise hang or fail deep
+    inside TensorFlow with a far less helpful message.
+    """
+    if requested == "auto":
+        if tpu:
+            return TPU
+        if cluster.num_ps > 0:
+            return PARAMETER_SERVER
+        if cluster.num_workers > 1:
+            return MULTI_WORKER_MIRRORED
+        if num_gpus > 1 or logical_cpus > 1:
+            return MIRRORED
+        return ONE_DEVICE
+    if requested == TPU:
+        if not tpu:
+            raise StrategyError("--strategy tpu needs --tpu NAME or --tpu local")
+        if cluster.num_ps > 0:
+            # Cloud TPU jobs reject parameter servers (seed 001); fail before connecting.
+            raise StrategyError("a TPU job cannot have parameter servers in TF_CONFIG")
+        return TPU
+    if requested == PARAMETER_SERVER:
+        if cluster.num_ps == 0 or not cluster.cluster.get(CHIEF):
+            raise StrategyError(
+                "parameter_server needs TF_CONFIG with a chief, workers and at least one ps")
+        return PARAMETER_SERVER
+    if requested == MULTI_WORKER_MIRRORED:
+        if cluster.num_ps > 0:
+            raise StrategyError("multi_worker_mirrored cannot use the ps tasks in TF_CONFIG")
+        return MULTI_WORKER_MIRRORED
+    if requested in (MIRRORED, ONE_DEVICE):
+        if cluster.num_workers > 1 or cluster.num_ps > 0:
+            raise StrategyError(
+                f"{requested} is single-machine but TF_CONFIG describes a cluster; "
+                "use multi_worker_mirrored, parameter_server or auto")
+        return requested
+    raise StrategyError(f"unknown strategy {requested!r}")
+
+
+def default_precision(kind: str, num_gpus: int) -> str:
+    """Mixed precision where the hardware has fast half-precision units."""
+    if kind == TPU:
+        return "mixed_bfloat16"
+    if num_gpus > 0:
+        return "mixed_float16"
+    return "float32"
+
+
+def configure_logical_cpus(count: int) -> None:
+    """Splits the CPU into logical devices; must run before TensorFlow initialises."""
+    if count <= 1:
+        return
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+
+
+def build_strategy(kind: str, tpu: str | None = None) -> tf.distribute.Strategy:
+    """Creates the strategy object. Parameter-server workers never call this."""
+    import tensorflow as tf
+
+    if kind == TPU:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        # A TPU VM ("local") needs no remote connection; a named TPU does.
+        if tpu != "local":
+            tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if kind == PARAMETER_SERVER:
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        return tf.distribute.ParameterServerStrategy(resolver)
+    if kind == MULTI_WORKER_MIRRORED:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if kind == MIRRORED:
+        gpus = tf.config.list_logical_devices("GPU")
+        if gpus:
+            return tf.distribute.MirroredStrategy()
+        # No GPU: mirror over the logical CPU devices (tests) instead of
+        # silently falling back to a single replica.
+        cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(
+            devices=cpus, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    if kind == ONE_DEVICE:
+        # The default strategy, not OneDeviceStrategy: tf-keras' BackupAndRestore
+        # rejects OneDeviceStrategy. The default one places work on GPU:0 when
+        # there is a GPU and on the CPU otherwise.
+        return tf.distribute.get_strategy()
+    raise StrategyError(f"unknown strategy {kind!r}")
+
+
+def task_identity(strategy: Any) -> tuple[str, int]:
+    """(task_type, task_id) for naming per-worker temporary paths; ('local', 0) alone."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None) if resolver is not None else None
+    task_id = getattr(resolver, "task_id", None) if resolver is not None else None
+    return (task_type or "local", int(task_id or 0))

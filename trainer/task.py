@@ -1,0 +1,83 @@
+"""Entry point: ``python -m trainer.task --job-dir DIR --data synthetic|PATH ...``.
+
+Exit status: 0 when the job finished (also when a finished job is re-run, which
+returns at once without training unless --overwrite), 2 for bad flags or
+unreadable data (one line on stderr, on every node, before any node waits for
+its peers), 1 for any other failure (traceback on stderr).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from trainer.config import TrainerConfig, parse_args
+
+log = logging.getLogger("trainer")
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> int:
+    print(f"trainer: error: {message}", file=sys.stderr, flush=True)
+    return EXIT_BAD_INPUT
+
+
+def _missing_local_data(data: str) -> bool:
+    """Answers for local paths before the multi-second TensorFlow import."""
+    is_remote = "://" in data
+    is_glob = any(character in data for character in "*?[")
+    return data != "synthetic" and not is_remote and not is_glob and not os.path.exists(data)
+
+
+def run(config: TrainerConfig) -> int:
+    if _missing_local_data(config.data):
+        return _fail(f"--data {config.data}: no such file or directory")
+    from trainer import jobdir, roles, training
+    from trainer.data import DataError, describe_data
+    from trainer.jobdir import JobLayout
+    from trainer.strategy import EVALUATOR, PS, WORKER, StrategyError, parse_tf_config
+
+    try:
+        cluster = parse_tf_config(os.environ)
+    except StrategyError as error:
+        return _fail(str(error))
+    layout = JobLayout.from_config(config)
+    if not config.overwrite and jobdir.finished_metrics(layout) is not None:
+        log.info("%s holds a finished job; nothing to do (pass --overwrite to train again)",
+                 layout.root)
+        return 0
+    try:
+        source = describe_data(config)
+    except DataError as error:
+        return _fail(str(error))
+
+    if cluster.task_type == EVALUATOR:
+        roles.run_evaluator(config, layout, source)
+        return 0
+    if cluster.num_ps > 0 and cluster.task_type in (WORKER, PS):
+        roles.serve_until_finished(cluster, layout)
+        return 0
+    try:
+        metrics = training.run_training(config, cluster, layout, source)
+    except StrategyError as error:
+        return _fail(str(error))
+    training.finish(metrics, layout)
+    log.info("done: loss=%s accuracy=%s examples/s=%s", metrics["final_loss"],
+             metrics["final_accuracy"], metrics["examples_per_second"])
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Checkpoint saves log one INFO line per shard callback; keep the logs readable.
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    return run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""One training run on a chief or worker: strategy, model, fit, evaluate, export.
+
+Parameter servers, parameter-server workers and evaluators do not come here;
+see ``trainer.roles``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from trainer import checkpointing, data, jobdir, strategy as strategies
+from trainer.checkpointing import RunRecord
+from trainer.config import TrainerConfig
+from trainer.data import DataSource
+from trainer.jobdir import JobLayout
+from trainer.strategy import ClusterInfo
+
+log = logging.getLogger(__name__)
+
+
+def largest_divisor_at_most(number: int, limit: int) -> int:
+    """steps_per_execution must divide the epoch so backups land on epoch ends."""
+    for candidate in range(min(number, limit), 0, -1):
+        if number % candidate == 0:
+            return candidate
+    return 1
+
+
+def steady_examples_per_second(record: RunRecord, global_batch: int) -> float | None:
+    """Throughput without the first epoch, which also pays for tracing and XLA compiles."""
+    steps, seconds = record.epoch_steps, record.epoch_seconds
+    if len(steps) > 1:
+        steps, seconds = steps[1:], seconds[1:]
+    if not steps or sum(seconds) <= 0:
+        return None
+    return sum(steps) * global_batch / sum(seconds)
+
+
+def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
+                 source: DataSource) -> dict[str, Any]:
+    """Trains on this node; returns metrics (written to metrics.json by the chief)."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    strategies.configure_logical_cpus(config.logical_cpus)
+    num_gpus = len(tf.config.list_physical_devices("GPU"))
+    kind = strategies.choose_strategy(config.strategy, cluster, num_gpus, config.tpu,
+                                      config.logical_cpus)
+    precision = (strategies.default_precision(kind, num_gpus) if config.precision == "auto"
+                 else config.precision)
+    keras.mixed_precision.set_global_policy(precision)
+    keras.utils.set_random_seed(config.seed)
+    strategy = strategies.build_strategy(kind, config.tpu)
+    task_type, task_id = strategies.task_identity(strategy)
+
+    replicas = strategy.num_replicas_in_sync
+    global_batch = config.batch_size_per_replica * replicas
+    steps = data.steps_per_epoch(config, source, global_batch)
+    steps_per_execution = largest_divisor_at_most(steps, config.steps_per_execution)
+    # XLA fuses the small CNN's ops well on one device; under the multi-device
+    # strategies the all-reduce would sit inside the compiled step, which
+    # tf-keras does not support everywhere, and TPUs compile with XLA anyway.
+    use_xla = config.xla == "on" or (config.xla == "auto" and kind == strategies.ONE_DEVICE)
+    log.info("strategy=%s replicas=%d global_batch=%d steps_per_epoch=%d "
+             "steps_per_execution=%d precision=%s xla=%s", kind, replicas, global_batch,
+             steps, steps_per_execution, precision, use_xla)
+
+    with strategy.scope():
+        model = build_and_compile(config, source, steps_per_execution, use_xla)
+
+    record = RunRecord()
+    save_freq = checkpointing.backup_save_frequency(
+        config.save_every_steps, steps_per_execution, kind == strategies.PARAMETER_SERVER)
+    callbacks = checkpointing.make_callbacks(strategy, layout, record, save_freq,
+                                             task_type, task_id)
+    train_input = keras.utils.experimental.DatasetCreator(
+        data.make_input_fn(config, source, steps, training=True))
+    started = time.perf_counter()
+    model.fit(train_input, epochs=config.epochs, steps_per_epoch=steps,
+              callbacks=callbacks, verbose=2)
+    train_seconds = time.perf_counter() - started
+
+    eval_loss = eval_accuracy = None
+    eval_steps = config.eval_steps or source.num_eval_examples // global_batch
+    if eval_steps > 0:
+        eval_input = keras.utils.experimental.DatasetCreator(
+            data.make_input_fn(config, source, steps, training=False))
+        eval_loss, eval_accuracy = model.evaluate(eval_input, steps=eval_steps, verbose=2)
+
+    checkpointing.export_model(model, strategy, layout, task_type, task_id)
+
+    steady = steady_examples_per_second(record, global_batch)
+    total_steps = sum(record.epoch_steps)
+    return {
+        "status": "finished",
+        "model": config.model,
+        "data": source.kind,
+        "num_classes": source.num_classes,
+        "image_size": config.image_size,
+        "strategy": kind,
+        "replicas": replicas,
+        "workers": max(1, cluster.num_workers),
+        "parameter_servers": cluster.num_ps,
+        "batch_size_per_replica": config.batch_size_per_replica,
+        "global_batch_size": global_batch,
+        "steps_per_epoch": steps,
+        "steps_per_execution": steps_per_execution,
+        "precision": precision,
+        "xla": use_xla,
+        "epochs": config.epochs,
+        "epochs_run": len(record.epoch_losses),
+        # Epochs that a previous, interrupted run had completed and the backup restored.
+        "epochs_resumed": record.first_epoch or 0,
+        "resumed": bool(record.first_epoch or record.first_step),
+        "resumed_at_step": record.first_step or 0,
+        "final_loss": record.epoch_losses[-1] if record.epoch_losses else None,
+        "final_accuracy": record.epoch_accuracies[-1] if record.epoch_accuracies else None,
+        "loss_history": record.epoch_losses,
+        "accuracy_history": record.epoch_accuracies,
+        "eval_loss": eval_loss,
+        "eval_accuracy": eval_accuracy,
+        "examples_per_second": steady,
+        "examples_per_second_all_epochs": (total_steps * global_batch / sum(record.epoch_seconds)
+                                           if record.epoch_seconds else None),
+        "train_seconds": train_seconds,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "_writer": checkpointing.is_writer(strategy),
+    }
+
+
+def build_and_compile(config: TrainerConfig, source: DataSource, steps_per_execution: int,
+                      use_xla: bool) -> Any:
+    from trainer import model as models
+
+    network = models.build_model(config.model, config.image_size, source.num_classes)
+    models.compile_model(network, config.learning_rate, steps_per_execution, use_xla)
+    return network
+
+
+def finish(metrics: dict[str, Any], layout: JobLayout) -> None:
+    """The chief publishes metrics.json (the finished marker) and drops the backup."""
+    is_writer = metrics.pop("_writer")
+    if not is_writer:
+        return
+    jobdir.write_json_atomically(layout.metrics_path, metrics)
+    # The backup only serves an interrupted run; a finished one must not resume from it.
+    jobdir.remove_tree_if_exists(layout.backup_dir)
