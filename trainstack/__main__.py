@@ -1,0 +1,5 @@
+import sys
+
+from trainstack.cli import main
+
+sys.exit(main())

@@ -1,0 +1,207 @@
+"""What Google Cloud offers, read from the CSV files beside this module.
+
+The figures (machine shapes, GPU limits, zones, prices, TPU runtimes, images) live in data,
+each row with its source and date; this module only loads them into typed records.
+The rules that use them are in :mod:`trainstack.rules`.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+
+BOOT_DISK_TYPE = "pd-balanced"
+HOURS_PER_MONTH = 730
+
+
+def _optional_float(text: str) -> float | None:
+    return float(text) if text.strip() else None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    display_name: str
+    attach: str  # "n1": attached to N1 machine types; "builtin": comes with its own machine family
+    status: str  # "available" or "retired"
+    memory_gb: float | None
+    on_demand_usd_hr: float | None
+    spot_usd_hr: float | None
+    note: str
+
+    @property
+    def retired(self) -> bool:
+        return self.status == "retired"
+
+    @property
+    def workbench_type(self) -> str:
+        """Workbench names accelerators by enum (NVIDIA_TESLA_T4) where Compute Engine uses nvidia-tesla-t4."""
+        return self.name.upper().replace("-", "_")
+
+
+@dataclass(frozen=True)
+class MachineType:
+    name: str
+    series: str
+    vcpus: int
+    memory_gb: float
+    builtin_gpu: str | None
+    builtin_gpu_count: int
+    on_demand_usd_hr: float | None  # without its GPUs
+    spot_usd_hr: float | None
+
+
+@dataclass(frozen=True)
+class N1GpuLimit:
+    gpu: str
+    count: int
+    max_vcpus: int
+    max_memory_gb: float
+
+
+@dataclass(frozen=True)
+class TpuGeneration:
+    generation: str
+    api_type: str
+    prefix: str
+    suffix_unit: str  # "cores": the number after the dash counts TensorCores; "chips": it counts chips
+    cores_per_chip: int
+    chips_per_host: int
+    valid_suffixes: tuple[int, ...]
+    on_demand_usd_chip_hr: float | None
+    spot_usd_chip_hr: float | None
+
+    def chips(self, suffix: int) -> int:
+        return suffix // self.cores_per_chip if self.suffix_unit == "cores" else suffix
+
+
+@dataclass(frozen=True)
+class TpuRuntime:
+    version: str
+    tensorflow_version: str
+    generations: tuple[str, ...]
+    status: str
+
+
+@dataclass(frozen=True)
+class Image:
+    purpose: str
+    project: str
+    family: str
+
+    @property
+    def uri(self) -> str:
+        return f"projects/{self.project}/global/images/family/{self.family}"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    gpus: dict[str, Gpu]
+    machine_types: dict[str, MachineType]
+    n1_gpu_limits: dict[str, dict[int, N1GpuLimit]]
+    gpu_zones: dict[str, frozenset[str]]
+    tpu_generations: dict[str, TpuGeneration]
+    tpu_zones: dict[str, frozenset[str]]
+    tpu_runtimes: dict[str, TpuRuntime]
+    images: dict[str, Image] = field(default_factory=dict)
+    disk_usd_gb_month: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def disk_usd_gb_hour(self) -> float:
+        """Boot disks are pd-balanced; Google prices a month as 730 hours."""
+        return self.disk_usd_gb_month[BOOT_DISK_TYPE] / HOURS_PER_MONTH
+
+    def tpu_generation_for(self, accelerator_type: str) -> tuple[TpuGeneration, int] | None:
+        """Split "v5litepod-8" into its generation record and size 8; None when unknown."""
+        prefix, _, size = accelerator_type.rpartition("-")
+        for generation in self.tpu_generations.values():
+            if generation.prefix == prefix and size.isdigit():
+                return generation, int(size)
+        return None
+
+
+def _rows(filename: str) -> list[dict[str, str]]:
+    text = resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
+    return list(csv.DictReader(text.splitlines()))
+
+
+@cache
+def load_catalog() -> Catalog:
+    gpus = {
+        row["gpu"]: Gpu(
+            name=row["gpu"],
+            display_name=row["display_name"],
+            attach=row["attach"],
+            status=row["status"],
+            memory_gb=_optional_float(row["memory_gb"]),
+            on_demand_usd_hr=_optional_float(row["on_demand_usd_hr"]),
+            spot_usd_hr=_optional_float(row["spot_usd_hr"]),
+            note=row["note"],
+        )
+        for row in _rows("gpus.csv")
+    }
+    machine_types = {
+        row["machine_type"]: MachineType(
+            name=row["machine_type"],
+            series=row["series"],
+            vcpus=int(row["vcpus"]),
+            memory_gb=float(row["memory_gb"]),
+            builtin_gpu=row["builtin_gpu"] or None,
+            builtin_gpu_count=int(row["builtin_gpu_count"] or 0),
+            on_demand_usd_hr=_optional_float(row["on_demand_usd_hr"]),
+            spot_usd_hr=_optional_float(row["spot_usd_hr"]),
+        )
+        for row in _rows("machine_types.csv")
+    }
+    limits: dict[str, dict[int, N1GpuLimit]] = defaultdict(dict)
+    for row in _rows("n1_gpu_limits.csv"):
+        limit = N1GpuLimit(row["gpu"], int(row["gpu_count"]), int(row["max_vcpus"]), float(row["max_memory_gb"]))
+        limits[limit.gpu][limit.count] = limit
+    gpu_zones: dict[str, set[str]] = defaultdict(set)
+    for row in _rows("gpu_zones.csv"):
+        gpu_zones[row["gpu"]].add(row["zone"])
+    generations = {
+        row["generation"]: TpuGeneration(
+            generation=row["generation"],
+            api_type=row["api_type"],
+            prefix=row["prefix"],
+            suffix_unit=row["suffix_unit"],
+            cores_per_chip=int(row["cores_per_chip"]),
+            chips_per_host=int(row["chips_per_host"]),
+            valid_suffixes=tuple(int(s) for s in row["valid_suffixes"].split()),
+            on_demand_usd_chip_hr=_optional_float(row["on_demand_usd_chip_hr"]),
+            spot_usd_chip_hr=_optional_float(row["spot_usd_chip_hr"]),
+        )
+        for row in _rows("tpu_generations.csv")
+    }
+    tpu_zones: dict[str, set[str]] = defaultdict(set)
+    for row in _rows("tpu_zones.csv"):
+        tpu_zones[row["generation"]].add(row["zone"])
+    runtimes = {
+        row["runtime_version"]: TpuRuntime(
+            version=row["runtime_version"],
+            tensorflow_version=row["tensorflow_version"],
+            generations=tuple(row["generations"].split()),
+            status=row["status"],
+        )
+        for row in _rows("tpu_runtimes.csv")
+    }
+    images: dict[str, Image] = {}
+    for row in _rows("images.csv"):
+        # The first row per purpose is the one the program uses; later rows are alternatives.
+        images.setdefault(row["purpose"], Image(row["purpose"], row["image_project"], row["image_family"]))
+    return Catalog(
+        gpus=gpus,
+        machine_types=machine_types,
+        n1_gpu_limits=dict(limits),
+        gpu_zones={gpu: frozenset(zones) for gpu, zones in gpu_zones.items()},
+        tpu_generations=generations,
+        tpu_zones={gen: frozenset(zones) for gen, zones in tpu_zones.items()},
+        tpu_runtimes=runtimes,
+        images=images,
+        disk_usd_gb_month={row["disk_type"]: float(row["usd_gb_month"]) for row in _rows("disks.csv")},
+    )

@@ -1,0 +1,117 @@
+"""``python -m trainstack``: validate and plan stacks offline, with no credentials."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trainstack.config import StackConfig
+from trainstack.errors import StackConfigError
+from trainstack.plan import Plan, run_plan
+from trainstack.scripts import rendered_scripts
+from trainstack.stackfile import load_stack, stack_file_path
+
+
+def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--stack", help="stack name: reads stacks/Pulumi.<NAME>.yaml")
+    which.add_argument("--stack-file", type=Path, help="path to a stack file")
+
+
+def _load(args: argparse.Namespace) -> tuple[StackConfig, dict[str, object]]:
+    path = args.stack_file if args.stack_file else stack_file_path(args.stack)
+    return load_stack(path, None if args.stack_file else args.stack)
+
+
+def _summary(cfg: StackConfig) -> str:
+    settings = cfg.settings
+    parts = []
+    if settings.cluster is not None:
+        from trainstack.rules import resolved_strategy
+
+        c = settings.cluster
+        parts.append(f"cluster of {1 + c.worker_count + c.ps_count} VMs ({resolved_strategy(c)})")
+    if settings.tpu is not None:
+        parts.append(f"TPU {settings.tpu.accelerator_type}")
+    if settings.notebook is not None:
+        parts.append(f"notebook {settings.notebook.machine_type}")
+    return f"stack {cfg.stack} is valid: {', '.join(parts)} in {settings.zone}, project {cfg.project}"
+
+
+def _describe(resource_inputs: dict[str, object]) -> str:
+    """The arguments a reader checks first: machine, accelerators, zone, scheduling."""
+    shown = []
+    for key in ("machineType", "acceleratorType", "guestAccelerators", "zone", "location", "region", "scheduling", "schedulingConfig", "role", "service"):
+        if key in resource_inputs and resource_inputs[key] not in (None, [], {}):
+            value = resource_inputs[key]
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                value = ", ".join(f"{v.get('count')} x {v.get('type')}" for v in value)
+            elif isinstance(value, dict):
+                value = ",".join(f"{k}={v}" for k, v in value.items() if k != "maxRunDuration") + (
+                    f",maxRunSeconds={value['maxRunDuration'].get('seconds')}" if isinstance(value.get("maxRunDuration"), dict) else ""
+                )
+            shown.append(f"{key}={value}")
+    return " ".join(shown)
+
+
+def _print_plan(plan: Plan) -> None:
+    print(f"Plan for stack {plan.stack}: {len(plan.resources)} resources")
+    for resource in plan.resources:
+        details = _describe(resource.inputs)
+        print(f"  + {resource.type}  {resource.name}{'  ' + details if details else ''}")
+    print("Hourly cost while running (us-central1 list prices, USD):")
+    for cost in plan.costs:
+        price = "unknown" if cost.usd_per_hour is None else f"{cost.usd_per_hour:.2f}"
+        print(f"  {cost.name:<32} {cost.description:<48} {price}")
+    total = plan.hourly_usd
+    print(f"  {'total':<32} {'':<48} {'unknown' if total is None else f'{total:.2f}'}")
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    cfg, _ = _load(args)
+    print(_summary(cfg))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    cfg, raw = _load(args)
+    plan = run_plan(cfg, raw)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for filename, text in rendered_scripts(cfg).items():
+            (args.out / filename).write_text(text, encoding="utf-8")
+    if args.json:
+        json.dump(plan.to_json(), sys.stdout, indent=2, sort_keys=True, default=str)
+        print()
+    else:
+        _print_plan(plan)
+        if args.out:
+            print(f"Startup scripts written to {args.out}/")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m trainstack", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    validate = sub.add_parser("validate", help="check a stack file against the catalog; exit 1 listing every problem")
+    _add_stack_arguments(validate)
+    validate.set_defaults(func=cmd_validate)
+    plan = sub.add_parser("plan", help="run the Pulumi program under mocks and list what it would create")
+    _add_stack_arguments(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--out", type=Path, help="write the rendered startup scripts to this directory")
+    plan.set_defaults(func=cmd_plan)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except StackConfigError as error:
+        print(f"trainstack: {len(error.problems)} problem(s) in the stack configuration:", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1

@@ -1,0 +1,1 @@
+"""Pulumi components, one per concern; :class:`TrainingStack` composes them."""

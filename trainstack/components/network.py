@@ -1,0 +1,69 @@
+"""A private network: no public IPs, egress through Cloud NAT, SSH only through IAP."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+
+# Google's IAP TCP forwarding range: `gcloud compute ssh --tunnel-through-iap` arrives from here.
+IAP_SOURCE_RANGE = "35.235.240.0/20"
+SUBNET_RANGE = "10.20.0.0/20"
+
+
+class PrivateNetwork(pulumi.ComponentResource):
+    def __init__(
+        self,
+        name: str,
+        project: str,
+        region: str,
+        node_service_account: pulumi.Input[str],
+        training_port: int,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("trainstack:index:PrivateNetwork", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.network = gcp.compute.Network(f"{name}-vpc", project=project, auto_create_subnetworks=False, opts=child)
+        self.subnetwork = gcp.compute.Subnetwork(
+            f"{name}-subnet",
+            project=project,
+            region=region,
+            network=self.network.id,
+            ip_cidr_range=SUBNET_RANGE,
+            # Nodes without public IPs still reach Cloud Storage, Artifact Registry and Logging.
+            private_ip_google_access=True,
+            opts=child,
+        )
+        self.router = gcp.compute.Router(f"{name}-router", project=project, region=region, network=self.network.id, opts=child)
+        self.nat = gcp.compute.RouterNat(
+            f"{name}-nat",
+            project=project,
+            region=region,
+            router=self.router.name,
+            nat_ip_allocate_option="AUTO_ONLY",
+            source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES",
+            log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
+            opts=child,
+        )
+        self.iap_ssh = gcp.compute.Firewall(
+            f"{name}-iap-ssh",
+            project=project,
+            network=self.network.id,
+            direction="INGRESS",
+            source_ranges=[IAP_SOURCE_RANGE],
+            target_service_accounts=[node_service_account],
+            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["22"])],
+            opts=child,
+        )
+        # TensorFlow's gRPC between cluster nodes, on the one port TF_CONFIG names, and only
+        # from VMs running as the training service account.
+        self.training = gcp.compute.Firewall(
+            f"{name}-training",
+            project=project,
+            network=self.network.id,
+            direction="INGRESS",
+            source_service_accounts=[node_service_account],
+            target_service_accounts=[node_service_account],
+            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(training_port)])],
+            opts=child,
+        )
+        self.register_outputs({"network": self.network.self_link, "subnetwork": self.subnetwork.self_link})

@@ -1,0 +1,141 @@
+"""The whole stack: every component wired together from one validated StackConfig."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+
+from trainstack import scripts
+from trainstack.components.budget import BillingBudget
+from trainstack.components.gpu_cluster import GpuCluster
+from trainstack.components.identity import TpuServiceAgent, TrainingIdentity
+from trainstack.components.network import PrivateNetwork
+from trainstack.components.notebook import WorkbenchNotebook
+from trainstack.components.registry import ContainerRegistry
+from trainstack.components.services import BUDGET_API, REQUIRED_APIS, TPU_API, WORKBENCH_API, ProjectServices
+from trainstack.components.storage import TrainingBucket
+from trainstack.components.tpu_vm import TpuVm
+from trainstack.config import StackConfig
+from trainstack.cost import stack_costs, total_hourly_usd
+from trainstack.topology import cluster_nodes, tf_cluster_spec
+
+
+def ssh_command(vm_name: str, zone: str, project: str, tpu: bool = False) -> str:
+    if tpu:
+        return f"gcloud compute tpus tpu-vm ssh {vm_name} --zone {zone} --project {project} --tunnel-through-iap"
+    return f"gcloud compute ssh {vm_name} --zone {zone} --project {project} --tunnel-through-iap"
+
+
+class TrainingStack(pulumi.ComponentResource):
+    """Network, bucket, registry, identity, and the cluster / TPU VM / notebook the stack asks for."""
+
+    def __init__(self, cfg: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+        name = cfg.name
+        super().__init__("trainstack:index:TrainingStack", name, None, opts)
+        settings = cfg.settings
+        project, region, zone, labels = cfg.project, cfg.region, settings.zone, cfg.labels
+        child = pulumi.ResourceOptions(parent=self)
+
+        apis = list(REQUIRED_APIS)
+        apis += [TPU_API] if settings.tpu else []
+        apis += [WORKBENCH_API] if settings.notebook else []
+        apis += [BUDGET_API] if settings.budget else []
+        services = ProjectServices(f"{name}-apis", project, apis, opts=child)
+        after_apis = pulumi.ResourceOptions(parent=self, depends_on=services.ready)
+
+        self.bucket = TrainingBucket(f"{name}-storage", scripts.bucket_name(cfg), region, settings.storage, labels, opts=after_apis)
+        self.registry = ContainerRegistry(f"{name}-registry", project, region, f"{name}-images", labels, opts=after_apis)
+        self.identity = TrainingIdentity(
+            f"{name}-identity", project, f"{name}-train", self.bucket.name, self.registry.repository, opts=after_apis
+        )
+        port = settings.cluster.port if settings.cluster else 2222
+        self.network = PrivateNetwork(f"{name}-net", project, region, self.identity.email, port, opts=after_apis)
+        # Nodes start training at boot: their permissions must exist before they do.
+        node_dependencies: list[pulumi.Resource] = [
+            self.identity.bucket_binding,
+            self.identity.registry_binding,
+            *self.identity.project_bindings,
+            self.network.nat,
+        ]
+        node_opts = pulumi.ResourceOptions(parent=self, depends_on=node_dependencies)
+
+        vm_names: list[str] = []
+        ssh: dict[str, str] = {}
+        if settings.cluster is not None:
+            nodes = cluster_nodes(cfg)
+            self.cluster = GpuCluster(
+                f"{name}-cluster",
+                project,
+                zone,
+                settings.cluster,
+                nodes,
+                tf_cluster_spec(cfg, nodes),
+                scripts.job_dir(cfg),
+                scripts.render(scripts.CLUSTER_NODE, cfg),
+                self.identity.email,
+                self.network.subnetwork.id,
+                labels,
+                opts=node_opts,
+            )
+            vm_names += self.cluster.names
+            ssh.update({n: ssh_command(n, zone, project) for n in self.cluster.names})
+        if settings.tpu is not None:
+            self.tpu_agent = TpuServiceAgent(f"{name}-tpu-agent", project, settings.tpu.service_agent_role, opts=after_apis)
+            self.tpu = TpuVm(
+                f"{name}-tpu",
+                project,
+                zone,
+                f"{name}-tpu",
+                settings.tpu,
+                scripts.job_dir(cfg),
+                scripts.render(scripts.TPU_VM, cfg),
+                self.identity.email,
+                self.network.network.id,
+                self.network.subnetwork.id,
+                labels,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*node_dependencies, self.tpu_agent.binding]),
+            )
+            vm_names.append(self.tpu.name)
+            ssh[self.tpu.name] = ssh_command(self.tpu.name, zone, project, tpu=True)
+        if settings.notebook is not None:
+            script_object = gcp.storage.BucketObject(
+                f"{name}-notebook-post-startup",
+                bucket=self.bucket.name,
+                name="trainstack/workbench-post-startup.sh",
+                content=scripts.render(scripts.WORKBENCH, cfg),
+                opts=child,
+            )
+            self.notebook = WorkbenchNotebook(
+                f"{name}-notebook",
+                project,
+                zone,
+                f"{name}-notebook",
+                settings.notebook,
+                pulumi.Output.concat("gs://", script_object.bucket, "/", script_object.name),
+                self.identity.email,
+                self.network.network.id,
+                self.network.subnetwork.id,
+                labels,
+                opts=node_opts,
+            )
+            vm_names.append(self.notebook.name)
+        if settings.budget is not None:
+            BillingBudget(f"{name}-budget", project, settings.budget, opts=after_apis)
+
+        costs = stack_costs(cfg)
+        self.bucket_url = self.bucket.url
+        self.registry_url = self.registry.url
+        self.vm_names = vm_names
+        self.ssh_commands = ssh
+        self.job_dir = scripts.job_dir(cfg)
+        self.hourly_usd = total_hourly_usd(costs)
+        self.register_outputs(
+            {
+                "bucket_url": self.bucket_url,
+                "registry_url": self.registry_url,
+                "vm_names": self.vm_names,
+                "ssh_commands": self.ssh_commands,
+                "job_dir": self.job_dir,
+                "hourly_usd": self.hourly_usd,
+            }
+        )

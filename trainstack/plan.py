@@ -1,0 +1,146 @@
+"""An offline plan: the real Pulumi program run under Pulumi's mock runtime.
+
+Pulumi's mock monitor stands in for the engine and the gcp provider. The program is the same
+``__main__.py`` that ``pulumi up`` runs, fed the stack file's config the way the engine feeds
+it; each resource it registers is recorded with the inputs the provider would receive.
+The mocks answer only what the provider would compute on create (ids, a service account's
+e-mail, a bucket's URL), derived from the inputs by Google's naming rules.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from trainstack.config import StackConfig
+from trainstack.cost import NodeCost, stack_costs, total_hourly_usd
+
+PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
+# A stand-in project number for the mocked getProject call (budgets filter by project number).
+MOCK_PROJECT_NUMBER = "123456789012"
+
+
+@dataclass(frozen=True)
+class PlannedResource:
+    type: str
+    name: str
+    inputs: dict[str, Any]
+
+
+@dataclass
+class Plan:
+    stack: str
+    resources: list[PlannedResource]
+    costs: list[NodeCost]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hourly_usd(self) -> float | None:
+        return total_hourly_usd(self.costs)
+
+    def of_type(self, type_token: str) -> list[PlannedResource]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in self.resources],
+            "hourly_usd": self.hourly_usd,
+            "nodes": [{"name": c.name, "description": c.description, "hourly_usd": c.usd_per_hour} for c in self.costs],
+            "outputs": self.outputs,
+        }
+
+
+def _computed_state(type_token: str, inputs: dict[str, Any], project: str) -> dict[str, Any]:
+    """What the provider reports after create that the program reads back."""
+    name = inputs.get("name", "")
+    if type_token == "gcp:serviceaccount/account:Account":
+        email = f"{inputs['accountId']}@{inputs.get('project', project)}.iam.gserviceaccount.com"
+        return {"email": email, "member": f"serviceAccount:{email}", "name": f"projects/{project}/serviceAccounts/{email}"}
+    if type_token == "gcp:storage/bucket:Bucket":
+        return {"url": f"gs://{name}", "selfLink": f"https://www.googleapis.com/storage/v1/b/{name}"}
+    if type_token == "gcp:projects/serviceIdentity:ServiceIdentity":
+        service = inputs["service"].split(".")[0]
+        email = f"service-{MOCK_PROJECT_NUMBER}@cloud-{service}.iam.gserviceaccount.com"
+        return {"email": email, "member": f"serviceAccount:{email}"}
+    if type_token == "gcp:artifactregistry/repository:Repository":
+        return {"name": inputs["repositoryId"]}
+    if type_token in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router"):
+        return {"selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/{type_token.split(':')[-1].lower()}s/{name}"}
+    if type_token == "gcp:tpu/v2Vm:V2Vm":
+        return {"state": "READY"}
+    if type_token == "gcp:workbench/instance:Instance":
+        return {"proxyUri": f"{name}.notebooks.googleusercontent.com"}
+    return {}
+
+
+def _integral_floats_as_ints(value: Any) -> Any:
+    """The engine carries every number as a double; show a GPU count as 2, not 2.0."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral_floats_as_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral_floats_as_ints(v) for v in value]
+    return value
+
+
+class PlanMocks(pulumi.runtime.Mocks):
+    """Records every custom resource the program registers."""
+
+    def __init__(self, project: str) -> None:
+        self.project = project
+        self.resources: list[PlannedResource] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
+        inputs = _integral_floats_as_ints(dict(args.inputs))
+        if getattr(args, "custom", True):
+            self.resources.append(PlannedResource(args.typ, args.name, inputs))
+        state = {**inputs, **_computed_state(args.typ, inputs, self.project)}
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+        if args.token == "gcp:organizations/getProject:getProject":
+            return {"number": MOCK_PROJECT_NUMBER, "projectId": args.args.get("projectId", self.project)}, []
+        return {}, []
+
+
+def engine_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """Config values as the Pulumi engine hands them to a program: strings, objects as JSON."""
+    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}
+
+
+def run_plan(cfg: StackConfig, raw_config: Mapping[str, Any]) -> Plan:
+    """Run ``__main__.py`` for ``cfg.stack`` under mocks, with the stack file's ``config`` map."""
+    mocks = PlanMocks(cfg.project)
+    pulumi.runtime.set_mocks(mocks, project="trainstack", stack=cfg.stack, preview=True)
+    set_all_config(engine_config(raw_config))
+    globals_after: dict[str, Any] = {}
+
+    def program() -> None:
+        globals_after.update(runpy.run_path(str(PROGRAM), run_name="__pulumi__"))
+
+    _sync_await(run_pulumi_func(program))
+    outputs = _resolved_outputs()
+    # Registration order depends on the event loop; a sorted plan reads and diffs the same every run.
+    resources = sorted(mocks.resources, key=lambda r: (r.type, r.name))
+    return Plan(stack=cfg.stack, resources=resources, costs=stack_costs(cfg), outputs=outputs)
+
+
+def _resolved_outputs() -> dict[str, Any]:
+    root = pulumi.runtime.get_root_resource()
+    exported = getattr(root, "outputs", {}) if root is not None else {}
+    resolved: dict[str, Any] = {}
+    for key, value in exported.items():
+        output = pulumi.Output.from_input(value)
+        resolved[key] = _sync_await(output.future())
+    return resolved

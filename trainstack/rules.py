@@ -1,0 +1,227 @@
+"""Checks of a parsed stack against what Google Cloud offers (the catalog).
+
+Each check returns problems that name the config key, the bad value and the valid choices,
+so a user can fix the stack file before anything is created or billed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+from trainstack.catalog import Catalog, N1GpuLimit, load_catalog
+from trainstack.config import NAMESPACE, Accelerator, Cluster, StackConfig, Strategy
+from trainstack.errors import Problem, StackConfigError
+
+
+def _join(items: Iterable[object]) -> str:
+    return ", ".join(str(i) for i in items)
+
+
+def _region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def resolved_strategy(cluster: Cluster) -> Strategy:
+    """What ``strategy: auto`` means for this cluster, chosen as tensorflow_cloud did."""
+    if cluster.strategy != "auto":
+        return cluster.strategy
+    if cluster.ps_count:
+        return "parameter_server"
+    if cluster.worker_count:
+        return "multi_worker_mirrored"
+    chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, load_catalog())
+    return "mirrored" if chief_gpus is not None and chief_gpus.count > 1 else "one_device"
+
+
+def effective_accelerator(machine_type: str, declared: Accelerator | None, catalog: Catalog) -> Accelerator | None:
+    """The GPUs a VM really gets: the declared ones, or those built into an A2/A3/G2 machine type."""
+    if declared is not None:
+        return declared
+    machine = catalog.machine_types.get(machine_type)
+    if machine is not None and machine.builtin_gpu:
+        return Accelerator(type=machine.builtin_gpu, count=machine.builtin_gpu_count)
+    return None
+
+
+def check_machine(key: str, machine_type: str, accelerator: Accelerator | None, zone: str, catalog: Catalog) -> list[Problem]:
+    """A machine type with its GPUs: known, attachable in that count, offered in the zone."""
+    machine = catalog.machine_types.get(machine_type)
+    if machine is None:
+        close = difflib.get_close_matches(machine_type, list(catalog.machine_types), n=5, cutoff=0.5)
+        hint = f"did you mean: {_join(close)}" if close else f"known series: {_join(sorted({m.series for m in catalog.machine_types.values()}))}"
+        return [Problem(f"{key}.machine_type", f"unknown machine type {machine_type!r}; {hint}")]
+
+    if accelerator is None:
+        return []
+    accel_key = f"{key}.accelerator"
+    gpu = catalog.gpus.get(accelerator.type)
+    available = sorted(name for name, g in catalog.gpus.items() if not g.retired)
+    if gpu is None:
+        return [Problem(f"{accel_key}.type", f"unknown GPU type {accelerator.type!r}; valid types: {_join(available)}")]
+    if gpu.retired:
+        return [Problem(f"{accel_key}.type", f"{gpu.name} ({gpu.display_name}) is retired and no zone offers it ({gpu.note}); valid types: {_join(available)}")]
+
+    problems: list[Problem] = []
+    if gpu.attach == "n1":
+        problems += _check_n1_attachment(key, machine_type, accelerator, catalog)
+    else:
+        offering = sorted(
+            (m for m in catalog.machine_types.values() if m.builtin_gpu == gpu.name),
+            key=lambda m: (m.builtin_gpu_count, m.name),
+        )
+        if machine.builtin_gpu != gpu.name or machine.builtin_gpu_count != accelerator.count:
+            choices = _join(f"{m.name} ({m.builtin_gpu_count})" for m in offering)
+            problems.append(
+                Problem(
+                    accel_key,
+                    f"{gpu.name} x{accelerator.count} does not fit {machine_type}: {gpu.name} comes built into its own machine types, "
+                    f"pick the one with the count you want: {choices}",
+                )
+            )
+    zones = catalog.gpu_zones.get(gpu.name, frozenset())
+    if zone not in zones:
+        same_region = sorted(z for z in zones if _region_of(z) == _region_of(zone))
+        where = f"zones in {_region_of(zone)} that offer it: {_join(same_region)}" if same_region else f"zones that offer it: {_join(sorted(zones))}"
+        problems.append(Problem(f"{accel_key}.type", f"{gpu.name} is not offered in zone {zone}; {where}"))
+    return problems
+
+
+def _check_n1_attachment(key: str, machine_type: str, accelerator: Accelerator, catalog: Catalog) -> list[Problem]:
+    machine = catalog.machine_types[machine_type]
+    gpu = accelerator.type
+    limits = catalog.n1_gpu_limits.get(gpu, {})
+    if machine.series != "n1":
+        n1_fits = [m.name for m in catalog.machine_types.values() if m.series == "n1" and _fits(m.vcpus, m.memory_gb, limits.get(accelerator.count))]
+        return [
+            Problem(
+                f"{key}.machine_type",
+                f"{gpu} attaches only to N1 machine types, not {machine_type}; N1 types that take {accelerator.count} of it: {_join(n1_fits) or 'none'}",
+            )
+        ]
+    if accelerator.count not in limits:
+        return [Problem(f"{key}.accelerator.count", f"{accelerator.count} x {gpu} is not a valid count; valid counts: {_join(sorted(limits))}")]
+    if not _fits(machine.vcpus, machine.memory_gb, limits[accelerator.count]):
+        valid = sorted(c for c, limit in limits.items() if _fits(machine.vcpus, machine.memory_gb, limit))
+        limit = limits[accelerator.count]
+        return [
+            Problem(
+                f"{key}.accelerator.count",
+                f"{machine_type} ({machine.vcpus} vCPUs, {machine.memory_gb:g} GB) is too large for {accelerator.count} x {gpu} "
+                f"(at most {limit.max_vcpus} vCPUs and {limit.max_memory_gb:g} GB); valid counts for {machine_type}: {_join(valid) or 'none'}",
+            )
+        ]
+    return []
+
+
+def _fits(vcpus: int, memory_gb: float, limit: N1GpuLimit | None) -> bool:
+    return limit is not None and vcpus <= limit.max_vcpus and memory_gb <= limit.max_memory_gb
+
+
+def check_cluster(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
+    cluster = cfg.settings.cluster
+    if cluster is None:
+        return []
+    zone = cfg.settings.zone
+    key = f"{NAMESPACE}:cluster"
+    problems = check_machine(f"{key}.chief", cluster.chief.machine_type, cluster.chief.accelerator, zone, catalog)
+    if cluster.workers is not None:
+        problems += check_machine(f"{key}.workers", cluster.workers.machine_type, cluster.workers.accelerator, zone, catalog)
+    if cluster.parameter_servers is not None:
+        ps = cluster.parameter_servers
+        problems += check_machine(f"{key}.parameter_servers", ps.machine_type, None, zone, catalog)
+        machine = catalog.machine_types.get(ps.machine_type)
+        if machine is not None and machine.builtin_gpu:
+            problems.append(Problem(f"{key}.parameter_servers.machine_type", f"{ps.machine_type} carries GPUs that parameter servers do not use; choose a CPU machine type such as n1-highmem-8"))
+
+    # Seed 000: all GPU types of one job must exist in one zone.
+    gpu_types = sorted(
+        {a.type for a in (cluster.chief.accelerator, cluster.workers.accelerator if cluster.workers else None) if a is not None and a.type in catalog.gpus}
+    )
+    if len(gpu_types) > 1 and any(zone not in catalog.gpu_zones.get(g, frozenset()) for g in gpu_types):
+        shared = sorted(frozenset.intersection(*(catalog.gpu_zones.get(g, frozenset()) for g in gpu_types)))
+        problems.append(Problem(f"{NAMESPACE}:zone", f"all GPU types of one cluster ({_join(gpu_types)}) must be offered in its zone {zone}; zones offering all of them: {_join(shared) or 'none'}"))
+
+    problems += _check_strategy(cluster, catalog)
+    return problems
+
+
+def _check_strategy(cluster: Cluster, catalog: Catalog) -> list[Problem]:
+    key = f"{NAMESPACE}:cluster"
+    strategy = resolved_strategy(cluster)
+    problems: list[Problem] = []
+    if strategy in ("one_device", "mirrored") and cluster.worker_count:
+        problems.append(Problem(f"{key}.strategy", f"{strategy} trains on one machine but the cluster has {cluster.worker_count} workers; use multi_worker_mirrored, parameter_server or auto"))
+    if strategy != "parameter_server" and cluster.ps_count:
+        problems.append(Problem(f"{key}.parameter_servers.count", f"strategy {strategy} does not use parameter servers; set strategy: parameter_server (or auto) or remove them"))
+    if strategy == "parameter_server":
+        if cluster.ps_count < 1:
+            problems.append(Problem(f"{key}.parameter_servers.count", "strategy parameter_server needs at least 1 parameter server"))
+        if cluster.worker_count < 1:
+            problems.append(Problem(f"{key}.workers.count", "strategy parameter_server needs at least 1 worker"))
+    if strategy == "multi_worker_mirrored" and cluster.workers is not None:
+        chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
+        worker_gpus = effective_accelerator(cluster.workers.machine_type, cluster.workers.accelerator, catalog)
+        chief_count = chief_gpus.count if chief_gpus else 0
+        worker_count = worker_gpus.count if worker_gpus else 0
+        if chief_count != worker_count:
+            # Seed 004: every machine in a MultiWorkerMirroredStrategy job must have the same number of GPUs.
+            problems.append(Problem(f"{key}.workers.accelerator.count", f"multi_worker_mirrored needs the same GPU count on the chief and every worker: chief has {chief_count}, workers have {worker_count}"))
+    if strategy == "one_device":
+        chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
+        if chief_gpus is not None and chief_gpus.count > 1:
+            problems.append(Problem(f"{key}.strategy", f"one_device trains on one GPU but the chief has {chief_gpus.count}; use mirrored or auto so none sits idle"))
+    return problems
+
+
+def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
+    tpu = cfg.settings.tpu
+    if tpu is None:
+        return []
+    key = f"{NAMESPACE}:tpu"
+    zone = cfg.settings.zone
+    problems: list[Problem] = []
+    found = catalog.tpu_generation_for(tpu.accelerator_type)
+    if found is None:
+        examples = _join(f"{g.prefix}-{g.valid_suffixes[0]}" for g in catalog.tpu_generations.values())
+        return [Problem(f"{key}.accelerator_type", f"unknown TPU type {tpu.accelerator_type!r}; types look like: {examples}")]
+    generation, size = found
+    if size not in generation.valid_suffixes:
+        problems.append(Problem(f"{key}.accelerator_type", f"{tpu.accelerator_type} is not a valid {generation.generation} slice; valid: {_join(f'{generation.prefix}-{s}' for s in generation.valid_suffixes)}"))
+    zones = catalog.tpu_zones.get(generation.generation, frozenset())
+    if zone not in zones:
+        problems.append(Problem(f"{key}.accelerator_type", f"TPU {generation.generation} is not offered in zone {zone}; zones that offer it: {_join(sorted(zones))}"))
+    runtime = catalog.tpu_runtimes.get(tpu.runtime_version)
+    fitting = sorted(r.version for r in catalog.tpu_runtimes.values() if generation.generation in r.generations and r.tensorflow_version)
+    if runtime is None:
+        problems.append(Problem(f"{key}.runtime_version", f"unknown TPU runtime {tpu.runtime_version!r}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}"))
+    elif generation.generation not in runtime.generations:
+        problems.append(Problem(f"{key}.runtime_version", f"{tpu.runtime_version} does not support TPU {generation.generation}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}"))
+    cluster = cfg.settings.cluster
+    if cluster is not None and cluster.ps_count:
+        # Seed 001: a TPU job cannot have parameter servers; the service rejects it.
+        problems.append(Problem(f"{NAMESPACE}:cluster.parameter_servers.count", "parameter servers cannot be combined with a TPU; remove them or the trainstack:tpu section"))
+    return problems
+
+
+def check_notebook(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
+    notebook = cfg.settings.notebook
+    if notebook is None:
+        return []
+    return check_machine(f"{NAMESPACE}:notebook", notebook.machine_type, notebook.accelerator, cfg.settings.zone, catalog)
+
+
+def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Problem]:
+    catalog = catalog or load_catalog()
+    zone = cfg.settings.zone
+    if _region_of(zone) != cfg.region:
+        return [Problem(f"{NAMESPACE}:zone", f"zone {zone} is not in gcp:region {cfg.region}; zones look like {cfg.region}-a")]
+    return check_cluster(cfg, catalog) + check_tpu(cfg, catalog) + check_notebook(cfg, catalog)
+
+
+def validate_stack(cfg: StackConfig) -> StackConfig:
+    """Return ``cfg`` when it fits the catalog, else raise with every problem found."""
+    problems = check_stack(cfg)
+    if problems:
+        raise StackConfigError(problems)
+    return cfg
