@@ -1,0 +1,65 @@
+"""The catalog's data holds together, and the rules reproduce the seed documents' table."""
+
+from __future__ import annotations
+
+import csv
+from importlib import resources
+
+import pytest
+
+from trainstack.catalog import load_catalog
+from trainstack.config import Accelerator
+from trainstack.rules import check_machine
+
+CATALOG_FILES = sorted(p.name for p in resources.files("trainstack.catalog").iterdir() if p.name.endswith(".csv"))
+
+
+@pytest.mark.parametrize("filename", CATALOG_FILES)
+def test_every_figure_carries_its_source_and_date(filename: str) -> None:
+    text = resources.files("trainstack.catalog").joinpath(filename).read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    assert rows
+    for row in rows:
+        assert row["source"].strip(), row
+        assert row["as_of"][:4].isdigit(), row
+
+
+def test_catalog_references_are_consistent() -> None:
+    catalog = load_catalog()
+    assert set(catalog.gpu_zones) <= set(catalog.gpus)
+    assert set(catalog.n1_gpu_limits) == {g.name for g in catalog.gpus.values() if g.attach == "n1" and not g.retired}
+    for machine in catalog.machine_types.values():
+        if machine.builtin_gpu:
+            assert catalog.gpus[machine.builtin_gpu].attach == "builtin"
+    assert set(catalog.tpu_zones) <= set(catalog.tpu_generations)
+    for runtime in catalog.tpu_runtimes.values():
+        assert set(runtime.generations) <= set(catalog.tpu_generations), runtime
+    assert {"gpu", "cpu", "workbench"} <= set(catalog.images)
+    assert catalog.gpus["nvidia-tesla-k80"].retired
+
+
+def valid_counts(machine_type: str, gpu: str) -> list[int]:
+    catalog = load_catalog()
+    zone = sorted(catalog.gpu_zones[gpu])[0]
+    return [n for n in (1, 2, 3, 4, 8) if not check_machine("k", machine_type, Accelerator(type=gpu, count=n), zone, catalog)]
+
+
+# Seed 000's table of valid GPU counts per machine type, a few rows of it.
+@pytest.mark.parametrize(
+    ("machine_type", "gpu", "counts"),
+    [
+        ("n1-standard-4", "nvidia-tesla-t4", [1, 2, 4]),
+        ("n1-standard-16", "nvidia-tesla-t4", [1, 2, 4]),
+        ("n1-standard-64", "nvidia-tesla-t4", [4]),
+        ("n1-highcpu-64", "nvidia-tesla-t4", [4]),
+        ("n1-standard-8", "nvidia-tesla-v100", [1, 2, 4, 8]),
+        ("n1-standard-16", "nvidia-tesla-v100", [2, 4, 8]),
+        ("n1-standard-32", "nvidia-tesla-v100", [4, 8]),
+        ("n1-highmem-96", "nvidia-tesla-v100", [8]),
+        ("n1-standard-32", "nvidia-tesla-p4", [2, 4]),
+        ("n1-highmem-32", "nvidia-tesla-p100", [2, 4]),
+        ("a2-highgpu-4g", "nvidia-tesla-a100", [4]),
+    ],
+)
+def test_rules_reproduce_the_seed_table(machine_type: str, gpu: str, counts: list[int]) -> None:
+    assert valid_counts(machine_type, gpu) == counts

@@ -1,0 +1,91 @@
+"""The offline commands as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import BASE_CONFIG, write_stack
+from trainstack.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_plan_json_parses_and_lists_the_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", "multiworker", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["stack"] == "multiworker"
+    names = {r["inputs"].get("name") for r in plan["resources"] if r["type"] == "gcp:compute/instance:Instance"}
+    assert names == {"multiworker-chief", "multiworker-worker-0", "multiworker-worker-1"}
+    assert plan["hourly_usd"] > 0
+
+
+def test_plan_text_shows_machines_accelerators_and_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", "dev"]) == 0
+    out = capsys.readouterr().out
+    assert "machineType=n1-standard-8" in out
+    assert "guestAccelerators=1 x nvidia-tesla-t4" in out
+    assert "onHostMaintenance=TERMINATE" in out
+    assert "total" in out
+
+
+def test_plan_out_writes_the_rendered_scripts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", "multiworker", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "cluster-node.sh").read_text().startswith("#!/bin/bash")
+
+
+def test_validate_runs_as_a_module_with_no_credentials(tmp_path: Path) -> None:
+    """The command a user types, in a subprocess with no cloud environment at all."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "PULUMI_"))}
+    result = subprocess.run([sys.executable, "-m", "trainstack", "plan", "--stack", "paramserver"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "paramserver-ps-0" in result.stdout
+    bad = write_stack(tmp_path, {**BASE_CONFIG, "trainstack:zone": "mars-north1-a"})
+    result = subprocess.run([sys.executable, "-m", "trainstack", "validate", "--stack-file", str(bad)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "trainstack:zone: zone mars-north1-a is not in gcp:region us-central1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# Random stack files: anything YAML can hold, at every level where a user writes values.
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 5000), st.floats(allow_nan=True), st.text(max_size=12))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=10), inner, max_size=4)), max_leaves=12)
+known_keys = st.sampled_from(
+    ["trainstack:cluster", "trainstack:tpu", "trainstack:notebook", "trainstack:job", "trainstack:budget", "trainstack:zone", "trainstack:labels", "gcp:project", "gcp:region", "trainstack:storage", "trainstack:name"]
+)
+
+
+def _perturbed_base(draw: st.DrawFn) -> dict[str, object]:
+    config: dict[str, object] = json.loads(json.dumps(BASE_CONFIG))
+    for _ in range(draw(st.integers(1, 4))):
+        key = draw(known_keys)
+        if draw(st.booleans()) and isinstance(config.get(key), dict):
+            inner = dict(config[key])  # type: ignore[arg-type]
+            inner[draw(st.sampled_from(["chief", "workers", "parameter_servers", "strategy", "count", "name", "type", "x"]))] = draw(values)
+            config[key] = inner
+        else:
+            config[key] = draw(values)
+    return config
+
+
+random_stacks = st.one_of(st.composite(_perturbed_base)(), st.dictionaries(st.text(max_size=20), values, max_size=5))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(config=random_stacks)
+def test_random_stack_files_never_produce_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, object]) -> None:
+    path = write_stack(tmp_path, config)
+    code = main(["validate", "--stack-file", str(path)])
+    captured = capsys.readouterr()
+    assert code in (0, 1)
+    if code == 1:
+        problem_lines = captured.err.splitlines()[1:]
+        assert problem_lines and all(line.startswith("  ") and ": " in line for line in problem_lines)

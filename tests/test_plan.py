@@ -1,0 +1,199 @@
+"""The real Pulumi program under mocks: assertions on what `pulumi up` would create."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+import pulumi_gcp as gcp
+import pytest
+
+from conftest import plan_for
+from trainstack.plan import Plan, PlannedResource
+
+INSTANCE = "gcp:compute/instance:Instance"
+TPU_VM = "gcp:tpu/v2Vm:V2Vm"
+WORKBENCH = "gcp:workbench/instance:Instance"
+ACCOUNT = "gcp:serviceaccount/account:Account"
+BUCKET = "gcp:storage/bucket:Bucket"
+PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
+
+
+def training_account_email(plan: Plan) -> str:
+    [account] = plan.of_type(ACCOUNT)
+    return f"{account.inputs['accountId']}@{account.inputs['project']}.iam.gserviceaccount.com"
+
+
+def vms(plan: Plan) -> list[PlannedResource]:
+    return plan.of_type(INSTANCE) + plan.of_type(TPU_VM) + plan.of_type(WORKBENCH)
+
+
+def gpus_of(instance: PlannedResource) -> list[tuple[str, int]]:
+    return [(a["type"], int(a["count"])) for a in instance.inputs.get("guestAccelerators", [])]
+
+
+@pytest.mark.parametrize(
+    ("stack", "expected"),
+    [
+        ("dev", {"dev-chief": [("nvidia-tesla-t4", 1)]}),
+        ("multiworker", {"multiworker-chief": [("nvidia-tesla-t4", 2)], "multiworker-worker-0": [("nvidia-tesla-t4", 2)], "multiworker-worker-1": [("nvidia-tesla-t4", 2)]}),
+        ("paramserver", {"paramserver-chief": [], "paramserver-worker-0": [("nvidia-tesla-t4", 4)], "paramserver-worker-1": [("nvidia-tesla-t4", 4)], "paramserver-ps-0": []}),
+    ],
+)
+def test_each_vm_gets_the_gpus_the_stack_asks_for(stack: str, expected: dict[str, list[tuple[str, int]]]) -> None:
+    got = {vm.inputs["name"]: gpus_of(vm) for vm in plan_for(stack).of_type(INSTANCE)}
+    assert got == expected
+
+
+def test_notebook_gets_two_t4_in_us_west1() -> None:
+    [notebook] = plan_for("notebook").of_type(WORKBENCH)
+    assert notebook.inputs["location"] == "us-west1-b"
+    assert notebook.inputs["gceSetup"]["acceleratorConfigs"] == [{"type": "NVIDIA_TESLA_T4", "coreCount": "2"}]
+    assert notebook.inputs["gceSetup"]["metadata"]["idle-timeout-seconds"] == "3600"
+
+
+def test_gpu_vms_terminate_on_host_maintenance(shipped_plan: Plan) -> None:
+    for vm in shipped_plan.of_type(INSTANCE):
+        if gpus_of(vm):
+            assert vm.inputs["scheduling"]["onHostMaintenance"] == "TERMINATE", vm.name
+
+
+def test_spot_vms_are_spot_and_do_not_restart_by_themselves() -> None:
+    workers = [vm for vm in plan_for("multiworker").of_type(INSTANCE) if "-worker-" in vm.inputs["name"]]
+    assert workers
+    for vm in workers:
+        scheduling = vm.inputs["scheduling"]
+        assert (scheduling["provisioningModel"], scheduling["preemptible"], scheduling["automaticRestart"]) == ("SPOT", True, False)
+    [chief] = [vm for vm in plan_for("multiworker").of_type(INSTANCE) if vm.inputs["name"].endswith("chief")]
+    assert chief.inputs["scheduling"]["provisioningModel"] == "STANDARD"
+
+
+def test_every_vm_has_a_run_time_cap_that_stops_billing(shipped_plan: Plan) -> None:
+    for vm in shipped_plan.of_type(INSTANCE):
+        scheduling = vm.inputs["scheduling"]
+        assert int(scheduling["maxRunDuration"]["seconds"]) > 0
+        assert scheduling["instanceTerminationAction"] in {"STOP", "DELETE"}
+
+
+def test_no_vm_has_a_public_ip(shipped_plan: Plan) -> None:
+    for vm in shipped_plan.of_type(INSTANCE):
+        for nic in vm.inputs["networkInterfaces"]:
+            assert not nic.get("accessConfigs"), vm.name
+    for tpu in shipped_plan.of_type(TPU_VM):
+        assert tpu.inputs["networkConfig"]["enableExternalIps"] is False
+    for notebook in shipped_plan.of_type(WORKBENCH):
+        assert notebook.inputs["gceSetup"]["disablePublicIp"] is True
+
+
+def test_every_vm_runs_as_the_training_service_account(shipped_plan: Plan) -> None:
+    email = training_account_email(shipped_plan)
+    assert not email.endswith("-compute@developer.gserviceaccount.com")
+    for vm in vms(shipped_plan):
+        if vm.type == WORKBENCH:
+            assert [sa["email"] for sa in vm.inputs["gceSetup"]["serviceAccounts"]] == [email]
+        else:
+            assert vm.inputs["serviceAccount"]["email"] == email, vm.name
+
+
+def test_no_primitive_role_anywhere(shipped_plan: Plan) -> None:
+    roles = [r.inputs["role"] for r in shipped_plan.resources if "role" in r.inputs]
+    assert roles, "the plan binds no role at all"
+    assert not PRIMITIVE_ROLES & set(roles)
+
+
+def test_training_account_bindings_are_scoped_to_the_stack_bucket_and_repository(shipped_plan: Plan) -> None:
+    [bucket] = shipped_plan.of_type(BUCKET)
+    [bucket_binding] = shipped_plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert bucket_binding.inputs["bucket"] == bucket.inputs["name"]
+    [repo] = shipped_plan.of_type("gcp:artifactregistry/repository:Repository")
+    [repo_binding] = shipped_plan.of_type("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember")
+    assert repo_binding.inputs["repository"] == repo.inputs["repositoryId"]
+    assert repo_binding.inputs["role"] == "roles/artifactregistry.reader"
+
+
+def test_bucket_is_private_versioned_and_never_emptied_by_destroy(shipped_plan: Plan) -> None:
+    [bucket] = shipped_plan.of_type(BUCKET)
+    assert bucket.inputs["publicAccessPrevention"] == "enforced"
+    assert bucket.inputs["uniformBucketLevelAccess"] is True
+    assert bucket.inputs["versioning"]["enabled"] is True
+    assert bucket.inputs["forceDestroy"] is False
+
+
+def test_tpu_stack_binds_the_tpu_service_agent() -> None:
+    plan = plan_for("tpu")
+    [identity] = plan.of_type("gcp:projects/serviceIdentity:ServiceIdentity")
+    assert identity.inputs["service"] == "tpu.googleapis.com"
+    agent_bindings = [r for r in plan.of_type("gcp:projects/iAMMember:IAMMember") if "cloud-tpu.iam.gserviceaccount.com" in r.inputs["member"]]
+    assert [b.inputs["role"] for b in agent_bindings] == ["roles/ml.serviceAgent"]
+    [tpu] = plan.of_type(TPU_VM)
+    assert tpu.inputs["serviceAccount"]["email"] == training_account_email(plan)
+
+
+def is_labelable(type_token: str) -> bool:
+    """Whether the pulumi-gcp resource behind ``gcp:compute/instance:Instance`` takes ``labels``."""
+    _, module_path, class_name = type_token.split(":")
+    module = getattr(gcp, module_path.split("/")[0])
+    args = getattr(module, f"{class_name}Args", None)
+    return args is not None and "labels" in inspect.signature(args.__init__).parameters
+
+
+def test_the_labelable_set_is_derived_from_the_sdk() -> None:
+    assert all(is_labelable(t) for t in (INSTANCE, BUCKET, TPU_VM, WORKBENCH))
+    assert not is_labelable("gcp:compute/firewall:Firewall")
+
+
+def test_labels_on_every_labelable_resource(shipped_plan: Plan) -> None:
+    labelled = [r for r in shipped_plan.resources if is_labelable(r.type)]
+    assert labelled
+    for resource in labelled:
+        labels: dict[str, Any] = resource.inputs.get("labels") or {}
+        assert labels.get("trainstack-stack") == shipped_plan.stack, resource.name
+    team_labels = {r.inputs["labels"].get("team") for r in labelled}
+    assert None not in team_labels
+
+
+def test_training_port_is_open_only_between_training_nodes() -> None:
+    plan = plan_for("multiworker")
+    email = training_account_email(plan)
+    firewalls = {r.name: r.inputs for r in plan.of_type("gcp:compute/firewall:Firewall")}
+    training = firewalls["multiworker-net-training"]
+    assert training["allows"] == [{"protocol": "tcp", "ports": ["2222"]}]
+    assert training["sourceServiceAccounts"] == [email] and "sourceRanges" not in training
+    ssh = firewalls["multiworker-net-iap-ssh"]
+    assert ssh["sourceRanges"] == ["35.235.240.0/20"]
+
+
+def test_tf_config_cluster_names_every_node_by_internal_dns() -> None:
+    import json
+
+    plan = plan_for("paramserver")
+    chief = next(vm for vm in plan.of_type(INSTANCE) if vm.inputs["name"] == "paramserver-chief")
+    cluster = json.loads(chief.inputs["metadata"]["trainstack-cluster"])
+    host = re.compile(r"^paramserver-(chief|worker-\d|ps-\d)\.us-central1-b\.c\.your-gcp-project\.internal:2222$")
+    assert {role: len(addresses) for role, addresses in cluster.items()} == {"chief": 1, "worker": 2, "ps": 1}
+    assert all(host.match(a) for addresses in cluster.values() for a in addresses)
+
+
+def test_single_machine_stack_needs_no_tf_config_cluster() -> None:
+    [chief] = plan_for("dev").of_type(INSTANCE)
+    assert chief.inputs["metadata"]["trainstack-cluster"] == "{}"
+
+
+def test_hourly_cost_adds_machines_and_gpus() -> None:
+    plan = plan_for("multiworker")
+    by_node = {c.name: c.usd_per_hour for c in plan.costs}
+    assert by_node["multiworker-worker-0"] is not None and by_node["multiworker-chief"] is not None
+    # The chief runs on demand, the workers on spot: same shape, the workers cost less.
+    assert by_node["multiworker-worker-0"] < by_node["multiworker-chief"]
+    assert plan.hourly_usd == pytest.approx(sum(c.usd_per_hour or 0 for c in plan.costs), abs=1e-3)
+
+
+def test_outputs_give_a_user_what_they_need(shipped_plan: Plan) -> None:
+    outputs = shipped_plan.outputs
+    assert outputs["bucket_url"].startswith("gs://your-gcp-project-")
+    assert outputs["registry_url"].endswith(f"-docker.pkg.dev/your-gcp-project/{shipped_plan.stack}-images")
+    assert outputs["vm_names"]
+    for vm_name in outputs["vm_names"]:
+        if "notebook" not in vm_name:
+            assert "--tunnel-through-iap" in outputs["ssh_commands"][vm_name]

@@ -1,0 +1,174 @@
+"""Invalid stack files are rejected before any cloud call, with the key and the valid choices named."""
+
+from __future__ import annotations
+
+import copy
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import SHIPPED_STACKS, base_config, write_stack
+from trainstack.cli import main
+
+DELETE = object()
+
+TPU_STACK: dict[str, Any] = {
+    "gcp:project": "test-project-123",
+    "gcp:region": "us-central1",
+    "trainstack:zone": "us-central1-b",
+    "trainstack:tpu": {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.17.0-pjrt"},
+}
+
+
+def mutated(changes: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Apply ``{"trainstack:cluster.chief.disk_gb": 0}``-style changes to a copy of the base stack."""
+    config = base_config() if base is None else copy.deepcopy(base)
+    for dotted, value in changes.items():
+        top, *path = dotted.split(".")
+        if not path:
+            if value is DELETE:
+                config.pop(top, None)
+            else:
+                config[top] = value
+            continue
+        node = config.setdefault(top, {})
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        if value is DELETE:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = value
+    return config
+
+
+C = "trainstack:cluster"
+INVALID: list[tuple[str, dict[str, Any], str, str]] = [
+    # (case id, changes, key the message must name, words it must contain)
+    ("three_t4", {f"{C}.chief.accelerator.count": 3, f"{C}.workers.accelerator.count": 3}, f"{C}.chief.accelerator.count", "valid counts: 1, 2, 4"),
+    ("v100_x2_on_n1_standard_32", {f"{C}.chief": {"machine_type": "n1-standard-32", "accelerator": {"type": "nvidia-tesla-v100", "count": 2}}, f"{C}.workers": DELETE}, f"{C}.chief.accelerator.count", "valid counts for n1-standard-32: 4, 8"),
+    ("a100_on_n1", {f"{C}.chief.accelerator.type": "nvidia-tesla-a100", f"{C}.chief.accelerator.count": 1, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "a2-highgpu-1g"),
+    ("l4_on_n1", {f"{C}.chief.accelerator.type": "nvidia-l4", f"{C}.chief.accelerator.count": 1, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "g2-standard-4"),
+    ("h100_on_a2", {f"{C}.chief": {"machine_type": "a2-highgpu-8g", "accelerator": {"type": "nvidia-h100-80gb", "count": 8}}, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "a3-highgpu-8g"),
+    ("a100_count_not_of_machine", {f"{C}.chief": {"machine_type": "a2-highgpu-2g", "accelerator": {"type": "nvidia-tesla-a100", "count": 4}}, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "a2-highgpu-4g (4)"),
+    ("t4_on_a2", {f"{C}.chief.machine_type": "e2-standard-8", f"{C}.workers": DELETE}, f"{C}.chief.machine_type", "attaches only to N1"),
+    ("unknown_gpu", {f"{C}.chief.accelerator.type": "nvidia-tesla-t5"}, f"{C}.chief.accelerator.type", "valid types:"),
+    ("retired_k80", {f"{C}.chief.accelerator.type": "nvidia-tesla-k80", f"{C}.workers.accelerator.type": "nvidia-tesla-k80"}, f"{C}.chief.accelerator.type", "retired"),
+    ("gpu_not_in_zone", {f"{C}.chief.accelerator.type": "nvidia-tesla-p100", f"{C}.workers.accelerator.type": "nvidia-tesla-p100"}, f"{C}.chief.accelerator.type", "not offered in zone us-central1-a"),
+    ("zone_outside_region", {"trainstack:zone": "europe-west4-a"}, "trainstack:zone", "not in gcp:region us-central1"),
+    ("gpu_types_not_in_one_zone", {f"{C}.chief.accelerator": {"type": "nvidia-tesla-p4", "count": 2}, f"{C}.workers.accelerator": {"type": "nvidia-tesla-p100", "count": 2}}, "trainstack:zone", "must be offered in its zone"),
+    ("mwms_gpu_count_mismatch", {f"{C}.workers.accelerator.count": 4}, f"{C}.workers.accelerator.count", "same GPU count"),
+    ("ps_strategy_without_ps", {f"{C}.strategy": "parameter_server"}, f"{C}.parameter_servers.count", "at least 1 parameter server"),
+    ("ps_strategy_without_workers", {f"{C}.strategy": "parameter_server", f"{C}.workers": DELETE, f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"}}, f"{C}.workers.count", "at least 1 worker"),
+    ("ps_unused_by_mwms", {f"{C}.strategy": "multi_worker_mirrored", f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"}}, f"{C}.parameter_servers.count", "does not use parameter servers"),
+    ("mirrored_with_workers", {f"{C}.strategy": "mirrored"}, f"{C}.strategy", "trains on one machine"),
+    ("one_device_with_two_gpus", {f"{C}.strategy": "one_device", f"{C}.workers": DELETE}, f"{C}.strategy", "use mirrored or auto"),
+    ("unknown_strategy", {f"{C}.strategy": "horovod"}, f"{C}.strategy", "'multi_worker_mirrored'"),
+    ("unknown_on_finish", {f"{C}.on_finish": "hibernate"}, f"{C}.on_finish", "'delete'"),
+    ("negative_workers", {f"{C}.workers.count": -1}, f"{C}.workers.count", "greater than or equal to 0"),
+    ("zero_disk", {f"{C}.chief.disk_gb": 0}, f"{C}.chief.disk_gb", "greater than or equal to 50"),
+    ("zero_max_run_hours", {f"{C}.max_run_hours": 0}, f"{C}.max_run_hours", "greater than 0"),
+    ("zero_gpus", {f"{C}.chief.accelerator.count": 0}, f"{C}.chief.accelerator.count", "greater than 0"),
+    ("count_as_string", {f"{C}.workers.count": "2"}, f"{C}.workers.count", "valid integer"),
+    ("spot_as_string", {f"{C}.workers.spot": "yes"}, f"{C}.workers.spot", "valid boolean"),
+    ("typo_top_level_key", {"trainstack:clustr": {"chief": {}}}, "trainstack:clustr", "unknown key; valid keys here: budget, cluster"),
+    ("typo_nested_key", {f"{C}.workers.machine": "n1-standard-8"}, f"{C}.workers.machine", "valid keys here: accelerator, count, disk_gb, machine_type, spot"),
+    ("accelerator_on_parameter_server", {f"{C}.strategy": "parameter_server", f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-highmem-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 1}}}, f"{C}.parameter_servers.accelerator", "unknown key"),
+    ("unknown_machine_type", {f"{C}.chief.machine_type": "n1-standard-7"}, f"{C}.chief.machine_type", "did you mean"),
+    ("chief_missing", {f"{C}.chief": DELETE}, f"{C}.chief", "required key is missing"),
+    ("missing_project", {"gcp:project": DELETE}, "gcp:project", "project id is required"),
+    ("missing_zone", {"trainstack:zone": DELETE}, "trainstack:zone", "required key is missing"),
+    ("nothing_to_provision", {C: DELETE}, C, "at least one of"),
+    ("job_name_with_hyphen", {"trainstack:job.name": "flowers-mwms"}, "trainstack:job.name", "letters, digits and underscores"),
+    ("job_name_starts_with_digit", {"trainstack:job.name": "1flowers"}, "trainstack:job.name", "start with a letter"),
+    ("job_name_too_long", {"trainstack:job.name": "j" * 129}, "trainstack:job.name", "at most 128"),
+    ("unknown_model", {"trainstack:job.model": "vgg16"}, "trainstack:job.model", "'resnet50'"),
+    ("zero_epochs", {"trainstack:job.epochs": 0}, "trainstack:job.epochs", "greater than 0"),
+    ("negative_batch", {"trainstack:job.batch_size_per_replica": -32}, "trainstack:job.batch_size_per_replica", "greater than 0"),
+    ("data_not_gcs", {"trainstack:job.data": "/home/me/flowers"}, "trainstack:job.data", "gs://"),
+    ("label_uppercase", {"trainstack:labels": {"Team": "vision"}}, "trainstack:labels", "lowercase"),
+    ("bad_billing_account", {"trainstack:budget": {"billing_account": "not-an-account", "monthly_usd": 100}}, "trainstack:budget.billing_account", "012345-6789AB-CDEF01"),
+    ("zero_budget", {"trainstack:budget": {"billing_account": "012345-6789AB-CDEF01", "monthly_usd": 0}}, "trainstack:budget.monthly_usd", "greater than 0"),
+    ("bad_resource_name", {"trainstack:name": "Team_A"}, "trainstack:name", "lowercase letters, digits and hyphens"),
+    ("notebook_three_t4", {C: DELETE, "trainstack:notebook": {"machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 3}}}, "trainstack:notebook.accelerator.count", "valid counts: 1, 2, 4"),
+    ("notebook_idle_timeout_too_short", {C: DELETE, "trainstack:notebook": {"machine_type": "n1-standard-8", "idle_timeout_minutes": 1}}, "trainstack:notebook.idle_timeout_minutes", "greater than or equal to 10"),
+]
+
+INVALID_TPU: list[tuple[str, dict[str, Any], str, str]] = [
+    ("unknown_tpu_type", {"trainstack:tpu.accelerator_type": "v9-8"}, "trainstack:tpu.accelerator_type", "types look like"),
+    ("invalid_tpu_size", {"trainstack:tpu.accelerator_type": "v2-12"}, "trainstack:tpu.accelerator_type", "v2-8"),
+    ("tpu_not_in_zone", {"trainstack:tpu.accelerator_type": "v4-8"}, "trainstack:tpu.accelerator_type", "us-central2-b"),
+    ("unknown_tpu_runtime", {"trainstack:tpu.runtime_version": "tpu-vm-tf-9.9"}, "trainstack:tpu.runtime_version", "TensorFlow runtimes for v2"),
+    ("tpu_with_parameter_servers", {C: {"chief": {"machine_type": "n1-highcpu-16"}, "workers": {"count": 1, "machine_type": "n1-highcpu-16"}, "parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"}}}, f"{C}.parameter_servers.count", "cannot be combined with a TPU"),
+    ("tpu_agent_primitive_role", {"trainstack:tpu.service_agent_role": "roles/editor"}, "trainstack:tpu.service_agent_role", "primitive role"),
+]
+
+
+def run_validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(["validate", "--stack-file", str(path)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.parametrize(("changes", "key", "words"), [case[1:] for case in INVALID], ids=[case[0] for case in INVALID])
+def test_invalid_cluster_stack_is_rejected_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], key: str, words: str) -> None:
+    code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
+    assert code == 1
+    lines = [line.strip() for line in output.splitlines() if line.strip().startswith(f"{key}:")]
+    assert lines, f"no problem names {key}:\n{output}"
+    assert any(words in line for line in lines), f"{words!r} not in:\n{output}"
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize(("changes", "key", "words"), [case[1:] for case in INVALID_TPU], ids=[case[0] for case in INVALID_TPU])
+def test_invalid_tpu_stack_is_rejected_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], key: str, words: str) -> None:
+    code, output = run_validate(write_stack(tmp_path, mutated(changes, TPU_STACK)), capsys)
+    assert code == 1
+    assert any(line.strip().startswith(f"{key}:") and words in line for line in output.splitlines()), output
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    changes = {f"{C}.strategy": "horovod", "trainstack:job.name": "bad-name", f"{C}.chief.disk_gb": 1}
+    code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
+    assert code == 1
+    for key in (f"{C}.strategy", "trainstack:job.name", f"{C}.chief.disk_gb"):
+        assert f"{key}:" in output
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("config: [1, 2", "not valid YAML"),
+        ("- just\n- a list\n", "a stack file is a mapping"),
+        ("confg:\n  gcp:project: x\n", "unknown top-level key"),
+        ("config: 5\n", "must be a mapping"),
+        ("config:\n  zone: us-central1-a\n", "namespaced"),
+    ],
+)
+def test_malformed_stack_file_is_rejected_without_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: str) -> None:
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    code, output = run_validate(path, capsys)
+    assert code == 1
+    assert words in output
+    assert "Traceback" not in output
+
+
+def test_missing_stack_lists_the_shipped_stacks(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["validate", "--stack", "no-such-stack"])
+    output = capsys.readouterr().err
+    assert code == 1
+    assert "no such stack file" in output and "multiworker" in output
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_shipped_stacks_are_valid(stack: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--stack", stack]) == 0
+    assert f"stack {stack} is valid" in capsys.readouterr().out
+
+
+def test_base_stack_of_these_tests_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Guards the mutations above: each must fail for its own reason, not a broken base."""
+    assert run_validate(write_stack(tmp_path, base_config()), capsys)[0] == 0
+    assert run_validate(write_stack(tmp_path, mutated({}, TPU_STACK)), capsys)[0] == 0
