@@ -192,3 +192,4 @@ def export_model(model: Any, strategy: Any, layout: JobLayout, task_type: str,
         model.save(jobdir.join(scratch, "model"))
     finally:
         jobdir.remove_tree_if_exists(scratch)
+        jobdir.remove_dir_if_empty(layout.tmp_dir)

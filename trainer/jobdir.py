@@ -101,3 +101,14 @@ def remove_tree_if_exists(path: str) -> None:
 
     if tf.io.gfile.exists(path):
         tf.io.gfile.rmtree(path)
+
+
+def remove_dir_if_empty(path: str) -> None:
+    """Drops our scratch parent once no worker uses it; another worker may race us."""
+    import tensorflow as tf
+
+    try:
+        if tf.io.gfile.isdir(path) and not tf.io.gfile.listdir(path):
+            tf.io.gfile.rmtree(path)
+    except tf.errors.OpError:
+        pass

@@ -76,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Checkpoint saves log one INFO line per shard callback; keep the logs readable.
     logging.getLogger("absl").setLevel(logging.WARNING)
+    # MultiWorkerMirroredStrategy logs every all-reduce it builds at INFO.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
     return run(config)
 
 

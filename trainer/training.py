@@ -101,7 +101,9 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         "image_size": config.image_size,
         "strategy": kind,
         "replicas": replicas,
-        "workers": max(1, cluster.num_workers),
+        # Under parameter servers the chief only coordinates; workers do the steps.
+        "workers": (len(cluster.cluster.get("worker", [])) if kind == strategies.PARAMETER_SERVER
+                    else max(1, cluster.num_workers)),
         "parameter_servers": cluster.num_ps,
         "batch_size_per_replica": config.batch_size_per_replica,
         "global_batch_size": global_batch,
@@ -147,3 +149,4 @@ def finish(metrics: dict[str, Any], layout: JobLayout) -> None:
     jobdir.write_json_atomically(layout.metrics_path, metrics)
     # The backup only serves an interrupted run; a finished one must not resume from it.
     jobdir.remove_tree_if_exists(layout.backup_dir)
+    jobdir.remove_dir_if_empty(layout.tmp_dir)
