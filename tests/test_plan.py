@@ -168,16 +168,20 @@ def test_tf_config_cluster_names_every_node_by_internal_dns() -> None:
     import json
 
     plan = plan_for("paramserver")
-    chief = next(vm for vm in plan.of_type(INSTANCE) if vm.inputs["name"] == "paramserver-chief")
-    cluster = json.loads(chief.inputs["metadata"]["trainstack-cluster"])
+    [item] = plan.of_type("gcp:compute/projectMetadataItem:ProjectMetadataItem")
+    for vm in plan.of_type(INSTANCE):
+        assert vm.inputs["metadata"]["trainstack-cluster-key"] == item.inputs["key"]
+    cluster = json.loads(item.inputs["value"])
     host = re.compile(r"^paramserver-(chief|worker-\d|ps-\d)\.us-central1-b\.c\.your-gcp-project\.internal:2222$")
     assert {role: len(addresses) for role, addresses in cluster.items()} == {"chief": 1, "worker": 2, "ps": 1}
     assert all(host.match(a) for addresses in cluster.values() for a in addresses)
 
 
 def test_single_machine_stack_needs_no_tf_config_cluster() -> None:
-    [chief] = plan_for("dev").of_type(INSTANCE)
-    assert chief.inputs["metadata"]["trainstack-cluster"] == "{}"
+    plan = plan_for("dev")
+    [chief] = plan.of_type(INSTANCE)
+    assert "trainstack-cluster-key" not in chief.inputs["metadata"]
+    assert not plan.of_type("gcp:compute/projectMetadataItem:ProjectMetadataItem")
 
 
 def test_hourly_cost_adds_machines_and_gpus() -> None:

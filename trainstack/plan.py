@@ -9,16 +9,18 @@ e-mail, a bucket's URL), derived from the inputs by Google's naming rules.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import runpy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
 from pulumi.runtime.config import set_all_config
-from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.settings import SETTINGS
+from pulumi.runtime.stack import wait_for_rpcs
 from pulumi.runtime.sync_await import _sync_await
 
 from trainstack.config import StackConfig
@@ -129,11 +131,31 @@ def run_plan(cfg: StackConfig, raw_config: Mapping[str, Any]) -> Plan:
     def program() -> None:
         globals_after.update(runpy.run_path(str(PROGRAM), run_name="__pulumi__"))
 
-    _sync_await(run_pulumi_func(program))
+    _sync_await(_run_until_settled(program))
     outputs = _resolved_outputs()
     # Registration order depends on the event loop; a sorted plan reads and diffs the same every run.
     resources = sorted(mocks.resources, key=lambda r: (r.type, r.name))
     return Plan(stack=cfg.stack, resources=resources, costs=stack_costs(cfg), outputs=outputs)
+
+
+async def _run_until_settled(program: Callable[[], None]) -> None:
+    """Run the program, then wait until every registration and every output has resolved.
+
+    Pulumi's own ``run_pulumi_func`` settles outputs with a loop of ``asyncio.wait(...,
+    FIRST_COMPLETED)`` over all pending outputs, which re-arms a callback on every pending
+    output after each completion: profiled here, that loop was 60% of a 512-worker plan.
+    Gathering each batch of pending outputs at once reaches the same settled state (and
+    raises the same first error) in one pass per batch.
+    """
+    program()
+    while True:
+        await wait_for_rpcs(await_all_outstanding_tasks=False)
+        with SETTINGS.lock:
+            pending = list(SETTINGS.outputs)
+            SETTINGS.outputs.clear()
+        if not pending:
+            return
+        await asyncio.gather(*pending)
 
 
 def _resolved_outputs() -> dict[str, Any]:

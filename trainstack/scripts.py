@@ -20,7 +20,8 @@ TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 class MetadataKeys:
     role: str = "trainstack-role"
     index: str = "trainstack-index"
-    cluster: str = "trainstack-cluster"
+    # Instance attribute naming the project attribute that holds the TF_CONFIG cluster.
+    cluster_key: str = "trainstack-cluster-key"
     job_dir: str = "trainstack-job-dir"
 
 
@@ -48,6 +49,11 @@ def bucket_name(cfg: StackConfig) -> str:
 
 def job_dir(cfg: StackConfig) -> str:
     return f"gs://{bucket_name(cfg)}/jobs/{cfg.settings.job.name}"
+
+
+def cluster_metadata_key(cfg: StackConfig) -> str:
+    """Project metadata key of this stack's TF_CONFIG cluster; unique per stack in a project."""
+    return f"trainstack-{cfg.name}-cluster"
 
 
 def render(template: str, cfg: StackConfig) -> str:

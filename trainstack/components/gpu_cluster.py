@@ -56,6 +56,7 @@ class GpuCluster(pulumi.ComponentResource):
         cluster: Cluster,
         nodes: list[Node],
         tf_cluster: dict[str, list[str]],
+        cluster_metadata_key: str,
         job_dir: str,
         startup_script: str,
         service_account_email: pulumi.Input[str],
@@ -65,7 +66,21 @@ class GpuCluster(pulumi.ComponentResource):
     ) -> None:
         super().__init__("trainstack:index:GpuCluster", name, None, opts)
         catalog = load_catalog()
-        cluster_json = json.dumps(tf_cluster, separators=(",", ":"))
+        # Every node needs every address: stored once as project metadata (the metadata
+        # server serves it to each VM) rather than copied into each of N VMs, which would
+        # grow as N squared. Single-machine strategies need no cluster at all.
+        cluster_metadata: dict[str, str] = {}
+        depends_on: list[pulumi.Resource] = []
+        if tf_cluster:
+            self.tf_cluster = gcp.compute.ProjectMetadataItem(
+                f"{name}-tf-cluster",
+                project=project,
+                key=cluster_metadata_key,
+                value=json.dumps(tf_cluster, separators=(",", ":")),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            cluster_metadata[METADATA_KEYS.cluster_key] = cluster_metadata_key
+            depends_on.append(self.tf_cluster)
         self.instances: dict[str, gcp.compute.Instance] = {}
         for node in nodes:
             machine = catalog.machine_types[node.machine_type]
@@ -105,12 +120,12 @@ class GpuCluster(pulumi.ComponentResource):
                     "startup-script": startup_script,
                     METADATA_KEYS.role: node.role,
                     METADATA_KEYS.index: str(node.index),
-                    METADATA_KEYS.cluster: cluster_json,
+                    **cluster_metadata,
                     METADATA_KEYS.job_dir: job_dir,
                 },
                 labels={**labels, "trainstack-role": node.role},
                 allow_stopping_for_update=True,
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
             )
         self.names = [node.vm_name for node in nodes]
         self.register_outputs({"names": self.names})

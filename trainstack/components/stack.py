@@ -70,6 +70,7 @@ class TrainingStack(pulumi.ComponentResource):
                 settings.cluster,
                 nodes,
                 tf_cluster_spec(cfg, nodes),
+                scripts.cluster_metadata_key(cfg),
                 scripts.job_dir(cfg),
                 scripts.render(scripts.CLUSTER_NODE, cfg),
                 self.identity.email,
