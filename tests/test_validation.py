@@ -52,6 +52,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("l4_on_n1", {f"{C}.chief.accelerator.type": "nvidia-l4", f"{C}.chief.accelerator.count": 1, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "g2-standard-4"),
     ("h100_on_a2", {f"{C}.chief": {"machine_type": "a2-highgpu-8g", "accelerator": {"type": "nvidia-h100-80gb", "count": 8}}, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "a3-highgpu-8g"),
     ("a100_count_not_of_machine", {f"{C}.chief": {"machine_type": "a2-highgpu-2g", "accelerator": {"type": "nvidia-tesla-a100", "count": 4}}, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "a2-highgpu-4g (4)"),
+    ("a3_highgpu_1g_on_demand", {f"{C}.chief": {"machine_type": "a3-highgpu-1g"}, f"{C}.workers": DELETE}, f"{C}.chief.spot", "only as Spot"),
     ("t4_on_a2", {f"{C}.chief.machine_type": "e2-standard-8", f"{C}.workers": DELETE}, f"{C}.chief.machine_type", "attaches only to N1"),
     ("unknown_gpu", {f"{C}.chief.accelerator.type": "nvidia-tesla-t5"}, f"{C}.chief.accelerator.type", "valid types:"),
     ("retired_k80", {f"{C}.chief.accelerator.type": "nvidia-tesla-k80", f"{C}.workers.accelerator.type": "nvidia-tesla-k80"}, f"{C}.chief.accelerator.type", "retired"),
@@ -100,6 +101,7 @@ INVALID_TPU: list[tuple[str, dict[str, Any], str, str]] = [
     ("invalid_tpu_size", {"trainstack:tpu.accelerator_type": "v2-12"}, "trainstack:tpu.accelerator_type", "v2-8"),
     ("tpu_not_in_zone", {"trainstack:tpu.accelerator_type": "v4-8"}, "trainstack:tpu.accelerator_type", "us-central2-b"),
     ("unknown_tpu_runtime", {"trainstack:tpu.runtime_version": "tpu-vm-tf-9.9"}, "trainstack:tpu.runtime_version", "TensorFlow runtimes for v2"),
+    ("pod_slice_without_pod_runtime", {"trainstack:tpu.accelerator_type": "v2-32"}, "trainstack:tpu.runtime_version", "tpu-vm-tf-2.17.0-pod-pjrt"),
     ("tpu_with_parameter_servers", {C: {"chief": {"machine_type": "n1-highcpu-16"}, "workers": {"count": 1, "machine_type": "n1-highcpu-16"}, "parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"}}}, f"{C}.parameter_servers.count", "cannot be combined with a TPU"),
     ("tpu_agent_primitive_role", {"trainstack:tpu.service_agent_role": "roles/editor"}, "trainstack:tpu.service_agent_role", "primitive role"),
 ]

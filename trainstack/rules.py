@@ -44,13 +44,17 @@ def effective_accelerator(machine_type: str, declared: Accelerator | None, catal
     return None
 
 
-def check_machine(key: str, machine_type: str, accelerator: Accelerator | None, zone: str, catalog: Catalog) -> list[Problem]:
+def check_machine(
+    key: str, machine_type: str, accelerator: Accelerator | None, zone: str, catalog: Catalog, spot: bool = False
+) -> list[Problem]:
     """A machine type with its GPUs: known, attachable in that count, offered in the zone."""
     machine = catalog.machine_types.get(machine_type)
     if machine is None:
         close = difflib.get_close_matches(machine_type, list(catalog.machine_types), n=5, cutoff=0.5)
         hint = f"did you mean: {_join(close)}" if close else f"known series: {_join(sorted({m.series for m in catalog.machine_types.values()}))}"
         return [Problem(f"{key}.machine_type", f"unknown machine type {machine_type!r}; {hint}")]
+    if not spot and not machine.on_demand_allowed:
+        return [Problem(f"{key}.spot", f"{machine_type} cannot be created on demand, only as Spot (or with a reservation); set spot: true or pick another machine type")]
 
     if accelerator is None:
         return []
@@ -124,12 +128,13 @@ def check_cluster(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
         return []
     zone = cfg.settings.zone
     key = f"{NAMESPACE}:cluster"
-    problems = check_machine(f"{key}.chief", cluster.chief.machine_type, cluster.chief.accelerator, zone, catalog)
-    if cluster.workers is not None:
-        problems += check_machine(f"{key}.workers", cluster.workers.machine_type, cluster.workers.accelerator, zone, catalog)
+    chief, workers = cluster.chief, cluster.workers
+    problems = check_machine(f"{key}.chief", chief.machine_type, chief.accelerator, zone, catalog, chief.spot)
+    if workers is not None:
+        problems += check_machine(f"{key}.workers", workers.machine_type, workers.accelerator, zone, catalog, workers.spot)
     if cluster.parameter_servers is not None:
         ps = cluster.parameter_servers
-        problems += check_machine(f"{key}.parameter_servers", ps.machine_type, None, zone, catalog)
+        problems += check_machine(f"{key}.parameter_servers", ps.machine_type, None, zone, catalog, ps.spot)
         machine = catalog.machine_types.get(ps.machine_type)
         if machine is not None and machine.builtin_gpu:
             problems.append(Problem(f"{key}.parameter_servers.machine_type", f"{ps.machine_type} carries GPUs that parameter servers do not use; choose a CPU machine type such as n1-highmem-8"))
@@ -197,6 +202,9 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
         problems.append(Problem(f"{key}.runtime_version", f"unknown TPU runtime {tpu.runtime_version!r}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}"))
     elif generation.generation not in runtime.generations:
         problems.append(Problem(f"{key}.runtime_version", f"{tpu.runtime_version} does not support TPU {generation.generation}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}"))
+    elif runtime.tensorflow_version and generation.is_multi_host(size) and "-pod-" not in runtime.version:
+        pod_runtimes = [r for r in fitting if "-pod-" in r]
+        problems.append(Problem(f"{key}.runtime_version", f"{tpu.accelerator_type} spans several hosts and needs a pod runtime; for {generation.generation}: {_join(pod_runtimes)}"))
     cluster = cfg.settings.cluster
     if cluster is not None and cluster.ps_count:
         # Seed 001: a TPU job cannot have parameter servers; the service rejects it.

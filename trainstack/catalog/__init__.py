@@ -53,6 +53,7 @@ class MachineType:
     builtin_gpu_count: int
     on_demand_usd_hr: float | None  # without its GPUs
     spot_usd_hr: float | None
+    on_demand_allowed: bool  # False: Compute Engine creates it only as Spot (or Flex-start / reserved)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,10 @@ class TpuGeneration:
 
     def chips(self, suffix: int) -> int:
         return suffix // self.cores_per_chip if self.suffix_unit == "cores" else suffix
+
+    def is_multi_host(self, suffix: int) -> bool:
+        """A slice larger than one host is a pod slice: several TPU VMs, a ``-pod-`` runtime."""
+        return self.chips(suffix) > self.chips_per_host
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,7 @@ def load_catalog() -> Catalog:
             builtin_gpu_count=int(row["builtin_gpu_count"] or 0),
             on_demand_usd_hr=_optional_float(row["on_demand_usd_hr"]),
             spot_usd_hr=_optional_float(row["spot_usd_hr"]),
+            on_demand_allowed=row["on_demand_allowed"] == "yes",
         )
         for row in _rows("machine_types.csv")
     }
