@@ -155,8 +155,23 @@ def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_fre
             if self._writer is not None:
                 self._writer.close()
 
+    class StepAccurateBackupAndRestore(keras.callbacks.BackupAndRestore):
+        """BackupAndRestore that records the last step a backup covers.
+
+        tf-keras 2.21 stores the step at which the last train_function call
+        *began*; with steps_per_execution > 1 a restart then repeats up to
+        steps_per_execution - 1 steps and misses that the epoch had ended.
+        Recording the end step before the save fixes both.
+        """
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if not isinstance(self.model.distribute_strategy,
+                              tf.distribute.ParameterServerStrategy):
+                self._training_state._ckpt_saved_batch.assign(batch)
+            super().on_train_batch_end(batch, logs)
+
     return [
-        keras.callbacks.BackupAndRestore(layout.backup_dir, save_freq=save_freq,
+        StepAccurateBackupAndRestore(layout.backup_dir, save_freq=save_freq,
                                          # Kept until metrics.json is written, so a restart
                                          # between fit and export does not train again.
                                          delete_checkpoint=False),
