@@ -34,6 +34,8 @@ DEFAULT_GRACE_SECONDS = 60.0
 # After a node other than a ps fails, how long the rest get before they are stopped:
 # MultiWorkerMirroredStrategy peers notice a dead peer by health checks, not at once.
 FAILURE_GRACE_SECONDS = 30.0
+# After the chief failed, how long the others may take to exit on their own.
+CHIEF_FAILED_GRACE_SECONDS = 15.0
 POLL_SECONDS = 0.2
 
 
@@ -221,10 +223,14 @@ class LocalCluster:
 
         finished = self._wait_until(chief_done, deadline)
         others = [name for name in self.processes if name != self.chief]
-        if finished and chief.poll() == 0:
+        if finished:
+            # After a failed chief the others usually fail the same way (say, bad
+            # data on every node) or wait for it forever; a short grace tells the two apart.
+            grace = grace_seconds if chief.poll() == 0 else min(grace_seconds,
+                                                                CHIEF_FAILED_GRACE_SECONDS)
             self._wait_until(lambda: all(self.processes[name].poll() is not None
                                          for name in others),
-                             time.monotonic() + grace_seconds)
+                             time.monotonic() + grace)
         self._stop(list(self.processes))
         for reader in self._readers:
             reader.join(timeout=10)
