@@ -92,6 +92,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_local(args: argparse.Namespace) -> int:
+    from trainstack.local import TrainerOverrides, exit_code, report, run_local
+
+    cfg, _ = _load(args)
+    if cfg.settings.cluster is None:
+        print(f"trainstack: stack {cfg.stack} has no trainstack:cluster; `local` runs a training cluster", file=sys.stderr)
+        return 1
+    overrides = {
+        flag: str(value)
+        for flag, value in (
+            ("--epochs", args.epochs),
+            ("--steps-per-epoch", args.steps_per_epoch),
+            ("--image-size", args.image_size),
+            ("--batch-size-per-replica", args.batch_size_per_replica),
+            ("--data", args.data),
+        )
+        if value is not None
+    }
+    workdir = args.workdir or Path(".trainstack-local") / cfg.stack
+    cluster = cfg.settings.cluster
+    print(f"trainstack local: stack {cfg.stack}, {1 + cluster.worker_count + cluster.ps_count} nodes, work directory {workdir}")
+    result = run_local(cfg, workdir, TrainerOverrides(overrides), fresh=args.fresh, timeout=args.timeout)
+    report(result)
+    return exit_code(result)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trainstack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -103,6 +129,17 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--out", type=Path, help="write the rendered startup scripts to this directory")
     plan.set_defaults(func=cmd_plan)
+    local = sub.add_parser("local", help="run the stack's cluster on this machine with its own boot scripts (CPU only)")
+    _add_stack_arguments(local)
+    local.add_argument("--workdir", type=Path, help="where the stand-in bucket and node state live (default .trainstack-local/<stack>)")
+    local.add_argument("--fresh", action="store_true", help="delete the work directory first (its checkpoints and models too)")
+    local.add_argument("--epochs", type=int, help="override the job's epochs")
+    local.add_argument("--steps-per-epoch", type=int, help="override the job's steps per epoch")
+    local.add_argument("--image-size", type=int, help="override the job's image size")
+    local.add_argument("--batch-size-per-replica", type=int, help="override the job's per-replica batch")
+    local.add_argument("--data", help="a local data path instead of the job's data")
+    local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
+    local.set_defaults(func=cmd_local)
     return parser
 
 

@@ -93,6 +93,7 @@ class Tpu(_Strict):
     accelerator_type: str
     runtime_version: str
     spot: bool = False
+    on_finish: OnFinish = "stop"
     # Seed 001 grants the Cloud TPU service agent this role; on TPU VMs data access goes
     # through the VM's own service account, so a user may choose roles/tpu.serviceAgent instead.
     service_agent_role: str = "roles/ml.serviceAgent"

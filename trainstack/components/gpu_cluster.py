@@ -9,8 +9,11 @@ import pulumi_gcp as gcp
 
 from trainstack.catalog import Image, load_catalog
 from trainstack.config import Cluster
-from trainstack.scripts import METADATA_KEYS
 from trainstack.topology import Node
+
+# Lets a node delete itself when the job is over (on_finish: delete). Granted on each
+# instance alone, so a node can delete no VM but its own.
+SELF_DELETE_ROLE = "roles/compute.instanceAdmin.v1"
 
 SECONDS_PER_HOUR = 3600
 
@@ -57,7 +60,7 @@ class GpuCluster(pulumi.ComponentResource):
         nodes: list[Node],
         tf_cluster: dict[str, list[str]],
         cluster_metadata_key: str,
-        job_dir: str,
+        node_metadata: dict[str, dict[str, str]],
         startup_script: str,
         service_account_email: pulumi.Input[str],
         subnetwork: pulumi.Input[str],
@@ -69,7 +72,6 @@ class GpuCluster(pulumi.ComponentResource):
         # Every node needs every address: stored once as project metadata (the metadata
         # server serves it to each VM) rather than copied into each of N VMs, which would
         # grow as N squared. Single-machine strategies need no cluster at all.
-        cluster_metadata: dict[str, str] = {}
         depends_on: list[pulumi.Resource] = []
         if tf_cluster:
             self.tf_cluster = gcp.compute.ProjectMetadataItem(
@@ -79,7 +81,6 @@ class GpuCluster(pulumi.ComponentResource):
                 value=json.dumps(tf_cluster, separators=(",", ":")),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            cluster_metadata[METADATA_KEYS.cluster_key] = cluster_metadata_key
             depends_on.append(self.tf_cluster)
         self.instances: dict[str, gcp.compute.Instance] = {}
         for node in nodes:
@@ -118,14 +119,21 @@ class GpuCluster(pulumi.ComponentResource):
                     "block-project-ssh-keys": "TRUE",
                     # Updated in place on change (metadata_startup_script would replace the VM).
                     "startup-script": startup_script,
-                    METADATA_KEYS.role: node.role,
-                    METADATA_KEYS.index: str(node.index),
-                    **cluster_metadata,
-                    METADATA_KEYS.job_dir: job_dir,
+                    **node_metadata[node.key],
                 },
                 labels={**labels, "trainstack-role": node.role},
                 allow_stopping_for_update=True,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
             )
+            if cluster.on_finish == "delete":
+                gcp.compute.InstanceIAMMember(
+                    f"{name}-{node.key}-self-delete",
+                    project=project,
+                    zone=zone,
+                    instance_name=self.instances[node.key].name,
+                    role=SELF_DELETE_ROLE,
+                    member=pulumi.Output.concat("serviceAccount:", service_account_email),
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
         self.names = [node.vm_name for node in nodes]
         self.register_outputs({"names": self.names})

@@ -20,6 +20,10 @@ from trainstack.cost import stack_costs, total_hourly_usd
 from trainstack.topology import cluster_nodes, tf_cluster_spec
 
 
+TRAINER_SOURCE = scripts.REPOSITORY / "trainer"
+TPU_SELF_STOP_ROLE = "roles/tpu.admin"
+
+
 def ssh_command(vm_name: str, zone: str, project: str, tpu: bool = False) -> str:
     if tpu:
         return f"gcloud compute tpus tpu-vm ssh {vm_name} --zone {zone} --project {project} --tunnel-through-iap"
@@ -59,19 +63,32 @@ class TrainingStack(pulumi.ComponentResource):
         ]
         node_opts = pulumi.ResourceOptions(parent=self, depends_on=node_dependencies)
 
+        bucket_uri = f"gs://{scripts.bucket_name(cfg)}"
+        if settings.cluster is not None or settings.tpu is not None:
+            # The boot scripts fetch the trainer from here at every boot.
+            self.trainer_package = gcp.storage.BucketObject(
+                f"{name}-trainer-package",
+                bucket=self.bucket.name,
+                name=scripts.TRAINER_OBJECT,
+                source=pulumi.AssetArchive({"trainer": pulumi.FileArchive(str(TRAINER_SOURCE))}),
+                opts=child,
+            )
+            node_dependencies.append(self.trainer_package)
+
         vm_names: list[str] = []
         ssh: dict[str, str] = {}
         if settings.cluster is not None:
             nodes = cluster_nodes(cfg)
+            tf_cluster = tf_cluster_spec(cfg, nodes)
             self.cluster = GpuCluster(
                 f"{name}-cluster",
                 project,
                 zone,
                 settings.cluster,
                 nodes,
-                tf_cluster_spec(cfg, nodes),
+                tf_cluster,
                 scripts.cluster_metadata_key(cfg),
-                scripts.job_dir(cfg),
+                {node.key: scripts.node_metadata(cfg, node, bucket_uri, with_cluster=bool(tf_cluster)) for node in nodes},
                 scripts.render(scripts.CLUSTER_NODE, cfg),
                 self.identity.email,
                 self.network.subnetwork.id,
@@ -82,19 +99,25 @@ class TrainingStack(pulumi.ComponentResource):
             ssh.update({n: ssh_command(n, zone, project) for n in self.cluster.names})
         if settings.tpu is not None:
             self.tpu_agent = TpuServiceAgent(f"{name}-tpu-agent", project, settings.tpu.service_agent_role, opts=after_apis)
+            tpu_dependencies = [*node_dependencies, self.tpu_agent.binding]
+            if settings.tpu.on_finish != "keep":
+                # TPU VMs have no per-node IAM: stopping or deleting itself needs the project role.
+                tpu_dependencies.append(
+                    gcp.projects.IAMMember(f"{name}-identity-tpu-admin", project=project, role=TPU_SELF_STOP_ROLE, member=self.identity.member, opts=child)
+                )
             self.tpu = TpuVm(
                 f"{name}-tpu",
                 project,
                 zone,
                 f"{name}-tpu",
                 settings.tpu,
-                scripts.job_dir(cfg),
+                scripts.tpu_metadata(cfg, bucket_uri),
                 scripts.render(scripts.TPU_VM, cfg),
                 self.identity.email,
                 self.network.network.id,
                 self.network.subnetwork.id,
                 labels,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*node_dependencies, self.tpu_agent.binding]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=tpu_dependencies),
             )
             vm_names.append(self.tpu.name)
             ssh[self.tpu.name] = ssh_command(self.tpu.name, zone, project, tpu=True)

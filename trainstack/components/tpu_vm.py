@@ -6,7 +6,6 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainstack.config import Tpu
-from trainstack.scripts import METADATA_KEYS
 
 
 class TpuVm(pulumi.ComponentResource):
@@ -17,7 +16,7 @@ class TpuVm(pulumi.ComponentResource):
         zone: str,
         vm_name: str,
         tpu: Tpu,
-        job_dir: str,
+        metadata: dict[str, str],
         startup_script: str,
         service_account_email: pulumi.Input[str],
         network: pulumi.Input[str],
@@ -39,7 +38,7 @@ class TpuVm(pulumi.ComponentResource):
             ),
             scheduling_config=gcp.tpu.V2VmSchedulingConfigArgs(spot=tpu.spot),
             shielded_instance_config=gcp.tpu.V2VmShieldedInstanceConfigArgs(enable_secure_boot=True),
-            metadata={"startup-script": startup_script, METADATA_KEYS.job_dir: job_dir, "enable-oslogin": "TRUE"},
+            metadata={"startup-script": startup_script, "enable-oslogin": "TRUE", **metadata},
             labels=labels,
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -1,0 +1,344 @@
+"""``trainstack local``: a stack's training cluster run on this machine by its own boot script.
+
+Each node (chief, workers, parameter servers) is one ``bash cluster-node.sh`` process, the
+script ``pulumi up`` would put on the VM, rendered the same way. Only the three cloud touch
+points the script names are bound to local stand-ins:
+
+- metadata: an HTTP server on loopback answering as the metadata server does, with the
+  attributes :func:`trainstack.scripts.node_metadata` gives the Pulumi program;
+- storage: a local directory stands in for the stack's bucket (the script uses plain
+  paths as they are), holding the trainer package, the job directory and status objects;
+- self-stop: recorded in ``self-stop.log`` instead of shutting the machine down.
+
+Everything runs on the CPU whatever GPUs the stack names; TF_CONFIG addresses are loopback
+ports instead of internal DNS names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from trainstack import scripts
+from trainstack.config import StackConfig
+from trainstack.rules import resolved_strategy
+from trainstack.topology import Node, cluster_nodes
+
+# After the chief's script exits, how long the other nodes may take to end on their own
+# (parameter servers notice the finished job by polling the job directory).
+GRACE_SECONDS = 90.0
+POLL_SECONDS = 0.1
+# Local nodes share two cores: one intra-op thread pool per process keeps them from thrashing.
+THREADS_PER_NODE = "1"
+
+
+@dataclass(frozen=True)
+class TrainerOverrides:
+    """Trainer flags a local run changes to keep a CPU job short (``--epochs 2`` ...)."""
+
+    values: dict[str, str] = field(default_factory=dict)
+
+    def apply(self, args: list[str]) -> list[str]:
+        result = list(args)
+        for flag, value in self.values.items():
+            if flag in result:
+                result[result.index(flag) + 1] = value
+            else:
+                result += [flag, value]
+        return result
+
+
+@dataclass
+class LocalNode:
+    node: Node
+    metadata: dict[str, str]
+    state_dir: Path
+    process: subprocess.Popen[str] | None = None
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.node.role}-{self.node.index}"
+
+
+class MetadataServer(ThreadingHTTPServer):
+    """Answers ``/<node>/computeMetadata/v1/...`` like the metadata server answers that node."""
+
+    def __init__(self, instances: dict[str, dict[str, str]], project: dict[str, str], zone: str) -> None:
+        self.instances = instances
+        self.project_attributes = project
+        self.zone = zone
+        super().__init__(("127.0.0.1", 0), _MetadataHandler)
+
+    def root_for(self, node: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/{node}/computeMetadata/v1"
+
+    def lookup(self, node: str, path: str) -> str | None:
+        attributes = self.instances.get(node)
+        if attributes is None:
+            return None
+        if path.startswith("instance/attributes/"):
+            return attributes.get(path.removeprefix("instance/attributes/"))
+        if path.startswith("project/attributes/"):
+            return self.project_attributes.get(path.removeprefix("project/attributes/"))
+        if path == "instance/name":
+            return node
+        if path == "instance/zone":
+            return f"projects/0/zones/{self.zone}"
+        return None
+
+
+class _MetadataHandler(BaseHTTPRequestHandler):
+    server: MetadataServer
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        # The real server refuses requests without this header; so does the stand-in.
+        if self.headers.get("Metadata-Flavor") != "Google":
+            self.send_error(403, "Missing Metadata-Flavor:Google header")
+            return
+        node, _, rest = self.path.lstrip("/").partition("/computeMetadata/v1/")
+        value = self.server.lookup(node, rest)
+        if value is None:
+            self.send_error(404)
+            return
+        body = value.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/text")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Quiet: the nodes' own logs say what they fetched."""
+
+
+def package_trainer(destination: Path) -> None:
+    """The same archive `pulumi up` uploads: the trainer/ package at the root of a zip."""
+    source = scripts.REPOSITORY / "trainer"
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(source.rglob("*.py")):
+            archive.write(path, Path("trainer") / path.relative_to(source))
+
+
+def prepare_local_environment(env_dir: Path, stamp: str) -> None:
+    """A virtual environment that sees this interpreter's packages, stamped as the boot
+    script stamps a finished install: the nodes then take the already-installed path.
+
+    Installing TensorFlow again per local node would take minutes and prove nothing new;
+    the install path itself is exercised by the tests with a small wheelhouse.
+    """
+    marker = env_dir / ".trainstack-requirements"
+    if marker.exists() and marker.read_text().strip() == stamp:
+        return
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    site_packages = Path(subprocess.check_output([str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    (site_packages / "trainstack-host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    marker.write_text(stamp + "\n")
+
+
+@dataclass
+class LocalRunResult:
+    job_status: dict[str, Any] | None
+    node_status: dict[str, dict[str, Any] | None]
+    exit_codes: dict[str, int | None]
+    self_stops: list[str]
+    job_dir: Path
+    logs: dict[str, list[str]]
+
+    @property
+    def succeeded(self) -> bool:
+        return bool(self.job_status) and self.job_status.get("state") == "SUCCEEDED"  # type: ignore[union-attr]
+
+
+class LocalRun:
+    """Starts every node's boot script, streams its output, and waits by the chief."""
+
+    def __init__(self, cfg: StackConfig, workdir: Path, overrides: TrainerOverrides, echo: bool = True) -> None:
+        if cfg.settings.cluster is None:
+            raise ValueError(f"stack {cfg.stack} has no trainstack:cluster to run locally")
+        self.cfg = cfg
+        self.workdir = workdir.resolve()
+        self.echo = echo
+        self.bucket = self.workdir / "bucket" / scripts.bucket_name(cfg)
+        self.job_dir = Path(scripts.job_dir(cfg, str(self.bucket)))
+        self.self_stop_log = self.workdir / "self-stop.log"
+        self.script = self.workdir / "cluster-node.sh"
+        nodes = cluster_nodes(cfg)
+        strategy = resolved_strategy(cfg.settings.cluster)
+        args = overrides.apply(scripts.trainer_args(cfg, strategy))
+        with_cluster = strategy not in ("one_device", "mirrored")
+        self.nodes = [
+            LocalNode(node, scripts.node_metadata(cfg, node, str(self.bucket), with_cluster, args), self.workdir / "nodes" / node.key / "state")
+            for node in nodes
+        ]
+        self.project_attributes: dict[str, str] = {}
+        if with_cluster:
+            from trainer.local_cluster import free_loopback_ports
+
+            ports = free_loopback_ports(len(nodes))
+            cluster: dict[str, list[str]] = {}
+            for node, port in zip(nodes, ports):
+                cluster.setdefault(node.role, []).append(f"127.0.0.1:{port}")
+            self.project_attributes[scripts.cluster_metadata_key(cfg)] = json.dumps(cluster)
+        self.server = MetadataServer({n.name: n.metadata for n in self.nodes}, self.project_attributes, cfg.settings.zone)
+        self._echo_lock = threading.Lock()
+        self._readers: list[threading.Thread] = []
+
+    def prepare(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.cfg))
+        package_trainer(self.bucket / scripts.TRAINER_OBJECT)
+        kind = scripts.cluster_node_kind()
+        shared_env = self.workdir / "env"
+        prepare_local_environment(shared_env, kind.requirements_stamp)
+        for local_node in self.nodes:
+            local_node.state_dir.mkdir(parents=True, exist_ok=True)
+            venv = local_node.state_dir / "venv"
+            if not venv.exists():
+                venv.symlink_to(shared_env.resolve(), target_is_directory=True)
+
+    def _environment(self, local_node: LocalNode) -> dict[str, str]:
+        environment = dict(os.environ)
+        environment.update(
+            TRAINSTACK_METADATA_ROOT=self.server.root_for(local_node.name),
+            TRAINSTACK_STATE_DIR=str(local_node.state_dir),
+            TRAINSTACK_SELF_STOP_LOG=str(self.self_stop_log),
+            # The machine has no GPU; every node trains on the CPU whatever the stack names.
+            CUDA_VISIBLE_DEVICES="",
+            TF_CPP_MIN_LOG_LEVEL="2",
+            TF_NUM_INTRAOP_THREADS=THREADS_PER_NODE,
+            OMP_NUM_THREADS=THREADS_PER_NODE,
+            PYTHONUNBUFFERED="1",
+        )
+        return environment
+
+    def _read(self, local_node: LocalNode) -> None:
+        assert local_node.process is not None and local_node.process.stdout is not None
+        for line in local_node.process.stdout:
+            line = line.rstrip("\n")
+            local_node.lines.append(line)
+            if self.echo:
+                with self._echo_lock:
+                    print(f"[{local_node.name}] {line}", flush=True)
+
+    def start(self) -> LocalRun:
+        self.prepare()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        for local_node in self.nodes:
+            local_node.process = subprocess.Popen(
+                ["bash", str(self.script)],
+                env=self._environment(local_node),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                # Own process group: killing it takes the trainer down too, as a host restart does.
+                start_new_session=True,
+            )
+            reader = threading.Thread(target=self._read, args=(local_node,), daemon=True)
+            reader.start()
+            self._readers.append(reader)
+        return self
+
+    def kill_all(self) -> None:
+        """SIGKILL every node's whole process tree: what a host restart does to a VM."""
+        for local_node in self.nodes:
+            if local_node.process is not None and local_node.process.poll() is None:
+                try:
+                    os.killpg(local_node.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for local_node in self.nodes:
+            if local_node.process is not None:
+                local_node.process.wait()
+        self._close()
+
+    def _close(self) -> None:
+        for reader in self._readers:
+            reader.join(timeout=10)
+        self.server.shutdown()
+        self.server.server_close()
+
+    def wait(self, timeout: float | None = None) -> LocalRunResult:
+        chief = self.nodes[0]
+        assert chief.node.role == "chief" and chief.process is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while chief.process.poll() is None and (deadline is None or time.monotonic() < deadline):
+            time.sleep(POLL_SECONDS)
+        grace_end = time.monotonic() + GRACE_SECONDS
+        others = [n for n in self.nodes[1:] if n.process is not None]
+        while any(n.process.poll() is None for n in others if n.process) and time.monotonic() < grace_end:
+            time.sleep(POLL_SECONDS)
+        for local_node in self.nodes:
+            if local_node.process is not None and local_node.process.poll() is None:
+                os.killpg(local_node.process.pid, signal.SIGTERM)
+                try:
+                    local_node.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(local_node.process.pid, signal.SIGKILL)
+                    local_node.process.wait()
+        self._close()
+        return self.result()
+
+    def result(self) -> LocalRunResult:
+        status_dir = self.job_dir / "status"
+        return LocalRunResult(
+            job_status=_read_json(status_dir / "job.json"),
+            node_status={n.name: _read_json(status_dir / f"{n.name}.json") for n in self.nodes},
+            exit_codes={n.name: n.process.returncode if n.process else None for n in self.nodes},
+            self_stops=self.self_stop_log.read_text().splitlines() if self.self_stop_log.exists() else [],
+            job_dir=self.job_dir,
+            logs={n.name: n.lines for n in self.nodes},
+        )
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def run_local(cfg: StackConfig, workdir: Path, overrides: TrainerOverrides, fresh: bool = False, echo: bool = True, timeout: float | None = None) -> LocalRunResult:
+    if fresh and workdir.exists():
+        shutil.rmtree(workdir)
+    return LocalRun(cfg, workdir, overrides, echo).start().wait(timeout)
+
+
+def report(result: LocalRunResult, out: Any = sys.stdout) -> None:
+    state = (result.job_status or {}).get("state", "UNKNOWN")
+    print(f"job {state}", file=out)
+    for node, status in result.node_status.items():
+        if status is None:
+            print(f"  {node:<10} no status written (exit {result.exit_codes[node]})", file=out)
+        else:
+            print(f"  {node:<10} {status['state']:<10} exit {status['exit_code']}  at {status['time']}", file=out)
+    print(f"job directory: {result.job_dir}", file=out)
+    for name in ("model", "metrics.json"):
+        path = result.job_dir / name
+        if path.exists():
+            print(f"  {name}: {path}", file=out)
+    print(f"self-stop calls recorded: {len(result.self_stops)}", file=out)
+    for line in result.self_stops:
+        print(f"  {line}", file=out)
+
+
+def exit_code(result: LocalRunResult) -> int:
+    return 0 if result.succeeded else 1
+
+
+__all__: Sequence[str] = ("LocalRun", "LocalRunResult", "run_local", "report", "exit_code")
