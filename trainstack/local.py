@@ -125,9 +125,8 @@ class _MetadataHandler(BaseHTTPRequestHandler):
         """Quiet: the nodes' own logs say what they fetched."""
 
 
-def package_trainer(destination: Path) -> None:
+def package_trainer(destination: Path, source: Path = scripts.REPOSITORY / "trainer") -> None:
     """The same archive `pulumi up` uploads: the trainer/ package at the root of a zip."""
-    source = scripts.REPOSITORY / "trainer"
     destination.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(source.rglob("*.py")):
@@ -167,12 +166,26 @@ class LocalRunResult:
 class LocalRun:
     """Starts every node's boot script, streams its output, and waits by the chief."""
 
-    def __init__(self, cfg: StackConfig, workdir: Path, overrides: TrainerOverrides, echo: bool = True) -> None:
+    def __init__(
+        self,
+        cfg: StackConfig,
+        workdir: Path,
+        overrides: TrainerOverrides,
+        echo: bool = True,
+        trainer_source: Path = scripts.REPOSITORY / "trainer",
+        kind: scripts.NodeKind | None = None,
+        environment_installed: bool = True,
+    ) -> None:
+        """``trainer_source``, ``kind`` and ``environment_installed`` let tests swap in a
+        small trainer and requirements and exercise the script's own install path."""
         if cfg.settings.cluster is None:
             raise ValueError(f"stack {cfg.stack} has no trainstack:cluster to run locally")
         self.cfg = cfg
         self.workdir = workdir.resolve()
         self.echo = echo
+        self.trainer_source = trainer_source
+        self.kind = kind or scripts.cluster_node_kind()
+        self.environment_installed = environment_installed
         self.bucket = self.workdir / "bucket" / scripts.bucket_name(cfg)
         self.job_dir = Path(scripts.job_dir(cfg, str(self.bucket)))
         self.self_stop_log = self.workdir / "self-stop.log"
@@ -200,15 +213,15 @@ class LocalRun:
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.cfg))
-        package_trainer(self.bucket / scripts.TRAINER_OBJECT)
-        kind = scripts.cluster_node_kind()
+        self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.cfg, self.kind))
+        package_trainer(self.bucket / scripts.TRAINER_OBJECT, self.trainer_source)
         shared_env = self.workdir / "env"
-        prepare_local_environment(shared_env, kind.requirements_stamp)
+        if self.environment_installed:
+            prepare_local_environment(shared_env, self.kind.requirements_stamp)
         for local_node in self.nodes:
             local_node.state_dir.mkdir(parents=True, exist_ok=True)
             venv = local_node.state_dir / "venv"
-            if not venv.exists():
+            if self.environment_installed and not venv.exists():
                 venv.symlink_to(shared_env.resolve(), target_is_directory=True)
 
     def _environment(self, local_node: LocalNode) -> dict[str, str]:
@@ -242,6 +255,7 @@ class LocalRun:
             local_node.process = subprocess.Popen(
                 ["bash", str(self.script)],
                 env=self._environment(local_node),
+                cwd=local_node.state_dir,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

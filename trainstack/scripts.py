@@ -158,8 +158,9 @@ def tpu_metadata(cfg: StackConfig, bucket: str) -> dict[str, str]:
     }
 
 
-def render(template: str, cfg: StackConfig) -> str:
-    kind = tpu_node_kind(cfg) if template == TPU_VM else cluster_node_kind()
+def render(template: str, cfg: StackConfig, kind: NodeKind | None = None) -> str:
+    if kind is None:
+        kind = tpu_node_kind(cfg) if template == TPU_VM else cluster_node_kind()
     notebook = cfg.settings.notebook
     return _environment().get_template(template).render(
         stack=cfg.stack,

@@ -1,0 +1,185 @@
+"""The rendered boot scripts, executed for real on this machine through `trainstack local`.
+
+Most tests here swap in a probe trainer (a few lines that record what the script gave it)
+so they check the script itself in seconds; the tests at the end run the real trainer.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from trainstack import scripts
+from trainstack.local import LocalRun, LocalRunResult, TrainerOverrides
+from trainstack.stackfile import STACKS_DIR, load_stack
+
+PROBE_TASK = '''
+"""Stands in for trainer.task: records what the boot script passed, then exits."""
+import json, os, sys, time
+args = sys.argv[1:]
+job_dir = args[args.index("--job-dir") + 1]
+node = os.environ["NODE_NAME"]
+os.makedirs(os.path.join(job_dir, "probe"), exist_ok=True)
+record = {"argv": args, "tf_config": os.environ.get("TF_CONFIG"), "imports": []}
+for module in os.environ.get("PROBE_IMPORTS", "").split():
+    __import__(module)
+    record["imports"].append(module)
+record["exit_time"] = time.time()
+with open(os.path.join(job_dir, "probe", node + ".json"), "w") as handle:
+    json.dump(record, handle)
+'''
+
+
+@pytest.fixture
+def probe_trainer(tmp_path: Path) -> Path:
+    package = tmp_path / "probe-trainer" / "trainer"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "task.py").write_text(PROBE_TASK)
+    return package
+
+
+def stack(name: str):  # type: ignore[no-untyped-def]
+    return load_stack(STACKS_DIR / f"Pulumi.{name}.yaml")[0]
+
+
+def run(cfg, workdir: Path, trainer: Path | None = None, overrides: dict[str, str] | None = None, **kwargs) -> LocalRunResult:  # type: ignore[no-untyped-def]
+    extra = {"trainer_source": trainer} if trainer is not None else {}
+    return LocalRun(cfg, workdir, TrainerOverrides(overrides or {}), echo=False, **extra, **kwargs).start().wait(timeout=600)
+
+
+def probe_records(result: LocalRunResult) -> dict[str, dict]:  # type: ignore[type-arg]
+    return {p.stem: json.loads(p.read_text()) for p in (result.job_dir / "probe").glob("*.json")}
+
+
+@pytest.mark.parametrize("stack_name", ["multiworker", "paramserver"])
+def test_each_node_gets_its_tf_config_from_metadata(stack_name: str, tmp_path: Path, probe_trainer: Path) -> None:
+    cfg = stack(stack_name)
+    local = LocalRun(cfg, tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
+    cluster = json.loads(local.project_attributes[scripts.cluster_metadata_key(cfg)])
+    result = local.start().wait(timeout=300)
+    assert result.succeeded, result.logs
+    records = probe_records(result)
+    expected_nodes = {f"{n.node.role}-{n.node.index}" for n in local.nodes}
+    assert set(records) == expected_nodes
+    for name, record in records.items():
+        role, index = name.rsplit("-", 1)
+        tf_config = json.loads(record["tf_config"])
+        assert tf_config == {"cluster": cluster, "task": {"type": role, "index": int(index)}}
+        argv = record["argv"]
+        assert argv[argv.index("--job-dir") + 1] == str(result.job_dir)
+        assert argv[argv.index("--strategy") + 1] == cfg.settings.cluster.strategy  # type: ignore[union-attr]
+
+
+def test_single_machine_stack_gets_no_tf_config(tmp_path: Path, probe_trainer: Path) -> None:
+    result = run(stack("dev"), tmp_path, probe_trainer)
+    assert result.succeeded
+    [record] = probe_records(result).values()
+    assert record["tf_config"] is None
+    assert record["argv"][record["argv"].index("--strategy") + 1] == "one_device"
+
+
+def test_status_objects_and_on_finish(tmp_path: Path, probe_trainer: Path) -> None:
+    result = run(stack("paramserver"), tmp_path, probe_trainer)
+    assert result.job_status is not None and result.job_status["state"] == "SUCCEEDED" and result.job_status["exit_code"] == 0
+    assert all(s is not None and s["state"] == "SUCCEEDED" for s in result.node_status.values())
+    # paramserver asks for on_finish: delete, once per node.
+    assert sorted(line.split()[1:] for line in result.self_stops) == sorted(["delete", n] for n in result.node_status)
+
+
+def _probe_wheel(wheelhouse: Path) -> None:
+    """A minimal valid wheel, so the install path needs no network and no build tools."""
+    wheelhouse.mkdir(parents=True)
+    files = {
+        "trainstack_probe/__init__.py": b"VALUE = 1\n",
+        "trainstack_probe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: trainstack-probe\nVersion: 1.0\n",
+        "trainstack_probe-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append("trainstack_probe-1.0.dist-info/RECORD,,")
+    with zipfile.ZipFile(wheelhouse / "trainstack_probe-1.0-py3-none-any.whl", "w") as wheel:
+        for name, data in files.items():
+            wheel.writestr(name, data)
+        wheel.writestr("trainstack_probe-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+
+
+def test_environment_installs_from_the_bucket_wheelhouse_once(tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = stack("dev")
+    kind = scripts.NodeKind(requirements="trainstack-probe==1.0", system_site_packages=False, stop_command="true", delete_command="true")
+    _probe_wheel(tmp_path / "bucket" / scripts.bucket_name(cfg) / "trainstack" / "wheelhouse")
+    monkeypatch.setenv("PROBE_IMPORTS", "trainstack_probe")
+    first = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
+    assert first.succeeded, "\n".join(first.logs["chief-0"])
+    assert probe_records(first)["chief-0"]["imports"] == ["trainstack_probe"]
+    assert any("installing the python environment" in line for line in first.logs["chief-0"])
+    # A restart (after host maintenance, say) of an unfinished job reuses the environment.
+    (first.job_dir / "status" / "job.json").unlink()
+    second = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
+    assert second.succeeded
+    assert any("python environment ready" in line for line in second.logs["chief-0"])
+    assert not any("installing" in line for line in second.logs["chief-0"])
+
+
+@pytest.mark.slow
+def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(tmp_path: Path) -> None:
+    cfg = stack("multiworker")
+    overrides = {"--epochs": "3", "--steps-per-epoch": "30", "--image-size": "32", "--batch-size-per-replica": "8", "--save-every-steps": "10"}
+    first = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start()
+    progress = first.job_dir / "progress.json"
+    deadline = time.monotonic() + 300
+    # Kill once the chief reports a finished epoch (its backup is written before that).
+    while not (progress.exists() and json.loads(progress.read_text() or "{}").get("epochs_completed", 0) >= 1):
+        assert time.monotonic() < deadline, "no epoch finished in time"
+        assert first.nodes[0].process is not None and first.nodes[0].process.poll() is None, first.nodes[0].lines
+        time.sleep(0.2)
+    first.kill_all()
+    killed = first.result()
+    assert killed.job_status is not None and killed.job_status["state"] == "RUNNING"
+    assert not (killed.job_dir / "metrics.json").exists()
+
+    second = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=600)
+    assert second.succeeded, "\n".join(second.logs["chief-0"])
+    chief_log = "\n".join(second.logs["chief-0"])
+    assert "python environment ready" in chief_log and "installing" not in chief_log
+    metrics = json.loads((second.job_dir / "metrics.json").read_text())
+    assert metrics["epochs_resumed"] >= 1 and metrics["epochs_run"] <= 2 and metrics["replicas"] == 3
+    assert len(second.self_stops) == 3
+
+    third = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=120)
+    assert third.succeeded
+    for lines in third.logs.values():
+        text = "\n".join(lines)
+        assert "already SUCCEEDED" in text and "starting the trainer" not in text
+    assert len(third.self_stops) == 6, "on_finish is applied again on every node"
+    assert json.loads((third.job_dir / "metrics.json").read_text()) == metrics
+
+
+@pytest.mark.slow
+def test_a_failing_trainer_ends_failed_with_its_exit_code_and_still_releases_the_nodes(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-data"
+    result = run(stack("multiworker"), tmp_path / "run", overrides={"--data": str(missing)})
+    assert result.job_status is not None
+    assert (result.job_status["state"], result.job_status["exit_code"]) == ("FAILED", 2)
+    assert all(code is not None for code in result.exit_codes.values()), "a node was left hanging"
+    assert any(str(missing) in line for line in result.logs["chief-0"]), "the trainer's error is not shown"
+    assert len(result.self_stops) == 3
+
+
+@pytest.mark.slow
+def test_local_paramserver_stack_trains_to_completion(tmp_path: Path) -> None:
+    overrides = {"--epochs": "2", "--steps-per-epoch": "5", "--image-size": "32", "--batch-size-per-replica": "8"}
+    result = run(stack("paramserver"), tmp_path, overrides=overrides)
+    assert result.succeeded, "\n".join(result.logs["chief-0"])
+    metrics = json.loads((result.job_dir / "metrics.json").read_text())
+    assert metrics["parameter_servers"] == 1 and metrics["strategy"] == "parameter_server"
+    assert (result.job_dir / "model").is_dir()
+    assert {s["state"] for s in result.node_status.values() if s} == {"SUCCEEDED"}
