@@ -19,30 +19,11 @@ from trainstack import scripts
 from trainstack.local import LocalRun, LocalRunResult, TrainerOverrides
 from trainstack.stackfile import STACKS_DIR, load_stack
 
-PROBE_TASK = '''
-"""Stands in for trainer.task: records what the boot script passed, then exits."""
-import json, os, sys, time
-args = sys.argv[1:]
-job_dir = args[args.index("--job-dir") + 1]
-node = os.environ["NODE_NAME"]
-os.makedirs(os.path.join(job_dir, "probe"), exist_ok=True)
-record = {"argv": args, "tf_config": os.environ.get("TF_CONFIG"), "imports": []}
-for module in os.environ.get("PROBE_IMPORTS", "").split():
-    __import__(module)
-    record["imports"].append(module)
-record["exit_time"] = time.time()
-with open(os.path.join(job_dir, "probe", node + ".json"), "w") as handle:
-    json.dump(record, handle)
-'''
-
+PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
 
 @pytest.fixture
-def probe_trainer(tmp_path: Path) -> Path:
-    package = tmp_path / "probe-trainer" / "trainer"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "task.py").write_text(PROBE_TASK)
-    return package
+def probe_trainer() -> Path:
+    return PROBE_TRAINER
 
 
 def stack(name: str):  # type: ignore[no-untyped-def]

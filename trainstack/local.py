@@ -251,6 +251,7 @@ class LocalRun:
     def start(self) -> LocalRun:
         self.prepare()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.started_at = time.time()
         for local_node in self.nodes:
             local_node.process = subprocess.Popen(
                 ["bash", str(self.script)],
