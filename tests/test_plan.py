@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from typing import Any
 
@@ -165,8 +166,6 @@ def test_training_port_is_open_only_between_training_nodes() -> None:
 
 
 def test_tf_config_cluster_names_every_node_by_internal_dns() -> None:
-    import json
-
     plan = plan_for("paramserver")
     [item] = plan.of_type("gcp:compute/projectMetadataItem:ProjectMetadataItem")
     for vm in plan.of_type(INSTANCE):
@@ -201,3 +200,27 @@ def test_outputs_give_a_user_what_they_need(shipped_plan: Plan) -> None:
     for vm_name in outputs["vm_names"]:
         if "notebook" not in vm_name:
             assert "--tunnel-through-iap" in outputs["ssh_commands"][vm_name]
+
+
+def test_nodes_get_job_settings_in_metadata_not_baked_into_the_script() -> None:
+    plan = plan_for("multiworker")
+    scripts_seen = set()
+    for vm in plan.of_type(INSTANCE):
+        metadata = vm.inputs["metadata"]
+        scripts_seen.add(metadata["startup-script"])
+        assert metadata["trainstack-job-dir"] == "gs://your-gcp-project-multiworker/jobs/flowers_mwms"
+        assert metadata["trainstack-on-finish"] == "stop"
+        args = json.loads(metadata["trainstack-trainer-args"])
+        assert args[args.index("--strategy") + 1] == "multi_worker_mirrored"
+        assert args[args.index("--epochs") + 1] == "10"
+    assert len(scripts_seen) == 1, "one script serves every node; metadata tells them apart"
+    [package] = plan.of_type("gcp:storage/bucketObject:BucketObject")
+    assert package.inputs["name"] == "trainstack/trainer.zip"
+
+
+def test_self_delete_is_granted_per_instance_only_when_on_finish_is_delete() -> None:
+    assert not plan_for("multiworker").of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
+    plan = plan_for("paramserver")
+    grants = plan.of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
+    assert sorted(g.inputs["instanceName"] for g in grants) == sorted(vm.inputs["name"] for vm in plan.of_type(INSTANCE))
+    assert {g.inputs["member"] for g in grants} == {f"serviceAccount:{training_account_email(plan)}"}
