@@ -224,3 +224,9 @@ def test_self_delete_is_granted_per_instance_only_when_on_finish_is_delete() -> 
     grants = plan.of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
     assert sorted(g.inputs["instanceName"] for g in grants) == sorted(vm.inputs["name"] for vm in plan.of_type(INSTANCE))
     assert {g.inputs["member"] for g in grants} == {f"serviceAccount:{training_account_email(plan)}"}
+
+
+def test_stacks_without_a_cluster_open_no_training_port() -> None:
+    for stack in ("tpu", "notebook"):
+        names = {r.name for r in plan_for(stack).of_type("gcp:compute/firewall:Firewall")}
+        assert names == {f"{stack}-net-iap-ssh"}

@@ -11,6 +11,7 @@ from pathlib import Path
 from trainstack.config import StackConfig
 from trainstack.errors import StackConfigError
 from trainstack.plan import Plan, run_plan
+from trainstack.rules import resolved_strategy
 from trainstack.scripts import rendered_scripts
 from trainstack.stackfile import load_stack, stack_file_path
 
@@ -30,8 +31,6 @@ def _summary(cfg: StackConfig) -> str:
     settings = cfg.settings
     parts = []
     if settings.cluster is not None:
-        from trainstack.rules import resolved_strategy
-
         c = settings.cluster
         parts.append(f"cluster of {1 + c.worker_count + c.ps_count} VMs ({resolved_strategy(c)})")
     if settings.tpu is not None:

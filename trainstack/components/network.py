@@ -17,7 +17,7 @@ class PrivateNetwork(pulumi.ComponentResource):
         project: str,
         region: str,
         node_service_account: pulumi.Input[str],
-        training_port: int,
+        training_port: int | None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("trainstack:index:PrivateNetwork", name, None, opts)
@@ -55,7 +55,10 @@ class PrivateNetwork(pulumi.ComponentResource):
             opts=child,
         )
         # TensorFlow's gRPC between cluster nodes, on the one port TF_CONFIG names, and only
-        # from VMs running as the training service account.
+        # from VMs running as the training service account. No cluster, no port.
+        if training_port is None:
+            self.register_outputs({"network": self.network.self_link, "subnetwork": self.subnetwork.self_link})
+            return
         self.training = gcp.compute.Firewall(
             f"{name}-training",
             project=project,

@@ -52,7 +52,7 @@ class TrainingStack(pulumi.ComponentResource):
         self.identity = TrainingIdentity(
             f"{name}-identity", project, f"{name}-train", self.bucket.name, self.registry.repository, opts=after_apis
         )
-        port = settings.cluster.port if settings.cluster else 2222
+        port = settings.cluster.port if settings.cluster else None
         self.network = PrivateNetwork(f"{name}-net", project, region, self.identity.email, port, opts=after_apis)
         # Nodes start training at boot: their permissions must exist before they do.
         node_dependencies: list[pulumi.Resource] = [
