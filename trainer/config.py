@@ -130,9 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--precision", choices=PRECISIONS, default="auto",
-                        help="auto: mixed_float16 on GPU, mixed_bfloat16 on TPU, float32 on CPU.")
+                        help="auto: mixed_float16 on GPU; mixed_bfloat16 on TPU and on CPUs with native "
+                             "bfloat16 (AVX512_BF16/AMX); float32 otherwise.")
     parser.add_argument("--xla", choices=SWITCHES, default="auto",
-                        help="XLA-compile the training step. auto: on for a single device.")
+                        help="XLA-compile the training step. auto: on for a single GPU only.")
     parser.add_argument("--num-classes", type=_positive_int, default=None,
                         help="Required for TFRecord data; inferred otherwise.")
     parser.add_argument("--validation-split", type=float, default=0.2,

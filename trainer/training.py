@@ -48,8 +48,8 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     num_gpus = len(tf.config.list_physical_devices("GPU"))
     kind = strategies.choose_strategy(config.strategy, cluster, num_gpus, config.tpu,
                                       config.logical_cpus)
-    precision = (strategies.default_precision(kind, num_gpus) if config.precision == "auto"
-                 else config.precision)
+    precision = (strategies.default_precision(kind, num_gpus, strategies.cpu_has_bf16())
+                 if config.precision == "auto" else config.precision)
     keras.mixed_precision.set_global_policy(precision)
     keras.utils.set_random_seed(config.seed)
     strategy = strategies.build_strategy(kind, config.tpu)
@@ -59,10 +59,12 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     global_batch = config.batch_size_per_replica * replicas
     steps = data.steps_per_epoch(config, source, global_batch)
     steps_per_execution = largest_divisor_at_most(steps, config.steps_per_execution)
-    # XLA fuses the small CNN's ops well on one device; under the multi-device
-    # strategies the all-reduce would sit inside the compiled step, which
-    # tf-keras does not support everywhere, and TPUs compile with XLA anyway.
-    use_xla = config.xla == "on" or (config.xla == "auto" and kind == strategies.ONE_DEVICE)
+    # XLA on the CPU halves this CNN's speed (its convolutions lose oneDNN; measured,
+    # see docs/trainer.md), so auto enables it only for a single GPU. Multi-device
+    # strategies would put the all-reduce inside the compiled step, and TPUs
+    # compile with XLA anyway.
+    use_xla = config.xla == "on" or (config.xla == "auto" and kind == strategies.ONE_DEVICE
+                                     and num_gpus > 0)
     log.info("strategy=%s replicas=%d global_batch=%d steps_per_epoch=%d "
              "steps_per_execution=%d precision=%s xla=%s", kind, replicas, global_batch,
              steps, steps_per_execution, precision, use_xla)

@@ -46,7 +46,7 @@ def test_one_device(job_dir: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = read_metrics(job_dir)
     assert_trained(metrics, "one_device", replicas=1)
-    assert metrics["xla"] is True
+    assert metrics["xla"] is False  # XLA is slower than oneDNN on this CPU
     assert_job_dir_layout(job_dir)
 
     # A finished job is not trained again: quick exit 0, metrics untouched.
