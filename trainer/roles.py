@@ -68,10 +68,8 @@ def run_evaluator(config: TrainerConfig, layout: JobLayout, source: DataSource) 
         tf.distribute.InputContext())
     writer = tf.summary.create_file_writer(jobdir.join(layout.log_dir, "eval"))
     checkpoint = tf.train.Checkpoint(model=network)
-    for path in tf.train.checkpoints_iterator(
-            layout.checkpoint_dir, min_interval_secs=FINISHED_POLL_SECONDS,
-            timeout=FINISHED_POLL_SECONDS,
-            timeout_fn=lambda: _job_finished_since(layout, marker_at_start)):
+
+    def evaluate(path: str) -> None:
         checkpoint.restore(path).expect_partial()
         epoch = int(path.rsplit("-", 1)[-1])
         loss, accuracy = network.evaluate(eval_data, steps=steps, verbose=0)
@@ -79,4 +77,17 @@ def run_evaluator(config: TrainerConfig, layout: JobLayout, source: DataSource) 
         with writer.as_default():
             write_scalar("epoch_loss", loss, step=epoch)
             write_scalar("epoch_accuracy", accuracy, step=epoch)
-    writer.flush()
+        writer.flush()
+
+    last_evaluated = None
+    # Evaluates the newest checkpoint each time; when training outpaces
+    # evaluation, intermediate epochs are skipped rather than queued.
+    for path in tf.train.checkpoints_iterator(
+            layout.checkpoint_dir, min_interval_secs=FINISHED_POLL_SECONDS,
+            timeout=FINISHED_POLL_SECONDS,
+            timeout_fn=lambda: _job_finished_since(layout, marker_at_start)):
+        evaluate(path)
+        last_evaluated = path
+    final = tf.train.latest_checkpoint(layout.checkpoint_dir)
+    if final is not None and final != last_evaluated:
+        evaluate(final)

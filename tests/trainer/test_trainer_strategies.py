@@ -76,11 +76,15 @@ def test_mirrored_over_two_logical_cpus(job_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_multi_worker_mirrored_with_two_processes(job_dir: Path) -> None:
-    result = run_local_cluster(workers=2, args=[*FAST_ARGS, *EPOCH_ARGS], job_dir=job_dir,
-                               env=trainer_env(), timeout=300, threads_per_node=1, echo=False)
+def test_multi_worker_mirrored_with_two_processes_and_an_evaluator(job_dir: Path) -> None:
+    result = run_local_cluster(workers=2, evaluator=True, args=[*FAST_ARGS, *EPOCH_ARGS],
+                               job_dir=job_dir, env=trainer_env(), timeout=300,
+                               threads_per_node=1, echo=False)
     assert result.chief_exit_code == 0, result.log_text()[-5000:]
-    assert result.exit_codes == {"worker-0": 0, "worker-1": 0}
+    assert result.exit_codes == {"worker-0": 0, "worker-1": 0, "evaluator-0": 0}
+    # The side-car evaluator saw the final epoch's checkpoint before it left.
+    assert "checkpoints/ckpt-3: loss=" in result.log_text("evaluator-0")
+    assert list((job_dir / "logs" / "eval").glob("events.out.tfevents.*"))
     metrics = read_metrics(job_dir)
     assert_trained(metrics, "multi_worker_mirrored", replicas=2)
     assert metrics["workers"] == 2
