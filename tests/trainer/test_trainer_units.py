@@ -1,0 +1,98 @@
+"""Pieces that need no training: cluster specs, job-dir layout, synthetic data, step maths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainer.checkpointing import backup_save_frequency
+from trainer.config import parse_args
+from trainer.jobdir import JobLayout
+from trainer.local_cluster import LocalCluster, cluster_nodes, free_loopback_ports, tf_configs
+from trainer.training import largest_divisor_at_most
+
+
+def test_ports_are_distinct_loopback_ports() -> None:
+    ports = free_loopback_ports(6)
+    assert len(set(ports)) == 6 and all(0 < port < 65536 for port in ports)
+
+
+def test_each_node_gets_its_own_task_in_one_cluster() -> None:
+    nodes = cluster_nodes(workers=2, ps=1, chief=True, evaluator=True)
+    configs = {name: json.loads(raw) for name, raw in tf_configs(nodes).items()}
+    assert set(configs) == {"chief-0", "worker-0", "worker-1", "ps-0", "evaluator-0"}
+    cluster = configs["chief-0"]["cluster"]
+    assert {role: len(addresses) for role, addresses in cluster.items()} == {
+        "chief": 1, "worker": 2, "ps": 1}
+    assert all(address.startswith("127.0.0.1:") for addresses in cluster.values()
+               for address in addresses)
+    assert all(config["cluster"] == cluster for config in configs.values())
+    assert configs["worker-1"]["task"] == {"type": "worker", "index": 1}
+    assert configs["evaluator-0"]["task"] == {"type": "evaluator", "index": 0}
+
+
+def test_parameter_servers_need_a_chief() -> None:
+    with pytest.raises(ValueError):
+        LocalCluster(workers=2, ps=1, chief=False)
+
+
+def test_layout_follows_job_dir_and_vertex_overrides() -> None:
+    plain = JobLayout.from_config(parse_args(["--job-dir", "gs://b/job/", "--data", "synthetic"],
+                                             environ={}))
+    assert plain.backup_dir == "gs://b/job/backup"
+    assert plain.model_dir == "gs://b/job/model"
+    assert plain.metrics_path == "gs://b/job/metrics.json"
+    assert plain.worker_tmp_dir("worker", 3) == "gs://b/job/tmp/worker-3"
+    vertex = JobLayout.from_config(parse_args(["--data", "synthetic"], environ={
+        "AIP_MODEL_DIR": "gs://b/out/model", "AIP_CHECKPOINT_DIR": "gs://b/out/checkpoints",
+        "AIP_TENSORBOARD_LOG_DIR": "gs://tb/run"}))
+    assert vertex.root == "gs://b/out"
+    assert vertex.backup_dir == "gs://b/out/backup"
+    assert vertex.log_dir == "gs://tb/run"
+
+
+@pytest.mark.parametrize("steps, limit, expected", [(50, 16, 10), (12, 16, 12), (7, 4, 1),
+                                                    (100, 16, 10), (40, 10, 10)])
+def test_steps_per_execution_divides_the_epoch(steps: int, limit: int, expected: int) -> None:
+    assert largest_divisor_at_most(steps, limit) == expected
+
+
+def test_backup_frequency_counts_executions_not_steps() -> None:
+    assert backup_save_frequency(200, 10, parameter_server=False) == 20
+    assert backup_save_frequency(25, 10, parameter_server=False) == 3
+    assert backup_save_frequency(5, 10, parameter_server=False) == 1
+    assert backup_save_frequency(200, 10, parameter_server=True) == "epoch"
+
+
+def test_synthetic_images_are_deterministic_and_class_dependent() -> None:
+    from trainer.data import synthetic_examples
+
+    first = list(synthetic_examples(0, 200, 24, 5, seed=7).as_numpy_iterator())
+    again = list(synthetic_examples(0, 200, 24, 5, seed=7).as_numpy_iterator())
+    assert all(np.array_equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(first, again))
+    images = np.stack([image for image, _ in first]).astype(np.float32)
+    labels = np.array([label for _, label in first])
+    assert images.dtype == np.float32 and images.shape == (200, 24, 24, 3)
+    assert set(labels.tolist()) == {0, 1, 2, 3, 4}
+    # The tint channel differs by class: a signal a network can learn.
+    channel_means = np.stack([images[labels == c].mean(axis=(0, 1, 2)) for c in range(3)])
+    assert all(np.argmax(channel_means[c]) == c for c in range(3))
+
+
+def test_image_folder_split_is_stable(tmp_path: Path) -> None:
+    from trainer.data import describe_data
+
+    for class_name in ("cats", "dogs"):
+        (tmp_path / class_name).mkdir()
+        for index in range(50):
+            (tmp_path / class_name / f"{index}.png").write_bytes(b"not decoded here")
+        (tmp_path / class_name / "notes.txt").write_text("ignored")
+    config = parse_args(["--job-dir", str(tmp_path / "job"), "--data", str(tmp_path)], environ={})
+    source = describe_data(config)
+    assert source.kind == "images" and source.class_names == ("cats", "dogs")
+    assert source.num_train_examples + source.num_eval_examples == 100
+    assert 5 <= source.num_eval_examples <= 35
+    assert describe_data(config) == source
