@@ -353,7 +353,11 @@ def report(result: LocalRunResult, out: Any = sys.stdout) -> None:
 
 
 def exit_code(result: LocalRunResult) -> int:
-    return 0 if result.succeeded else 1
+    """0 when the job succeeded; else the chief trainer's exit code, or 1 when it has none."""
+    if result.succeeded:
+        return 0
+    code = (result.job_status or {}).get("exit_code")
+    return code if isinstance(code, int) and code > 0 else 1
 
 
 __all__: Sequence[str] = ("LocalRun", "LocalRunResult", "run_local", "report", "exit_code")
