@@ -57,7 +57,7 @@ def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_fre
     import tensorflow as tf
     import tf_keras as keras
 
-    class ProgressCallback(keras.callbacks.Callback):
+    class ProgressCallback(keras.callbacks.Callback):  # type: ignore[misc]  # tf-keras is untyped
         """Records resume point, per-epoch loss and timing; the chief writes progress.json."""
 
         def __init__(self) -> None:
@@ -105,7 +105,7 @@ def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_fre
                     "time": time.time(),
                 })
 
-    class EpochCheckpoint(keras.callbacks.Callback):
+    class EpochCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]  # tf-keras is untyped
         """Keeps the last few epochs' weights for evaluation and for rolling back."""
 
         def __init__(self) -> None:
@@ -124,7 +124,7 @@ def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_fre
             if not is_writer(strategy):
                 jobdir.remove_tree_if_exists(self._manager.directory)
 
-    class ScalarLogger(keras.callbacks.Callback):
+    class ScalarLogger(keras.callbacks.Callback):  # type: ignore[misc]  # tf-keras is untyped
         """Epoch scalars as TensorBoard event files, written by the chief only.
 
         Keras' TensorBoard callback needs the ``tensorboard`` package, which
@@ -155,7 +155,7 @@ def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_fre
             if self._writer is not None:
                 self._writer.close()
 
-    class StepAccurateBackupAndRestore(keras.callbacks.BackupAndRestore):
+    class StepAccurateBackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]  # tf-keras is untyped
         """BackupAndRestore that records the last step a backup covers.
 
         tf-keras 2.21 stores the step at which the last train_function call

@@ -25,8 +25,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 # After the chief exits, how long the other nodes may take to finish on their own.
@@ -144,8 +145,8 @@ class LocalCluster:
             environment["OMP_NUM_THREADS"] = threads
         return environment
 
-    def _read(self, name: str, stream: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
+    def _read(self, name: str, stream: IO[str]) -> None:
+        for line in stream:
             line = line.rstrip("\n")
             self.logs[name].append(line)
             if self.echo:
@@ -195,8 +196,8 @@ class LocalCluster:
                     pass
                 self.processes[name].wait()
 
-    def _wait_until(self, done: object, deadline: float | None) -> bool:
-        while not done():  # type: ignore[operator]
+    def _wait_until(self, done: Callable[[], bool], deadline: float | None) -> bool:
+        while not done():
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(POLL_SECONDS)

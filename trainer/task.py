@@ -8,12 +8,14 @@ its peers), 1 for any other failure (traceback on stderr).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
 from trainer.config import TrainerConfig, parse_args
+from trainer.jobdir import METRICS_FILE  # jobdir imports TensorFlow only inside functions
 
 log = logging.getLogger("trainer")
 
@@ -32,7 +34,22 @@ def _missing_local_data(data: str) -> bool:
     return data != "synthetic" and not is_remote and not is_glob and not os.path.exists(data)
 
 
+def _locally_finished(job_dir: str) -> bool:
+    """A finished local job is recognised without importing TensorFlow (gs:// needs it)."""
+    if "://" in job_dir:
+        return False
+    try:
+        with open(os.path.join(job_dir, METRICS_FILE), encoding="utf-8") as handle:
+            return bool(json.load(handle).get("status") == "finished")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def run(config: TrainerConfig) -> int:
+    if not config.overwrite and _locally_finished(config.job_dir):
+        log.info("%s holds a finished job; nothing to do (pass --overwrite to train again)",
+                 config.job_dir)
+        return 0
     if _missing_local_data(config.data):
         return _fail(f"--data {config.data}: no such file or directory")
     from trainer import jobdir, roles, training

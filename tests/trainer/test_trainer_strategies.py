@@ -57,7 +57,7 @@ def test_one_device(job_dir: Path) -> None:
     assert "holds a finished job" in rerun.stderr
     assert "Epoch 1/" not in rerun.stdout + rerun.stderr
     assert (job_dir / "metrics.json").read_text() == before
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 10  # answered before importing TensorFlow
 
     # --overwrite trains again and replaces the metrics.
     again = run_trainer(["--job-dir", str(job_dir), *FAST_ARGS, *EPOCH_ARGS, "--overwrite",
