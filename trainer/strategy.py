@@ -171,11 +171,9 @@ def build_strategy(kind: str, tpu: str | None = None) -> tf.distribute.Strategy:
     import tensorflow as tf
 
     if kind == TPU:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-        # A TPU VM ("local") needs no remote connection; a named TPU does.
-        if tpu != "local":
-            tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
+        # connect() resolves the TPU ("local" on a TPU VM, else its name),
+        # connects to it and initialises the TPU system, in the documented order.
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver.connect(tpu=tpu)
         return tf.distribute.TPUStrategy(resolver)
     if kind == PARAMETER_SERVER:
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
