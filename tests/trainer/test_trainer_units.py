@@ -96,3 +96,19 @@ def test_image_folder_split_is_stable(tmp_path: Path) -> None:
     assert source.num_train_examples + source.num_eval_examples == 100
     assert 5 <= source.num_eval_examples <= 35
     assert describe_data(config) == source
+
+
+def test_launcher_cli_prefixes_logs_and_returns_the_chiefs_status(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from trainer_test_helpers import REPOSITORY_ROOT, trainer_env
+
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.local_cluster", "--workers", "2", "--timeout", "60", "--",
+         "--job-dir", str(tmp_path / "job"), "--data", str(tmp_path / "missing")],
+        cwd=REPOSITORY_ROOT, env=trainer_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "[worker-0] trainer: error: --data" in result.stdout
+    assert "[worker-1] trainer: error: --data" in result.stdout
+    assert "chief worker-0: exit status 2" in result.stderr
