@@ -84,7 +84,7 @@ def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int,
 
     epoch_seconds: list[float] = []
 
-    class EpochTimer(keras.callbacks.Callback):
+    class EpochTimer(keras.callbacks.Callback):  # type: ignore[misc]  # tf-keras is untyped
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.started = time.perf_counter()
 
