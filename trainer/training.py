@@ -95,6 +95,12 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
 
     steady = steady_examples_per_second(record, global_batch)
     total_steps = sum(record.epoch_steps)
+    if record.first_epoch is None:
+        # No epoch ran: the backup said training had ended, and only the
+        # evaluation and export were left from an interrupted run.
+        epochs_resumed, resumed = config.epochs, True
+    else:
+        epochs_resumed, resumed = record.first_epoch, bool(record.first_epoch or record.first_step)
     return {
         "status": "finished",
         "model": config.model,
@@ -116,8 +122,8 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         "epochs": config.epochs,
         "epochs_run": len(record.epoch_losses),
         # Epochs that a previous, interrupted run had completed and the backup restored.
-        "epochs_resumed": record.first_epoch or 0,
-        "resumed": bool(record.first_epoch or record.first_step),
+        "epochs_resumed": epochs_resumed,
+        "resumed": resumed,
         "resumed_at_step": record.first_step or 0,
         "final_loss": record.epoch_losses[-1] if record.epoch_losses else None,
         "final_accuracy": record.epoch_accuracies[-1] if record.epoch_accuracies else None,
