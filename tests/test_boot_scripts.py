@@ -74,6 +74,22 @@ def test_status_objects_and_on_finish(tmp_path: Path, probe_trainer: Path) -> No
     assert sorted(line.split()[1:] for line in result.self_stops) == sorted(["delete", n] for n in result.node_status)
 
 
+def test_after_a_failed_chief_the_other_nodes_stop_waiting(tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parameter servers serve until the chief finishes; a failed chief must not leave them
+    (and their VMs) running until the run-time cap."""
+    monkeypatch.setenv("PROBE_CHIEF_EXIT", "3")
+    monkeypatch.setenv("PROBE_OTHERS_SLEEP", "600")
+    started = time.monotonic()
+    result = run(stack("paramserver"), tmp_path, probe_trainer)
+    assert time.monotonic() - started < 120, "the other nodes waited for their own timeout"
+    assert result.job_status is not None and (result.job_status["state"], result.job_status["exit_code"]) == ("FAILED", 3)
+    for node in ("worker-0", "worker-1", "ps-0"):
+        status = result.node_status[node]
+        assert status is not None and status["state"] == "FAILED", node
+        assert any("the chief recorded the job FAILED" in line for line in result.logs[node])
+    assert len(result.self_stops) == 4
+
+
 def _probe_wheel(wheelhouse: Path) -> None:
     """A minimal valid wheel, so the install path needs no network and no build tools."""
     wheelhouse.mkdir(parents=True)

@@ -40,6 +40,8 @@ class MetadataKeys:
 METADATA_KEYS = MetadataKeys()
 # Where the Pulumi program uploads the trainer package inside the stack's bucket.
 TRAINER_OBJECT = "trainstack/trainer.zip"
+# Seconds between a non-chief node's looks at the job status (one storage read each).
+PEER_POLL_SECONDS = 10
 
 CLUSTER_NODE = "cluster-node.sh.j2"
 TPU_VM = "tpu-vm.sh.j2"
@@ -168,6 +170,7 @@ def render(template: str, cfg: StackConfig, kind: NodeKind | None = None) -> str
         kind=kind,
         bucket=bucket_name(cfg),
         idle_timeout_minutes=notebook.idle_timeout_minutes if notebook else 0,
+        peer_poll_seconds=PEER_POLL_SECONDS,
     )
 
 
