@@ -90,6 +90,40 @@ def test_after_a_failed_chief_the_other_nodes_stop_waiting(tmp_path: Path, probe
     assert len(result.self_stops) == 4
 
 
+def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_the_node(tmp_path: Path, probe_trainer: Path) -> None:
+    cfg = stack("dev")
+    # An empty wheelhouse and a requirement it cannot satisfy: the install fails.
+    kind = scripts.NodeKind(requirements="trainstack-absent==1.0", system_site_packages=False, stop_command="true", delete_command="true")
+    (tmp_path / "bucket" / scripts.bucket_name(cfg) / "trainstack" / "wheelhouse").mkdir(parents=True)
+    result = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
+    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert result.job_status["exit_code"] != 0
+    assert any("the boot script failed" in line for line in result.logs["chief-0"])
+    assert len(result.self_stops) == 1
+
+
+def _status_functions(tmp_path: Path) -> Path:
+    """The rendered partials that define the status functions, without the script's main part."""
+    cfg = stack("paramserver")
+    library = tmp_path / "functions.sh"
+    library.write_text(scripts.render("_common.sh.j2", cfg) + scripts.render("_job.sh.j2", cfg))
+    return library
+
+
+@pytest.mark.parametrize(("failed_at", "attempt_started", "ends_this_attempt"), [
+    ("2026-11-22T10:00:05.000000000Z", "2026-11-22T10:00:00.000000000Z", True),
+    # A FAILED left by an earlier attempt (the user fixed the data and booted again).
+    ("2026-11-21T09:00:00.000000000Z", "2026-11-22T10:00:00.000000000Z", False),
+])
+def test_only_a_failure_of_this_attempt_ends_the_other_nodes(tmp_path: Path, failed_at: str, attempt_started: str, ends_this_attempt: bool) -> None:
+    import subprocess
+
+    status = tmp_path / "job.json"
+    status.write_text(json.dumps({"state": "FAILED", "node": "chief-0", "exit_code": 1, "time": failed_at}) + "\n")
+    check = subprocess.run(["bash", "-c", f'source "{_status_functions(tmp_path)}"; job_failed_since "{status}" "{attempt_started}"'], check=False)
+    assert (check.returncode == 0) is ends_this_attempt
+
+
 def _probe_wheel(wheelhouse: Path) -> None:
     """A minimal valid wheel, so the install path needs no network and no build tools."""
     wheelhouse.mkdir(parents=True)

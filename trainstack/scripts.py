@@ -35,6 +35,8 @@ class MetadataKeys:
     bucket: str = "trainstack-bucket"
     trainer_args: str = "trainstack-trainer-args"
     on_finish: str = "trainstack-on-finish"
+    # The name self-stop acts on when the host's own name is not it (TPU VMs).
+    self_name: str = "trainstack-self-name"
 
 
 METADATA_KEYS = MetadataKeys()
@@ -157,7 +159,12 @@ def tpu_metadata(cfg: StackConfig, bucket: str) -> dict[str, str]:
         METADATA_KEYS.bucket: bucket,
         METADATA_KEYS.trainer_args: json.dumps(trainer_args(cfg, "tpu")),
         METADATA_KEYS.on_finish: cfg.settings.tpu.on_finish,
+        METADATA_KEYS.self_name: tpu_vm_name(cfg),
     }
+
+
+def tpu_vm_name(cfg: StackConfig) -> str:
+    return f"{cfg.name}-tpu"
 
 
 def render(template: str, cfg: StackConfig, kind: NodeKind | None = None) -> str:

@@ -109,7 +109,7 @@ class TrainingStack(pulumi.ComponentResource):
                 f"{name}-tpu",
                 project,
                 zone,
-                f"{name}-tpu",
+                scripts.tpu_vm_name(cfg),
                 settings.tpu,
                 scripts.tpu_metadata(cfg, bucket_uri),
                 scripts.render(scripts.TPU_VM, cfg),
