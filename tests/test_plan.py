@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 import json
 import re
 from typing import Any
@@ -133,7 +134,9 @@ def test_tpu_stack_binds_the_tpu_service_agent() -> None:
 
 def is_labelable(type_token: str) -> bool:
     """Whether the pulumi-gcp resource behind ``gcp:compute/instance:Instance`` takes ``labels``."""
-    _, module_path, class_name = type_token.split(":")
+    package, module_path, class_name = type_token.split(":")
+    if package != "gcp":
+        return False  # the provider resource itself (pulumi:providers:gcp)
     module = getattr(gcp, module_path.split("/")[0])
     args = getattr(module, f"{class_name}Args", None)
     return args is not None and "labels" in inspect.signature(args.__init__).parameters
@@ -230,3 +233,24 @@ def test_stacks_without_a_cluster_open_no_training_port() -> None:
     for stack in ("tpu", "notebook"):
         names = {r.name for r in plan_for(stack).of_type("gcp:compute/firewall:Firewall")}
         assert names == {f"{stack}-net-iap-ssh"}
+
+
+def test_data_in_another_bucket_is_granted_read_only(tmp_path: Path) -> None:
+    from conftest import BASE_CONFIG, write_stack
+    from trainstack.plan import run_plan
+    from trainstack.stackfile import load_stack
+
+    config = json.loads(json.dumps(BASE_CONFIG))
+    config["trainstack:job"]["data"] = "gs://shared-datasets/flowers/"
+    cfg, raw = load_stack(write_stack(tmp_path, config))
+    plan = run_plan(cfg, raw)
+    grants = {r.inputs["bucket"]: r.inputs["role"] for r in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")}
+    assert grants == {"test-project-123-test": "roles/storage.objectUser", "shared-datasets": "roles/storage.objectViewer"}
+
+
+def test_budget_amount_and_its_quota_project() -> None:
+    [budget] = plan_for("multiworker").of_type("gcp:billing/budget:Budget")
+    assert budget.inputs["amount"]["specifiedAmount"] == {"currencyCode": "USD", "units": "500", "nanos": 0}
+    [provider] = plan_for("multiworker").of_type("pulumi:providers:gcp")
+    assert provider.inputs["userProjectOverride"] in (True, "true")
+    assert provider.inputs["billingProject"] == "your-gcp-project"

@@ -57,13 +57,14 @@ class NodeSpec(_Strict):
 
 
 class WorkerPool(NodeSpec):
-    count: Annotated[int, Field(ge=0, le=4096)]
+    # Every node takes an address of the stack's /20 subnet (4092 usable).
+    count: Annotated[int, Field(ge=0, le=3790)]
 
 
 class ParameterServerPool(_Strict):
     """Parameter servers hold variables on CPU and RAM; they take no accelerator."""
 
-    count: Annotated[int, Field(ge=0, le=256)]
+    count: Annotated[int, Field(ge=0, le=200)]
     machine_type: str
     spot: bool = False
     disk_gb: Annotated[int, Field(ge=50, le=65536)] = 100
@@ -75,7 +76,8 @@ class Cluster(_Strict):
     parameter_servers: ParameterServerPool | None = None
     strategy: Strategy = "auto"
     # A hard cap on billing if a job hangs: Compute Engine stops (or deletes) the VM after this long.
-    max_run_hours: Annotated[float, Field(gt=0, le=24 * 120)] = 24
+    # Compute Engine accepts run-time limits from 30 seconds up to 120 days.
+    max_run_hours: Annotated[float, Field(ge=0.01, le=24 * 120)] = 24
     on_finish: OnFinish = "stop"
     # TF_CONFIG port on every node; the firewall opens exactly this port between cluster nodes.
     port: Annotated[int, Field(ge=1024, le=65535)] = 2222

@@ -202,9 +202,14 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
         problems.append(Problem(f"{key}.runtime_version", f"unknown TPU runtime {tpu.runtime_version!r}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}"))
     elif generation.generation not in runtime.generations:
         problems.append(Problem(f"{key}.runtime_version", f"{tpu.runtime_version} does not support TPU {generation.generation}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}"))
-    elif runtime.tensorflow_version and generation.is_multi_host(size) and "-pod-" not in runtime.version:
-        pod_runtimes = [r for r in fitting if "-pod-" in r]
-        problems.append(Problem(f"{key}.runtime_version", f"{tpu.accelerator_type} spans several hosts and needs a pod runtime; for {generation.generation}: {_join(pod_runtimes)}"))
+    if size in generation.valid_suffixes and generation.is_multi_host(size):
+        # The boot script runs the trainer with TPUClusterResolver("local"): one host. A pod
+        # slice runs the script on every host and needs a launcher this project lacks.
+        single_host = [f"{generation.prefix}-{s}" for s in generation.valid_suffixes if not generation.is_multi_host(s)]
+        problems.append(Problem(f"{key}.accelerator_type", f"{tpu.accelerator_type} spans several hosts; trainstack runs single-host TPU VMs: {_join(single_host)}"))
+    if tpu.spot and tpu.on_finish == "stop":
+        # Google: a Spot TPU cannot be restarted once stopped or preempted, only recreated.
+        problems.append(Problem(f"{key}.on_finish", "a Spot TPU cannot be started again after it stops; use on_finish: delete (or keep), or spot: false"))
     cluster = cfg.settings.cluster
     if cluster is not None and cluster.ps_count:
         # Seed 001: a TPU job cannot have parameter servers; the service rejects it.

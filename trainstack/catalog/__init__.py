@@ -54,6 +54,7 @@ class MachineType:
     on_demand_usd_hr: float | None  # without its GPUs
     spot_usd_hr: float | None
     on_demand_allowed: bool  # False: Compute Engine creates it only as Spot (or Flex-start / reserved)
+    nic_type: str | None  # the network interface the series requires (A3: GVNIC)
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ def load_catalog() -> Catalog:
             on_demand_usd_hr=_optional_float(row["on_demand_usd_hr"]),
             spot_usd_hr=_optional_float(row["spot_usd_hr"]),
             on_demand_allowed=row["on_demand_allowed"] == "yes",
+            nic_type=row["nic_type"] or None,
         )
         for row in _rows("machine_types.csv")
     }

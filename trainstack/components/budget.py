@@ -12,15 +12,20 @@ class BillingBudget(pulumi.ComponentResource):
     def __init__(self, name: str, project: str, budget: Budget, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:BillingBudget", name, None, opts)
         project_number = gcp.organizations.get_project_output(project_id=project).number
+        # The Budgets API bills its calls to a quota project; with a user's own credentials
+        # it refuses requests that name none. This provider names the stack's project.
+        provider = gcp.Provider(f"{name}-billing-provider", project=project, user_project_override=True, billing_project=project, opts=pulumi.ResourceOptions(parent=self))
+        dollars = int(budget.monthly_usd)
+        cents_as_nanos = round((budget.monthly_usd - dollars) * 1e9)
         self.budget = gcp.billing.Budget(
             f"{name}-budget",
             billing_account=budget.billing_account,
             display_name=f"trainstack {name}",
             amount=gcp.billing.BudgetAmountArgs(
-                specified_amount=gcp.billing.BudgetAmountSpecifiedAmountArgs(currency_code="USD", units=str(int(budget.monthly_usd)))
+                specified_amount=gcp.billing.BudgetAmountSpecifiedAmountArgs(currency_code="USD", units=str(dollars), nanos=cents_as_nanos)
             ),
             threshold_rules=[gcp.billing.BudgetThresholdRuleArgs(threshold_percent=t) for t in budget.thresholds],
             budget_filter=gcp.billing.BudgetBudgetFilterArgs(projects=[project_number.apply(lambda n: f"projects/{n}")]),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
         )
         self.register_outputs({"monthly_usd": budget.monthly_usd})

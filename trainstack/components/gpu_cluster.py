@@ -107,7 +107,7 @@ class GpuCluster(pulumi.ComponentResource):
                 ),
                 # No access_configs: the node has no public IP; it reaches Google APIs through
                 # Private Google Access and the internet through Cloud NAT.
-                network_interfaces=[gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=subnetwork)],
+                network_interfaces=[gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=subnetwork, nic_type=machine.nic_type)],
                 service_account=gcp.compute.InstanceServiceAccountArgs(
                     email=service_account_email, scopes=["https://www.googleapis.com/auth/cloud-platform"]
                 ),

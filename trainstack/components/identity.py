@@ -11,6 +11,7 @@ PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 # Read, write and delete objects, without the right to change the bucket's IAM policy.
 BUCKET_ROLE = "roles/storage.objectUser"
 REGISTRY_ROLE = "roles/artifactregistry.reader"
+DATA_BUCKET_ROLE = "roles/storage.objectViewer"
 # OAuth scope for the VM: access is governed by the IAM roles above, as Google recommends.
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
@@ -23,6 +24,7 @@ class TrainingIdentity(pulumi.ComponentResource):
         account_id: str,
         bucket_name: pulumi.Input[str],
         repository: gcp.artifactregistry.Repository,
+        data_bucket: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("trainstack:index:TrainingIdentity", name, None, opts)
@@ -41,6 +43,12 @@ class TrainingIdentity(pulumi.ComponentResource):
             for role in PROJECT_ROLES
         ]
         self.bucket_binding = gcp.storage.BucketIAMMember(f"{name}-bucket-objects", bucket=bucket_name, role=BUCKET_ROLE, member=self.member, opts=child)
+        # Training data in another bucket: read-only access to that bucket alone.
+        self.data_binding = (
+            gcp.storage.BucketIAMMember(f"{name}-data-reader", bucket=data_bucket, role=DATA_BUCKET_ROLE, member=self.member, opts=child)
+            if data_bucket
+            else None
+        )
         self.registry_binding = gcp.artifactregistry.RepositoryIamMember(
             f"{name}-registry-reader",
             project=project,

@@ -24,6 +24,15 @@ TRAINER_SOURCE = scripts.REPOSITORY / "trainer"
 TPU_SELF_STOP_ROLE = "roles/tpu.admin"
 
 
+def external_data_bucket(cfg: StackConfig) -> str | None:
+    """The bucket of ``job.data`` when it is not the stack's own bucket."""
+    data = cfg.settings.job.data
+    if not data.startswith("gs://"):
+        return None
+    bucket = data.removeprefix("gs://").split("/", 1)[0]
+    return None if bucket == scripts.bucket_name(cfg) else bucket
+
+
 def ssh_command(vm_name: str, zone: str, project: str, tpu: bool = False) -> str:
     if tpu:
         return f"gcloud compute tpus tpu-vm ssh {vm_name} --zone {zone} --project {project} --tunnel-through-iap"
@@ -50,7 +59,7 @@ class TrainingStack(pulumi.ComponentResource):
         self.bucket = TrainingBucket(f"{name}-storage", scripts.bucket_name(cfg), region, settings.storage, labels, opts=after_apis)
         self.registry = ContainerRegistry(f"{name}-registry", project, region, f"{name}-images", labels, opts=after_apis)
         self.identity = TrainingIdentity(
-            f"{name}-identity", project, f"{name}-train", self.bucket.name, self.registry.repository, opts=after_apis
+            f"{name}-identity", project, f"{name}-train", self.bucket.name, self.registry.repository, external_data_bucket(cfg), opts=after_apis
         )
         port = settings.cluster.port if settings.cluster else None
         self.network = PrivateNetwork(f"{name}-net", project, region, self.identity.email, port, opts=after_apis)
@@ -59,6 +68,7 @@ class TrainingStack(pulumi.ComponentResource):
             self.identity.bucket_binding,
             self.identity.registry_binding,
             *self.identity.project_bindings,
+            *([self.identity.data_binding] if self.identity.data_binding else []),
             self.network.nat,
         ]
         node_opts = pulumi.ResourceOptions(parent=self, depends_on=node_dependencies)
