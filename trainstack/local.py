@@ -26,12 +26,12 @@ import sysconfig
 import threading
 import time
 import zipfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from trainer.local_cluster import free_loopback_ports
 from trainstack import scripts
 from trainstack.config import StackConfig
 from trainstack.rules import resolved_strategy
@@ -160,7 +160,7 @@ class LocalRunResult:
 
     @property
     def succeeded(self) -> bool:
-        return bool(self.job_status) and self.job_status.get("state") == "SUCCEEDED"  # type: ignore[union-attr]
+        return self.job_status is not None and self.job_status.get("state") == "SUCCEEDED"
 
 
 class LocalRun:
@@ -200,8 +200,6 @@ class LocalRun:
         ]
         self.project_attributes: dict[str, str] = {}
         if with_cluster:
-            from trainer.local_cluster import free_loopback_ports
-
             ports = free_loopback_ports(len(nodes))
             cluster: dict[str, list[str]] = {}
             for node, port in zip(nodes, ports):
@@ -359,5 +357,3 @@ def exit_code(result: LocalRunResult) -> int:
     code = (result.job_status or {}).get("exit_code")
     return code if isinstance(code, int) and code > 0 else 1
 
-
-__all__: Sequence[str] = ("LocalRun", "LocalRunResult", "run_local", "report", "exit_code")
