@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import BASE_CONFIG, write_stack
+from stack_helpers import BASE_CONFIG, write_stack
 from trainstack.cli import main
 
 REPO = Path(__file__).resolve().parent.parent

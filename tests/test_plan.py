@@ -11,7 +11,7 @@ from typing import Any
 import pulumi_gcp as gcp
 import pytest
 
-from conftest import plan_for
+from stack_helpers import plan_for
 from trainstack.plan import Plan, PlannedResource
 
 INSTANCE = "gcp:compute/instance:Instance"
@@ -236,7 +236,7 @@ def test_stacks_without_a_cluster_open_no_training_port() -> None:
 
 
 def test_data_in_another_bucket_is_granted_read_only(tmp_path: Path) -> None:
-    from conftest import BASE_CONFIG, write_stack
+    from stack_helpers import BASE_CONFIG, write_stack
     from trainstack.plan import run_plan
     from trainstack.stackfile import load_stack
 

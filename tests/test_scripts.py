@@ -9,7 +9,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from conftest import SHIPPED_STACKS
+from stack_helpers import SHIPPED_STACKS
 from trainstack import scripts
 from trainstack.stackfile import STACKS_DIR, load_stack
 

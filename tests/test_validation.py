@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SHIPPED_STACKS, base_config, write_stack
+from stack_helpers import SHIPPED_STACKS, base_config, write_stack
 from trainstack.cli import main
 
 DELETE = object()

@@ -1,0 +1,54 @@
+"""Shared test helpers: stack files written to a temporary folder, and plans of the shipped stacks.
+
+A module of its own (not conftest.py): tests/trainer/ has a conftest too, and a bare
+`import conftest` finds whichever of the two was imported first."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainstack.plan import Plan, run_plan
+from trainstack.stackfile import STACKS_DIR, load_stack, stack_name_from_path
+
+SHIPPED_STACKS = sorted(stack_name_from_path(p) for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+
+# A valid multi-worker stack that the invalid-input tests mutate one key at a time.
+BASE_CONFIG: dict[str, Any] = {
+    "gcp:project": "test-project-123",
+    "gcp:region": "us-central1",
+    "trainstack:zone": "us-central1-a",
+    "trainstack:labels": {"team": "vision"},
+    "trainstack:cluster": {
+        "chief": {"machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 2}},
+        "workers": {"count": 2, "machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 2}, "spot": True},
+        "strategy": "auto",
+        "max_run_hours": 24,
+        "on_finish": "stop",
+    },
+    "trainstack:job": {"name": "flowers_mwms", "model": "cnn", "data": "synthetic", "epochs": 10, "batch_size_per_replica": 32},
+}
+
+
+def base_config() -> dict[str, Any]:
+    return copy.deepcopy(BASE_CONFIG)
+
+
+def write_stack(directory: Path, config: dict[str, Any], stack: str = "test") -> Path:
+    path = directory / f"Pulumi.{stack}.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+_plans: dict[str, Plan] = {}
+
+
+def plan_for(stack: str) -> Plan:
+    """Plan a shipped stack once per test session (each plan runs the whole program)."""
+    if stack not in _plans:
+        cfg, raw = load_stack(STACKS_DIR / f"Pulumi.{stack}.yaml")
+        _plans[stack] = run_plan(cfg, raw)
+    return _plans[stack]
