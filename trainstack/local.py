@@ -125,7 +125,7 @@ class _MetadataHandler(BaseHTTPRequestHandler):
         """Quiet: the nodes' own logs say what they fetched."""
 
 
-def package_trainer(destination: Path, source: Path = scripts.REPOSITORY / "trainer") -> None:
+def package_trainer(destination: Path, source: Path = scripts.TRAINER_SOURCE) -> None:
     """The same archive `pulumi up` uploads: the trainer/ package at the root of a zip."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -172,7 +172,7 @@ class LocalRun:
         workdir: Path,
         overrides: TrainerOverrides,
         echo: bool = True,
-        trainer_source: Path = scripts.REPOSITORY / "trainer",
+        trainer_source: Path = scripts.TRAINER_SOURCE,
         kind: scripts.NodeKind | None = None,
         environment_installed: bool = True,
     ) -> None:

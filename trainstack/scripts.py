@@ -23,6 +23,8 @@ from trainstack.topology import Node
 REPOSITORY = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPOSITORY / "templates"
 NODE_REQUIREMENTS = REPOSITORY / "requirements-node.txt"
+# The trainer package that `pulumi up` uploads and `trainstack local` stages.
+TRAINER_SOURCE = REPOSITORY / "trainer"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ import json
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.components.identity import CLOUD_PLATFORM_SCOPE
+
 from trainstack.catalog import Image, load_catalog
 from trainstack.config import Cluster
 from trainstack.topology import Node
@@ -109,7 +111,7 @@ class GpuCluster(pulumi.ComponentResource):
                 # Private Google Access and the internet through Cloud NAT.
                 network_interfaces=[gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=subnetwork, nic_type=machine.nic_type)],
                 service_account=gcp.compute.InstanceServiceAccountArgs(
-                    email=service_account_email, scopes=["https://www.googleapis.com/auth/cloud-platform"]
+                    email=service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
                 ),
                 shielded_instance_config=gcp.compute.InstanceShieldedInstanceConfigArgs(
                     enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True

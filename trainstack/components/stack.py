@@ -20,7 +20,6 @@ from trainstack.cost import stack_costs, total_hourly_usd
 from trainstack.topology import cluster_nodes, tf_cluster_spec
 
 
-TRAINER_SOURCE = scripts.REPOSITORY / "trainer"
 TPU_SELF_STOP_ROLE = "roles/tpu.admin"
 
 
@@ -80,7 +79,7 @@ class TrainingStack(pulumi.ComponentResource):
                 f"{name}-trainer-package",
                 bucket=self.bucket.name,
                 name=scripts.TRAINER_OBJECT,
-                source=pulumi.AssetArchive({"trainer": pulumi.FileArchive(str(TRAINER_SOURCE))}),
+                source=pulumi.AssetArchive({"trainer": pulumi.FileArchive(str(scripts.TRAINER_SOURCE))}),
                 opts=child,
             )
             node_dependencies.append(self.trainer_package)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.components.identity import CLOUD_PLATFORM_SCOPE
+
 from trainstack.config import Tpu
 
 
@@ -34,7 +36,7 @@ class TpuVm(pulumi.ComponentResource):
             runtime_version=tpu.runtime_version,
             network_config=gcp.tpu.V2VmNetworkConfigArgs(network=network, subnetwork=subnetwork, enable_external_ips=False),
             service_account=gcp.tpu.V2VmServiceAccountArgs(
-                email=service_account_email, scopes=["https://www.googleapis.com/auth/cloud-platform"]
+                email=service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
             ),
             scheduling_config=gcp.tpu.V2VmSchedulingConfigArgs(spot=tpu.spot),
             shielded_instance_config=gcp.tpu.V2VmShieldedInstanceConfigArgs(enable_secure_boot=True),
