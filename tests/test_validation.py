@@ -103,9 +103,9 @@ INVALID_TPU: list[tuple[str, dict[str, Any], str, str]] = [
     ("tpu_not_in_zone", {"trainstack:tpu.accelerator_type": "v4-8"}, "trainstack:tpu.accelerator_type", "us-central2-b"),
     ("unknown_tpu_runtime", {"trainstack:tpu.runtime_version": "tpu-vm-tf-9.9"}, "trainstack:tpu.runtime_version", "TensorFlow runtimes for v2"),
     ("multi_host_slice", {"trainstack:tpu.accelerator_type": "v2-32", "trainstack:tpu.runtime_version": "tpu-vm-tf-2.17.0-pod-pjrt"}, "trainstack:tpu.accelerator_type", "single-host TPU VMs: v2-8"),
-    ("spot_tpu_stopped", {"trainstack:tpu.spot": True}, "trainstack:tpu.on_finish", "cannot be started again"),
+    ("spot_tpu_stopped", {"trainstack:tpu.spot": True, "trainstack:tpu.on_finish": "stop"}, "trainstack:tpu.on_finish", "cannot be started again"),
     ("tpu_with_parameter_servers", {C: {"chief": {"machine_type": "n1-highcpu-16"}, "workers": {"count": 1, "machine_type": "n1-highcpu-16"}, "parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"}}}, f"{C}.parameter_servers.count", "cannot be combined with a TPU"),
-    ("tpu_agent_primitive_role", {"trainstack:tpu.service_agent_role": "roles/editor"}, "trainstack:tpu.service_agent_role", "primitive role"),
+    ("tpu_agent_primitive_role", {"trainstack:tpu.service_agent_role": "roles/editor"}, "trainstack:tpu.service_agent_role", "only a service-agent role: roles/tpu.serviceAgent"),
 ]
 
 

@@ -8,6 +8,7 @@ offers what) are checked afterwards by :mod:`trainstack.rules` against the catal
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from trainstack.errors import Problem, StackConfigError
+from trainstack.errors import Problem, StackConfigError, shorten
 
 NAMESPACE = "trainstack"
 
@@ -23,23 +24,71 @@ Strategy = Literal["auto", "one_device", "mirrored", "multi_worker_mirrored", "p
 OnFinish = Literal["stop", "delete", "keep"]
 Model = Literal["cnn", "resnet50"]
 
+# Every pattern below is applied with re.fullmatch: with re.match and "$", a trailing
+# newline passes ("j1\n"), and a value that reaches a shell or a resource name must not.
 # Seeds 003: job names are letters, digits and underscores, start with a letter, at most 128 characters.
-JOB_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+JOB_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 # Resource names derive from the stack name (VMs, bucket, service account id "<name>-train"),
 # so it must be a lowercase RFC 1035 label short enough that the longest derived name fits:
 # service account ids are limited to 30 characters.
-RESOURCE_NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]{0,22}[a-z0-9])?$")
-LABEL_KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-LABEL_VALUE_PATTERN = re.compile(r"^[a-z0-9_-]{0,63}$")
-PROJECT_ID_PATTERN = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
-BILLING_ACCOUNT_PATTERN = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
+RESOURCE_NAME_MAX = 24
+RESOURCE_NAME_PATTERN = re.compile(r"[a-z]([-a-z0-9]{0,22}[a-z0-9])?")
+# Pulumi's stack names: letters, digits, "-", "_" and "."; at most 100 characters.
+STACK_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+LABEL_KEY_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")
+# Labels the program sets itself on every resource; a stack may not set or override them.
+RESERVED_LABEL_PREFIX = "trainstack-"
+# Compute Engine allows 64 labels per resource; the program adds at most two of its own.
+MAX_USER_LABELS = 62
+PROJECT_ID_PATTERN = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
+REGION_PATTERN = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+# A zone is its region and one letter (us-central1-a); the region is then checked
+# against the catalog's list of regions.
+ZONE_PATTERN = re.compile(r"(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]")
+BILLING_ACCOUNT_PATTERN = re.compile(r"[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}")
+# gs://BUCKET[/PATH]: bucket names are 3-63 lowercase letters, digits, "-", "_" and ".";
+# object paths are printable and bounded.
+GCS_URI_PATTERN = re.compile(r"gs://(?P<bucket>[a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(/[^\x00-\x1f\x7f]{0,1000})?")
 PRIMITIVE_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
+# Google's IAM service-agent reference: the Cloud TPU service agent
+# (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com) holds roles/tpu.serviceAgent.
+# roles/ml.serviceAgent is what seed 001 granted it for AI Platform Training (shut down on
+# 2025-01-31); it stays accepted for stacks that still need it, but is no longer the default.
+TPU_SERVICE_AGENT_ROLES = ("roles/tpu.serviceAgent", "roles/ml.serviceAgent")
+
+# Trainer flags that the stack sets through its own keys (job.*, cluster.strategy, the job
+# directory); `job.args` may not set them again, or they would bypass validation and IAM.
+STACK_SET_FLAGS = {
+    "--job-dir": "trainstack:job.name (the job directory is gs://<bucket>/jobs/<name>)",
+    "--model": "trainstack:job.model",
+    "--data": "trainstack:job.data",
+    "--epochs": "trainstack:job.epochs",
+    "--batch-size-per-replica": "trainstack:job.batch_size_per_replica",
+    "--image-size": "trainstack:job.image_size",
+    "--steps-per-epoch": "trainstack:job.steps_per_epoch",
+    "--strategy": "trainstack:cluster.strategy",
+    "--tpu": "trainstack:tpu",
+}
+# Bounds on job.args: they travel in instance metadata (Compute Engine: 256 KB per value,
+# 512 KB per instance, startup script included).
+MAX_ARGS = 256
+MAX_ARG_CHARS = 4096
+MAX_ARGS_TOTAL_CHARS = 32 * 1024
 
 PositiveInt = Annotated[int, Field(gt=0)]
+# Upper bounds keep a typo (or a hostile value) from turning into a week of GPU time or an
+# integer no consumer can hold.
+Epochs = Annotated[int, Field(gt=0, le=100_000)]
+BatchSize = Annotated[int, Field(gt=0, le=65_536)]
+Steps = Annotated[int, Field(gt=0, le=10_000_000)]
+# Compute Engine accepts run-time limits from 30 seconds up to 120 days.
+MaxRunHours = Annotated[float, Field(ge=0.01, le=24 * 120)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # allow_inf_nan=False: ".inf" or ".nan" in YAML is a float too, and passes ge/le checks.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class Accelerator(_Strict):
@@ -76,11 +125,14 @@ class Cluster(_Strict):
     parameter_servers: ParameterServerPool | None = None
     strategy: Strategy = "auto"
     # A hard cap on billing if a job hangs: Compute Engine stops (or deletes) the VM after this long.
-    # Compute Engine accepts run-time limits from 30 seconds up to 120 days.
-    max_run_hours: Annotated[float, Field(ge=0.01, le=24 * 120)] = 24
+    max_run_hours: MaxRunHours = 24
     on_finish: OnFinish = "stop"
     # TF_CONFIG port on every node; the firewall opens exactly this port between cluster nodes.
     port: Annotated[int, Field(ge=1024, le=65535)] = 2222
+    # The chief's boot script refreshes a heartbeat in the job status while the job runs; any
+    # other node that sees no new heartbeat for this long takes the chief for dead, ends its
+    # trainer, records FAILED and applies on_finish instead of billing until max_run_hours.
+    heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=24 * 3600)] = 600
 
     @property
     def worker_count(self) -> int:
@@ -95,19 +147,30 @@ class Tpu(_Strict):
     accelerator_type: str
     runtime_version: str
     spot: bool = False
-    on_finish: OnFinish = "stop"
-    # Seed 001 grants the Cloud TPU service agent this role; on TPU VMs data access goes
-    # through the VM's own service account, so a user may choose roles/tpu.serviceAgent instead.
-    service_agent_role: str = "roles/ml.serviceAgent"
+    # None: not set by the user; see effective_on_finish.
+    on_finish: OnFinish | None = None
+    # The TPU API has no run-time limit for TPU VMs: the boot script enforces this one.
+    max_run_hours: MaxRunHours = 24
+    service_agent_role: str = TPU_SERVICE_AGENT_ROLES[0]
 
     @field_validator("service_agent_role")
     @classmethod
-    def _no_primitive_role(cls, role: str) -> str:
-        if role in PRIMITIVE_ROLES:
-            raise ValueError(f"primitive role {role} is not allowed; use a predefined role such as roles/ml.serviceAgent")
-        if not role.startswith("roles/"):
-            raise ValueError(f"{role!r} is not a role name; it should start with 'roles/'")
+    def _service_agent_roles_only(cls, role: str) -> str:
+        if role not in TPU_SERVICE_AGENT_ROLES:
+            raise ValueError(
+                f"the Cloud TPU service agent may be granted only a service-agent role: {', '.join(TPU_SERVICE_AGENT_ROLES)}"
+            )
         return role
+
+    @property
+    def effective_on_finish(self) -> OnFinish:
+        """What the TPU VM does when the job ends: the user's choice, else a default that fits.
+
+        A Spot TPU cannot be started again after it stops (only recreated), so an unset
+        on_finish means delete for Spot and stop otherwise."""
+        if self.on_finish is not None:
+            return self.on_finish
+        return "delete" if self.spot else "stop"
 
 
 class Notebook(_Strict):
@@ -121,18 +184,18 @@ class Job(_Strict):
     name: str = "train"
     model: Model = "cnn"
     data: str = "synthetic"
-    epochs: PositiveInt = 10
-    batch_size_per_replica: PositiveInt = 32
-    steps_per_epoch: PositiveInt | None = None
+    epochs: Epochs = 10
+    batch_size_per_replica: BatchSize = 32
+    steps_per_epoch: Steps | None = None
     image_size: Annotated[int, Field(ge=16, le=1024)] = 180
-    args: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
 
     @field_validator("name")
     @classmethod
     def _job_name_rules(cls, name: str) -> str:
-        if not JOB_NAME_PATTERN.match(name):
+        if not JOB_NAME_PATTERN.fullmatch(name):
             raise ValueError(
-                f"{name!r} is not a valid job name: use letters, digits and underscores, "
+                f"{shorten(name)} is not a valid job name: use letters, digits and underscores, "
                 "start with a letter, at most 128 characters"
             )
         return name
@@ -140,21 +203,37 @@ class Job(_Strict):
     @field_validator("data")
     @classmethod
     def _data_source(cls, data: str) -> str:
-        if data != "synthetic" and not data.startswith("gs://"):
-            raise ValueError(f"{data!r} is not a data source: use 'synthetic' or a gs:// path readable by the training service account")
+        if data != "synthetic" and not GCS_URI_PATTERN.fullmatch(data):
+            raise ValueError(
+                f"{shorten(data)} is not a data source: use 'synthetic' or a gs://BUCKET/PATH readable by the training service account"
+            )
         return data
+
+    @field_validator("args")
+    @classmethod
+    def _args_set_nothing_the_stack_sets(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            if len(arg) > MAX_ARG_CHARS or any(not c.isprintable() for c in arg):
+                raise ValueError(f"{shorten(arg)}: each argument is printable text of at most {MAX_ARG_CHARS} characters")
+            flag = arg.split("=", 1)[0]
+            if flag in STACK_SET_FLAGS:
+                raise ValueError(f"{flag} is set by the stack, not by job.args; use {STACK_SET_FLAGS[flag]}")
+        if sum(len(arg) for arg in args) > MAX_ARGS_TOTAL_CHARS:
+            raise ValueError(f"the arguments add up to more than {MAX_ARGS_TOTAL_CHARS} characters")
+        return args
 
 
 class Budget(_Strict):
     billing_account: str
-    monthly_usd: Annotated[float, Field(gt=0)]
-    thresholds: list[Annotated[float, Field(gt=0, le=2)]] = Field(default_factory=lambda: [0.5, 0.9, 1.0])
+    # In the billing account's own currency (the budget names none, so Google uses the account's).
+    monthly_usd: Annotated[float, Field(gt=0, le=100_000_000)]
+    thresholds: list[Annotated[float, Field(gt=0, le=2)]] = Field(default_factory=lambda: [0.5, 0.9, 1.0], max_length=20)
 
     @field_validator("billing_account")
     @classmethod
     def _billing_account_format(cls, account: str) -> str:
-        if not BILLING_ACCOUNT_PATTERN.match(account):
-            raise ValueError(f"{account!r} is not a billing account id: expected the form 012345-6789AB-CDEF01")
+        if not BILLING_ACCOUNT_PATTERN.fullmatch(account):
+            raise ValueError(f"{shorten(account)} is not a billing account id: expected the form 012345-6789AB-CDEF01")
         return account
 
 
@@ -179,24 +258,35 @@ class Settings(_Strict):
     budget: Budget | None = None
     storage: Storage = Field(default_factory=Storage)
 
+    @field_validator("zone")
+    @classmethod
+    def _zone_name(cls, zone: str) -> str:
+        if not ZONE_PATTERN.fullmatch(zone):
+            raise ValueError(f"{shorten(zone)} is not a zone name: zones look like us-central1-a")
+        return zone
+
     @field_validator("name")
     @classmethod
     def _resource_name(cls, name: str | None) -> str | None:
-        if name is not None and not RESOURCE_NAME_PATTERN.match(name):
+        if name is not None and not RESOURCE_NAME_PATTERN.fullmatch(name):
             raise ValueError(
-                f"{name!r} is not a valid name: lowercase letters, digits and hyphens, "
-                "starting with a letter, at most 24 characters"
+                f"{shorten(name)} is not a valid name: lowercase letters, digits and hyphens, "
+                f"starting with a letter, at most {RESOURCE_NAME_MAX} characters"
             )
         return name
 
     @field_validator("labels")
     @classmethod
     def _label_rules(cls, labels: dict[str, str]) -> dict[str, str]:
+        if len(labels) > MAX_USER_LABELS:
+            raise ValueError(f"{len(labels)} labels: Google Cloud allows 64 per resource and trainstack sets 2, so at most {MAX_USER_LABELS}")
         for key, value in labels.items():
-            if not LABEL_KEY_PATTERN.match(key):
-                raise ValueError(f"label key {key!r}: lowercase letters, digits, '_' and '-', starting with a letter, at most 63 characters")
-            if not LABEL_VALUE_PATTERN.match(value):
-                raise ValueError(f"label {key}={value!r}: values are lowercase letters, digits, '_' and '-', at most 63 characters")
+            if not LABEL_KEY_PATTERN.fullmatch(key):
+                raise ValueError(f"label key {shorten(key)}: lowercase letters, digits, '_' and '-', starting with a letter, at most 63 characters")
+            if key.startswith(RESERVED_LABEL_PREFIX):
+                raise ValueError(f"label key {key}: keys starting with {RESERVED_LABEL_PREFIX!r} are set by trainstack")
+            if not LABEL_VALUE_PATTERN.fullmatch(value):
+                raise ValueError(f"label {key}={shorten(value)}: values are lowercase letters, digits, '_' and '-', at most 63 characters")
         return labels
 
 
@@ -220,21 +310,47 @@ class StackConfig(BaseModel):
         return {**self.settings.labels, "trainstack-stack": default_resource_name(self.stack)}
 
 
+# Characters of the stack-name hash that keep two stacks' derived names apart.
+NAME_HASH_CHARS = 5
+
+
 def default_resource_name(stack: str) -> str:
-    """Lowercase the stack name into a valid resource-name prefix ("Team_A" -> "team-a")."""
+    """The stack name as a valid resource-name prefix ("dev" -> "dev", "Team_A" -> "team-a-3f1c2").
+
+    When the name must change to fit (case, characters, length), a short hash of the whole
+    stack name is appended, so two stacks whose names differ only in what was dropped
+    ("Team_A" and "team-a", or two long names sharing their first 24 characters) still get
+    different VMs, buckets and service accounts."""
     name = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-")
     if not name or not name[0].isalpha():
         name = f"ts-{name}".rstrip("-")
-    return name[:24].rstrip("-")
+    if name == stack and len(name) <= RESOURCE_NAME_MAX:
+        return name
+    digest = hashlib.sha256(stack.encode()).hexdigest()[:NAME_HASH_CHARS]
+    return f"{name[: RESOURCE_NAME_MAX - NAME_HASH_CHARS - 1].rstrip('-')}-{digest}"
+
+
+def stack_name_problem(stack: str) -> str | None:
+    """Why ``stack`` is not a Pulumi stack name, or None when it is one."""
+    if not STACK_NAME_PATTERN.fullmatch(stack) or stack in (".", ".."):
+        return (
+            f"{shorten(stack)} is not a stack name: letters, digits, '-', '_' and '.', "
+            "at most 100 characters, not '.' or '..'"
+        )
+    return None
+
+
+# Pulumi passes each config value as a string; no sensible stack value comes near this.
+MAX_CONFIG_VALUE_CHARS = 1024 * 1024
 
 
 def decode_config_value(value: Any) -> Any:
     """Pulumi hands config values to the program as strings; objects and numbers arrive as JSON text."""
-    if not isinstance(value, str):
+    if not isinstance(value, str) or len(value) > MAX_CONFIG_VALUE_CHARS:
         return value
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return value
 
 
@@ -279,8 +395,8 @@ def problems_from_validation_error(error: ValidationError) -> list[Problem]:
             message = "required key is missing"
         else:
             message = str(detail["msg"]).removeprefix("Value error, ")
-            if "input" in detail and kind not in {"model_type", "dict_type"}:
-                message = f"{message} (got {detail['input']!r})"
+            if "input" in detail and kind not in {"model_type", "dict_type", "value_error"}:
+                message = f"{message} (got {shorten(detail['input'])})"
         problems.append(Problem(_key_for(loc), message))
     return problems
 
@@ -305,12 +421,14 @@ def parse_stack_config(stack: str, config: Mapping[str, Any]) -> StackConfig:
         if namespace == NAMESPACE:
             settings_raw[name] = decode_config_value(value)
 
+    if (stack_problem := stack_name_problem(stack)) is not None:
+        problems.append(Problem("stack", stack_problem))
     project = config.get("gcp:project")
     region = config.get("gcp:region")
-    if not isinstance(project, str) or not PROJECT_ID_PATTERN.match(project):
-        problems.append(Problem("gcp:project", f"a Google Cloud project id is required (6-30 lowercase letters, digits, hyphens), got {project!r}"))
-    if not isinstance(region, str) or not re.match(r"^[a-z]+-[a-z]+[0-9]+$", region):
-        problems.append(Problem("gcp:region", f"a region such as us-central1 is required, got {region!r}"))
+    if not isinstance(project, str) or not PROJECT_ID_PATTERN.fullmatch(project):
+        problems.append(Problem("gcp:project", f"a Google Cloud project id is required (6-30 lowercase letters, digits, hyphens), got {shorten(project)}"))
+    if not isinstance(region, str) or not REGION_PATTERN.fullmatch(region):
+        problems.append(Problem("gcp:region", f"a region such as us-central1 is required, got {shorten(region)}"))
 
     settings: Settings | None = None
     try:

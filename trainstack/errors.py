@@ -3,6 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+# A problem line quotes what the user wrote; a hostile file can hold megabytes in one value.
+MAX_QUOTED_CHARS = 80
+MAX_KEY_CHARS = 200
+MAX_MESSAGE_CHARS = 2000
+
+
+def shorten(value: Any, limit: int = MAX_QUOTED_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters, without building the repr of a huge value."""
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    if isinstance(value, (dict, list, tuple, set)) and len(value) > 8:
+        return f"a {type(value).__name__} of {len(value)} items"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 @dataclass(frozen=True)
@@ -13,7 +29,7 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{_printable(self.key)}: {_printable(self.message)}"
+        return f"{_printable(self.key)[:MAX_KEY_CHARS]}: {_printable(self.message)[:MAX_MESSAGE_CHARS]}"
 
 
 def _printable(text: str) -> str:

@@ -164,6 +164,8 @@ def _check_strategy(cluster: Cluster, catalog: Catalog) -> list[Problem]:
             problems.append(Problem(f"{key}.parameter_servers.count", "strategy parameter_server needs at least 1 parameter server"))
         if cluster.worker_count < 1:
             problems.append(Problem(f"{key}.workers.count", "strategy parameter_server needs at least 1 worker"))
+    if strategy == "multi_worker_mirrored" and cluster.worker_count < 1:
+        problems.append(Problem(f"{key}.workers.count", "multi_worker_mirrored needs at least 1 worker besides the chief; for one machine use mirrored (or auto)"))
     if strategy == "multi_worker_mirrored" and cluster.workers is not None:
         chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
         worker_gpus = effective_accelerator(cluster.workers.machine_type, cluster.workers.accelerator, catalog)
@@ -207,7 +209,7 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
         # slice runs the script on every host and needs a launcher this project lacks.
         single_host = [f"{generation.prefix}-{s}" for s in generation.valid_suffixes if not generation.is_multi_host(s)]
         problems.append(Problem(f"{key}.accelerator_type", f"{tpu.accelerator_type} spans several hosts; trainstack runs single-host TPU VMs: {_join(single_host)}"))
-    if tpu.spot and tpu.on_finish == "stop":
+    if tpu.spot and tpu.effective_on_finish == "stop":
         # Google: a Spot TPU cannot be restarted once stopped or preempted, only recreated.
         problems.append(Problem(f"{key}.on_finish", "a Spot TPU cannot be started again after it stops; use on_finish: delete (or keep), or spot: false"))
     cluster = cfg.settings.cluster
@@ -227,6 +229,10 @@ def check_notebook(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
 def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Problem]:
     catalog = catalog or load_catalog()
     zone = cfg.settings.zone
+    if cfg.region not in catalog.regions:
+        close = difflib.get_close_matches(cfg.region, sorted(catalog.regions), n=3, cutoff=0.6)
+        hint = f"did you mean: {_join(close)}" if close else f"regions: {_join(sorted(catalog.regions))}"
+        return [Problem("gcp:region", f"unknown region {cfg.region}; {hint}")]
     if _region_of(zone) != cfg.region:
         return [Problem(f"{NAMESPACE}:zone", f"zone {zone} is not in gcp:region {cfg.region}; zones look like {cfg.region}-a")]
     return check_cluster(cfg, catalog) + check_tpu(cfg, catalog) + check_notebook(cfg, catalog)

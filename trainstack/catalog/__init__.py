@@ -115,6 +115,7 @@ class Catalog:
     tpu_runtimes: dict[str, TpuRuntime]
     images: dict[str, Image] = field(default_factory=dict)
     disk_usd_gb_month: dict[str, float] = field(default_factory=dict)
+    regions: frozenset[str] = frozenset()
 
     @property
     def disk_usd_gb_hour(self) -> float:
@@ -212,4 +213,5 @@ def load_catalog() -> Catalog:
         tpu_runtimes=runtimes,
         images=images,
         disk_usd_gb_month={row["disk_type"]: float(row["usd_gb_month"]) for row in _rows("disks.csv")},
+        regions=frozenset(row["region"] for row in _rows("regions.csv")),
     )

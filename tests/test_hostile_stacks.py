@@ -1,0 +1,199 @@
+"""Hostile and careless stack files: each is refused in one line per problem, quickly, in bounded memory.
+
+Every case runs the command a user types (`python -m trainstack validate --stack-file F`)
+in its own process, and checks the exit status, the wall time, the peak memory (from the
+kernel's rusage of that process) and that the message names what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_SECONDS = 5.0
+MAX_RSS_MB = 200
+
+BASE = """config:
+  gcp:project: test-project-123
+  gcp:region: us-central1
+  trainstack:zone: us-central1-a
+  trainstack:notebook: {machine_type: n1-standard-8}
+"""
+CLUSTER = """  trainstack:cluster:
+    chief: {machine_type: n1-standard-8, accelerator: {type: nvidia-tesla-t4, count: 1}}
+"""
+
+
+def with_base(extra: str, base: str = BASE) -> str:
+    return base + extra
+
+
+def replacing(key: str, value: str) -> str:
+    """The base stack with one top-level line's value replaced (no duplicate key)."""
+    lines = [line for line in BASE.splitlines() if not line.startswith(f"  {key}:")]
+    return "\n".join(lines) + f"\n  {key}: {value}\n"
+
+
+def billion_laughs(under: str) -> str:
+    levels = ['  a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 9):
+        levels.append(f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return BASE + "\n".join(f"  x:{line.strip()}" for line in levels) + f"\n  {under}: *a8\n"
+
+
+METACHARACTERS = ["$(touch /tmp/pwned)", "`id`", "a;reboot", "x' y", 'x" y', "a|b", "a&&b", "${HOME}", "a>b"]
+
+# (case id, file text, words the output must contain)
+CASES: list[tuple[str, str, str]] = [
+    # Aliases and anchors (billion laughs): refused before expansion.
+    ("billion_laughs_in_labels", billion_laughs("trainstack:labels"), "anchors and aliases"),
+    ("billion_laughs_in_other_namespace", billion_laughs("other:thing"), "anchors and aliases"),
+    ("plain_alias", with_base("  trainstack:labels: &l {team: a}\n  x:y: *l\n"), "anchors and aliases"),
+    ("merge_key", with_base("  x:base: &b {count: 1}\n  x:other: {<<: *b}\n"), "anchors and aliases"),
+    # Size.
+    ("two_megabytes", with_base("  x:pad: '" + "a" * (2 * 1024 * 1024) + "'\n"), "at most 1048576"),
+    ("many_args", with_base("  trainstack:job:\n    args: [" + ", ".join(["--x"] * 100_000) + "]\n"), "trainstack:job.args"),
+    ("huge_job_name", with_base(f"  trainstack:job: {{name: j{'a' * 500_000}}}\n"), "trainstack:job.name"),
+    ("long_arg", with_base(f"  trainstack:job: {{args: ['--note={'x' * 5000}']}}\n"), "at most 4096 characters"),
+    ("args_total_too_long", with_base("  trainstack:job:\n    args: [" + ", ".join([f"'--n={'x' * 4000}'"] * 10) + "]\n"), "add up to more than"),
+    ("two_hundred_labels", with_base("  trainstack:labels: {" + ", ".join(f"k{i}: v" for i in range(200)) + "}\n"), "at most 62"),
+    ("huge_integer", with_base(f"  trainstack:job: {{epochs: {10 ** 300}}}\n"), "trainstack:job.epochs"),
+    ("many_unknown_keys", with_base("".join(f"  trainstack:k{i}: 1\n" for i in range(5000))), "unknown key"),
+    # Depth.
+    ("deep_flow_sequence", with_base("  x:deep: " + "[" * 50_000 + "\n"), "nesting deeper than"),
+    ("deep_flow_mapping", with_base("  x:deep: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n"), "nesting deeper than"),
+    ("deep_block_mapping", with_base("  x:deep:\n" + "".join("  " * (i + 2) + f"k{i}:\n" for i in range(100)) + "  " * 102 + "v: 1\n"), "nesting deeper than"),
+    # Duplicate keys.
+    ("duplicate_on_finish", with_base(CLUSTER + "    on_finish: stop\n    on_finish: keep\n"), "duplicate key 'on_finish' (lines 8 and 9)"),
+    ("duplicate_top_level", BASE + "  gcp:project: other-project-1\n", "duplicate key 'gcp:project'"),
+    ("duplicate_label", with_base("  trainstack:labels:\n    team: a\n    team: b\n"), "duplicate key 'team'"),
+    ("duplicate_config", BASE + "config: {}\n", "duplicate key 'config'"),
+    # Trailing newlines (a bare "$" in a pattern lets them through).
+    ("job_name_newline", with_base('  trainstack:job: {name: "j1\\n"}\n'), "trainstack:job.name"),
+    ("project_newline", replacing("gcp:project", '"test-project-123\\n"'), "gcp:project"),
+    ("region_newline", replacing("gcp:region", '"us-central1\\n"'), "gcp:region"),
+    ("zone_newline", replacing("trainstack:zone", '"us-central1-a\\n"'), "trainstack:zone"),
+    ("label_value_newline", with_base('  trainstack:labels: {team: "vision\\n"}\n'), "trainstack:labels"),
+    ("label_key_newline", with_base('  trainstack:labels: {"team\\n": vision}\n'), "trainstack:labels"),
+    ("billing_account_newline", with_base('  trainstack:budget: {billing_account: "012345-6789AB-CDEF01\\n", monthly_usd: 10}\n'), "trainstack:budget.billing_account"),
+    ("service_agent_role_newline", with_base('  trainstack:tpu: {accelerator_type: v2-8, runtime_version: tpu-vm-tf-2.17.0-pjrt, service_agent_role: "roles/owner\\n"}\n'), "trainstack:tpu.service_agent_role"),
+    ("resource_name_newline", with_base('  trainstack:name: "team-a\\n"\n'), "trainstack:name"),
+    ("data_newline", with_base('  trainstack:job: {data: "gs://bucket-a/x\\n"}\n'), "trainstack:job.data"),
+    # Control characters.
+    ("escape_in_label", with_base('  trainstack:labels: {team: "a\\x1b[31m"}\n'), "trainstack:labels"),
+    ("nul_in_arg", with_base('  trainstack:job: {args: ["--a=\\0"]}\n'), "trainstack:job.args"),
+    ("tab_in_zone", replacing("trainstack:zone", '"us-central1\\t-a"'), "trainstack:zone"),
+    ("not_utf8", BASE + "  x:bytes: '\udcff'\n", "not UTF-8"),
+    # Numbers that are not numbers, and values no cloud accepts.
+    ("infinite_budget", with_base("  trainstack:budget: {billing_account: 012345-6789AB-CDEF01, monthly_usd: .inf}\n"), "finite number"),
+    ("nan_run_hours", with_base(CLUSTER + "    max_run_hours: .nan\n"), "trainstack:cluster.max_run_hours"),
+    ("mwms_without_workers", with_base(CLUSTER + "    strategy: multi_worker_mirrored\n"), "at least 1 worker"),
+    ("args_override_job_dir", with_base("  trainstack:job: {args: [--job-dir, 'gs://someone-elses-bucket/x']}\n"), "--job-dir is set by the stack"),
+    ("args_override_data", with_base("  trainstack:job: {args: ['--data=/etc']}\n"), "use trainstack:job.data"),
+    ("args_override_epochs", with_base("  trainstack:job: {args: [--epochs, '500']}\n"), "use trainstack:job.epochs"),
+    ("primitive_service_agent_role", with_base("  trainstack:tpu: {accelerator_type: v2-8, runtime_version: tpu-vm-tf-2.17.0-pjrt, service_agent_role: roles/owner}\n"), "only a service-agent role"),
+    ("any_role_for_the_tpu_agent", with_base("  trainstack:tpu: {accelerator_type: v2-8, runtime_version: tpu-vm-tf-2.17.0-pjrt, service_agent_role: roles/storage.admin}\n"), "only a service-agent role"),
+    ("reserved_label", with_base("  trainstack:labels: {trainstack-stack: other}\n"), "set by trainstack"),
+    ("unknown_region", replacing("gcp:region", "us-moon1") + "", "unknown region us-moon1"),
+]
+# Shell metacharacters in every text field a user writes.
+for i, meta in enumerate(METACHARACTERS):
+    quoted = "'" + meta.replace("'", "''") + "'"
+    CASES += [
+        (f"meta{i}_zone", replacing("trainstack:zone", quoted), "trainstack:zone"),
+        (f"meta{i}_name", with_base(f"  trainstack:name: {quoted}\n"), "trainstack:name"),
+        (f"meta{i}_job_name", with_base(f"  trainstack:job: {{name: {quoted}}}\n"), "trainstack:job.name"),
+        (f"meta{i}_data", with_base(f"  trainstack:job: {{data: {quoted}}}\n"), "trainstack:job.data"),
+        (f"meta{i}_machine_type", replacing("trainstack:notebook", f"{{machine_type: {quoted}}}"), "trainstack:notebook.machine_type"),
+        (f"meta{i}_project", replacing("gcp:project", quoted), "gcp:project"),
+        (f"meta{i}_label", with_base(f"  trainstack:labels: {{team: {quoted}}}\n"), "trainstack:labels"),
+        (f"meta{i}_tpu_runtime", with_base(f"  trainstack:tpu: {{accelerator_type: v2-8, runtime_version: {quoted}}}\n"), "trainstack:tpu.runtime_version"),
+    ]
+
+
+def run_validate(path: Path) -> tuple[int, str, float, int]:
+    """Exit status, output, seconds and peak resident memory (MB) of one validate process."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainstack", "validate", "--stack-file", str(path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    try:
+        output, _ = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+    seconds = time.monotonic() - started
+    # communicate() reaped the child; its peak RSS is in this process's children's rusage,
+    # so each case reads the increase of the maximum, which is only reliable as an upper bound:
+    # the per-process figure comes from wait4 in run_validate_measured below.
+    return process.returncode, output.decode(errors="replace"), seconds, 0
+
+
+def run_validate_measured(path: Path) -> tuple[int, str, float, int]:
+    started = time.monotonic()
+    with open(os.devnull, "rb") as stdin:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trainstack", "validate", "--stack-file", str(path)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=stdin,
+        )
+    assert process.stdout is not None
+    output = process.stdout.read()  # until the child closes it (exits)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, output.decode(errors="replace"), time.monotonic() - started, usage.ru_maxrss // 1024
+
+
+def assert_refused(path: Path, words: str) -> None:
+    code, output, seconds, rss_mb = run_validate_measured(path)
+    assert code == 1, output
+    assert "Traceback" not in output, output
+    lines = output.splitlines()
+    assert lines[0].startswith("trainstack: ") and "problem(s)" in lines[0], output
+    assert all(line.startswith("  ") for line in lines[1:]), output
+    assert words in output, output[:2000]
+    assert seconds < MAX_SECONDS, f"{seconds:.1f} s"
+    assert rss_mb < MAX_RSS_MB, f"{rss_mb} MB"
+
+
+def test_there_are_at_least_forty_hostile_cases() -> None:
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize(("text", "words"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_hostile_stack_file_is_refused_quickly_in_bounded_memory(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "Pulumi.hostile.yaml"
+    path.write_bytes(text.encode("utf-8", errors="surrogateescape"))
+    assert_refused(path, words)
+
+
+def test_dev_zero_is_refused(tmp_path: Path) -> None:
+    assert_refused(Path("/dev/zero"), "not a regular file")
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "Pulumi.fifo.yaml"
+    os.mkfifo(fifo)
+    assert_refused(fifo, "not a regular file")
+
+
+def test_a_stack_file_named_dot_dot_is_refused(tmp_path: Path) -> None:
+    """`Pulumi....yaml` names the stack `..`; such a name once became a path to delete."""
+    path = tmp_path / "Pulumi....yaml"
+    path.write_text(BASE)
+    assert_refused(path, "'..' is not a stack name")
+
+
+def test_the_base_of_these_cases_is_valid(tmp_path: Path) -> None:
+    """Guards the cases above: each must fail for its own reason."""
+    for text in (BASE, with_base(CLUSTER)):
+        path = tmp_path / "Pulumi.base.yaml"
+        path.write_text(text)
+        code, output, _, _ = run_validate_measured(path)
+        assert code == 0, output
