@@ -93,12 +93,12 @@ def test_after_a_failed_chief_the_other_nodes_stop_waiting(tmp_path: Path, probe
 def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_the_node(tmp_path: Path, probe_trainer: Path) -> None:
     cfg = stack("dev")
     # An empty wheelhouse and a requirement it cannot satisfy: the install fails.
-    kind = scripts.NodeKind(requirements="trainstack-absent==1.0", system_site_packages=False, stop_command="true", delete_command="true")
+    kind = scripts.NodeKind(requirements=("trainstack-absent==1.0",), system_site_packages=False, stop_command=scripts.ShellCode("true"), delete_command=scripts.ShellCode("true"))
     (tmp_path / "bucket" / scripts.bucket_name(cfg) / "trainstack" / "wheelhouse").mkdir(parents=True)
     result = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
     assert result.job_status is not None and result.job_status["state"] == "FAILED"
     assert result.job_status["exit_code"] != 0
-    assert any("the boot script failed" in line for line in result.logs["chief-0"])
+    assert result.job_status.get("reason") == "installing the python environment failed"
     assert len(result.self_stops) == 1
 
 
@@ -120,7 +120,7 @@ def test_only_a_failure_of_this_attempt_ends_the_other_nodes(tmp_path: Path, fai
 
     status = tmp_path / "job.json"
     status.write_text(json.dumps({"state": "FAILED", "node": "chief-0", "exit_code": 1, "time": failed_at}) + "\n")
-    check = subprocess.run(["bash", "-c", f'source "{_status_functions(tmp_path)}"; job_failed_since "{status}" "{attempt_started}"'], check=False)
+    check = subprocess.run(["bash", "-c", f'source "{_status_functions(tmp_path)}"; job_failed_since "$(cat "{status}")" "{attempt_started}"'], check=False)
     assert (check.returncode == 0) is ends_this_attempt
 
 
@@ -145,7 +145,7 @@ def _probe_wheel(wheelhouse: Path) -> None:
 
 def test_environment_installs_from_the_bucket_wheelhouse_once(tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = stack("dev")
-    kind = scripts.NodeKind(requirements="trainstack-probe==1.0", system_site_packages=False, stop_command="true", delete_command="true")
+    kind = scripts.NodeKind(requirements=("trainstack-probe==1.0",), system_site_packages=False, stop_command=scripts.ShellCode("true"), delete_command=scripts.ShellCode("true"))
     _probe_wheel(tmp_path / "bucket" / scripts.bucket_name(cfg) / "trainstack" / "wheelhouse")
     monkeypatch.setenv("PROBE_IMPORTS", "trainstack_probe")
     first = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)

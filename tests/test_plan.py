@@ -123,11 +123,13 @@ def test_bucket_is_private_versioned_and_never_emptied_by_destroy(shipped_plan: 
 
 
 def test_tpu_stack_binds_the_tpu_service_agent() -> None:
+    """Google grants the Cloud TPU agent roles/tpu.serviceAgent; the seed's roles/ml.serviceAgent
+    belongs to AI Platform's agent and is no longer the default."""
     plan = plan_for("tpu")
     [identity] = plan.of_type("gcp:projects/serviceIdentity:ServiceIdentity")
     assert identity.inputs["service"] == "tpu.googleapis.com"
     agent_bindings = [r for r in plan.of_type("gcp:projects/iAMMember:IAMMember") if "cloud-tpu.iam.gserviceaccount.com" in r.inputs["member"]]
-    assert [b.inputs["role"] for b in agent_bindings] == ["roles/ml.serviceAgent"]
+    assert [b.inputs["role"] for b in agent_bindings] == ["roles/tpu.serviceAgent"]
     [tpu] = plan.of_type(TPU_VM)
     assert tpu.inputs["serviceAccount"]["email"] == training_account_email(plan)
 

@@ -266,6 +266,13 @@ class LocalRun:
             self._readers.append(reader)
         return self
 
+    def signal_node(self, name: str, signum: int) -> None:
+        """Send ``signum`` to one node's whole process tree: SIGTERM is what a guest shutdown,
+        a reboot or host maintenance sends; SIGKILL is a VM that vanishes."""
+        [local_node] = [n for n in self.nodes if n.name == name]
+        if local_node.process is not None and local_node.process.poll() is None:
+            os.killpg(local_node.process.pid, signum)
+
     def kill_all(self) -> None:
         """SIGKILL every node's whole process tree: what a host restart does to a VM."""
         for local_node in self.nodes:

@@ -4,14 +4,19 @@ A script is rendered once per node kind: what differs between nodes and jobs (ro
 job directory, trainer arguments, on_finish) travels in instance metadata under
 :data:`METADATA_KEYS`, built by :func:`node_metadata` for both the Pulumi program and
 ``trainstack local``, so a change of job settings updates metadata in place.
+
+Every value a template renders is shell-quoted (``shlex.quote``) unless the program marks
+it as :class:`ShellCode` it wrote itself: a stack value can never become shell syntax.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -27,6 +32,24 @@ NODE_REQUIREMENTS = REPOSITORY / "requirements-node.txt"
 TRAINER_SOURCE = REPOSITORY / "trainer"
 
 
+class ShellCode(str):
+    """Shell code the program wrote itself; rendered as it is. Every other value is quoted."""
+
+
+def _shell_finalize(value: Any) -> str:
+    """Jinja's finalize hook: how each ``{{ ... }}`` lands in a script."""
+    if isinstance(value, ShellCode):
+        return str(value)
+    if isinstance(value, bool) or value is None:
+        # A template must decide with {% if %}, never print a Python True/None into bash.
+        raise TypeError(f"{value!r} cannot be rendered into a shell script")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return shlex.quote(value)
+    raise TypeError(f"a {type(value).__name__} cannot be rendered into a shell script")
+
+
 @dataclass(frozen=True)
 class MetadataKeys:
     role: str = "trainstack-role"
@@ -37,14 +60,24 @@ class MetadataKeys:
     bucket: str = "trainstack-bucket"
     trainer_args: str = "trainstack-trainer-args"
     on_finish: str = "trainstack-on-finish"
-    # The name self-stop acts on when the host's own name is not it (TPU VMs).
-    self_name: str = "trainstack-self-name"
+    # How often the chief refreshes its heartbeat, and the others look at it.
+    heartbeat_seconds: str = "trainstack-heartbeat-seconds"
+    # How long the others wait for a new heartbeat before taking the chief for dead.
+    peer_timeout_seconds: str = "trainstack-peer-timeout-seconds"
+    # The TPU VM's run-time cap (Compute Engine's max_run_duration has no TPU equivalent).
+    max_run_seconds: str = "trainstack-max-run-seconds"
 
 
 METADATA_KEYS = MetadataKeys()
 # Where the Pulumi program uploads the trainer package inside the stack's bucket.
 TRAINER_OBJECT = "trainstack/trainer.zip"
-# Seconds between a non-chief node's looks at the job status (one storage read each).
+# Heartbeats: a few chances to be seen within the timeout, at most one object write a
+# minute (Cloud Storage allows one write per second to one object), at least one every
+# second locally.
+HEARTBEATS_PER_TIMEOUT = 5
+MAX_HEARTBEAT_SECONDS = 60
+# Seconds between a non-chief node's looks at the job status (one storage read each), so
+# that a chief's recorded FAILED ends its peers within seconds, not a heartbeat period.
 PEER_POLL_SECONDS = 10
 
 CLUSTER_NODE = "cluster-node.sh.j2"
@@ -56,28 +89,31 @@ WORKBENCH = "workbench-post-startup.sh.j2"
 class NodeKind:
     """What differs between a Compute Engine node and a TPU VM in how it boots and stops."""
 
-    requirements: str
+    requirements: tuple[str, ...]
     system_site_packages: bool
-    stop_command: str
-    delete_command: str
+    # Shell code run by self_stop; both may use the script's SELF_* constants.
+    stop_command: ShellCode
+    delete_command: ShellCode
 
     @property
     def requirements_stamp(self) -> str:
-        return hashlib.sha256(self.requirements.encode()).hexdigest()[:16]
+        return hashlib.sha256("\n".join(self.requirements).encode()).hexdigest()[:16]
 
 
-def _pinned_requirements() -> str:
+def _pinned_requirements() -> tuple[str, ...]:
     lines = NODE_REQUIREMENTS.read_text(encoding="utf-8").splitlines()
-    return "\n".join(line for line in lines if line.strip() and not line.startswith("#"))
+    return tuple(line.strip() for line in lines if line.strip() and not line.startswith("#"))
 
 
 def cluster_node_kind() -> NodeKind:
     return NodeKind(
         requirements=_pinned_requirements(),
         system_site_packages=False,
-        # A guest shutdown leaves a Compute Engine VM TERMINATED: no vCPU or GPU billing.
-        stop_command="shutdown -h now",
-        delete_command='gcloud compute instances delete "${name}" --zone "${zone}" --quiet',
+        # A guest shutdown leaves a Compute Engine VM TERMINATED: no vCPU or GPU billing,
+        # and it needs no permission at all.
+        stop_command=ShellCode("shutdown -h now"),
+        # One REST call with the VM's own token; see delete_this_instance in _common.sh.j2.
+        delete_command=ShellCode("delete_this_instance"),
     )
 
 
@@ -88,11 +124,13 @@ def tpu_node_kind(cfg: StackConfig) -> NodeKind:
     return NodeKind(
         # The TPU runtime brings TensorFlow built for the TPU; only the matching Keras 2
         # line is added (Keras 3 cannot train the trainer's multi-worker paths).
-        requirements=f"tf-keras=={major_minor}.*",
+        requirements=(f"tf-keras=={major_minor}.*",),
         system_site_packages=True,
         # A TPU VM keeps its TPU (and bills) through a guest shutdown: stop it by API.
-        stop_command='gcloud compute tpus tpu-vm stop "${name}" --zone "${zone}" --quiet',
-        delete_command='gcloud compute tpus tpu-vm delete "${name}" --zone "${zone}" --quiet',
+        # --async: the call returns once accepted, so only tpu.nodes.stop/delete are
+        # needed (waiting would also need tpu.operations.get).
+        stop_command=ShellCode('gcloud compute tpus tpu-vm stop "${SELF_NAME}" --zone "${SELF_ZONE}" --async --quiet'),
+        delete_command=ShellCode('gcloud compute tpus tpu-vm delete "${SELF_NAME}" --zone "${SELF_ZONE}" --async --quiet'),
     )
 
 
@@ -104,6 +142,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
+        finalize=_shell_finalize,
     )
 
 
@@ -138,16 +177,23 @@ def trainer_args(cfg: StackConfig, strategy: str) -> list[str]:
     return args + list(job.args)
 
 
+def heartbeat_seconds(peer_timeout_seconds: int) -> int:
+    return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
+
+
 def node_metadata(cfg: StackConfig, node: Node, bucket: str, with_cluster: bool, args: list[str] | None = None) -> dict[str, str]:
     """Instance metadata the cluster boot script reads; ``bucket`` is a gs:// URI or, locally, a path."""
-    assert cfg.settings.cluster is not None
+    cluster = cfg.settings.cluster
+    assert cluster is not None
     metadata = {
         METADATA_KEYS.role: node.role,
         METADATA_KEYS.index: str(node.index),
         METADATA_KEYS.job_dir: job_dir(cfg, bucket),
         METADATA_KEYS.bucket: bucket,
-        METADATA_KEYS.trainer_args: json.dumps(args if args is not None else trainer_args(cfg, resolved_strategy(cfg.settings.cluster))),
-        METADATA_KEYS.on_finish: cfg.settings.cluster.on_finish,
+        METADATA_KEYS.trainer_args: json.dumps(args if args is not None else trainer_args(cfg, resolved_strategy(cluster))),
+        METADATA_KEYS.on_finish: cluster.on_finish,
+        METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(cluster.heartbeat_timeout_seconds)),
+        METADATA_KEYS.peer_timeout_seconds: str(cluster.heartbeat_timeout_seconds),
     }
     if with_cluster:
         metadata[METADATA_KEYS.cluster_key] = cluster_metadata_key(cfg)
@@ -155,13 +201,14 @@ def node_metadata(cfg: StackConfig, node: Node, bucket: str, with_cluster: bool,
 
 
 def tpu_metadata(cfg: StackConfig, bucket: str) -> dict[str, str]:
-    assert cfg.settings.tpu is not None
+    tpu = cfg.settings.tpu
+    assert tpu is not None
     return {
         METADATA_KEYS.job_dir: job_dir(cfg, bucket),
         METADATA_KEYS.bucket: bucket,
         METADATA_KEYS.trainer_args: json.dumps(trainer_args(cfg, "tpu")),
-        METADATA_KEYS.on_finish: cfg.settings.tpu.on_finish,
-        METADATA_KEYS.self_name: tpu_vm_name(cfg),
+        METADATA_KEYS.on_finish: tpu.effective_on_finish,
+        METADATA_KEYS.max_run_seconds: str(round(tpu.max_run_hours * 3600)),
     }
 
 
@@ -177,7 +224,10 @@ def render(template: str, cfg: StackConfig, kind: NodeKind | None = None) -> str
         stack=cfg.stack,
         keys=METADATA_KEYS,
         kind=kind,
-        bucket=bucket_name(cfg),
+        bucket_uri=f"gs://{bucket_name(cfg)}",
+        trainer_object=TRAINER_OBJECT,
+        zone=cfg.settings.zone,
+        tpu_name=tpu_vm_name(cfg),
         idle_timeout_minutes=notebook.idle_timeout_minutes if notebook else 0,
         peer_poll_seconds=PEER_POLL_SECONDS,
     )
