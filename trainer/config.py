@@ -74,6 +74,8 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.task",
+        # No prefixes: "--job" must not silently mean --job-dir, a flag the stack sets.
+        allow_abbrev=False,
         description=(
             "Train an image classifier with tf.distribute. The strategy comes from "
             "TF_CONFIG, the visible GPUs and --tpu; the job directory receives "

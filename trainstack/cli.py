@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from trainstack.config import StackConfig
@@ -14,6 +15,19 @@ from trainstack.plan import Plan, run_plan
 from trainstack.rules import resolved_strategy
 from trainstack.scripts import rendered_scripts
 from trainstack.stackfile import load_stack, stack_file_path
+
+
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    return parse
 
 
 def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +107,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from trainstack.local import TrainerOverrides, exit_code, report, run_local
+    from trainstack.local import TrainerOverrides, WorkdirError, exit_code, report, run_local
 
     cfg, _ = _load(args)
     if cfg.settings.cluster is None:
@@ -113,7 +127,11 @@ def cmd_local(args: argparse.Namespace) -> int:
     workdir = args.workdir or Path(".trainstack-local") / cfg.stack
     cluster = cfg.settings.cluster
     print(f"trainstack local: stack {cfg.stack}, {1 + cluster.worker_count + cluster.ps_count} nodes, work directory {workdir}")
-    result = run_local(cfg, workdir, TrainerOverrides(overrides), fresh=args.fresh, timeout=args.timeout)
+    try:
+        result = run_local(cfg, workdir, TrainerOverrides(overrides), fresh=args.fresh, timeout=args.timeout)
+    except WorkdirError as error:
+        print(f"trainstack: --fresh: {error}", file=sys.stderr)
+        return 1
     report(result)
     return exit_code(result)
 
@@ -132,11 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     local = sub.add_parser("local", help="run the stack's cluster on this machine with its own boot scripts (CPU only)")
     _add_stack_arguments(local)
     local.add_argument("--workdir", type=Path, help="where the stand-in bucket and node state live (default .trainstack-local/<stack>)")
-    local.add_argument("--fresh", action="store_true", help="delete the work directory first (its checkpoints and models too)")
-    local.add_argument("--epochs", type=int, help="override the job's epochs")
-    local.add_argument("--steps-per-epoch", type=int, help="override the job's steps per epoch")
-    local.add_argument("--image-size", type=int, help="override the job's image size")
-    local.add_argument("--batch-size-per-replica", type=int, help="override the job's per-replica batch")
+    local.add_argument("--fresh", action="store_true", help="delete the work directory first (its checkpoints and models too); only a directory trainstack local made")
+    local.add_argument("--epochs", type=_bounded_int(1, 100_000), help="override the job's epochs")
+    local.add_argument("--steps-per-epoch", type=_bounded_int(1, 10_000_000), help="override the job's steps per epoch")
+    local.add_argument("--image-size", type=_bounded_int(16, 1024), help="override the job's image size")
+    local.add_argument("--batch-size-per-replica", type=_bounded_int(1, 65_536), help="override the job's per-replica batch")
     local.add_argument("--data", help="a local data path instead of the job's data")
     local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
     local.set_defaults(func=cmd_local)

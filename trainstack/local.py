@@ -43,6 +43,12 @@ GRACE_SECONDS = 90.0
 POLL_SECONDS = 0.1
 # Local nodes share two cores: one intra-op thread pool per process keeps them from thrashing.
 THREADS_PER_NODE = "1"
+# Written into every work directory `trainstack local` creates; `--fresh` deletes nothing else.
+WORKDIR_MARKER = ".trainstack-local-workdir"
+
+
+class WorkdirError(Exception):
+    """A work directory `trainstack local` refuses to use or delete."""
 
 
 @dataclass(frozen=True)
@@ -52,12 +58,21 @@ class TrainerOverrides:
     values: dict[str, str] = field(default_factory=dict)
 
     def apply(self, args: list[str]) -> list[str]:
-        result = list(args)
+        """``args`` with every occurrence of each overridden flag (``--f V`` and ``--f=V``)
+        replaced by one ``--f value`` at the end."""
+        result: list[str] = []
+        skip_value = False
+        for arg in args:
+            if skip_value:
+                skip_value = False
+                continue
+            flag = arg.split("=", 1)[0]
+            if flag in self.values:
+                skip_value = "=" not in arg
+                continue
+            result.append(arg)
         for flag, value in self.values.items():
-            if flag in result:
-                result[result.index(flag) + 1] = value
-            else:
-                result += [flag, value]
+            result += [flag, value]
         return result
 
 
@@ -211,6 +226,7 @@ class LocalRun:
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.cfg.stack}\n")
         self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.cfg, self.kind))
         package_trainer(self.bucket / scripts.TRAINER_OBJECT, self.trainer_source)
         shared_env = self.workdir / "env"
@@ -333,9 +349,29 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def clear_workdir(workdir: Path) -> None:
+    """Delete a work directory that `trainstack local` made, and nothing else.
+
+    Refused: a path that is not a directory or is a symlink, one without the marker file
+    that :meth:`LocalRun.prepare` writes, and any directory holding the current directory,
+    the repository or the home directory (a stack named ".." once pointed --fresh at the
+    repository itself)."""
+    if not workdir.exists() and not workdir.is_symlink():
+        return
+    if workdir.is_symlink() or not workdir.is_dir():
+        raise WorkdirError(f"{workdir} is not a directory that trainstack local made; not deleting it")
+    resolved = workdir.resolve()
+    protected = {Path.cwd().resolve(), scripts.REPOSITORY.resolve(), Path.home().resolve()}
+    if any(resolved == p or resolved in p.parents for p in protected):
+        raise WorkdirError(f"{workdir} holds {', '.join(str(p) for p in sorted(protected) if resolved == p or resolved in p.parents)}; not deleting it")
+    if not (resolved / WORKDIR_MARKER).is_file():
+        raise WorkdirError(f"{workdir} has no {WORKDIR_MARKER} file, so trainstack local did not make it; not deleting it")
+    shutil.rmtree(resolved)
+
+
 def run_local(cfg: StackConfig, workdir: Path, overrides: TrainerOverrides, fresh: bool = False, echo: bool = True, timeout: float | None = None) -> LocalRunResult:
-    if fresh and workdir.exists():
-        shutil.rmtree(workdir)
+    if fresh:
+        clear_workdir(workdir)
     return LocalRun(cfg, workdir, overrides, echo).start().wait(timeout)
 
 

@@ -64,3 +64,13 @@ def test_missing_job_dir_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
 def test_bad_flags_are_rejected(bad: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--job-dir", "/tmp/x", "--data", "synthetic", *bad], environ={})
+
+
+def test_abbreviated_flags_are_refused() -> None:
+    """A stack's job.args may not set --job-dir; an abbreviation must not reach it either."""
+    import pytest
+
+    from trainer.config import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--job", "gs://someone-elses-bucket/x", "--data", "synthetic"], environ={})
