@@ -89,3 +89,11 @@ def test_random_stack_files_never_produce_a_traceback(tmp_path: Path, capsys: py
     if code == 1:
         problem_lines = captured.err.splitlines()[1:]
         assert problem_lines and all(line.startswith("  ") and ": " in line for line in problem_lines)
+
+
+@pytest.mark.parametrize("out", ["/etc/passwd", "/proc/no-such/dir"])
+def test_plan_out_to_a_file_or_an_impossible_place_is_one_line_and_exit_1(out: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: `plan --out /etc/passwd` ended in a FileExistsError traceback."""
+    assert main(["plan", "--stack", "dev", "--out", out]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainstack: --out {out}: ") and len(err.splitlines()) == 1

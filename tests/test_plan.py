@@ -22,9 +22,14 @@ BUCKET = "gcp:storage/bucket:Bucket"
 PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
 
 
-def training_account_email(plan: Plan) -> str:
-    [account] = plan.of_type(ACCOUNT)
+def account_email(plan: Plan, suffix: str) -> str:
+    """The e-mail of the stack's service account whose id ends in ``-<suffix>`` (train, tpu, nb)."""
+    [account] = [a for a in plan.of_type(ACCOUNT) if a.inputs["accountId"].endswith(f"-{suffix}")]
     return f"{account.inputs['accountId']}@{account.inputs['project']}.iam.gserviceaccount.com"
+
+
+def training_account_email(plan: Plan) -> str:
+    return account_email(plan, "train")
 
 
 def vms(plan: Plan) -> list[PlannedResource]:
@@ -88,14 +93,17 @@ def test_no_vm_has_a_public_ip(shipped_plan: Plan) -> None:
         assert notebook.inputs["gceSetup"]["disablePublicIp"] is True
 
 
-def test_every_vm_runs_as_the_training_service_account(shipped_plan: Plan) -> None:
-    email = training_account_email(shipped_plan)
-    assert not email.endswith("-compute@developer.gserviceaccount.com")
+def test_each_kind_of_machine_runs_as_its_own_service_account(shipped_plan: Plan) -> None:
+    """Cluster nodes, the TPU VM and the notebook never share an account, so none can act
+    on another (the TPU's release role is project-wide, the notebook is outside the training port)."""
     for vm in vms(shipped_plan):
         if vm.type == WORKBENCH:
-            assert [sa["email"] for sa in vm.inputs["gceSetup"]["serviceAccounts"]] == [email]
+            assert [sa["email"] for sa in vm.inputs["gceSetup"]["serviceAccounts"]] == [account_email(shipped_plan, "nb")]
+        elif vm.type == TPU_VM:
+            assert vm.inputs["serviceAccount"]["email"] == account_email(shipped_plan, "tpu")
         else:
-            assert vm.inputs["serviceAccount"]["email"] == email, vm.name
+            assert vm.inputs["serviceAccount"]["email"] == training_account_email(shipped_plan), vm.name
+        assert "-compute@developer.gserviceaccount.com" not in json.dumps(vm.inputs)
 
 
 def test_no_primitive_role_anywhere(shipped_plan: Plan) -> None:
@@ -130,8 +138,7 @@ def test_tpu_stack_binds_the_tpu_service_agent() -> None:
     assert identity.inputs["service"] == "tpu.googleapis.com"
     agent_bindings = [r for r in plan.of_type("gcp:projects/iAMMember:IAMMember") if "cloud-tpu.iam.gserviceaccount.com" in r.inputs["member"]]
     assert [b.inputs["role"] for b in agent_bindings] == ["roles/tpu.serviceAgent"]
-    [tpu] = plan.of_type(TPU_VM)
-    assert tpu.inputs["serviceAccount"]["email"] == training_account_email(plan)
+
 
 
 def is_labelable(type_token: str) -> bool:
@@ -223,16 +230,70 @@ def test_nodes_get_job_settings_in_metadata_not_baked_into_the_script() -> None:
     assert package.inputs["name"] == "trainstack/trainer.zip"
 
 
-def test_self_delete_is_granted_per_instance_only_when_on_finish_is_delete() -> None:
+CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
+
+
+def test_self_delete_is_a_custom_role_granted_per_instance_only_when_on_finish_is_delete() -> None:
+    """Defect: on_finish: delete granted roles/compute.instanceAdmin.v1 on each VM to the one
+    training account: every node (and a TPU VM or notebook on that account) could administer
+    every node, including rewriting another node's startup script."""
     assert not plan_for("multiworker").of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
     plan = plan_for("paramserver")
+    [role] = plan.of_type(CUSTOM_ROLE)
+    assert sorted(role.inputs["permissions"]) == ["compute.instances.delete", "compute.instances.get", "compute.instances.stop"]
     grants = plan.of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
     assert sorted(g.inputs["instanceName"] for g in grants) == sorted(vm.inputs["name"] for vm in plan.of_type(INSTANCE))
     assert {g.inputs["member"] for g in grants} == {f"serviceAccount:{training_account_email(plan)}"}
+    assert {g.inputs["role"] for g in grants} == {f"projects/your-gcp-project/roles/{role.inputs['roleId']}"}
 
 
-def test_stacks_without_a_cluster_open_no_training_port() -> None:
-    for stack in ("tpu", "notebook"):
+def test_the_tpu_vm_releases_itself_with_a_custom_role_held_by_its_own_account() -> None:
+    """Defect: the TPU VM's account got roles/tpu.admin on the project."""
+    plan = plan_for("tpu")
+    [role] = plan.of_type(CUSTOM_ROLE)
+    assert sorted(role.inputs["permissions"]) == ["tpu.nodes.delete", "tpu.nodes.get", "tpu.nodes.stop"]
+    [grant] = [r for r in plan.of_type("gcp:projects/iAMMember:IAMMember") if r.inputs["role"].endswith(role.inputs["roleId"])]
+    assert grant.inputs["member"] == f"serviceAccount:{account_email(plan, 'tpu')}"
+
+
+@pytest.mark.parametrize("stack", ["paramserver", "tpu"])
+def test_plan_json_names_no_admin_role_anywhere(stack: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainstack.cli import main
+
+    assert main(["plan", "--stack", stack, "--json"]) == 0
+    text = capsys.readouterr().out
+    assert "roles/compute.instanceAdmin" not in text and "roles/tpu.admin" not in text
+
+
+def test_the_notebook_is_outside_the_training_port(tmp_path: Path) -> None:
+    """Defect: the notebook ran as the training account, so it could reach the training port."""
+    from stack_helpers import base_config, write_stack
+    from trainstack.plan import run_plan
+    from trainstack.stackfile import load_stack
+
+    config = base_config()
+    config["trainstack:notebook"] = {"machine_type": "n1-standard-8"}
+    plan = run_plan(*load_stack(write_stack(tmp_path, config)))
+    training_account, notebook_account = training_account_email(plan), account_email(plan, "nb")
+    assert training_account != notebook_account
+    firewalls = {r.name.rsplit("-", 1)[-1]: r.inputs for r in plan.of_type("gcp:compute/firewall:Firewall")}
+    assert firewalls["training"]["sourceServiceAccounts"] == [training_account]
+    assert firewalls["training"]["targetServiceAccounts"] == [training_account]
+    assert sorted(firewalls["ssh"]["targetServiceAccounts"]) == sorted([training_account, notebook_account])
+
+
+def test_hardening_metadata_on_the_tpu_vm_and_the_notebook() -> None:
+    """Defect: the TPU VM did not block project-wide SSH keys; Workbench had no OS Login."""
+    [tpu] = plan_for("tpu").of_type(TPU_VM)
+    assert tpu.inputs["metadata"]["block-project-ssh-keys"] == "TRUE" and tpu.inputs["metadata"]["enable-oslogin"] == "TRUE"
+    [notebook] = plan_for("notebook").of_type(WORKBENCH)
+    assert notebook.inputs["gceSetup"]["metadata"]["enable-oslogin"] == "TRUE"
+    assert notebook.inputs["gceSetup"]["metadata"]["block-project-ssh-keys"] == "TRUE"
+
+
+def test_stacks_without_a_multi_node_cluster_open_no_training_port() -> None:
+    """Defect: the single-node dev stack got the training-port firewall it does not need."""
+    for stack in ("tpu", "notebook", "dev"):
         names = {r.name for r in plan_for(stack).of_type("gcp:compute/firewall:Firewall")}
         assert names == {f"{stack}-net-iap-ssh"}
 
@@ -252,7 +313,24 @@ def test_data_in_another_bucket_is_granted_read_only(tmp_path: Path) -> None:
 
 def test_budget_amount_and_its_quota_project() -> None:
     [budget] = plan_for("multiworker").of_type("gcp:billing/budget:Budget")
-    assert budget.inputs["amount"]["specifiedAmount"] == {"currencyCode": "USD", "units": "500", "nanos": 0}
+    # No currency: a budget in USD fails for a billing account in another currency.
+    assert budget.inputs["amount"]["specifiedAmount"] == {"units": "500", "nanos": 0}
     [provider] = plan_for("multiworker").of_type("pulumi:providers:gcp")
     assert provider.inputs["userProjectOverride"] in (True, "true")
     assert provider.inputs["billingProject"] == "your-gcp-project"
+
+
+def test_the_bucket_is_protected_unless_the_stack_lets_destroy_delete_it() -> None:
+    """A renamed stack or a changed name would make `pulumi up` delete the bucket and start a
+    new empty one; protect makes that fail instead."""
+    import pulumi
+
+    from trainstack.components.storage import TrainingBucket
+    from trainstack.config import Storage
+    from trainstack.plan import PlanMocks
+
+    pulumi.runtime.set_mocks(PlanMocks("test-project-123"), preview=True)
+    kept = TrainingBucket("kept", "test-project-123-kept", "us-central1", Storage(), {})
+    deletable = TrainingBucket("gone", "test-project-123-gone", "us-central1", Storage(delete_on_destroy=True), {})
+    assert kept.bucket._protect is True
+    assert deletable.bucket._protect is False

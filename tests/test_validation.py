@@ -71,6 +71,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("zero_disk", {f"{C}.chief.disk_gb": 0}, f"{C}.chief.disk_gb", "greater than or equal to 50"),
     ("zero_max_run_hours", {f"{C}.max_run_hours": 0}, f"{C}.max_run_hours", "greater than or equal to 0.01"),
     ("too_many_workers_for_the_subnet", {f"{C}.workers.count": 5000}, f"{C}.workers.count", "less than or equal to 3790"),
+    ("tf_config_larger_than_a_metadata_value", {f"{C}.workers.count": 3790, "trainstack:name": "a-twenty-four-char-name1"}, f"{C}.workers.count", "more than a metadata value holds"),
     ("zero_gpus", {f"{C}.chief.accelerator.count": 0}, f"{C}.chief.accelerator.count", "greater than 0"),
     ("count_as_string", {f"{C}.workers.count": "2"}, f"{C}.workers.count", "valid integer"),
     ("spot_as_string", {f"{C}.workers.spot": "yes"}, f"{C}.workers.spot", "valid boolean"),

@@ -91,11 +91,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     cfg, raw = _load(args)
+    if args.out is not None and (args.out.exists() or args.out.is_symlink()) and not args.out.is_dir():
+        print(f"trainstack: --out {args.out}: exists and is not a directory", file=sys.stderr)
+        return 1
     plan = run_plan(cfg, raw)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        for filename, text in rendered_scripts(cfg).items():
-            (args.out / filename).write_text(text, encoding="utf-8")
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+            for filename, text in rendered_scripts(cfg).items():
+                (args.out / filename).write_text(text, encoding="utf-8")
+        except OSError as error:
+            print(f"trainstack: --out {args.out}: {error.strerror or error}", file=sys.stderr)
+            return 1
     if args.json:
         json.dump(plan.to_json(), sys.stdout, indent=2, sort_keys=True, default=str)
         print()

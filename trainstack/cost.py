@@ -30,7 +30,8 @@ def machine_hourly_usd(machine_type: str, accelerator: Accelerator | None, spot:
         if gpu_price is None:
             return None
         price += accelerator.count * gpu_price
-    return price + disk_gb * catalog.disk_usd_gb_hour
+    disk_price = catalog.disk_usd_gb_hour(machine.boot_disk_type)
+    return None if disk_price is None else price + disk_gb * disk_price
 
 
 def tpu_hourly_usd(accelerator_type: str, spot: bool) -> float | None:

@@ -79,6 +79,8 @@ def _computed_state(type_token: str, inputs: dict[str, Any], project: str) -> di
         return {"name": inputs["repositoryId"]}
     if type_token in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router"):
         return {"selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/{type_token.split(':')[-1].lower()}s/{name}"}
+    if type_token == "gcp:projects/iAMCustomRole:IAMCustomRole":
+        return {"name": f"projects/{inputs.get('project', project)}/roles/{inputs['roleId']}"}
     if type_token == "gcp:tpu/v2Vm:V2Vm":
         return {"state": "READY"}
     if type_token == "gcp:workbench/instance:Instance":

@@ -241,6 +241,12 @@ def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Proble
 def validate_stack(cfg: StackConfig) -> StackConfig:
     """Return ``cfg`` when it fits the catalog, else raise with every problem found."""
     problems = check_stack(cfg)
+    if not problems:
+        # The metadata a valid stack would set must also fit Compute Engine's limits; the
+        # scripts module renders it, and itself builds on these rules (hence the late import).
+        from trainstack.scripts import metadata_problems
+
+        problems = metadata_problems(cfg)
     if problems:
         raise StackConfigError(problems)
     return cfg

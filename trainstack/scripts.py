@@ -21,9 +21,10 @@ from typing import Any
 import jinja2
 
 from trainstack.catalog import load_catalog
-from trainstack.config import StackConfig
+from trainstack.config import NAMESPACE, StackConfig
+from trainstack.errors import Problem
 from trainstack.rules import resolved_strategy
-from trainstack.topology import Node
+from trainstack.topology import Node, cluster_nodes, tf_cluster_spec
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPOSITORY / "templates"
@@ -231,6 +232,46 @@ def render(template: str, cfg: StackConfig, kind: NodeKind | None = None) -> str
         idle_timeout_minutes=notebook.idle_timeout_minutes if notebook else 0,
         peer_poll_seconds=PEER_POLL_SECONDS,
     )
+
+
+# Compute Engine metadata limits (REST reference, Metadata): each value at most 256 KiB,
+# all keys and values of one instance together under 512 KB.
+MAX_METADATA_VALUE_BYTES = 256 * 1024
+MAX_INSTANCE_METADATA_BYTES = 512 * 1000
+# What GpuCluster and TpuVm add beside the script and node metadata (OS Login, SSH keys).
+_FIXED_METADATA_BYTES = 200
+
+
+def _metadata_bytes(metadata: dict[str, str]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in metadata.items()) + _FIXED_METADATA_BYTES
+
+
+def metadata_problems(cfg: StackConfig) -> list[Problem]:
+    """Metadata the program would set that Compute Engine would refuse, named by the stack key
+    that makes it too large (job.args, or the worker count for the TF_CONFIG cluster)."""
+    problems: list[Problem] = []
+    cluster = cfg.settings.cluster
+    if cluster is not None:
+        nodes = cluster_nodes(cfg)
+        tf_cluster = json.dumps(tf_cluster_spec(cfg, nodes), separators=(",", ":"))
+        if len(tf_cluster.encode()) > MAX_METADATA_VALUE_BYTES:
+            per_node = len(tf_cluster.encode()) / len(nodes)
+            problems.append(
+                Problem(
+                    f"{NAMESPACE}:cluster.workers.count",
+                    f"the TF_CONFIG cluster of {len(nodes)} nodes is {len(tf_cluster.encode())} bytes, more than a metadata value holds "
+                    f"({MAX_METADATA_VALUE_BYTES}); at most about {int(MAX_METADATA_VALUE_BYTES / per_node) - 1 - cluster.ps_count} workers",
+                )
+            )
+        script = render(CLUSTER_NODE, cfg)
+        largest = max(_metadata_bytes({"startup-script": script, **node_metadata(cfg, n, "gs://" + bucket_name(cfg), True)}) for n in nodes[:1])
+        if largest > MAX_INSTANCE_METADATA_BYTES:
+            problems.append(Problem(f"{NAMESPACE}:job.args", f"a node's metadata would be {largest} bytes; Compute Engine allows {MAX_INSTANCE_METADATA_BYTES}"))
+    if cfg.settings.tpu is not None:
+        size = _metadata_bytes({"startup-script": render(TPU_VM, cfg), **tpu_metadata(cfg, "gs://" + bucket_name(cfg))})
+        if size > MAX_INSTANCE_METADATA_BYTES:
+            problems.append(Problem(f"{NAMESPACE}:job.args", f"the TPU VM's metadata would be {size} bytes; at most {MAX_INSTANCE_METADATA_BYTES}"))
+    return problems
 
 
 def rendered_scripts(cfg: StackConfig) -> dict[str, str]:

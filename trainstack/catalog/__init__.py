@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-
-BOOT_DISK_TYPE = "pd-balanced"
+# Google prices a month as 730 hours.
 HOURS_PER_MONTH = 730
 
 
@@ -55,6 +54,7 @@ class MachineType:
     spot_usd_hr: float | None
     on_demand_allowed: bool  # False: Compute Engine creates it only as Spot (or Flex-start / reserved)
     nic_type: str | None  # the network interface the series requires (A3: GVNIC)
+    boot_disk_type: str  # the Compute Engine disk type of its boot disk (A3 Ultra: hyperdisk-balanced)
 
 
 @dataclass(frozen=True)
@@ -114,13 +114,13 @@ class Catalog:
     tpu_zones: dict[str, frozenset[str]]
     tpu_runtimes: dict[str, TpuRuntime]
     images: dict[str, Image] = field(default_factory=dict)
-    disk_usd_gb_month: dict[str, float] = field(default_factory=dict)
+    disk_usd_gb_month: dict[str, float | None] = field(default_factory=dict)
     regions: frozenset[str] = frozenset()
 
-    @property
-    def disk_usd_gb_hour(self) -> float:
-        """Boot disks are pd-balanced; Google prices a month as 730 hours."""
-        return self.disk_usd_gb_month[BOOT_DISK_TYPE] / HOURS_PER_MONTH
+    def disk_usd_gb_hour(self, disk_type: str) -> float | None:
+        """None when the catalog has no price for that disk type."""
+        monthly = self.disk_usd_gb_month.get(disk_type)
+        return None if monthly is None else monthly / HOURS_PER_MONTH
 
     def tpu_generation_for(self, accelerator_type: str) -> tuple[TpuGeneration, int] | None:
         """Split "v5litepod-8" into its generation record and size 8; None when unknown."""
@@ -163,6 +163,7 @@ def load_catalog() -> Catalog:
             spot_usd_hr=_optional_float(row["spot_usd_hr"]),
             on_demand_allowed=row["on_demand_allowed"] == "yes",
             nic_type=row["nic_type"] or None,
+            boot_disk_type=row["boot_disk_type"],
         )
         for row in _rows("machine_types.csv")
     }
@@ -212,6 +213,6 @@ def load_catalog() -> Catalog:
         tpu_zones={gen: frozenset(zones) for gen, zones in tpu_zones.items()},
         tpu_runtimes=runtimes,
         images=images,
-        disk_usd_gb_month={row["disk_type"]: float(row["usd_gb_month"]) for row in _rows("disks.csv")},
+        disk_usd_gb_month={row["disk_type"]: _optional_float(row["usd_gb_month"]) for row in _rows("disks.csv")},
         regions=frozenset(row["region"] for row in _rows("regions.csv")),
     )

@@ -22,7 +22,9 @@ class BillingBudget(pulumi.ComponentResource):
             billing_account=budget.billing_account,
             display_name=f"trainstack {name}",
             amount=gcp.billing.BudgetAmountArgs(
-                specified_amount=gcp.billing.BudgetAmountSpecifiedAmountArgs(currency_code="USD", units=str(dollars), nanos=cents_as_nanos)
+                # No currency_code: the budget then takes the billing account's own currency;
+                # naming USD fails for an account billed in another (Budgets API, BudgetAmount).
+                specified_amount=gcp.billing.BudgetAmountSpecifiedAmountArgs(units=str(dollars), nanos=cents_as_nanos)
             ),
             threshold_rules=[gcp.billing.BudgetThresholdRuleArgs(threshold_percent=t) for t in budget.thresholds],
             budget_filter=gcp.billing.BudgetBudgetFilterArgs(projects=[project_number.apply(lambda n: f"projects/{n}")]),

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
 
-from trainstack.components.identity import CLOUD_PLATFORM_SCOPE
-
 from trainstack.catalog import Image, load_catalog
+from trainstack.components.identity import CLOUD_PLATFORM_SCOPE
 from trainstack.config import Cluster
 from trainstack.topology import Node
-
-# Lets a node delete itself when the job is over (on_finish: delete). Granted on each
-# instance alone, so a node can delete no VM but its own.
-SELF_DELETE_ROLE = "roles/compute.instanceAdmin.v1"
 
 SECONDS_PER_HOUR = 3600
 
@@ -52,25 +48,31 @@ def _image_for(node: Node) -> Image:
     return images["gpu"] if node.accelerator is not None else images["cpu"]
 
 
+@dataclass(frozen=True)
+class GpuClusterArgs:
+    project: str
+    zone: str
+    cluster: Cluster
+    nodes: list[Node]
+    tf_cluster: dict[str, list[str]]
+    cluster_metadata_key: str
+    node_metadata: dict[str, dict[str, str]]
+    startup_script: str
+    service_account_email: pulumi.Input[str]
+    subnetwork: pulumi.Input[str]
+    labels: dict[str, str]
+    # The custom role granted on each instance when on_finish is delete (see identity.py).
+    release_role: pulumi.Input[str] | None = None
+
+
 class GpuCluster(pulumi.ComponentResource):
-    def __init__(
-        self,
-        name: str,
-        project: str,
-        zone: str,
-        cluster: Cluster,
-        nodes: list[Node],
-        tf_cluster: dict[str, list[str]],
-        cluster_metadata_key: str,
-        node_metadata: dict[str, dict[str, str]],
-        startup_script: str,
-        service_account_email: pulumi.Input[str],
-        subnetwork: pulumi.Input[str],
-        labels: dict[str, str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
+    """Chief, workers and parameter servers of one job (CPU nodes included), GPUs attached."""
+
+    def __init__(self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:GpuCluster", name, None, opts)
         catalog = load_catalog()
+        project, zone, cluster, labels = args.project, args.zone, args.cluster, args.labels
+        tf_cluster, service_account_email = args.tf_cluster, args.service_account_email
         # Every node needs every address: stored once as project metadata (the metadata
         # server serves it to each VM) rather than copied into each of N VMs, which would
         # grow as N squared. Single-machine strategies need no cluster at all.
@@ -79,13 +81,13 @@ class GpuCluster(pulumi.ComponentResource):
             self.tf_cluster = gcp.compute.ProjectMetadataItem(
                 f"{name}-tf-cluster",
                 project=project,
-                key=cluster_metadata_key,
+                key=args.cluster_metadata_key,
                 value=json.dumps(tf_cluster, separators=(",", ":")),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             depends_on.append(self.tf_cluster)
         self.instances: dict[str, gcp.compute.Instance] = {}
-        for node in nodes:
+        for node in args.nodes:
             machine = catalog.machine_types[node.machine_type]
             # A2/A3/G2 machine types bring their GPUs; only N1 takes attached ones.
             attach = node.accelerator is not None and not machine.builtin_gpu
@@ -104,12 +106,12 @@ class GpuCluster(pulumi.ComponentResource):
                 boot_disk=gcp.compute.InstanceBootDiskArgs(
                     auto_delete=True,
                     initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
-                        image=_image_for(node).uri, size=node.disk_gb, type="pd-balanced", labels=labels
+                        image=_image_for(node).uri, size=node.disk_gb, type=machine.boot_disk_type, labels=labels
                     ),
                 ),
                 # No access_configs: the node has no public IP; it reaches Google APIs through
                 # Private Google Access and the internet through Cloud NAT.
-                network_interfaces=[gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=subnetwork, nic_type=machine.nic_type)],
+                network_interfaces=[gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=args.subnetwork, nic_type=machine.nic_type)],
                 service_account=gcp.compute.InstanceServiceAccountArgs(
                     email=service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
                 ),
@@ -120,22 +122,24 @@ class GpuCluster(pulumi.ComponentResource):
                     "enable-oslogin": "TRUE",
                     "block-project-ssh-keys": "TRUE",
                     # Updated in place on change (metadata_startup_script would replace the VM).
-                    "startup-script": startup_script,
-                    **node_metadata[node.key],
+                    "startup-script": args.startup_script,
+                    **args.node_metadata[node.key],
                 },
                 labels={**labels, "trainstack-role": node.role},
                 allow_stopping_for_update=True,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
             )
-            if cluster.on_finish == "delete":
+            if args.release_role is not None:
+                # On this instance alone. The nodes share one account, so each node may
+                # get, stop or delete any node of this cluster, and nothing else.
                 gcp.compute.InstanceIAMMember(
                     f"{name}-{node.key}-self-delete",
                     project=project,
                     zone=zone,
                     instance_name=self.instances[node.key].name,
-                    role=SELF_DELETE_ROLE,
+                    role=args.release_role,
                     member=pulumi.Output.concat("serviceAccount:", service_account_email),
                     opts=pulumi.ResourceOptions(parent=self),
                 )
-        self.names = [node.vm_name for node in nodes]
+        self.names = [node.vm_name for node in args.nodes]
         self.register_outputs({"names": self.names})

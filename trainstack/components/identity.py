@@ -1,11 +1,22 @@
-"""Who the training VMs act as, and the least each needs: no primitive roles, no default compute account."""
+"""Who the stack's machines act as, and the least each needs.
+
+Three service accounts, one per kind of machine, so that none can act on another's:
+the cluster nodes share the training account, the TPU VM has its own, and so does the
+Workbench notebook. Each gets log and metric writing, object access on the stack's bucket,
+read access on its registry (and on an external data bucket). Releasing a machine at the
+end of a job uses custom roles that hold only get/stop/delete: on each cluster instance,
+and project-wide for TPU nodes, which have no per-node IAM. No primitive roles, never the
+default compute service account.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
 
-# Project-wide roles the nodes need: write logs (Cloud Logging collects the trainer's
+# Project-wide roles every machine needs: write logs (Cloud Logging collects the trainer's
 # journal) and metrics. Everything else is granted on the one bucket and repository.
 PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 # Read, write and delete objects, without the right to change the bucket's IAM policy.
@@ -15,54 +26,91 @@ DATA_BUCKET_ROLE = "roles/storage.objectViewer"
 # OAuth scope for the VM: access is governed by the IAM roles above, as Google recommends.
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
+# What a cluster node may do to an instance it is granted on: its own at the end of a job.
+# Stop is a guest shutdown and needs none of these; delete is one API call (get is what
+# any client reads first).
+INSTANCE_RELEASE_PERMISSIONS = ("compute.instances.get", "compute.instances.stop", "compute.instances.delete")
+# The TPU VM stops or deletes itself through the TPU API (a guest shutdown keeps the TPU
+# billing); gcloud's --async keeps tpu.operations.get out of it.
+TPU_RELEASE_PERMISSIONS = ("tpu.nodes.get", "tpu.nodes.stop", "tpu.nodes.delete")
 
-class TrainingIdentity(pulumi.ComponentResource):
-    def __init__(
-        self,
-        name: str,
-        project: str,
-        account_id: str,
-        bucket_name: pulumi.Input[str],
-        repository: gcp.artifactregistry.Repository,
-        data_bucket: str | None = None,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("trainstack:index:TrainingIdentity", name, None, opts)
+
+def custom_role_id(stack_name: str, purpose: str) -> str:
+    """Custom role ids are letters, digits, "_" and "." (3-64); unique per stack and purpose."""
+    return f"trainstack_{stack_name.replace('-', '_')}_{purpose}"
+
+
+@dataclass(frozen=True)
+class NodeIdentityArgs:
+    project: str
+    account_id: str
+    display_name: str
+    bucket_name: pulumi.Input[str]
+    repository: gcp.artifactregistry.Repository
+    data_bucket: str | None = None
+
+
+class NodeIdentity(pulumi.ComponentResource):
+    """One service account and the bindings a machine of the stack needs to do its job."""
+
+    email: pulumi.Output[str]
+    member: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NodeIdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("trainstack:index:NodeIdentity", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.account = gcp.serviceaccount.Account(
-            f"{name}-sa",
-            project=project,
-            account_id=account_id,
-            display_name="trainstack training nodes",
-            opts=child,
+            f"{name}-sa", project=args.project, account_id=args.account_id, display_name=args.display_name, opts=child
         )
         self.email = self.account.email
         self.member = self.account.member
-        self.project_bindings = [
-            gcp.projects.IAMMember(f"{name}-{role.split('/')[1].replace('.', '-')}", project=project, role=role, member=self.member, opts=child)
+        self.bindings: list[pulumi.Resource] = [
+            gcp.projects.IAMMember(f"{name}-{role.split('/')[1].replace('.', '-')}", project=args.project, role=role, member=self.member, opts=child)
             for role in PROJECT_ROLES
         ]
-        self.bucket_binding = gcp.storage.BucketIAMMember(f"{name}-bucket-objects", bucket=bucket_name, role=BUCKET_ROLE, member=self.member, opts=child)
-        # Training data in another bucket: read-only access to that bucket alone.
-        self.data_binding = (
-            gcp.storage.BucketIAMMember(f"{name}-data-reader", bucket=data_bucket, role=DATA_BUCKET_ROLE, member=self.member, opts=child)
-            if data_bucket
-            else None
-        )
-        self.registry_binding = gcp.artifactregistry.RepositoryIamMember(
-            f"{name}-registry-reader",
-            project=project,
-            location=repository.location,
-            repository=repository.name,
-            role=REGISTRY_ROLE,
-            member=self.member,
-            opts=child,
+        self.bindings.append(gcp.storage.BucketIAMMember(f"{name}-bucket-objects", bucket=args.bucket_name, role=BUCKET_ROLE, member=self.member, opts=child))
+        if args.data_bucket:
+            # Training data in another bucket: read-only access to that bucket alone.
+            self.bindings.append(
+                gcp.storage.BucketIAMMember(f"{name}-data-reader", bucket=args.data_bucket, role=DATA_BUCKET_ROLE, member=self.member, opts=child)
+            )
+        self.bindings.append(
+            gcp.artifactregistry.RepositoryIamMember(
+                f"{name}-registry-reader",
+                project=args.project,
+                location=args.repository.location,
+                repository=args.repository.name,
+                role=REGISTRY_ROLE,
+                member=self.member,
+                opts=child,
+            )
         )
         self.register_outputs({"email": self.email})
 
 
+class ReleaseRole(pulumi.ComponentResource):
+    """A custom role holding only the permissions a machine needs to release itself."""
+
+    role_name: pulumi.Output[str]
+
+    def __init__(self, name: str, project: str, role_id: str, title: str, permissions: tuple[str, ...], opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("trainstack:index:ReleaseRole", name, None, opts)
+        self.role = gcp.projects.IAMCustomRole(
+            f"{name}-role",
+            project=project,
+            role_id=role_id,
+            title=title,
+            description="trainstack: a machine stops or deletes itself when its job is over",
+            permissions=list(permissions),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # projects/<project>/roles/<role_id>, the name bindings take.
+        self.role_name = self.role.name
+        self.register_outputs({"role_name": self.role_name, "permissions": list(permissions)})
+
+
 class TpuServiceAgent(pulumi.ComponentResource):
-    """The Cloud TPU service agent of the project and the role seed 001 grants it."""
+    """The project's Cloud TPU service agent and its service-agent role."""
 
     def __init__(self, name: str, project: str, role: str, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:TpuServiceAgent", name, None, opts)

@@ -16,10 +16,13 @@ class PrivateNetwork(pulumi.ComponentResource):
         name: str,
         project: str,
         region: str,
-        node_service_account: pulumi.Input[str],
+        ssh_service_accounts: list[pulumi.Input[str]],
+        training_service_account: pulumi.Input[str] | None,
         training_port: int | None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """IAP SSH reaches the machines running as ``ssh_service_accounts``; the training port
+        opens only between machines running as ``training_service_account`` (none: no port)."""
         super().__init__("trainstack:index:PrivateNetwork", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.network = gcp.compute.Network(f"{name}-vpc", project=project, auto_create_subnetworks=False, opts=child)
@@ -50,13 +53,14 @@ class PrivateNetwork(pulumi.ComponentResource):
             network=self.network.id,
             direction="INGRESS",
             source_ranges=[IAP_SOURCE_RANGE],
-            target_service_accounts=[node_service_account],
+            target_service_accounts=ssh_service_accounts,
             allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["22"])],
             opts=child,
         )
         # TensorFlow's gRPC between cluster nodes, on the one port TF_CONFIG names, and only
-        # from VMs running as the training service account. No cluster, no port.
-        if training_port is None:
+        # from VMs running as the training service account (not the notebook's or the TPU's).
+        # No TF_CONFIG cluster, no port.
+        if training_port is None or training_service_account is None:
             self.register_outputs({"network": self.network.self_link, "subnetwork": self.subnetwork.self_link})
             return
         self.training = gcp.compute.Firewall(
@@ -64,8 +68,8 @@ class PrivateNetwork(pulumi.ComponentResource):
             project=project,
             network=self.network.id,
             direction="INGRESS",
-            source_service_accounts=[node_service_account],
-            target_service_accounts=[node_service_account],
+            source_service_accounts=[training_service_account],
+            target_service_accounts=[training_service_account],
             allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(training_port)])],
             opts=child,
         )

@@ -56,8 +56,14 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                     # Seed 002: a notebook bills by the hour until stopped; idle shutdown stops it.
                     "idle-timeout-seconds": str(notebook.idle_timeout_minutes * SECONDS_PER_MINUTE),
                     "post-startup-script": post_startup_script_url,
-                    # The provider has no field for the API's gpuDriverConfig; Google's notebook
-                    # images read this metadata key instead (unverified for every image release).
+                    # OS Login and no project-wide SSH keys, as on every other machine of the stack.
+                    "enable-oslogin": "TRUE",
+                    "block-project-ssh-keys": "TRUE",
+                    # The Workbench API installs the GPU driver when gceSetup.gpuDriverConfig.
+                    # enableGpuDriver is true (gcloud: --install-gpu-driver); pulumi-gcp 10.2 has
+                    # no field for it. This metadata key is one the service itself manages on
+                    # Workbench instances (the provider ignores its diffs); that setting it
+                    # installs the driver is unverified. See the README.
                     "install-nvidia-driver": "True",
                 },
             ),

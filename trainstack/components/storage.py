@@ -40,7 +40,9 @@ class TrainingBucket(pulumi.ComponentResource):
             ],
             force_destroy=False,
             labels=labels,
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not settings.delete_on_destroy),
+            # protect: a `pulumi up` that would delete or replace the bucket (a renamed stack, a
+            # changed name) fails instead; `pulumi destroy --exclude-protected` leaves it.
+            opts=pulumi.ResourceOptions(parent=self, protect=not settings.delete_on_destroy, retain_on_delete=not settings.delete_on_destroy),
         )
         self.name = self.bucket.name
         self.url = self.bucket.url

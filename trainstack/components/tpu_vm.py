@@ -6,7 +6,6 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainstack.components.identity import CLOUD_PLATFORM_SCOPE
-
 from trainstack.config import Tpu
 
 
@@ -40,7 +39,7 @@ class TpuVm(pulumi.ComponentResource):
             ),
             scheduling_config=gcp.tpu.V2VmSchedulingConfigArgs(spot=tpu.spot),
             shielded_instance_config=gcp.tpu.V2VmShieldedInstanceConfigArgs(enable_secure_boot=True),
-            metadata={"startup-script": startup_script, "enable-oslogin": "TRUE", **metadata},
+            metadata={"startup-script": startup_script, "enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE", **metadata},
             labels=labels,
             opts=pulumi.ResourceOptions(parent=self),
         )
