@@ -32,6 +32,9 @@ def test_catalog_references_are_consistent() -> None:
         if machine.builtin_gpu:
             assert catalog.gpus[machine.builtin_gpu].attach == "builtin"
     assert set(catalog.tpu_zones) <= set(catalog.tpu_generations)
+    for generation, zones in catalog.tpu_zones.items():
+        for sizes in zones.values():
+            assert sizes is None or sizes <= set(catalog.tpu_generations[generation].valid_suffixes), generation
     for runtime in catalog.tpu_runtimes.values():
         assert set(runtime.generations) <= set(catalog.tpu_generations), runtime
     assert {"gpu", "cpu", "workbench"} <= set(catalog.images)
@@ -63,3 +66,27 @@ def valid_counts(machine_type: str, gpu: str) -> list[int]:
 )
 def test_rules_reproduce_the_seed_table(machine_type: str, gpu: str, counts: list[int]) -> None:
     assert valid_counts(machine_type, gpu) == counts
+
+
+@pytest.mark.parametrize(
+    ("accelerator_type", "zone", "offered"),
+    [
+        # Google's TPU regions page (2026-11): v2-8 is not in us-central1-a, larger v2 slices are.
+        ("v2-8", "us-central1-a", False),
+        ("v2-32", "us-central1-a", True),
+        ("v2-8", "us-central1-b", True),
+        ("v2-8", "us-central1-f", False),
+        ("v3-8", "us-east1-d", False),
+        ("v5litepod-8", "us-east1-b", False),
+        ("v5litepod-8", "us-west4-a", True),
+        ("v6e-8", "us-central1-a", False),
+        ("v6e-8", "us-central1-c", False),
+        ("v6e-8", "us-central1-b", True),
+    ],
+)
+def test_tpu_availability_is_per_slice_size(accelerator_type: str, zone: str, offered: bool) -> None:
+    catalog = load_catalog()
+    found = catalog.tpu_generation_for(accelerator_type)
+    assert found is not None
+    generation, size = found
+    assert (zone in catalog.tpu_zones_for(generation.generation, size)) is offered

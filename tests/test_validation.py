@@ -177,3 +177,19 @@ def test_base_stack_of_these_tests_is_valid(tmp_path: Path, capsys: pytest.Captu
     """Guards the mutations above: each must fail for its own reason, not a broken base."""
     assert run_validate(write_stack(tmp_path, base_config()), capsys)[0] == 0
     assert run_validate(write_stack(tmp_path, mutated({}, TPU_STACK)), capsys)[0] == 0
+
+
+def test_the_tf_2_18_tpu_runtime_google_documents_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: tpu-vm-tf-2.18.0-pjrt, named in Google's TPU docs, was rejected."""
+    assert run_validate(write_stack(tmp_path, mutated({"trainstack:tpu.runtime_version": "tpu-vm-tf-2.18.0-pjrt"}, TPU_STACK)), capsys)[0] == 0
+
+
+def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: a default the user did not write (on_finish: stop) made a Spot TPU stack invalid."""
+    from trainstack import scripts
+    from trainstack.stackfile import load_stack
+
+    path = write_stack(tmp_path, mutated({"trainstack:tpu.spot": True}, TPU_STACK))
+    assert run_validate(path, capsys)[0] == 0
+    cfg, _ = load_stack(path)
+    assert scripts.tpu_metadata(cfg, "gs://b")[scripts.METADATA_KEYS.on_finish] == "delete"

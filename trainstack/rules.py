@@ -195,9 +195,9 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
     generation, size = found
     if size not in generation.valid_suffixes:
         problems.append(Problem(f"{key}.accelerator_type", f"{tpu.accelerator_type} is not a valid {generation.generation} slice; valid: {_join(f'{generation.prefix}-{s}' for s in generation.valid_suffixes)}"))
-    zones = catalog.tpu_zones.get(generation.generation, frozenset())
-    if zone not in zones:
-        problems.append(Problem(f"{key}.accelerator_type", f"TPU {generation.generation} is not offered in zone {zone}; zones that offer it: {_join(sorted(zones))}"))
+    zones = catalog.tpu_zones_for(generation.generation, size)
+    if size in generation.valid_suffixes and zone not in zones:
+        problems.append(Problem(f"{key}.accelerator_type", f"{tpu.accelerator_type} is not offered in zone {zone}; zones that offer it: {_join(zones) or 'none known'}"))
     runtime = catalog.tpu_runtimes.get(tpu.runtime_version)
     fitting = sorted(r.version for r in catalog.tpu_runtimes.values() if generation.generation in r.generations and r.tensorflow_version)
     if runtime is None:

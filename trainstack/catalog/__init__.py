@@ -111,7 +111,8 @@ class Catalog:
     n1_gpu_limits: dict[str, dict[int, N1GpuLimit]]
     gpu_zones: dict[str, frozenset[str]]
     tpu_generations: dict[str, TpuGeneration]
-    tpu_zones: dict[str, frozenset[str]]
+    # generation -> zone -> the slice sizes offered there (None: every size of the generation)
+    tpu_zones: dict[str, dict[str, frozenset[int] | None]]
     tpu_runtimes: dict[str, TpuRuntime]
     images: dict[str, Image] = field(default_factory=dict)
     disk_usd_gb_month: dict[str, float | None] = field(default_factory=dict)
@@ -121,6 +122,10 @@ class Catalog:
         """None when the catalog has no price for that disk type."""
         monthly = self.disk_usd_gb_month.get(disk_type)
         return None if monthly is None else monthly / HOURS_PER_MONTH
+
+    def tpu_zones_for(self, generation: str, size: int) -> list[str]:
+        """The zones that offer this slice size (availability is per size, not per generation)."""
+        return sorted(zone for zone, sizes in self.tpu_zones.get(generation, {}).items() if sizes is None or size in sizes)
 
     def tpu_generation_for(self, accelerator_type: str) -> tuple[TpuGeneration, int] | None:
         """Split "v5litepod-8" into its generation record and size 8; None when unknown."""
@@ -188,9 +193,10 @@ def load_catalog() -> Catalog:
         )
         for row in _rows("tpu_generations.csv")
     }
-    tpu_zones: dict[str, set[str]] = defaultdict(set)
+    tpu_zones: dict[str, dict[str, frozenset[int] | None]] = defaultdict(dict)
     for row in _rows("tpu_zones.csv"):
-        tpu_zones[row["generation"]].add(row["zone"])
+        sizes = None if row["sizes"] == "all" else frozenset(int(size) for size in row["sizes"].split())
+        tpu_zones[row["generation"]][row["zone"]] = sizes
     runtimes = {
         row["runtime_version"]: TpuRuntime(
             version=row["runtime_version"],
@@ -210,7 +216,7 @@ def load_catalog() -> Catalog:
         n1_gpu_limits=dict(limits),
         gpu_zones={gpu: frozenset(zones) for gpu, zones in gpu_zones.items()},
         tpu_generations=generations,
-        tpu_zones={gen: frozenset(zones) for gen, zones in tpu_zones.items()},
+        tpu_zones=dict(tpu_zones),
         tpu_runtimes=runtimes,
         images=images,
         disk_usd_gb_month={row["disk_type"]: _optional_float(row["usd_gb_month"]) for row in _rows("disks.csv")},
