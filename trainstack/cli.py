@@ -12,6 +12,7 @@ from pathlib import Path
 from trainstack.config import StackConfig
 from trainstack.errors import StackConfigError
 from trainstack.plan import Plan, run_plan
+from trainstack.plandiff import Change, compare, read_plan_json
 from trainstack.rules import resolved_strategy
 from trainstack.scripts import rendered_scripts
 from trainstack.stackfile import load_stack, stack_file_path
@@ -72,6 +73,8 @@ def _describe(resource_inputs: dict[str, object]) -> str:
 
 def _print_plan(plan: Plan) -> None:
     print(f"Plan for stack {plan.stack}: {len(plan.resources)} resources")
+    for note in plan.notes:
+        print(f"Note: {note}")
     for resource in plan.resources:
         details = _describe(resource.inputs)
         print(f"  + {resource.type}  {resource.name}{'  ' + details if details else ''}")
@@ -91,6 +94,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     cfg, raw = _load(args)
+    previous = read_plan_json(args.against) if args.against is not None else None
     if args.out is not None and (args.out.exists() or args.out.is_symlink()) and not args.out.is_dir():
         print(f"trainstack: --out {args.out}: exists and is not a directory", file=sys.stderr)
         return 1
@@ -103,14 +107,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
         except OSError as error:
             print(f"trainstack: --out {args.out}: {error.strerror or error}", file=sys.stderr)
             return 1
+    document = plan.to_json()
+    changes = compare(previous, document) if previous is not None else None
     if args.json:
-        json.dump(plan.to_json(), sys.stdout, indent=2, sort_keys=True, default=str)
+        if changes is not None:
+            document["changes"] = [{"action": c.action, "type": c.type, "name": c.name, "keys": list(c.keys), "loses_work": c.loud} for c in changes]
+        json.dump(document, sys.stdout, indent=2, sort_keys=True)
         print()
     else:
         _print_plan(plan)
         if args.out:
             print(f"Startup scripts written to {args.out}/")
+        if changes is not None:
+            _print_changes(args.against, changes)
+    if changes is not None and any(c.loud for c in changes):
+        lost = [c for c in changes if c.loud]
+        print(f"WARNING: against {args.against}, `pulumi up` would delete or replace {len(lost)} resource(s) that hold work:", file=sys.stderr)
+        for change in lost:
+            print(f"  {change.action} {change.type} {change.name}", file=sys.stderr)
     return 0
+
+
+def _print_changes(against: Path, changes: list[Change]) -> None:
+    print(f"Changes against {against}: {len(changes) or 'none'}")
+    for change in changes:
+        print(f"  {'!' if change.loud else ' '} {change.describe()}")
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -153,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--out", type=Path, help="write the rendered startup scripts to this directory")
+    plan.add_argument(
+        "--against",
+        type=Path,
+        metavar="PREVIOUS.json",
+        help="an earlier `plan --json`: list what `pulumi up` would delete, replace, update or create, and warn for the bucket and machines",
+    )
     plan.set_defaults(func=cmd_plan)
     local = sub.add_parser("local", help="run the stack's cluster on this machine with its own boot scripts (CPU only)")
     _add_stack_arguments(local)

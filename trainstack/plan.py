@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import json
 import runpy
 from collections.abc import Callable, Mapping
@@ -45,6 +46,8 @@ class Plan:
     resources: list[PlannedResource]
     costs: list[NodeCost]
     outputs: dict[str, Any] = field(default_factory=dict)
+    # What the program chose for the user where the stack file is silent.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def hourly_usd(self) -> float | None:
@@ -60,6 +63,7 @@ class Plan:
             "hourly_usd": self.hourly_usd,
             "nodes": [{"name": c.name, "description": c.description, "hourly_usd": c.usd_per_hour} for c in self.costs],
             "outputs": self.outputs,
+            "notes": self.notes,
         }
 
 
@@ -88,14 +92,39 @@ def _computed_state(type_token: str, inputs: dict[str, Any], project: str) -> di
     return {}
 
 
-def _integral_floats_as_ints(value: Any) -> Any:
-    """The engine carries every number as a double; show a GPU count as 2, not 2.0."""
+# What a plan shows for a value the provider computes on create (an id, a generated name).
+COMPUTED = "<computed>"
+
+
+def _archive_description(archive: pulumi.Archive | pulumi.Asset) -> Any:
+    """An archive as its contents' paths and a hash of their bytes: stable across runs and
+    clones, and different when the code it uploads changes."""
+    if isinstance(archive, pulumi.AssetArchive):
+        return {"asset_archive": {name: _archive_description(inner) for name, inner in sorted(archive.assets.items())}}
+    if isinstance(archive, (pulumi.FileArchive, pulumi.FileAsset)):
+        path = Path(archive.path)
+        files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if path.is_dir() else [path]
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0" + file.read_bytes())
+        return {"files": path.name, "sha256": digest.hexdigest()[:16]}
+    return type(archive).__name__
+
+
+def _plain(value: Any) -> Any:
+    """Inputs as JSON values: the engine carries every number as a double (a GPU count shows
+    as 2, not 2.0), unknowns and archives become stable descriptions, so that two plans of
+    the same stack are equal and plans can be compared (`plan --against`)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _integral_floats_as_ints(v) for k, v in value.items()}
+        return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_integral_floats_as_ints(v) for v in value]
+        return [_plain(v) for v in value]
+    if isinstance(value, (pulumi.Archive, pulumi.Asset)):
+        return _archive_description(value)
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        return COMPUTED
     return value
 
 
@@ -107,7 +136,7 @@ class PlanMocks(pulumi.runtime.Mocks):
         self.resources: list[PlannedResource] = []
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
-        inputs = _integral_floats_as_ints(dict(args.inputs))
+        inputs = _plain(dict(args.inputs))
         if getattr(args, "custom", True):
             self.resources.append(PlannedResource(args.typ, args.name, inputs))
         state = {**inputs, **_computed_state(args.typ, inputs, self.project)}
@@ -147,7 +176,18 @@ def run_plan(cfg: StackConfig, raw_config: Mapping[str, Any]) -> Plan:
     outputs = _resolved_outputs()
     # Registration order depends on the event loop; a sorted plan reads and diffs the same every run.
     resources = sorted(mocks.resources, key=lambda r: (r.type, r.name))
-    return Plan(stack=cfg.stack, resources=resources, costs=stack_costs(cfg), outputs=outputs)
+    return Plan(stack=cfg.stack, resources=resources, costs=stack_costs(cfg), outputs=outputs, notes=plan_notes(cfg))
+
+
+def plan_notes(cfg: StackConfig) -> list[str]:
+    notes = []
+    tpu = cfg.settings.tpu
+    if tpu is not None and tpu.on_finish is None:
+        why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"
+        notes.append(f"tpu.on_finish is not set: the TPU VM will {tpu.effective_on_finish} itself when the job ends ({why})")
+    if not cfg.settings.storage.delete_on_destroy:
+        notes.append("the bucket is protected: `pulumi destroy --exclude-protected` removes everything else and leaves it")
+    return notes
 
 
 async def _run_until_settled(program: Callable[[], None]) -> None:
