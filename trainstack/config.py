@@ -86,6 +86,13 @@ Steps = Annotated[int, Field(gt=0, le=10_000_000)]
 MaxRunHours = Annotated[float, Field(ge=0.01, le=24 * 120)]
 
 
+def _full_match(pattern: re.Pattern[str], value: str, what: str) -> str:
+    """``value`` when the whole of it matches ``pattern``; else a message quoting it (shortened)."""
+    if not pattern.fullmatch(value):
+        raise ValueError(f"{shorten(value)} is not {what}")
+    return value
+
+
 class _Strict(BaseModel):
     # allow_inf_nan=False: ".inf" or ".nan" in YAML is a float too, and passes ge/le checks.
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
@@ -193,12 +200,7 @@ class Job(_Strict):
     @field_validator("name")
     @classmethod
     def _job_name_rules(cls, name: str) -> str:
-        if not JOB_NAME_PATTERN.fullmatch(name):
-            raise ValueError(
-                f"{shorten(name)} is not a valid job name: use letters, digits and underscores, "
-                "start with a letter, at most 128 characters"
-            )
-        return name
+        return _full_match(JOB_NAME_PATTERN, name, "a valid job name: use letters, digits and underscores, start with a letter, at most 128 characters")
 
     @field_validator("data")
     @classmethod
@@ -232,9 +234,7 @@ class Budget(_Strict):
     @field_validator("billing_account")
     @classmethod
     def _billing_account_format(cls, account: str) -> str:
-        if not BILLING_ACCOUNT_PATTERN.fullmatch(account):
-            raise ValueError(f"{shorten(account)} is not a billing account id: expected the form 012345-6789AB-CDEF01")
-        return account
+        return _full_match(BILLING_ACCOUNT_PATTERN, account, "a billing account id: expected the form 012345-6789AB-CDEF01")
 
 
 class Storage(_Strict):
@@ -261,19 +261,13 @@ class Settings(_Strict):
     @field_validator("zone")
     @classmethod
     def _zone_name(cls, zone: str) -> str:
-        if not ZONE_PATTERN.fullmatch(zone):
-            raise ValueError(f"{shorten(zone)} is not a zone name: zones look like us-central1-a")
-        return zone
+        return _full_match(ZONE_PATTERN, zone, "a zone name: zones look like us-central1-a")
 
     @field_validator("name")
     @classmethod
     def _resource_name(cls, name: str | None) -> str | None:
-        if name is not None and not RESOURCE_NAME_PATTERN.fullmatch(name):
-            raise ValueError(
-                f"{shorten(name)} is not a valid name: lowercase letters, digits and hyphens, "
-                f"starting with a letter, at most {RESOURCE_NAME_MAX} characters"
-            )
-        return name
+        what = f"a valid name: lowercase letters, digits and hyphens, starting with a letter, at most {RESOURCE_NAME_MAX} characters"
+        return None if name is None else _full_match(RESOURCE_NAME_PATTERN, name, what)
 
     @field_validator("labels")
     @classmethod
