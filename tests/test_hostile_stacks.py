@@ -117,37 +117,34 @@ for i, meta in enumerate(METACHARACTERS):
     ]
 
 
-def run_validate(path: Path) -> tuple[int, str, float, int]:
-    """Exit status, output, seconds and peak resident memory (MB) of one validate process."""
-    started = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trainstack", "validate", "--stack-file", str(path)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    )
-    try:
-        output, _ = process.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
-    seconds = time.monotonic() - started
-    # communicate() reaped the child; its peak RSS is in this process's children's rusage,
-    # so each case reads the increase of the maximum, which is only reliable as an upper bound:
-    # the per-process figure comes from wait4 in run_validate_measured below.
-    return process.returncode, output.decode(errors="replace"), seconds, 0
+# Runs the CLI and, on the way out, writes the process's peak resident memory (VmHWM: the
+# high-water mark of its own address space since exec). The kernel's rusage for a child
+# would also count the pages it shared with the parent before exec, and the pytest worker
+# that forks it may hold TensorFlow.
+PEAK_REPORTING_CLI = """
+import os, runpy, sys
+sys.argv[0] = "trainstack"
+try:
+    runpy.run_module("trainstack", run_name="__main__", alter_sys=True)
+finally:
+    with open("/proc/self/status") as status:
+        peak_kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(os.environ["PEAK_RSS_FILE"], "w") as out:
+        out.write(peak_kb)
+"""
 
 
 def run_validate_measured(path: Path) -> tuple[int, str, float, int]:
+    """Exit status, output, wall seconds and peak resident memory (MB) of one validate process."""
+    peak_file = path.parent / "peak-rss-kb"
     started = time.monotonic()
-    with open(os.devnull, "rb") as stdin:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trainstack", "validate", "--stack-file", str(path)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=stdin,
-        )
-    assert process.stdout is not None
-    output = process.stdout.read()  # until the child closes it (exits)
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, output.decode(errors="replace"), time.monotonic() - started, usage.ru_maxrss // 1024
+    result = subprocess.run(
+        [sys.executable, "-c", PEAK_REPORTING_CLI, "validate", "--stack-file", str(path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PEAK_RSS_FILE": str(peak_file)}, timeout=60,
+    )
+    seconds = time.monotonic() - started
+    return result.returncode, result.stdout.decode(errors="replace"), seconds, int(peak_file.read_text()) // 1024
 
 
 def assert_refused(path: Path, words: str) -> None:
