@@ -334,3 +334,19 @@ def test_the_bucket_is_protected_unless_the_stack_lets_destroy_delete_it() -> No
     deletable = TrainingBucket("gone", "test-project-123-gone", "us-central1", Storage(delete_on_destroy=True), {})
     assert kept.bucket._protect is True
     assert deletable.bucket._protect is False
+
+
+def test_a3_ultra_boots_from_hyperdisk_and_tpu_ssh_uses_the_track_with_iap(tmp_path: Path) -> None:
+    """Cloud facts: A3 Ultra needs a Hyperdisk boot disk (not pd-balanced); GA `tpu-vm ssh`
+    has no --tunnel-through-iap, the alpha track has."""
+    from stack_helpers import base_config, write_stack
+    from trainstack.plan import run_plan
+    from trainstack.stackfile import load_stack
+
+    config = base_config()
+    config["trainstack:zone"] = "us-central1-b"
+    config["trainstack:cluster"] = {"chief": {"machine_type": "a3-ultragpu-8g", "spot": True}}
+    [vm] = run_plan(*load_stack(write_stack(tmp_path, config))).of_type(INSTANCE)
+    assert vm.inputs["bootDisk"]["initializeParams"]["type"] == "hyperdisk-balanced"
+    [ssh] = plan_for("tpu").outputs["ssh_commands"].values()
+    assert ssh.startswith("gcloud alpha compute tpus tpu-vm ssh ") and ssh.endswith("--tunnel-through-iap")

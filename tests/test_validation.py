@@ -193,3 +193,15 @@ def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(tmp_path: Path
     assert run_validate(path, capsys)[0] == 0
     cfg, _ = load_stack(path)
     assert scripts.tpu_metadata(cfg, "gs://b")[scripts.METADATA_KEYS.on_finish] == "delete"
+
+
+def test_stack_names_that_share_their_first_24_characters_get_different_resource_names() -> None:
+    """Defect: two stacks whose names shared their first 24 characters got the same VM,
+    service-account and bucket names, and both validated."""
+    from trainstack.config import RESOURCE_NAME_PATTERN, default_resource_name
+
+    names = {stack: default_resource_name(stack) for stack in ("vision-team-experiments-2026-a", "vision-team-experiments-2026-b", "Team_A", "team-a", "dev")}
+    assert len(set(names.values())) == len(names)
+    assert names["dev"] == "dev" and names["team-a"] == "team-a"
+    for name in names.values():
+        assert RESOURCE_NAME_PATTERN.fullmatch(name) and len(f"{name}-train") <= 30
