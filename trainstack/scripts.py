@@ -264,9 +264,11 @@ def metadata_problems(cfg: StackConfig) -> list[Problem]:
                 )
             )
         script = render(CLUSTER_NODE, cfg)
-        largest = max(_metadata_bytes({"startup-script": script, **node_metadata(cfg, n, "gs://" + bucket_name(cfg), True)}) for n in nodes[:1])
-        if largest > MAX_INSTANCE_METADATA_BYTES:
-            problems.append(Problem(f"{NAMESPACE}:job.args", f"a node's metadata would be {largest} bytes; Compute Engine allows {MAX_INSTANCE_METADATA_BYTES}"))
+        # Every node carries the same script and job metadata; only role and index differ,
+        # by a few bytes, so the chief's size stands for all.
+        size = _metadata_bytes({"startup-script": script, **node_metadata(cfg, nodes[0], "gs://" + bucket_name(cfg), True)})
+        if size > MAX_INSTANCE_METADATA_BYTES:
+            problems.append(Problem(f"{NAMESPACE}:job.args", f"a node's metadata would be {size} bytes; Compute Engine allows {MAX_INSTANCE_METADATA_BYTES}"))
     if cfg.settings.tpu is not None:
         size = _metadata_bytes({"startup-script": render(TPU_VM, cfg), **tpu_metadata(cfg, "gs://" + bucket_name(cfg))})
         if size > MAX_INSTANCE_METADATA_BYTES:
