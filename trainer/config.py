@@ -9,25 +9,28 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-MODELS = ("cnn", "resnet50")
-STRATEGIES = (
-    "auto",
-    "one_device",
-    "mirrored",
-    "multi_worker_mirrored",
-    "parameter_server",
-    "tpu",
+from trainer.contract import (
+    AUTO,
+    BATCH_SIZE_PER_REPLICA,
+    CNN,
+    EPOCHS,
+    FLAGS,
+    IMAGE_SIZE,
+    MODELS,
+    STEPS_PER_EPOCH,
+    STRATEGIES,
+    SYNTHETIC_DATA,
+    TPU,
+    VERTEX_CHECKPOINT_DIR_ENV,
+    VERTEX_MODEL_DIR_ENV,
+    VERTEX_TENSORBOARD_DIR_ENV,
+    Bound,
 )
+
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 SWITCHES = ("auto", "on", "off")
-
-# Vertex AI custom jobs set these when a base output directory is configured:
-# <base>/model, <base>/checkpoints and <base>/logs.
-VERTEX_MODEL_DIR_ENV = "AIP_MODEL_DIR"
-VERTEX_CHECKPOINT_DIR_ENV = "AIP_CHECKPOINT_DIR"
-VERTEX_TENSORBOARD_DIR_ENV = "AIP_TENSORBOARD_LOG_DIR"
 
 
 class ConfigError(ValueError):
@@ -71,6 +74,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _bounded(bound: Bound) -> Callable[[str], int]:
+    """A flag type for one of the job settings the stack also sets: the contract's range."""
+    def parse(text: str) -> int:
+        value = _positive_int(text)
+        problem = bound.problem(value)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.task",
@@ -84,36 +98,37 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
-        "--job-dir",
+        FLAGS.job_dir,
         default=None,
         help=(
             "Output directory, local or gs://. Defaults to the parent of "
             f"${VERTEX_MODEL_DIR_ENV} when Vertex AI sets it."
         ),
     )
-    parser.add_argument("--model", choices=MODELS, default="cnn",
+    parser.add_argument(FLAGS.model, choices=MODELS, default=CNN,
                         help="cnn: the seed's flowers network; resnet50: Keras ResNet50, random init.")
     parser.add_argument(
-        "--data",
+        FLAGS.data,
         required=True,
         help=(
-            "'synthetic', a directory of class sub-folders of images, or TFRecord "
+            f"'{SYNTHETIC_DATA}', a directory of class sub-folders of images, or TFRecord "
             "files (a file, a glob, or a directory of *.tfrecord)."
         ),
     )
-    parser.add_argument("--image-size", type=_positive_int, default=180,
-                        help="Images are resized to this square size (the seed uses 180).")
-    parser.add_argument("--epochs", type=_positive_int, default=10)
+    parser.add_argument(FLAGS.image_size, type=_bounded(IMAGE_SIZE), default=IMAGE_SIZE.default,
+                        help="Images are resized to this square size.")
+    parser.add_argument(FLAGS.epochs, type=_bounded(EPOCHS), default=EPOCHS.default)
     parser.add_argument(
-        "--steps-per-epoch",
-        type=_positive_int,
-        default=None,
+        FLAGS.steps_per_epoch,
+        type=_bounded(STEPS_PER_EPOCH),
+        default=STEPS_PER_EPOCH.default,
         help="Default: one pass over the training files (synthetic data: 100).",
     )
-    parser.add_argument("--batch-size-per-replica", type=_positive_int, default=32,
+    parser.add_argument(FLAGS.batch_size_per_replica, type=_bounded(BATCH_SIZE_PER_REPLICA),
+                        default=BATCH_SIZE_PER_REPLICA.default,
                         help="The global batch is this times the number of replicas.")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="auto")
-    parser.add_argument("--tpu", default=None,
+    parser.add_argument(FLAGS.strategy, choices=STRATEGIES, default=AUTO)
+    parser.add_argument(FLAGS.tpu, default=None,
                         help="TPU name, or 'local' on a TPU VM. Implies the TPU strategy under auto.")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument(
@@ -178,7 +193,7 @@ def parse_args(argv: Sequence[str] | None = None,
         parser.error(f"--validation-split must be in [0, 1), got {args.validation_split}")
     if args.learning_rate <= 0:
         parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
-    if args.strategy == "tpu" and not args.tpu:
+    if args.strategy == TPU and not args.tpu:
         parser.error("--strategy tpu needs --tpu NAME (or --tpu local on a TPU VM)")
     return TrainerConfig(
         job_dir=job_dir.rstrip("/") if job_dir != "/" else job_dir,

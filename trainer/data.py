@@ -20,11 +20,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from trainer.config import TrainerConfig
+from trainer.contract import SYNTHETIC_DATA
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
-SYNTHETIC = "synthetic"
 SYNTHETIC_CLASSES = 5  # as many as the seed's flowers
 SYNTHETIC_STEPS_PER_EPOCH = 100
 # Training images are drawn from a finite pool that is generated once and cached:
@@ -112,8 +112,8 @@ def _tfrecord_files(path: str) -> list[str]:
 
 def describe_data(config: TrainerConfig) -> DataSource:
     """Resolves --data, failing fast with one clear message if it cannot be read."""
-    if config.data == SYNTHETIC:
-        return DataSource(kind=SYNTHETIC, num_classes=config.num_classes or SYNTHETIC_CLASSES,
+    if config.data == SYNTHETIC_DATA:
+        return DataSource(kind=SYNTHETIC_DATA, num_classes=config.num_classes or SYNTHETIC_CLASSES,
                           num_train_examples=None, num_eval_examples=SYNTHETIC_EVAL_EXAMPLES)
     import tensorflow as tf
 
@@ -289,7 +289,7 @@ def make_input_fn(config: TrainerConfig, source: DataSource, steps: int,
         per_replica_batch = context.get_per_replica_batch_size(
             config.batch_size_per_replica * context.num_replicas_in_sync)
         seed = config.seed + context.input_pipeline_id
-        if source.kind == SYNTHETIC:
+        if source.kind == SYNTHETIC_DATA:
             if training:
                 pool = synthetic_pool_size(steps, per_replica_batch * context.num_replicas_in_sync)
                 start = 0

@@ -1,14 +1,7 @@
 """The job directory: where each output lives, and how a finished job is recognised.
 
-Layout (local path or gs://; every access goes through tf.io.gfile):
-
-    <job-dir>/backup/        BackupAndRestore state, removed by Keras when training ends
-    <job-dir>/checkpoints/   weights after every epoch (chief writes; evaluator reads)
-    <job-dir>/logs/          TensorBoard event files
-    <job-dir>/model/         the exported SavedModel (chief only)
-    <job-dir>/progress.json  epochs completed so far (chief), for monitoring and tests
-    <job-dir>/metrics.json   final metrics; its presence marks the job as finished
-    <job-dir>/tmp/<task>/    per-worker scratch paths of non-chief workers, deleted after use
+The layout is the contract's (``trainer.contract.BucketLayout``); the job directory is a
+local path or gs://, and every access goes through tf.io.gfile.
 
 Vertex AI's AIP_MODEL_DIR / AIP_CHECKPOINT_DIR / AIP_TENSORBOARD_LOG_DIR replace
 the model, checkpoints and logs paths when set.
@@ -22,9 +15,7 @@ import posixpath
 from typing import Any
 
 from trainer.config import TrainerConfig
-
-METRICS_FILE = "metrics.json"
-PROGRESS_FILE = "progress.json"
+from trainer.contract import LAYOUT, node_name
 
 
 def join(base: str, *parts: str) -> str:
@@ -48,18 +39,18 @@ class JobLayout:
         root = config.job_dir
         return cls(
             root=root,
-            backup_dir=join(root, "backup"),
-            checkpoint_dir=config.checkpoint_dir_override or join(root, "checkpoints"),
-            log_dir=config.tensorboard_dir_override or join(root, "logs"),
-            model_dir=config.model_dir_override or join(root, "model"),
-            tmp_dir=join(root, "tmp"),
-            metrics_path=join(root, METRICS_FILE),
-            progress_path=join(root, PROGRESS_FILE),
+            backup_dir=join(root, LAYOUT.backup_dir),
+            checkpoint_dir=config.checkpoint_dir_override or join(root, LAYOUT.checkpoint_dir),
+            log_dir=config.tensorboard_dir_override or join(root, LAYOUT.log_dir),
+            model_dir=config.model_dir_override or join(root, LAYOUT.model_dir),
+            tmp_dir=join(root, LAYOUT.tmp_dir),
+            metrics_path=join(root, LAYOUT.metrics),
+            progress_path=join(root, LAYOUT.progress),
         )
 
     def worker_tmp_dir(self, task_type: str, task_id: int) -> str:
         """A path no other worker writes to, for saves that every worker must run."""
-        return join(self.tmp_dir, f"{task_type}-{task_id}")
+        return join(self.tmp_dir, node_name(task_type, task_id))
 
 
 def read_json(path: str) -> dict[str, Any] | None:

@@ -2,9 +2,9 @@
 
 The choice is a pure function of TF_CONFIG, the number of visible GPUs and the
 --tpu flag, so it is unit-tested for GPU and TPU machines that this CI does not
-have. ``auto`` follows tensorflow_cloud's rule: TPU -> TPUStrategy, parameter
-servers -> ParameterServerStrategy, several workers -> MultiWorkerMirroredStrategy,
-several local GPUs -> MirroredStrategy, otherwise one device.
+have. ``auto`` is the contract's rule (``trainer.contract.auto_strategy``), the same
+one the stack's validation applies; here the devices are the visible GPUs, or the
+logical CPU devices of a test.
 """
 
 from __future__ import annotations
@@ -14,17 +14,23 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from trainer.contract import (
+    AUTO,
+    CHIEF,
+    EVALUATOR,
+    MIRRORED,
+    MULTI_WORKER_MIRRORED,
+    ONE_DEVICE,
+    PARAMETER_SERVER,
+    PS,
+    TPU,
+    WORKER,
+    auto_strategy,
+    node_name,
+)
+
 if TYPE_CHECKING:  # TensorFlow is imported lazily so the choice logic stays cheap to test.
     import tensorflow as tf
-
-ONE_DEVICE = "one_device"
-MIRRORED = "mirrored"
-MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
-PARAMETER_SERVER = "parameter_server"
-TPU = "tpu"
-
-# Roles a TF_CONFIG task can have (Vertex AI pools 0..3 map to these).
-CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
 
 
 class StrategyError(ValueError):
@@ -54,7 +60,7 @@ class ClusterInfo:
 
     @property
     def task_name(self) -> str:
-        return f"{self.task_type or 'local'}-{self.task_id}"
+        return node_name(self.task_type or "local", self.task_id)
 
 
 def parse_tf_config(environ: Mapping[str, str]) -> ClusterInfo:
@@ -88,16 +94,10 @@ def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int,
     (say parameter_server without any ps task) would otherwise hang or fail deep
     inside TensorFlow with a far less helpful message.
     """
-    if requested == "auto":
-        if tpu:
-            return TPU
-        if cluster.num_ps > 0:
-            return PARAMETER_SERVER
-        if cluster.num_workers > 1:
-            return MULTI_WORKER_MIRRORED
-        if num_gpus > 1 or logical_cpus > 1:
-            return MIRRORED
-        return ONE_DEVICE
+    if requested == AUTO:
+        return auto_strategy(tpu=bool(tpu), parameter_servers=cluster.num_ps,
+                             training_machines=cluster.num_workers,
+                             devices_per_machine=max(num_gpus, logical_cpus))
     if requested == TPU:
         if not tpu:
             raise StrategyError("--strategy tpu needs --tpu NAME or --tpu local")

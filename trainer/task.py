@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from trainer.config import TrainerConfig, parse_args
-from trainer.jobdir import METRICS_FILE  # jobdir imports TensorFlow only inside functions
+from trainer.contract import LAYOUT, SYNTHETIC_DATA
 
 log = logging.getLogger("trainer")
 
@@ -31,7 +31,7 @@ def _missing_local_data(data: str) -> bool:
     """Answers for local paths before the multi-second TensorFlow import."""
     is_remote = "://" in data
     is_glob = any(character in data for character in "*?[")
-    return data != "synthetic" and not is_remote and not is_glob and not os.path.exists(data)
+    return data != SYNTHETIC_DATA and not is_remote and not is_glob and not os.path.exists(data)
 
 
 def _locally_finished(job_dir: str) -> bool:
@@ -39,7 +39,7 @@ def _locally_finished(job_dir: str) -> bool:
     if "://" in job_dir:
         return False
     try:
-        with open(os.path.join(job_dir, METRICS_FILE), encoding="utf-8") as handle:
+        with open(os.path.join(job_dir, LAYOUT.metrics), encoding="utf-8") as handle:
             return bool(json.load(handle).get("status") == "finished")
     except (OSError, ValueError, AttributeError):
         return False

@@ -1,0 +1,237 @@
+"""The contract between the Pulumi program, the boot scripts and the trainer.
+
+Everything two of them must agree on lives here, once: strategy and model names, the job's
+defaults and bounds, the trainer flags the stack sets, node roles and names, the bucket and
+job-directory layout, the instance metadata keys the boot scripts read, and the TF_CONFIG
+cluster. The Pulumi side (``trainstack``) imports it, the templates receive it through
+``trainstack.scripts.render``, and the trainer imports it on every node.
+
+It imports nothing but the standard library: it ships inside the trainer archive to nodes
+that have no Pulumi, and the Pulumi side must not pay for a TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+# --- Strategies ----------------------------------------------------------------------
+# What a stack's cluster may ask for; the trainer also takes "tpu" (the TPU VM asks for it).
+ClusterStrategy = Literal["auto", "one_device", "mirrored", "multi_worker_mirrored", "parameter_server"]
+Strategy = Literal[ClusterStrategy, "tpu"]
+AUTO: Final = "auto"
+ONE_DEVICE: Final = "one_device"
+MIRRORED: Final = "mirrored"
+MULTI_WORKER_MIRRORED: Final = "multi_worker_mirrored"
+PARAMETER_SERVER: Final = "parameter_server"
+TPU: Final = "tpu"
+CLUSTER_STRATEGIES: Final[tuple[str, ...]] = get_args(ClusterStrategy)
+STRATEGIES: Final[tuple[str, ...]] = (*CLUSTER_STRATEGIES, TPU)
+# Strategies that train on one machine and need no TF_CONFIG cluster.
+SINGLE_MACHINE_STRATEGIES: Final = (ONE_DEVICE, MIRRORED)
+
+
+def auto_strategy(*, tpu: bool, parameter_servers: int, training_machines: int, devices_per_machine: int) -> str:
+    """What ``auto`` means, as tensorflow_cloud chose it
+    (https://github.com/tensorflow/cloud/blob/master/src/python/tensorflow_cloud/core/deploy.py):
+    a TPU -> TPUStrategy; parameter servers -> ParameterServerStrategy; several training
+    machines (chief and workers) -> MultiWorkerMirroredStrategy; several devices on the one
+    machine -> MirroredStrategy; else one device.
+
+    ``devices_per_machine`` is the GPUs of one machine (the stack knows them from the
+    catalog, the trainer counts the visible ones) or, in tests, logical CPU devices."""
+    if tpu:
+        return TPU
+    if parameter_servers > 0:
+        return PARAMETER_SERVER
+    if training_machines > 1:
+        return MULTI_WORKER_MIRRORED
+    if devices_per_machine > 1:
+        return MIRRORED
+    return ONE_DEVICE
+
+
+# --- Models and the job's settings ----------------------------------------------------
+Model = Literal["cnn", "resnet50"]
+MODELS: Final[tuple[str, ...]] = get_args(Model)
+CNN: Final = "cnn"
+# The trainer reads this instead of a data path to generate images in memory.
+SYNTHETIC_DATA: Final = "synthetic"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A whole-number job setting: its default (None: the trainer decides) and its range.
+
+    The ranges keep a typo (or a hostile value) from turning into a week of GPU time or a
+    number no consumer can hold."""
+
+    default: int | None
+    low: int
+    high: int
+
+    def problem(self, value: int) -> str | None:
+        if self.low <= value <= self.high:
+            return None
+        return f"{value} is not between {self.low} and {self.high}"
+
+
+EPOCHS: Final = Bound(default=10, low=1, high=100_000)
+BATCH_SIZE_PER_REPLICA: Final = Bound(default=32, low=1, high=65_536)
+# None: one pass over the training files (synthetic data: the trainer's own default).
+STEPS_PER_EPOCH: Final = Bound(default=None, low=1, high=10_000_000)
+# 180: the image size of TensorFlow's flowers tutorial
+# (https://www.tensorflow.org/tutorials/images/classification).
+IMAGE_SIZE: Final = Bound(default=180, low=16, high=1024)
+
+
+@dataclass(frozen=True)
+class TrainerFlags:
+    """The trainer's command-line flags that the stack sets from its own keys."""
+
+    job_dir: str = "--job-dir"
+    model: str = "--model"
+    data: str = "--data"
+    epochs: str = "--epochs"
+    batch_size_per_replica: str = "--batch-size-per-replica"
+    image_size: str = "--image-size"
+    steps_per_epoch: str = "--steps-per-epoch"
+    strategy: str = "--strategy"
+    tpu: str = "--tpu"
+
+
+FLAGS: Final = TrainerFlags()
+# The --tpu value on a TPU VM: the TPU attached to this host.
+LOCAL_TPU: Final = "local"
+
+
+# --- Nodes -------------------------------------------------------------------------------
+Role = Literal["chief", "worker", "ps"]
+CHIEF: Final = "chief"
+WORKER: Final = "worker"
+PS: Final = "ps"
+ROLES: Final[tuple[str, ...]] = get_args(Role)
+# A TF_CONFIG task type that is not a cluster member (the trainer's side-car evaluator).
+EVALUATOR: Final = "evaluator"
+# Node names of the machines that are not cluster members.
+TPU_NODE: Final = "tpu"
+NOTEBOOK_NODE: Final = "notebook"
+
+
+def node_name(role: str, index: int) -> str:
+    """A node's name in status objects, logs, local directories and VM names:
+    chief (there is one), worker-0, ps-1."""
+    return CHIEF if role == CHIEF else f"{role}-{index}"
+
+
+def vm_name(prefix: str, node: str) -> str:
+    """The Compute Engine or TPU name of a node of the stack named ``prefix``."""
+    return f"{prefix}-{node}"
+
+
+# --- The bucket and the job directory --------------------------------------------------
+@dataclass(frozen=True)
+class BucketLayout:
+    """Object names in the stack's bucket, and paths inside a job directory.
+
+    Job directory (a gs:// URI on the cloud, a local path in ``trainstack local``):
+
+        status/job.json      the job's state, written by the chief's boot script (its heartbeat)
+        status/<node>.json   each node's state and exit code
+        backup/              BackupAndRestore state, removed by Keras when training ends
+        checkpoints/         weights after every epoch
+        logs/                TensorBoard event files
+        model/               the exported SavedModel
+        progress.json        epochs completed so far
+        metrics.json         final metrics; its presence marks the job finished
+        tmp/<node>/          scratch paths of non-chief workers
+    """
+
+    # In the bucket:
+    trainer_archive: str = "trainstack/trainer.zip"
+    wheelhouse: str = "trainstack/wheelhouse"
+    notebook_script: str = "trainstack/workbench-post-startup.sh"
+    jobs: str = "jobs"
+    # In a job directory:
+    status_dir: str = "status"
+    job_status: str = "status/job.json"
+    backup_dir: str = "backup"
+    checkpoint_dir: str = "checkpoints"
+    log_dir: str = "logs"
+    model_dir: str = "model"
+    tmp_dir: str = "tmp"
+    progress: str = "progress.json"
+    # The finished marker: a job whose metrics.json says "finished" is not trained again.
+    metrics: str = "metrics.json"
+
+    def job_dir(self, bucket: str, job_name: str) -> str:
+        """``bucket`` is a gs:// URI or, locally, a directory path."""
+        return posixpath.join(bucket, self.jobs, job_name)
+
+    def node_status(self, node: str) -> str:
+        return posixpath.join(self.status_dir, f"{node}.json")
+
+
+LAYOUT: Final = BucketLayout()
+
+
+@dataclass(frozen=True)
+class JobStates:
+    """The ``state`` of a status object."""
+
+    running: str = "RUNNING"
+    succeeded: str = "SUCCEEDED"
+    failed: str = "FAILED"
+    # The boot script got a termination signal: the job stays resumable.
+    interrupted: str = "INTERRUPTED"
+
+
+STATES: Final = JobStates()
+
+# Vertex AI sets these for custom jobs with a base output directory: <base>/model,
+# <base>/checkpoints and <base>/logs
+# (https://cloud.google.com/vertex-ai/docs/training/code-requirements#environment-variables).
+VERTEX_MODEL_DIR_ENV: Final = "AIP_MODEL_DIR"
+VERTEX_CHECKPOINT_DIR_ENV: Final = "AIP_CHECKPOINT_DIR"
+VERTEX_TENSORBOARD_DIR_ENV: Final = "AIP_TENSORBOARD_LOG_DIR"
+
+
+# --- Instance metadata the boot scripts read ---------------------------------------------
+@dataclass(frozen=True)
+class MetadataKeys:
+    role: str = "trainstack-role"
+    index: str = "trainstack-index"
+    node_name: str = "trainstack-node-name"
+    # Names the project attribute that holds the TF_CONFIG cluster.
+    cluster_key: str = "trainstack-cluster-key"
+    job_dir: str = "trainstack-job-dir"
+    bucket: str = "trainstack-bucket"
+    trainer_args: str = "trainstack-trainer-args"
+    on_finish: str = "trainstack-on-finish"
+    # How often the chief refreshes its heartbeat, and the others look at it.
+    heartbeat_seconds: str = "trainstack-heartbeat-seconds"
+    # How long the others wait for a new heartbeat before taking the chief for dead.
+    peer_timeout_seconds: str = "trainstack-peer-timeout-seconds"
+    # The TPU VM's run-time cap (Compute Engine's max_run_duration has no TPU equivalent).
+    max_run_seconds: str = "trainstack-max-run-seconds"
+
+
+METADATA_KEYS: Final = MetadataKeys()
+
+
+# --- TF_CONFIG -------------------------------------------------------------------------------
+def tf_cluster(members: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """The ``cluster`` of TF_CONFIG from (role, "host:port") pairs, in the order given:
+    a role's list index is its task index."""
+    cluster: dict[str, list[str]] = {}
+    for role, address in members:
+        cluster.setdefault(role, []).append(address)
+    return cluster
+
+
+def tf_config(cluster: dict[str, list[str]], role: str, index: int) -> str:
+    """One node's TF_CONFIG."""
+    return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
