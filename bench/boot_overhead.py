@@ -27,9 +27,9 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
-from trainstack import scripts  # noqa: E402
+from trainer.contract import LAYOUT  # noqa: E402
 from trainstack.local import THREADS_PER_NODE, LocalRun, TrainerOverrides  # noqa: E402
-from trainstack.rules import resolved_strategy  # noqa: E402
+from trainstack.resolved import resolve_stack  # noqa: E402
 from trainstack.stackfile import STACKS_DIR, load_stack  # noqa: E402
 
 PROBE_TRAINER = REPOSITORY / "tests" / "fixtures" / "probe_trainer" / "trainer"
@@ -37,7 +37,7 @@ ONE_STEP = {"--epochs": "1", "--steps-per-epoch": "1", "--image-size": "32", "--
 
 
 def first_step_time(job_dir: Path) -> float:
-    return float(json.loads((job_dir / "progress.json").read_text())["time"])
+    return float(json.loads((job_dir / LAYOUT.progress).read_text())["time"])
 
 
 def through_boot_script(workdir: Path) -> float:
@@ -48,14 +48,16 @@ def through_boot_script(workdir: Path) -> float:
     run.start()
     result = run.wait(timeout=600)
     if not result.succeeded:
-        raise SystemExit("\n".join(result.logs["chief-0"]))
+        raise SystemExit("\n".join(result.logs["chief"]))
     return first_step_time(result.job_dir) - run.started_at
 
 
 def trainer_directly(workdir: Path) -> float:
     cfg, _ = load_stack(STACKS_DIR / "Pulumi.dev.yaml")
     assert cfg.settings.cluster is not None
-    args = TrainerOverrides(ONE_STEP).apply(scripts.trainer_args(cfg, resolved_strategy(cfg.settings.cluster)))
+    cluster = resolve_stack(cfg).cluster
+    assert cluster is not None
+    args = TrainerOverrides(ONE_STEP).apply(list(cluster.trainer_args))
     job_dir = workdir / "job"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS=THREADS_PER_NODE, OMP_NUM_THREADS=THREADS_PER_NODE)
     started = time.time()
@@ -66,7 +68,7 @@ def trainer_directly(workdir: Path) -> float:
 def exit_to_self_stop(workdir: Path) -> float:
     cfg, _ = load_stack(STACKS_DIR / "Pulumi.dev.yaml")
     result = LocalRun(cfg, workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER).start().wait(timeout=120)
-    exited = json.loads((result.job_dir / "probe" / "chief-0.json").read_text())["exit_time"]
+    exited = json.loads((result.job_dir / "probe" / "chief.json").read_text())["exit_time"]
     stopped = float(result.self_stops[-1].split()[0])
     return stopped - float(exited)
 

@@ -20,9 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainstack.config import parse_stack_config  # noqa: E402
 from trainstack.plan import run_plan  # noqa: E402
-from trainstack.rules import validate_stack  # noqa: E402
 from trainstack.stackfile import read_stack_config_map, stack_file_path  # noqa: E402
 
 SIZES = (1, 64, 512)
@@ -33,8 +31,7 @@ def time_plan(workers: int) -> tuple[float, int]:
     raw = copy.deepcopy(read_stack_config_map(stack_file_path("multiworker")))
     raw["trainstack:cluster"]["workers"]["count"] = workers
     start = time.perf_counter()
-    cfg = validate_stack(parse_stack_config("multiworker", raw))
-    plan = run_plan(cfg, raw)
+    plan = run_plan("multiworker", raw)
     return time.perf_counter() - start, len(plan.resources)
 
 

@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPOSITORY_ROOT))
+
+from trainer.contract import LAYOUT  # noqa: E402
 
 
 def _environment() -> dict[str, str]:
@@ -55,7 +58,7 @@ def run_trainer(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
          "--steps-per-epoch", str(args.steps_per_epoch), "--epochs", str(args.epochs),
          "--seed", str(args.seed), *args.trainer_flags],
         cwd=REPOSITORY_ROOT, env=_environment(), check=True)
-    result: dict[str, Any] = json.loads((job_dir / "metrics.json").read_text())
+    result: dict[str, Any] = json.loads((job_dir / LAYOUT.metrics).read_text())
     return result
 
 

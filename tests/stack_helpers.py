@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from trainstack.plan import Plan, run_plan
-from trainstack.stackfile import STACKS_DIR, load_stack, stack_name_from_path
+from trainstack.stackfile import STACKS_DIR, read_stack_config_map, stack_name_from_path
 
 SHIPPED_STACKS = sorted(stack_name_from_path(p) for p in STACKS_DIR.glob("Pulumi.*.yaml"))
 
@@ -37,6 +37,11 @@ def base_config() -> dict[str, Any]:
     return copy.deepcopy(BASE_CONFIG)
 
 
+def plan_of(path: Path) -> Plan:
+    """Plan a stack file as `python -m trainstack plan --stack-file PATH` does."""
+    return run_plan(stack_name_from_path(path), read_stack_config_map(path))
+
+
 def write_stack(directory: Path, config: dict[str, Any], stack: str = "test") -> Path:
     path = directory / f"Pulumi.{stack}.yaml"
     path.write_text(yaml.safe_dump({"config": config}, sort_keys=False), encoding="utf-8")
@@ -49,6 +54,5 @@ _plans: dict[str, Plan] = {}
 def plan_for(stack: str) -> Plan:
     """Plan a shipped stack once per test session (each plan runs the whole program)."""
     if stack not in _plans:
-        cfg, raw = load_stack(STACKS_DIR / f"Pulumi.{stack}.yaml")
-        _plans[stack] = run_plan(cfg, raw)
+        _plans[stack] = run_plan(stack, read_stack_config_map(STACKS_DIR / f"Pulumi.{stack}.yaml"))
     return _plans[stack]

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from test_boot_scripts import PROBE_TRAINER, stack
+from trainer.contract import LAYOUT, METADATA_KEYS
 from trainstack import scripts
+from trainstack.resolved import resolve_stack
 from trainstack.config import Settings, StackConfig, Tpu
 from trainstack.local import LocalRun, TrainerOverrides
 from test_scripts import shellcheck
@@ -49,12 +51,12 @@ def test_sigterm_leaves_the_job_resumable_and_applies_no_on_finish(tmp_path: Pat
     monkeypatch.setenv("PROBE_CHIEF_SLEEP", "600")
     local = start(cfg, tmp_path)
     wait_for(lambda: trainers_started(local), 60, "the trainer to start")
-    local.signal_node("chief-0", signal.SIGTERM)
+    local.signal_node("chief", signal.SIGTERM)
     interrupted = local.wait(timeout=60)
-    assert interrupted.node_status["chief-0"] is not None and interrupted.node_status["chief-0"]["state"] == "INTERRUPTED"
+    assert interrupted.node_status["chief"] is not None and interrupted.node_status["chief"]["state"] == "INTERRUPTED"
     assert interrupted.job_status is not None and interrupted.job_status["state"] == "RUNNING"
     assert interrupted.self_stops == [], "on_finish was applied on a termination signal"
-    assert any("received SIGTERM" in line for line in interrupted.logs["chief-0"])
+    assert any("received SIGTERM" in line for line in interrupted.logs["chief"])
 
     monkeypatch.setenv("PROBE_CHIEF_SLEEP", "0")
     resumed = start(cfg, tmp_path).wait(timeout=120)
@@ -74,8 +76,8 @@ def test_after_the_chief_is_killed_the_other_nodes_end_within_the_heartbeat_boun
     local = start(cfg, tmp_path)
     wait_for(lambda: trainers_started(local), 60, "every trainer to start")
     killed_at = time.monotonic()
-    local.signal_node("chief-0", signal.SIGKILL)
-    others = [n for n in local.nodes if n.name != "chief-0"]
+    local.signal_node("chief", signal.SIGKILL)
+    others = [n for n in local.nodes if n.name != "chief"]
     wait_for(lambda: all(n.process is not None and n.process.poll() is not None for n in others), 60, "the other nodes to end")
     ended_after = time.monotonic() - killed_at
     result = local.wait(timeout=10)
@@ -113,20 +115,20 @@ def test_missing_required_metadata_stops_the_node_and_writes_no_status(tmp_path:
     """Defect: with the metadata server answering 404 the script ran with an empty role and
     job dir, wrote status to /status/-.json and kept the VM billing."""
     local = LocalRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
-    for key in (scripts.METADATA_KEYS.role, scripts.METADATA_KEYS.job_dir):
+    for key in (METADATA_KEYS.role, METADATA_KEYS.job_dir):
         del local.nodes[0].metadata[key]
     result = local.start().wait(timeout=60)
-    assert result.exit_codes["chief-0"] == 1
-    assert any(f"required instance metadata {scripts.METADATA_KEYS.role} is missing" in line for line in result.logs["chief-0"])
+    assert result.exit_codes["chief"] == 1
+    assert any(f"required instance metadata {METADATA_KEYS.role} is missing" in line for line in result.logs["chief"])
     assert [line.split()[1] for line in result.self_stops] == ["stop"]
     assert not list(tmp_path.rglob("-.json")) and not (Path("/status")).exists()
-    assert not any("starting the trainer" in line for line in result.logs["chief-0"])
+    assert not any("starting the trainer" in line for line in result.logs["chief"])
 
 
 def test_an_unknown_on_finish_stops_the_node(tmp_path: Path) -> None:
     """Defect: an unknown on_finish fell through to keep, leaving the VM billing."""
     local = LocalRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
-    local.nodes[0].metadata[scripts.METADATA_KEYS.on_finish] = "hibernate"
+    local.nodes[0].metadata[METADATA_KEYS.on_finish] = "hibernate"
     result = local.start().wait(timeout=60)
     assert result.succeeded
     assert [line.split()[1] for line in result.self_stops] == ["stop"]
@@ -142,7 +144,7 @@ def test_a_second_boot_of_the_same_node_leaves_the_job_to_the_first(tmp_path: Pa
     assert second.returncode == 0
     assert "another boot of this node holds" in second.stderr
     assert "starting the trainer" not in second.stderr
-    local.signal_node("chief-0", signal.SIGTERM)
+    local.signal_node("chief", signal.SIGTERM)
     local.wait(timeout=60)
 
 
@@ -153,7 +155,7 @@ HOSTILE = ["$(touch {m})", "`touch {m}`", "'; touch {m}; '", '"; touch {m}; "', 
 
 def hostile_config(value: str) -> StackConfig:
     """A config no validation would pass, built directly: the renderer must hold on its own."""
-    tpu = Tpu(accelerator_type="v2-8", runtime_version="tpu-vm-tf-2.17.0-pjrt")
+    tpu = Tpu(accelerator_type="v2-8", runtime_version="tpu-vm-tf-2.18.0-pjrt")
     settings = Settings.model_construct(zone=value, name=value, labels={}, cluster=stack("dev").settings.cluster, tpu=tpu, notebook=stack("notebook").settings.notebook)
     return StackConfig.model_construct(stack=value, project=value, region="us-central1", settings=settings)
 
@@ -182,7 +184,7 @@ def test_hostile_values_render_as_data_in_every_template(tmp_path: Path, pattern
     post-startup script: command execution as root."""
     marker = tmp_path / "executed"
     cfg = hostile_config(pattern.format(m=marker))
-    rendered = scripts.rendered_scripts(cfg)
+    rendered = scripts.boot_files(resolve_stack(cfg)).by_filename()
     assert set(rendered) == {"cluster-node.sh", "tpu-vm.sh", "workbench-post-startup.sh"}
     stubs = tmp_path / "stubs"
     stubs.mkdir()
@@ -214,7 +216,7 @@ def test_hostile_values_render_as_data_in_every_template(tmp_path: Path, pattern
 
 
 def partials(cfg: StackConfig, kind: scripts.NodeKind | None = None) -> str:
-    return "".join(scripts.render(t, cfg, kind) for t in ("_common.sh.j2", "_environment.sh.j2", "_job.sh.j2"))
+    return "".join(scripts.render(t, resolve_stack(cfg), kind) for t in ("_common.sh.j2", "_environment.sh.j2", "_job.sh.j2"))
 
 
 def test_the_tpu_run_time_cap_ends_the_boot_records_failed_and_stops(tmp_path: Path) -> None:
@@ -225,7 +227,7 @@ def test_the_tpu_run_time_cap_ends_the_boot_records_failed_and_stops(tmp_path: P
     job_dir = tmp_path / "job"
     stop_log = tmp_path / "self-stop.log"
     boot_script = tmp_path / "boot.sh"
-    boot_script.write_text(f'source "{library}"\nJOB_DIR="{job_dir}" NODE_NAME=tpu-0 ON_FINISH=stop\nstart_run_time_cap 2\nsleep 600\n')
+    boot_script.write_text(f'source "{library}"\nJOB_DIR="{job_dir}" NODE_NAME=tpu ON_FINISH=stop\nstart_run_time_cap 2\nsleep 600\n')
     # The boot script's parent reaps it, as the VM's script runner does.
     parent = subprocess.Popen(
         ["bash", "-c", f'bash "{boot_script}"; echo "boot script ended: $?"; sleep 600'],
@@ -238,18 +240,18 @@ def test_the_tpu_run_time_cap_ends_the_boot_records_failed_and_stops(tmp_path: P
     finally:
         parent.kill()
         parent.wait()
-    assert stop_log.read_text().split()[1:] == ["stop", "tpu-0"]
-    for name in ("job.json", "tpu-0.json"):
-        status = json.loads((job_dir / "status" / name).read_text())
+    assert stop_log.read_text().split()[1:] == ["stop", "tpu"]
+    for name in ("job.json", "tpu.json"):
+        status = json.loads((job_dir / LAYOUT.status_dir / name).read_text())
         assert (status["state"], status["exit_code"], status["reason"]) == ("FAILED", 124, "run-time cap reached")
 
 
 def test_the_tpu_script_gets_its_cap_from_the_stack() -> None:
     cfg = stack("tpu")
     assert cfg.settings.tpu is not None
-    metadata = scripts.tpu_metadata(cfg, "gs://b")
-    assert metadata[scripts.METADATA_KEYS.max_run_seconds] == str(round(cfg.settings.tpu.max_run_hours * 3600))
-    assert "start_run_time_cap" in scripts.render(scripts.TPU_VM, cfg).split("run_job\n")[-2]
+    boot = scripts.boot_files(resolve_stack(cfg))
+    assert boot.tpu_metadata[METADATA_KEYS.max_run_seconds] == str(round(cfg.settings.tpu.max_run_hours * 3600))
+    assert boot.tpu_script is not None and "start_run_time_cap" in boot.tpu_script.split("run_job\n")[-2]
 
 
 class _Recorder(BaseHTTPRequestHandler):

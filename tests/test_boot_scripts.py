@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from trainer.contract import LAYOUT
 from trainstack import scripts
+from trainstack.resolved import resolve_stack
 from trainstack.local import LocalRun, LocalRunResult, TrainerOverrides
 from trainstack.stackfile import STACKS_DIR, load_stack
 
@@ -43,17 +45,15 @@ def probe_records(result: LocalRunResult) -> dict[str, dict]:  # type: ignore[ty
 def test_each_node_gets_its_tf_config_from_metadata(stack_name: str, tmp_path: Path, probe_trainer: Path) -> None:
     cfg = stack(stack_name)
     local = LocalRun(cfg, tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
-    cluster = json.loads(local.project_attributes[scripts.cluster_metadata_key(cfg)])
+    cluster = json.loads(local.project_attributes[local.stack.cluster.tf_cluster_metadata_key])
     result = local.start().wait(timeout=300)
     assert result.succeeded, result.logs
     records = probe_records(result)
-    expected_nodes = {f"{n.node.role}-{n.node.index}" for n in local.nodes}
-    assert set(records) == expected_nodes
-    for name, record in records.items():
-        role, index = name.rsplit("-", 1)
-        tf_config = json.loads(record["tf_config"])
-        assert tf_config == {"cluster": cluster, "task": {"type": role, "index": int(index)}}
-        argv = record["argv"]
+    assert set(records) == {n.name for n in local.nodes}
+    for local_node in local.nodes:
+        tf_config = json.loads(records[local_node.name]["tf_config"])
+        assert tf_config == {"cluster": cluster, "task": {"type": local_node.node.role, "index": local_node.node.index}}
+        argv = records[local_node.name]["argv"]
         assert argv[argv.index("--job-dir") + 1] == str(result.job_dir)
         assert argv[argv.index("--strategy") + 1] == cfg.settings.cluster.strategy  # type: ignore[union-attr]
 
@@ -94,7 +94,7 @@ def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_
     cfg = stack("dev")
     # An empty wheelhouse and a requirement it cannot satisfy: the install fails.
     kind = scripts.NodeKind(requirements=("trainstack-absent==1.0",), system_site_packages=False, stop_command=scripts.ShellCode("true"), delete_command=scripts.ShellCode("true"))
-    (tmp_path / "bucket" / scripts.bucket_name(cfg) / "trainstack" / "wheelhouse").mkdir(parents=True)
+    (tmp_path / "bucket" / resolve_stack(cfg).bucket_name / LAYOUT.wheelhouse).mkdir(parents=True)
     result = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
     assert result.job_status is not None and result.job_status["state"] == "FAILED"
     assert result.job_status["exit_code"] != 0
@@ -106,7 +106,7 @@ def _status_functions(tmp_path: Path) -> Path:
     """The rendered partials that define the status functions, without the script's main part."""
     cfg = stack("paramserver")
     library = tmp_path / "functions.sh"
-    library.write_text(scripts.render("_common.sh.j2", cfg) + scripts.render("_job.sh.j2", cfg))
+    library.write_text(scripts.render("_common.sh.j2", resolve_stack(cfg)) + scripts.render("_job.sh.j2", resolve_stack(cfg)))
     return library
 
 
@@ -119,7 +119,7 @@ def test_only_a_failure_of_this_attempt_ends_the_other_nodes(tmp_path: Path, fai
     import subprocess
 
     status = tmp_path / "job.json"
-    status.write_text(json.dumps({"state": "FAILED", "node": "chief-0", "exit_code": 1, "time": failed_at}) + "\n")
+    status.write_text(json.dumps({"state": "FAILED", "node": "chief", "exit_code": 1, "time": failed_at}) + "\n")
     check = subprocess.run(["bash", "-c", f'source "{_status_functions(tmp_path)}"; job_failed_since "$(cat "{status}")" "{attempt_started}"'], check=False)
     assert (check.returncode == 0) is ends_this_attempt
 
@@ -146,18 +146,18 @@ def _probe_wheel(wheelhouse: Path) -> None:
 def test_environment_installs_from_the_bucket_wheelhouse_once(tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = stack("dev")
     kind = scripts.NodeKind(requirements=("trainstack-probe==1.0",), system_site_packages=False, stop_command=scripts.ShellCode("true"), delete_command=scripts.ShellCode("true"))
-    _probe_wheel(tmp_path / "bucket" / scripts.bucket_name(cfg) / "trainstack" / "wheelhouse")
+    _probe_wheel(tmp_path / "bucket" / resolve_stack(cfg).bucket_name / LAYOUT.wheelhouse)
     monkeypatch.setenv("PROBE_IMPORTS", "trainstack_probe")
     first = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
-    assert first.succeeded, "\n".join(first.logs["chief-0"])
-    assert probe_records(first)["chief-0"]["imports"] == ["trainstack_probe"]
-    assert any("installing the python environment" in line for line in first.logs["chief-0"])
+    assert first.succeeded, "\n".join(first.logs["chief"])
+    assert probe_records(first)["chief"]["imports"] == ["trainstack_probe"]
+    assert any("installing the python environment" in line for line in first.logs["chief"])
     # A restart (after host maintenance, say) of an unfinished job reuses the environment.
     (first.job_dir / "status" / "job.json").unlink()
     second = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
     assert second.succeeded
-    assert any("python environment ready" in line for line in second.logs["chief-0"])
-    assert not any("installing" in line for line in second.logs["chief-0"])
+    assert any("python environment ready" in line for line in second.logs["chief"])
+    assert not any("installing" in line for line in second.logs["chief"])
 
 
 @pytest.mark.slow
@@ -178,8 +178,8 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     assert not (killed.job_dir / "metrics.json").exists()
 
     second = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=600)
-    assert second.succeeded, "\n".join(second.logs["chief-0"])
-    chief_log = "\n".join(second.logs["chief-0"])
+    assert second.succeeded, "\n".join(second.logs["chief"])
+    chief_log = "\n".join(second.logs["chief"])
     assert "python environment ready" in chief_log and "installing" not in chief_log
     metrics = json.loads((second.job_dir / "metrics.json").read_text())
     assert metrics["epochs_resumed"] >= 1 and metrics["epochs_run"] <= 2 and metrics["replicas"] == 3
@@ -201,7 +201,7 @@ def test_a_failing_trainer_ends_failed_with_its_exit_code_and_still_releases_the
     assert result.job_status is not None
     assert (result.job_status["state"], result.job_status["exit_code"]) == ("FAILED", 2)
     assert all(code is not None for code in result.exit_codes.values()), "a node was left hanging"
-    assert any(str(missing) in line for line in result.logs["chief-0"]), "the trainer's error is not shown"
+    assert any(str(missing) in line for line in result.logs["chief"]), "the trainer's error is not shown"
     assert len(result.self_stops) == 3
 
 
@@ -209,7 +209,7 @@ def test_a_failing_trainer_ends_failed_with_its_exit_code_and_still_releases_the
 def test_local_paramserver_stack_trains_to_completion(tmp_path: Path) -> None:
     overrides = {"--epochs": "2", "--steps-per-epoch": "5", "--image-size": "32", "--batch-size-per-replica": "8"}
     result = run(stack("paramserver"), tmp_path, overrides=overrides)
-    assert result.succeeded, "\n".join(result.logs["chief-0"])
+    assert result.succeeded, "\n".join(result.logs["chief"])
     metrics = json.loads((result.job_dir / "metrics.json").read_text())
     assert metrics["parameter_servers"] == 1 and metrics["strategy"] == "parameter_server"
     assert (result.job_dir / "model").is_dir()

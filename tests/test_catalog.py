@@ -1,4 +1,4 @@
-"""The catalog's data holds together, and the rules reproduce the seed documents' table."""
+"""The catalog's data holds together, and the rules reproduce Google's published tables."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def valid_counts(machine_type: str, gpu: str) -> list[int]:
     return [n for n in (1, 2, 3, 4, 8) if not check_machine("k", machine_type, Accelerator(type=gpu, count=n), zone, catalog)]
 
 
-# Seed 000's table of valid GPU counts per machine type, a few rows of it.
+# AI Platform Training's table of valid GPU counts per machine type, a few rows of it
+# (https://cloud.google.com/ai-platform/training/docs/using-gpus).
 @pytest.mark.parametrize(
     ("machine_type", "gpu", "counts"),
     [

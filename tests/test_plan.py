@@ -131,7 +131,7 @@ def test_bucket_is_private_versioned_and_never_emptied_by_destroy(shipped_plan: 
 
 
 def test_tpu_stack_binds_the_tpu_service_agent() -> None:
-    """Google grants the Cloud TPU agent roles/tpu.serviceAgent; the seed's roles/ml.serviceAgent
+    """Google grants the Cloud TPU agent roles/tpu.serviceAgent; AI Platform Training's roles/ml.serviceAgent
     belongs to AI Platform's agent and is no longer the default."""
     plan = plan_for("tpu")
     [identity] = plan.of_type("gcp:projects/serviceIdentity:ServiceIdentity")
@@ -195,13 +195,20 @@ def test_single_machine_stack_needs_no_tf_config_cluster() -> None:
     assert not plan.of_type("gcp:compute/projectMetadataItem:ProjectMetadataItem")
 
 
-def test_hourly_cost_adds_machines_and_gpus() -> None:
+def test_the_plan_prices_every_node_from_the_catalog_rows() -> None:
+    """Figures by hand from the catalog rows (machine_types.csv n1-standard-8: 0.38 on demand,
+    0.12765 spot; gpus.csv nvidia-tesla-t4: 0.35, 0.1915; disks.csv pd-balanced: 0.10 per
+    GB-month of 730 hours), not recomputed with the code's own sum."""
     plan = plan_for("multiworker")
+    disk = 200 * 0.10 / 730
+    chief = 0.38 + 2 * 0.35 + disk
+    worker = 0.12765 + 2 * 0.1915 + disk
     by_node = {c.name: c.usd_per_hour for c in plan.costs}
-    assert by_node["multiworker-worker-0"] is not None and by_node["multiworker-chief"] is not None
-    # The chief runs on demand, the workers on spot: same shape, the workers cost less.
-    assert by_node["multiworker-worker-0"] < by_node["multiworker-chief"]
-    assert plan.hourly_usd == pytest.approx(sum(c.usd_per_hour or 0 for c in plan.costs), abs=1e-3)
+    assert by_node == pytest.approx({"multiworker-chief": chief, "multiworker-worker-0": worker, "multiworker-worker-1": worker}, abs=1e-9)
+    assert plan.hourly_usd == pytest.approx(2.1835, abs=1e-9)  # 1.10740 + 2 x 0.53805, rounded
+    # `pulumi stack output` shows the same figures: the plan read them from the program.
+    assert plan.outputs["hourly_usd"] == plan.hourly_usd
+    assert [c["usd_per_hour"] for c in plan.outputs["costs"]] == pytest.approx([chief, worker, worker], abs=1e-9)
 
 
 def test_outputs_give_a_user_what_they_need(shipped_plan: Plan) -> None:
@@ -267,13 +274,11 @@ def test_plan_json_names_no_admin_role_anywhere(stack: str, capsys: pytest.Captu
 
 def test_the_notebook_is_outside_the_training_port(tmp_path: Path) -> None:
     """Defect: the notebook ran as the training account, so it could reach the training port."""
-    from stack_helpers import base_config, write_stack
-    from trainstack.plan import run_plan
-    from trainstack.stackfile import load_stack
+    from stack_helpers import base_config, plan_of, write_stack
 
     config = base_config()
     config["trainstack:notebook"] = {"machine_type": "n1-standard-8"}
-    plan = run_plan(*load_stack(write_stack(tmp_path, config)))
+    plan = plan_of(write_stack(tmp_path, config))
     training_account, notebook_account = training_account_email(plan), account_email(plan, "nb")
     assert training_account != notebook_account
     firewalls = {r.name.rsplit("-", 1)[-1]: r.inputs for r in plan.of_type("gcp:compute/firewall:Firewall")}
@@ -299,14 +304,11 @@ def test_stacks_without_a_multi_node_cluster_open_no_training_port() -> None:
 
 
 def test_data_in_another_bucket_is_granted_read_only(tmp_path: Path) -> None:
-    from stack_helpers import BASE_CONFIG, write_stack
-    from trainstack.plan import run_plan
-    from trainstack.stackfile import load_stack
+    from stack_helpers import BASE_CONFIG, plan_of, write_stack
 
     config = json.loads(json.dumps(BASE_CONFIG))
     config["trainstack:job"]["data"] = "gs://shared-datasets/flowers/"
-    cfg, raw = load_stack(write_stack(tmp_path, config))
-    plan = run_plan(cfg, raw)
+    plan = plan_of(write_stack(tmp_path, config))
     grants = {r.inputs["bucket"]: r.inputs["role"] for r in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")}
     assert grants == {"test-project-123-test": "roles/storage.objectUser", "shared-datasets": "roles/storage.objectViewer"}
 
@@ -325,13 +327,13 @@ def test_the_bucket_is_protected_unless_the_stack_lets_destroy_delete_it() -> No
     new empty one; protect makes that fail instead."""
     import pulumi
 
-    from trainstack.components.storage import TrainingBucket
+    from trainstack.components.storage import TrainingBucket, TrainingBucketArgs
     from trainstack.config import Storage
     from trainstack.plan import PlanMocks
 
     pulumi.runtime.set_mocks(PlanMocks("test-project-123"), preview=True)
-    kept = TrainingBucket("kept", "test-project-123-kept", "us-central1", Storage(), {})
-    deletable = TrainingBucket("gone", "test-project-123-gone", "us-central1", Storage(delete_on_destroy=True), {})
+    kept = TrainingBucket("kept", TrainingBucketArgs("test-project-123-kept", "us-central1", Storage(), {}, False, "kept"))
+    deletable = TrainingBucket("gone", TrainingBucketArgs("test-project-123-gone", "us-central1", Storage(delete_on_destroy=True), {}, False, "gone"))
     assert kept.bucket._protect is True
     assert deletable.bucket._protect is False
 
@@ -339,14 +341,12 @@ def test_the_bucket_is_protected_unless_the_stack_lets_destroy_delete_it() -> No
 def test_a3_ultra_boots_from_hyperdisk_and_tpu_ssh_uses_the_track_with_iap(tmp_path: Path) -> None:
     """Cloud facts: A3 Ultra needs a Hyperdisk boot disk (not pd-balanced); GA `tpu-vm ssh`
     has no --tunnel-through-iap, the alpha track has."""
-    from stack_helpers import base_config, write_stack
-    from trainstack.plan import run_plan
-    from trainstack.stackfile import load_stack
+    from stack_helpers import base_config, plan_of, write_stack
 
     config = base_config()
     config["trainstack:zone"] = "us-central1-b"
     config["trainstack:cluster"] = {"chief": {"machine_type": "a3-ultragpu-8g", "spot": True}}
-    [vm] = run_plan(*load_stack(write_stack(tmp_path, config))).of_type(INSTANCE)
+    [vm] = plan_of(write_stack(tmp_path, config)).of_type(INSTANCE)
     assert vm.inputs["bootDisk"]["initializeParams"]["type"] == "hyperdisk-balanced"
     [ssh] = plan_for("tpu").outputs["ssh_commands"].values()
     assert ssh.startswith("gcloud alpha compute tpus tpu-vm ssh ") and ssh.endswith("--tunnel-through-iap")

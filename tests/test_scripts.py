@@ -11,6 +11,7 @@ import pytest
 
 from stack_helpers import SHIPPED_STACKS
 from trainstack import scripts
+from trainstack.resolved import resolve_stack
 from trainstack.stackfile import STACKS_DIR, load_stack
 
 
@@ -22,7 +23,7 @@ def shellcheck(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_rendered_scripts_pass_shellcheck(stack: str, tmp_path: Path) -> None:
     cfg, _ = load_stack(STACKS_DIR / f"Pulumi.{stack}.yaml")
-    rendered = scripts.rendered_scripts(cfg)
+    rendered = scripts.boot_files(resolve_stack(cfg)).by_filename()
     assert rendered
     for filename, text in rendered.items():
         path = tmp_path / filename
@@ -38,7 +39,28 @@ def test_shellcheck_catches_a_bad_script(tmp_path: Path) -> None:
     assert shellcheck(path).returncode != 0
 
 
-def test_a_template_naming_an_unknown_value_fails_to_render(tmp_path: Path) -> None:
-    env = jinja2.Environment(loader=jinja2.DictLoader({"t": "{{ not_passed }}"}), undefined=jinja2.StrictUndefined)
+def render_text(tmp_path: Path, template: str) -> str:
+    """``template`` rendered by the project's own renderer, with the dev stack's values."""
+    (tmp_path / "t.sh.j2").write_text(template)
+    return scripts.render("t.sh.j2", resolve_stack(load_stack(STACKS_DIR / "Pulumi.dev.yaml")[0]), templates=tmp_path)
+
+
+def test_a_template_naming_a_value_the_program_does_not_pass_fails_to_render(tmp_path: Path) -> None:
+    with pytest.raises(jinja2.UndefinedError, match="not_passed"):
+        render_text(tmp_path, "echo {{ not_passed }}")
+    # A misspelt attribute of a value that is passed fails the same way.
     with pytest.raises(jinja2.UndefinedError):
-        env.get_template("t").render()
+        render_text(tmp_path, "echo {{ keys.rol }}")
+
+
+@pytest.mark.parametrize("expression", ["kind.system_site_packages", "none_value", "keys"])
+def test_a_value_that_is_not_text_or_a_number_cannot_land_in_a_script(tmp_path: Path, expression: str) -> None:
+    """A Python True, None or object printed into bash would be a word the script never meant."""
+    template = "{% set none_value = None %}echo {{ " + expression + " }}"
+    with pytest.raises(TypeError, match="cannot be rendered into a shell script"):
+        render_text(tmp_path, template)
+
+
+def test_values_are_quoted_and_only_the_programs_own_code_is_not(tmp_path: Path) -> None:
+    text = render_text(tmp_path, "A={{ stack }} B={{ '$(touch x); echo' }} C={{ kind.stop_command }} D={{ 7 }}")
+    assert text == "A=dev B='$(touch x); echo' C=shutdown -h now D=7"

@@ -18,7 +18,7 @@ TPU_STACK: dict[str, Any] = {
     "gcp:project": "test-project-123",
     "gcp:region": "us-central1",
     "trainstack:zone": "us-central1-b",
-    "trainstack:tpu": {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.17.0-pjrt"},
+    "trainstack:tpu": {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"},
 }
 
 
@@ -87,8 +87,8 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("job_name_starts_with_digit", {"trainstack:job.name": "1flowers"}, "trainstack:job.name", "start with a letter"),
     ("job_name_too_long", {"trainstack:job.name": "j" * 129}, "trainstack:job.name", "at most 128"),
     ("unknown_model", {"trainstack:job.model": "vgg16"}, "trainstack:job.model", "'resnet50'"),
-    ("zero_epochs", {"trainstack:job.epochs": 0}, "trainstack:job.epochs", "greater than 0"),
-    ("negative_batch", {"trainstack:job.batch_size_per_replica": -32}, "trainstack:job.batch_size_per_replica", "greater than 0"),
+    ("zero_epochs", {"trainstack:job.epochs": 0}, "trainstack:job.epochs", "greater than or equal to 1"),
+    ("negative_batch", {"trainstack:job.batch_size_per_replica": -32}, "trainstack:job.batch_size_per_replica", "greater than or equal to 1"),
     ("data_not_gcs", {"trainstack:job.data": "/home/me/flowers"}, "trainstack:job.data", "gs://"),
     ("label_uppercase", {"trainstack:labels": {"Team": "vision"}}, "trainstack:labels", "lowercase"),
     ("bad_billing_account", {"trainstack:budget": {"billing_account": "not-an-account", "monthly_usd": 100}}, "trainstack:budget.billing_account", "012345-6789AB-CDEF01"),
@@ -186,13 +186,14 @@ def test_the_tf_2_18_tpu_runtime_google_documents_is_accepted(tmp_path: Path, ca
 
 def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Defect: a default the user did not write (on_finish: stop) made a Spot TPU stack invalid."""
-    from trainstack import scripts
+    from trainer.contract import METADATA_KEYS
+    from trainstack.program import prepare
     from trainstack.stackfile import load_stack
 
     path = write_stack(tmp_path, mutated({"trainstack:tpu.spot": True}, TPU_STACK))
     assert run_validate(path, capsys)[0] == 0
-    cfg, _ = load_stack(path)
-    assert scripts.tpu_metadata(cfg, "gs://b")[scripts.METADATA_KEYS.on_finish] == "delete"
+    _, boot = prepare(load_stack(path)[0])
+    assert boot.tpu_metadata[METADATA_KEYS.on_finish] == "delete"
 
 
 def test_stack_names_that_share_their_first_24_characters_get_different_resource_names() -> None:

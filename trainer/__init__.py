@@ -5,7 +5,7 @@ The package is split by concern so each part can be tested on its own:
 * ``config``        - command-line flags parsed once into a typed ``TrainerConfig``
 * ``jobdir``        - the job directory layout, finished-job marker and metrics file
 * ``data``          - tf.data input: synthetic images, image folders, TFRecord files
-* ``model``         - the seed's flowers CNN and ResNet50, compiled for a strategy
+* ``model``         - the flowers CNN (TensorFlow's image classification tutorial) and ResNet50, compiled for a strategy
 * ``strategy``      - choosing and building the tf.distribute strategy from the environment
 * ``checkpointing`` - backup/restore, checkpoints, TensorBoard and progress callbacks, export
 * ``task``          - the thin entry point, ``python -m trainer.task``

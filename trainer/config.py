@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(FLAGS.model, choices=MODELS, default=CNN,
-                        help="cnn: the seed's flowers network; resnet50: Keras ResNet50, random init.")
+                        help="cnn: the flowers network of TensorFlow's image classification tutorial; resnet50: Keras ResNet50, random init.")
     parser.add_argument(
         FLAGS.data,
         required=True,

@@ -16,7 +16,7 @@ import json
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final, Generic, Literal, TypeVar, get_args
 
 # --- Strategies ----------------------------------------------------------------------
 # What a stack's cluster may ask for; the trainer also takes "tpu" (the TPU VM asks for it).
@@ -62,14 +62,17 @@ CNN: Final = "cnn"
 SYNTHETIC_DATA: Final = "synthetic"
 
 
+D = TypeVar("D", int, None)
+
+
 @dataclass(frozen=True)
-class Bound:
+class Bound(Generic[D]):
     """A whole-number job setting: its default (None: the trainer decides) and its range.
 
     The ranges keep a typo (or a hostile value) from turning into a week of GPU time or a
     number no consumer can hold."""
 
-    default: int | None
+    default: D
     low: int
     high: int
 
@@ -82,7 +85,7 @@ class Bound:
 EPOCHS: Final = Bound(default=10, low=1, high=100_000)
 BATCH_SIZE_PER_REPLICA: Final = Bound(default=32, low=1, high=65_536)
 # None: one pass over the training files (synthetic data: the trainer's own default).
-STEPS_PER_EPOCH: Final = Bound(default=None, low=1, high=10_000_000)
+STEPS_PER_EPOCH: Final = Bound[None](default=None, low=1, high=10_000_000)
 # 180: the image size of TensorFlow's flowers tutorial
 # (https://www.tensorflow.org/tutorials/images/classification).
 IMAGE_SIZE: Final = Bound(default=180, low=16, high=1024)
@@ -157,15 +160,19 @@ class BucketLayout:
     jobs: str = "jobs"
     # In a job directory:
     status_dir: str = "status"
-    job_status: str = "status/job.json"
     backup_dir: str = "backup"
     checkpoint_dir: str = "checkpoints"
     log_dir: str = "logs"
     model_dir: str = "model"
     tmp_dir: str = "tmp"
     progress: str = "progress.json"
-    # The finished marker: a job whose metrics.json says "finished" is not trained again.
+    # The finished marker: a job whose metrics file has status FINISHED is not trained again.
     metrics: str = "metrics.json"
+
+    @property
+    def job_status(self) -> str:
+        """The job's own status object, beside its nodes'."""
+        return self.node_status("job")
 
     def job_dir(self, bucket: str, job_name: str) -> str:
         """``bucket`` is a gs:// URI or, locally, a directory path."""
@@ -176,6 +183,8 @@ class BucketLayout:
 
 
 LAYOUT: Final = BucketLayout()
+# The ``status`` of a finished job's metrics file.
+FINISHED: Final = "finished"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from trainer.contract import SYNTHETIC_DATA
 if TYPE_CHECKING:
     import tensorflow as tf
 
-SYNTHETIC_CLASSES = 5  # as many as the seed's flowers
+SYNTHETIC_CLASSES = 5  # as many as the flowers data set (https://www.tensorflow.org/tutorials/images/classification)
 SYNTHETIC_STEPS_PER_EPOCH = 100
 # Training images are drawn from a finite pool that is generated once and cached:
 # regenerating noise for every step would cost as much CPU as the model itself.

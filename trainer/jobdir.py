@@ -15,7 +15,7 @@ import posixpath
 from typing import Any
 
 from trainer.config import TrainerConfig
-from trainer.contract import LAYOUT, node_name
+from trainer.contract import FINISHED, LAYOUT, node_name
 
 
 def join(base: str, *parts: str) -> str:
@@ -82,7 +82,7 @@ def write_json_atomically(path: str, content: dict[str, Any]) -> None:
 def finished_metrics(layout: JobLayout) -> dict[str, Any] | None:
     """metrics.json of a finished job, or None when the job still has work to do."""
     metrics = read_json(layout.metrics_path)
-    if metrics is None or metrics.get("status") != "finished":
+    if metrics is None or metrics.get("status") != FINISHED:
         return None
     return metrics
 

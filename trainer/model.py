@@ -1,4 +1,4 @@
-"""The networks: the seed's flowers CNN and Keras' ResNet50 (random init).
+"""The networks: the flowers CNN of TensorFlow's image classification tutorial and Keras' ResNet50 (random init).
 
 tf-keras (the Keras 2 line, ``import tf_keras as keras``) is used throughout:
 Keras 3 cannot train under MultiWorkerMirroredStrategy (keras-team/keras#20585)
@@ -11,9 +11,9 @@ from typing import Any
 
 
 def build_cnn(image_size: int, num_classes: int) -> Any:
-    """The seed 004 network, layer for layer.
+    """The CNN of https://www.tensorflow.org/tutorials/images/classification, layer for layer.
 
-    The seed starts with a Resizing layer; here the input pipeline already
+    The tutorial starts with a Resizing layer; here the input pipeline already
     resizes (in parallel, once, before caching), so running it again inside
     every training step would only cost time.
     """

@@ -102,23 +102,24 @@ def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int,
         if not tpu:
             raise StrategyError("--strategy tpu needs --tpu NAME or --tpu local")
         if cluster.num_ps > 0:
-            # Cloud TPU jobs reject parameter servers (seed 001); fail before connecting.
+            # TPUStrategy has no parameter servers; AI Platform Training rejected such jobs
+            # (https://cloud.google.com/ai-platform/training/docs/using-tpus). Fail before connecting.
             raise StrategyError("a TPU job cannot have parameter servers in TF_CONFIG")
         return TPU
     if requested == PARAMETER_SERVER:
         if cluster.num_ps == 0 or not cluster.cluster.get(CHIEF):
             raise StrategyError(
-                "parameter_server needs TF_CONFIG with a chief, workers and at least one ps")
+                f"{PARAMETER_SERVER} needs TF_CONFIG with a chief, workers and at least one ps")
         return PARAMETER_SERVER
     if requested == MULTI_WORKER_MIRRORED:
         if cluster.num_ps > 0:
-            raise StrategyError("multi_worker_mirrored cannot use the ps tasks in TF_CONFIG")
+            raise StrategyError(f"{MULTI_WORKER_MIRRORED} cannot use the ps tasks in TF_CONFIG")
         return MULTI_WORKER_MIRRORED
     if requested in (MIRRORED, ONE_DEVICE):
         if cluster.num_workers > 1 or cluster.num_ps > 0:
             raise StrategyError(
                 f"{requested} is single-machine but TF_CONFIG describes a cluster; "
-                "use multi_worker_mirrored, parameter_server or auto")
+                f"use {MULTI_WORKER_MIRRORED}, {PARAMETER_SERVER} or {AUTO}")
         return requested
     raise StrategyError(f"unknown strategy {requested!r}")
 
@@ -143,7 +144,7 @@ def cpu_has_bf16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
 def default_precision(kind: str, num_gpus: int, cpu_bf16: bool = False) -> str:
     """Mixed precision where the hardware has fast half-precision units.
 
-    On a CPU with native bfloat16 the seed CNN trains about 1.6x faster in
+    On a CPU with native bfloat16 the flowers CNN trains about 1.6x faster in
     mixed_bfloat16 (measured, docs/trainer.md); elsewhere the CPU stays float32.
     """
     if kind == TPU:

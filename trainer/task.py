@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from trainer.config import TrainerConfig, parse_args
-from trainer.contract import LAYOUT, SYNTHETIC_DATA
+from trainer.contract import FINISHED, LAYOUT, SYNTHETIC_DATA
 
 log = logging.getLogger("trainer")
 
@@ -40,7 +40,7 @@ def _locally_finished(job_dir: str) -> bool:
         return False
     try:
         with open(os.path.join(job_dir, LAYOUT.metrics), encoding="utf-8") as handle:
-            return bool(json.load(handle).get("status") == "finished")
+            return bool(json.load(handle).get("status") == FINISHED)
     except (OSError, ValueError, AttributeError):
         return False
 

@@ -13,6 +13,7 @@ from typing import Any
 from trainer import checkpointing, data, jobdir, strategy as strategies
 from trainer.checkpointing import RunRecord
 from trainer.config import TrainerConfig
+from trainer.contract import FINISHED
 from trainer.data import DataSource
 from trainer.jobdir import JobLayout
 from trainer.strategy import ClusterInfo
@@ -102,7 +103,7 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     else:
         epochs_resumed, resumed = record.first_epoch, bool(record.first_epoch or record.first_step)
     return {
-        "status": "finished",
+        "status": FINISHED,
         "model": config.model,
         "data": source.kind,
         "num_classes": source.num_classes,

@@ -7,25 +7,30 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
+from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH, Bound
 from trainstack.config import StackConfig
-from trainstack.errors import StackConfigError
+from trainstack.errors import ProgramExit, StackConfigError
 from trainstack.plan import Plan, run_plan
 from trainstack.plandiff import Change, compare, read_plan_json
-from trainstack.rules import resolved_strategy
-from trainstack.scripts import rendered_scripts
-from trainstack.stackfile import load_stack, stack_file_path
+from trainstack.program import prepare
+from trainstack.resolved import ResolvedStack
+from trainstack.stackfile import load_stack, read_stack_config_map, stack_file_path, stack_name_for
 
 
-def _bounded_int(low: int, high: int) -> Callable[[str], int]:
+def _bounded_int(bound: Bound[Any]) -> Callable[[str], int]:
+    """An override of a job setting: the contract's range, as the stack file and the trainer."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        problem = bound.problem(value)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
         return value
 
     return parse
@@ -37,22 +42,23 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--stack-file", type=Path, help="path to a stack file")
 
 
-def _load(args: argparse.Namespace) -> tuple[StackConfig, dict[str, object]]:
-    path = args.stack_file if args.stack_file else stack_file_path(args.stack)
-    return load_stack(path, None if args.stack_file else args.stack)
+def _path(args: argparse.Namespace) -> Path:
+    return Path(args.stack_file) if args.stack_file else stack_file_path(args.stack)
 
 
-def _summary(cfg: StackConfig) -> str:
-    settings = cfg.settings
+def _load(args: argparse.Namespace) -> StackConfig:
+    return load_stack(_path(args), None if args.stack_file else args.stack)[0]
+
+
+def _summary(stack: ResolvedStack) -> str:
     parts = []
-    if settings.cluster is not None:
-        c = settings.cluster
-        parts.append(f"cluster of {1 + c.worker_count + c.ps_count} VMs ({resolved_strategy(c)})")
-    if settings.tpu is not None:
-        parts.append(f"TPU {settings.tpu.accelerator_type}")
-    if settings.notebook is not None:
-        parts.append(f"notebook {settings.notebook.machine_type}")
-    return f"stack {cfg.stack} is valid: {', '.join(parts)} in {settings.zone}, project {cfg.project}"
+    if stack.cluster is not None:
+        parts.append(f"cluster of {len(stack.cluster.nodes)} VMs ({stack.cluster.strategy})")
+    if stack.tpu is not None:
+        parts.append(f"TPU {stack.tpu.accelerator_type}")
+    if stack.notebook is not None:
+        parts.append(f"notebook {stack.notebook.machine_type}")
+    return f"stack {stack.config.stack} is valid: {', '.join(parts)} in {stack.zone}, project {stack.project}"
 
 
 def _describe(resource_inputs: dict[str, object]) -> str:
@@ -87,22 +93,29 @@ def _print_plan(plan: Plan) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    cfg, _ = _load(args)
-    print(_summary(cfg))
+    resolved, _ = prepare(_load(args))
+    print(_summary(resolved))
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    cfg, raw = _load(args)
+    # The file is read here (bounded, strict YAML); parsing, validation and prices happen
+    # once, inside the program the plan runs.
+    path = _path(args)
+    stack = stack_name_for(path, None if args.stack_file else args.stack)
+    raw = read_stack_config_map(path)
     previous = read_plan_json(args.against) if args.against is not None else None
     if args.out is not None and (args.out.exists() or args.out.is_symlink()) and not args.out.is_dir():
         print(f"trainstack: --out {args.out}: exists and is not a directory", file=sys.stderr)
         return 1
-    plan = run_plan(cfg, raw)
+    try:
+        plan = run_plan(stack, raw)
+    except ProgramExit as exit_:
+        return exit_.code
     if args.out:
         try:
             args.out.mkdir(parents=True, exist_ok=True)
-            for filename, text in rendered_scripts(cfg).items():
+            for filename, text in plan.scripts.items():
                 (args.out / filename).write_text(text, encoding="utf-8")
         except OSError as error:
             print(f"trainstack: --out {args.out}: {error.strerror or error}", file=sys.stderr)
@@ -137,18 +150,18 @@ def _print_changes(against: Path, changes: list[Change]) -> None:
 def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.local import TrainerOverrides, WorkdirError, exit_code, report, run_local
 
-    cfg, _ = _load(args)
+    cfg = _load(args)
     if cfg.settings.cluster is None:
         print(f"trainstack: stack {cfg.stack} has no trainstack:cluster; `local` runs a training cluster", file=sys.stderr)
         return 1
     overrides = {
         flag: str(value)
         for flag, value in (
-            ("--epochs", args.epochs),
-            ("--steps-per-epoch", args.steps_per_epoch),
-            ("--image-size", args.image_size),
-            ("--batch-size-per-replica", args.batch_size_per_replica),
-            ("--data", args.data),
+            (FLAGS.epochs, args.epochs),
+            (FLAGS.steps_per_epoch, args.steps_per_epoch),
+            (FLAGS.image_size, args.image_size),
+            (FLAGS.batch_size_per_replica, args.batch_size_per_replica),
+            (FLAGS.data, args.data),
         )
         if value is not None
     }
@@ -185,10 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_arguments(local)
     local.add_argument("--workdir", type=Path, help="where the stand-in bucket and node state live (default .trainstack-local/<stack>)")
     local.add_argument("--fresh", action="store_true", help="delete the work directory first (its checkpoints and models too); only a directory trainstack local made")
-    local.add_argument("--epochs", type=_bounded_int(1, 100_000), help="override the job's epochs")
-    local.add_argument("--steps-per-epoch", type=_bounded_int(1, 10_000_000), help="override the job's steps per epoch")
-    local.add_argument("--image-size", type=_bounded_int(16, 1024), help="override the job's image size")
-    local.add_argument("--batch-size-per-replica", type=_bounded_int(1, 65_536), help="override the job's per-replica batch")
+    local.add_argument(FLAGS.epochs, type=_bounded_int(EPOCHS), help="override the job's epochs")
+    local.add_argument(FLAGS.steps_per_epoch, type=_bounded_int(STEPS_PER_EPOCH), help="override the job's steps per epoch")
+    local.add_argument(FLAGS.image_size, type=_bounded_int(IMAGE_SIZE), help="override the job's image size")
+    local.add_argument(FLAGS.batch_size_per_replica, type=_bounded_int(BATCH_SIZE_PER_REPLICA), help="override the job's per-replica batch")
     local.add_argument("--data", help="a local data path instead of the job's data")
     local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
     local.set_defaults(func=cmd_local)
@@ -200,9 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except StackConfigError as error:
-        print(f"trainstack: {len(error.problems)} problem(s) in the stack configuration:", file=sys.stderr)
-        for problem in error.problems:
-            print(f"  {problem}", file=sys.stderr)
+        print(error.report(), file=sys.stderr)
         return 1
     except BrokenPipeError:
         # `plan | head` closed the pipe: not an error of ours. Silence the flush at exit.

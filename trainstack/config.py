@@ -16,17 +16,29 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trainer.contract import (
+    AUTO,
+    BATCH_SIZE_PER_REPLICA,
+    CNN,
+    EPOCHS,
+    FLAGS,
+    IMAGE_SIZE,
+    LAYOUT,
+    STEPS_PER_EPOCH,
+    SYNTHETIC_DATA,
+    ClusterStrategy,
+    Model,
+)
 from trainstack.errors import Problem, StackConfigError, shorten
 
 NAMESPACE = "trainstack"
 
-Strategy = Literal["auto", "one_device", "mirrored", "multi_worker_mirrored", "parameter_server"]
 OnFinish = Literal["stop", "delete", "keep"]
-Model = Literal["cnn", "resnet50"]
 
 # Every pattern below is applied with re.fullmatch: with re.match and "$", a trailing
 # newline passes ("j1\n"), and a value that reaches a shell or a resource name must not.
-# Seeds 003: job names are letters, digits and underscores, start with a letter, at most 128 characters.
+# Job names as AI Platform Training named jobs: letters, digits and underscores, starting with
+# a letter, at most 128 characters (https://cloud.google.com/ai-platform/training/docs/managing-models-jobs).
 JOB_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 # Resource names derive from the stack name (VMs, bucket, service account id "<name>-train"),
 # so it must be a lowercase RFC 1035 label short enough that the longest derived name fits:
@@ -51,24 +63,26 @@ BILLING_ACCOUNT_PATTERN = re.compile(r"[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}")
 # object paths are printable and bounded.
 GCS_URI_PATTERN = re.compile(r"gs://(?P<bucket>[a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(/[^\x00-\x1f\x7f]{0,1000})?")
 PRIMITIVE_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
-# Google's IAM service-agent reference: the Cloud TPU service agent
-# (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com) holds roles/tpu.serviceAgent.
-# roles/ml.serviceAgent is what seed 001 granted it for AI Platform Training (shut down on
-# 2025-01-31); it stays accepted for stacks that still need it, but is no longer the default.
+# The Cloud TPU service agent (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com)
+# holds roles/tpu.serviceAgent (https://cloud.google.com/iam/docs/service-agents).
+# AI Platform Training had it granted roles/ml.serviceAgent
+# (https://cloud.google.com/ai-platform/training/docs/using-tpus); that service shut down on
+# 2025-01-31 (https://cloud.google.com/ai-platform/training/docs/deprecations). The role stays
+# accepted for stacks that still need it, but is no longer the default.
 TPU_SERVICE_AGENT_ROLES = ("roles/tpu.serviceAgent", "roles/ml.serviceAgent")
 
 # Trainer flags that the stack sets through its own keys (job.*, cluster.strategy, the job
 # directory); `job.args` may not set them again, or they would bypass validation and IAM.
 STACK_SET_FLAGS = {
-    "--job-dir": "trainstack:job.name (the job directory is gs://<bucket>/jobs/<name>)",
-    "--model": "trainstack:job.model",
-    "--data": "trainstack:job.data",
-    "--epochs": "trainstack:job.epochs",
-    "--batch-size-per-replica": "trainstack:job.batch_size_per_replica",
-    "--image-size": "trainstack:job.image_size",
-    "--steps-per-epoch": "trainstack:job.steps_per_epoch",
-    "--strategy": "trainstack:cluster.strategy",
-    "--tpu": "trainstack:tpu",
+    FLAGS.job_dir: f"trainstack:job.name (the job directory is {LAYOUT.job_dir('gs://<bucket>', '<name>')})",
+    FLAGS.model: "trainstack:job.model",
+    FLAGS.data: "trainstack:job.data",
+    FLAGS.epochs: "trainstack:job.epochs",
+    FLAGS.batch_size_per_replica: "trainstack:job.batch_size_per_replica",
+    FLAGS.image_size: "trainstack:job.image_size",
+    FLAGS.steps_per_epoch: "trainstack:job.steps_per_epoch",
+    FLAGS.strategy: "trainstack:cluster.strategy",
+    FLAGS.tpu: "trainstack:tpu",
 }
 # Bounds on job.args: they travel in instance metadata (Compute Engine: 256 KB per value,
 # 512 KB per instance, startup script included).
@@ -77,11 +91,11 @@ MAX_ARG_CHARS = 4096
 MAX_ARGS_TOTAL_CHARS = 32 * 1024
 
 PositiveInt = Annotated[int, Field(gt=0)]
-# Upper bounds keep a typo (or a hostile value) from turning into a week of GPU time or an
-# integer no consumer can hold.
-Epochs = Annotated[int, Field(gt=0, le=100_000)]
-BatchSize = Annotated[int, Field(gt=0, le=65_536)]
-Steps = Annotated[int, Field(gt=0, le=10_000_000)]
+# The job settings take the contract's ranges, the ones the trainer's flags enforce.
+Epochs = Annotated[int, Field(ge=EPOCHS.low, le=EPOCHS.high)]
+BatchSize = Annotated[int, Field(ge=BATCH_SIZE_PER_REPLICA.low, le=BATCH_SIZE_PER_REPLICA.high)]
+Steps = Annotated[int, Field(ge=STEPS_PER_EPOCH.low, le=STEPS_PER_EPOCH.high)]
+ImageSize = Annotated[int, Field(ge=IMAGE_SIZE.low, le=IMAGE_SIZE.high)]
 # Compute Engine accepts run-time limits from 30 seconds up to 120 days.
 MaxRunHours = Annotated[float, Field(ge=0.01, le=24 * 120)]
 
@@ -130,7 +144,7 @@ class Cluster(_Strict):
     chief: NodeSpec
     workers: WorkerPool | None = None
     parameter_servers: ParameterServerPool | None = None
-    strategy: Strategy = "auto"
+    strategy: ClusterStrategy = AUTO
     # A hard cap on billing if a job hangs: Compute Engine stops (or deletes) the VM after this long.
     max_run_hours: MaxRunHours = 24
     on_finish: OnFinish = "stop"
@@ -189,12 +203,12 @@ class Notebook(_Strict):
 
 class Job(_Strict):
     name: str = "train"
-    model: Model = "cnn"
-    data: str = "synthetic"
-    epochs: Epochs = 10
-    batch_size_per_replica: BatchSize = 32
-    steps_per_epoch: Steps | None = None
-    image_size: Annotated[int, Field(ge=16, le=1024)] = 180
+    model: Model = CNN
+    data: str = SYNTHETIC_DATA
+    epochs: Epochs = EPOCHS.default
+    batch_size_per_replica: BatchSize = BATCH_SIZE_PER_REPLICA.default
+    steps_per_epoch: Steps | None = STEPS_PER_EPOCH.default
+    image_size: ImageSize = IMAGE_SIZE.default
     args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
 
     @field_validator("name")
@@ -205,9 +219,9 @@ class Job(_Strict):
     @field_validator("data")
     @classmethod
     def _data_source(cls, data: str) -> str:
-        if data != "synthetic" and not GCS_URI_PATTERN.fullmatch(data):
+        if data != SYNTHETIC_DATA and not GCS_URI_PATTERN.fullmatch(data):
             raise ValueError(
-                f"{shorten(data)} is not a data source: use 'synthetic' or a gs://BUCKET/PATH readable by the training service account"
+                f"{shorten(data)} is not a data source: use '{SYNTHETIC_DATA}' or a gs://BUCKET/PATH readable by the training service account"
             )
         return data
 

@@ -43,3 +43,16 @@ class StackConfigError(Exception):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
+
+    def report(self) -> str:
+        """How every command (and the Pulumi program) prints it: a heading, one line a problem."""
+        lines = [f"trainstack: {len(self.problems)} problem(s) in the stack configuration:"]
+        return "\n".join([*lines, *(f"  {problem}" for problem in self.problems)])
+
+
+class ProgramExit(Exception):
+    """The Pulumi program ended itself (invalid config: it has printed why); ``code`` is its exit status."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        super().__init__(f"the Pulumi program exited with status {code}")

@@ -25,17 +25,17 @@ import sys
 import sysconfig
 import threading
 import time
-import zipfile
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from trainer import contract
 from trainer.local_cluster import free_loopback_ports
 from trainstack import scripts
 from trainstack.config import StackConfig
-from trainstack.rules import resolved_strategy
-from trainstack.topology import Node, cluster_nodes
+from trainstack.package import REPOSITORY, TRAINER_SOURCE, write_trainer_archive
+from trainstack.resolved import ClusterNode, resolve_stack
 
 # After the chief's script exits, how long the other nodes may take to end on their own
 # (parameter servers notice the finished job by polling the job directory).
@@ -78,7 +78,7 @@ class TrainerOverrides:
 
 @dataclass
 class LocalNode:
-    node: Node
+    node: ClusterNode
     metadata: dict[str, str]
     state_dir: Path
     process: subprocess.Popen[str] | None = None
@@ -86,7 +86,7 @@ class LocalNode:
 
     @property
     def name(self) -> str:
-        return f"{self.node.role}-{self.node.index}"
+        return self.node.name
 
 
 class MetadataServer(ThreadingHTTPServer):
@@ -140,14 +140,6 @@ class _MetadataHandler(BaseHTTPRequestHandler):
         """Quiet: the nodes' own logs say what they fetched."""
 
 
-def package_trainer(destination: Path, source: Path = scripts.TRAINER_SOURCE) -> None:
-    """The same archive `pulumi up` uploads: the trainer/ package at the root of a zip."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(source.rglob("*.py")):
-            archive.write(path, Path("trainer") / path.relative_to(source))
-
-
 def prepare_local_environment(env_dir: Path, stamp: str) -> None:
     """A virtual environment that sees this interpreter's packages, stamped as the boot
     script stamps a finished install: the nodes then take the already-installed path.
@@ -175,7 +167,7 @@ class LocalRunResult:
 
     @property
     def succeeded(self) -> bool:
-        return self.job_status is not None and self.job_status.get("state") == "SUCCEEDED"
+        return self.job_status is not None and self.job_status.get("state") == contract.STATES.succeeded
 
 
 class LocalRun:
@@ -187,7 +179,7 @@ class LocalRun:
         workdir: Path,
         overrides: TrainerOverrides,
         echo: bool = True,
-        trainer_source: Path = scripts.TRAINER_SOURCE,
+        trainer_source: Path = TRAINER_SOURCE,
         kind: scripts.NodeKind | None = None,
         environment_installed: bool = True,
     ) -> None:
@@ -196,30 +188,30 @@ class LocalRun:
         if cfg.settings.cluster is None:
             raise ValueError(f"stack {cfg.stack} has no trainstack:cluster to run locally")
         self.cfg = cfg
+        self.stack = resolve_stack(cfg)
+        cluster = self.stack.cluster
+        assert cluster is not None
         self.workdir = workdir.resolve()
         self.echo = echo
         self.trainer_source = trainer_source
         self.kind = kind or scripts.cluster_node_kind()
         self.environment_installed = environment_installed
-        self.bucket = self.workdir / "bucket" / scripts.bucket_name(cfg)
-        self.job_dir = Path(scripts.job_dir(cfg, str(self.bucket)))
+        # The bucket's stand-in: a directory of the same name; the layout inside is the bucket's.
+        self.bucket = self.workdir / "bucket" / self.stack.bucket_name
+        self.job_dir = Path(contract.LAYOUT.job_dir(str(self.bucket), cfg.settings.job.name))
         self.self_stop_log = self.workdir / "self-stop.log"
         self.script = self.workdir / "cluster-node.sh"
-        nodes = cluster_nodes(cfg)
-        strategy = resolved_strategy(cfg.settings.cluster)
-        args = overrides.apply(scripts.trainer_args(cfg, strategy))
-        with_cluster = strategy not in ("one_device", "mirrored")
+        args = tuple(overrides.apply(list(cluster.trainer_args)))
         self.nodes = [
-            LocalNode(node, scripts.node_metadata(cfg, node, str(self.bucket), with_cluster, args), self.workdir / "nodes" / node.key / "state")
-            for node in nodes
+            LocalNode(node, scripts.node_metadata(cluster, node, str(self.bucket), cfg.settings.job.name, args), self.workdir / "nodes" / node.name / "state")
+            for node in cluster.nodes
         ]
         self.project_attributes: dict[str, str] = {}
-        if with_cluster:
-            ports = free_loopback_ports(len(nodes))
-            cluster: dict[str, list[str]] = {}
-            for node, port in zip(nodes, ports):
-                cluster.setdefault(node.role, []).append(f"127.0.0.1:{port}")
-            self.project_attributes[scripts.cluster_metadata_key(cfg)] = json.dumps(cluster)
+        if cluster.tf_cluster:
+            # The same cluster as on the cloud, with loopback ports for internal DNS names.
+            ports = free_loopback_ports(len(cluster.nodes))
+            local_cluster = contract.tf_cluster((node.role, f"127.0.0.1:{port}") for node, port in zip(cluster.nodes, ports))
+            self.project_attributes[cluster.tf_cluster_metadata_key] = json.dumps(local_cluster)
         self.server = MetadataServer({n.name: n.metadata for n in self.nodes}, self.project_attributes, cfg.settings.zone)
         self._echo_lock = threading.Lock()
         self._readers: list[threading.Thread] = []
@@ -227,8 +219,8 @@ class LocalRun:
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.cfg.stack}\n")
-        self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.cfg, self.kind))
-        package_trainer(self.bucket / scripts.TRAINER_OBJECT, self.trainer_source)
+        self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.stack, self.kind))
+        write_trainer_archive(self.bucket / contract.LAYOUT.trainer_archive, self.trainer_source)
         shared_env = self.workdir / "env"
         if self.environment_installed:
             prepare_local_environment(shared_env, self.kind.requirements_stamp)
@@ -310,7 +302,7 @@ class LocalRun:
 
     def wait(self, timeout: float | None = None) -> LocalRunResult:
         chief = self.nodes[0]
-        assert chief.node.role == "chief" and chief.process is not None
+        assert chief.node.role == contract.CHIEF and chief.process is not None
         deadline = None if timeout is None else time.monotonic() + timeout
         while chief.process.poll() is None and (deadline is None or time.monotonic() < deadline):
             time.sleep(POLL_SECONDS)
@@ -330,10 +322,10 @@ class LocalRun:
         return self.result()
 
     def result(self) -> LocalRunResult:
-        status_dir = self.job_dir / "status"
+        layout = contract.LAYOUT
         return LocalRunResult(
-            job_status=_read_json(status_dir / "job.json"),
-            node_status={n.name: _read_json(status_dir / f"{n.name}.json") for n in self.nodes},
+            job_status=_read_json(self.job_dir / layout.job_status),
+            node_status={n.name: _read_json(self.job_dir / layout.node_status(n.name)) for n in self.nodes},
             exit_codes={n.name: n.process.returncode if n.process else None for n in self.nodes},
             self_stops=self.self_stop_log.read_text().splitlines() if self.self_stop_log.exists() else [],
             job_dir=self.job_dir,
@@ -361,7 +353,7 @@ def clear_workdir(workdir: Path) -> None:
     if workdir.is_symlink() or not workdir.is_dir():
         raise WorkdirError(f"{workdir} is not a directory that trainstack local made; not deleting it")
     resolved = workdir.resolve()
-    protected = {Path.cwd().resolve(), scripts.REPOSITORY.resolve(), Path.home().resolve()}
+    protected = {Path.cwd().resolve(), REPOSITORY.resolve(), Path.home().resolve()}
     if any(resolved == p or resolved in p.parents for p in protected):
         raise WorkdirError(f"{workdir} holds {', '.join(str(p) for p in sorted(protected) if resolved == p or resolved in p.parents)}; not deleting it")
     if not (resolved / WORKDIR_MARKER).is_file():
@@ -384,7 +376,7 @@ def report(result: LocalRunResult, out: Any = sys.stdout) -> None:
         else:
             print(f"  {node:<10} {status['state']:<10} exit {status['exit_code']}  at {status['time']}", file=out)
     print(f"job directory: {result.job_dir}", file=out)
-    for name in ("model", "metrics.json"):
+    for name in (contract.LAYOUT.model_dir, contract.LAYOUT.metrics):
         path = result.job_dir / name
         if path.exists():
             print(f"  {name}: {path}", file=out)

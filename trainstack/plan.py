@@ -9,24 +9,21 @@ e-mail, a bucket's URL), derived from the inputs by Google's naming rules.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import hashlib
 import json
 import runpy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.runtime.config import set_all_config
-from pulumi.runtime.settings import SETTINGS
-from pulumi.runtime.stack import wait_for_rpcs
-from pulumi.runtime.sync_await import _sync_await
 
-from trainstack.config import StackConfig
-from trainstack.cost import NodeCost, stack_costs, total_hourly_usd
+from trainstack.errors import ProgramExit
+from trainstack.pulumi_internals import run_until_settled, set_program_config, sync_await
+from trainstack.resolved import NodeCost, ResolvedStack
+from trainstack.scripts import BootFiles
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 # A stand-in project number for the mocked getProject call (budgets filter by project number).
@@ -44,27 +41,59 @@ class PlannedResource:
 class Plan:
     stack: str
     resources: list[PlannedResource]
-    costs: list[NodeCost]
+    # The stack as the program resolved it, and the boot files it set: what the costs,
+    # notes and `plan --out` scripts come from, with no second parse.
+    resolved: ResolvedStack
+    boot: BootFiles
     outputs: dict[str, Any] = field(default_factory=dict)
     # What the program chose for the user where the stack file is silent.
     notes: list[str] = field(default_factory=list)
 
     @property
+    def costs(self) -> tuple[NodeCost, ...]:
+        return self.resolved.costs
+
+    @property
     def hourly_usd(self) -> float | None:
-        return total_hourly_usd(self.costs)
+        return self.resolved.hourly_usd
+
+    @property
+    def scripts(self) -> dict[str, str]:
+        """Every boot script the program set, by file name (what `plan --out DIR` writes)."""
+        return self.boot.by_filename()
 
     def of_type(self, type_token: str) -> list[PlannedResource]:
         return [r for r in self.resources if r.type == type_token]
 
     def to_json(self) -> dict[str, Any]:
+        """The plan as JSON values: scripts by hash and size (their text is `--out`'s), so
+        the document stays readable and two plans of one stack are byte-identical."""
         return {
             "stack": self.stack,
-            "resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in self.resources],
+            "resources": [{"type": r.type, "name": r.name, "inputs": _scripts_as_hashes(r.inputs)} for r in self.resources],
             "hourly_usd": self.hourly_usd,
             "nodes": [{"name": c.name, "description": c.description, "hourly_usd": c.usd_per_hour} for c in self.costs],
             "outputs": self.outputs,
             "notes": self.notes,
+            "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
         }
+
+
+# Inputs that hold a whole boot script: shown in JSON by digest.
+SCRIPT_INPUTS = frozenset({"startup-script", "content"})
+
+
+def text_digest(text: str) -> str:
+    data = text.encode()
+    return f"<{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}>"
+
+
+def _scripts_as_hashes(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: text_digest(v) if k in SCRIPT_INPUTS and isinstance(v, str) else _scripts_as_hashes(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scripts_as_hashes(v) for v in value]
+    return value
 
 
 def _computed_state(type_token: str, inputs: dict[str, Any], project: str) -> dict[str, Any]:
@@ -153,11 +182,17 @@ def engine_config(config: Mapping[str, Any]) -> dict[str, str]:
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}
 
 
-def run_plan(cfg: StackConfig, raw_config: Mapping[str, Any]) -> Plan:
-    """Run ``__main__.py`` for ``cfg.stack`` under mocks, with the stack file's ``config`` map."""
-    mocks = PlanMocks(cfg.project)
-    pulumi.runtime.set_mocks(mocks, project="trainstack", stack=cfg.stack, preview=True)
-    set_all_config(engine_config(raw_config))
+def run_plan(stack: str, raw_config: Mapping[str, Any]) -> Plan:
+    """Run ``__main__.py`` once for ``stack`` under mocks, with the stack file's ``config`` map.
+
+    The program parses, validates, resolves and prices the stack as `pulumi up` would; the
+    plan takes the resources it registers, its outputs, and the resolved stack and boot
+    files it built (the program's own globals). Invalid config ends the program as it ends
+    `pulumi up`: its problems on stderr, then :class:`ProgramExit`."""
+    project = raw_config.get("gcp:project")
+    mocks = PlanMocks(project if isinstance(project, str) else "")
+    pulumi.runtime.set_mocks(mocks, project="trainstack", stack=stack, preview=True)
+    set_program_config(engine_config(raw_config))
     globals_after: dict[str, Any] = {}
 
     def program() -> None:
@@ -169,52 +204,31 @@ def run_plan(cfg: StackConfig, raw_config: Mapping[str, Any]) -> Plan:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _sync_await(_run_until_settled(program))
+        run_until_settled(program)
+    except SystemExit as exit_:
+        raise ProgramExit(exit_.code if isinstance(exit_.code, int) else 1) from None
     finally:
         if collecting:
             gc.enable()
-    outputs = _resolved_outputs()
+    resolved, boot = globals_after["stack"], globals_after["boot"]
+    assert isinstance(resolved, ResolvedStack) and isinstance(boot, BootFiles)
     # Registration order depends on the event loop; a sorted plan reads and diffs the same every run.
     resources = sorted(mocks.resources, key=lambda r: (r.type, r.name))
-    return Plan(stack=cfg.stack, resources=resources, costs=stack_costs(cfg), outputs=outputs, notes=plan_notes(cfg))
+    return Plan(stack=stack, resources=resources, resolved=resolved, boot=boot, outputs=_resolved_outputs(), notes=plan_notes(resolved))
 
 
-def plan_notes(cfg: StackConfig) -> list[str]:
+def plan_notes(stack: ResolvedStack) -> list[str]:
     notes = []
-    tpu = cfg.settings.tpu
+    tpu = stack.config.settings.tpu
     if tpu is not None and tpu.on_finish is None:
         why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"
         notes.append(f"tpu.on_finish is not set: the TPU VM will {tpu.effective_on_finish} itself when the job ends ({why})")
-    if not cfg.settings.storage.delete_on_destroy:
+    if not stack.config.settings.storage.delete_on_destroy:
         notes.append("the bucket is protected: `pulumi destroy --exclude-protected` removes everything else and leaves it")
     return notes
-
-
-async def _run_until_settled(program: Callable[[], None]) -> None:
-    """Run the program, then wait until every registration and every output has resolved.
-
-    Pulumi's own ``run_pulumi_func`` settles outputs with a loop of ``asyncio.wait(...,
-    FIRST_COMPLETED)`` over all pending outputs, which re-arms a callback on every pending
-    output after each completion: profiled here, that loop was 60% of a 512-worker plan.
-    Gathering each batch of pending outputs at once reaches the same settled state (and
-    raises the same first error) in one pass per batch.
-    """
-    program()
-    while True:
-        await wait_for_rpcs(await_all_outstanding_tasks=False)
-        with SETTINGS.lock:
-            pending = list(SETTINGS.outputs)
-            SETTINGS.outputs.clear()
-        if not pending:
-            return
-        await asyncio.gather(*pending)
 
 
 def _resolved_outputs() -> dict[str, Any]:
     root = pulumi.runtime.get_root_resource()
     exported = getattr(root, "outputs", {}) if root is not None else {}
-    resolved: dict[str, Any] = {}
-    for key, value in exported.items():
-        output = pulumi.Output.from_input(value)
-        resolved[key] = _sync_await(output.future())
-    return resolved
+    return {key: _plain(sync_await(pulumi.Output.from_input(value).future())) for key, value in exported.items()}

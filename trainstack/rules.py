@@ -9,8 +9,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from trainer.contract import AUTO, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, auto_strategy
 from trainstack.catalog import Catalog, N1GpuLimit, load_catalog
-from trainstack.config import NAMESPACE, Accelerator, Cluster, StackConfig, Strategy
+from trainstack.config import NAMESPACE, Accelerator, Cluster, StackConfig
 from trainstack.errors import Problem, StackConfigError
 
 
@@ -22,16 +23,17 @@ def _region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-def resolved_strategy(cluster: Cluster) -> Strategy:
-    """What ``strategy: auto`` means for this cluster, chosen as tensorflow_cloud did."""
-    if cluster.strategy != "auto":
+def resolved_strategy(cluster: Cluster, catalog: Catalog) -> str:
+    """The cluster's strategy, ``auto`` resolved by the contract's rule."""
+    if cluster.strategy != AUTO:
         return cluster.strategy
-    if cluster.ps_count:
-        return "parameter_server"
-    if cluster.worker_count:
-        return "multi_worker_mirrored"
-    chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, load_catalog())
-    return "mirrored" if chief_gpus is not None and chief_gpus.count > 1 else "one_device"
+    chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
+    return auto_strategy(
+        tpu=False,
+        parameter_servers=cluster.ps_count,
+        training_machines=1 + cluster.worker_count,
+        devices_per_machine=chief_gpus.count if chief_gpus else 0,
+    )
 
 
 def effective_accelerator(machine_type: str, declared: Accelerator | None, catalog: Catalog) -> Accelerator | None:
@@ -139,7 +141,8 @@ def check_cluster(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
         if machine is not None and machine.builtin_gpu:
             problems.append(Problem(f"{key}.parameter_servers.machine_type", f"{ps.machine_type} carries GPUs that parameter servers do not use; choose a CPU machine type such as n1-highmem-8"))
 
-    # Seed 000: all GPU types of one job must exist in one zone.
+    # One cluster, one zone: every GPU type it uses must be offered there, as AI Platform
+    # Training required (https://cloud.google.com/ai-platform/training/docs/using-gpus).
     gpu_types = sorted(
         {a.type for a in (cluster.chief.accelerator, cluster.workers.accelerator if cluster.workers else None) if a is not None and a.type in catalog.gpus}
     )
@@ -153,31 +156,32 @@ def check_cluster(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
 
 def _check_strategy(cluster: Cluster, catalog: Catalog) -> list[Problem]:
     key = f"{NAMESPACE}:cluster"
-    strategy = resolved_strategy(cluster)
+    strategy = resolved_strategy(cluster, catalog)
     problems: list[Problem] = []
-    if strategy in ("one_device", "mirrored") and cluster.worker_count:
-        problems.append(Problem(f"{key}.strategy", f"{strategy} trains on one machine but the cluster has {cluster.worker_count} workers; use multi_worker_mirrored, parameter_server or auto"))
-    if strategy != "parameter_server" and cluster.ps_count:
-        problems.append(Problem(f"{key}.parameter_servers.count", f"strategy {strategy} does not use parameter servers; set strategy: parameter_server (or auto) or remove them"))
-    if strategy == "parameter_server":
+    if strategy in (ONE_DEVICE, MIRRORED) and cluster.worker_count:
+        problems.append(Problem(f"{key}.strategy", f"{strategy} trains on one machine but the cluster has {cluster.worker_count} workers; use {MULTI_WORKER_MIRRORED}, {PARAMETER_SERVER} or {AUTO}"))
+    if strategy != PARAMETER_SERVER and cluster.ps_count:
+        problems.append(Problem(f"{key}.parameter_servers.count", f"strategy {strategy} does not use parameter servers; set strategy: {PARAMETER_SERVER} (or {AUTO}) or remove them"))
+    if strategy == PARAMETER_SERVER:
         if cluster.ps_count < 1:
-            problems.append(Problem(f"{key}.parameter_servers.count", "strategy parameter_server needs at least 1 parameter server"))
+            problems.append(Problem(f"{key}.parameter_servers.count", f"strategy {PARAMETER_SERVER} needs at least 1 parameter server"))
         if cluster.worker_count < 1:
-            problems.append(Problem(f"{key}.workers.count", "strategy parameter_server needs at least 1 worker"))
-    if strategy == "multi_worker_mirrored" and cluster.worker_count < 1:
-        problems.append(Problem(f"{key}.workers.count", "multi_worker_mirrored needs at least 1 worker besides the chief; for one machine use mirrored (or auto)"))
-    if strategy == "multi_worker_mirrored" and cluster.workers is not None:
+            problems.append(Problem(f"{key}.workers.count", f"strategy {PARAMETER_SERVER} needs at least 1 worker"))
+    if strategy == MULTI_WORKER_MIRRORED and cluster.worker_count < 1:
+        problems.append(Problem(f"{key}.workers.count", f"{MULTI_WORKER_MIRRORED} needs at least 1 worker besides the chief; for one machine use {MIRRORED} (or {AUTO})"))
+    if strategy == MULTI_WORKER_MIRRORED and cluster.workers is not None:
         chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
         worker_gpus = effective_accelerator(cluster.workers.machine_type, cluster.workers.accelerator, catalog)
         chief_count = chief_gpus.count if chief_gpus else 0
         worker_count = worker_gpus.count if worker_gpus else 0
         if chief_count != worker_count:
-            # Seed 004: every machine in a MultiWorkerMirroredStrategy job must have the same number of GPUs.
-            problems.append(Problem(f"{key}.workers.accelerator.count", f"multi_worker_mirrored needs the same GPU count on the chief and every worker: chief has {chief_count}, workers have {worker_count}"))
-    if strategy == "one_device":
+            # "All workers need to use the same number of devices, otherwise the behavior is
+            # undefined" (https://www.tensorflow.org/api_docs/python/tf/distribute/MultiWorkerMirroredStrategy).
+            problems.append(Problem(f"{key}.workers.accelerator.count", f"{MULTI_WORKER_MIRRORED} needs the same GPU count on the chief and every worker: chief has {chief_count}, workers have {worker_count}"))
+    if strategy == ONE_DEVICE:
         chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
         if chief_gpus is not None and chief_gpus.count > 1:
-            problems.append(Problem(f"{key}.strategy", f"one_device trains on one GPU but the chief has {chief_gpus.count}; use mirrored or auto so none sits idle"))
+            problems.append(Problem(f"{key}.strategy", f"{ONE_DEVICE} trains on one GPU but the chief has {chief_gpus.count}; use {MIRRORED} or {AUTO} so none sits idle"))
     return problems
 
 
@@ -214,7 +218,8 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
         problems.append(Problem(f"{key}.on_finish", "a Spot TPU cannot be started again after it stops; use on_finish: delete (or keep), or spot: false"))
     cluster = cfg.settings.cluster
     if cluster is not None and cluster.ps_count:
-        # Seed 001: a TPU job cannot have parameter servers; the service rejects it.
+        # TPUStrategy has no parameter servers; AI Platform Training rejected TPU jobs with them
+        # (https://cloud.google.com/ai-platform/training/docs/using-tpus).
         problems.append(Problem(f"{NAMESPACE}:cluster.parameter_servers.count", "parameter servers cannot be combined with a TPU; remove them or the trainstack:tpu section"))
     return problems
 
@@ -238,15 +243,9 @@ def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Proble
     return check_cluster(cfg, catalog) + check_tpu(cfg, catalog) + check_notebook(cfg, catalog)
 
 
-def validate_stack(cfg: StackConfig) -> StackConfig:
+def validate_stack(cfg: StackConfig, catalog: Catalog | None = None) -> StackConfig:
     """Return ``cfg`` when it fits the catalog, else raise with every problem found."""
-    problems = check_stack(cfg)
-    if not problems:
-        # The metadata a valid stack would set must also fit Compute Engine's limits; the
-        # scripts module renders it, and itself builds on these rules (hence the late import).
-        from trainstack.scripts import metadata_problems
-
-        problems = metadata_problems(cfg)
+    problems = check_stack(cfg, catalog)
     if problems:
         raise StackConfigError(problems)
     return cfg

@@ -20,17 +20,14 @@ from typing import Any
 
 import jinja2
 
-from trainstack.catalog import load_catalog
-from trainstack.config import NAMESPACE, StackConfig
-from trainstack.errors import Problem
-from trainstack.rules import resolved_strategy
-from trainstack.topology import Node, cluster_nodes, tf_cluster_spec
+from trainer.contract import FLAGS, LAYOUT, METADATA_KEYS, STATES
+from trainstack.config import NAMESPACE
+from trainstack.errors import Problem, StackConfigError
+from trainstack.package import REPOSITORY
+from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedStack, ResolvedTpu
 
-REPOSITORY = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPOSITORY / "templates"
 NODE_REQUIREMENTS = REPOSITORY / "requirements-node.txt"
-# The trainer package that `pulumi up` uploads and `trainstack local` stages.
-TRAINER_SOURCE = REPOSITORY / "trainer"
 
 
 class ShellCode(str):
@@ -40,6 +37,9 @@ class ShellCode(str):
 def _shell_finalize(value: Any) -> str:
     """Jinja's finalize hook: how each ``{{ ... }}`` lands in a script."""
     if isinstance(value, ShellCode):
+        return str(value)
+    if isinstance(value, jinja2.Undefined):
+        # A value the program did not pass: StrictUndefined raises here, naming it.
         return str(value)
     if isinstance(value, bool) or value is None:
         # A template must decide with {% if %}, never print a Python True/None into bash.
@@ -51,27 +51,6 @@ def _shell_finalize(value: Any) -> str:
     raise TypeError(f"a {type(value).__name__} cannot be rendered into a shell script")
 
 
-@dataclass(frozen=True)
-class MetadataKeys:
-    role: str = "trainstack-role"
-    index: str = "trainstack-index"
-    # Names the project attribute that holds the TF_CONFIG cluster (see GpuCluster).
-    cluster_key: str = "trainstack-cluster-key"
-    job_dir: str = "trainstack-job-dir"
-    bucket: str = "trainstack-bucket"
-    trainer_args: str = "trainstack-trainer-args"
-    on_finish: str = "trainstack-on-finish"
-    # How often the chief refreshes its heartbeat, and the others look at it.
-    heartbeat_seconds: str = "trainstack-heartbeat-seconds"
-    # How long the others wait for a new heartbeat before taking the chief for dead.
-    peer_timeout_seconds: str = "trainstack-peer-timeout-seconds"
-    # The TPU VM's run-time cap (Compute Engine's max_run_duration has no TPU equivalent).
-    max_run_seconds: str = "trainstack-max-run-seconds"
-
-
-METADATA_KEYS = MetadataKeys()
-# Where the Pulumi program uploads the trainer package inside the stack's bucket.
-TRAINER_OBJECT = "trainstack/trainer.zip"
 # Heartbeats: a few chances to be seen within the timeout, at most one object write a
 # minute (Cloud Storage allows one write per second to one object), at least one every
 # second locally.
@@ -118,14 +97,11 @@ def cluster_node_kind() -> NodeKind:
     )
 
 
-def tpu_node_kind(cfg: StackConfig) -> NodeKind:
-    assert cfg.settings.tpu is not None
-    runtime = load_catalog().tpu_runtimes[cfg.settings.tpu.runtime_version]
-    major_minor = ".".join(runtime.tensorflow_version.split(".")[:2])
+def tpu_node_kind(tpu: ResolvedTpu) -> NodeKind:
     return NodeKind(
         # The TPU runtime brings TensorFlow built for the TPU; only the matching Keras 2
         # line is added (Keras 3 cannot train the trainer's multi-worker paths).
-        requirements=(f"tf-keras=={major_minor}.*",),
+        requirements=(f"tf-keras=={tpu.tensorflow_minor}.*",),
         system_site_packages=True,
         # A TPU VM keeps its TPU (and bills) through a guest shutdown: stop it by API.
         # --async: the call returns once accepted, so only tpu.nodes.stop/delete are
@@ -135,11 +111,11 @@ def tpu_node_kind(cfg: StackConfig) -> NodeKind:
     )
 
 
-def _environment() -> jinja2.Environment:
+def _environment(templates: Path = TEMPLATES_DIR) -> jinja2.Environment:
     # StrictUndefined: a template naming a value the program does not pass fails at render
     # time, in tests, instead of producing a script with an empty string in it.
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        loader=jinja2.FileSystemLoader(templates),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
@@ -147,98 +123,65 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def bucket_name(cfg: StackConfig) -> str:
-    return f"{cfg.project}-{cfg.name}"
-
-
-def job_dir(cfg: StackConfig, bucket: str | None = None) -> str:
-    return f"{bucket or 'gs://' + bucket_name(cfg)}/jobs/{cfg.settings.job.name}"
-
-
-def cluster_metadata_key(cfg: StackConfig) -> str:
-    """Project metadata key of this stack's TF_CONFIG cluster; unique per stack in a project."""
-    return f"trainstack-{cfg.name}-cluster"
-
-
-def trainer_args(cfg: StackConfig, strategy: str) -> list[str]:
-    """The trainer's flags for this stack's job (the job directory is added by the script)."""
-    job = cfg.settings.job
-    args = [
-        "--model", job.model,
-        "--data", job.data,
-        "--epochs", str(job.epochs),
-        "--batch-size-per-replica", str(job.batch_size_per_replica),
-        "--image-size", str(job.image_size),
-        "--strategy", strategy,
-    ]  # fmt: skip
-    if job.steps_per_epoch is not None:
-        args += ["--steps-per-epoch", str(job.steps_per_epoch)]
-    if strategy == "tpu":
-        args += ["--tpu", "local"]
-    return args + list(job.args)
-
-
 def heartbeat_seconds(peer_timeout_seconds: int) -> int:
     return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
 
 
-def node_metadata(cfg: StackConfig, node: Node, bucket: str, with_cluster: bool, args: list[str] | None = None) -> dict[str, str]:
+def node_metadata(cluster: ResolvedCluster, node: ClusterNode, bucket: str, job_name: str, args: tuple[str, ...] | None = None) -> dict[str, str]:
     """Instance metadata the cluster boot script reads; ``bucket`` is a gs:// URI or, locally, a path."""
-    cluster = cfg.settings.cluster
-    assert cluster is not None
+    settings = cluster.settings
     metadata = {
         METADATA_KEYS.role: node.role,
         METADATA_KEYS.index: str(node.index),
-        METADATA_KEYS.job_dir: job_dir(cfg, bucket),
+        METADATA_KEYS.node_name: node.name,
+        METADATA_KEYS.job_dir: LAYOUT.job_dir(bucket, job_name),
         METADATA_KEYS.bucket: bucket,
-        METADATA_KEYS.trainer_args: json.dumps(args if args is not None else trainer_args(cfg, resolved_strategy(cluster))),
-        METADATA_KEYS.on_finish: cluster.on_finish,
-        METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(cluster.heartbeat_timeout_seconds)),
-        METADATA_KEYS.peer_timeout_seconds: str(cluster.heartbeat_timeout_seconds),
+        METADATA_KEYS.trainer_args: json.dumps(list(cluster.trainer_args if args is None else args)),
+        METADATA_KEYS.on_finish: settings.on_finish,
+        METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(settings.heartbeat_timeout_seconds)),
+        METADATA_KEYS.peer_timeout_seconds: str(settings.heartbeat_timeout_seconds),
     }
-    if with_cluster:
-        metadata[METADATA_KEYS.cluster_key] = cluster_metadata_key(cfg)
+    if cluster.tf_cluster:
+        metadata[METADATA_KEYS.cluster_key] = cluster.tf_cluster_metadata_key
     return metadata
 
 
-def tpu_metadata(cfg: StackConfig, bucket: str) -> dict[str, str]:
-    tpu = cfg.settings.tpu
-    assert tpu is not None
+def tpu_metadata(stack: ResolvedStack, tpu: ResolvedTpu) -> dict[str, str]:
     return {
-        METADATA_KEYS.job_dir: job_dir(cfg, bucket),
-        METADATA_KEYS.bucket: bucket,
-        METADATA_KEYS.trainer_args: json.dumps(trainer_args(cfg, "tpu")),
-        METADATA_KEYS.on_finish: tpu.effective_on_finish,
-        METADATA_KEYS.max_run_seconds: str(round(tpu.max_run_hours * 3600)),
+        METADATA_KEYS.job_dir: stack.job_dir,
+        METADATA_KEYS.bucket: stack.bucket_uri,
+        METADATA_KEYS.trainer_args: json.dumps(list(tpu.trainer_args)),
+        METADATA_KEYS.on_finish: tpu.on_finish,
+        METADATA_KEYS.max_run_seconds: str(tpu.max_run_seconds),
     }
 
 
-def tpu_vm_name(cfg: StackConfig) -> str:
-    return f"{cfg.name}-tpu"
-
-
-def render(template: str, cfg: StackConfig, kind: NodeKind | None = None) -> str:
+def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, templates: Path = TEMPLATES_DIR) -> str:
+    """One boot script; every value it names comes from here (StrictUndefined), quoted."""
     if kind is None:
-        kind = tpu_node_kind(cfg) if template == TPU_VM else cluster_node_kind()
-    notebook = cfg.settings.notebook
-    return _environment().get_template(template).render(
-        stack=cfg.stack,
+        kind = tpu_node_kind(stack.tpu) if template == TPU_VM and stack.tpu is not None else cluster_node_kind()
+    return _environment(templates).get_template(template).render(
+        stack=stack.config.stack,
         keys=METADATA_KEYS,
+        layout=LAYOUT,
+        states=STATES,
+        flags=FLAGS,
         kind=kind,
-        bucket_uri=f"gs://{bucket_name(cfg)}",
-        trainer_object=TRAINER_OBJECT,
-        zone=cfg.settings.zone,
-        tpu_name=tpu_vm_name(cfg),
-        idle_timeout_minutes=notebook.idle_timeout_minutes if notebook else 0,
+        bucket_uri=stack.bucket_uri,
+        zone=stack.zone,
+        tpu_name=stack.tpu.vm_name if stack.tpu else "",
+        tpu_node=stack.tpu.name if stack.tpu else "",
+        idle_timeout_minutes=stack.notebook.idle_timeout_minutes if stack.notebook else 0,
         peer_poll_seconds=PEER_POLL_SECONDS,
     )
 
 
-# Compute Engine metadata limits (REST reference, Metadata): each value at most 256 KiB,
-# all keys and values of one instance together under 512 KB.
+# Compute Engine metadata limits: each value at most 256 KiB, all keys and values of one
+# instance together under 512 KB
+# (https://cloud.google.com/compute/docs/reference/rest/v1/instances, Metadata.items).
 MAX_METADATA_VALUE_BYTES = 256 * 1024
 MAX_INSTANCE_METADATA_BYTES = 512 * 1000
-# What GpuCluster and TpuVm add beside the script and node metadata (OS Login, SSH keys).
+# What TrainingCluster and TpuVm add beside the script and node metadata (OS Login, SSH keys).
 _FIXED_METADATA_BYTES = 200
 
 
@@ -246,43 +189,63 @@ def _metadata_bytes(metadata: dict[str, str]) -> int:
     return sum(len(k.encode()) + len(v.encode()) for k, v in metadata.items()) + _FIXED_METADATA_BYTES
 
 
-def metadata_problems(cfg: StackConfig) -> list[Problem]:
+@dataclass(frozen=True)
+class BootFiles:
+    """The scripts and metadata a stack's machines boot with, as the program sets them."""
+
+    cluster_script: str | None
+    # By node name (chief, worker-0, ...).
+    cluster_metadata: dict[str, dict[str, str]]
+    tpu_script: str | None
+    tpu_metadata: dict[str, str]
+    notebook_script: str | None
+
+    def by_filename(self) -> dict[str, str]:
+        """Every script, by file name (what `plan --out DIR` writes)."""
+        named = {"cluster-node.sh": self.cluster_script, "tpu-vm.sh": self.tpu_script, "workbench-post-startup.sh": self.notebook_script}
+        return {filename: text for filename, text in named.items() if text is not None}
+
+
+def boot_files(stack: ResolvedStack) -> BootFiles:
+    """Render every script and metadata map once; raises when Compute Engine would refuse one."""
+    cluster_script = render(CLUSTER_NODE, stack) if stack.cluster else None
+    cluster_metadata = {n.name: node_metadata(stack.cluster, n, stack.bucket_uri, stack.config.settings.job.name) for n in stack.cluster.nodes} if stack.cluster else {}
+    boot = BootFiles(
+        cluster_script=cluster_script,
+        cluster_metadata=cluster_metadata,
+        tpu_script=render(TPU_VM, stack) if stack.tpu else None,
+        tpu_metadata=tpu_metadata(stack, stack.tpu) if stack.tpu else {},
+        notebook_script=render(WORKBENCH, stack) if stack.notebook else None,
+    )
+    problems = metadata_problems(stack, boot)
+    if problems:
+        raise StackConfigError(problems)
+    return boot
+
+
+def metadata_problems(stack: ResolvedStack, boot: BootFiles) -> list[Problem]:
     """Metadata the program would set that Compute Engine would refuse, named by the stack key
     that makes it too large (job.args, or the worker count for the TF_CONFIG cluster)."""
     problems: list[Problem] = []
-    cluster = cfg.settings.cluster
-    if cluster is not None:
-        nodes = cluster_nodes(cfg)
-        tf_cluster = json.dumps(tf_cluster_spec(cfg, nodes), separators=(",", ":"))
-        if len(tf_cluster.encode()) > MAX_METADATA_VALUE_BYTES:
-            per_node = len(tf_cluster.encode()) / len(nodes)
+    cluster = stack.cluster
+    if cluster is not None and boot.cluster_script is not None:
+        tf_cluster = json.dumps(cluster.tf_cluster, separators=(",", ":")).encode()
+        if len(tf_cluster) > MAX_METADATA_VALUE_BYTES:
+            per_node = len(tf_cluster) / len(cluster.nodes)
             problems.append(
                 Problem(
                     f"{NAMESPACE}:cluster.workers.count",
-                    f"the TF_CONFIG cluster of {len(nodes)} nodes is {len(tf_cluster.encode())} bytes, more than a metadata value holds "
-                    f"({MAX_METADATA_VALUE_BYTES}); at most about {int(MAX_METADATA_VALUE_BYTES / per_node) - 1 - cluster.ps_count} workers",
+                    f"the TF_CONFIG cluster of {len(cluster.nodes)} nodes is {len(tf_cluster)} bytes, more than a metadata value holds "
+                    f"({MAX_METADATA_VALUE_BYTES}); at most about {int(MAX_METADATA_VALUE_BYTES / per_node) - 1 - cluster.settings.ps_count} workers",
                 )
             )
-        script = render(CLUSTER_NODE, cfg)
-        # Every node carries the same script and job metadata; only role and index differ,
-        # by a few bytes, so the chief's size stands for all.
-        size = _metadata_bytes({"startup-script": script, **node_metadata(cfg, nodes[0], "gs://" + bucket_name(cfg), True)})
+        # Every node carries the same script and job metadata; only role, index and name
+        # differ, by a few bytes, so the chief's size stands for all.
+        size = _metadata_bytes({"startup-script": boot.cluster_script, **boot.cluster_metadata[cluster.chief.name]})
         if size > MAX_INSTANCE_METADATA_BYTES:
             problems.append(Problem(f"{NAMESPACE}:job.args", f"a node's metadata would be {size} bytes; Compute Engine allows {MAX_INSTANCE_METADATA_BYTES}"))
-    if cfg.settings.tpu is not None:
-        size = _metadata_bytes({"startup-script": render(TPU_VM, cfg), **tpu_metadata(cfg, "gs://" + bucket_name(cfg))})
+    if boot.tpu_script is not None:
+        size = _metadata_bytes({"startup-script": boot.tpu_script, **boot.tpu_metadata})
         if size > MAX_INSTANCE_METADATA_BYTES:
             problems.append(Problem(f"{NAMESPACE}:job.args", f"the TPU VM's metadata would be {size} bytes; at most {MAX_INSTANCE_METADATA_BYTES}"))
     return problems
-
-
-def rendered_scripts(cfg: StackConfig) -> dict[str, str]:
-    """Every script the stack uses, by file name (what `plan --out DIR` writes)."""
-    scripts: dict[str, str] = {}
-    if cfg.settings.cluster is not None:
-        scripts["cluster-node.sh"] = render(CLUSTER_NODE, cfg)
-    if cfg.settings.tpu is not None:
-        scripts["tpu-vm.sh"] = render(TPU_VM, cfg)
-    if cfg.settings.notebook is not None:
-        scripts["workbench-post-startup.sh"] = render(WORKBENCH, cfg)
-    return scripts

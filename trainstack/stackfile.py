@@ -142,12 +142,18 @@ def read_stack_config_map(path: Path) -> dict[str, Any]:
     return config
 
 
-def load_stack(path: Path, stack: str | None = None) -> tuple[StackConfig, dict[str, Any]]:
-    """Parse and validate a stack file; returns the typed config and the raw config map."""
+def stack_name_for(path: Path, stack: str | None = None) -> str:
+    """The stack's name (given, or from the file name), checked before the file is read:
+    it becomes part of paths and resource names."""
     name = stack or stack_name_from_path(path)
     if (problem := stack_name_problem(name)) is not None:
-        # Checked before the file is read: the name becomes part of paths and resource names.
         raise StackConfigError([Problem(str(path), problem)])
+    return name
+
+
+def load_stack(path: Path, stack: str | None = None) -> tuple[StackConfig, dict[str, Any]]:
+    """Parse and validate a stack file; returns the typed config and the raw config map."""
+    name = stack_name_for(path, stack)
     raw = read_stack_config_map(path)
     cfg = validate_stack(parse_stack_config(name, raw))
     return cfg, raw

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_gcp as gcp
 
 from trainstack.config import Budget
 
 
+@dataclass(frozen=True)
+class BillingBudgetArgs:
+    project: str
+    budget: Budget
+
+
 class BillingBudget(pulumi.ComponentResource):
-    def __init__(self, name: str, project: str, budget: Budget, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: BillingBudgetArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:BillingBudget", name, None, opts)
+        project, budget = args.project, args.budget
         project_number = gcp.organizations.get_project_output(project_id=project).number
         # The Budgets API bills its calls to a quota project; with a user's own credentials
         # it refuses requests that name none. This provider names the stack's project.

@@ -46,7 +46,8 @@ class NodeIdentityArgs:
     account_id: str
     display_name: str
     bucket_name: pulumi.Input[str]
-    repository: gcp.artifactregistry.Repository
+    repository_location: pulumi.Input[str]
+    repository_name: pulumi.Input[str]
     data_bucket: str | None = None
 
 
@@ -78,8 +79,8 @@ class NodeIdentity(pulumi.ComponentResource):
             gcp.artifactregistry.RepositoryIamMember(
                 f"{name}-registry-reader",
                 project=args.project,
-                location=args.repository.location,
-                repository=args.repository.name,
+                location=args.repository_location,
+                repository=args.repository_name,
                 role=REGISTRY_ROLE,
                 member=self.member,
                 opts=child,
@@ -88,34 +89,53 @@ class NodeIdentity(pulumi.ComponentResource):
         self.register_outputs({"email": self.email})
 
 
+@dataclass(frozen=True)
+class ReleaseRoleArgs:
+    project: str
+    stack_name: str
+    # What the role is for, part of its id: node_release, tpu_release.
+    purpose: str
+    # The end of its title: "cluster node releases itself".
+    what: str
+    permissions: tuple[str, ...]
+
+
 class ReleaseRole(pulumi.ComponentResource):
     """A custom role holding only the permissions a machine needs to release itself."""
 
     role_name: pulumi.Output[str]
 
-    def __init__(self, name: str, project: str, role_id: str, title: str, permissions: tuple[str, ...], opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: ReleaseRoleArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:ReleaseRole", name, None, opts)
         self.role = gcp.projects.IAMCustomRole(
             f"{name}-role",
-            project=project,
-            role_id=role_id,
-            title=title,
+            project=args.project,
+            role_id=custom_role_id(args.stack_name, args.purpose),
+            title=f"trainstack {args.stack_name}: {args.what}",
             description="trainstack: a machine stops or deletes itself when its job is over",
-            permissions=list(permissions),
+            permissions=list(args.permissions),
             opts=pulumi.ResourceOptions(parent=self),
         )
         # projects/<project>/roles/<role_id>, the name bindings take.
         self.role_name = self.role.name
-        self.register_outputs({"role_name": self.role_name, "permissions": list(permissions)})
+        self.register_outputs({"role_name": self.role_name, "permissions": list(args.permissions)})
+
+
+@dataclass(frozen=True)
+class TpuServiceAgentArgs:
+    project: str
+    role: str
 
 
 class TpuServiceAgent(pulumi.ComponentResource):
     """The project's Cloud TPU service agent and its service-agent role."""
 
-    def __init__(self, name: str, project: str, role: str, opts: pulumi.ResourceOptions | None = None) -> None:
+    member: pulumi.Output[str]
+
+    def __init__(self, name: str, args: TpuServiceAgentArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:TpuServiceAgent", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.identity = gcp.projects.ServiceIdentity(f"{name}-identity", project=project, service="tpu.googleapis.com", opts=child)
-        self.binding = gcp.projects.IAMMember(f"{name}-role", project=project, role=role, member=self.identity.member, opts=child)
+        self.identity = gcp.projects.ServiceIdentity(f"{name}-identity", project=args.project, service="tpu.googleapis.com", opts=child)
+        self.binding = gcp.projects.IAMMember(f"{name}-role", project=args.project, role=args.role, member=self.identity.member, opts=child)
         self.member = self.identity.member
-        self.register_outputs({"member": self.member, "role": role})
+        self.register_outputs({"member": self.member, "role": args.role})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -10,20 +12,26 @@ IAP_SOURCE_RANGE = "35.235.240.0/20"
 SUBNET_RANGE = "10.20.0.0/20"
 
 
+@dataclass(frozen=True)
+class PrivateNetworkArgs:
+    project: str
+    region: str
+    # IAP SSH reaches the machines running as these accounts.
+    ssh_service_accounts: list[pulumi.Input[str]]
+    # The training port opens only between machines running as this account (None: no port).
+    training_service_account: pulumi.Input[str] | None
+    training_port: int | None
+
+
 class PrivateNetwork(pulumi.ComponentResource):
-    def __init__(
-        self,
-        name: str,
-        project: str,
-        region: str,
-        ssh_service_accounts: list[pulumi.Input[str]],
-        training_service_account: pulumi.Input[str] | None,
-        training_port: int | None,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """IAP SSH reaches the machines running as ``ssh_service_accounts``; the training port
-        opens only between machines running as ``training_service_account`` (none: no port)."""
+    network: gcp.compute.Network
+    subnetwork: gcp.compute.Subnetwork
+    nat: gcp.compute.RouterNat
+
+    def __init__(self, name: str, args: PrivateNetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:PrivateNetwork", name, None, opts)
+        project, region = args.project, args.region
+        training_port, training_service_account = args.training_port, args.training_service_account
         child = pulumi.ResourceOptions(parent=self)
         self.network = gcp.compute.Network(f"{name}-vpc", project=project, auto_create_subnetworks=False, opts=child)
         self.subnetwork = gcp.compute.Subnetwork(
@@ -53,7 +61,7 @@ class PrivateNetwork(pulumi.ComponentResource):
             network=self.network.id,
             direction="INGRESS",
             source_ranges=[IAP_SOURCE_RANGE],
-            target_service_accounts=ssh_service_accounts,
+            target_service_accounts=args.ssh_service_accounts,
             allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["22"])],
             opts=child,
         )

@@ -1,61 +1,79 @@
-"""A Vertex AI Workbench instance (the seeds' AI Platform Notebook) with GPUs."""
+"""A Vertex AI Workbench instance (formerly AI Platform Notebooks) with GPUs."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
 
-from trainstack.catalog import load_catalog
-from trainstack.config import Notebook
+from trainer.contract import LAYOUT
+from trainstack.resolved import ResolvedNotebook
 
 SECONDS_PER_MINUTE = 60
 
 
+@dataclass(frozen=True)
+class WorkbenchNotebookArgs:
+    project: str
+    zone: str
+    notebook: ResolvedNotebook
+    post_startup_script: str
+    # The stack's bucket, which holds the post-startup script.
+    bucket_name: pulumi.Input[str]
+    service_account_email: pulumi.Input[str]
+    network: pulumi.Input[str]
+    subnetwork: pulumi.Input[str]
+    labels: dict[str, str]
+    # The stack's resource-name prefix: names the script object as before (see aliases).
+    stack_name: str
+
+
 class WorkbenchNotebook(pulumi.ComponentResource):
-    def __init__(
-        self,
-        name: str,
-        project: str,
-        zone: str,
-        instance_name: str,
-        notebook: Notebook,
-        post_startup_script_url: pulumi.Input[str],
-        service_account_email: pulumi.Input[str],
-        network: pulumi.Input[str],
-        subnetwork: pulumi.Input[str],
-        labels: dict[str, str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
+    """The Workbench instance and the post-startup script it runs, kept in the stack's bucket."""
+
+    name: str
+    proxy_uri: pulumi.Output[str]
+
+    def __init__(self, name: str, args: WorkbenchNotebookArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:WorkbenchNotebook", name, None, opts)
-        catalog = load_catalog()
-        image = catalog.images["workbench"]
+        notebook = args.notebook
+        # Once a child of the stack component: the alias keeps the object's identity.
+        moved = pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None)
+        script = gcp.storage.BucketObject(
+            f"{args.stack_name}-notebook-post-startup",
+            bucket=args.bucket_name,
+            name=LAYOUT.notebook_script,
+            content=args.post_startup_script,
+            opts=moved,
+        )
         accelerators = []
-        if notebook.accelerator is not None:
-            gpu = catalog.gpus[notebook.accelerator.type]
+        if notebook.accelerator is not None and notebook.workbench_accelerator_type is not None:
             # Workbench takes counts and sizes as strings and GPU names as enums.
             accelerators.append(
-                gcp.workbench.InstanceGceSetupAcceleratorConfigArgs(type=gpu.workbench_type, core_count=str(notebook.accelerator.count))
+                gcp.workbench.InstanceGceSetupAcceleratorConfigArgs(type=notebook.workbench_accelerator_type, core_count=str(notebook.accelerator.count))
             )
         self.instance = gcp.workbench.Instance(
             f"{name}-instance",
-            project=project,
-            name=instance_name,
-            location=zone,
+            project=args.project,
+            name=notebook.instance_name,
+            location=args.zone,
             gce_setup=gcp.workbench.InstanceGceSetupArgs(
                 machine_type=notebook.machine_type,
                 accelerator_configs=accelerators,
-                vm_image=gcp.workbench.InstanceGceSetupVmImageArgs(project=image.project, family=image.family),
+                vm_image=gcp.workbench.InstanceGceSetupVmImageArgs(project=notebook.image.project, family=notebook.image.family),
                 boot_disk=gcp.workbench.InstanceGceSetupBootDiskArgs(disk_size_gb=str(notebook.disk_gb), disk_type="PD_BALANCED"),
                 disable_public_ip=True,
-                network_interfaces=[gcp.workbench.InstanceGceSetupNetworkInterfaceArgs(network=network, subnet=subnetwork)],
-                service_accounts=[gcp.workbench.InstanceGceSetupServiceAccountArgs(email=service_account_email)],
+                network_interfaces=[gcp.workbench.InstanceGceSetupNetworkInterfaceArgs(network=args.network, subnet=args.subnetwork)],
+                service_accounts=[gcp.workbench.InstanceGceSetupServiceAccountArgs(email=args.service_account_email)],
                 shielded_instance_config=gcp.workbench.InstanceGceSetupShieldedInstanceConfigArgs(
                     enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True
                 ),
                 metadata={
-                    # Seed 002: a notebook bills by the hour until stopped; idle shutdown stops it.
+                    # A running notebook bills for its CPUs and GPUs; idle shutdown stops it
+                    # (https://cloud.google.com/vertex-ai/docs/workbench/instances/idle-shutdown).
                     "idle-timeout-seconds": str(notebook.idle_timeout_minutes * SECONDS_PER_MINUTE),
-                    "post-startup-script": post_startup_script_url,
+                    "post-startup-script": pulumi.Output.concat("gs://", script.bucket, "/", script.name),
                     # OS Login and no project-wide SSH keys, as on every other machine of the stack.
                     "enable-oslogin": "TRUE",
                     "block-project-ssh-keys": "TRUE",
@@ -67,9 +85,9 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                     "install-nvidia-driver": "True",
                 },
             ),
-            labels=labels,
+            labels=args.labels,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.name = instance_name
+        self.name = notebook.instance_name
         self.proxy_uri = self.instance.proxy_uri
-        self.register_outputs({"name": instance_name, "proxy_uri": self.proxy_uri})
+        self.register_outputs({"name": self.name, "proxy_uri": self.proxy_uri})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -10,22 +12,25 @@ UNTAGGED_MAX_AGE = "30d"
 KEEP_RECENT_VERSIONS = 10
 
 
+@dataclass(frozen=True)
+class ContainerRegistryArgs:
+    project: str
+    location: str
+    repository_id: str
+    labels: dict[str, str]
+
+
 class ContainerRegistry(pulumi.ComponentResource):
-    def __init__(
-        self,
-        name: str,
-        project: str,
-        location: str,
-        repository_id: str,
-        labels: dict[str, str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
+    url: pulumi.Output[str]
+
+    def __init__(self, name: str, args: ContainerRegistryArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:ContainerRegistry", name, None, opts)
+        project, location = args.project, args.location
         self.repository = gcp.artifactregistry.Repository(
             f"{name}-repo",
             project=project,
             location=location,
-            repository_id=repository_id,
+            repository_id=args.repository_id,
             format="DOCKER",
             description="Training images for trainstack",
             cleanup_policy_dry_run=False,
@@ -41,7 +46,7 @@ class ContainerRegistry(pulumi.ComponentResource):
                     most_recent_versions=gcp.artifactregistry.RepositoryCleanupPolicyMostRecentVersionsArgs(keep_count=KEEP_RECENT_VERSIONS),
                 ),
             ],
-            labels=labels,
+            labels=args.labels,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.url = pulumi.Output.concat(location, "-docker.pkg.dev/", project, "/", self.repository.repository_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -19,20 +21,28 @@ WORKBENCH_API = "notebooks.googleapis.com"
 BUDGET_API = "billingbudgets.googleapis.com"
 
 
+@dataclass(frozen=True)
+class ProjectServicesArgs:
+    project: str
+    apis: tuple[str, ...]
+
+
 class ProjectServices(pulumi.ComponentResource):
     """Enables the APIs; other components depend on ``self.ready``."""
 
-    def __init__(self, name: str, project: str, apis: list[str], opts: pulumi.ResourceOptions | None = None) -> None:
+    ready: list[pulumi.Resource]
+
+    def __init__(self, name: str, args: ProjectServicesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:ProjectServices", name, None, opts)
         self.services = [
             gcp.projects.Service(
                 f"{name}-{api.split('.')[0]}",
-                project=project,
+                project=args.project,
                 service=api,
                 disable_on_destroy=False,
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for api in apis
+            for api in args.apis
         ]
-        self.ready: list[pulumi.Resource] = list(self.services)
+        self.ready = list(self.services)
         self.register_outputs({"apis": [s.service for s in self.services]})

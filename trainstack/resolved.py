@@ -1,0 +1,324 @@
+"""The stack resolved once: every fact its consumers need, derived from config and catalog.
+
+A validated :class:`~trainstack.config.StackConfig` says what the user asked for; a
+:class:`ResolvedStack` says what that means on Google Cloud: each node's name, effective
+GPUs (built-in ones included), image, NIC, boot disk type and price, the cluster's strategy
+and TF_CONFIG cluster, the bucket and job directory. The components, the boot scripts, the
+cost report and the plan read this model; none of them calls back into the rules or the
+catalog, so they cannot disagree about what a stack means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainer import contract
+from trainstack.catalog import Catalog, Image, load_catalog
+from trainstack.config import Accelerator, Cluster, NodeSpec, OnFinish, StackConfig
+from trainstack.rules import effective_accelerator, resolved_strategy
+
+SECONDS_PER_HOUR = 3600
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    name: str
+    description: str
+    usd_per_hour: float | None  # None: the catalog has no price for some part of it
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """One VM of the training cluster: the chief, a worker or a parameter server."""
+
+    role: str
+    index: int
+    name: str  # the contract's node name: chief, worker-0, ps-1
+    vm_name: str
+    machine_type: str
+    accelerator: Accelerator | None  # what the VM really gets, built-in GPUs included
+    # True for N1, which takes attached GPUs; A2/A3/G2 machine types bring theirs.
+    attach_accelerator: bool
+    spot: bool
+    disk_gb: int
+    boot_disk_type: str
+    nic_type: str | None
+    image: Image
+    cost: NodeCost
+
+
+@dataclass(frozen=True)
+class ResolvedCluster:
+    settings: Cluster
+    strategy: str
+    nodes: tuple[ClusterNode, ...]
+    # TF_CONFIG's cluster; empty for single-machine strategies, which need none.
+    tf_cluster: dict[str, list[str]]
+    # Project metadata key holding tf_cluster; unique per stack in a project.
+    tf_cluster_metadata_key: str
+    trainer_args: tuple[str, ...]
+
+    @property
+    def chief(self) -> ClusterNode:
+        return self.nodes[0]
+
+    @property
+    def training_port(self) -> int | None:
+        """The port nodes talk on, only where they talk (a TF_CONFIG cluster)."""
+        return self.settings.port if self.tf_cluster else None
+
+    @property
+    def max_run_seconds(self) -> int:
+        return int(self.settings.max_run_hours * SECONDS_PER_HOUR)
+
+
+@dataclass(frozen=True)
+class ResolvedTpu:
+    name: str
+    vm_name: str
+    accelerator_type: str
+    runtime_version: str
+    # The runtime's TensorFlow, major.minor: the tf-keras line the boot script adds.
+    tensorflow_minor: str
+    spot: bool
+    on_finish: OnFinish
+    max_run_seconds: int
+    service_agent_role: str
+    trainer_args: tuple[str, ...]
+    cost: NodeCost
+
+
+@dataclass(frozen=True)
+class ResolvedNotebook:
+    instance_name: str
+    machine_type: str
+    accelerator: Accelerator | None  # built-in GPUs included, as for cluster nodes
+    # Workbench names GPUs by enum (NVIDIA_TESLA_T4) where Compute Engine uses nvidia-tesla-t4.
+    workbench_accelerator_type: str | None
+    image: Image
+    disk_gb: int
+    idle_timeout_minutes: int
+    cost: NodeCost
+
+
+@dataclass(frozen=True)
+class ResolvedStack:
+    config: StackConfig
+    name: str
+    project: str
+    region: str
+    zone: str
+    labels: dict[str, str]
+    bucket_name: str
+    job_dir: str
+    # The bucket of job.data when it is not the stack's own (the nodes get read access).
+    external_data_bucket: str | None
+    cluster: ResolvedCluster | None
+    tpu: ResolvedTpu | None
+    notebook: ResolvedNotebook | None
+    costs: tuple[NodeCost, ...] = field(default=())
+
+    @property
+    def bucket_uri(self) -> str:
+        return f"gs://{self.bucket_name}"
+
+    @property
+    def hourly_usd(self) -> float | None:
+        """The whole stack's price per running hour; None when any part has no price."""
+        if any(c.usd_per_hour is None for c in self.costs):
+            return None
+        return round(sum(c.usd_per_hour or 0.0 for c in self.costs), 4)
+
+    @property
+    def vm_names(self) -> list[str]:
+        names = [n.vm_name for n in self.cluster.nodes] if self.cluster else []
+        names += [self.tpu.vm_name] if self.tpu else []
+        names += [self.notebook.instance_name] if self.notebook else []
+        return names
+
+
+# --- Prices ------------------------------------------------------------------------------
+def machine_hourly_usd(catalog: Catalog, machine_type: str, accelerator: Accelerator | None, spot: bool, disk_gb: int, disk_type: str) -> float | None:
+    """Machine, GPUs and boot disk per hour at the catalog's list prices; None when a part has none."""
+    machine = catalog.machine_types.get(machine_type)
+    price = None if machine is None else (machine.spot_usd_hr if spot else machine.on_demand_usd_hr)
+    if price is None:
+        return None
+    # Built-in GPUs are priced per GPU like attached ones (the machine row is without them).
+    if accelerator is not None:
+        gpu = catalog.gpus.get(accelerator.type)
+        gpu_price = None if gpu is None else (gpu.spot_usd_hr if spot else gpu.on_demand_usd_hr)
+        if gpu_price is None:
+            return None
+        price += accelerator.count * gpu_price
+    disk_price = catalog.disk_usd_gb_hour(disk_type)
+    return None if disk_price is None else price + disk_gb * disk_price
+
+
+def tpu_hourly_usd(catalog: Catalog, accelerator_type: str, spot: bool) -> float | None:
+    found = catalog.tpu_generation_for(accelerator_type)
+    if found is None:
+        return None
+    generation, size = found
+    per_chip = generation.spot_usd_chip_hr if spot else generation.on_demand_usd_chip_hr
+    return None if per_chip is None else per_chip * generation.chips(size)
+
+
+def describe_machine(machine_type: str, accelerator: Accelerator | None, spot: bool) -> str:
+    gpus = f" + {accelerator.count} x {accelerator.type}" if accelerator else ""
+    return f"{machine_type}{gpus}{' (spot)' if spot else ''}"
+
+
+# --- Names and arguments ---------------------------------------------------------------------
+def internal_hostname(vm_name: str, zone: str, project: str) -> str:
+    """Compute Engine's zonal internal DNS name, resolvable from every VM of the network."""
+    return f"{vm_name}.{zone}.c.{project}.internal"
+
+
+def trainer_args(cfg: StackConfig, strategy: str) -> tuple[str, ...]:
+    """The trainer's flags for this stack's job (the boot script adds the job directory)."""
+    job = cfg.settings.job
+    flags = contract.FLAGS
+    args = [
+        flags.model, job.model,
+        flags.data, job.data,
+        flags.epochs, str(job.epochs),
+        flags.batch_size_per_replica, str(job.batch_size_per_replica),
+        flags.image_size, str(job.image_size),
+        flags.strategy, strategy,
+    ]  # fmt: skip
+    if job.steps_per_epoch is not None:
+        args += [flags.steps_per_epoch, str(job.steps_per_epoch)]
+    if strategy == contract.TPU:
+        args += [flags.tpu, contract.LOCAL_TPU]
+    return (*args, *job.args)
+
+
+def _external_data_bucket(data: str, own_bucket: str) -> str | None:
+    if not data.startswith("gs://"):
+        return None
+    bucket = data.removeprefix("gs://").split("/", 1)[0]
+    return None if bucket == own_bucket else bucket
+
+
+# --- Resolution ----------------------------------------------------------------------------------
+def _cluster_node(cfg: StackConfig, catalog: Catalog, role: str, index: int, spec: NodeSpec | None, machine_type: str, spot: bool, disk_gb: int) -> ClusterNode:
+    machine = catalog.machine_types[machine_type]
+    accelerator = effective_accelerator(machine_type, spec.accelerator if spec else None, catalog)
+    name = contract.node_name(role, index)
+    vm_name = contract.vm_name(cfg.name, name)
+    price = machine_hourly_usd(catalog, machine_type, accelerator, spot, disk_gb, machine.boot_disk_type)
+    return ClusterNode(
+        role=role,
+        index=index,
+        name=name,
+        vm_name=vm_name,
+        machine_type=machine_type,
+        accelerator=accelerator,
+        attach_accelerator=accelerator is not None and not machine.builtin_gpu,
+        spot=spot,
+        disk_gb=disk_gb,
+        boot_disk_type=machine.boot_disk_type,
+        nic_type=machine.nic_type,
+        image=catalog.images["gpu" if accelerator is not None else "cpu"],
+        cost=NodeCost(vm_name, describe_machine(machine_type, accelerator, spot), price),
+    )
+
+
+def _resolve_cluster(cfg: StackConfig, catalog: Catalog) -> ResolvedCluster | None:
+    cluster = cfg.settings.cluster
+    if cluster is None:
+        return None
+    chief = cluster.chief
+    nodes = [_cluster_node(cfg, catalog, contract.CHIEF, 0, chief, chief.machine_type, chief.spot, chief.disk_gb)]
+    if cluster.workers is not None:
+        pool = cluster.workers
+        nodes += [_cluster_node(cfg, catalog, contract.WORKER, i, pool, pool.machine_type, pool.spot, pool.disk_gb) for i in range(pool.count)]
+    if cluster.parameter_servers is not None:
+        ps = cluster.parameter_servers
+        nodes += [_cluster_node(cfg, catalog, contract.PS, i, None, ps.machine_type, ps.spot, ps.disk_gb) for i in range(ps.count)]
+    strategy = resolved_strategy(cluster, catalog)
+    tf_cluster: dict[str, list[str]] = {}
+    if strategy not in contract.SINGLE_MACHINE_STRATEGIES:
+        zone, project = cfg.settings.zone, cfg.project
+        tf_cluster = contract.tf_cluster((n.role, f"{internal_hostname(n.vm_name, zone, project)}:{cluster.port}") for n in nodes)
+    return ResolvedCluster(
+        settings=cluster,
+        strategy=strategy,
+        nodes=tuple(nodes),
+        tf_cluster=tf_cluster,
+        tf_cluster_metadata_key=f"trainstack-{cfg.name}-cluster",
+        trainer_args=trainer_args(cfg, strategy),
+    )
+
+
+def _resolve_tpu(cfg: StackConfig, catalog: Catalog) -> ResolvedTpu | None:
+    tpu = cfg.settings.tpu
+    if tpu is None:
+        return None
+    runtime = catalog.tpu_runtimes[tpu.runtime_version]
+    vm_name = contract.vm_name(cfg.name, contract.TPU_NODE)
+    description = f"{tpu.accelerator_type}{' (spot)' if tpu.spot else ''}"
+    return ResolvedTpu(
+        name=contract.TPU_NODE,
+        vm_name=vm_name,
+        accelerator_type=tpu.accelerator_type,
+        runtime_version=tpu.runtime_version,
+        tensorflow_minor=".".join(runtime.tensorflow_version.split(".")[:2]),
+        spot=tpu.spot,
+        on_finish=tpu.effective_on_finish,
+        max_run_seconds=round(tpu.max_run_hours * SECONDS_PER_HOUR),
+        service_agent_role=tpu.service_agent_role,
+        trainer_args=trainer_args(cfg, contract.TPU),
+        cost=NodeCost(vm_name, description, tpu_hourly_usd(catalog, tpu.accelerator_type, tpu.spot)),
+    )
+
+
+# Workbench boot disks are PD_BALANCED (see WorkbenchNotebook); priced as Compute Engine's pd-balanced.
+WORKBENCH_DISK_TYPE = "pd-balanced"
+
+
+def _resolve_notebook(cfg: StackConfig, catalog: Catalog) -> ResolvedNotebook | None:
+    notebook = cfg.settings.notebook
+    if notebook is None:
+        return None
+    accelerator = effective_accelerator(notebook.machine_type, notebook.accelerator, catalog)
+    instance_name = contract.vm_name(cfg.name, contract.NOTEBOOK_NODE)
+    price = machine_hourly_usd(catalog, notebook.machine_type, accelerator, False, notebook.disk_gb, WORKBENCH_DISK_TYPE)
+    return ResolvedNotebook(
+        instance_name=instance_name,
+        machine_type=notebook.machine_type,
+        accelerator=accelerator,
+        workbench_accelerator_type=catalog.gpus[accelerator.type].workbench_type if accelerator else None,
+        image=catalog.images["workbench"],
+        disk_gb=notebook.disk_gb,
+        idle_timeout_minutes=notebook.idle_timeout_minutes,
+        cost=NodeCost(instance_name, describe_machine(notebook.machine_type, accelerator, False), price),
+    )
+
+
+def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None) -> ResolvedStack:
+    """The resolved model of a stack that passed :func:`trainstack.rules.check_stack`."""
+    catalog = catalog or load_catalog()
+    bucket_name = f"{cfg.project}-{cfg.name}"
+    cluster = _resolve_cluster(cfg, catalog)
+    tpu = _resolve_tpu(cfg, catalog)
+    notebook = _resolve_notebook(cfg, catalog)
+    costs = [n.cost for n in cluster.nodes] if cluster else []
+    costs += [tpu.cost] if tpu else []
+    costs += [notebook.cost] if notebook else []
+    return ResolvedStack(
+        config=cfg,
+        name=cfg.name,
+        project=cfg.project,
+        region=cfg.region,
+        zone=cfg.settings.zone,
+        labels=cfg.labels,
+        bucket_name=bucket_name,
+        job_dir=contract.LAYOUT.job_dir(f"gs://{bucket_name}", cfg.settings.job.name),
+        external_data_bucket=_external_data_bucket(cfg.settings.job.data, bucket_name),
+        cluster=cluster,
+        tpu=tpu,
+        notebook=notebook,
+        costs=tuple(costs),
+    )
