@@ -1,13 +1,14 @@
-"""BASELINE FOR THE BENCHMARK ONLY - a re-implementation of the seed 004 training approach.
+"""BASELINE FOR THE BENCHMARK ONLY - a re-implementation of the Vertex AI flowers lab's training.
 
 Not part of the product. ``bench/trainer_throughput.py`` runs this next to our
 trainer to measure what the trainer gains. It reproduces, in this project's own
-code, what the seed's ``trainer/task.py`` (Vertex AI flowers lab) does:
+code, what the lab's ``trainer/task.py`` does (its network is the CNN of
+https://www.tensorflow.org/tutorials/images/classification):
 
 * ``tf.distribute.MirroredStrategy()`` whatever the machine;
 * the input pipeline: batches of float32 images, then ``cache()``,
   ``shuffle(1000)`` and ``prefetch(AUTOTUNE)``, batched by the per-replica
-  ``BATCH_SIZE`` (the seed computes the global batch and never uses it);
+  ``BATCH_SIZE`` (the lab computes the global batch and never uses it);
 * the network with its Resizing and Rescaling layers and a softmax Dense head;
 * a plain ``model.fit(dataset, epochs=...)`` with Adam and default settings.
 
@@ -15,9 +16,9 @@ Two deliberate differences keep the comparison about training speed: the images
 are the trainer's synthetic ones (the same pixels both runs see), and
 ``validation_data`` is left out of ``fit`` - the benchmark evaluates both models
 on the same held-out images afterwards, outside the timed part. Validating every
-epoch as the seed does would only make the baseline slower.
+epoch as the lab does would only make the baseline slower.
 
-The seed ran on TensorFlow 2.8, where ``tf.keras`` is Keras 2; tf-keras is that
+The lab ran on TensorFlow 2.8, where ``tf.keras`` is Keras 2; tf-keras is that
 same Keras line today, so the baseline uses it.
 """
 
@@ -40,6 +41,8 @@ def build_seed_model(image_size: int) -> Any:
     import tf_keras as keras
 
     layers = keras.layers
+    # The same layers as trainer/model.py's CNN, copied on purpose: the baseline keeps the
+    # lab's Resizing layer and float32 softmax, which the trainer drops for speed.
     return keras.Sequential([
         keras.Input(shape=(image_size, image_size, 3)),
         layers.Resizing(image_size, image_size),
