@@ -31,10 +31,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from trainer.local_cluster import free_loopback_ports
 from trainstack import scripts
 from trainstack.config import StackConfig
 from trainstack.rules import resolved_strategy
+from trainstack.supervisor import free_loopback_ports
 from trainstack.topology import Node, cluster_nodes
 
 # After the chief's script exits, how long the other nodes may take to end on their own
