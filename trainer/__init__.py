@@ -9,7 +9,9 @@ The package is split by concern so each part can be tested on its own:
 * ``strategy``      - choosing and building the tf.distribute strategy from the environment
 * ``checkpointing`` - backup/restore, checkpoints, TensorBoard and progress callbacks, export
 * ``task``          - the thin entry point, ``python -m trainer.task``
-* ``local_cluster`` - runs a multi-process cluster on loopback for tests and local runs
+
+The whole package ships to every node. The loopback cluster launcher for tests and local
+runs is a development tool and lives outside it: ``python -m trainstack.trainer_cluster``.
 
 Nothing here imports TensorFlow at package import time, so ``--help`` stays fast.
 """

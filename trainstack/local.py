@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -31,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from trainer import contract
-from trainer.local_cluster import free_loopback_ports
 from trainstack import scripts
 from trainstack.config import StackConfig
 from trainstack.package import REPOSITORY, TRAINER_SOURCE, write_trainer_archive
 from trainstack.resolved import ClusterNode, resolve_stack
+from trainstack.supervisor import Supervisor, free_loopback_ports
 
 # After the chief's script exits, how long the other nodes may take to end on their own
 # (parameter servers notice the finished job by polling the job directory).
@@ -213,8 +212,7 @@ class LocalRun:
             local_cluster = contract.tf_cluster((node.role, f"127.0.0.1:{port}") for node, port in zip(cluster.nodes, ports))
             self.project_attributes[cluster.tf_cluster_metadata_key] = json.dumps(local_cluster)
         self.server = MetadataServer({n.name: n.metadata for n in self.nodes}, self.project_attributes, cfg.settings.zone)
-        self._echo_lock = threading.Lock()
-        self._readers: list[threading.Thread] = []
+        self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS)
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -245,58 +243,30 @@ class LocalRun:
         )
         return environment
 
-    def _read(self, local_node: LocalNode) -> None:
-        assert local_node.process is not None and local_node.process.stdout is not None
-        for line in local_node.process.stdout:
-            line = line.rstrip("\n")
-            local_node.lines.append(line)
-            if self.echo:
-                with self._echo_lock:
-                    print(f"[{local_node.name}] {line}", flush=True)
-
     def start(self) -> LocalRun:
         self.prepare()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.started_at = time.time()
         for local_node in self.nodes:
-            local_node.process = subprocess.Popen(
-                ["bash", str(self.script)],
-                env=self._environment(local_node),
-                cwd=local_node.state_dir,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                # Own process group: killing it takes the trainer down too, as a host restart does.
-                start_new_session=True,
-            )
-            reader = threading.Thread(target=self._read, args=(local_node,), daemon=True)
-            reader.start()
-            self._readers.append(reader)
+            # Own process group: killing it takes the trainer down too, as a host restart does.
+            local_node.process = self.supervisor.start(local_node.name, ["bash", str(self.script)], env=self._environment(local_node), cwd=local_node.state_dir)
+            local_node.lines = self.supervisor.lines(local_node.name)
         return self
 
     def signal_node(self, name: str, signum: int) -> None:
         """Send ``signum`` to one node's whole process tree: SIGTERM is what a guest shutdown,
         a reboot or host maintenance sends; SIGKILL is a VM that vanishes."""
         [local_node] = [n for n in self.nodes if n.name == name]
-        if local_node.process is not None and local_node.process.poll() is None:
-            os.killpg(local_node.process.pid, signum)
+        if local_node.process is not None:
+            self.supervisor.signal(local_node.name, signum)
 
     def kill_all(self) -> None:
         """SIGKILL every node's whole process tree: what a host restart does to a VM."""
-        for local_node in self.nodes:
-            if local_node.process is not None and local_node.process.poll() is None:
-                try:
-                    os.killpg(local_node.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for local_node in self.nodes:
-            if local_node.process is not None:
-                local_node.process.wait()
+        self.supervisor.kill_all()
         self._close()
 
     def _close(self) -> None:
-        for reader in self._readers:
-            reader.join(timeout=10)
+        self.supervisor.close()
         self.server.shutdown()
         self.server.server_close()
 
@@ -304,20 +274,10 @@ class LocalRun:
         chief = self.nodes[0]
         assert chief.node.role == contract.CHIEF and chief.process is not None
         deadline = None if timeout is None else time.monotonic() + timeout
-        while chief.process.poll() is None and (deadline is None or time.monotonic() < deadline):
-            time.sleep(POLL_SECONDS)
-        grace_end = time.monotonic() + GRACE_SECONDS
-        others = [n for n in self.nodes[1:] if n.process is not None]
-        while any(n.process.poll() is None for n in others if n.process) and time.monotonic() < grace_end:
-            time.sleep(POLL_SECONDS)
-        for local_node in self.nodes:
-            if local_node.process is not None and local_node.process.poll() is None:
-                os.killpg(local_node.process.pid, signal.SIGTERM)
-                try:
-                    local_node.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(local_node.process.pid, signal.SIGKILL)
-                    local_node.process.wait()
+        self.supervisor.wait_for(lambda: not self.supervisor.running(chief.name), deadline)
+        others = [n.name for n in self.nodes[1:] if n.process is not None]
+        self.supervisor.wait_for(lambda: self.supervisor.all_exited(others), time.monotonic() + GRACE_SECONDS)
+        self.supervisor.stop()
         self._close()
         return self.result()
 

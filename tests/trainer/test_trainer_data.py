@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.local_cluster import run_local_cluster
 from trainer_test_helpers import REPOSITORY_ROOT, read_metrics, run_trainer, trainer_env
+from trainstack.trainer_cluster import run_local_cluster
 
 DIGIT_CLASSES = 10
 

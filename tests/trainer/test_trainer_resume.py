@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.local_cluster import LocalCluster, run_local_cluster
 from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, trainer_env
+from trainstack.trainer_cluster import LocalCluster, run_local_cluster
 
 EPOCHS = 5
 # Backups every epoch-end step, so the restart point is an epoch boundary.
@@ -31,7 +31,8 @@ def wait_for_first_epoch(job_dir: Path, cluster: LocalCluster) -> dict[str, obje
             content = json.loads(progress.read_text())
             if content["epochs_completed"] >= 1:
                 return content
-        exited = {name: p.poll() for name, p in cluster.processes.items() if p.poll() is not None}
+        exited = {name: code for name, code in cluster.supervisor.returncodes().items()
+                  if code is not None}
         assert not exited, f"nodes exited early: {exited}\n" + "\n".join(
             line for lines in cluster.logs.values() for line in lines[-20:])
         time.sleep(0.05)
@@ -47,8 +48,9 @@ def test_killed_job_resumes_instead_of_starting_over(job_dir: Path) -> None:
     finally:
         # Every process at once, without warning, as a host restart does.
         cluster.signal_all(signal.SIGKILL)
-        for process in cluster.processes.values():
-            process.wait(timeout=30)
+        for name in cluster.supervisor.names:
+            cluster.supervisor.process(name).wait(timeout=30)
+        cluster.supervisor.close()
     assert not (job_dir / "metrics.json").exists(), "the job finished before the kill"
     assert list((job_dir / "backup").rglob("*.index")), "no backup was written"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from trainer.local_cluster import run_local_cluster
 from trainer_test_helpers import FAST_ARGS, read_metrics, run_trainer, trainer_env
+from trainstack.trainer_cluster import run_local_cluster
 
 EPOCH_ARGS = ["--epochs", "3", "--steps-per-epoch", "12", "--save-every-steps", "6"]
 
@@ -100,7 +100,7 @@ def test_parameter_server_with_chief_worker_and_ps(job_dir: Path) -> None:
                                job_dir=job_dir, env=trainer_env(), timeout=300, echo=False)
     assert result.chief_exit_code == 0, result.log_text()[-5000:]
     # The worker and the ps ended by themselves once metrics.json appeared.
-    assert result.exit_codes == {"chief-0": 0, "worker-0": 0, "ps-0": 0}, result.log_text()[-3000:]
+    assert result.exit_codes == {"chief": 0, "worker-0": 0, "ps-0": 0}, result.log_text()[-3000:]
     assert "job finished; ps-0 exits" in result.log_text("ps-0")
     metrics = read_metrics(job_dir)
     assert_trained(metrics, "parameter_server", replicas=1)

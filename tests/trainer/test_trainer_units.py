@@ -11,8 +11,9 @@ import pytest
 from trainer.checkpointing import backup_save_frequency
 from trainer.config import parse_args
 from trainer.jobdir import JobLayout
-from trainer.local_cluster import LocalCluster, cluster_nodes, free_loopback_ports, tf_configs
 from trainer.training import largest_divisor_at_most
+from trainstack.supervisor import free_loopback_ports
+from trainstack.trainer_cluster import LocalCluster, cluster_nodes, tf_configs
 
 
 def test_ports_are_distinct_loopback_ports() -> None:
@@ -23,8 +24,8 @@ def test_ports_are_distinct_loopback_ports() -> None:
 def test_each_node_gets_its_own_task_in_one_cluster() -> None:
     nodes = cluster_nodes(workers=2, ps=1, chief=True, evaluator=True)
     configs = {name: json.loads(raw) for name, raw in tf_configs(nodes).items()}
-    assert set(configs) == {"chief-0", "worker-0", "worker-1", "ps-0", "evaluator-0"}
-    cluster = configs["chief-0"]["cluster"]
+    assert set(configs) == {"chief", "worker-0", "worker-1", "ps-0", "evaluator-0"}
+    cluster = configs["chief"]["cluster"]
     assert {role: len(addresses) for role, addresses in cluster.items()} == {
         "chief": 1, "worker": 2, "ps": 1}
     assert all(address.startswith("127.0.0.1:") for addresses in cluster.values()
@@ -105,7 +106,7 @@ def test_launcher_cli_prefixes_logs_and_returns_the_chiefs_status(tmp_path: Path
     from trainer_test_helpers import REPOSITORY_ROOT, trainer_env
 
     result = subprocess.run(
-        [sys.executable, "-m", "trainer.local_cluster", "--workers", "2", "--timeout", "60", "--",
+        [sys.executable, "-m", "trainstack.trainer_cluster", "--workers", "2", "--timeout", "60", "--",
          "--job-dir", str(tmp_path / "job"), "--data", str(tmp_path / "missing")],
         cwd=REPOSITORY_ROOT, env=trainer_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr

@@ -1,33 +1,34 @@
 """Runs a TF_CONFIG cluster of trainer processes on this machine, over loopback.
 
-Used by the tests and for local runs:
+A development and test tool; it lives outside the ``trainer`` package, which ships to
+every node. Used by the tests and for local runs:
 
-    python -m trainer.local_cluster --workers 2 --ps 1 --chief -- \\
+    python -m trainstack.trainer_cluster --workers 2 --ps 1 --chief -- \\
         --job-dir /tmp/job --data synthetic --image-size 32 --epochs 2 --steps-per-epoch 10
 
-Every node is ``python -m trainer.task <args>`` with its own TF_CONFIG and no
-visible GPU. Output lines are prefixed with the node name (``[worker-0] ...``).
-The chief (the ``chief`` task, or ``worker-0`` without one) decides the outcome:
-once it exits, the other nodes get a grace period to finish (parameter servers
-and parameter-server workers exit by themselves when metrics.json appears) and
-are then terminated. The CLI exits with the chief's status.
+Every node is ``python -m trainer.task <args>`` with its own TF_CONFIG and no visible GPU,
+started from the repository root with the root on PYTHONPATH. Nodes are named as
+:func:`trainer.contract.node_name` names them (``chief``, ``worker-0``, ``ps-0``, and
+``evaluator-0`` for the side-car evaluator, which is not a cluster member); output lines
+are prefixed with the node name (``[worker-0] ...``). The chief (the ``chief`` task, or
+``worker-0`` without one) decides the outcome: once it exits, the other nodes get a grace
+period to finish (parameter servers and parameter-server workers exit by themselves when
+metrics.json appears) and are then terminated. The CLI exits with the chief's status.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
+
+from trainer import contract
+from trainstack.supervisor import Supervisor, free_loopback_ports
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 # After the chief exits, how long the other nodes may take to finish on their own.
@@ -47,7 +48,7 @@ class Node:
 
     @property
     def name(self) -> str:
-        return f"{self.task_type}-{self.task_id}"
+        return contract.node_name(self.task_type, self.task_id)
 
 
 @dataclasses.dataclass
@@ -65,41 +66,23 @@ class ClusterResult:
         return "\n".join(f"[{name}] {line}" for name, lines in self.logs.items() for line in lines)
 
 
-def free_loopback_ports(count: int) -> list[int]:
-    """Ports the kernel reports free, all held open together so none repeats."""
-    sockets = []
-    try:
-        for _ in range(count):
-            handle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            handle.bind(("127.0.0.1", 0))
-            sockets.append(handle)
-        return [handle.getsockname()[1] for handle in sockets]
-    finally:
-        for handle in sockets:
-            handle.close()
-
-
 def cluster_nodes(workers: int, ps: int, chief: bool, evaluator: bool) -> list[Node]:
-    nodes = [Node("chief", 0)] if chief else []
-    nodes += [Node("worker", index) for index in range(workers)]
-    nodes += [Node("ps", index) for index in range(ps)]
+    nodes = [Node(contract.CHIEF, 0)] if chief else []
+    nodes += [Node(contract.WORKER, index) for index in range(workers)]
+    nodes += [Node(contract.PS, index) for index in range(ps)]
     if evaluator:
-        nodes.append(Node("evaluator", 0))
+        nodes.append(Node(contract.EVALUATOR, 0))
     return nodes
 
 
 def tf_configs(nodes: Sequence[Node]) -> dict[str, str]:
     """TF_CONFIG per node name; the evaluator is not part of the cluster spec."""
-    members = [node for node in nodes if node.task_type != "evaluator"]
+    members = [node for node in nodes if node.task_type != contract.EVALUATOR]
     ports = free_loopback_ports(len(members))
-    cluster: dict[str, list[str]] = {}
-    for node, port in zip(members, ports):
-        cluster.setdefault(node.task_type, []).append(f"127.0.0.1:{port}")
-    return {
-        node.name: json.dumps({"cluster": cluster,
-                               "task": {"type": node.task_type, "index": node.task_id}})
-        for node in nodes
-    }
+    cluster = contract.tf_cluster((node.task_type, f"127.0.0.1:{port}")
+                                  for node, port in zip(members, ports))
+    return {node.name: contract.tf_config(cluster, node.task_type, node.task_id)
+            for node in nodes}
 
 
 class LocalCluster:
@@ -114,16 +97,18 @@ class LocalCluster:
         if ps and not chief:
             raise ValueError("parameter-server training needs a chief (the coordinator)")
         self.nodes = cluster_nodes(workers, ps, chief, evaluator)
-        self.chief = "chief-0" if chief else "worker-0"
+        self.chief = contract.node_name(contract.CHIEF, 0) if chief else \
+            contract.node_name(contract.WORKER, 0)
         self.args = list(args)
         self.env = dict(env or {})
         self.threads_per_node = threads_per_node
-        self.echo = echo
         self.python = python
-        self.processes: dict[str, subprocess.Popen[str]] = {}
-        self.logs: dict[str, list[str]] = {node.name: [] for node in self.nodes}
-        self._readers: list[threading.Thread] = []
-        self._echo_lock = threading.Lock()
+        self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS)
+
+    @property
+    def logs(self) -> dict[str, list[str]]:
+        """Every started node's output lines so far."""
+        return self.supervisor.logs
 
     def _environment(self, tf_config: str) -> dict[str, str]:
         environment = dict(os.environ)
@@ -133,6 +118,7 @@ class LocalCluster:
         environment["CUDA_VISIBLE_DEVICES"] = ""
         environment["PYTHONUNBUFFERED"] = "1"
         environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # `python -m trainer.task` imports the trainer from the repository root.
         pythonpath = environment.get("PYTHONPATH", "")
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY_ROOT), pythonpath]))
         if self.threads_per_node:
@@ -145,100 +131,50 @@ class LocalCluster:
             environment["OMP_NUM_THREADS"] = threads
         return environment
 
-    def _read(self, name: str, stream: IO[str]) -> None:
-        for line in stream:
-            line = line.rstrip("\n")
-            self.logs[name].append(line)
-            if self.echo:
-                with self._echo_lock:
-                    print(f"[{name}] {line}", flush=True)
-
     def start(self) -> LocalCluster:
         configs = tf_configs(self.nodes)
         for node in self.nodes:
-            process = subprocess.Popen(
-                [self.python, "-m", "trainer.task", *self.args],
-                cwd=str(REPOSITORY_ROOT), env=self._environment(configs[node.name]),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                # Own process group: a kill reaches anything the node started.
-                start_new_session=True)
-            self.processes[node.name] = process
-            reader = threading.Thread(target=self._read, args=(node.name, process.stdout),
-                                      daemon=True)
-            reader.start()
-            self._readers.append(reader)
+            self.supervisor.start(node.name, [self.python, "-m", "trainer.task", *self.args],
+                                  env=self._environment(configs[node.name]), cwd=REPOSITORY_ROOT)
         return self
 
     def signal_all(self, signal_number: int = signal.SIGKILL) -> None:
         """Sends a signal to every node's process group (SIGKILL = a host restart)."""
-        for process in self.processes.values():
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal_number)
-                except ProcessLookupError:
-                    pass
-
-    def _stop(self, names: Sequence[str]) -> None:
-        for name in names:
-            process = self.processes[name]
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    continue
-        for name in names:
-            try:
-                self.processes[name].wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.processes[name].pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.processes[name].wait()
-
-    def _wait_until(self, done: Callable[[], bool], deadline: float | None) -> bool:
-        while not done():
-            if deadline is not None and time.monotonic() > deadline:
-                return False
-            time.sleep(POLL_SECONDS)
-        return True
+        self.supervisor.signal_all(signal_number)
 
     def wait(self, timeout: float | None = None,
              grace_seconds: float = DEFAULT_GRACE_SECONDS) -> ClusterResult:
         """Waits for the chief, then lets the rest finish or stops them."""
-        chief = self.processes[self.chief]
+        supervisor = self.supervisor
         deadline = None if timeout is None else time.monotonic() + timeout
+        workers = [node.name for node in self.nodes if node.task_type == contract.WORKER]
         failed_at: list[float] = []
 
         def chief_done() -> bool:
-            if chief.poll() is not None:
+            if supervisor.poll(self.chief) is not None:
                 return True
             # A failed worker leaves synchronous peers waiting; give them time
             # to notice, then end the run instead of hanging.
-            for name, process in self.processes.items():
-                if name.startswith("worker") and process.poll() not in (None, 0):
-                    if not failed_at:
-                        failed_at.append(time.monotonic())
-                    return time.monotonic() - failed_at[0] > FAILURE_GRACE_SECONDS
+            if any(supervisor.poll(name) not in (None, 0) for name in workers):
+                if not failed_at:
+                    failed_at.append(time.monotonic())
+                return time.monotonic() - failed_at[0] > FAILURE_GRACE_SECONDS
             return False
 
-        finished = self._wait_until(chief_done, deadline)
-        others = [name for name in self.processes if name != self.chief]
+        finished = supervisor.wait_for(chief_done, deadline)
+        others = [name for name in supervisor.names if name != self.chief]
         if finished:
             # After a failed chief the others usually fail the same way (say, bad
             # data on every node) or wait for it forever; a short grace tells the two apart.
-            grace = grace_seconds if chief.poll() == 0 else min(grace_seconds,
-                                                                CHIEF_FAILED_GRACE_SECONDS)
-            self._wait_until(lambda: all(self.processes[name].poll() is not None
-                                         for name in others),
-                             time.monotonic() + grace)
-        self._stop(list(self.processes))
-        for reader in self._readers:
-            reader.join(timeout=10)
+            grace = grace_seconds if supervisor.poll(self.chief) == 0 else min(
+                grace_seconds, CHIEF_FAILED_GRACE_SECONDS)
+            supervisor.wait_for(lambda: supervisor.all_exited(others), time.monotonic() + grace)
+        supervisor.stop()
+        supervisor.close()
         return ClusterResult(
-            chief=self.chief, chief_exit_code=chief.returncode if finished else None,
-            exit_codes={name: process.returncode for name, process in self.processes.items()},
-            logs=self.logs, timed_out=not finished)
+            chief=self.chief,
+            chief_exit_code=supervisor.returncode(self.chief) if finished else None,
+            exit_codes=supervisor.returncodes(), logs=supervisor.logs, timed_out=not finished)
 
 
 def run_local_cluster(workers: int = 2, ps: int = 0, chief: bool = False,
@@ -261,7 +197,7 @@ def run_local_cluster(workers: int = 2, ps: int = 0, chief: bool = False,
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.local_cluster",
+        prog="python -m trainstack.trainer_cluster",
         description="Run trainer.task as a local multi-process cluster; "
                     "arguments after -- go to every node.")
     parser.add_argument("--workers", type=int, default=2)
@@ -272,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None, help="seconds before giving up")
     parser.add_argument("trainer_args", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
-    trainer_args = options.trainer_args
+    trainer_args: list[str] = options.trainer_args
     if trainer_args and trainer_args[0] == "--":
         trainer_args = trainer_args[1:]
     result = run_local_cluster(workers=options.workers, ps=options.ps, chief=options.chief,
@@ -280,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                timeout=options.timeout,
                                threads_per_node=options.threads_per_node)
     status = "timed out" if result.timed_out else f"exit status {result.chief_exit_code}"
-    print(f"[local_cluster] chief {result.chief}: {status}; "
+    print(f"[trainer_cluster] chief {result.chief}: {status}; "
           f"all nodes: {result.exit_codes}", file=sys.stderr)
     return 1 if result.chief_exit_code is None else result.chief_exit_code
 
