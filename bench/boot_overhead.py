@@ -59,15 +59,29 @@ def trainer_directly(workdir: Path) -> float:
     assert cluster is not None
     args = TrainerOverrides(ONE_STEP).apply(list(cluster.trainer_args))
     job_dir = workdir / "job"
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTRAOP_THREADS=THREADS_PER_NODE, OMP_NUM_THREADS=THREADS_PER_NODE)
+    env = dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES="",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_NUM_INTRAOP_THREADS=THREADS_PER_NODE,
+        OMP_NUM_THREADS=THREADS_PER_NODE,
+    )
     started = time.time()
-    subprocess.run([sys.executable, "-m", "trainer.task", "--job-dir", str(job_dir), *args], cwd=REPOSITORY, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "trainer.task", "--job-dir", str(job_dir), *args],
+        cwd=REPOSITORY,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return first_step_time(job_dir) - started
 
 
 def exit_to_self_stop(workdir: Path) -> float:
     cfg, _ = load_stack(STACKS_DIR / "Pulumi.dev.yaml")
-    result = LocalRun(cfg, workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER).start().wait(timeout=120)
+    result = (
+        LocalRun(cfg, workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER).start().wait(timeout=120)
+    )
     exited = json.loads((result.job_dir / "probe" / "chief.json").read_text())["exit_time"]
     stopped = float(result.self_stops[-1].split()[0])
     return stopped - float(exited)
@@ -87,8 +101,12 @@ def main() -> None:
     s, d, x = statistics.median(scripted), statistics.median(direct), statistics.median(stop)
     print(f"start to first step, through the boot script: {s:.2f} s (runs: {', '.join(f'{v:.2f}' for v in scripted)})")
     print(f"start to first step, trainer started directly: {d:.2f} s (runs: {', '.join(f'{v:.2f}' for v in direct)})")
-    print(f"the boot script adds {s - d:.2f} s (ratio {s / d:.2f}); target: under 2 s: {'met' if s - d < 2 else 'MISSED'}")
-    print(f"trainer exit to self-stop call: {x:.3f} s (runs: {', '.join(f'{v:.3f}' for v in stop)}); target: under 5 s: {'met' if x < 5 else 'MISSED'}")
+    print(
+        f"the boot script adds {s - d:.2f} s (ratio {s / d:.2f}); target: under 2 s: {'met' if s - d < 2 else 'MISSED'}"
+    )
+    print(
+        f"trainer exit to self-stop call: {x:.3f} s (runs: {', '.join(f'{v:.3f}' for v in stop)}); target: under 5 s: {'met' if x < 5 else 'MISSED'}"
+    )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,9 @@ def main() -> None:
     ratio = medians[512] / medians[64]
     print(f"t(512)/t(64) = {ratio:.2f}  (linear = 8.00)")
     meets = medians[512] < 5 and ratio <= 8 * LINEAR_NOISE_ALLOWANCE
-    print(f"t(512) = {medians[512]:.2f} s: {'meets' if meets else 'MISSES'} the target (t(512) < 5 s, ratio <= {8 * LINEAR_NOISE_ALLOWANCE:.1f})")
+    print(
+        f"t(512) = {medians[512]:.2f} s: {'meets' if meets else 'MISSES'} the target (t(512) < 5 s, ratio <= {8 * LINEAR_NOISE_ALLOWANCE:.1f})"
+    )
 
 
 if __name__ == "__main__":

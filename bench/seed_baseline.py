@@ -43,29 +43,29 @@ def build_seed_model(image_size: int) -> Any:
     layers = keras.layers
     # The same layers as trainer/model.py's CNN, copied on purpose: the baseline keeps the
     # lab's Resizing layer and float32 softmax, which the trainer drops for speed.
-    return keras.Sequential([
-        keras.Input(shape=(image_size, image_size, 3)),
-        layers.Resizing(image_size, image_size),
-        layers.Rescaling(1.0 / 255),
-        layers.Conv2D(16, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Conv2D(32, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Conv2D(64, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Flatten(),
-        layers.Dense(128, activation="relu"),
-        layers.Dense(NUM_CLASSES, activation="softmax"),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input(shape=(image_size, image_size, 3)),
+            layers.Resizing(image_size, image_size),
+            layers.Rescaling(1.0 / 255),
+            layers.Conv2D(16, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(NUM_CLASSES, activation="softmax"),
+        ]
+    )
 
 
-def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int,
-        seed: int) -> dict[str, Any]:
+def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int, seed: int) -> dict[str, Any]:
     import tensorflow as tf
     import tf_keras as keras
 
-    from trainer.data import (SYNTHETIC_EVAL_EXAMPLES, SYNTHETIC_EVAL_OFFSET,
-                              synthetic_examples)
+    from trainer.data import SYNTHETIC_EVAL_EXAMPLES, SYNTHETIC_EVAL_OFFSET, synthetic_examples
 
     keras.utils.set_random_seed(seed)
     strategy = tf.distribute.MirroredStrategy()
@@ -75,15 +75,18 @@ def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int,
         return tf.cast(images, tf.float32), labels
 
     # One epoch's worth of the same synthetic images our trainer draws from.
-    train = (synthetic_examples(0, steps_per_epoch * batch_size, image_size, NUM_CLASSES, seed)
-             .batch(batch_size).map(as_float))
+    train = (
+        synthetic_examples(0, steps_per_epoch * batch_size, image_size, NUM_CLASSES, seed)
+        .batch(batch_size)
+        .map(as_float)
+    )
     train = train.cache().shuffle(SEED_SHUFFLE_BUFFER).prefetch(buffer_size=tf.data.AUTOTUNE)
 
     with strategy.scope():
         model = build_seed_model(image_size)
-        model.compile(optimizer=keras.optimizers.Adam(),
-                      loss=keras.losses.SparseCategoricalCrossentropy(),
-                      metrics=["accuracy"])
+        model.compile(
+            optimizer=keras.optimizers.Adam(), loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"]
+        )
 
     epoch_seconds: list[float] = []
 
@@ -96,8 +99,11 @@ def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int,
 
     history = model.fit(train, epochs=epochs, callbacks=[EpochTimer()], verbose=2)
 
-    evaluation = (synthetic_examples(SYNTHETIC_EVAL_OFFSET, SYNTHETIC_EVAL_EXAMPLES, image_size,
-                                     NUM_CLASSES, seed).batch(batch_size).map(as_float))
+    evaluation = (
+        synthetic_examples(SYNTHETIC_EVAL_OFFSET, SYNTHETIC_EVAL_EXAMPLES, image_size, NUM_CLASSES, seed)
+        .batch(batch_size)
+        .map(as_float)
+    )
     eval_loss, eval_accuracy = model.evaluate(evaluation, verbose=0)
 
     examples_per_epoch = steps_per_epoch * batch_size

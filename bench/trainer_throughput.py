@@ -40,11 +40,26 @@ def _environment() -> dict[str, str]:
 def run_baseline(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     output = workdir / "baseline.json"
     subprocess.run(
-        [sys.executable, str(REPOSITORY_ROOT / "bench" / "seed_baseline.py"),
-         "--image-size", str(args.image_size), "--batch-size", str(args.batch_size),
-         "--steps-per-epoch", str(args.steps_per_epoch), "--epochs", str(args.epochs),
-         "--seed", str(args.seed), "--output", str(output)],
-        cwd=REPOSITORY_ROOT, env=_environment(), check=True)
+        [
+            sys.executable,
+            str(REPOSITORY_ROOT / "bench" / "seed_baseline.py"),
+            "--image-size",
+            str(args.image_size),
+            "--batch-size",
+            str(args.batch_size),
+            "--steps-per-epoch",
+            str(args.steps_per_epoch),
+            "--epochs",
+            str(args.epochs),
+            "--seed",
+            str(args.seed),
+            "--output",
+            str(output),
+        ],
+        cwd=REPOSITORY_ROOT,
+        env=_environment(),
+        check=True,
+    )
     result: dict[str, Any] = json.loads(output.read_text())
     return result
 
@@ -52,12 +67,34 @@ def run_baseline(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 def run_trainer(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     job_dir = workdir / "job"
     subprocess.run(
-        [sys.executable, "-m", "trainer.task", "--job-dir", str(job_dir),
-         "--data", "synthetic", "--model", "cnn", "--strategy", "auto",
-         "--image-size", str(args.image_size), "--batch-size-per-replica", str(args.batch_size),
-         "--steps-per-epoch", str(args.steps_per_epoch), "--epochs", str(args.epochs),
-         "--seed", str(args.seed), *args.trainer_flags],
-        cwd=REPOSITORY_ROOT, env=_environment(), check=True)
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--job-dir",
+            str(job_dir),
+            "--data",
+            "synthetic",
+            "--model",
+            "cnn",
+            "--strategy",
+            "auto",
+            "--image-size",
+            str(args.image_size),
+            "--batch-size-per-replica",
+            str(args.batch_size),
+            "--steps-per-epoch",
+            str(args.steps_per_epoch),
+            "--epochs",
+            str(args.epochs),
+            "--seed",
+            str(args.seed),
+            *args.trainer_flags,
+        ],
+        cwd=REPOSITORY_ROOT,
+        env=_environment(),
+        check=True,
+    )
     result: dict[str, Any] = json.loads((job_dir / LAYOUT.metrics).read_text())
     return result
 
@@ -69,10 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps-per-epoch", type=int, default=50)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="alternating baseline/trainer rounds; the best of each is compared")
-    parser.add_argument("--trainer-flags", nargs=argparse.REMAINDER, default=[],
-                        help="extra flags for trainer.task, e.g. --trainer-flags --xla on")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alternating baseline/trainer rounds; the best of each is compared"
+    )
+    parser.add_argument(
+        "--trainer-flags",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="extra flags for trainer.task, e.g. --trainer-flags --xla on",
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -83,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     for round_number in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory(prefix="trainer-bench-") as scratch:
             workdir = Path(scratch)
-            print(f"== round {round_number}: baseline (seed 004 approach, "
-                  "bench/seed_baseline.py)", flush=True)
+            print(f"== round {round_number}: baseline (seed 004 approach, bench/seed_baseline.py)", flush=True)
             baselines.append(run_baseline(args, workdir))
             print(f"== round {round_number}: our trainer (python -m trainer.task)", flush=True)
             trainers.append(run_trainer(args, workdir))
@@ -94,20 +135,26 @@ def main(argv: list[str] | None = None) -> int:
 
     ratio = ours["examples_per_second"] / baseline["examples_per_second"]
     print()
-    print(f"seed CNN, {args.image_size}x{args.image_size}, batch {args.batch_size}, "
-          f"{args.epochs} epochs x {args.steps_per_epoch} steps, synthetic images; "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"seed CNN, {args.image_size}x{args.image_size}, batch {args.batch_size}, "
+        f"{args.epochs} epochs x {args.steps_per_epoch} steps, synthetic images; "
+        f"{os.cpu_count()} CPUs"
+    )
     print(f"{'':<22}{'examples/s':>12}{'all epochs':>12}{'train acc':>11}{'held-out acc':>14}")
     for name, result in (("seed-style baseline", baseline), ("trainer.task", ours)):
-        print(f"{name:<22}{result['examples_per_second']:>12.1f}"
-              f"{result['examples_per_second_all_epochs']:>12.1f}"
-              f"{result['final_accuracy']:>11.3f}{result['eval_accuracy']:>14.3f}")
+        print(
+            f"{name:<22}{result['examples_per_second']:>12.1f}"
+            f"{result['examples_per_second_all_epochs']:>12.1f}"
+            f"{result['final_accuracy']:>11.3f}{result['eval_accuracy']:>14.3f}"
+        )
     for name, results in (("baseline", baselines), ("trainer", trainers)):
         rounds = ", ".join(f"{result['examples_per_second']:.1f}" for result in results)
         print(f"examples/s per round, {name}: {rounds}")
     print(f"throughput ratio (trainer / baseline, best rounds): {ratio:.2f}x")
-    print(f"trainer settings: strategy={ours['strategy']} precision={ours['precision']} "
-          f"xla={ours['xla']} steps_per_execution={ours['steps_per_execution']}")
+    print(
+        f"trainer settings: strategy={ours['strategy']} precision={ours['precision']} "
+        f"xla={ours['xla']} steps_per_execution={ours['steps_per_execution']}"
+    )
     print(f"benchmark wall time: {elapsed:.0f} s")
     return 0
 

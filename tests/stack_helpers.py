@@ -24,12 +24,23 @@ BASE_CONFIG: dict[str, Any] = {
     "trainstack:labels": {"team": "vision"},
     "trainstack:cluster": {
         "chief": {"machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 2}},
-        "workers": {"count": 2, "machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 2}, "spot": True},
+        "workers": {
+            "count": 2,
+            "machine_type": "n1-standard-8",
+            "accelerator": {"type": "nvidia-tesla-t4", "count": 2},
+            "spot": True,
+        },
         "strategy": "auto",
         "max_run_hours": 24,
         "on_finish": "stop",
     },
-    "trainstack:job": {"name": "flowers_mwms", "model": "cnn", "data": "synthetic", "epochs": 10, "batch_size_per_replica": 32},
+    "trainstack:job": {
+        "name": "flowers_mwms",
+        "model": "cnn",
+        "data": "synthetic",
+        "epochs": 10,
+        "batch_size_per_replica": 32,
+    },
 }
 
 

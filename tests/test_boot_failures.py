@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from test_boot_scripts import PROBE_TRAINER, stack
+from test_scripts import shellcheck
 from trainer.contract import LAYOUT, METADATA_KEYS
 from trainstack import scripts
-from trainstack.resolved import resolve_stack
 from trainstack.config import Settings, StackConfig, Tpu
 from trainstack.local import LocalRun, TrainerOverrides
-from test_scripts import shellcheck
+from trainstack.resolved import resolve_stack
 
 
 def wait_for(condition: Any, seconds: float, what: str) -> None:
@@ -44,7 +44,9 @@ def trainers_started(local: LocalRun) -> bool:
     return all(any("starting the trainer" in line for line in n.lines) for n in local.nodes)
 
 
-def test_sigterm_leaves_the_job_resumable_and_applies_no_on_finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sigterm_leaves_the_job_resumable_and_applies_no_on_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Defect: SIGTERM (guest shutdown, reboot, host maintenance) recorded the job FAILED
     and applied on_finish, so a VM restart found a failed job and a stopped or deleted VM."""
     cfg = stack("dev")
@@ -64,13 +66,21 @@ def test_sigterm_leaves_the_job_resumable_and_applies_no_on_finish(tmp_path: Pat
     assert len(resumed.self_stops) == 1
 
 
-def test_after_the_chief_is_killed_the_other_nodes_end_within_the_heartbeat_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_after_the_chief_is_killed_the_other_nodes_end_within_the_heartbeat_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Defect: after the chief died (kill -9) workers and parameter servers served until
     something else killed them; on a cloud they billed until max_run_hours."""
     base = stack("paramserver")
     assert base.settings.cluster is not None
     timeout = 10
-    cfg = base.model_copy(update={"settings": base.settings.model_copy(update={"cluster": base.settings.cluster.model_copy(update={"heartbeat_timeout_seconds": timeout})})})
+    cfg = base.model_copy(
+        update={
+            "settings": base.settings.model_copy(
+                update={"cluster": base.settings.cluster.model_copy(update={"heartbeat_timeout_seconds": timeout})}
+            )
+        }
+    )
     monkeypatch.setenv("PROBE_CHIEF_SLEEP", "600")
     monkeypatch.setenv("PROBE_OTHERS_SLEEP", "600")
     local = start(cfg, tmp_path)
@@ -78,7 +88,11 @@ def test_after_the_chief_is_killed_the_other_nodes_end_within_the_heartbeat_boun
     killed_at = time.monotonic()
     local.signal_node("chief", signal.SIGKILL)
     others = [n for n in local.nodes if n.name != "chief"]
-    wait_for(lambda: all(n.process is not None and n.process.poll() is not None for n in others), 60, "the other nodes to end")
+    wait_for(
+        lambda: all(n.process is not None and n.process.poll() is not None for n in others),
+        60,
+        "the other nodes to end",
+    )
     ended_after = time.monotonic() - killed_at
     result = local.wait(timeout=10)
     # The bound, one poll, and the grace end_process gives a trainer to exit.
@@ -88,13 +102,21 @@ def test_after_the_chief_is_killed_the_other_nodes_end_within_the_heartbeat_boun
         assert status is not None and status["state"] == "FAILED", (node, status)
         assert status["reason"] == f"no heartbeat from the chief for {timeout} s"
     # paramserver's on_finish is delete: each surviving node released itself.
-    assert sorted(line.split()[1:] for line in result.self_stops) == [["delete", n] for n in ("ps-0", "worker-0", "worker-1")]
+    assert sorted(line.split()[1:] for line in result.self_stops) == [
+        ["delete", n] for n in ("ps-0", "worker-0", "worker-1")
+    ]
 
 
 def test_the_chief_refreshes_its_heartbeat_while_it_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = stack("dev")
     assert base.settings.cluster is not None
-    cfg = base.model_copy(update={"settings": base.settings.model_copy(update={"cluster": base.settings.cluster.model_copy(update={"heartbeat_timeout_seconds": 10})})})
+    cfg = base.model_copy(
+        update={
+            "settings": base.settings.model_copy(
+                update={"cluster": base.settings.cluster.model_copy(update={"heartbeat_timeout_seconds": 10})}
+            )
+        }
+    )
     monkeypatch.setenv("PROBE_CHIEF_SLEEP", "5")
     local = start(cfg, tmp_path)
     job_status = local.job_dir / "status" / "job.json"
@@ -134,13 +156,22 @@ def test_an_unknown_on_finish_stops_the_node(tmp_path: Path) -> None:
     assert [line.split()[1] for line in result.self_stops] == ["stop"]
 
 
-def test_a_second_boot_of_the_same_node_leaves_the_job_to_the_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_boot_of_the_same_node_leaves_the_job_to_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Defect: two boots of one node raced, two trainers on one job directory."""
     monkeypatch.setenv("PROBE_CHIEF_SLEEP", "600")
     local = start(stack("dev"), tmp_path)
     wait_for(lambda: trainers_started(local), 60, "the trainer to start")
     chief = local.nodes[0]
-    second = subprocess.run(["bash", str(local.script)], env=local._environment(chief), cwd=chief.state_dir, capture_output=True, text=True, timeout=60)
+    second = subprocess.run(
+        ["bash", str(local.script)],
+        env=local._environment(chief),
+        cwd=chief.state_dir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert second.returncode == 0
     assert "another boot of this node holds" in second.stderr
     assert "starting the trainer" not in second.stderr
@@ -150,13 +181,27 @@ def test_a_second_boot_of_the_same_node_leaves_the_job_to_the_first(tmp_path: Pa
 
 # --- Hostile values rendered into every template ---------------------------------------------
 
-HOSTILE = ["$(touch {m})", "`touch {m}`", "'; touch {m}; '", '"; touch {m}; "', "x\ntouch {m}\n", "NOTE\ntouch {m}\nNOTE"]
+HOSTILE = [
+    "$(touch {m})",
+    "`touch {m}`",
+    "'; touch {m}; '",
+    '"; touch {m}; "',
+    "x\ntouch {m}\n",
+    "NOTE\ntouch {m}\nNOTE",
+]
 
 
 def hostile_config(value: str) -> StackConfig:
     """A config no validation would pass, built directly: the renderer must hold on its own."""
     tpu = Tpu(accelerator_type="v2-8", runtime_version="tpu-vm-tf-2.18.0-pjrt")
-    settings = Settings.model_construct(zone=value, name=value, labels={}, cluster=stack("dev").settings.cluster, tpu=tpu, notebook=stack("notebook").settings.notebook)
+    settings = Settings.model_construct(
+        zone=value,
+        name=value,
+        labels={},
+        cluster=stack("dev").settings.cluster,
+        tpu=tpu,
+        notebook=stack("notebook").settings.notebook,
+    )
     return StackConfig.model_construct(stack=value, project=value, region="us-central1", settings=settings)
 
 
@@ -179,7 +224,9 @@ def empty_metadata_server() -> Any:
 
 
 @pytest.mark.parametrize("pattern", HOSTILE)
-def test_hostile_values_render_as_data_in_every_template(tmp_path: Path, pattern: str, empty_metadata_server: str) -> None:
+def test_hostile_values_render_as_data_in_every_template(
+    tmp_path: Path, pattern: str, empty_metadata_server: str
+) -> None:
     """Defect: the stack name was rendered unquoted into a heredoc of the Workbench
     post-startup script: command execution as root."""
     marker = tmp_path / "executed"
@@ -216,22 +263,30 @@ def test_hostile_values_render_as_data_in_every_template(tmp_path: Path, pattern
 
 
 def partials(cfg: StackConfig, kind: scripts.NodeKind | None = None) -> str:
-    return "".join(scripts.render(t, resolve_stack(cfg), kind) for t in ("_common.sh.j2", "_environment.sh.j2", "_job.sh.j2"))
+    return "".join(
+        scripts.render(t, resolve_stack(cfg), kind) for t in ("_common.sh.j2", "_environment.sh.j2", "_job.sh.j2")
+    )
 
 
 def test_the_tpu_run_time_cap_ends_the_boot_records_failed_and_stops(tmp_path: Path) -> None:
     """Defect: the TPU VM had no run-time cap at all (the TPU API has none)."""
     cfg = stack("tpu")
     library = tmp_path / "functions.sh"
-    library.write_text(partials(cfg, scripts.NodeKind(("x",), False, scripts.ShellCode("true"), scripts.ShellCode("true"))))
+    library.write_text(
+        partials(cfg, scripts.NodeKind(("x",), False, scripts.ShellCode("true"), scripts.ShellCode("true")))
+    )
     job_dir = tmp_path / "job"
     stop_log = tmp_path / "self-stop.log"
     boot_script = tmp_path / "boot.sh"
-    boot_script.write_text(f'source "{library}"\nJOB_DIR="{job_dir}" NODE_NAME=tpu ON_FINISH=stop\nstart_run_time_cap 2\nsleep 600\n')
+    boot_script.write_text(
+        f'source "{library}"\nJOB_DIR="{job_dir}" NODE_NAME=tpu ON_FINISH=stop\nstart_run_time_cap 2\nsleep 600\n'
+    )
     # The boot script's parent reaps it, as the VM's script runner does.
     parent = subprocess.Popen(
         ["bash", "-c", f'bash "{boot_script}"; echo "boot script ended: $?"; sleep 600'],
-        env={**os.environ, "TRAINSTACK_SELF_STOP_LOG": str(stop_log)}, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "TRAINSTACK_SELF_STOP_LOG": str(stop_log)},
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         wait_for(lambda: stop_log.exists(), 60, "the cap to stop the machine")
@@ -260,7 +315,9 @@ class _Recorder(BaseHTTPRequestHandler):
         "/computeMetadata/v1/instance/name": "tc-worker-0",
         "/computeMetadata/v1/instance/zone": "projects/123/zones/us-central1-a",
         "/computeMetadata/v1/project/project-id": "test-project-123",
-        "/computeMetadata/v1/instance/service-accounts/default/token": json.dumps({"access_token": "tok3n", "expires_in": 3599}),
+        "/computeMetadata/v1/instance/service-accounts/default/token": json.dumps(
+            {"access_token": "tok3n", "expires_in": 3599}
+        ),
     }
 
     def do_GET(self) -> None:  # noqa: N802
@@ -295,10 +352,19 @@ def test_self_delete_sends_one_delete_request_for_this_instance_with_its_own_tok
     try:
         result = subprocess.run(
             ["bash", "-c", f'source "{library}"; self_stop delete'],
-            env={**os.environ, "TRAINSTACK_METADATA_ROOT": f"{root}/computeMetadata/v1", "TRAINSTACK_COMPUTE_API": f"{root}/compute/v1", "PATH": f"{tmp_path}:{os.environ['PATH']}"},
-            capture_output=True, text=True, timeout=60,
+            env={
+                **os.environ,
+                "TRAINSTACK_METADATA_ROOT": f"{root}/computeMetadata/v1",
+                "TRAINSTACK_COMPUTE_API": f"{root}/compute/v1",
+                "PATH": f"{tmp_path}:{os.environ['PATH']}",
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     finally:
         server.shutdown()
     assert result.returncode == 0, result.stderr
-    assert _Recorder.requests == [("DELETE", "/compute/v1/projects/test-project-123/zones/us-central1-a/instances/tc-worker-0", "Bearer tok3n")]
+    assert _Recorder.requests == [
+        ("DELETE", "/compute/v1/projects/test-project-123/zones/us-central1-a/instances/tc-worker-0", "Bearer tok3n")
+    ]

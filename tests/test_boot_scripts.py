@@ -17,11 +17,12 @@ import pytest
 
 from trainer.contract import LAYOUT
 from trainstack import scripts
-from trainstack.resolved import resolve_stack
 from trainstack.local import LocalRun, LocalRunResult, TrainerOverrides
+from trainstack.resolved import resolve_stack
 from trainstack.stackfile import STACKS_DIR, load_stack
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
+
 
 @pytest.fixture
 def probe_trainer() -> Path:
@@ -32,9 +33,15 @@ def stack(name: str):  # type: ignore[no-untyped-def]
     return load_stack(STACKS_DIR / f"Pulumi.{name}.yaml")[0]
 
 
-def run(cfg, workdir: Path, trainer: Path | None = None, overrides: dict[str, str] | None = None, **kwargs) -> LocalRunResult:  # type: ignore[no-untyped-def]
+def run(
+    cfg, workdir: Path, trainer: Path | None = None, overrides: dict[str, str] | None = None, **kwargs
+) -> LocalRunResult:  # type: ignore[no-untyped-def]
     extra = {"trainer_source": trainer} if trainer is not None else {}
-    return LocalRun(cfg, workdir, TrainerOverrides(overrides or {}), echo=False, **extra, **kwargs).start().wait(timeout=600)
+    return (
+        LocalRun(cfg, workdir, TrainerOverrides(overrides or {}), echo=False, **extra, **kwargs)
+        .start()
+        .wait(timeout=600)
+    )
 
 
 def probe_records(result: LocalRunResult) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -68,13 +75,19 @@ def test_single_machine_stack_gets_no_tf_config(tmp_path: Path, probe_trainer: P
 
 def test_status_objects_and_on_finish(tmp_path: Path, probe_trainer: Path) -> None:
     result = run(stack("paramserver"), tmp_path, probe_trainer)
-    assert result.job_status is not None and result.job_status["state"] == "SUCCEEDED" and result.job_status["exit_code"] == 0
+    assert (
+        result.job_status is not None
+        and result.job_status["state"] == "SUCCEEDED"
+        and result.job_status["exit_code"] == 0
+    )
     assert all(s is not None and s["state"] == "SUCCEEDED" for s in result.node_status.values())
     # paramserver asks for on_finish: delete, once per node.
     assert sorted(line.split()[1:] for line in result.self_stops) == sorted(["delete", n] for n in result.node_status)
 
 
-def test_after_a_failed_chief_the_other_nodes_stop_waiting(tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_after_a_failed_chief_the_other_nodes_stop_waiting(
+    tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Parameter servers serve until the chief finishes; a failed chief must not leave them
     (and their VMs) running until the run-time cap."""
     monkeypatch.setenv("PROBE_CHIEF_EXIT", "3")
@@ -82,7 +95,10 @@ def test_after_a_failed_chief_the_other_nodes_stop_waiting(tmp_path: Path, probe
     started = time.monotonic()
     result = run(stack("paramserver"), tmp_path, probe_trainer)
     assert time.monotonic() - started < 120, "the other nodes waited for their own timeout"
-    assert result.job_status is not None and (result.job_status["state"], result.job_status["exit_code"]) == ("FAILED", 3)
+    assert result.job_status is not None and (result.job_status["state"], result.job_status["exit_code"]) == (
+        "FAILED",
+        3,
+    )
     for node in ("worker-0", "worker-1", "ps-0"):
         status = result.node_status[node]
         assert status is not None and status["state"] == "FAILED", node
@@ -90,10 +106,17 @@ def test_after_a_failed_chief_the_other_nodes_stop_waiting(tmp_path: Path, probe
     assert len(result.self_stops) == 4
 
 
-def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_the_node(tmp_path: Path, probe_trainer: Path) -> None:
+def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_the_node(
+    tmp_path: Path, probe_trainer: Path
+) -> None:
     cfg = stack("dev")
     # An empty wheelhouse and a requirement it cannot satisfy: the install fails.
-    kind = scripts.NodeKind(requirements=("trainstack-absent==1.0",), system_site_packages=False, stop_command=scripts.ShellCode("true"), delete_command=scripts.ShellCode("true"))
+    kind = scripts.NodeKind(
+        requirements=("trainstack-absent==1.0",),
+        system_site_packages=False,
+        stop_command=scripts.ShellCode("true"),
+        delete_command=scripts.ShellCode("true"),
+    )
     (tmp_path / "bucket" / resolve_stack(cfg).bucket_name / LAYOUT.wheelhouse).mkdir(parents=True)
     result = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
     assert result.job_status is not None and result.job_status["state"] == "FAILED"
@@ -106,21 +129,35 @@ def _status_functions(tmp_path: Path) -> Path:
     """The rendered partials that define the status functions, without the script's main part."""
     cfg = stack("paramserver")
     library = tmp_path / "functions.sh"
-    library.write_text(scripts.render("_common.sh.j2", resolve_stack(cfg)) + scripts.render("_job.sh.j2", resolve_stack(cfg)))
+    library.write_text(
+        scripts.render("_common.sh.j2", resolve_stack(cfg)) + scripts.render("_job.sh.j2", resolve_stack(cfg))
+    )
     return library
 
 
-@pytest.mark.parametrize(("failed_at", "attempt_started", "ends_this_attempt"), [
-    ("2026-11-22T10:00:05.000000000Z", "2026-11-22T10:00:00.000000000Z", True),
-    # A FAILED left by an earlier attempt (the user fixed the data and booted again).
-    ("2026-11-21T09:00:00.000000000Z", "2026-11-22T10:00:00.000000000Z", False),
-])
-def test_only_a_failure_of_this_attempt_ends_the_other_nodes(tmp_path: Path, failed_at: str, attempt_started: str, ends_this_attempt: bool) -> None:
+@pytest.mark.parametrize(
+    ("failed_at", "attempt_started", "ends_this_attempt"),
+    [
+        ("2026-11-22T10:00:05.000000000Z", "2026-11-22T10:00:00.000000000Z", True),
+        # A FAILED left by an earlier attempt (the user fixed the data and booted again).
+        ("2026-11-21T09:00:00.000000000Z", "2026-11-22T10:00:00.000000000Z", False),
+    ],
+)
+def test_only_a_failure_of_this_attempt_ends_the_other_nodes(
+    tmp_path: Path, failed_at: str, attempt_started: str, ends_this_attempt: bool
+) -> None:
     import subprocess
 
     status = tmp_path / "job.json"
     status.write_text(json.dumps({"state": "FAILED", "node": "chief", "exit_code": 1, "time": failed_at}) + "\n")
-    check = subprocess.run(["bash", "-c", f'source "{_status_functions(tmp_path)}"; job_failed_since "$(cat "{status}")" "{attempt_started}"'], check=False)
+    check = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'source "{_status_functions(tmp_path)}"; job_failed_since "$(cat "{status}")" "{attempt_started}"',
+        ],
+        check=False,
+    )
     assert (check.returncode == 0) is ends_this_attempt
 
 
@@ -143,9 +180,16 @@ def _probe_wheel(wheelhouse: Path) -> None:
         wheel.writestr("trainstack_probe-1.0.dist-info/RECORD", "\n".join(record) + "\n")
 
 
-def test_environment_installs_from_the_bucket_wheelhouse_once(tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_installs_from_the_bucket_wheelhouse_once(
+    tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = stack("dev")
-    kind = scripts.NodeKind(requirements=("trainstack-probe==1.0",), system_site_packages=False, stop_command=scripts.ShellCode("true"), delete_command=scripts.ShellCode("true"))
+    kind = scripts.NodeKind(
+        requirements=("trainstack-probe==1.0",),
+        system_site_packages=False,
+        stop_command=scripts.ShellCode("true"),
+        delete_command=scripts.ShellCode("true"),
+    )
     _probe_wheel(tmp_path / "bucket" / resolve_stack(cfg).bucket_name / LAYOUT.wheelhouse)
     monkeypatch.setenv("PROBE_IMPORTS", "trainstack_probe")
     first = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
@@ -163,7 +207,13 @@ def test_environment_installs_from_the_bucket_wheelhouse_once(tmp_path: Path, pr
 @pytest.mark.slow
 def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(tmp_path: Path) -> None:
     cfg = stack("multiworker")
-    overrides = {"--epochs": "3", "--steps-per-epoch": "30", "--image-size": "32", "--batch-size-per-replica": "8", "--save-every-steps": "10"}
+    overrides = {
+        "--epochs": "3",
+        "--steps-per-epoch": "30",
+        "--image-size": "32",
+        "--batch-size-per-replica": "8",
+        "--save-every-steps": "10",
+    }
     first = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start()
     progress = first.job_dir / "progress.json"
     deadline = time.monotonic() + 300

@@ -44,7 +44,11 @@ def test_catalog_references_are_consistent() -> None:
 def valid_counts(machine_type: str, gpu: str) -> list[int]:
     catalog = load_catalog()
     zone = sorted(catalog.gpu_zones[gpu])[0]
-    return [n for n in (1, 2, 3, 4, 8) if not check_machine("k", machine_type, Accelerator(type=gpu, count=n), zone, catalog)]
+    return [
+        n
+        for n in (1, 2, 3, 4, 8)
+        if not check_machine("k", machine_type, Accelerator(type=gpu, count=n), zone, catalog)
+    ]
 
 
 # AI Platform Training's table of valid GPU counts per machine type, a few rows of it

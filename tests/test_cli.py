@@ -45,11 +45,25 @@ def test_plan_out_writes_the_rendered_scripts(tmp_path: Path, capsys: pytest.Cap
 def test_validate_runs_as_a_module_with_no_credentials(tmp_path: Path) -> None:
     """The command a user types, in a subprocess with no cloud environment at all."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "PULUMI_"))}
-    result = subprocess.run([sys.executable, "-m", "trainstack", "plan", "--stack", "paramserver"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainstack", "plan", "--stack", "paramserver"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "paramserver-ps-0" in result.stdout
     bad = write_stack(tmp_path, {**BASE_CONFIG, "trainstack:zone": "mars-north1-a"})
-    result = subprocess.run([sys.executable, "-m", "trainstack", "validate", "--stack-file", str(bad)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainstack", "validate", "--stack-file", str(bad)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1
     assert "trainstack:zone: zone mars-north1-a is not in gcp:region us-central1" in result.stderr
     assert "Traceback" not in result.stderr
@@ -57,9 +71,25 @@ def test_validate_runs_as_a_module_with_no_credentials(tmp_path: Path) -> None:
 
 # Random stack files: anything YAML can hold, at every level where a user writes values.
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 5000), st.floats(allow_nan=True), st.text(max_size=12))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=10), inner, max_size=4)), max_leaves=12)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+    max_leaves=12,
+)
 known_keys = st.sampled_from(
-    ["trainstack:cluster", "trainstack:tpu", "trainstack:notebook", "trainstack:job", "trainstack:budget", "trainstack:zone", "trainstack:labels", "gcp:project", "gcp:region", "trainstack:storage", "trainstack:name"]
+    [
+        "trainstack:cluster",
+        "trainstack:tpu",
+        "trainstack:notebook",
+        "trainstack:job",
+        "trainstack:budget",
+        "trainstack:zone",
+        "trainstack:labels",
+        "gcp:project",
+        "gcp:region",
+        "trainstack:storage",
+        "trainstack:name",
+    ]
 )
 
 
@@ -69,7 +99,11 @@ def _perturbed_base(draw: st.DrawFn) -> dict[str, object]:
         key = draw(known_keys)
         if draw(st.booleans()) and isinstance(config.get(key), dict):
             inner = dict(config[key])  # type: ignore[arg-type]
-            inner[draw(st.sampled_from(["chief", "workers", "parameter_servers", "strategy", "count", "name", "type", "x"]))] = draw(values)
+            inner[
+                draw(
+                    st.sampled_from(["chief", "workers", "parameter_servers", "strategy", "count", "name", "type", "x"])
+                )
+            ] = draw(values)
             config[key] = inner
         else:
             config[key] = draw(values)
@@ -81,7 +115,9 @@ random_stacks = st.one_of(st.composite(_perturbed_base)(), st.dictionaries(st.te
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(config=random_stacks)
-def test_random_stack_files_never_produce_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, object]) -> None:
+def test_random_stack_files_never_produce_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, object]
+) -> None:
     path = write_stack(tmp_path, config)
     code = main(["validate", "--stack-file", str(path)])
     captured = capsys.readouterr()
@@ -92,7 +128,9 @@ def test_random_stack_files_never_produce_a_traceback(tmp_path: Path, capsys: py
 
 
 @pytest.mark.parametrize("out", ["/etc/passwd", "/proc/no-such/dir"])
-def test_plan_out_to_a_file_or_an_impossible_place_is_one_line_and_exit_1(out: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_out_to_a_file_or_an_impossible_place_is_one_line_and_exit_1(
+    out: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Defect: `plan --out /etc/passwd` ended in a FileExistsError traceback."""
     assert main(["plan", "--stack", "dev", "--out", out]) == 1
     err = capsys.readouterr().err

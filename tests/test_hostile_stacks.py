@@ -58,19 +58,39 @@ CASES: list[tuple[str, str, str]] = [
     ("merge_key", with_base("  x:base: &b {count: 1}\n  x:other: {<<: *b}\n"), "anchors and aliases"),
     # Size.
     ("two_megabytes", with_base("  x:pad: '" + "a" * (2 * 1024 * 1024) + "'\n"), "at most 1048576"),
-    ("many_args", with_base("  trainstack:job:\n    args: [" + ", ".join(["--x"] * 100_000) + "]\n"), "trainstack:job.args"),
+    (
+        "many_args",
+        with_base("  trainstack:job:\n    args: [" + ", ".join(["--x"] * 100_000) + "]\n"),
+        "trainstack:job.args",
+    ),
     ("huge_job_name", with_base(f"  trainstack:job: {{name: j{'a' * 500_000}}}\n"), "trainstack:job.name"),
     ("long_arg", with_base(f"  trainstack:job: {{args: ['--note={'x' * 5000}']}}\n"), "at most 4096 characters"),
-    ("args_total_too_long", with_base("  trainstack:job:\n    args: [" + ", ".join([f"'--n={'x' * 4000}'"] * 10) + "]\n"), "add up to more than"),
-    ("two_hundred_labels", with_base("  trainstack:labels: {" + ", ".join(f"k{i}: v" for i in range(200)) + "}\n"), "at most 62"),
-    ("huge_integer", with_base(f"  trainstack:job: {{epochs: {10 ** 300}}}\n"), "trainstack:job.epochs"),
+    (
+        "args_total_too_long",
+        with_base("  trainstack:job:\n    args: [" + ", ".join([f"'--n={'x' * 4000}'"] * 10) + "]\n"),
+        "add up to more than",
+    ),
+    (
+        "two_hundred_labels",
+        with_base("  trainstack:labels: {" + ", ".join(f"k{i}: v" for i in range(200)) + "}\n"),
+        "at most 62",
+    ),
+    ("huge_integer", with_base(f"  trainstack:job: {{epochs: {10**300}}}\n"), "trainstack:job.epochs"),
     ("many_unknown_keys", with_base("".join(f"  trainstack:k{i}: 1\n" for i in range(5000))), "unknown key"),
     # Depth.
     ("deep_flow_sequence", with_base("  x:deep: " + "[" * 50_000 + "\n"), "nesting deeper than"),
     ("deep_flow_mapping", with_base("  x:deep: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n"), "nesting deeper than"),
-    ("deep_block_mapping", with_base("  x:deep:\n" + "".join("  " * (i + 2) + f"k{i}:\n" for i in range(100)) + "  " * 102 + "v: 1\n"), "nesting deeper than"),
+    (
+        "deep_block_mapping",
+        with_base("  x:deep:\n" + "".join("  " * (i + 2) + f"k{i}:\n" for i in range(100)) + "  " * 102 + "v: 1\n"),
+        "nesting deeper than",
+    ),
     # Duplicate keys.
-    ("duplicate_on_finish", with_base(CLUSTER + "    on_finish: stop\n    on_finish: keep\n"), "duplicate key 'on_finish' (lines 8 and 9)"),
+    (
+        "duplicate_on_finish",
+        with_base(CLUSTER + "    on_finish: stop\n    on_finish: keep\n"),
+        "duplicate key 'on_finish' (lines 8 and 9)",
+    ),
     ("duplicate_top_level", BASE + "  gcp:project: other-project-1\n", "duplicate key 'gcp:project'"),
     ("duplicate_label", with_base("  trainstack:labels:\n    team: a\n    team: b\n"), "duplicate key 'team'"),
     ("duplicate_config", BASE + "config: {}\n", "duplicate key 'config'"),
@@ -81,8 +101,18 @@ CASES: list[tuple[str, str, str]] = [
     ("zone_newline", replacing("trainstack:zone", '"us-central1-a\\n"'), "trainstack:zone"),
     ("label_value_newline", with_base('  trainstack:labels: {team: "vision\\n"}\n'), "trainstack:labels"),
     ("label_key_newline", with_base('  trainstack:labels: {"team\\n": vision}\n'), "trainstack:labels"),
-    ("billing_account_newline", with_base('  trainstack:budget: {billing_account: "012345-6789AB-CDEF01\\n", monthly_usd: 10}\n'), "trainstack:budget.billing_account"),
-    ("service_agent_role_newline", with_base('  trainstack:tpu: {accelerator_type: v2-8, runtime_version: tpu-vm-tf-2.17.0-pjrt, service_agent_role: "roles/owner\\n"}\n'), "trainstack:tpu.service_agent_role"),
+    (
+        "billing_account_newline",
+        with_base('  trainstack:budget: {billing_account: "012345-6789AB-CDEF01\\n", monthly_usd: 10}\n'),
+        "trainstack:budget.billing_account",
+    ),
+    (
+        "service_agent_role_newline",
+        with_base(
+            '  trainstack:tpu: {accelerator_type: v2-8, runtime_version: tpu-vm-tf-2.17.0-pjrt, service_agent_role: "roles/owner\\n"}\n'
+        ),
+        "trainstack:tpu.service_agent_role",
+    ),
     ("resource_name_newline", with_base('  trainstack:name: "team-a\\n"\n'), "trainstack:name"),
     ("data_newline", with_base('  trainstack:job: {data: "gs://bucket-a/x\\n"}\n'), "trainstack:job.data"),
     # Control characters.
@@ -91,14 +121,34 @@ CASES: list[tuple[str, str, str]] = [
     ("tab_in_zone", replacing("trainstack:zone", '"us-central1\\t-a"'), "trainstack:zone"),
     ("not_utf8", BASE + "  x:bytes: '\udcff'\n", "not UTF-8"),
     # Numbers that are not numbers, and values no cloud accepts.
-    ("infinite_budget", with_base("  trainstack:budget: {billing_account: 012345-6789AB-CDEF01, monthly_usd: .inf}\n"), "finite number"),
+    (
+        "infinite_budget",
+        with_base("  trainstack:budget: {billing_account: 012345-6789AB-CDEF01, monthly_usd: .inf}\n"),
+        "finite number",
+    ),
     ("nan_run_hours", with_base(CLUSTER + "    max_run_hours: .nan\n"), "trainstack:cluster.max_run_hours"),
     ("mwms_without_workers", with_base(CLUSTER + "    strategy: multi_worker_mirrored\n"), "at least 1 worker"),
-    ("args_override_job_dir", with_base("  trainstack:job: {args: [--job-dir, 'gs://someone-elses-bucket/x']}\n"), "--job-dir is set by the stack"),
+    (
+        "args_override_job_dir",
+        with_base("  trainstack:job: {args: [--job-dir, 'gs://someone-elses-bucket/x']}\n"),
+        "--job-dir is set by the stack",
+    ),
     ("args_override_data", with_base("  trainstack:job: {args: ['--data=/etc']}\n"), "use trainstack:job.data"),
     ("args_override_epochs", with_base("  trainstack:job: {args: [--epochs, '500']}\n"), "use trainstack:job.epochs"),
-    ("primitive_service_agent_role", with_base("  trainstack:tpu: {accelerator_type: v2-8, runtime_version: tpu-vm-tf-2.17.0-pjrt, service_agent_role: roles/owner}\n"), "only a service-agent role"),
-    ("any_role_for_the_tpu_agent", with_base("  trainstack:tpu: {accelerator_type: v2-8, runtime_version: tpu-vm-tf-2.17.0-pjrt, service_agent_role: roles/storage.admin}\n"), "only a service-agent role"),
+    (
+        "primitive_service_agent_role",
+        with_base(
+            "  trainstack:tpu: {accelerator_type: v2-8, runtime_version: tpu-vm-tf-2.17.0-pjrt, service_agent_role: roles/owner}\n"
+        ),
+        "only a service-agent role",
+    ),
+    (
+        "any_role_for_the_tpu_agent",
+        with_base(
+            "  trainstack:tpu: {accelerator_type: v2-8, runtime_version: tpu-vm-tf-2.17.0-pjrt, service_agent_role: roles/storage.admin}\n"
+        ),
+        "only a service-agent role",
+    ),
     ("reserved_label", with_base("  trainstack:labels: {trainstack-stack: other}\n"), "set by trainstack"),
     ("unknown_region", replacing("gcp:region", "us-moon1") + "", "unknown region us-moon1"),
 ]
@@ -110,10 +160,18 @@ for i, meta in enumerate(METACHARACTERS):
         (f"meta{i}_name", with_base(f"  trainstack:name: {quoted}\n"), "trainstack:name"),
         (f"meta{i}_job_name", with_base(f"  trainstack:job: {{name: {quoted}}}\n"), "trainstack:job.name"),
         (f"meta{i}_data", with_base(f"  trainstack:job: {{data: {quoted}}}\n"), "trainstack:job.data"),
-        (f"meta{i}_machine_type", replacing("trainstack:notebook", f"{{machine_type: {quoted}}}"), "trainstack:notebook.machine_type"),
+        (
+            f"meta{i}_machine_type",
+            replacing("trainstack:notebook", f"{{machine_type: {quoted}}}"),
+            "trainstack:notebook.machine_type",
+        ),
         (f"meta{i}_project", replacing("gcp:project", quoted), "gcp:project"),
         (f"meta{i}_label", with_base(f"  trainstack:labels: {{team: {quoted}}}\n"), "trainstack:labels"),
-        (f"meta{i}_tpu_runtime", with_base(f"  trainstack:tpu: {{accelerator_type: v2-8, runtime_version: {quoted}}}\n"), "trainstack:tpu.runtime_version"),
+        (
+            f"meta{i}_tpu_runtime",
+            with_base(f"  trainstack:tpu: {{accelerator_type: v2-8, runtime_version: {quoted}}}\n"),
+            "trainstack:tpu.runtime_version",
+        ),
     ]
 
 
@@ -140,8 +198,12 @@ def run_validate_measured(path: Path) -> tuple[int, str, float, int]:
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-c", PEAK_REPORTING_CLI, "validate", "--stack-file", str(path)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env={**os.environ, "PEAK_RSS_FILE": str(peak_file)}, timeout=60,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PEAK_RSS_FILE": str(peak_file)},
+        timeout=60,
     )
     seconds = time.monotonic() - started
     return result.returncode, result.stdout.decode(errors="replace"), seconds, int(peak_file.read_text()) // 1024

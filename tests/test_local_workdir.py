@@ -18,7 +18,9 @@ DEV_STACK = (REPO / "stacks" / "Pulumi.dev.yaml").read_text()
 @pytest.fixture
 def repo_copy(tmp_path: Path) -> Path:
     """The repository's tracked files, copied: a test that deletes the wrong thing deletes this."""
-    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.splitlines()
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     copy = tmp_path / "repo"
     for name in files:
         target = copy / name
@@ -28,7 +30,9 @@ def repo_copy(tmp_path: Path) -> Path:
 
 
 def trainstack(copy: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trainstack", *args], cwd=copy, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainstack", *args], cwd=copy, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_a_stack_file_named_dot_dot_cannot_make_fresh_delete_the_repository(repo_copy: Path) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pulumi_gcp as gcp
@@ -44,8 +44,23 @@ def gpus_of(instance: PlannedResource) -> list[tuple[str, int]]:
     ("stack", "expected"),
     [
         ("dev", {"dev-chief": [("nvidia-tesla-t4", 1)]}),
-        ("multiworker", {"multiworker-chief": [("nvidia-tesla-t4", 2)], "multiworker-worker-0": [("nvidia-tesla-t4", 2)], "multiworker-worker-1": [("nvidia-tesla-t4", 2)]}),
-        ("paramserver", {"paramserver-chief": [], "paramserver-worker-0": [("nvidia-tesla-t4", 4)], "paramserver-worker-1": [("nvidia-tesla-t4", 4)], "paramserver-ps-0": []}),
+        (
+            "multiworker",
+            {
+                "multiworker-chief": [("nvidia-tesla-t4", 2)],
+                "multiworker-worker-0": [("nvidia-tesla-t4", 2)],
+                "multiworker-worker-1": [("nvidia-tesla-t4", 2)],
+            },
+        ),
+        (
+            "paramserver",
+            {
+                "paramserver-chief": [],
+                "paramserver-worker-0": [("nvidia-tesla-t4", 4)],
+                "paramserver-worker-1": [("nvidia-tesla-t4", 4)],
+                "paramserver-ps-0": [],
+            },
+        ),
     ],
 )
 def test_each_vm_gets_the_gpus_the_stack_asks_for(stack: str, expected: dict[str, list[tuple[str, int]]]) -> None:
@@ -71,7 +86,11 @@ def test_spot_vms_are_spot_and_do_not_restart_by_themselves() -> None:
     assert workers
     for vm in workers:
         scheduling = vm.inputs["scheduling"]
-        assert (scheduling["provisioningModel"], scheduling["preemptible"], scheduling["automaticRestart"]) == ("SPOT", True, False)
+        assert (scheduling["provisioningModel"], scheduling["preemptible"], scheduling["automaticRestart"]) == (
+            "SPOT",
+            True,
+            False,
+        )
     [chief] = [vm for vm in plan_for("multiworker").of_type(INSTANCE) if vm.inputs["name"].endswith("chief")]
     assert chief.inputs["scheduling"]["provisioningModel"] == "STANDARD"
 
@@ -98,7 +117,9 @@ def test_each_kind_of_machine_runs_as_its_own_service_account(shipped_plan: Plan
     on another (the TPU's release role is project-wide, the notebook is outside the training port)."""
     for vm in vms(shipped_plan):
         if vm.type == WORKBENCH:
-            assert [sa["email"] for sa in vm.inputs["gceSetup"]["serviceAccounts"]] == [account_email(shipped_plan, "nb")]
+            assert [sa["email"] for sa in vm.inputs["gceSetup"]["serviceAccounts"]] == [
+                account_email(shipped_plan, "nb")
+            ]
         elif vm.type == TPU_VM:
             assert vm.inputs["serviceAccount"]["email"] == account_email(shipped_plan, "tpu")
         else:
@@ -136,9 +157,12 @@ def test_tpu_stack_binds_the_tpu_service_agent() -> None:
     plan = plan_for("tpu")
     [identity] = plan.of_type("gcp:projects/serviceIdentity:ServiceIdentity")
     assert identity.inputs["service"] == "tpu.googleapis.com"
-    agent_bindings = [r for r in plan.of_type("gcp:projects/iAMMember:IAMMember") if "cloud-tpu.iam.gserviceaccount.com" in r.inputs["member"]]
+    agent_bindings = [
+        r
+        for r in plan.of_type("gcp:projects/iAMMember:IAMMember")
+        if "cloud-tpu.iam.gserviceaccount.com" in r.inputs["member"]
+    ]
     assert [b.inputs["role"] for b in agent_bindings] == ["roles/tpu.serviceAgent"]
-
 
 
 def is_labelable(type_token: str) -> bool:
@@ -204,7 +228,9 @@ def test_the_plan_prices_every_node_from_the_catalog_rows() -> None:
     chief = 0.38 + 2 * 0.35 + disk
     worker = 0.12765 + 2 * 0.1915 + disk
     by_node = {c.name: c.usd_per_hour for c in plan.costs}
-    assert by_node == pytest.approx({"multiworker-chief": chief, "multiworker-worker-0": worker, "multiworker-worker-1": worker}, abs=1e-9)
+    assert by_node == pytest.approx(
+        {"multiworker-chief": chief, "multiworker-worker-0": worker, "multiworker-worker-1": worker}, abs=1e-9
+    )
     assert plan.hourly_usd == pytest.approx(2.1835, abs=1e-9)  # 1.10740 + 2 x 0.53805, rounded
     # `pulumi stack output` shows the same figures: the plan read them from the program.
     assert plan.outputs["hourly_usd"] == plan.hourly_usd
@@ -247,9 +273,15 @@ def test_self_delete_is_a_custom_role_granted_per_instance_only_when_on_finish_i
     assert not plan_for("multiworker").of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
     plan = plan_for("paramserver")
     [role] = plan.of_type(CUSTOM_ROLE)
-    assert sorted(role.inputs["permissions"]) == ["compute.instances.delete", "compute.instances.get", "compute.instances.stop"]
+    assert sorted(role.inputs["permissions"]) == [
+        "compute.instances.delete",
+        "compute.instances.get",
+        "compute.instances.stop",
+    ]
     grants = plan.of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
-    assert sorted(g.inputs["instanceName"] for g in grants) == sorted(vm.inputs["name"] for vm in plan.of_type(INSTANCE))
+    assert sorted(g.inputs["instanceName"] for g in grants) == sorted(
+        vm.inputs["name"] for vm in plan.of_type(INSTANCE)
+    )
     assert {g.inputs["member"] for g in grants} == {f"serviceAccount:{training_account_email(plan)}"}
     assert {g.inputs["role"] for g in grants} == {f"projects/your-gcp-project/roles/{role.inputs['roleId']}"}
 
@@ -259,7 +291,9 @@ def test_the_tpu_vm_releases_itself_with_a_custom_role_held_by_its_own_account()
     plan = plan_for("tpu")
     [role] = plan.of_type(CUSTOM_ROLE)
     assert sorted(role.inputs["permissions"]) == ["tpu.nodes.delete", "tpu.nodes.get", "tpu.nodes.stop"]
-    [grant] = [r for r in plan.of_type("gcp:projects/iAMMember:IAMMember") if r.inputs["role"].endswith(role.inputs["roleId"])]
+    [grant] = [
+        r for r in plan.of_type("gcp:projects/iAMMember:IAMMember") if r.inputs["role"].endswith(role.inputs["roleId"])
+    ]
     assert grant.inputs["member"] == f"serviceAccount:{account_email(plan, 'tpu')}"
 
 
@@ -290,7 +324,10 @@ def test_the_notebook_is_outside_the_training_port(tmp_path: Path) -> None:
 def test_hardening_metadata_on_the_tpu_vm_and_the_notebook() -> None:
     """Defect: the TPU VM did not block project-wide SSH keys; Workbench had no OS Login."""
     [tpu] = plan_for("tpu").of_type(TPU_VM)
-    assert tpu.inputs["metadata"]["block-project-ssh-keys"] == "TRUE" and tpu.inputs["metadata"]["enable-oslogin"] == "TRUE"
+    assert (
+        tpu.inputs["metadata"]["block-project-ssh-keys"] == "TRUE"
+        and tpu.inputs["metadata"]["enable-oslogin"] == "TRUE"
+    )
     [notebook] = plan_for("notebook").of_type(WORKBENCH)
     assert notebook.inputs["gceSetup"]["metadata"]["enable-oslogin"] == "TRUE"
     assert notebook.inputs["gceSetup"]["metadata"]["block-project-ssh-keys"] == "TRUE"
@@ -310,7 +347,10 @@ def test_data_in_another_bucket_is_granted_read_only(tmp_path: Path) -> None:
     config["trainstack:job"]["data"] = "gs://shared-datasets/flowers/"
     plan = plan_of(write_stack(tmp_path, config))
     grants = {r.inputs["bucket"]: r.inputs["role"] for r in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")}
-    assert grants == {"test-project-123-test": "roles/storage.objectUser", "shared-datasets": "roles/storage.objectViewer"}
+    assert grants == {
+        "test-project-123-test": "roles/storage.objectUser",
+        "shared-datasets": "roles/storage.objectViewer",
+    }
 
 
 def test_budget_amount_and_its_quota_project() -> None:
@@ -332,8 +372,13 @@ def test_the_bucket_is_protected_unless_the_stack_lets_destroy_delete_it() -> No
     from trainstack.plan import PlanMocks
 
     pulumi.runtime.set_mocks(PlanMocks("test-project-123"), preview=True)
-    kept = TrainingBucket("kept", TrainingBucketArgs("test-project-123-kept", "us-central1", Storage(), {}, False, "kept"))
-    deletable = TrainingBucket("gone", TrainingBucketArgs("test-project-123-gone", "us-central1", Storage(delete_on_destroy=True), {}, False, "gone"))
+    kept = TrainingBucket(
+        "kept", TrainingBucketArgs("test-project-123-kept", "us-central1", Storage(), {}, False, "kept")
+    )
+    deletable = TrainingBucket(
+        "gone",
+        TrainingBucketArgs("test-project-123-gone", "us-central1", Storage(delete_on_destroy=True), {}, False, "gone"),
+    )
     assert kept.bucket._protect is True
     assert deletable.bucket._protect is False
 

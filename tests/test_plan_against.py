@@ -24,7 +24,9 @@ def against(path: Path, previous: Path, capsys: pytest.CaptureFixture[str]) -> t
     return json.loads(captured.out), captured.err
 
 
-def test_two_plans_of_the_same_stack_are_identical_and_change_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_two_plans_of_the_same_stack_are_identical_and_change_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Plans could not be diffed: unknowns and archives printed as object addresses."""
     stack = write_stack(tmp_path, base_config())
     first = plan_json(stack, capsys)
@@ -35,7 +37,9 @@ def test_two_plans_of_the_same_stack_are_identical_and_change_nothing(tmp_path: 
     assert document["changes"] == [] and err == ""
 
 
-def test_renaming_the_stack_warns_that_the_bucket_and_every_vm_would_go(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_renaming_the_stack_warns_that_the_bucket_and_every_vm_would_go(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Defect: a new trainstack:name silently changed every logical name: `pulumi up` would
     delete and recreate every VM and start a new empty bucket."""
     previous = plan_json(write_stack(tmp_path, base_config()), capsys)
@@ -48,7 +52,9 @@ def test_renaming_the_stack_warns_that_the_bucket_and_every_vm_would_go(tmp_path
     assert err.startswith("WARNING: against") and "test-storage-bucket" in err
 
 
-def test_a_zone_change_replaces_the_vms_in_place_of_their_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_zone_change_replaces_the_vms_in_place_of_their_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     previous = plan_json(write_stack(tmp_path, base_config()), capsys)
     moved = base_config()
     moved["trainstack:zone"] = "us-central1-b"
@@ -64,11 +70,16 @@ def test_text_output_lists_the_changes(tmp_path: Path, capsys: pytest.CaptureFix
     changed["trainstack:cluster"]["max_run_hours"] = 12
     assert main(["plan", "--stack-file", str(write_stack(tmp_path, changed)), "--against", str(previous)]) == 0
     out = capsys.readouterr().out
-    assert "Changes against" in out and "update  gcp:compute/instance:Instance  test-cluster-chief (scheduling changed)" in out
+    assert (
+        "Changes against" in out
+        and "update  gcp:compute/instance:Instance  test-cluster-chief (scheduling changed)" in out
+    )
 
 
 @pytest.mark.parametrize("content", ["not json", "[]", '{"resources": [1]}'])
-def test_a_file_that_is_not_a_plan_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
+def test_a_file_that_is_not_a_plan_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
     bad = tmp_path / "previous.json"
     bad.write_text(content)
     assert main(["plan", "--stack", "dev", "--against", str(bad)]) == 1

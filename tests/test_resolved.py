@@ -29,7 +29,17 @@ def cluster(**pools: Any) -> dict[str, Any]:
 
 
 def test_nodes_are_named_once_for_status_objects_logs_and_vms() -> None:
-    stack = resolved({"trainstack:cluster": cluster(workers={"count": 2, "machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 2}})})
+    stack = resolved(
+        {
+            "trainstack:cluster": cluster(
+                workers={
+                    "count": 2,
+                    "machine_type": "n1-standard-8",
+                    "accelerator": {"type": "nvidia-tesla-t4", "count": 2},
+                }
+            )
+        }
+    )
     assert stack.cluster is not None
     assert [(n.role, n.index, n.name, n.vm_name) for n in stack.cluster.nodes] == [
         ("chief", 0, "chief", "test-chief"),
@@ -42,10 +52,18 @@ def test_nodes_are_named_once_for_status_objects_logs_and_vms() -> None:
 
 
 def test_the_tf_config_cluster_lists_internal_names_by_role_in_task_order() -> None:
-    stack = resolved({"trainstack:cluster": cluster(
-        workers={"count": 2, "machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 2}},
-        parameter_servers={"count": 1, "machine_type": "n1-highmem-8"},
-    )})
+    stack = resolved(
+        {
+            "trainstack:cluster": cluster(
+                workers={
+                    "count": 2,
+                    "machine_type": "n1-standard-8",
+                    "accelerator": {"type": "nvidia-tesla-t4", "count": 2},
+                },
+                parameter_servers={"count": 1, "machine_type": "n1-highmem-8"},
+            )
+        }
+    )
     assert stack.cluster is not None
     suffix = "us-central1-a.c.test-project-123.internal:2222"
     assert stack.cluster.strategy == "parameter_server"
@@ -73,7 +91,10 @@ def test_built_in_gpus_are_the_nodes_gpus_and_are_priced() -> None:
     stack = resolved({"trainstack:cluster": {"chief": {"machine_type": "a2-highgpu-1g"}}})
     assert stack.cluster is not None
     [chief] = stack.cluster.nodes
-    assert chief.accelerator is not None and (chief.accelerator.type, chief.accelerator.count) == ("nvidia-tesla-a100", 1)
+    assert chief.accelerator is not None and (chief.accelerator.type, chief.accelerator.count) == (
+        "nvidia-tesla-a100",
+        1,
+    )
     assert chief.attach_accelerator is False and chief.image.purpose == "gpu"
     assert chief.cost.usd_per_hour == pytest.approx(0.73948 + 2.933908 + 200 * 0.10 / 730, abs=1e-9)
     assert stack.cluster.strategy == "one_device"
@@ -89,7 +110,13 @@ def test_a_notebook_on_a_gpu_machine_type_gets_and_pays_for_its_gpu() -> None:
 
 def test_a_tpu_slice_is_priced_per_chip() -> None:
     """v2-8 is 4 chips (8 cores, 2 per chip) at 1.125 per chip-hour (tpu_generations.csv)."""
-    stack = resolved({"trainstack:cluster": None, "trainstack:tpu": {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"}, "trainstack:zone": "us-central1-b"})
+    stack = resolved(
+        {
+            "trainstack:cluster": None,
+            "trainstack:tpu": {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"},
+            "trainstack:zone": "us-central1-b",
+        }
+    )
     assert stack.tpu is not None
     assert stack.tpu.cost.usd_per_hour == pytest.approx(4 * 1.125)
     assert (stack.tpu.name, stack.tpu.vm_name, stack.tpu.tensorflow_minor) == ("tpu", "test-tpu", "2.18")
@@ -98,7 +125,12 @@ def test_a_tpu_slice_is_priced_per_chip() -> None:
 
 def test_a_part_without_a_price_makes_the_total_unknown_not_lower() -> None:
     # a3-ultragpu-8g boots from hyperdisk-balanced, which disks.csv has no price for.
-    stack = resolved({"trainstack:cluster": {"chief": {"machine_type": "a3-ultragpu-8g", "spot": True}}, "trainstack:zone": "us-central1-b"})
+    stack = resolved(
+        {
+            "trainstack:cluster": {"chief": {"machine_type": "a3-ultragpu-8g", "spot": True}},
+            "trainstack:zone": "us-central1-b",
+        }
+    )
     assert stack.costs[0].usd_per_hour is None
     assert stack.hourly_usd is None
 
@@ -108,7 +140,9 @@ SHAPES = [(w, p, g) for w, p, g in itertools.product([0, 1, 3], [0, 2], [0, 1, 2
 
 
 @pytest.mark.parametrize(("workers", "parameter_servers", "gpus"), SHAPES)
-def test_auto_means_the_same_strategy_to_the_stack_and_to_the_trainer(workers: int, parameter_servers: int, gpus: int) -> None:
+def test_auto_means_the_same_strategy_to_the_stack_and_to_the_trainer(
+    workers: int, parameter_servers: int, gpus: int
+) -> None:
     """One rule, two readers: the stack resolves `auto` from its shape, the trainer from
     TF_CONFIG and the GPUs it sees. For every shape both must choose alike."""
     accelerator = {"accelerator": {"type": "nvidia-tesla-t4", "count": gpus}} if gpus else {}

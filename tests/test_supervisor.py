@@ -82,8 +82,12 @@ def test_echo_off_prints_nothing(capsys: pytest.CaptureFixture[str], supervisor:
 
 
 def test_environment_and_working_directory_are_the_callers(supervisor: Supervisor, tmp_path: Path) -> None:
-    supervisor.start("env", ["bash", "-c", 'echo "$GREETING"; pwd'],
-                     env={"GREETING": "hello", "PATH": os.environ["PATH"]}, cwd=tmp_path)
+    supervisor.start(
+        "env",
+        ["bash", "-c", 'echo "$GREETING"; pwd'],
+        env={"GREETING": "hello", "PATH": os.environ["PATH"]},
+        cwd=tmp_path,
+    )
     wait_for_exit(supervisor, "env")
     supervisor.close()
     assert supervisor.lines("env") == ["hello", str(tmp_path.resolve())]

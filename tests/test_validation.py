@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-
 from pathlib import Path
 from typing import Any
 
@@ -46,67 +45,275 @@ def mutated(changes: dict[str, Any], base: dict[str, Any] | None = None) -> dict
 C = "trainstack:cluster"
 INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     # (case id, changes, key the message must name, words it must contain)
-    ("three_t4", {f"{C}.chief.accelerator.count": 3, f"{C}.workers.accelerator.count": 3}, f"{C}.chief.accelerator.count", "valid counts: 1, 2, 4"),
-    ("v100_x2_on_n1_standard_32", {f"{C}.chief": {"machine_type": "n1-standard-32", "accelerator": {"type": "nvidia-tesla-v100", "count": 2}}, f"{C}.workers": DELETE}, f"{C}.chief.accelerator.count", "valid counts for n1-standard-32: 4, 8"),
-    ("a100_on_n1", {f"{C}.chief.accelerator.type": "nvidia-tesla-a100", f"{C}.chief.accelerator.count": 1, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "a2-highgpu-1g"),
-    ("l4_on_n1", {f"{C}.chief.accelerator.type": "nvidia-l4", f"{C}.chief.accelerator.count": 1, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "g2-standard-4"),
-    ("h100_on_a2", {f"{C}.chief": {"machine_type": "a2-highgpu-8g", "accelerator": {"type": "nvidia-h100-80gb", "count": 8}}, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "a3-highgpu-8g"),
-    ("a100_count_not_of_machine", {f"{C}.chief": {"machine_type": "a2-highgpu-2g", "accelerator": {"type": "nvidia-tesla-a100", "count": 4}}, f"{C}.workers": DELETE}, f"{C}.chief.accelerator", "a2-highgpu-4g (4)"),
-    ("a3_highgpu_1g_on_demand", {f"{C}.chief": {"machine_type": "a3-highgpu-1g"}, f"{C}.workers": DELETE}, f"{C}.chief.spot", "only as Spot"),
-    ("t4_on_a2", {f"{C}.chief.machine_type": "e2-standard-8", f"{C}.workers": DELETE}, f"{C}.chief.machine_type", "attaches only to N1"),
+    (
+        "three_t4",
+        {f"{C}.chief.accelerator.count": 3, f"{C}.workers.accelerator.count": 3},
+        f"{C}.chief.accelerator.count",
+        "valid counts: 1, 2, 4",
+    ),
+    (
+        "v100_x2_on_n1_standard_32",
+        {
+            f"{C}.chief": {"machine_type": "n1-standard-32", "accelerator": {"type": "nvidia-tesla-v100", "count": 2}},
+            f"{C}.workers": DELETE,
+        },
+        f"{C}.chief.accelerator.count",
+        "valid counts for n1-standard-32: 4, 8",
+    ),
+    (
+        "a100_on_n1",
+        {f"{C}.chief.accelerator.type": "nvidia-tesla-a100", f"{C}.chief.accelerator.count": 1, f"{C}.workers": DELETE},
+        f"{C}.chief.accelerator",
+        "a2-highgpu-1g",
+    ),
+    (
+        "l4_on_n1",
+        {f"{C}.chief.accelerator.type": "nvidia-l4", f"{C}.chief.accelerator.count": 1, f"{C}.workers": DELETE},
+        f"{C}.chief.accelerator",
+        "g2-standard-4",
+    ),
+    (
+        "h100_on_a2",
+        {
+            f"{C}.chief": {"machine_type": "a2-highgpu-8g", "accelerator": {"type": "nvidia-h100-80gb", "count": 8}},
+            f"{C}.workers": DELETE,
+        },
+        f"{C}.chief.accelerator",
+        "a3-highgpu-8g",
+    ),
+    (
+        "a100_count_not_of_machine",
+        {
+            f"{C}.chief": {"machine_type": "a2-highgpu-2g", "accelerator": {"type": "nvidia-tesla-a100", "count": 4}},
+            f"{C}.workers": DELETE,
+        },
+        f"{C}.chief.accelerator",
+        "a2-highgpu-4g (4)",
+    ),
+    (
+        "a3_highgpu_1g_on_demand",
+        {f"{C}.chief": {"machine_type": "a3-highgpu-1g"}, f"{C}.workers": DELETE},
+        f"{C}.chief.spot",
+        "only as Spot",
+    ),
+    (
+        "t4_on_a2",
+        {f"{C}.chief.machine_type": "e2-standard-8", f"{C}.workers": DELETE},
+        f"{C}.chief.machine_type",
+        "attaches only to N1",
+    ),
     ("unknown_gpu", {f"{C}.chief.accelerator.type": "nvidia-tesla-t5"}, f"{C}.chief.accelerator.type", "valid types:"),
-    ("retired_k80", {f"{C}.chief.accelerator.type": "nvidia-tesla-k80", f"{C}.workers.accelerator.type": "nvidia-tesla-k80"}, f"{C}.chief.accelerator.type", "retired"),
-    ("gpu_not_in_zone", {f"{C}.chief.accelerator.type": "nvidia-tesla-p100", f"{C}.workers.accelerator.type": "nvidia-tesla-p100"}, f"{C}.chief.accelerator.type", "not offered in zone us-central1-a"),
+    (
+        "retired_k80",
+        {f"{C}.chief.accelerator.type": "nvidia-tesla-k80", f"{C}.workers.accelerator.type": "nvidia-tesla-k80"},
+        f"{C}.chief.accelerator.type",
+        "retired",
+    ),
+    (
+        "gpu_not_in_zone",
+        {f"{C}.chief.accelerator.type": "nvidia-tesla-p100", f"{C}.workers.accelerator.type": "nvidia-tesla-p100"},
+        f"{C}.chief.accelerator.type",
+        "not offered in zone us-central1-a",
+    ),
     ("zone_outside_region", {"trainstack:zone": "europe-west4-a"}, "trainstack:zone", "not in gcp:region us-central1"),
-    ("gpu_types_not_in_one_zone", {f"{C}.chief.accelerator": {"type": "nvidia-tesla-p4", "count": 2}, f"{C}.workers.accelerator": {"type": "nvidia-tesla-p100", "count": 2}}, "trainstack:zone", "must be offered in its zone"),
-    ("mwms_gpu_count_mismatch", {f"{C}.workers.accelerator.count": 4}, f"{C}.workers.accelerator.count", "same GPU count"),
-    ("ps_strategy_without_ps", {f"{C}.strategy": "parameter_server"}, f"{C}.parameter_servers.count", "at least 1 parameter server"),
-    ("ps_strategy_without_workers", {f"{C}.strategy": "parameter_server", f"{C}.workers": DELETE, f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"}}, f"{C}.workers.count", "at least 1 worker"),
-    ("ps_unused_by_mwms", {f"{C}.strategy": "multi_worker_mirrored", f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"}}, f"{C}.parameter_servers.count", "does not use parameter servers"),
+    (
+        "gpu_types_not_in_one_zone",
+        {
+            f"{C}.chief.accelerator": {"type": "nvidia-tesla-p4", "count": 2},
+            f"{C}.workers.accelerator": {"type": "nvidia-tesla-p100", "count": 2},
+        },
+        "trainstack:zone",
+        "must be offered in its zone",
+    ),
+    (
+        "mwms_gpu_count_mismatch",
+        {f"{C}.workers.accelerator.count": 4},
+        f"{C}.workers.accelerator.count",
+        "same GPU count",
+    ),
+    (
+        "ps_strategy_without_ps",
+        {f"{C}.strategy": "parameter_server"},
+        f"{C}.parameter_servers.count",
+        "at least 1 parameter server",
+    ),
+    (
+        "ps_strategy_without_workers",
+        {
+            f"{C}.strategy": "parameter_server",
+            f"{C}.workers": DELETE,
+            f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"},
+        },
+        f"{C}.workers.count",
+        "at least 1 worker",
+    ),
+    (
+        "ps_unused_by_mwms",
+        {
+            f"{C}.strategy": "multi_worker_mirrored",
+            f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"},
+        },
+        f"{C}.parameter_servers.count",
+        "does not use parameter servers",
+    ),
     ("mirrored_with_workers", {f"{C}.strategy": "mirrored"}, f"{C}.strategy", "trains on one machine"),
-    ("one_device_with_two_gpus", {f"{C}.strategy": "one_device", f"{C}.workers": DELETE}, f"{C}.strategy", "use mirrored or auto"),
+    (
+        "one_device_with_two_gpus",
+        {f"{C}.strategy": "one_device", f"{C}.workers": DELETE},
+        f"{C}.strategy",
+        "use mirrored or auto",
+    ),
     ("unknown_strategy", {f"{C}.strategy": "horovod"}, f"{C}.strategy", "'multi_worker_mirrored'"),
     ("unknown_on_finish", {f"{C}.on_finish": "hibernate"}, f"{C}.on_finish", "'delete'"),
     ("negative_workers", {f"{C}.workers.count": -1}, f"{C}.workers.count", "greater than or equal to 0"),
     ("zero_disk", {f"{C}.chief.disk_gb": 0}, f"{C}.chief.disk_gb", "greater than or equal to 50"),
     ("zero_max_run_hours", {f"{C}.max_run_hours": 0}, f"{C}.max_run_hours", "greater than or equal to 0.01"),
-    ("too_many_workers_for_the_subnet", {f"{C}.workers.count": 5000}, f"{C}.workers.count", "less than or equal to 3790"),
-    ("tf_config_larger_than_a_metadata_value", {f"{C}.workers.count": 3790, "trainstack:name": "a-twenty-four-char-name1"}, f"{C}.workers.count", "more than a metadata value holds"),
+    (
+        "too_many_workers_for_the_subnet",
+        {f"{C}.workers.count": 5000},
+        f"{C}.workers.count",
+        "less than or equal to 3790",
+    ),
+    (
+        "tf_config_larger_than_a_metadata_value",
+        {f"{C}.workers.count": 3790, "trainstack:name": "a-twenty-four-char-name1"},
+        f"{C}.workers.count",
+        "more than a metadata value holds",
+    ),
     ("zero_gpus", {f"{C}.chief.accelerator.count": 0}, f"{C}.chief.accelerator.count", "greater than 0"),
     ("count_as_string", {f"{C}.workers.count": "2"}, f"{C}.workers.count", "valid integer"),
     ("spot_as_string", {f"{C}.workers.spot": "yes"}, f"{C}.workers.spot", "valid boolean"),
-    ("typo_top_level_key", {"trainstack:clustr": {"chief": {}}}, "trainstack:clustr", "unknown key; valid keys here: budget, cluster"),
-    ("typo_nested_key", {f"{C}.workers.machine": "n1-standard-8"}, f"{C}.workers.machine", "valid keys here: accelerator, count, disk_gb, machine_type, spot"),
-    ("accelerator_on_parameter_server", {f"{C}.strategy": "parameter_server", f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-highmem-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 1}}}, f"{C}.parameter_servers.accelerator", "unknown key"),
+    (
+        "typo_top_level_key",
+        {"trainstack:clustr": {"chief": {}}},
+        "trainstack:clustr",
+        "unknown key; valid keys here: budget, cluster",
+    ),
+    (
+        "typo_nested_key",
+        {f"{C}.workers.machine": "n1-standard-8"},
+        f"{C}.workers.machine",
+        "valid keys here: accelerator, count, disk_gb, machine_type, spot",
+    ),
+    (
+        "accelerator_on_parameter_server",
+        {
+            f"{C}.strategy": "parameter_server",
+            f"{C}.parameter_servers": {
+                "count": 1,
+                "machine_type": "n1-highmem-8",
+                "accelerator": {"type": "nvidia-tesla-t4", "count": 1},
+            },
+        },
+        f"{C}.parameter_servers.accelerator",
+        "unknown key",
+    ),
     ("unknown_machine_type", {f"{C}.chief.machine_type": "n1-standard-7"}, f"{C}.chief.machine_type", "did you mean"),
     ("chief_missing", {f"{C}.chief": DELETE}, f"{C}.chief", "required key is missing"),
     ("missing_project", {"gcp:project": DELETE}, "gcp:project", "project id is required"),
     ("missing_zone", {"trainstack:zone": DELETE}, "trainstack:zone", "required key is missing"),
     ("nothing_to_provision", {C: DELETE}, C, "at least one of"),
-    ("job_name_with_hyphen", {"trainstack:job.name": "flowers-mwms"}, "trainstack:job.name", "letters, digits and underscores"),
+    (
+        "job_name_with_hyphen",
+        {"trainstack:job.name": "flowers-mwms"},
+        "trainstack:job.name",
+        "letters, digits and underscores",
+    ),
     ("job_name_starts_with_digit", {"trainstack:job.name": "1flowers"}, "trainstack:job.name", "start with a letter"),
     ("job_name_too_long", {"trainstack:job.name": "j" * 129}, "trainstack:job.name", "at most 128"),
     ("unknown_model", {"trainstack:job.model": "vgg16"}, "trainstack:job.model", "'resnet50'"),
     ("zero_epochs", {"trainstack:job.epochs": 0}, "trainstack:job.epochs", "greater than or equal to 1"),
-    ("negative_batch", {"trainstack:job.batch_size_per_replica": -32}, "trainstack:job.batch_size_per_replica", "greater than or equal to 1"),
+    (
+        "negative_batch",
+        {"trainstack:job.batch_size_per_replica": -32},
+        "trainstack:job.batch_size_per_replica",
+        "greater than or equal to 1",
+    ),
     ("data_not_gcs", {"trainstack:job.data": "/home/me/flowers"}, "trainstack:job.data", "gs://"),
     ("label_uppercase", {"trainstack:labels": {"Team": "vision"}}, "trainstack:labels", "lowercase"),
-    ("bad_billing_account", {"trainstack:budget": {"billing_account": "not-an-account", "monthly_usd": 100}}, "trainstack:budget.billing_account", "012345-6789AB-CDEF01"),
-    ("zero_budget", {"trainstack:budget": {"billing_account": "012345-6789AB-CDEF01", "monthly_usd": 0}}, "trainstack:budget.monthly_usd", "greater than 0"),
+    (
+        "bad_billing_account",
+        {"trainstack:budget": {"billing_account": "not-an-account", "monthly_usd": 100}},
+        "trainstack:budget.billing_account",
+        "012345-6789AB-CDEF01",
+    ),
+    (
+        "zero_budget",
+        {"trainstack:budget": {"billing_account": "012345-6789AB-CDEF01", "monthly_usd": 0}},
+        "trainstack:budget.monthly_usd",
+        "greater than 0",
+    ),
     ("bad_resource_name", {"trainstack:name": "Team_A"}, "trainstack:name", "lowercase letters, digits and hyphens"),
-    ("notebook_three_t4", {C: DELETE, "trainstack:notebook": {"machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 3}}}, "trainstack:notebook.accelerator.count", "valid counts: 1, 2, 4"),
-    ("notebook_idle_timeout_too_short", {C: DELETE, "trainstack:notebook": {"machine_type": "n1-standard-8", "idle_timeout_minutes": 1}}, "trainstack:notebook.idle_timeout_minutes", "greater than or equal to 10"),
+    (
+        "notebook_three_t4",
+        {
+            C: DELETE,
+            "trainstack:notebook": {
+                "machine_type": "n1-standard-8",
+                "accelerator": {"type": "nvidia-tesla-t4", "count": 3},
+            },
+        },
+        "trainstack:notebook.accelerator.count",
+        "valid counts: 1, 2, 4",
+    ),
+    (
+        "notebook_idle_timeout_too_short",
+        {C: DELETE, "trainstack:notebook": {"machine_type": "n1-standard-8", "idle_timeout_minutes": 1}},
+        "trainstack:notebook.idle_timeout_minutes",
+        "greater than or equal to 10",
+    ),
 ]
 
 INVALID_TPU: list[tuple[str, dict[str, Any], str, str]] = [
-    ("unknown_tpu_type", {"trainstack:tpu.accelerator_type": "v9-8"}, "trainstack:tpu.accelerator_type", "types look like"),
+    (
+        "unknown_tpu_type",
+        {"trainstack:tpu.accelerator_type": "v9-8"},
+        "trainstack:tpu.accelerator_type",
+        "types look like",
+    ),
     ("invalid_tpu_size", {"trainstack:tpu.accelerator_type": "v2-12"}, "trainstack:tpu.accelerator_type", "v2-8"),
-    ("tpu_not_in_zone", {"trainstack:tpu.accelerator_type": "v4-8"}, "trainstack:tpu.accelerator_type", "us-central2-b"),
-    ("unknown_tpu_runtime", {"trainstack:tpu.runtime_version": "tpu-vm-tf-9.9"}, "trainstack:tpu.runtime_version", "TensorFlow runtimes for v2"),
-    ("multi_host_slice", {"trainstack:tpu.accelerator_type": "v2-32", "trainstack:tpu.runtime_version": "tpu-vm-tf-2.17.0-pod-pjrt"}, "trainstack:tpu.accelerator_type", "single-host TPU VMs: v2-8"),
-    ("spot_tpu_stopped", {"trainstack:tpu.spot": True, "trainstack:tpu.on_finish": "stop"}, "trainstack:tpu.on_finish", "cannot be started again"),
-    ("tpu_with_parameter_servers", {C: {"chief": {"machine_type": "n1-highcpu-16"}, "workers": {"count": 1, "machine_type": "n1-highcpu-16"}, "parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"}}}, f"{C}.parameter_servers.count", "cannot be combined with a TPU"),
-    ("tpu_agent_primitive_role", {"trainstack:tpu.service_agent_role": "roles/editor"}, "trainstack:tpu.service_agent_role", "only a service-agent role: roles/tpu.serviceAgent"),
+    (
+        "tpu_not_in_zone",
+        {"trainstack:tpu.accelerator_type": "v4-8"},
+        "trainstack:tpu.accelerator_type",
+        "us-central2-b",
+    ),
+    (
+        "unknown_tpu_runtime",
+        {"trainstack:tpu.runtime_version": "tpu-vm-tf-9.9"},
+        "trainstack:tpu.runtime_version",
+        "TensorFlow runtimes for v2",
+    ),
+    (
+        "multi_host_slice",
+        {"trainstack:tpu.accelerator_type": "v2-32", "trainstack:tpu.runtime_version": "tpu-vm-tf-2.17.0-pod-pjrt"},
+        "trainstack:tpu.accelerator_type",
+        "single-host TPU VMs: v2-8",
+    ),
+    (
+        "spot_tpu_stopped",
+        {"trainstack:tpu.spot": True, "trainstack:tpu.on_finish": "stop"},
+        "trainstack:tpu.on_finish",
+        "cannot be started again",
+    ),
+    (
+        "tpu_with_parameter_servers",
+        {
+            C: {
+                "chief": {"machine_type": "n1-highcpu-16"},
+                "workers": {"count": 1, "machine_type": "n1-highcpu-16"},
+                "parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"},
+            }
+        },
+        f"{C}.parameter_servers.count",
+        "cannot be combined with a TPU",
+    ),
+    (
+        "tpu_agent_primitive_role",
+        {"trainstack:tpu.service_agent_role": "roles/editor"},
+        "trainstack:tpu.service_agent_role",
+        "only a service-agent role: roles/tpu.serviceAgent",
+    ),
 ]
 
 
@@ -117,7 +324,9 @@ def run_validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 
 @pytest.mark.parametrize(("changes", "key", "words"), [case[1:] for case in INVALID], ids=[case[0] for case in INVALID])
-def test_invalid_cluster_stack_is_rejected_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], key: str, words: str) -> None:
+def test_invalid_cluster_stack_is_rejected_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], key: str, words: str
+) -> None:
     code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
     assert code == 1
     lines = [line.strip() for line in output.splitlines() if line.strip().startswith(f"{key}:")]
@@ -126,8 +335,12 @@ def test_invalid_cluster_stack_is_rejected_naming_the_key(tmp_path: Path, capsys
     assert "Traceback" not in output
 
 
-@pytest.mark.parametrize(("changes", "key", "words"), [case[1:] for case in INVALID_TPU], ids=[case[0] for case in INVALID_TPU])
-def test_invalid_tpu_stack_is_rejected_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], key: str, words: str) -> None:
+@pytest.mark.parametrize(
+    ("changes", "key", "words"), [case[1:] for case in INVALID_TPU], ids=[case[0] for case in INVALID_TPU]
+)
+def test_invalid_tpu_stack_is_rejected_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], key: str, words: str
+) -> None:
     code, output = run_validate(write_stack(tmp_path, mutated(changes, TPU_STACK)), capsys)
     assert code == 1
     assert any(line.strip().startswith(f"{key}:") and words in line for line in output.splitlines()), output
@@ -151,7 +364,9 @@ def test_every_problem_is_reported_at_once(tmp_path: Path, capsys: pytest.Captur
         ("config:\n  zone: us-central1-a\n", "namespaced"),
     ],
 )
-def test_malformed_stack_file_is_rejected_without_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: str) -> None:
+def test_malformed_stack_file_is_rejected_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: str
+) -> None:
     path = tmp_path / "Pulumi.bad.yaml"
     path.write_text(text, encoding="utf-8")
     code, output = run_validate(path, capsys)
@@ -179,12 +394,22 @@ def test_base_stack_of_these_tests_is_valid(tmp_path: Path, capsys: pytest.Captu
     assert run_validate(write_stack(tmp_path, mutated({}, TPU_STACK)), capsys)[0] == 0
 
 
-def test_the_tf_2_18_tpu_runtime_google_documents_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_tf_2_18_tpu_runtime_google_documents_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Defect: tpu-vm-tf-2.18.0-pjrt, named in Google's TPU docs, was rejected."""
-    assert run_validate(write_stack(tmp_path, mutated({"trainstack:tpu.runtime_version": "tpu-vm-tf-2.18.0-pjrt"}, TPU_STACK)), capsys)[0] == 0
+    assert (
+        run_validate(
+            write_stack(tmp_path, mutated({"trainstack:tpu.runtime_version": "tpu-vm-tf-2.18.0-pjrt"}, TPU_STACK)),
+            capsys,
+        )[0]
+        == 0
+    )
 
 
-def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Defect: a default the user did not write (on_finish: stop) made a Spot TPU stack invalid."""
     from trainer.contract import METADATA_KEYS
     from trainstack.program import prepare
@@ -201,7 +426,10 @@ def test_stack_names_that_share_their_first_24_characters_get_different_resource
     service-account and bucket names, and both validated."""
     from trainstack.config import RESOURCE_NAME_PATTERN, default_resource_name
 
-    names = {stack: default_resource_name(stack) for stack in ("vision-team-experiments-2026-a", "vision-team-experiments-2026-b", "Team_A", "team-a", "dev")}
+    names = {
+        stack: default_resource_name(stack)
+        for stack in ("vision-team-experiments-2026-a", "vision-team-experiments-2026-b", "Team_A", "team-a", "dev")
+    }
     assert len(set(names.values())) == len(names)
     assert names["dev"] == "dev" and names["team-a"] == "team-a"
     for name in names.values():

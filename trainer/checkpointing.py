@@ -26,8 +26,7 @@ def is_writer(strategy: Any) -> bool:
     return bool(strategy.extended.should_checkpoint)
 
 
-def backup_save_frequency(save_every_steps: int, steps_per_execution: int,
-                          parameter_server: bool) -> int | str:
+def backup_save_frequency(save_every_steps: int, steps_per_execution: int, parameter_server: bool) -> int | str:
     """BackupAndRestore's save_freq, which counts calls of train_function.
 
     One call runs ``steps_per_execution`` steps. ParameterServerStrategy only
@@ -51,8 +50,9 @@ class RunRecord:
     epoch_steps: list[int] = dataclasses.field(default_factory=list)
 
 
-def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_freq: int | str,
-                   task_type: str, task_id: int) -> list[Any]:
+def make_callbacks(
+    strategy: Any, layout: JobLayout, record: RunRecord, save_freq: int | str, task_type: str, task_id: int
+) -> list[Any]:
     """Callback order matters: the backup is written before progress reports the epoch."""
     import tensorflow as tf
     import tf_keras as keras
@@ -80,8 +80,7 @@ def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_fre
                 if record.first_step is None:
                     record.first_step = batch
                     if record.first_epoch or batch:
-                        log.info("resuming from the backup at epoch %d, step %d",
-                                 record.first_epoch, batch)
+                        log.info("resuming from the backup at epoch %d, step %d", record.first_epoch, batch)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self._epoch_last_step = batch
@@ -98,12 +97,15 @@ def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_fre
             record.epoch_accuracies.append(float(logs.get("accuracy", float("nan"))))
             record.epochs_completed = epoch + 1
             if is_writer(strategy):
-                jobdir.write_json_atomically(layout.progress_path, {
-                    "epochs_completed": epoch + 1,
-                    "loss": record.epoch_losses[-1],
-                    "accuracy": record.epoch_accuracies[-1],
-                    "time": time.time(),
-                })
+                jobdir.write_json_atomically(
+                    layout.progress_path,
+                    {
+                        "epochs_completed": epoch + 1,
+                        "loss": record.epoch_losses[-1],
+                        "accuracy": record.epoch_accuracies[-1],
+                        "time": time.time(),
+                    },
+                )
 
     class EpochCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]  # tf-keras is untyped
         """Keeps the last few epochs' weights for evaluation and for rolling back."""
@@ -113,11 +115,13 @@ def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_fre
             self._manager: Any = None
 
         def on_train_begin(self, logs: Any = None) -> None:
-            directory = (layout.checkpoint_dir if is_writer(strategy)
-                         else jobdir.join(layout.worker_tmp_dir(task_type, task_id), "checkpoints"))
+            directory = (
+                layout.checkpoint_dir
+                if is_writer(strategy)
+                else jobdir.join(layout.worker_tmp_dir(task_type, task_id), "checkpoints")
+            )
             checkpoint = tf.train.Checkpoint(model=self.model)
-            self._manager = tf.train.CheckpointManager(
-                checkpoint, directory, max_to_keep=CHECKPOINTS_TO_KEEP)
+            self._manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=CHECKPOINTS_TO_KEEP)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             self._manager.save(checkpoint_number=epoch + 1)
@@ -165,16 +169,18 @@ def make_callbacks(strategy: Any, layout: JobLayout, record: RunRecord, save_fre
         """
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            if not isinstance(self.model.distribute_strategy,
-                              tf.distribute.ParameterServerStrategy):
+            if not isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy):
                 self._training_state._ckpt_saved_batch.assign(batch)
             super().on_train_batch_end(batch, logs)
 
     return [
-        StepAccurateBackupAndRestore(layout.backup_dir, save_freq=save_freq,
-                                         # Kept until metrics.json is written, so a restart
-                                         # between fit and export does not train again.
-                                         delete_checkpoint=False),
+        StepAccurateBackupAndRestore(
+            layout.backup_dir,
+            save_freq=save_freq,
+            # Kept until metrics.json is written, so a restart
+            # between fit and export does not train again.
+            delete_checkpoint=False,
+        ),
         EpochCheckpoint(),
         ProgressCallback(),
         ScalarLogger(),
@@ -186,14 +192,11 @@ def write_scalar(name: str, value: float, step: int) -> None:
     import tensorflow as tf
     from tensorflow.core.framework import summary_pb2
 
-    metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
-    tf.summary.write(name, tf.constant(value, tf.float32), step=step,
-                     metadata=metadata.SerializeToString())
+    metadata = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+    tf.summary.write(name, tf.constant(value, tf.float32), step=step, metadata=metadata.SerializeToString())
 
 
-def export_model(model: Any, strategy: Any, layout: JobLayout, task_type: str,
-                 task_id: int) -> None:
+def export_model(model: Any, strategy: Any, layout: JobLayout, task_type: str, task_id: int) -> None:
     """Saves the SavedModel; only the chief's copy is kept.
 
     Every MWMS worker must take part in the save (it may run collective ops),

@@ -76,12 +76,14 @@ def _positive_int(text: str) -> int:
 
 def _bounded(bound: Bound) -> Callable[[str], int]:
     """A flag type for one of the job settings the stack also sets: the contract's range."""
+
     def parse(text: str) -> int:
         value = _positive_int(text)
         problem = bound.problem(value)
         if problem is not None:
             raise argparse.ArgumentTypeError(problem)
         return value
+
     return parse
 
 
@@ -105,8 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
             f"${VERTEX_MODEL_DIR_ENV} when Vertex AI sets it."
         ),
     )
-    parser.add_argument(FLAGS.model, choices=MODELS, default=CNN,
-                        help="cnn: the flowers network of TensorFlow's image classification tutorial; resnet50: Keras ResNet50, random init.")
+    parser.add_argument(
+        FLAGS.model,
+        choices=MODELS,
+        default=CNN,
+        help="cnn: the flowers network of TensorFlow's image classification tutorial; resnet50: Keras ResNet50, random init.",
+    )
     parser.add_argument(
         FLAGS.data,
         required=True,
@@ -115,8 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
             "files (a file, a glob, or a directory of *.tfrecord)."
         ),
     )
-    parser.add_argument(FLAGS.image_size, type=_bounded(IMAGE_SIZE), default=IMAGE_SIZE.default,
-                        help="Images are resized to this square size.")
+    parser.add_argument(
+        FLAGS.image_size,
+        type=_bounded(IMAGE_SIZE),
+        default=IMAGE_SIZE.default,
+        help="Images are resized to this square size.",
+    )
     parser.add_argument(FLAGS.epochs, type=_bounded(EPOCHS), default=EPOCHS.default)
     parser.add_argument(
         FLAGS.steps_per_epoch,
@@ -124,12 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=STEPS_PER_EPOCH.default,
         help="Default: one pass over the training files (synthetic data: 100).",
     )
-    parser.add_argument(FLAGS.batch_size_per_replica, type=_bounded(BATCH_SIZE_PER_REPLICA),
-                        default=BATCH_SIZE_PER_REPLICA.default,
-                        help="The global batch is this times the number of replicas.")
+    parser.add_argument(
+        FLAGS.batch_size_per_replica,
+        type=_bounded(BATCH_SIZE_PER_REPLICA),
+        default=BATCH_SIZE_PER_REPLICA.default,
+        help="The global batch is this times the number of replicas.",
+    )
     parser.add_argument(FLAGS.strategy, choices=STRATEGIES, default=AUTO)
-    parser.add_argument(FLAGS.tpu, default=None,
-                        help="TPU name, or 'local' on a TPU VM. Implies the TPU strategy under auto.")
+    parser.add_argument(
+        FLAGS.tpu, default=None, help="TPU name, or 'local' on a TPU VM. Implies the TPU strategy under auto."
+    )
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument(
         "--save-every-steps",
@@ -146,20 +160,35 @@ def build_parser() -> argparse.ArgumentParser:
             "to a divisor of --steps-per-epoch so backups land on epoch ends."
         ),
     )
-    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
-                        help="auto: mixed_float16 on GPU; mixed_bfloat16 on TPU and on CPUs with native "
-                             "bfloat16 (AVX512_BF16/AMX); float32 otherwise.")
-    parser.add_argument("--xla", choices=SWITCHES, default="auto",
-                        help="XLA-compile the training step. auto: on for a single GPU only.")
-    parser.add_argument("--num-classes", type=_positive_int, default=None,
-                        help="Required for TFRecord data; inferred otherwise.")
-    parser.add_argument("--validation-split", type=float, default=0.2,
-                        help="Share of image files / TFRecord records held out for evaluation.")
-    parser.add_argument("--eval-steps", type=_positive_int, default=None,
-                        help="Batches evaluated after training (default: the whole held-out set).")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="auto: mixed_float16 on GPU; mixed_bfloat16 on TPU and on CPUs with native "
+        "bfloat16 (AVX512_BF16/AMX); float32 otherwise.",
+    )
+    parser.add_argument(
+        "--xla", choices=SWITCHES, default="auto", help="XLA-compile the training step. auto: on for a single GPU only."
+    )
+    parser.add_argument(
+        "--num-classes", type=_positive_int, default=None, help="Required for TFRecord data; inferred otherwise."
+    )
+    parser.add_argument(
+        "--validation-split",
+        type=float,
+        default=0.2,
+        help="Share of image files / TFRecord records held out for evaluation.",
+    )
+    parser.add_argument(
+        "--eval-steps",
+        type=_positive_int,
+        default=None,
+        help="Batches evaluated after training (default: the whole held-out set).",
+    )
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--overwrite", action="store_true",
-                        help="Train again even if the job directory holds a finished job.")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="Train again even if the job directory holds a finished job."
+    )
     parser.add_argument(
         "--logical-cpus",
         type=_positive_int,
@@ -180,8 +209,7 @@ def _default_job_dir(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def parse_args(argv: Sequence[str] | None = None,
-               environ: Mapping[str, str] | None = None) -> TrainerConfig:
+def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> TrainerConfig:
     """Parses and validates flags; exits with status 2 and one message on bad input."""
     environ = os.environ if environ is None else environ
     parser = build_parser()

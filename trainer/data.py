@@ -69,8 +69,10 @@ def _describe_image_folders(path: str, validation_split: float) -> DataSource:
     import tensorflow as tf
 
     class_names = sorted(
-        entry.rstrip("/") for entry in tf.io.gfile.listdir(path)
-        if tf.io.gfile.isdir(posixpath.join(path, entry.rstrip("/"))))
+        entry.rstrip("/")
+        for entry in tf.io.gfile.listdir(path)
+        if tf.io.gfile.isdir(posixpath.join(path, entry.rstrip("/")))
+    )
     if not class_names:
         raise DataError(f"--data {path}: no class sub-folders found")
     train_files: list[str] = []
@@ -92,10 +94,16 @@ def _describe_image_folders(path: str, validation_split: float) -> DataSource:
     if not train_files:
         raise DataError(f"--data {path}: no {'/'.join(IMAGE_EXTENSIONS)} images in its class folders")
     return DataSource(
-        kind="images", num_classes=len(class_names), class_names=tuple(class_names),
-        num_train_examples=len(train_files), num_eval_examples=len(eval_files),
-        train_files=tuple(train_files), train_labels=tuple(train_labels),
-        eval_files=tuple(eval_files), eval_labels=tuple(eval_labels))
+        kind="images",
+        num_classes=len(class_names),
+        class_names=tuple(class_names),
+        num_train_examples=len(train_files),
+        num_eval_examples=len(eval_files),
+        train_files=tuple(train_files),
+        train_labels=tuple(train_labels),
+        eval_files=tuple(eval_files),
+        eval_labels=tuple(eval_labels),
+    )
 
 
 def _tfrecord_files(path: str) -> list[str]:
@@ -105,16 +113,22 @@ def _tfrecord_files(path: str) -> list[str]:
         return sorted(tf.io.gfile.glob(path))
     if tf.io.gfile.isdir(path):
         return sorted(
-            posixpath.join(path, name) for name in tf.io.gfile.listdir(path)
-            if name.lower().endswith(TFRECORD_EXTENSIONS))
+            posixpath.join(path, name)
+            for name in tf.io.gfile.listdir(path)
+            if name.lower().endswith(TFRECORD_EXTENSIONS)
+        )
     return [path] if tf.io.gfile.exists(path) else []
 
 
 def describe_data(config: TrainerConfig) -> DataSource:
     """Resolves --data, failing fast with one clear message if it cannot be read."""
     if config.data == SYNTHETIC_DATA:
-        return DataSource(kind=SYNTHETIC_DATA, num_classes=config.num_classes or SYNTHETIC_CLASSES,
-                          num_train_examples=None, num_eval_examples=SYNTHETIC_EVAL_EXAMPLES)
+        return DataSource(
+            kind=SYNTHETIC_DATA,
+            num_classes=config.num_classes or SYNTHETIC_CLASSES,
+            num_train_examples=None,
+            num_eval_examples=SYNTHETIC_EVAL_EXAMPLES,
+        )
     import tensorflow as tf
 
     path = config.data.rstrip("/")
@@ -134,15 +148,21 @@ def describe_data(config: TrainerConfig) -> DataSource:
     # caller states the epoch length.
     if config.steps_per_epoch is None:
         total = sum(1 for _ in tf.data.TFRecordDataset(files))
-        num_eval = int(tf.reduce_sum(tf.cast(
-            _tfrecord_held_out(tf.range(total, dtype=tf.int64), config.validation_split),
-            tf.int32)))
+        num_eval = int(
+            tf.reduce_sum(
+                tf.cast(_tfrecord_held_out(tf.range(total, dtype=tf.int64), config.validation_split), tf.int32)
+            )
+        )
         num_train: int | None = total - num_eval
     else:
         num_train, num_eval = None, 0
-    return DataSource(kind="tfrecord", num_classes=config.num_classes,
-                      num_train_examples=num_train, num_eval_examples=num_eval,
-                      tfrecord_files=tuple(files))
+    return DataSource(
+        kind="tfrecord",
+        num_classes=config.num_classes,
+        num_train_examples=num_train,
+        num_eval_examples=num_eval,
+        tfrecord_files=tuple(files),
+    )
 
 
 def steps_per_epoch(config: TrainerConfig, source: DataSource, global_batch: int) -> int:
@@ -157,8 +177,7 @@ def steps_per_epoch(config: TrainerConfig, source: DataSource, global_batch: int
 # ---------------------------------------------------------------- synthetic images
 
 
-def synthetic_example(index: tf.Tensor, image_size: int, num_classes: int,
-                      seed: int) -> tuple[tf.Tensor, tf.Tensor]:
+def synthetic_example(index: tf.Tensor, image_size: int, num_classes: int, seed: int) -> tuple[tf.Tensor, tf.Tensor]:
     """One deterministic, learnable image: class-specific stripes and tint under noise.
 
     The class sets the stripe frequency and orientation and which colour channel
@@ -168,32 +187,35 @@ def synthetic_example(index: tf.Tensor, image_size: int, num_classes: int,
     import tensorflow as tf
 
     index = tf.cast(index, tf.int64)
-    label = tf.random.stateless_uniform([], seed=tf.stack([tf.constant(seed, tf.int64), index]),
-                                        maxval=num_classes, dtype=tf.int64)
-    noise = tf.random.stateless_uniform([image_size, image_size, 3],
-                                        seed=tf.stack([tf.constant(seed + 1, tf.int64), index]))
-    phase = tf.random.stateless_uniform([], seed=tf.stack([tf.constant(seed + 2, tf.int64), index]),
-                                        maxval=2.0 * math.pi)
+    label = tf.random.stateless_uniform(
+        [], seed=tf.stack([tf.constant(seed, tf.int64), index]), maxval=num_classes, dtype=tf.int64
+    )
+    noise = tf.random.stateless_uniform(
+        [image_size, image_size, 3], seed=tf.stack([tf.constant(seed + 1, tf.int64), index])
+    )
+    phase = tf.random.stateless_uniform(
+        [], seed=tf.stack([tf.constant(seed + 2, tf.int64), index]), maxval=2.0 * math.pi
+    )
     frequency = tf.cast(1 + label // 2, tf.float32) * 2.0 * math.pi / float(image_size) * 3.0
     coordinates = tf.range(image_size, dtype=tf.float32)
     wave = 0.5 + 0.5 * tf.sin(coordinates * frequency + phase)
     horizontal = tf.equal(label % 2, 0)
-    stripes = tf.where(horizontal, wave[:, None] * tf.ones([1, image_size]),
-                       tf.ones([image_size, 1]) * wave[None, :])
+    stripes = tf.where(horizontal, wave[:, None] * tf.ones([1, image_size]), tf.ones([image_size, 1]) * wave[None, :])
     tint = tf.one_hot(label % 3, 3)
     image = 0.55 * noise + 0.3 * stripes[:, :, None] + 0.15 * tint[None, None, :]
     pixels = tf.cast(tf.round(tf.clip_by_value(image, 0.0, 1.0) * 255.0), tf.uint8)
     return pixels, label
 
 
-def synthetic_examples(start: int, count: int, image_size: int, num_classes: int,
-                       seed: int) -> tf.data.Dataset:
+def synthetic_examples(start: int, count: int, image_size: int, num_classes: int, seed: int) -> tf.data.Dataset:
     """Unbatched (uint8 image, int64 label) pairs for indices start..start+count-1."""
     import tensorflow as tf
 
     return tf.data.Dataset.range(start, start + count).map(
         lambda index: synthetic_example(index, image_size, num_classes, seed),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
 
 
 def synthetic_pool_size(steps: int, global_batch: int) -> int:
@@ -212,16 +234,17 @@ def _decode_image(contents: tf.Tensor, image_size: int) -> tf.Tensor:
     return tf.saturate_cast(tf.round(image), tf.uint8)
 
 
-def _image_files(files: tuple[str, ...], labels: tuple[int, ...], image_size: int,
-                 context: tf.distribute.InputContext) -> tf.data.Dataset:
+def _image_files(
+    files: tuple[str, ...], labels: tuple[int, ...], image_size: int, context: tf.distribute.InputContext
+) -> tf.data.Dataset:
     import tensorflow as tf
 
     dataset = tf.data.Dataset.from_tensor_slices((list(files), list(labels)))
     dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
     return dataset.map(
-        lambda path, label: (_decode_image(tf.io.read_file(path), image_size),
-                             tf.cast(label, tf.int64)),
-        num_parallel_calls=tf.data.AUTOTUNE)
+        lambda path, label: (_decode_image(tf.io.read_file(path), image_size), tf.cast(label, tf.int64)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
 
 
 def _tfrecord_held_out(index: tf.Tensor, validation_split: float) -> tf.Tensor:
@@ -232,18 +255,23 @@ def _tfrecord_held_out(index: tf.Tensor, validation_split: float) -> tf.Tensor:
     return bucket < int(validation_split * 10_000)
 
 
-def _tfrecords(files: tuple[str, ...], image_size: int, validation_split: float,
-               held_out: bool, context: tf.distribute.InputContext) -> tf.data.Dataset:
+def _tfrecords(
+    files: tuple[str, ...],
+    image_size: int,
+    validation_split: float,
+    held_out: bool,
+    context: tf.distribute.InputContext,
+) -> tf.data.Dataset:
     import tensorflow as tf
 
     feature_spec = {
         "image": tf.io.FixedLenFeature([], tf.string),
         "label": tf.io.FixedLenFeature([], tf.int64),
     }
-    records = tf.data.TFRecordDataset(list(files), num_parallel_reads=tf.data.AUTOTUNE
-                                      if len(files) > 1 else None)
+    records = tf.data.TFRecordDataset(list(files), num_parallel_reads=tf.data.AUTOTUNE if len(files) > 1 else None)
     records = records.enumerate().filter(
-        lambda index, _: tf.equal(_tfrecord_held_out(index, validation_split), held_out))
+        lambda index, _: tf.equal(_tfrecord_held_out(index, validation_split), held_out)
+    )
     records = records.shard(context.num_input_pipelines, context.input_pipeline_id)
 
     def parse(_: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -256,8 +284,9 @@ def _tfrecords(files: tuple[str, ...], image_size: int, validation_split: float,
 # ---------------------------------------------------------------- pipelines
 
 
-def _finish(examples: tf.data.Dataset, per_replica_batch: int, shuffle_buffer: int,
-            seed: int, training: bool) -> tf.data.Dataset:
+def _finish(
+    examples: tf.data.Dataset, per_replica_batch: int, shuffle_buffer: int, seed: int, training: bool
+) -> tf.data.Dataset:
     """cache -> shuffle -> repeat -> batch -> float -> prefetch, tuned for throughput."""
     import tensorflow as tf
 
@@ -269,8 +298,9 @@ def _finish(examples: tf.data.Dataset, per_replica_batch: int, shuffle_buffer: i
     dataset = dataset.repeat()
     dataset = dataset.batch(per_replica_batch, drop_remainder=True)
     # Converting whole batches is one vectorised op instead of one per image.
-    dataset = dataset.map(lambda images, labels: (tf.cast(images, tf.float32), labels),
-                          num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.map(
+        lambda images, labels: (tf.cast(images, tf.float32), labels), num_parallel_calls=tf.data.AUTOTUNE
+    )
     options = tf.data.Options()
     options.deterministic = not training
     options.experimental_optimization.map_parallelization = True
@@ -279,15 +309,15 @@ def _finish(examples: tf.data.Dataset, per_replica_batch: int, shuffle_buffer: i
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-def make_input_fn(config: TrainerConfig, source: DataSource, steps: int,
-                  training: bool) -> InputFn:
+def make_input_fn(config: TrainerConfig, source: DataSource, steps: int, training: bool) -> InputFn:
     """The per-worker dataset function for Keras' DatasetCreator."""
 
     def input_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         import tensorflow as tf
 
         per_replica_batch = context.get_per_replica_batch_size(
-            config.batch_size_per_replica * context.num_replicas_in_sync)
+            config.batch_size_per_replica * context.num_replicas_in_sync
+        )
         seed = config.seed + context.input_pipeline_id
         if source.kind == SYNTHETIC_DATA:
             if training:
@@ -296,21 +326,27 @@ def make_input_fn(config: TrainerConfig, source: DataSource, steps: int,
             else:
                 pool, start = source.num_eval_examples, SYNTHETIC_EVAL_OFFSET
             indices = tf.data.Dataset.range(start, start + pool).shard(
-                context.num_input_pipelines, context.input_pipeline_id)
+                context.num_input_pipelines, context.input_pipeline_id
+            )
             examples = indices.map(
-                lambda index: synthetic_example(index, config.image_size,
-                                                source.num_classes, config.seed),
-                num_parallel_calls=tf.data.AUTOTUNE)
+                lambda index: synthetic_example(index, config.image_size, source.num_classes, config.seed),
+                num_parallel_calls=tf.data.AUTOTUNE,
+            )
             buffer = pool
         elif source.kind == "images":
-            files, labels = ((source.train_files, source.train_labels) if training
-                             else (source.eval_files, source.eval_labels))
+            files, labels = (
+                (source.train_files, source.train_labels) if training else (source.eval_files, source.eval_labels)
+            )
             examples = _image_files(files, labels, config.image_size, context)
             buffer = max(1, len(files))
         else:
-            examples = _tfrecords(source.tfrecord_files, config.image_size,
-                                  config.validation_split, held_out=not training,
-                                  context=context)
+            examples = _tfrecords(
+                source.tfrecord_files,
+                config.image_size,
+                config.validation_split,
+                held_out=not training,
+                context=context,
+            )
             buffer = 10_000
         return _finish(examples, per_replica_batch, buffer, seed, training)
 

@@ -20,21 +20,24 @@ def build_cnn(image_size: int, num_classes: int) -> Any:
     import tf_keras as keras
 
     layers = keras.layers
-    return keras.Sequential([
-        keras.Input(shape=(image_size, image_size, 3)),
-        layers.Rescaling(1.0 / 255),
-        layers.Conv2D(16, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Conv2D(32, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Conv2D(64, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Flatten(),
-        layers.Dense(128, activation="relu"),
-        layers.Dense(num_classes),
-        # Softmax in float32 keeps the loss stable under mixed precision.
-        layers.Activation("softmax", dtype="float32"),
-    ], name="flowers_cnn")
+    return keras.Sequential(
+        [
+            keras.Input(shape=(image_size, image_size, 3)),
+            layers.Rescaling(1.0 / 255),
+            layers.Conv2D(16, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(num_classes),
+            # Softmax in float32 keeps the loss stable under mixed precision.
+            layers.Activation("softmax", dtype="float32"),
+        ],
+        name="flowers_cnn",
+    )
 
 
 def build_resnet50(image_size: int, num_classes: int) -> Any:
@@ -43,8 +46,7 @@ def build_resnet50(image_size: int, num_classes: int) -> Any:
     inputs = keras.Input(shape=(image_size, image_size, 3))
     # Scale to [-1, 1]; with random weights the ImageNet mean subtraction buys nothing.
     scaled = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0)(inputs)
-    backbone = keras.applications.ResNet50(
-        include_top=False, weights=None, input_tensor=scaled, pooling="avg")
+    backbone = keras.applications.ResNet50(include_top=False, weights=None, input_tensor=scaled, pooling="avg")
     logits = keras.layers.Dense(num_classes)(backbone.output)
     outputs = keras.layers.Activation("softmax", dtype="float32")(logits)
     return keras.Model(inputs, outputs, name="resnet50")
@@ -58,8 +60,7 @@ def build_model(name: str, image_size: int, num_classes: int) -> Any:
     raise ValueError(f"unknown model {name!r}")
 
 
-def compile_model(model: Any, learning_rate: float, steps_per_execution: int,
-                  jit_compile: bool) -> None:
+def compile_model(model: Any, learning_rate: float, steps_per_execution: int, jit_compile: bool) -> None:
     """Adam + sparse cross-entropy + accuracy, as the seed, with the speed knobs."""
     import tf_keras as keras
 

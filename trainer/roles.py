@@ -44,10 +44,13 @@ def serve_until_finished(cluster: ClusterInfo, layout: JobLayout) -> None:
     # RPC settings decide whether calls fail fast during a peer restart.
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     server = tf.distribute.Server(
-        tf.train.ClusterSpec(cluster.cluster), job_name=cluster.task_type,
-        task_index=cluster.task_id, protocol="grpc", start=True)
-    log.info("%s serving at %s; exits when %s appears", cluster.task_name, server.target,
-             layout.metrics_path)
+        tf.train.ClusterSpec(cluster.cluster),
+        job_name=cluster.task_type,
+        task_index=cluster.task_id,
+        protocol="grpc",
+        start=True,
+    )
+    log.info("%s serving at %s; exits when %s appears", cluster.task_name, server.target, layout.metrics_path)
     while not _job_finished_since(layout, marker_at_start):
         time.sleep(FINISHED_POLL_SECONDS)
     log.info("job finished; %s exits", cluster.task_name)
@@ -61,11 +64,9 @@ def run_evaluator(config: TrainerConfig, layout: JobLayout, source: DataSource) 
 
     marker_at_start = jobdir.finished_metrics(layout)
     network = models.build_model(config.model, config.image_size, source.num_classes)
-    models.compile_model(network, config.learning_rate, steps_per_execution=1,
-                         jit_compile=False)
+    models.compile_model(network, config.learning_rate, steps_per_execution=1, jit_compile=False)
     steps = max(1, config.eval_steps or source.num_eval_examples // config.batch_size_per_replica)
-    eval_data = data.make_input_fn(config, source, steps, training=False)(
-        tf.distribute.InputContext())
+    eval_data = data.make_input_fn(config, source, steps, training=False)(tf.distribute.InputContext())
     writer = tf.summary.create_file_writer(jobdir.join(layout.log_dir, "eval"))
     checkpoint = tf.train.Checkpoint(model=network)
 
@@ -83,9 +84,11 @@ def run_evaluator(config: TrainerConfig, layout: JobLayout, source: DataSource) 
     # Evaluates the newest checkpoint each time; when training outpaces
     # evaluation, intermediate epochs are skipped rather than queued.
     for path in tf.train.checkpoints_iterator(
-            layout.checkpoint_dir, min_interval_secs=FINISHED_POLL_SECONDS,
-            timeout=FINISHED_POLL_SECONDS,
-            timeout_fn=lambda: _job_finished_since(layout, marker_at_start)):
+        layout.checkpoint_dir,
+        min_interval_secs=FINISHED_POLL_SECONDS,
+        timeout=FINISHED_POLL_SECONDS,
+        timeout_fn=lambda: _job_finished_since(layout, marker_at_start),
+    ):
         evaluate(path)
         last_evaluated = path
     final = tf.train.latest_checkpoint(layout.checkpoint_dir)

@@ -86,8 +86,7 @@ def parse_tf_config(environ: Mapping[str, str]) -> ClusterInfo:
     return ClusterInfo(cluster=cluster, task_type=task_type, task_id=task_id)
 
 
-def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int,
-                    tpu: str | None, logical_cpus: int = 1) -> str:
+def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int, tpu: str | None, logical_cpus: int = 1) -> str:
     """Returns the strategy kind for this environment, or raises StrategyError.
 
     Explicit requests are checked against the environment, because a mismatch
@@ -95,9 +94,12 @@ def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int,
     inside TensorFlow with a far less helpful message.
     """
     if requested == AUTO:
-        return auto_strategy(tpu=bool(tpu), parameter_servers=cluster.num_ps,
-                             training_machines=cluster.num_workers,
-                             devices_per_machine=max(num_gpus, logical_cpus))
+        return auto_strategy(
+            tpu=bool(tpu),
+            parameter_servers=cluster.num_ps,
+            training_machines=cluster.num_workers,
+            devices_per_machine=max(num_gpus, logical_cpus),
+        )
     if requested == TPU:
         if not tpu:
             raise StrategyError("--strategy tpu needs --tpu NAME or --tpu local")
@@ -108,8 +110,7 @@ def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int,
         return TPU
     if requested == PARAMETER_SERVER:
         if cluster.num_ps == 0 or not cluster.cluster.get(CHIEF):
-            raise StrategyError(
-                f"{PARAMETER_SERVER} needs TF_CONFIG with a chief, workers and at least one ps")
+            raise StrategyError(f"{PARAMETER_SERVER} needs TF_CONFIG with a chief, workers and at least one ps")
         return PARAMETER_SERVER
     if requested == MULTI_WORKER_MIRRORED:
         if cluster.num_ps > 0:
@@ -119,7 +120,8 @@ def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int,
         if cluster.num_workers > 1 or cluster.num_ps > 0:
             raise StrategyError(
                 f"{requested} is single-machine but TF_CONFIG describes a cluster; "
-                f"use {MULTI_WORKER_MIRRORED}, {PARAMETER_SERVER} or {AUTO}")
+                f"use {MULTI_WORKER_MIRRORED}, {PARAMETER_SERVER} or {AUTO}"
+            )
         return requested
     raise StrategyError(f"unknown strategy {requested!r}")
 
@@ -163,8 +165,7 @@ def configure_logical_cpus(count: int) -> None:
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
 
 
 def build_strategy(kind: str, tpu: str | None = None) -> tf.distribute.Strategy:
@@ -188,8 +189,7 @@ def build_strategy(kind: str, tpu: str | None = None) -> tf.distribute.Strategy:
         # No GPU: mirror over the logical CPU devices (tests) instead of
         # silently falling back to a single replica.
         cpus = [device.name for device in tf.config.list_logical_devices("CPU")]
-        return tf.distribute.MirroredStrategy(
-            devices=cpus, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        return tf.distribute.MirroredStrategy(devices=cpus, cross_device_ops=tf.distribute.ReductionToOneDevice())
     if kind == ONE_DEVICE:
         # The default strategy, not OneDeviceStrategy: tf-keras' BackupAndRestore
         # rejects OneDeviceStrategy. The default one places work on GPU:0 when

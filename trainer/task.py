@@ -47,8 +47,7 @@ def _locally_finished(job_dir: str) -> bool:
 
 def run(config: TrainerConfig) -> int:
     if not config.overwrite and _locally_finished(config.job_dir):
-        log.info("%s holds a finished job; nothing to do (pass --overwrite to train again)",
-                 config.job_dir)
+        log.info("%s holds a finished job; nothing to do (pass --overwrite to train again)", config.job_dir)
         return 0
     if _missing_local_data(config.data):
         return _fail(f"--data {config.data}: no such file or directory")
@@ -63,8 +62,7 @@ def run(config: TrainerConfig) -> int:
         return _fail(str(error))
     layout = JobLayout.from_config(config)
     if not config.overwrite and jobdir.finished_metrics(layout) is not None:
-        log.info("%s holds a finished job; nothing to do (pass --overwrite to train again)",
-                 layout.root)
+        log.info("%s holds a finished job; nothing to do (pass --overwrite to train again)", layout.root)
         return 0
     try:
         source = describe_data(config)
@@ -82,15 +80,18 @@ def run(config: TrainerConfig) -> int:
     except StrategyError as error:
         return _fail(str(error))
     training.finish(metrics, layout)
-    log.info("done: loss=%s accuracy=%s examples/s=%s", metrics["final_loss"],
-             metrics["final_accuracy"], metrics["examples_per_second"])
+    log.info(
+        "done: loss=%s accuracy=%s examples/s=%s",
+        metrics["final_loss"],
+        metrics["final_accuracy"],
+        metrics["examples_per_second"],
+    )
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Checkpoint saves log one INFO line per shard callback; keep the logs readable.
     logging.getLogger("absl").setLevel(logging.WARNING)
     # MultiWorkerMirroredStrategy logs every all-reduce it builds at INFO.

@@ -10,7 +10,8 @@ import logging
 import time
 from typing import Any
 
-from trainer import checkpointing, data, jobdir, strategy as strategies
+from trainer import checkpointing, data, jobdir
+from trainer import strategy as strategies
 from trainer.checkpointing import RunRecord
 from trainer.config import TrainerConfig
 from trainer.contract import FINISHED
@@ -39,18 +40,19 @@ def steady_examples_per_second(record: RunRecord, global_batch: int) -> float | 
     return sum(steps) * global_batch / sum(seconds)
 
 
-def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
-                 source: DataSource) -> dict[str, Any]:
+def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout, source: DataSource) -> dict[str, Any]:
     """Trains on this node; returns metrics (written to metrics.json by the chief)."""
     import tensorflow as tf
     import tf_keras as keras
 
     strategies.configure_logical_cpus(config.logical_cpus)
     num_gpus = len(tf.config.list_physical_devices("GPU"))
-    kind = strategies.choose_strategy(config.strategy, cluster, num_gpus, config.tpu,
-                                      config.logical_cpus)
-    precision = (strategies.default_precision(kind, num_gpus, strategies.cpu_has_bf16())
-                 if config.precision == "auto" else config.precision)
+    kind = strategies.choose_strategy(config.strategy, cluster, num_gpus, config.tpu, config.logical_cpus)
+    precision = (
+        strategies.default_precision(kind, num_gpus, strategies.cpu_has_bf16())
+        if config.precision == "auto"
+        else config.precision
+    )
     keras.mixed_precision.set_global_policy(precision)
     keras.utils.set_random_seed(config.seed)
     strategy = strategies.build_strategy(kind, config.tpu)
@@ -64,32 +66,35 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     # see docs/trainer.md), so auto enables it only for a single GPU. Multi-device
     # strategies would put the all-reduce inside the compiled step, and TPUs
     # compile with XLA anyway.
-    use_xla = config.xla == "on" or (config.xla == "auto" and kind == strategies.ONE_DEVICE
-                                     and num_gpus > 0)
-    log.info("strategy=%s replicas=%d global_batch=%d steps_per_epoch=%d "
-             "steps_per_execution=%d precision=%s xla=%s", kind, replicas, global_batch,
-             steps, steps_per_execution, precision, use_xla)
+    use_xla = config.xla == "on" or (config.xla == "auto" and kind == strategies.ONE_DEVICE and num_gpus > 0)
+    log.info(
+        "strategy=%s replicas=%d global_batch=%d steps_per_epoch=%d steps_per_execution=%d precision=%s xla=%s",
+        kind,
+        replicas,
+        global_batch,
+        steps,
+        steps_per_execution,
+        precision,
+        use_xla,
+    )
 
     with strategy.scope():
         model = build_and_compile(config, source, steps_per_execution, use_xla)
 
     record = RunRecord()
     save_freq = checkpointing.backup_save_frequency(
-        config.save_every_steps, steps_per_execution, kind == strategies.PARAMETER_SERVER)
-    callbacks = checkpointing.make_callbacks(strategy, layout, record, save_freq,
-                                             task_type, task_id)
-    train_input = keras.utils.experimental.DatasetCreator(
-        data.make_input_fn(config, source, steps, training=True))
+        config.save_every_steps, steps_per_execution, kind == strategies.PARAMETER_SERVER
+    )
+    callbacks = checkpointing.make_callbacks(strategy, layout, record, save_freq, task_type, task_id)
+    train_input = keras.utils.experimental.DatasetCreator(data.make_input_fn(config, source, steps, training=True))
     started = time.perf_counter()
-    model.fit(train_input, epochs=config.epochs, steps_per_epoch=steps,
-              callbacks=callbacks, verbose=2)
+    model.fit(train_input, epochs=config.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=2)
     train_seconds = time.perf_counter() - started
 
     eval_loss = eval_accuracy = None
     eval_steps = config.eval_steps or source.num_eval_examples // global_batch
     if eval_steps > 0:
-        eval_input = keras.utils.experimental.DatasetCreator(
-            data.make_input_fn(config, source, steps, training=False))
+        eval_input = keras.utils.experimental.DatasetCreator(data.make_input_fn(config, source, steps, training=False))
         eval_loss, eval_accuracy = model.evaluate(eval_input, steps=eval_steps, verbose=2)
 
     checkpointing.export_model(model, strategy, layout, task_type, task_id)
@@ -111,8 +116,11 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         "strategy": kind,
         "replicas": replicas,
         # Under parameter servers the chief only coordinates; workers do the steps.
-        "workers": (len(cluster.cluster.get("worker", [])) if kind == strategies.PARAMETER_SERVER
-                    else max(1, cluster.num_workers)),
+        "workers": (
+            len(cluster.cluster.get("worker", []))
+            if kind == strategies.PARAMETER_SERVER
+            else max(1, cluster.num_workers)
+        ),
         "parameter_servers": cluster.num_ps,
         "batch_size_per_replica": config.batch_size_per_replica,
         "global_batch_size": global_batch,
@@ -133,16 +141,16 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         "eval_loss": eval_loss,
         "eval_accuracy": eval_accuracy,
         "examples_per_second": steady,
-        "examples_per_second_all_epochs": (total_steps * global_batch / sum(record.epoch_seconds)
-                                           if record.epoch_seconds else None),
+        "examples_per_second_all_epochs": (
+            total_steps * global_batch / sum(record.epoch_seconds) if record.epoch_seconds else None
+        ),
         "train_seconds": train_seconds,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "_writer": checkpointing.is_writer(strategy),
     }
 
 
-def build_and_compile(config: TrainerConfig, source: DataSource, steps_per_execution: int,
-                      use_xla: bool) -> Any:
+def build_and_compile(config: TrainerConfig, source: DataSource, steps_per_execution: int, use_xla: bool) -> Any:
     from trainer import model as models
 
     network = models.build_model(config.model, config.image_size, source.num_classes)

@@ -7,8 +7,8 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH, Bound
 from trainstack.config import StackConfig
@@ -64,14 +64,27 @@ def _summary(stack: ResolvedStack) -> str:
 def _describe(resource_inputs: dict[str, object]) -> str:
     """The arguments a reader checks first: machine, accelerators, zone, scheduling."""
     shown = []
-    for key in ("machineType", "acceleratorType", "guestAccelerators", "zone", "location", "region", "scheduling", "schedulingConfig", "role", "service"):
+    for key in (
+        "machineType",
+        "acceleratorType",
+        "guestAccelerators",
+        "zone",
+        "location",
+        "region",
+        "scheduling",
+        "schedulingConfig",
+        "role",
+        "service",
+    ):
         if key in resource_inputs and resource_inputs[key] not in (None, [], {}):
             value = resource_inputs[key]
             if isinstance(value, list) and value and isinstance(value[0], dict):
                 value = ", ".join(f"{v.get('count')} x {v.get('type')}" for v in value)
             elif isinstance(value, dict):
                 value = ",".join(f"{k}={v}" for k, v in value.items() if k != "maxRunDuration") + (
-                    f",maxRunSeconds={value['maxRunDuration'].get('seconds')}" if isinstance(value.get("maxRunDuration"), dict) else ""
+                    f",maxRunSeconds={value['maxRunDuration'].get('seconds')}"
+                    if isinstance(value.get("maxRunDuration"), dict)
+                    else ""
                 )
             shown.append(f"{key}={value}")
     return " ".join(shown)
@@ -124,7 +137,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     changes = compare(previous, document) if previous is not None else None
     if args.json:
         if changes is not None:
-            document["changes"] = [{"action": c.action, "type": c.type, "name": c.name, "keys": list(c.keys), "loses_work": c.loud} for c in changes]
+            document["changes"] = [
+                {"action": c.action, "type": c.type, "name": c.name, "keys": list(c.keys), "loses_work": c.loud}
+                for c in changes
+            ]
         json.dump(document, sys.stdout, indent=2, sort_keys=True)
         print()
     else:
@@ -135,7 +151,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             _print_changes(args.against, changes)
     if changes is not None and any(c.loud for c in changes):
         lost = [c for c in changes if c.loud]
-        print(f"WARNING: against {args.against}, `pulumi up` would delete or replace {len(lost)} resource(s) that hold work:", file=sys.stderr)
+        print(
+            f"WARNING: against {args.against}, `pulumi up` would delete or replace {len(lost)} resource(s) that hold work:",
+            file=sys.stderr,
+        )
         for change in lost:
             print(f"  {change.action} {change.type} {change.name}", file=sys.stderr)
     return 0
@@ -152,7 +171,9 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     if cfg.settings.cluster is None:
-        print(f"trainstack: stack {cfg.stack} has no trainstack:cluster; `local` runs a training cluster", file=sys.stderr)
+        print(
+            f"trainstack: stack {cfg.stack} has no trainstack:cluster; `local` runs a training cluster", file=sys.stderr
+        )
         return 1
     overrides = {
         flag: str(value)
@@ -167,7 +188,9 @@ def cmd_local(args: argparse.Namespace) -> int:
     }
     workdir = args.workdir or Path(".trainstack-local") / cfg.stack
     cluster = cfg.settings.cluster
-    print(f"trainstack local: stack {cfg.stack}, {1 + cluster.worker_count + cluster.ps_count} nodes, work directory {workdir}")
+    print(
+        f"trainstack local: stack {cfg.stack}, {1 + cluster.worker_count + cluster.ps_count} nodes, work directory {workdir}"
+    )
     try:
         result = run_local(cfg, workdir, TrainerOverrides(overrides), fresh=args.fresh, timeout=args.timeout)
     except WorkdirError as error:
@@ -196,12 +219,24 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(func=cmd_plan)
     local = sub.add_parser("local", help="run the stack's cluster on this machine with its own boot scripts (CPU only)")
     _add_stack_arguments(local)
-    local.add_argument("--workdir", type=Path, help="where the stand-in bucket and node state live (default .trainstack-local/<stack>)")
-    local.add_argument("--fresh", action="store_true", help="delete the work directory first (its checkpoints and models too); only a directory trainstack local made")
+    local.add_argument(
+        "--workdir", type=Path, help="where the stand-in bucket and node state live (default .trainstack-local/<stack>)"
+    )
+    local.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete the work directory first (its checkpoints and models too); only a directory trainstack local made",
+    )
     local.add_argument(FLAGS.epochs, type=_bounded_int(EPOCHS), help="override the job's epochs")
-    local.add_argument(FLAGS.steps_per_epoch, type=_bounded_int(STEPS_PER_EPOCH), help="override the job's steps per epoch")
+    local.add_argument(
+        FLAGS.steps_per_epoch, type=_bounded_int(STEPS_PER_EPOCH), help="override the job's steps per epoch"
+    )
     local.add_argument(FLAGS.image_size, type=_bounded_int(IMAGE_SIZE), help="override the job's image size")
-    local.add_argument(FLAGS.batch_size_per_replica, type=_bounded_int(BATCH_SIZE_PER_REPLICA), help="override the job's per-replica batch")
+    local.add_argument(
+        FLAGS.batch_size_per_replica,
+        type=_bounded_int(BATCH_SIZE_PER_REPLICA),
+        help="override the job's per-replica batch",
+    )
     local.add_argument("--data", help="a local data path instead of the job's data")
     local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
     local.set_defaults(func=cmd_local)

@@ -214,7 +214,11 @@ class Job(_Strict):
     @field_validator("name")
     @classmethod
     def _job_name_rules(cls, name: str) -> str:
-        return _full_match(JOB_NAME_PATTERN, name, "a valid job name: use letters, digits and underscores, start with a letter, at most 128 characters")
+        return _full_match(
+            JOB_NAME_PATTERN,
+            name,
+            "a valid job name: use letters, digits and underscores, start with a letter, at most 128 characters",
+        )
 
     @field_validator("data")
     @classmethod
@@ -230,7 +234,9 @@ class Job(_Strict):
     def _args_set_nothing_the_stack_sets(cls, args: list[str]) -> list[str]:
         for arg in args:
             if len(arg) > MAX_ARG_CHARS or any(not c.isprintable() for c in arg):
-                raise ValueError(f"{shorten(arg)}: each argument is printable text of at most {MAX_ARG_CHARS} characters")
+                raise ValueError(
+                    f"{shorten(arg)}: each argument is printable text of at most {MAX_ARG_CHARS} characters"
+                )
             flag = arg.split("=", 1)[0]
             if flag in STACK_SET_FLAGS:
                 raise ValueError(f"{flag} is set by the stack, not by job.args; use {STACK_SET_FLAGS[flag]}")
@@ -243,12 +249,16 @@ class Budget(_Strict):
     billing_account: str
     # In the billing account's own currency (the budget names none, so Google uses the account's).
     monthly_usd: Annotated[float, Field(gt=0, le=100_000_000)]
-    thresholds: list[Annotated[float, Field(gt=0, le=2)]] = Field(default_factory=lambda: [0.5, 0.9, 1.0], max_length=20)
+    thresholds: list[Annotated[float, Field(gt=0, le=2)]] = Field(
+        default_factory=lambda: [0.5, 0.9, 1.0], max_length=20
+    )
 
     @field_validator("billing_account")
     @classmethod
     def _billing_account_format(cls, account: str) -> str:
-        return _full_match(BILLING_ACCOUNT_PATTERN, account, "a billing account id: expected the form 012345-6789AB-CDEF01")
+        return _full_match(
+            BILLING_ACCOUNT_PATTERN, account, "a billing account id: expected the form 012345-6789AB-CDEF01"
+        )
 
 
 class Storage(_Strict):
@@ -287,14 +297,20 @@ class Settings(_Strict):
     @classmethod
     def _label_rules(cls, labels: dict[str, str]) -> dict[str, str]:
         if len(labels) > MAX_USER_LABELS:
-            raise ValueError(f"{len(labels)} labels: Google Cloud allows 64 per resource and trainstack sets 2, so at most {MAX_USER_LABELS}")
+            raise ValueError(
+                f"{len(labels)} labels: Google Cloud allows 64 per resource and trainstack sets 2, so at most {MAX_USER_LABELS}"
+            )
         for key, value in labels.items():
             if not LABEL_KEY_PATTERN.fullmatch(key):
-                raise ValueError(f"label key {shorten(key)}: lowercase letters, digits, '_' and '-', starting with a letter, at most 63 characters")
+                raise ValueError(
+                    f"label key {shorten(key)}: lowercase letters, digits, '_' and '-', starting with a letter, at most 63 characters"
+                )
             if key.startswith(RESERVED_LABEL_PREFIX):
                 raise ValueError(f"label key {key}: keys starting with {RESERVED_LABEL_PREFIX!r} are set by trainstack")
             if not LABEL_VALUE_PATTERN.fullmatch(value):
-                raise ValueError(f"label {key}={shorten(value)}: values are lowercase letters, digits, '_' and '-', at most 63 characters")
+                raise ValueError(
+                    f"label {key}={shorten(value)}: values are lowercase letters, digits, '_' and '-', at most 63 characters"
+                )
         return labels
 
 
@@ -434,7 +450,12 @@ def parse_stack_config(stack: str, config: Mapping[str, Any]) -> StackConfig:
     project = config.get("gcp:project")
     region = config.get("gcp:region")
     if not isinstance(project, str) or not PROJECT_ID_PATTERN.fullmatch(project):
-        problems.append(Problem("gcp:project", f"a Google Cloud project id is required (6-30 lowercase letters, digits, hyphens), got {shorten(project)}"))
+        problems.append(
+            Problem(
+                "gcp:project",
+                f"a Google Cloud project id is required (6-30 lowercase letters, digits, hyphens), got {shorten(project)}",
+            )
+        )
     if not isinstance(region, str) or not REGION_PATTERN.fullmatch(region):
         problems.append(Problem("gcp:region", f"a region such as us-central1 is required, got {shorten(region)}"))
 
@@ -445,7 +466,12 @@ def parse_stack_config(stack: str, config: Mapping[str, Any]) -> StackConfig:
         problems.extend(problems_from_validation_error(error))
 
     if settings is not None and not (settings.cluster or settings.tpu or settings.notebook):
-        problems.append(Problem(f"{NAMESPACE}:cluster", "a stack needs at least one of trainstack:cluster, trainstack:tpu, trainstack:notebook"))
+        problems.append(
+            Problem(
+                f"{NAMESPACE}:cluster",
+                "a stack needs at least one of trainstack:cluster, trainstack:tpu, trainstack:notebook",
+            )
+        )
     if problems or settings is None:
         raise StackConfigError(problems)
     assert isinstance(project, str) and isinstance(region, str)

@@ -150,7 +150,12 @@ def prepare_local_environment(env_dir: Path, stamp: str) -> None:
     if marker.exists() and marker.read_text().strip() == stamp:
         return
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
-    site_packages = Path(subprocess.check_output([str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    site_packages = Path(
+        subprocess.check_output(
+            [str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            text=True,
+        ).strip()
+    )
     (site_packages / "trainstack-host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     marker.write_text(stamp + "\n")
 
@@ -202,16 +207,24 @@ class LocalRun:
         self.script = self.workdir / "cluster-node.sh"
         args = tuple(overrides.apply(list(cluster.trainer_args)))
         self.nodes = [
-            LocalNode(node, scripts.node_metadata(cluster, node, str(self.bucket), cfg.settings.job.name, args), self.workdir / "nodes" / node.name / "state")
+            LocalNode(
+                node,
+                scripts.node_metadata(cluster, node, str(self.bucket), cfg.settings.job.name, args),
+                self.workdir / "nodes" / node.name / "state",
+            )
             for node in cluster.nodes
         ]
         self.project_attributes: dict[str, str] = {}
         if cluster.tf_cluster:
             # The same cluster as on the cloud, with loopback ports for internal DNS names.
             ports = free_loopback_ports(len(cluster.nodes))
-            local_cluster = contract.tf_cluster((node.role, f"127.0.0.1:{port}") for node, port in zip(cluster.nodes, ports))
+            local_cluster = contract.tf_cluster(
+                (node.role, f"127.0.0.1:{port}") for node, port in zip(cluster.nodes, ports, strict=True)
+            )
             self.project_attributes[cluster.tf_cluster_metadata_key] = json.dumps(local_cluster)
-        self.server = MetadataServer({n.name: n.metadata for n in self.nodes}, self.project_attributes, cfg.settings.zone)
+        self.server = MetadataServer(
+            {n.name: n.metadata for n in self.nodes}, self.project_attributes, cfg.settings.zone
+        )
         self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS)
 
     def prepare(self) -> None:
@@ -249,7 +262,9 @@ class LocalRun:
         self.started_at = time.time()
         for local_node in self.nodes:
             # Own process group: killing it takes the trainer down too, as a host restart does.
-            local_node.process = self.supervisor.start(local_node.name, ["bash", str(self.script)], env=self._environment(local_node), cwd=local_node.state_dir)
+            local_node.process = self.supervisor.start(
+                local_node.name, ["bash", str(self.script)], env=self._environment(local_node), cwd=local_node.state_dir
+            )
             local_node.lines = self.supervisor.lines(local_node.name)
         return self
 
@@ -315,13 +330,24 @@ def clear_workdir(workdir: Path) -> None:
     resolved = workdir.resolve()
     protected = {Path.cwd().resolve(), REPOSITORY.resolve(), Path.home().resolve()}
     if any(resolved == p or resolved in p.parents for p in protected):
-        raise WorkdirError(f"{workdir} holds {', '.join(str(p) for p in sorted(protected) if resolved == p or resolved in p.parents)}; not deleting it")
+        raise WorkdirError(
+            f"{workdir} holds {', '.join(str(p) for p in sorted(protected) if resolved == p or resolved in p.parents)}; not deleting it"
+        )
     if not (resolved / WORKDIR_MARKER).is_file():
-        raise WorkdirError(f"{workdir} has no {WORKDIR_MARKER} file, so trainstack local did not make it; not deleting it")
+        raise WorkdirError(
+            f"{workdir} has no {WORKDIR_MARKER} file, so trainstack local did not make it; not deleting it"
+        )
     shutil.rmtree(resolved)
 
 
-def run_local(cfg: StackConfig, workdir: Path, overrides: TrainerOverrides, fresh: bool = False, echo: bool = True, timeout: float | None = None) -> LocalRunResult:
+def run_local(
+    cfg: StackConfig,
+    workdir: Path,
+    overrides: TrainerOverrides,
+    fresh: bool = False,
+    echo: bool = True,
+    timeout: float | None = None,
+) -> LocalRunResult:
     if fresh:
         clear_workdir(workdir)
     return LocalRun(cfg, workdir, overrides, echo).start().wait(timeout)
@@ -351,4 +377,3 @@ def exit_code(result: LocalRunResult) -> int:
         return 0
     code = (result.job_status or {}).get("exit_code")
     return code if isinstance(code, int) and code > 0 else 1
-

@@ -70,7 +70,9 @@ class Plan:
         the document stays readable and two plans of one stack are byte-identical."""
         return {
             "stack": self.stack,
-            "resources": [{"type": r.type, "name": r.name, "inputs": _scripts_as_hashes(r.inputs)} for r in self.resources],
+            "resources": [
+                {"type": r.type, "name": r.name, "inputs": _scripts_as_hashes(r.inputs)} for r in self.resources
+            ],
             "hourly_usd": self.hourly_usd,
             "nodes": [{"name": c.name, "description": c.description, "hourly_usd": c.usd_per_hour} for c in self.costs],
             "outputs": self.outputs,
@@ -90,7 +92,10 @@ def text_digest(text: str) -> str:
 
 def _scripts_as_hashes(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: text_digest(v) if k in SCRIPT_INPUTS and isinstance(v, str) else _scripts_as_hashes(v) for k, v in value.items()}
+        return {
+            k: text_digest(v) if k in SCRIPT_INPUTS and isinstance(v, str) else _scripts_as_hashes(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_scripts_as_hashes(v) for v in value]
     return value
@@ -101,7 +106,11 @@ def _computed_state(type_token: str, inputs: dict[str, Any], project: str) -> di
     name = inputs.get("name", "")
     if type_token == "gcp:serviceaccount/account:Account":
         email = f"{inputs['accountId']}@{inputs.get('project', project)}.iam.gserviceaccount.com"
-        return {"email": email, "member": f"serviceAccount:{email}", "name": f"projects/{project}/serviceAccounts/{email}"}
+        return {
+            "email": email,
+            "member": f"serviceAccount:{email}",
+            "name": f"projects/{project}/serviceAccounts/{email}",
+        }
     if type_token == "gcp:storage/bucket:Bucket":
         return {"url": f"gs://{name}", "selfLink": f"https://www.googleapis.com/storage/v1/b/{name}"}
     if type_token == "gcp:projects/serviceIdentity:ServiceIdentity":
@@ -111,7 +120,9 @@ def _computed_state(type_token: str, inputs: dict[str, Any], project: str) -> di
     if type_token == "gcp:artifactregistry/repository:Repository":
         return {"name": inputs["repositoryId"]}
     if type_token in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router"):
-        return {"selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/{type_token.split(':')[-1].lower()}s/{name}"}
+        return {
+            "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/{type_token.split(':')[-1].lower()}s/{name}"
+        }
     if type_token == "gcp:projects/iAMCustomRole:IAMCustomRole":
         return {"name": f"projects/{inputs.get('project', project)}/roles/{inputs['roleId']}"}
     if type_token == "gcp:tpu/v2Vm:V2Vm":
@@ -132,10 +143,16 @@ def _archive_description(archive: pulumi.Archive | pulumi.Asset) -> Any:
         return {"asset_archive": {name: _archive_description(inner) for name, inner in sorted(archive.assets.items())}}
     if isinstance(archive, (pulumi.FileArchive, pulumi.FileAsset)):
         path = Path(archive.path)
-        files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if path.is_dir() else [path]
+        files = (
+            sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            if path.is_dir()
+            else [path]
+        )
         digest = hashlib.sha256()
         for file in files:
-            digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0" + file.read_bytes())
+            digest.update(
+                str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0" + file.read_bytes()
+            )
         return {"files": path.name, "sha256": digest.hexdigest()[:16]}
     return type(archive).__name__
 
@@ -214,7 +231,14 @@ def run_plan(stack: str, raw_config: Mapping[str, Any]) -> Plan:
     assert isinstance(resolved, ResolvedStack) and isinstance(boot, BootFiles)
     # Registration order depends on the event loop; a sorted plan reads and diffs the same every run.
     resources = sorted(mocks.resources, key=lambda r: (r.type, r.name))
-    return Plan(stack=stack, resources=resources, resolved=resolved, boot=boot, outputs=_resolved_outputs(), notes=plan_notes(resolved))
+    return Plan(
+        stack=stack,
+        resources=resources,
+        resolved=resolved,
+        boot=boot,
+        outputs=_resolved_outputs(),
+        notes=plan_notes(resolved),
+    )
 
 
 def plan_notes(stack: ResolvedStack) -> list[str]:
@@ -222,9 +246,13 @@ def plan_notes(stack: ResolvedStack) -> list[str]:
     tpu = stack.config.settings.tpu
     if tpu is not None and tpu.on_finish is None:
         why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"
-        notes.append(f"tpu.on_finish is not set: the TPU VM will {tpu.effective_on_finish} itself when the job ends ({why})")
+        notes.append(
+            f"tpu.on_finish is not set: the TPU VM will {tpu.effective_on_finish} itself when the job ends ({why})"
+        )
     if not stack.config.settings.storage.delete_on_destroy:
-        notes.append("the bucket is protected: `pulumi destroy --exclude-protected` removes everything else and leaves it")
+        notes.append(
+            "the bucket is protected: `pulumi destroy --exclude-protected` removes everything else and leaves it"
+        )
     return notes
 
 

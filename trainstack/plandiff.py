@@ -23,7 +23,16 @@ from trainstack.errors import Problem, StackConfigError
 REPLACED_WHEN_CHANGED: dict[str, tuple[str, ...]] = {
     "gcp:compute/instance:Instance": ("name", "zone", "project", "bootDisk"),
     "gcp:storage/bucket:Bucket": ("name", "location", "project"),
-    "gcp:tpu/v2Vm:V2Vm": ("name", "zone", "project", "acceleratorType", "runtimeVersion", "networkConfig", "serviceAccount", "schedulingConfig"),
+    "gcp:tpu/v2Vm:V2Vm": (
+        "name",
+        "zone",
+        "project",
+        "acceleratorType",
+        "runtimeVersion",
+        "networkConfig",
+        "serviceAccount",
+        "schedulingConfig",
+    ),
     "gcp:workbench/instance:Instance": ("name", "location", "project"),
     "gcp:serviceaccount/account:Account": ("accountId", "project"),
     "gcp:artifactregistry/repository:Repository": ("repositoryId", "location", "project", "format"),
@@ -75,8 +84,12 @@ def read_plan_json(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
         raise StackConfigError([Problem(where, f"cannot read it as JSON: {str(error)[:200]}")]) from None
     resources = document.get("resources") if isinstance(document, dict) else None
-    if not isinstance(resources, list) or not all(isinstance(r, dict) and {"type", "name", "inputs"} <= set(r) for r in resources):
-        raise StackConfigError([Problem(where, "not a trainstack plan: expected the output of `python -m trainstack plan --json`")])
+    if not isinstance(resources, list) or not all(
+        isinstance(r, dict) and {"type", "name", "inputs"} <= set(r) for r in resources
+    ):
+        raise StackConfigError(
+            [Problem(where, "not a trainstack plan: expected the output of `python -m trainstack plan --json`")]
+        )
     return dict(document)
 
 

@@ -138,7 +138,9 @@ class ResolvedStack:
 
 
 # --- Prices ------------------------------------------------------------------------------
-def machine_hourly_usd(catalog: Catalog, machine_type: str, accelerator: Accelerator | None, spot: bool, disk_gb: int, disk_type: str) -> float | None:
+def machine_hourly_usd(
+    catalog: Catalog, machine_type: str, accelerator: Accelerator | None, spot: bool, disk_gb: int, disk_type: str
+) -> float | None:
     """Machine, GPUs and boot disk per hour at the catalog's list prices; None when a part has none."""
     machine = catalog.machine_types.get(machine_type)
     price = None if machine is None else (machine.spot_usd_hr if spot else machine.on_demand_usd_hr)
@@ -202,7 +204,16 @@ def _external_data_bucket(data: str, own_bucket: str) -> str | None:
 
 
 # --- Resolution ----------------------------------------------------------------------------------
-def _cluster_node(cfg: StackConfig, catalog: Catalog, role: str, index: int, spec: NodeSpec | None, machine_type: str, spot: bool, disk_gb: int) -> ClusterNode:
+def _cluster_node(
+    cfg: StackConfig,
+    catalog: Catalog,
+    role: str,
+    index: int,
+    spec: NodeSpec | None,
+    machine_type: str,
+    spot: bool,
+    disk_gb: int,
+) -> ClusterNode:
     machine = catalog.machine_types[machine_type]
     accelerator = effective_accelerator(machine_type, spec.accelerator if spec else None, catalog)
     name = contract.node_name(role, index)
@@ -233,15 +244,23 @@ def _resolve_cluster(cfg: StackConfig, catalog: Catalog) -> ResolvedCluster | No
     nodes = [_cluster_node(cfg, catalog, contract.CHIEF, 0, chief, chief.machine_type, chief.spot, chief.disk_gb)]
     if cluster.workers is not None:
         pool = cluster.workers
-        nodes += [_cluster_node(cfg, catalog, contract.WORKER, i, pool, pool.machine_type, pool.spot, pool.disk_gb) for i in range(pool.count)]
+        nodes += [
+            _cluster_node(cfg, catalog, contract.WORKER, i, pool, pool.machine_type, pool.spot, pool.disk_gb)
+            for i in range(pool.count)
+        ]
     if cluster.parameter_servers is not None:
         ps = cluster.parameter_servers
-        nodes += [_cluster_node(cfg, catalog, contract.PS, i, None, ps.machine_type, ps.spot, ps.disk_gb) for i in range(ps.count)]
+        nodes += [
+            _cluster_node(cfg, catalog, contract.PS, i, None, ps.machine_type, ps.spot, ps.disk_gb)
+            for i in range(ps.count)
+        ]
     strategy = resolved_strategy(cluster, catalog)
     tf_cluster: dict[str, list[str]] = {}
     if strategy not in contract.SINGLE_MACHINE_STRATEGIES:
         zone, project = cfg.settings.zone, cfg.project
-        tf_cluster = contract.tf_cluster((n.role, f"{internal_hostname(n.vm_name, zone, project)}:{cluster.port}") for n in nodes)
+        tf_cluster = contract.tf_cluster(
+            (n.role, f"{internal_hostname(n.vm_name, zone, project)}:{cluster.port}") for n in nodes
+        )
     return ResolvedCluster(
         settings=cluster,
         strategy=strategy,
@@ -284,7 +303,9 @@ def _resolve_notebook(cfg: StackConfig, catalog: Catalog) -> ResolvedNotebook | 
         return None
     accelerator = effective_accelerator(notebook.machine_type, notebook.accelerator, catalog)
     instance_name = contract.vm_name(cfg.name, contract.NOTEBOOK_NODE)
-    price = machine_hourly_usd(catalog, notebook.machine_type, accelerator, False, notebook.disk_gb, WORKBENCH_DISK_TYPE)
+    price = machine_hourly_usd(
+        catalog, notebook.machine_type, accelerator, False, notebook.disk_gb, WORKBENCH_DISK_TYPE
+    )
     return ResolvedNotebook(
         instance_name=instance_name,
         machine_type=notebook.machine_type,

@@ -53,10 +53,19 @@ def check_machine(
     machine = catalog.machine_types.get(machine_type)
     if machine is None:
         close = difflib.get_close_matches(machine_type, list(catalog.machine_types), n=5, cutoff=0.5)
-        hint = f"did you mean: {_join(close)}" if close else f"known series: {_join(sorted({m.series for m in catalog.machine_types.values()}))}"
+        hint = (
+            f"did you mean: {_join(close)}"
+            if close
+            else f"known series: {_join(sorted({m.series for m in catalog.machine_types.values()}))}"
+        )
         return [Problem(f"{key}.machine_type", f"unknown machine type {machine_type!r}; {hint}")]
     if not spot and not machine.on_demand_allowed:
-        return [Problem(f"{key}.spot", f"{machine_type} cannot be created on demand, only as Spot (or with a reservation); set spot: true or pick another machine type")]
+        return [
+            Problem(
+                f"{key}.spot",
+                f"{machine_type} cannot be created on demand, only as Spot (or with a reservation); set spot: true or pick another machine type",
+            )
+        ]
 
     if accelerator is None:
         return []
@@ -66,7 +75,12 @@ def check_machine(
     if gpu is None:
         return [Problem(f"{accel_key}.type", f"unknown GPU type {accelerator.type!r}; valid types: {_join(available)}")]
     if gpu.retired:
-        return [Problem(f"{accel_key}.type", f"{gpu.name} ({gpu.display_name}) is retired and no zone offers it ({gpu.note}); valid types: {_join(available)}")]
+        return [
+            Problem(
+                f"{accel_key}.type",
+                f"{gpu.name} ({gpu.display_name}) is retired and no zone offers it ({gpu.note}); valid types: {_join(available)}",
+            )
+        ]
 
     problems: list[Problem] = []
     if gpu.attach == "n1":
@@ -88,7 +102,11 @@ def check_machine(
     zones = catalog.gpu_zones.get(gpu.name, frozenset())
     if zone not in zones:
         same_region = sorted(z for z in zones if _region_of(z) == _region_of(zone))
-        where = f"zones in {_region_of(zone)} that offer it: {_join(same_region)}" if same_region else f"zones that offer it: {_join(sorted(zones))}"
+        where = (
+            f"zones in {_region_of(zone)} that offer it: {_join(same_region)}"
+            if same_region
+            else f"zones that offer it: {_join(sorted(zones))}"
+        )
         problems.append(Problem(f"{accel_key}.type", f"{gpu.name} is not offered in zone {zone}; {where}"))
     return problems
 
@@ -98,7 +116,11 @@ def _check_n1_attachment(key: str, machine_type: str, accelerator: Accelerator, 
     gpu = accelerator.type
     limits = catalog.n1_gpu_limits.get(gpu, {})
     if machine.series != "n1":
-        n1_fits = [m.name for m in catalog.machine_types.values() if m.series == "n1" and _fits(m.vcpus, m.memory_gb, limits.get(accelerator.count))]
+        n1_fits = [
+            m.name
+            for m in catalog.machine_types.values()
+            if m.series == "n1" and _fits(m.vcpus, m.memory_gb, limits.get(accelerator.count))
+        ]
         return [
             Problem(
                 f"{key}.machine_type",
@@ -106,7 +128,12 @@ def _check_n1_attachment(key: str, machine_type: str, accelerator: Accelerator, 
             )
         ]
     if accelerator.count not in limits:
-        return [Problem(f"{key}.accelerator.count", f"{accelerator.count} x {gpu} is not a valid count; valid counts: {_join(sorted(limits))}")]
+        return [
+            Problem(
+                f"{key}.accelerator.count",
+                f"{accelerator.count} x {gpu} is not a valid count; valid counts: {_join(sorted(limits))}",
+            )
+        ]
     if not _fits(machine.vcpus, machine.memory_gb, limits[accelerator.count]):
         valid = sorted(c for c, limit in limits.items() if _fits(machine.vcpus, machine.memory_gb, limit))
         limit = limits[accelerator.count]
@@ -133,22 +160,38 @@ def check_cluster(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
     chief, workers = cluster.chief, cluster.workers
     problems = check_machine(f"{key}.chief", chief.machine_type, chief.accelerator, zone, catalog, chief.spot)
     if workers is not None:
-        problems += check_machine(f"{key}.workers", workers.machine_type, workers.accelerator, zone, catalog, workers.spot)
+        problems += check_machine(
+            f"{key}.workers", workers.machine_type, workers.accelerator, zone, catalog, workers.spot
+        )
     if cluster.parameter_servers is not None:
         ps = cluster.parameter_servers
         problems += check_machine(f"{key}.parameter_servers", ps.machine_type, None, zone, catalog, ps.spot)
         machine = catalog.machine_types.get(ps.machine_type)
         if machine is not None and machine.builtin_gpu:
-            problems.append(Problem(f"{key}.parameter_servers.machine_type", f"{ps.machine_type} carries GPUs that parameter servers do not use; choose a CPU machine type such as n1-highmem-8"))
+            problems.append(
+                Problem(
+                    f"{key}.parameter_servers.machine_type",
+                    f"{ps.machine_type} carries GPUs that parameter servers do not use; choose a CPU machine type such as n1-highmem-8",
+                )
+            )
 
     # One cluster, one zone: every GPU type it uses must be offered there, as AI Platform
     # Training required (https://cloud.google.com/ai-platform/training/docs/using-gpus).
     gpu_types = sorted(
-        {a.type for a in (cluster.chief.accelerator, cluster.workers.accelerator if cluster.workers else None) if a is not None and a.type in catalog.gpus}
+        {
+            a.type
+            for a in (cluster.chief.accelerator, cluster.workers.accelerator if cluster.workers else None)
+            if a is not None and a.type in catalog.gpus
+        }
     )
     if len(gpu_types) > 1 and any(zone not in catalog.gpu_zones.get(g, frozenset()) for g in gpu_types):
         shared = sorted(frozenset.intersection(*(catalog.gpu_zones.get(g, frozenset()) for g in gpu_types)))
-        problems.append(Problem(f"{NAMESPACE}:zone", f"all GPU types of one cluster ({_join(gpu_types)}) must be offered in its zone {zone}; zones offering all of them: {_join(shared) or 'none'}"))
+        problems.append(
+            Problem(
+                f"{NAMESPACE}:zone",
+                f"all GPU types of one cluster ({_join(gpu_types)}) must be offered in its zone {zone}; zones offering all of them: {_join(shared) or 'none'}",
+            )
+        )
 
     problems += _check_strategy(cluster, catalog)
     return problems
@@ -159,16 +202,35 @@ def _check_strategy(cluster: Cluster, catalog: Catalog) -> list[Problem]:
     strategy = resolved_strategy(cluster, catalog)
     problems: list[Problem] = []
     if strategy in (ONE_DEVICE, MIRRORED) and cluster.worker_count:
-        problems.append(Problem(f"{key}.strategy", f"{strategy} trains on one machine but the cluster has {cluster.worker_count} workers; use {MULTI_WORKER_MIRRORED}, {PARAMETER_SERVER} or {AUTO}"))
+        problems.append(
+            Problem(
+                f"{key}.strategy",
+                f"{strategy} trains on one machine but the cluster has {cluster.worker_count} workers; use {MULTI_WORKER_MIRRORED}, {PARAMETER_SERVER} or {AUTO}",
+            )
+        )
     if strategy != PARAMETER_SERVER and cluster.ps_count:
-        problems.append(Problem(f"{key}.parameter_servers.count", f"strategy {strategy} does not use parameter servers; set strategy: {PARAMETER_SERVER} (or {AUTO}) or remove them"))
+        problems.append(
+            Problem(
+                f"{key}.parameter_servers.count",
+                f"strategy {strategy} does not use parameter servers; set strategy: {PARAMETER_SERVER} (or {AUTO}) or remove them",
+            )
+        )
     if strategy == PARAMETER_SERVER:
         if cluster.ps_count < 1:
-            problems.append(Problem(f"{key}.parameter_servers.count", f"strategy {PARAMETER_SERVER} needs at least 1 parameter server"))
+            problems.append(
+                Problem(
+                    f"{key}.parameter_servers.count", f"strategy {PARAMETER_SERVER} needs at least 1 parameter server"
+                )
+            )
         if cluster.worker_count < 1:
             problems.append(Problem(f"{key}.workers.count", f"strategy {PARAMETER_SERVER} needs at least 1 worker"))
     if strategy == MULTI_WORKER_MIRRORED and cluster.worker_count < 1:
-        problems.append(Problem(f"{key}.workers.count", f"{MULTI_WORKER_MIRRORED} needs at least 1 worker besides the chief; for one machine use {MIRRORED} (or {AUTO})"))
+        problems.append(
+            Problem(
+                f"{key}.workers.count",
+                f"{MULTI_WORKER_MIRRORED} needs at least 1 worker besides the chief; for one machine use {MIRRORED} (or {AUTO})",
+            )
+        )
     if strategy == MULTI_WORKER_MIRRORED and cluster.workers is not None:
         chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
         worker_gpus = effective_accelerator(cluster.workers.machine_type, cluster.workers.accelerator, catalog)
@@ -177,11 +239,21 @@ def _check_strategy(cluster: Cluster, catalog: Catalog) -> list[Problem]:
         if chief_count != worker_count:
             # "All workers need to use the same number of devices, otherwise the behavior is
             # undefined" (https://www.tensorflow.org/api_docs/python/tf/distribute/MultiWorkerMirroredStrategy).
-            problems.append(Problem(f"{key}.workers.accelerator.count", f"{MULTI_WORKER_MIRRORED} needs the same GPU count on the chief and every worker: chief has {chief_count}, workers have {worker_count}"))
+            problems.append(
+                Problem(
+                    f"{key}.workers.accelerator.count",
+                    f"{MULTI_WORKER_MIRRORED} needs the same GPU count on the chief and every worker: chief has {chief_count}, workers have {worker_count}",
+                )
+            )
     if strategy == ONE_DEVICE:
         chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
         if chief_gpus is not None and chief_gpus.count > 1:
-            problems.append(Problem(f"{key}.strategy", f"{ONE_DEVICE} trains on one GPU but the chief has {chief_gpus.count}; use {MIRRORED} or {AUTO} so none sits idle"))
+            problems.append(
+                Problem(
+                    f"{key}.strategy",
+                    f"{ONE_DEVICE} trains on one GPU but the chief has {chief_gpus.count}; use {MIRRORED} or {AUTO} so none sits idle",
+                )
+            )
     return problems
 
 
@@ -195,32 +267,75 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
     found = catalog.tpu_generation_for(tpu.accelerator_type)
     if found is None:
         examples = _join(f"{g.prefix}-{g.valid_suffixes[0]}" for g in catalog.tpu_generations.values())
-        return [Problem(f"{key}.accelerator_type", f"unknown TPU type {tpu.accelerator_type!r}; types look like: {examples}")]
+        return [
+            Problem(
+                f"{key}.accelerator_type", f"unknown TPU type {tpu.accelerator_type!r}; types look like: {examples}"
+            )
+        ]
     generation, size = found
     if size not in generation.valid_suffixes:
-        problems.append(Problem(f"{key}.accelerator_type", f"{tpu.accelerator_type} is not a valid {generation.generation} slice; valid: {_join(f'{generation.prefix}-{s}' for s in generation.valid_suffixes)}"))
+        problems.append(
+            Problem(
+                f"{key}.accelerator_type",
+                f"{tpu.accelerator_type} is not a valid {generation.generation} slice; valid: {_join(f'{generation.prefix}-{s}' for s in generation.valid_suffixes)}",
+            )
+        )
     zones = catalog.tpu_zones_for(generation.generation, size)
     if size in generation.valid_suffixes and zone not in zones:
-        problems.append(Problem(f"{key}.accelerator_type", f"{tpu.accelerator_type} is not offered in zone {zone}; zones that offer it: {_join(zones) or 'none known'}"))
+        problems.append(
+            Problem(
+                f"{key}.accelerator_type",
+                f"{tpu.accelerator_type} is not offered in zone {zone}; zones that offer it: {_join(zones) or 'none known'}",
+            )
+        )
     runtime = catalog.tpu_runtimes.get(tpu.runtime_version)
-    fitting = sorted(r.version for r in catalog.tpu_runtimes.values() if generation.generation in r.generations and r.tensorflow_version)
+    fitting = sorted(
+        r.version
+        for r in catalog.tpu_runtimes.values()
+        if generation.generation in r.generations and r.tensorflow_version
+    )
     if runtime is None:
-        problems.append(Problem(f"{key}.runtime_version", f"unknown TPU runtime {tpu.runtime_version!r}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}"))
+        problems.append(
+            Problem(
+                f"{key}.runtime_version",
+                f"unknown TPU runtime {tpu.runtime_version!r}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}",
+            )
+        )
     elif generation.generation not in runtime.generations:
-        problems.append(Problem(f"{key}.runtime_version", f"{tpu.runtime_version} does not support TPU {generation.generation}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}"))
+        problems.append(
+            Problem(
+                f"{key}.runtime_version",
+                f"{tpu.runtime_version} does not support TPU {generation.generation}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}",
+            )
+        )
     if size in generation.valid_suffixes and generation.is_multi_host(size):
         # The boot script runs the trainer with TPUClusterResolver("local"): one host. A pod
         # slice runs the script on every host and needs a launcher this project lacks.
         single_host = [f"{generation.prefix}-{s}" for s in generation.valid_suffixes if not generation.is_multi_host(s)]
-        problems.append(Problem(f"{key}.accelerator_type", f"{tpu.accelerator_type} spans several hosts; trainstack runs single-host TPU VMs: {_join(single_host)}"))
+        problems.append(
+            Problem(
+                f"{key}.accelerator_type",
+                f"{tpu.accelerator_type} spans several hosts; trainstack runs single-host TPU VMs: {_join(single_host)}",
+            )
+        )
     if tpu.spot and tpu.effective_on_finish == "stop":
         # Google: a Spot TPU cannot be restarted once stopped or preempted, only recreated.
-        problems.append(Problem(f"{key}.on_finish", "a Spot TPU cannot be started again after it stops; use on_finish: delete (or keep), or spot: false"))
+        problems.append(
+            Problem(
+                f"{key}.on_finish",
+                "a Spot TPU cannot be started again after it stops; use on_finish: delete (or keep), or spot: false",
+            )
+        )
     cluster = cfg.settings.cluster
     if cluster is not None and cluster.ps_count:
         # TPUStrategy has no parameter servers; AI Platform Training rejected TPU jobs with them
         # (https://cloud.google.com/ai-platform/training/docs/using-tpus).
-        problems.append(Problem(f"{NAMESPACE}:cluster.parameter_servers.count", "parameter servers cannot be combined with a TPU; remove them or the trainstack:tpu section"))
+        problems.append(
+            Problem(
+                f"{NAMESPACE}:cluster.parameter_servers.count",
+                "parameter servers cannot be combined with a TPU; remove them or the trainstack:tpu section",
+            )
+        )
     return problems
 
 
@@ -228,7 +343,9 @@ def check_notebook(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
     notebook = cfg.settings.notebook
     if notebook is None:
         return []
-    return check_machine(f"{NAMESPACE}:notebook", notebook.machine_type, notebook.accelerator, cfg.settings.zone, catalog)
+    return check_machine(
+        f"{NAMESPACE}:notebook", notebook.machine_type, notebook.accelerator, cfg.settings.zone, catalog
+    )
 
 
 def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Problem]:
@@ -239,7 +356,11 @@ def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Proble
         hint = f"did you mean: {_join(close)}" if close else f"regions: {_join(sorted(catalog.regions))}"
         return [Problem("gcp:region", f"unknown region {cfg.region}; {hint}")]
     if _region_of(zone) != cfg.region:
-        return [Problem(f"{NAMESPACE}:zone", f"zone {zone} is not in gcp:region {cfg.region}; zones look like {cfg.region}-a")]
+        return [
+            Problem(
+                f"{NAMESPACE}:zone", f"zone {zone} is not in gcp:region {cfg.region}; zones look like {cfg.region}-a"
+            )
+        ]
     return check_cluster(cfg, catalog) + check_tpu(cfg, catalog) + check_notebook(cfg, catalog)
 
 

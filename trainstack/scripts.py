@@ -107,7 +107,9 @@ def tpu_node_kind(tpu: ResolvedTpu) -> NodeKind:
         # --async: the call returns once accepted, so only tpu.nodes.stop/delete are
         # needed (waiting would also need tpu.operations.get).
         stop_command=ShellCode('gcloud compute tpus tpu-vm stop "${SELF_NAME}" --zone "${SELF_ZONE}" --async --quiet'),
-        delete_command=ShellCode('gcloud compute tpus tpu-vm delete "${SELF_NAME}" --zone "${SELF_ZONE}" --async --quiet'),
+        delete_command=ShellCode(
+            'gcloud compute tpus tpu-vm delete "${SELF_NAME}" --zone "${SELF_ZONE}" --async --quiet'
+        ),
     )
 
 
@@ -127,7 +129,9 @@ def heartbeat_seconds(peer_timeout_seconds: int) -> int:
     return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
 
 
-def node_metadata(cluster: ResolvedCluster, node: ClusterNode, bucket: str, job_name: str, args: tuple[str, ...] | None = None) -> dict[str, str]:
+def node_metadata(
+    cluster: ResolvedCluster, node: ClusterNode, bucket: str, job_name: str, args: tuple[str, ...] | None = None
+) -> dict[str, str]:
     """Instance metadata the cluster boot script reads; ``bucket`` is a gs:// URI or, locally, a path."""
     settings = cluster.settings
     metadata = {
@@ -160,19 +164,23 @@ def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, te
     """One boot script; every value it names comes from here (StrictUndefined), quoted."""
     if kind is None:
         kind = tpu_node_kind(stack.tpu) if template == TPU_VM and stack.tpu is not None else cluster_node_kind()
-    return _environment(templates).get_template(template).render(
-        stack=stack.config.stack,
-        keys=METADATA_KEYS,
-        layout=LAYOUT,
-        states=STATES,
-        flags=FLAGS,
-        kind=kind,
-        bucket_uri=stack.bucket_uri,
-        zone=stack.zone,
-        tpu_name=stack.tpu.vm_name if stack.tpu else "",
-        tpu_node=stack.tpu.name if stack.tpu else "",
-        idle_timeout_minutes=stack.notebook.idle_timeout_minutes if stack.notebook else 0,
-        peer_poll_seconds=PEER_POLL_SECONDS,
+    return (
+        _environment(templates)
+        .get_template(template)
+        .render(
+            stack=stack.config.stack,
+            keys=METADATA_KEYS,
+            layout=LAYOUT,
+            states=STATES,
+            flags=FLAGS,
+            kind=kind,
+            bucket_uri=stack.bucket_uri,
+            zone=stack.zone,
+            tpu_name=stack.tpu.vm_name if stack.tpu else "",
+            tpu_node=stack.tpu.name if stack.tpu else "",
+            idle_timeout_minutes=stack.notebook.idle_timeout_minutes if stack.notebook else 0,
+            peer_poll_seconds=PEER_POLL_SECONDS,
+        )
     )
 
 
@@ -202,14 +210,25 @@ class BootFiles:
 
     def by_filename(self) -> dict[str, str]:
         """Every script, by file name (what `plan --out DIR` writes)."""
-        named = {"cluster-node.sh": self.cluster_script, "tpu-vm.sh": self.tpu_script, "workbench-post-startup.sh": self.notebook_script}
+        named = {
+            "cluster-node.sh": self.cluster_script,
+            "tpu-vm.sh": self.tpu_script,
+            "workbench-post-startup.sh": self.notebook_script,
+        }
         return {filename: text for filename, text in named.items() if text is not None}
 
 
 def boot_files(stack: ResolvedStack) -> BootFiles:
     """Render every script and metadata map once; raises when Compute Engine would refuse one."""
     cluster_script = render(CLUSTER_NODE, stack) if stack.cluster else None
-    cluster_metadata = {n.name: node_metadata(stack.cluster, n, stack.bucket_uri, stack.config.settings.job.name) for n in stack.cluster.nodes} if stack.cluster else {}
+    cluster_metadata = (
+        {
+            n.name: node_metadata(stack.cluster, n, stack.bucket_uri, stack.config.settings.job.name)
+            for n in stack.cluster.nodes
+        }
+        if stack.cluster
+        else {}
+    )
     boot = BootFiles(
         cluster_script=cluster_script,
         cluster_metadata=cluster_metadata,
@@ -243,9 +262,19 @@ def metadata_problems(stack: ResolvedStack, boot: BootFiles) -> list[Problem]:
         # differ, by a few bytes, so the chief's size stands for all.
         size = _metadata_bytes({"startup-script": boot.cluster_script, **boot.cluster_metadata[cluster.chief.name]})
         if size > MAX_INSTANCE_METADATA_BYTES:
-            problems.append(Problem(f"{NAMESPACE}:job.args", f"a node's metadata would be {size} bytes; Compute Engine allows {MAX_INSTANCE_METADATA_BYTES}"))
+            problems.append(
+                Problem(
+                    f"{NAMESPACE}:job.args",
+                    f"a node's metadata would be {size} bytes; Compute Engine allows {MAX_INSTANCE_METADATA_BYTES}",
+                )
+            )
     if boot.tpu_script is not None:
         size = _metadata_bytes({"startup-script": boot.tpu_script, **boot.tpu_metadata})
         if size > MAX_INSTANCE_METADATA_BYTES:
-            problems.append(Problem(f"{NAMESPACE}:job.args", f"the TPU VM's metadata would be {size} bytes; at most {MAX_INSTANCE_METADATA_BYTES}"))
+            problems.append(
+                Problem(
+                    f"{NAMESPACE}:job.args",
+                    f"the TPU VM's metadata would be {size} bytes; at most {MAX_INSTANCE_METADATA_BYTES}",
+                )
+            )
     return problems

@@ -42,7 +42,9 @@ class _StackFileLoader(yaml.SafeLoader):
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, AliasEvent) or (isinstance(event, NodeEvent) and event.anchor is not None):
-            raise _Refused(None, None, "anchors and aliases (&name, *name) are not allowed in a stack file", event.start_mark)
+            raise _Refused(
+                None, None, "anchors and aliases (&name, *name) are not allowed in a stack file", event.start_mark
+            )
         nested = isinstance(event, CollectionStartEvent)
         if nested:
             self._depth += 1
@@ -64,7 +66,12 @@ class _StackFileLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key; the base class reports it
                 continue
             if first != line:
-                raise _Refused(None, None, f"duplicate key {shorten(key)} (lines {first} and {line}); YAML would silently keep the last", key_node.start_mark)
+                raise _Refused(
+                    None,
+                    None,
+                    f"duplicate key {shorten(key)} (lines {first} and {line}); YAML would silently keep the last",
+                    key_node.start_mark,
+                )
         return super().construct_mapping(node, deep=deep)
 
 
@@ -94,7 +101,9 @@ def _read_bounded(path: Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         available = ", ".join(sorted(stack_name_from_path(p) for p in STACKS_DIR.glob("Pulumi.*.yaml")))
-        raise StackConfigError([Problem(where, f"no such stack file; stacks in {STACKS_DIR.name}/: {available}")]) from None
+        raise StackConfigError(
+            [Problem(where, f"no such stack file; stacks in {STACKS_DIR.name}/: {available}")]
+        ) from None
     except OSError as error:
         raise StackConfigError([Problem(where, f"cannot open the file: {error.strerror}")]) from None
     with os.fdopen(fd, "rb") as handle:
@@ -102,7 +111,9 @@ def _read_bounded(path: Path) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise StackConfigError([Problem(where, "not a regular file; a stack file is a YAML file")])
         if info.st_size > MAX_STACK_FILE_BYTES:
-            raise StackConfigError([Problem(where, f"{info.st_size} bytes; a stack file may hold at most {MAX_STACK_FILE_BYTES}")])
+            raise StackConfigError(
+                [Problem(where, f"{info.st_size} bytes; a stack file may hold at most {MAX_STACK_FILE_BYTES}")]
+            )
         try:
             data = handle.read(MAX_STACK_FILE_BYTES + 1)
         except OSError as error:
@@ -135,7 +146,15 @@ def read_stack_config_map(path: Path) -> dict[str, Any]:
         raise StackConfigError([Problem(where, "a stack file is a mapping with a 'config:' key")])
     unknown = sorted(shorten(k) for k in document if k not in STACK_FILE_TOP_LEVEL_KEYS)
     if unknown:
-        raise StackConfigError([Problem(k, f"unknown top-level key in a stack file; valid keys: {', '.join(sorted(STACK_FILE_TOP_LEVEL_KEYS))}") for k in unknown[:10]])
+        raise StackConfigError(
+            [
+                Problem(
+                    k,
+                    f"unknown top-level key in a stack file; valid keys: {', '.join(sorted(STACK_FILE_TOP_LEVEL_KEYS))}",
+                )
+                for k in unknown[:10]
+            ]
+        )
     config = document.get("config") or {}
     if not isinstance(config, dict):
         raise StackConfigError([Problem("config", "must be a mapping of 'namespace:key' to values")])

@@ -50,8 +50,7 @@ def free_loopback_ports(count: int) -> list[int]:
             handle.close()
 
 
-def wait_for(predicate: Callable[[], bool], deadline: float | None,
-             poll_seconds: float = POLL_SECONDS) -> bool:
+def wait_for(predicate: Callable[[], bool], deadline: float | None, poll_seconds: float = POLL_SECONDS) -> bool:
     """Polls ``predicate`` until it holds (True) or the ``time.monotonic()`` ``deadline``
     passes (False); ``None`` waits for ever. The predicate is always tried at least once."""
     while not predicate():
@@ -74,8 +73,7 @@ class Supervisor:
     Not meant to be shared between threads except through :meth:`signal` and the read-only
     queries; the reader threads only append to the line lists and print."""
 
-    def __init__(self, echo: bool = True, out: TextIO | None = None,
-                 poll_seconds: float = POLL_SECONDS) -> None:
+    def __init__(self, echo: bool = True, out: TextIO | None = None, poll_seconds: float = POLL_SECONDS) -> None:
         """``echo`` prints every line as ``[name] line`` to ``out`` (``sys.stdout`` at the
         time of printing when None)."""
         self.echo = echo
@@ -85,26 +83,38 @@ class Supervisor:
         self._echo_lock = threading.Lock()
 
     # --- starting and reading -------------------------------------------------------------
-    def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
-              cwd: str | os.PathLike[str] | None = None) -> subprocess.Popen[str]:
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> subprocess.Popen[str]:
         """Starts ``argv`` as ``name`` in a new session, stdout and stderr merged into one
         stream that a reader thread collects. ``env`` is the whole environment (None: this
         process's)."""
         if name in self._children:
             raise ValueError(f"a process named {name!r} was already started")
         process = subprocess.Popen(
-            list(argv), env=None if env is None else dict(env),
+            list(argv),
+            env=None if env is None else dict(env),
             cwd=None if cwd is None else Path(cwd),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, encoding="utf-8", errors="replace",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
             # Own session and process group: a signal to the group reaches anything the
             # process started.
-            start_new_session=True)
+            start_new_session=True,
+        )
         child = _Child(process)
         self._children[name] = child
         assert process.stdout is not None
-        child.reader = threading.Thread(target=self._read, args=(name, child.lines, process.stdout),
-                                        name=f"supervisor-reader-{name}", daemon=True)
+        child.reader = threading.Thread(
+            target=self._read, args=(name, child.lines, process.stdout), name=f"supervisor-reader-{name}", daemon=True
+        )
         child.reader.start()
         return process
 

@@ -79,26 +79,33 @@ def tf_configs(nodes: Sequence[Node]) -> dict[str, str]:
     """TF_CONFIG per node name; the evaluator is not part of the cluster spec."""
     members = [node for node in nodes if node.task_type != contract.EVALUATOR]
     ports = free_loopback_ports(len(members))
-    cluster = contract.tf_cluster((node.task_type, f"127.0.0.1:{port}")
-                                  for node, port in zip(members, ports))
-    return {node.name: contract.tf_config(cluster, node.task_type, node.task_id)
-            for node in nodes}
+    cluster = contract.tf_cluster(
+        (node.task_type, f"127.0.0.1:{port}") for node, port in zip(members, ports, strict=True)
+    )
+    return {node.name: contract.tf_config(cluster, node.task_type, node.task_id) for node in nodes}
 
 
 class LocalCluster:
     """Starts the nodes, streams their logs, and ends them by the chief's outcome."""
 
-    def __init__(self, workers: int, ps: int = 0, chief: bool = False, evaluator: bool = False,
-                 args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 threads_per_node: int | None = None, echo: bool = True,
-                 python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        workers: int,
+        ps: int = 0,
+        chief: bool = False,
+        evaluator: bool = False,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        threads_per_node: int | None = None,
+        echo: bool = True,
+        python: str = sys.executable,
+    ) -> None:
         if workers < 1 and not chief:
             raise ValueError("a cluster needs at least one worker or a chief")
         if ps and not chief:
             raise ValueError("parameter-server training needs a chief (the coordinator)")
         self.nodes = cluster_nodes(workers, ps, chief, evaluator)
-        self.chief = contract.node_name(contract.CHIEF, 0) if chief else \
-            contract.node_name(contract.WORKER, 0)
+        self.chief = contract.node_name(contract.CHIEF, 0) if chief else contract.node_name(contract.WORKER, 0)
         self.args = list(args)
         self.env = dict(env or {})
         self.threads_per_node = threads_per_node
@@ -134,16 +141,19 @@ class LocalCluster:
     def start(self) -> LocalCluster:
         configs = tf_configs(self.nodes)
         for node in self.nodes:
-            self.supervisor.start(node.name, [self.python, "-m", "trainer.task", *self.args],
-                                  env=self._environment(configs[node.name]), cwd=REPOSITORY_ROOT)
+            self.supervisor.start(
+                node.name,
+                [self.python, "-m", "trainer.task", *self.args],
+                env=self._environment(configs[node.name]),
+                cwd=REPOSITORY_ROOT,
+            )
         return self
 
     def signal_all(self, signal_number: int = signal.SIGKILL) -> None:
         """Sends a signal to every node's process group (SIGKILL = a host restart)."""
         self.supervisor.signal_all(signal_number)
 
-    def wait(self, timeout: float | None = None,
-             grace_seconds: float = DEFAULT_GRACE_SECONDS) -> ClusterResult:
+    def wait(self, timeout: float | None = None, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> ClusterResult:
         """Waits for the chief, then lets the rest finish or stops them."""
         supervisor = self.supervisor
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -166,27 +176,45 @@ class LocalCluster:
         if finished:
             # After a failed chief the others usually fail the same way (say, bad
             # data on every node) or wait for it forever; a short grace tells the two apart.
-            grace = grace_seconds if supervisor.poll(self.chief) == 0 else min(
-                grace_seconds, CHIEF_FAILED_GRACE_SECONDS)
+            grace = (
+                grace_seconds if supervisor.poll(self.chief) == 0 else min(grace_seconds, CHIEF_FAILED_GRACE_SECONDS)
+            )
             supervisor.wait_for(lambda: supervisor.all_exited(others), time.monotonic() + grace)
         supervisor.stop()
         supervisor.close()
         return ClusterResult(
             chief=self.chief,
             chief_exit_code=supervisor.returncode(self.chief) if finished else None,
-            exit_codes=supervisor.returncodes(), logs=supervisor.logs, timed_out=not finished)
+            exit_codes=supervisor.returncodes(),
+            logs=supervisor.logs,
+            timed_out=not finished,
+        )
 
 
-def run_local_cluster(workers: int = 2, ps: int = 0, chief: bool = False,
-                      evaluator: bool = False, args: Sequence[str] = (),
-                      job_dir: str | os.PathLike[str] | None = None,
-                      env: Mapping[str, str] | None = None, timeout: float | None = None,
-                      threads_per_node: int | None = None, echo: bool = True) -> ClusterResult:
+def run_local_cluster(
+    workers: int = 2,
+    ps: int = 0,
+    chief: bool = False,
+    evaluator: bool = False,
+    args: Sequence[str] = (),
+    job_dir: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    threads_per_node: int | None = None,
+    echo: bool = True,
+) -> ClusterResult:
     """Runs a whole job and returns the chief's exit code and every node's log."""
     full_args = list(args) + (["--job-dir", os.fspath(job_dir)] if job_dir is not None else [])
-    cluster = LocalCluster(workers=workers, ps=ps, chief=chief, evaluator=evaluator,
-                           args=full_args, env=env, threads_per_node=threads_per_node,
-                           echo=echo)
+    cluster = LocalCluster(
+        workers=workers,
+        ps=ps,
+        chief=chief,
+        evaluator=evaluator,
+        args=full_args,
+        env=env,
+        threads_per_node=threads_per_node,
+        echo=echo,
+    )
     cluster.start()
     try:
         return cluster.wait(timeout=timeout)
@@ -198,8 +226,8 @@ def run_local_cluster(workers: int = 2, ps: int = 0, chief: bool = False,
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m trainstack.trainer_cluster",
-        description="Run trainer.task as a local multi-process cluster; "
-                    "arguments after -- go to every node.")
+        description="Run trainer.task as a local multi-process cluster; arguments after -- go to every node.",
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ps", type=int, default=0, help="parameter servers (needs --chief)")
     parser.add_argument("--chief", action="store_true", help="add a chief task")
@@ -211,13 +239,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer_args: list[str] = options.trainer_args
     if trainer_args and trainer_args[0] == "--":
         trainer_args = trainer_args[1:]
-    result = run_local_cluster(workers=options.workers, ps=options.ps, chief=options.chief,
-                               evaluator=options.evaluator, args=trainer_args,
-                               timeout=options.timeout,
-                               threads_per_node=options.threads_per_node)
+    result = run_local_cluster(
+        workers=options.workers,
+        ps=options.ps,
+        chief=options.chief,
+        evaluator=options.evaluator,
+        args=trainer_args,
+        timeout=options.timeout,
+        threads_per_node=options.threads_per_node,
+    )
     status = "timed out" if result.timed_out else f"exit status {result.chief_exit_code}"
-    print(f"[trainer_cluster] chief {result.chief}: {status}; "
-          f"all nodes: {result.exit_codes}", file=sys.stderr)
+    print(f"[trainer_cluster] chief {result.chief}: {status}; all nodes: {result.exit_codes}", file=sys.stderr)
     return 1 if result.chief_exit_code is None else result.chief_exit_code
 
 

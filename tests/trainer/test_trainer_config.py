@@ -7,19 +7,27 @@ import sys
 import time
 
 import pytest
-
 from trainer_test_helpers import REPOSITORY_ROOT, trainer_env
+
 from trainer.config import parse_args
 
 
 def test_help_answers_without_loading_tensorflow() -> None:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-c",
-         "import sys, trainer.task as t\n"
-         "try:\n    t.main(['--help'])\nexcept SystemExit:\n    pass\n"
-         "print('TF_LOADED' if 'tensorflow' in sys.modules else 'TF_NOT_LOADED')"],
-        cwd=REPOSITORY_ROOT, env=trainer_env(), capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-c",
+            "import sys, trainer.task as t\n"
+            "try:\n    t.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('TF_LOADED' if 'tensorflow' in sys.modules else 'TF_NOT_LOADED')",
+        ],
+        cwd=REPOSITORY_ROOT,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "--job-dir" in result.stdout and "--strategy" in result.stdout
     assert "TF_NOT_LOADED" in result.stdout
@@ -55,12 +63,15 @@ def test_missing_job_dir_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "--job-dir is required" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("bad", [
-    ["--strategy", "horovod"],
-    ["--epochs", "0"],
-    ["--strategy", "tpu"],
-    ["--validation-split", "1.5"],
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--strategy", "horovod"],
+        ["--epochs", "0"],
+        ["--strategy", "tpu"],
+        ["--validation-split", "1.5"],
+    ],
+)
 def test_bad_flags_are_rejected(bad: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--job-dir", "/tmp/x", "--data", "synthetic", *bad], environ={})

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from trainer_test_helpers import REPOSITORY_ROOT, read_metrics, run_trainer, trainer_env
+
 from trainstack.trainer_cluster import run_local_cluster
 
 DIGIT_CLASSES = 10
@@ -39,7 +39,7 @@ def png_bytes(image: np.ndarray) -> bytes:
 def digits_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("digits")
     images, labels = digit_images()
-    for index, (image, label) in enumerate(zip(images, labels)):
+    for index, (image, label) in enumerate(zip(images, labels, strict=True)):
         class_dir = root / f"digit_{label}"
         class_dir.mkdir(exist_ok=True)
         (class_dir / f"{index:04d}.png").write_bytes(png_bytes(image))
@@ -48,9 +48,22 @@ def digits_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_image_folders_train_well_above_chance(digits_folder: Path, job_dir: Path) -> None:
-    result = run_trainer(["--job-dir", str(job_dir), "--data", str(digits_folder),
-                          "--image-size", "32", "--epochs", "6", "--batch-size-per-replica", "32",
-                          "--learning-rate", "0.002"])
+    result = run_trainer(
+        [
+            "--job-dir",
+            str(job_dir),
+            "--data",
+            str(digits_folder),
+            "--image-size",
+            "32",
+            "--epochs",
+            "6",
+            "--batch-size-per-replica",
+            "32",
+            "--learning-rate",
+            "0.002",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = read_metrics(job_dir)
     assert metrics["data"] == "images" and metrics["num_classes"] == DIGIT_CLASSES
@@ -78,14 +91,33 @@ def test_tfrecord_files_with_the_documented_feature_spec(tmp_path: Path, job_dir
         "                'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),\n"
         "            }\n"
         "            example = tf.train.Example(features=tf.train.Features(feature=feature))\n"
-        "            writer.write(example.SerializeToString())\n")
-    written = subprocess.run([sys.executable, "-c", writer_script, str(records)],
-                             cwd=Path(__file__).parent, env=trainer_env({
-                                 "PYTHONPATH": f"{REPOSITORY_ROOT}:{Path(__file__).parent}"}),
-                             capture_output=True, text=True, timeout=120)
+        "            writer.write(example.SerializeToString())\n"
+    )
+    written = subprocess.run(
+        [sys.executable, "-c", writer_script, str(records)],
+        cwd=Path(__file__).parent,
+        env=trainer_env({"PYTHONPATH": f"{REPOSITORY_ROOT}:{Path(__file__).parent}"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert written.returncode == 0, written.stderr[-3000:]
-    result = run_trainer(["--job-dir", str(job_dir), "--data", str(records), "--num-classes", "10",
-                          "--image-size", "32", "--epochs", "2", "--batch-size-per-replica", "32"])
+    result = run_trainer(
+        [
+            "--job-dir",
+            str(job_dir),
+            "--data",
+            str(records),
+            "--num-classes",
+            "10",
+            "--image-size",
+            "32",
+            "--epochs",
+            "2",
+            "--batch-size-per-replica",
+            "32",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = read_metrics(job_dir)
     assert metrics["data"] == "tfrecord"
@@ -104,12 +136,12 @@ def test_missing_data_path_fails_fast_with_one_line(job_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_empty_image_folder_fails_on_every_node_without_hanging(tmp_path: Path,
-                                                                job_dir: Path) -> None:
+def test_empty_image_folder_fails_on_every_node_without_hanging(tmp_path: Path, job_dir: Path) -> None:
     empty = tmp_path / "empty"
     (empty / "class_a").mkdir(parents=True)
-    result = run_local_cluster(workers=2, args=["--data", str(empty)], job_dir=job_dir,
-                               env=trainer_env(), timeout=120, echo=False)
+    result = run_local_cluster(
+        workers=2, args=["--data", str(empty)], job_dir=job_dir, env=trainer_env(), timeout=120, echo=False
+    )
     assert not result.timed_out
     assert result.exit_codes == {"worker-0": 2, "worker-1": 2}, result.log_text()[-3000:]
     assert "no .jpg/.jpeg/.png/.bmp/.gif images" in result.log_text("worker-1")

@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, trainer_env
+
 from trainstack.trainer_cluster import LocalCluster, run_local_cluster
 
 EPOCHS = 5
 # Backups every epoch-end step, so the restart point is an epoch boundary.
-RESUME_ARGS = [*FAST_ARGS, "--epochs", str(EPOCHS), "--steps-per-epoch", "40",
-               "--save-every-steps", "40"]
+RESUME_ARGS = [*FAST_ARGS, "--epochs", str(EPOCHS), "--steps-per-epoch", "40", "--save-every-steps", "40"]
 # A generous bound for a stuck run; the test never waits on it when all is well.
 DEADLINE_SECONDS = 240
 
@@ -31,18 +30,19 @@ def wait_for_first_epoch(job_dir: Path, cluster: LocalCluster) -> dict[str, obje
             content = json.loads(progress.read_text())
             if content["epochs_completed"] >= 1:
                 return content
-        exited = {name: code for name, code in cluster.supervisor.returncodes().items()
-                  if code is not None}
+        exited = {name: code for name, code in cluster.supervisor.returncodes().items() if code is not None}
         assert not exited, f"nodes exited early: {exited}\n" + "\n".join(
-            line for lines in cluster.logs.values() for line in lines[-20:])
+            line for lines in cluster.logs.values() for line in lines[-20:]
+        )
         time.sleep(0.05)
     raise AssertionError("the first epoch never completed")
 
 
 @pytest.mark.slow
 def test_killed_job_resumes_instead_of_starting_over(job_dir: Path) -> None:
-    cluster = LocalCluster(workers=2, args=[*RESUME_ARGS, "--job-dir", str(job_dir)],
-                           env=trainer_env(), threads_per_node=1, echo=False).start()
+    cluster = LocalCluster(
+        workers=2, args=[*RESUME_ARGS, "--job-dir", str(job_dir)], env=trainer_env(), threads_per_node=1, echo=False
+    ).start()
     try:
         progress = wait_for_first_epoch(job_dir, cluster)
     finally:
@@ -54,8 +54,15 @@ def test_killed_job_resumes_instead_of_starting_over(job_dir: Path) -> None:
     assert not (job_dir / "metrics.json").exists(), "the job finished before the kill"
     assert list((job_dir / "backup").rglob("*.index")), "no backup was written"
 
-    result = run_local_cluster(workers=2, args=RESUME_ARGS, job_dir=job_dir, env=trainer_env(),
-                               timeout=DEADLINE_SECONDS, threads_per_node=1, echo=False)
+    result = run_local_cluster(
+        workers=2,
+        args=RESUME_ARGS,
+        job_dir=job_dir,
+        env=trainer_env(),
+        timeout=DEADLINE_SECONDS,
+        threads_per_node=1,
+        echo=False,
+    )
     assert result.chief_exit_code == 0, result.log_text()[-5000:]
 
     metrics = read_metrics(job_dir)
@@ -73,13 +80,21 @@ def test_killed_job_resumes_instead_of_starting_over(job_dir: Path) -> None:
 
     # The exported model loads and predicts.
     check = subprocess.run(
-        [sys.executable, "-c",
-         "import sys, numpy as np, tf_keras as keras\n"
-         "model = keras.models.load_model(sys.argv[1])\n"
-         "probabilities = model.predict(np.zeros((2, 32, 32, 3), np.float32), verbose=0)\n"
-         "assert probabilities.shape == (2, 5), probabilities.shape\n"
-         "assert np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-3)\n"
-         "print('PREDICTED')",
-         str(job_dir / "model")],
-        cwd=REPOSITORY_ROOT, env=trainer_env(), capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            "import sys, numpy as np, tf_keras as keras\n"
+            "model = keras.models.load_model(sys.argv[1])\n"
+            "probabilities = model.predict(np.zeros((2, 32, 32, 3), np.float32), verbose=0)\n"
+            "assert probabilities.shape == (2, 5), probabilities.shape\n"
+            "assert np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-3)\n"
+            "print('PREDICTED')",
+            str(job_dir / "model"),
+        ],
+        cwd=REPOSITORY_ROOT,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "PREDICTED" in check.stdout, check.stderr[-3000:]

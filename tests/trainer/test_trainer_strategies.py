@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from trainer_test_helpers import FAST_ARGS, read_metrics, run_trainer, trainer_env
+
 from trainstack.trainer_cluster import run_local_cluster
 
 EPOCH_ARGS = ["--epochs", "3", "--steps-per-epoch", "12", "--save-every-steps", "6"]
@@ -60,16 +60,16 @@ def test_one_device(job_dir: Path) -> None:
     assert time.monotonic() - started < 10  # answered before importing TensorFlow
 
     # --overwrite trains again and replaces the metrics.
-    again = run_trainer(["--job-dir", str(job_dir), *FAST_ARGS, *EPOCH_ARGS, "--overwrite",
-                         "--epochs", "1"])
+    again = run_trainer(["--job-dir", str(job_dir), *FAST_ARGS, *EPOCH_ARGS, "--overwrite", "--epochs", "1"])
     assert again.returncode == 0, again.stderr[-3000:]
     assert read_metrics(job_dir)["epochs_run"] == 1
 
 
 @pytest.mark.slow
 def test_mirrored_over_two_logical_cpus(job_dir: Path) -> None:
-    result = run_trainer(["--job-dir", str(job_dir), *FAST_ARGS, *EPOCH_ARGS,
-                          "--strategy", "mirrored", "--logical-cpus", "2"])
+    result = run_trainer(
+        ["--job-dir", str(job_dir), *FAST_ARGS, *EPOCH_ARGS, "--strategy", "mirrored", "--logical-cpus", "2"]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert_trained(read_metrics(job_dir), "mirrored", replicas=2)
     assert_job_dir_layout(job_dir)
@@ -77,9 +77,16 @@ def test_mirrored_over_two_logical_cpus(job_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_multi_worker_mirrored_with_two_processes_and_an_evaluator(job_dir: Path) -> None:
-    result = run_local_cluster(workers=2, evaluator=True, args=[*FAST_ARGS, *EPOCH_ARGS],
-                               job_dir=job_dir, env=trainer_env(), timeout=300,
-                               threads_per_node=1, echo=False)
+    result = run_local_cluster(
+        workers=2,
+        evaluator=True,
+        args=[*FAST_ARGS, *EPOCH_ARGS],
+        job_dir=job_dir,
+        env=trainer_env(),
+        timeout=300,
+        threads_per_node=1,
+        echo=False,
+    )
     assert result.chief_exit_code == 0, result.log_text()[-5000:]
     assert result.exit_codes == {"worker-0": 0, "worker-1": 0, "evaluator-0": 0}
     # The side-car evaluator saw the final epoch's checkpoint before it left.
@@ -96,8 +103,16 @@ def test_multi_worker_mirrored_with_two_processes_and_an_evaluator(job_dir: Path
 
 @pytest.mark.slow
 def test_parameter_server_with_chief_worker_and_ps(job_dir: Path) -> None:
-    result = run_local_cluster(workers=1, ps=1, chief=True, args=[*FAST_ARGS, *EPOCH_ARGS],
-                               job_dir=job_dir, env=trainer_env(), timeout=300, echo=False)
+    result = run_local_cluster(
+        workers=1,
+        ps=1,
+        chief=True,
+        args=[*FAST_ARGS, *EPOCH_ARGS],
+        job_dir=job_dir,
+        env=trainer_env(),
+        timeout=300,
+        echo=False,
+    )
     assert result.chief_exit_code == 0, result.log_text()[-5000:]
     # The worker and the ps ended by themselves once metrics.json appeared.
     assert result.exit_codes == {"chief": 0, "worker-0": 0, "ps-0": 0}, result.log_text()[-3000:]
@@ -111,9 +126,26 @@ def test_parameter_server_with_chief_worker_and_ps(job_dir: Path) -> None:
 @pytest.mark.slow
 def test_resnet50_builds_trains_and_exports(job_dir: Path) -> None:
     """A smoke run: Keras' ResNet50 with no downloaded weights goes through the same path."""
-    result = run_trainer(["--job-dir", str(job_dir), "--data", "synthetic", "--model", "resnet50",
-                          "--image-size", "32", "--epochs", "1", "--steps-per-epoch", "2",
-                          "--batch-size-per-replica", "4", "--eval-steps", "1"])
+    result = run_trainer(
+        [
+            "--job-dir",
+            str(job_dir),
+            "--data",
+            "synthetic",
+            "--model",
+            "resnet50",
+            "--image-size",
+            "32",
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "2",
+            "--batch-size-per-replica",
+            "4",
+            "--eval-steps",
+            "1",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = read_metrics(job_dir)
     assert metrics["model"] == "resnet50" and metrics["epochs_run"] == 1

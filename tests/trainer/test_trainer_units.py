@@ -26,10 +26,8 @@ def test_each_node_gets_its_own_task_in_one_cluster() -> None:
     configs = {name: json.loads(raw) for name, raw in tf_configs(nodes).items()}
     assert set(configs) == {"chief", "worker-0", "worker-1", "ps-0", "evaluator-0"}
     cluster = configs["chief"]["cluster"]
-    assert {role: len(addresses) for role, addresses in cluster.items()} == {
-        "chief": 1, "worker": 2, "ps": 1}
-    assert all(address.startswith("127.0.0.1:") for addresses in cluster.values()
-               for address in addresses)
+    assert {role: len(addresses) for role, addresses in cluster.items()} == {"chief": 1, "worker": 2, "ps": 1}
+    assert all(address.startswith("127.0.0.1:") for addresses in cluster.values() for address in addresses)
     assert all(config["cluster"] == cluster for config in configs.values())
     assert configs["worker-1"]["task"] == {"type": "worker", "index": 1}
     assert configs["evaluator-0"]["task"] == {"type": "evaluator", "index": 0}
@@ -41,22 +39,27 @@ def test_parameter_servers_need_a_chief() -> None:
 
 
 def test_layout_follows_job_dir_and_vertex_overrides() -> None:
-    plain = JobLayout.from_config(parse_args(["--job-dir", "gs://b/job/", "--data", "synthetic"],
-                                             environ={}))
+    plain = JobLayout.from_config(parse_args(["--job-dir", "gs://b/job/", "--data", "synthetic"], environ={}))
     assert plain.backup_dir == "gs://b/job/backup"
     assert plain.model_dir == "gs://b/job/model"
     assert plain.metrics_path == "gs://b/job/metrics.json"
     assert plain.worker_tmp_dir("worker", 3) == "gs://b/job/tmp/worker-3"
-    vertex = JobLayout.from_config(parse_args(["--data", "synthetic"], environ={
-        "AIP_MODEL_DIR": "gs://b/out/model", "AIP_CHECKPOINT_DIR": "gs://b/out/checkpoints",
-        "AIP_TENSORBOARD_LOG_DIR": "gs://tb/run"}))
+    vertex = JobLayout.from_config(
+        parse_args(
+            ["--data", "synthetic"],
+            environ={
+                "AIP_MODEL_DIR": "gs://b/out/model",
+                "AIP_CHECKPOINT_DIR": "gs://b/out/checkpoints",
+                "AIP_TENSORBOARD_LOG_DIR": "gs://tb/run",
+            },
+        )
+    )
     assert vertex.root == "gs://b/out"
     assert vertex.backup_dir == "gs://b/out/backup"
     assert vertex.log_dir == "gs://tb/run"
 
 
-@pytest.mark.parametrize("steps, limit, expected", [(50, 16, 10), (12, 16, 12), (7, 4, 1),
-                                                    (100, 16, 10), (40, 10, 10)])
+@pytest.mark.parametrize("steps, limit, expected", [(50, 16, 10), (12, 16, 12), (7, 4, 1), (100, 16, 10), (40, 10, 10)])
 def test_steps_per_execution_divides_the_epoch(steps: int, limit: int, expected: int) -> None:
     assert largest_divisor_at_most(steps, limit) == expected
 
@@ -73,7 +76,7 @@ def test_synthetic_images_are_deterministic_and_class_dependent() -> None:
 
     first = list(synthetic_examples(0, 200, 24, 5, seed=7).as_numpy_iterator())
     again = list(synthetic_examples(0, 200, 24, 5, seed=7).as_numpy_iterator())
-    assert all(np.array_equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(first, again))
+    assert all(np.array_equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(first, again, strict=True))
     images = np.stack([image for image, _ in first]).astype(np.float32)
     labels = np.array([label for _, label in first])
     assert images.dtype == np.float32 and images.shape == (200, 24, 24, 3)
@@ -106,9 +109,26 @@ def test_launcher_cli_prefixes_logs_and_returns_the_chiefs_status(tmp_path: Path
     from trainer_test_helpers import REPOSITORY_ROOT, trainer_env
 
     result = subprocess.run(
-        [sys.executable, "-m", "trainstack.trainer_cluster", "--workers", "2", "--timeout", "60", "--",
-         "--job-dir", str(tmp_path / "job"), "--data", str(tmp_path / "missing")],
-        cwd=REPOSITORY_ROOT, env=trainer_env(), capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "trainstack.trainer_cluster",
+            "--workers",
+            "2",
+            "--timeout",
+            "60",
+            "--",
+            "--job-dir",
+            str(tmp_path / "job"),
+            "--data",
+            str(tmp_path / "missing"),
+        ],
+        cwd=REPOSITORY_ROOT,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "[worker-0] trainer: error: --data" in result.stdout
     assert "[worker-1] trainer: error: --data" in result.stdout

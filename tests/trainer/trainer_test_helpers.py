@@ -14,33 +14,48 @@ REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 
 # Small enough to train in seconds on two cores, big enough for the loss to fall.
 FAST_ARGS = [
-    "--data", "synthetic", "--model", "cnn", "--image-size", "32",
-    "--batch-size-per-replica", "16", "--learning-rate", "0.002",
+    "--data",
+    "synthetic",
+    "--model",
+    "cnn",
+    "--image-size",
+    "32",
+    "--batch-size-per-replica",
+    "16",
+    "--learning-rate",
+    "0.002",
 ]
 
 
 def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     environment = dict(os.environ)
-    environment.update({
-        "CUDA_VISIBLE_DEVICES": "",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONPATH": str(REPOSITORY_ROOT),
-        "PYTHONUNBUFFERED": "1",
-    })
+    environment.update(
+        {
+            "CUDA_VISIBLE_DEVICES": "",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": str(REPOSITORY_ROOT),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     for name in ("TF_CONFIG", "AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR"):
         environment.pop(name, None)
     environment.update(extra or {})
     return environment
 
 
-def run_trainer(args: Sequence[str], env: dict[str, str] | None = None,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_trainer(
+    args: Sequence[str], env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """One `python -m trainer.task` process; output kept for the assertion messages."""
     return subprocess.run(
-        [sys.executable, "-m", "trainer.task", *args], cwd=REPOSITORY_ROOT,
-        env=trainer_env(env), capture_output=True, text=True, timeout=timeout)
+        [sys.executable, "-m", "trainer.task", *args],
+        cwd=REPOSITORY_ROOT,
+        env=trainer_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def read_metrics(job_dir: Path) -> dict[str, Any]:
     return json.loads((job_dir / "metrics.json").read_text())
-

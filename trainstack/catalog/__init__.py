@@ -125,7 +125,9 @@ class Catalog:
 
     def tpu_zones_for(self, generation: str, size: int) -> list[str]:
         """The zones that offer this slice size (availability is per size, not per generation)."""
-        return sorted(zone for zone, sizes in self.tpu_zones.get(generation, {}).items() if sizes is None or size in sizes)
+        return sorted(
+            zone for zone, sizes in self.tpu_zones.get(generation, {}).items() if sizes is None or size in sizes
+        )
 
     def tpu_generation_for(self, accelerator_type: str) -> tuple[TpuGeneration, int] | None:
         """Split "v5litepod-8" into its generation record and size 8; None when unknown."""

@@ -23,7 +23,13 @@ class BillingBudget(pulumi.ComponentResource):
         project_number = gcp.organizations.get_project_output(project_id=project).number
         # The Budgets API bills its calls to a quota project; with a user's own credentials
         # it refuses requests that name none. This provider names the stack's project.
-        provider = gcp.Provider(f"{name}-billing-provider", project=project, user_project_override=True, billing_project=project, opts=pulumi.ResourceOptions(parent=self))
+        provider = gcp.Provider(
+            f"{name}-billing-provider",
+            project=project,
+            user_project_override=True,
+            billing_project=project,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         dollars = int(budget.monthly_usd)
         cents_as_nanos = round((budget.monthly_usd - dollars) * 1e9)
         self.budget = gcp.billing.Budget(
@@ -36,7 +42,9 @@ class BillingBudget(pulumi.ComponentResource):
                 specified_amount=gcp.billing.BudgetAmountSpecifiedAmountArgs(units=str(dollars), nanos=cents_as_nanos)
             ),
             threshold_rules=[gcp.billing.BudgetThresholdRuleArgs(threshold_percent=t) for t in budget.thresholds],
-            budget_filter=gcp.billing.BudgetBudgetFilterArgs(projects=[project_number.apply(lambda n: f"projects/{n}")]),
+            budget_filter=gcp.billing.BudgetBudgetFilterArgs(
+                projects=[project_number.apply(lambda n: f"projects/{n}")]
+            ),
             opts=pulumi.ResourceOptions(parent=self, provider=provider),
         )
         self.register_outputs({"monthly_usd": budget.monthly_usd})

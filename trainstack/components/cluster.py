@@ -8,7 +8,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from trainstack.components.identity import CLOUD_PLATFORM_SCOPE, INSTANCE_RELEASE_PERMISSIONS, ReleaseRole, ReleaseRoleArgs
+from trainstack.components.identity import (
+    CLOUD_PLATFORM_SCOPE,
+    INSTANCE_RELEASE_PERMISSIONS,
+    ReleaseRole,
+    ReleaseRoleArgs,
+)
 from trainstack.resolved import ClusterNode, ResolvedCluster
 
 
@@ -84,14 +89,22 @@ class TrainingCluster(pulumi.ComponentResource):
         if cluster.settings.on_finish == "delete":
             release_role = ReleaseRole(
                 f"{name}-node-release",
-                ReleaseRoleArgs(args.project, args.stack_name, "node_release", "cluster node releases itself", INSTANCE_RELEASE_PERMISSIONS),
+                ReleaseRoleArgs(
+                    args.project,
+                    args.stack_name,
+                    "node_release",
+                    "cluster node releases itself",
+                    INSTANCE_RELEASE_PERMISSIONS,
+                ),
                 opts=child,
             ).role_name
         self.instances = {}
         for node in cluster.nodes:
             accelerators = []
             if node.attach_accelerator and node.accelerator is not None:
-                accelerators.append(gcp.compute.InstanceGuestAcceleratorArgs(type=node.accelerator.type, count=node.accelerator.count))
+                accelerators.append(
+                    gcp.compute.InstanceGuestAcceleratorArgs(type=node.accelerator.type, count=node.accelerator.count)
+                )
             instance = gcp.compute.Instance(
                 f"{name}-{node.name}",
                 project=args.project,
@@ -108,8 +121,12 @@ class TrainingCluster(pulumi.ComponentResource):
                 ),
                 # No access_configs: the node has no public IP; it reaches Google APIs through
                 # Private Google Access and the internet through Cloud NAT.
-                network_interfaces=[gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=args.subnetwork, nic_type=node.nic_type)],
-                service_account=gcp.compute.InstanceServiceAccountArgs(email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]),
+                network_interfaces=[
+                    gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=args.subnetwork, nic_type=node.nic_type)
+                ],
+                service_account=gcp.compute.InstanceServiceAccountArgs(
+                    email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
+                ),
                 shielded_instance_config=gcp.compute.InstanceShieldedInstanceConfigArgs(
                     enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True
                 ),

@@ -66,14 +66,30 @@ class NodeIdentity(pulumi.ComponentResource):
         self.email = self.account.email
         self.member = self.account.member
         self.bindings: list[pulumi.Resource] = [
-            gcp.projects.IAMMember(f"{name}-{role.split('/')[1].replace('.', '-')}", project=args.project, role=role, member=self.member, opts=child)
+            gcp.projects.IAMMember(
+                f"{name}-{role.split('/')[1].replace('.', '-')}",
+                project=args.project,
+                role=role,
+                member=self.member,
+                opts=child,
+            )
             for role in PROJECT_ROLES
         ]
-        self.bindings.append(gcp.storage.BucketIAMMember(f"{name}-bucket-objects", bucket=args.bucket_name, role=BUCKET_ROLE, member=self.member, opts=child))
+        self.bindings.append(
+            gcp.storage.BucketIAMMember(
+                f"{name}-bucket-objects", bucket=args.bucket_name, role=BUCKET_ROLE, member=self.member, opts=child
+            )
+        )
         if args.data_bucket:
             # Training data in another bucket: read-only access to that bucket alone.
             self.bindings.append(
-                gcp.storage.BucketIAMMember(f"{name}-data-reader", bucket=args.data_bucket, role=DATA_BUCKET_ROLE, member=self.member, opts=child)
+                gcp.storage.BucketIAMMember(
+                    f"{name}-data-reader",
+                    bucket=args.data_bucket,
+                    role=DATA_BUCKET_ROLE,
+                    member=self.member,
+                    opts=child,
+                )
             )
         self.bindings.append(
             gcp.artifactregistry.RepositoryIamMember(
@@ -135,7 +151,11 @@ class TpuServiceAgent(pulumi.ComponentResource):
     def __init__(self, name: str, args: TpuServiceAgentArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:TpuServiceAgent", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.identity = gcp.projects.ServiceIdentity(f"{name}-identity", project=args.project, service="tpu.googleapis.com", opts=child)
-        self.binding = gcp.projects.IAMMember(f"{name}-role", project=args.project, role=args.role, member=self.identity.member, opts=child)
+        self.identity = gcp.projects.ServiceIdentity(
+            f"{name}-identity", project=args.project, service="tpu.googleapis.com", opts=child
+        )
+        self.binding = gcp.projects.IAMMember(
+            f"{name}-role", project=args.project, role=args.role, member=self.identity.member, opts=child
+        )
         self.member = self.identity.member
         self.register_outputs({"member": self.member, "role": args.role})

@@ -44,7 +44,9 @@ class PrivateNetwork(pulumi.ComponentResource):
             private_ip_google_access=True,
             opts=child,
         )
-        self.router = gcp.compute.Router(f"{name}-router", project=project, region=region, network=self.network.id, opts=child)
+        self.router = gcp.compute.Router(
+            f"{name}-router", project=project, region=region, network=self.network.id, opts=child
+        )
         self.nat = gcp.compute.RouterNat(
             f"{name}-nat",
             project=project,

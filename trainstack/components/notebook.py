@@ -39,7 +39,9 @@ class WorkbenchNotebook(pulumi.ComponentResource):
         super().__init__("trainstack:index:WorkbenchNotebook", name, None, opts)
         notebook = args.notebook
         # Once a child of the stack component: the alias keeps the object's identity.
-        moved = pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None)
+        moved = pulumi.ResourceOptions(
+            parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None
+        )
         script = gcp.storage.BucketObject(
             f"{args.stack_name}-notebook-post-startup",
             bucket=args.bucket_name,
@@ -51,7 +53,9 @@ class WorkbenchNotebook(pulumi.ComponentResource):
         if notebook.accelerator is not None and notebook.workbench_accelerator_type is not None:
             # Workbench takes counts and sizes as strings and GPU names as enums.
             accelerators.append(
-                gcp.workbench.InstanceGceSetupAcceleratorConfigArgs(type=notebook.workbench_accelerator_type, core_count=str(notebook.accelerator.count))
+                gcp.workbench.InstanceGceSetupAcceleratorConfigArgs(
+                    type=notebook.workbench_accelerator_type, core_count=str(notebook.accelerator.count)
+                )
             )
         self.instance = gcp.workbench.Instance(
             f"{name}-instance",
@@ -61,10 +65,16 @@ class WorkbenchNotebook(pulumi.ComponentResource):
             gce_setup=gcp.workbench.InstanceGceSetupArgs(
                 machine_type=notebook.machine_type,
                 accelerator_configs=accelerators,
-                vm_image=gcp.workbench.InstanceGceSetupVmImageArgs(project=notebook.image.project, family=notebook.image.family),
-                boot_disk=gcp.workbench.InstanceGceSetupBootDiskArgs(disk_size_gb=str(notebook.disk_gb), disk_type="PD_BALANCED"),
+                vm_image=gcp.workbench.InstanceGceSetupVmImageArgs(
+                    project=notebook.image.project, family=notebook.image.family
+                ),
+                boot_disk=gcp.workbench.InstanceGceSetupBootDiskArgs(
+                    disk_size_gb=str(notebook.disk_gb), disk_type="PD_BALANCED"
+                ),
                 disable_public_ip=True,
-                network_interfaces=[gcp.workbench.InstanceGceSetupNetworkInterfaceArgs(network=args.network, subnet=args.subnetwork)],
+                network_interfaces=[
+                    gcp.workbench.InstanceGceSetupNetworkInterfaceArgs(network=args.network, subnet=args.subnetwork)
+                ],
                 service_accounts=[gcp.workbench.InstanceGceSetupServiceAccountArgs(email=args.service_account_email)],
                 shielded_instance_config=gcp.workbench.InstanceGceSetupShieldedInstanceConfigArgs(
                     enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True

@@ -38,12 +38,16 @@ class ContainerRegistry(pulumi.ComponentResource):
                 gcp.artifactregistry.RepositoryCleanupPolicyArgs(
                     id="delete-old-untagged",
                     action="DELETE",
-                    condition=gcp.artifactregistry.RepositoryCleanupPolicyConditionArgs(tag_state="UNTAGGED", older_than=UNTAGGED_MAX_AGE),
+                    condition=gcp.artifactregistry.RepositoryCleanupPolicyConditionArgs(
+                        tag_state="UNTAGGED", older_than=UNTAGGED_MAX_AGE
+                    ),
                 ),
                 gcp.artifactregistry.RepositoryCleanupPolicyArgs(
                     id="keep-recent",
                     action="KEEP",
-                    most_recent_versions=gcp.artifactregistry.RepositoryCleanupPolicyMostRecentVersionsArgs(keep_count=KEEP_RECENT_VERSIONS),
+                    most_recent_versions=gcp.artifactregistry.RepositoryCleanupPolicyMostRecentVersionsArgs(
+                        keep_count=KEEP_RECENT_VERSIONS
+                    ),
                 ),
             ],
             labels=args.labels,

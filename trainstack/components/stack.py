@@ -13,7 +13,14 @@ from trainstack.components.identity import NodeIdentity, NodeIdentityArgs
 from trainstack.components.network import PrivateNetwork, PrivateNetworkArgs
 from trainstack.components.notebook import WorkbenchNotebook, WorkbenchNotebookArgs
 from trainstack.components.registry import ContainerRegistry, ContainerRegistryArgs
-from trainstack.components.services import BUDGET_API, REQUIRED_APIS, TPU_API, WORKBENCH_API, ProjectServices, ProjectServicesArgs
+from trainstack.components.services import (
+    BUDGET_API,
+    REQUIRED_APIS,
+    TPU_API,
+    WORKBENCH_API,
+    ProjectServices,
+    ProjectServicesArgs,
+)
 from trainstack.components.storage import TrainingBucket, TrainingBucketArgs
 from trainstack.components.tpu_vm import TpuVm, TpuVmArgs
 from trainstack.resolved import ResolvedStack
@@ -55,7 +62,9 @@ class TrainingStack(pulumi.ComponentResource):
         apis += [TPU_API] if stack.tpu else []
         apis += [WORKBENCH_API] if stack.notebook else []
         apis += [BUDGET_API] if stack.config.settings.budget else []
-        services = ProjectServices(f"{name}-apis", ProjectServicesArgs(project, tuple(apis)), opts=pulumi.ResourceOptions(parent=self))
+        services = ProjectServices(
+            f"{name}-apis", ProjectServicesArgs(project, tuple(apis)), opts=pulumi.ResourceOptions(parent=self)
+        )
         after_apis = pulumi.ResourceOptions(parent=self, depends_on=services.ready)
 
         self.bucket = TrainingBucket(
@@ -70,7 +79,9 @@ class TrainingStack(pulumi.ComponentResource):
             ),
             opts=after_apis,
         )
-        self.registry = ContainerRegistry(f"{name}-registry", ContainerRegistryArgs(project, stack.region, f"{name}-images", labels), opts=after_apis)
+        self.registry = ContainerRegistry(
+            f"{name}-registry", ContainerRegistryArgs(project, stack.region, f"{name}-images", labels), opts=after_apis
+        )
 
         def identity(suffix: str, account_suffix: str, display_name: str) -> NodeIdentity:
             identity_args = NodeIdentityArgs(
@@ -100,11 +111,19 @@ class TrainingStack(pulumi.ComponentResource):
         port = stack.cluster.training_port if stack.cluster else None
         self.network = PrivateNetwork(
             f"{name}-net",
-            PrivateNetworkArgs(project, stack.region, [i.email for i in identities], self.identity.email if port is not None else None, port),
+            PrivateNetworkArgs(
+                project,
+                stack.region,
+                [i.email for i in identities],
+                self.identity.email if port is not None else None,
+                port,
+            ),
             opts=after_apis,
         )
 
-        def node_opts(node_identity: NodeIdentity, *extra: pulumi.Resource, alias_type: str | None = None) -> pulumi.ResourceOptions:
+        def node_opts(
+            node_identity: NodeIdentity, *extra: pulumi.Resource, alias_type: str | None = None
+        ) -> pulumi.ResourceOptions:
             # Machines start training at boot: their permissions, egress and code come first.
             return pulumi.ResourceOptions(
                 parent=self,

@@ -58,19 +58,25 @@ class TrainingBucket(pulumi.ComponentResource):
             labels=args.labels,
             # protect: a `pulumi up` that would delete or replace the bucket (a renamed stack, a
             # changed name) fails instead; `pulumi destroy --exclude-protected` leaves it.
-            opts=pulumi.ResourceOptions(parent=self, protect=not settings.delete_on_destroy, retain_on_delete=not settings.delete_on_destroy),
+            opts=pulumi.ResourceOptions(
+                parent=self, protect=not settings.delete_on_destroy, retain_on_delete=not settings.delete_on_destroy
+            ),
         )
         self.name = self.bucket.name
         self.url = self.bucket.url
         self.ready = []
         if args.with_trainer:
             # Once a child of the stack component: the alias keeps the object's identity.
-            moved = pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None)
+            moved = pulumi.ResourceOptions(
+                parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None
+            )
             self.trainer = gcp.storage.BucketObject(
                 f"{args.stack_name}-trainer-package",
                 bucket=self.bucket.name,
                 name=LAYOUT.trainer_archive,
-                source=pulumi.AssetArchive({name: pulumi.FileAsset(str(path)) for name, path in trainer_archive_members().items()}),
+                source=pulumi.AssetArchive(
+                    {name: pulumi.FileAsset(str(path)) for name, path in trainer_archive_members().items()}
+                ),
                 opts=moved,
             )
             self.ready.append(self.trainer)

@@ -46,8 +46,12 @@ class TpuVm(pulumi.ComponentResource):
         stack = args.stack_name
         # These resources were once children of the stack component: the alias keeps their
         # identity, so an update moves them instead of deleting and creating them again.
-        moved = pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None)
-        agent = TpuServiceAgent(f"{stack}-tpu-agent", TpuServiceAgentArgs(args.project, args.tpu.service_agent_role), opts=moved)
+        moved = pulumi.ResourceOptions(
+            parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None
+        )
+        agent = TpuServiceAgent(
+            f"{stack}-tpu-agent", TpuServiceAgentArgs(args.project, args.tpu.service_agent_role), opts=moved
+        )
         # TPU nodes have no per-node IAM: the TPU VM's own account holds this role on the
         # project, which is why no other machine of the stack runs as that account. It is
         # granted even with on_finish: keep, because the run-time cap stops the TPU too.
@@ -57,7 +61,11 @@ class TpuVm(pulumi.ComponentResource):
             opts=moved,
         )
         release_binding = gcp.projects.IAMMember(
-            f"{stack}-tpu-identity-release", project=args.project, role=release.role_name, member=args.service_account_member, opts=moved
+            f"{stack}-tpu-identity-release",
+            project=args.project,
+            role=release.role_name,
+            member=args.service_account_member,
+            opts=moved,
         )
         tpu = args.tpu
         self.vm = gcp.tpu.V2Vm(
@@ -67,11 +75,20 @@ class TpuVm(pulumi.ComponentResource):
             zone=args.zone,
             accelerator_type=tpu.accelerator_type,
             runtime_version=tpu.runtime_version,
-            network_config=gcp.tpu.V2VmNetworkConfigArgs(network=args.network, subnetwork=args.subnetwork, enable_external_ips=False),
-            service_account=gcp.tpu.V2VmServiceAccountArgs(email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]),
+            network_config=gcp.tpu.V2VmNetworkConfigArgs(
+                network=args.network, subnetwork=args.subnetwork, enable_external_ips=False
+            ),
+            service_account=gcp.tpu.V2VmServiceAccountArgs(
+                email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
+            ),
             scheduling_config=gcp.tpu.V2VmSchedulingConfigArgs(spot=tpu.spot),
             shielded_instance_config=gcp.tpu.V2VmShieldedInstanceConfigArgs(enable_secure_boot=True),
-            metadata={"startup-script": args.startup_script, "enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE", **args.metadata},
+            metadata={
+                "startup-script": args.startup_script,
+                "enable-oslogin": "TRUE",
+                "block-project-ssh-keys": "TRUE",
+                **args.metadata,
+            },
             labels=args.labels,
             # The VM boots into its job: the agent's role and its own release role come first.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[agent.binding, release_binding]),
