@@ -412,7 +412,7 @@ def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(
 ) -> None:
     """Defect: a default the user did not write (on_finish: stop) made a Spot TPU stack invalid."""
     from trainer.contract import METADATA_KEYS
-    from trainstack.program import prepare
+    from trainstack.prepare import prepare
     from trainstack.stackfile import load_stack
 
     path = write_stack(tmp_path, mutated({"trainstack:tpu.spot": True}, TPU_STACK))

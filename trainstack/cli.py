@@ -15,7 +15,7 @@ from trainstack.config import StackConfig
 from trainstack.errors import ProgramExit, StackConfigError
 from trainstack.plan import Plan, run_plan
 from trainstack.plandiff import Change, compare, read_plan_json
-from trainstack.program import prepare
+from trainstack.prepare import prepare
 from trainstack.resolved import ResolvedStack
 from trainstack.stackfile import load_stack, read_stack_config_map, stack_file_path, stack_name_for
 

@@ -5,19 +5,11 @@ from __future__ import annotations
 import pulumi
 
 from trainstack.components.stack import TrainingStack, TrainingStackArgs
-from trainstack.config import StackConfig, parse_stack_config
+from trainstack.config import parse_stack_config
+from trainstack.prepare import prepare
 from trainstack.pulumi_internals import program_config
-from trainstack.resolved import ResolvedStack, resolve_stack
-from trainstack.rules import validate_stack
-from trainstack.scripts import BootFiles, boot_files
-
-
-def prepare(cfg: StackConfig) -> tuple[ResolvedStack, BootFiles]:
-    """Validate a parsed stack, resolve it once and render its boot files; raises
-    StackConfigError listing every problem (the catalog's rules, then Compute Engine's
-    metadata limits on what would be set)."""
-    resolved = resolve_stack(validate_stack(cfg))
-    return resolved, boot_files(resolved)
+from trainstack.resolved import ResolvedStack
+from trainstack.scripts import BootFiles
 
 
 def stack_from_pulumi() -> tuple[ResolvedStack, BootFiles]:
