@@ -323,6 +323,11 @@ def test_the_notebook_is_outside_the_training_port(tmp_path: Path) -> None:
 
 def test_hardening_metadata_on_the_tpu_vm_and_the_notebook() -> None:
     """Defect: the TPU VM did not block project-wide SSH keys; Workbench had no OS Login."""
+    for vm in plan_for("multiworker").of_type(INSTANCE):
+        assert (
+            vm.inputs["metadata"]["block-project-ssh-keys"] == "TRUE"
+            and vm.inputs["metadata"]["enable-oslogin"] == "TRUE"
+        )
     [tpu] = plan_for("tpu").of_type(TPU_VM)
     assert (
         tpu.inputs["metadata"]["block-project-ssh-keys"] == "TRUE"

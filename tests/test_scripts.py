@@ -69,3 +69,16 @@ def test_a_value_that_is_not_text_or_a_number_cannot_land_in_a_script(tmp_path: 
 def test_values_are_quoted_and_only_the_programs_own_code_is_not(tmp_path: Path) -> None:
     text = render_text(tmp_path, "A={{ stack }} B={{ '$(touch x); echo' }} C={{ kind.stop_command }} D={{ 7 }}")
     assert text == "A=dev B='$(touch x); echo' C=shutdown -h now D=7"
+
+
+def test_a_node_whose_script_and_metadata_exceed_512_kb_is_refused() -> None:
+    """The limit counts the startup script too: job metadata alone stays far below it."""
+    import dataclasses
+
+    stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.dev.yaml")[0])
+    boot = scripts.boot_files(stack)
+    assert scripts.metadata_problems(stack, boot) == []
+    assert boot.cluster_script is not None
+    padded = dataclasses.replace(boot, cluster_script=boot.cluster_script + "#" * scripts.MAX_INSTANCE_METADATA_BYTES)
+    [problem] = scripts.metadata_problems(stack, padded)
+    assert problem.key == "trainstack:job.args" and "Compute Engine allows" in problem.message
