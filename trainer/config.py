@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from trainer.contract import (
     AUTO,
@@ -26,7 +26,6 @@ from trainer.contract import (
     VERTEX_CHECKPOINT_DIR_ENV,
     VERTEX_MODEL_DIR_ENV,
     VERTEX_TENSORBOARD_DIR_ENV,
-    Bound,
 )
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
@@ -74,19 +73,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _bounded(bound: Bound) -> Callable[[str], int]:
-    """A flag type for one of the job settings the stack also sets: the contract's range."""
-
-    def parse(text: str) -> int:
-        value = _positive_int(text)
-        problem = bound.problem(value)
-        if problem is not None:
-            raise argparse.ArgumentTypeError(problem)
-        return value
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer.task",
@@ -123,20 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         FLAGS.image_size,
-        type=_bounded(IMAGE_SIZE),
+        type=IMAGE_SIZE.parse,
         default=IMAGE_SIZE.default,
         help="Images are resized to this square size.",
     )
-    parser.add_argument(FLAGS.epochs, type=_bounded(EPOCHS), default=EPOCHS.default)
+    parser.add_argument(FLAGS.epochs, type=EPOCHS.parse, default=EPOCHS.default)
     parser.add_argument(
         FLAGS.steps_per_epoch,
-        type=_bounded(STEPS_PER_EPOCH),
+        type=STEPS_PER_EPOCH.parse,
         default=STEPS_PER_EPOCH.default,
         help="Default: one pass over the training files (synthetic data: 100).",
     )
     parser.add_argument(
         FLAGS.batch_size_per_replica,
-        type=_bounded(BATCH_SIZE_PER_REPLICA),
+        type=BATCH_SIZE_PER_REPLICA.parse,
         default=BATCH_SIZE_PER_REPLICA.default,
         help="The global batch is this times the number of replicas.",
     )

@@ -12,6 +12,7 @@ that have no Pulumi, and the Pulumi side must not pay for a TensorFlow import.
 
 from __future__ import annotations
 
+import argparse
 import json
 import posixpath
 from collections.abc import Iterable
@@ -76,10 +77,18 @@ class Bound(Generic[D]):
     low: int
     high: int
 
-    def problem(self, value: int) -> str | None:
-        if self.low <= value <= self.high:
-            return None
-        return f"{value} is not between {self.low} and {self.high}"
+    def parse(self, text: str) -> int:
+        """A command-line value of this setting (an argparse ``type``): a whole number in range.
+
+        The trainer's flags and `trainstack local`'s overrides both take it, so the two accept
+        exactly what a stack file accepts."""
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not self.low <= value <= self.high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {self.low} and {self.high}")
+        return value
 
 
 EPOCHS: Final = Bound(default=10, low=1, high=100_000)

@@ -6,11 +6,9 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH, Bound
+from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
 from trainstack.config import StackConfig
 from trainstack.errors import ProgramExit, StackConfigError
 from trainstack.plan import Plan, run_plan
@@ -18,22 +16,6 @@ from trainstack.plandiff import Change, compare, read_plan_json
 from trainstack.prepare import prepare
 from trainstack.resolved import ResolvedStack
 from trainstack.stackfile import load_stack, read_stack_config_map, stack_file_path, stack_name_for
-
-
-def _bounded_int(bound: Bound[Any]) -> Callable[[str], int]:
-    """An override of a job setting: the contract's range, as the stack file and the trainer."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        problem = bound.problem(value)
-        if problem is not None:
-            raise argparse.ArgumentTypeError(problem)
-        return value
-
-    return parse
 
 
 def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
@@ -227,14 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="delete the work directory first (its checkpoints and models too); only a directory trainstack local made",
     )
-    local.add_argument(FLAGS.epochs, type=_bounded_int(EPOCHS), help="override the job's epochs")
-    local.add_argument(
-        FLAGS.steps_per_epoch, type=_bounded_int(STEPS_PER_EPOCH), help="override the job's steps per epoch"
-    )
-    local.add_argument(FLAGS.image_size, type=_bounded_int(IMAGE_SIZE), help="override the job's image size")
+    local.add_argument(FLAGS.epochs, type=EPOCHS.parse, help="override the job's epochs")
+    local.add_argument(FLAGS.steps_per_epoch, type=STEPS_PER_EPOCH.parse, help="override the job's steps per epoch")
+    local.add_argument(FLAGS.image_size, type=IMAGE_SIZE.parse, help="override the job's image size")
     local.add_argument(
         FLAGS.batch_size_per_replica,
-        type=_bounded_int(BATCH_SIZE_PER_REPLICA),
+        type=BATCH_SIZE_PER_REPLICA.parse,
         help="override the job's per-replica batch",
     )
     local.add_argument("--data", help="a local data path instead of the job's data")
