@@ -400,3 +400,20 @@ def test_a3_ultra_boots_from_hyperdisk_and_tpu_ssh_uses_the_track_with_iap(tmp_p
     assert vm.inputs["bootDisk"]["initializeParams"]["type"] == "hyperdisk-balanced"
     [ssh] = plan_for("tpu").outputs["ssh_commands"].values()
     assert ssh.startswith("gcloud alpha compute tpus tpu-vm ssh ") and ssh.endswith("--tunnel-through-iap")
+
+
+def test_children_moved_under_a_component_keep_an_alias_to_their_old_parent() -> None:
+    """Release roles, the TPU agent and bucket objects moved from the stack component into
+    their own: without the alias an update would delete and recreate them."""
+    import pulumi
+
+    from trainstack.components import moved_here
+    from trainstack.plan import PlanMocks
+
+    pulumi.runtime.set_mocks(PlanMocks("test-project-123"), preview=True)
+    stack = pulumi.ComponentResource("trainstack:index:TrainingStack", "s")
+    component = pulumi.ComponentResource("trainstack:index:TpuVm", "c", opts=pulumi.ResourceOptions(parent=stack))
+    options = moved_here(component, pulumi.ResourceOptions(parent=stack))
+    assert options.parent is component
+    assert options.aliases is not None and [a.parent for a in options.aliases] == [stack]  # type: ignore[union-attr]
+    assert moved_here(component, None).aliases is None

@@ -8,6 +8,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainer.contract import LAYOUT
+from trainstack.components import moved_here
 from trainstack.resolved import ResolvedNotebook
 
 SECONDS_PER_MINUTE = 60
@@ -38,10 +39,7 @@ class WorkbenchNotebook(pulumi.ComponentResource):
     def __init__(self, name: str, args: WorkbenchNotebookArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:WorkbenchNotebook", name, None, opts)
         notebook = args.notebook
-        # Once a child of the stack component: the alias keeps the object's identity.
-        moved = pulumi.ResourceOptions(
-            parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None
-        )
+        moved = moved_here(self, opts)
         script = gcp.storage.BucketObject(
             f"{args.stack_name}-notebook-post-startup",
             bucket=args.bucket_name,

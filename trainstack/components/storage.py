@@ -8,6 +8,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainer.contract import LAYOUT
+from trainstack.components import moved_here
 from trainstack.config import Storage
 from trainstack.package import trainer_archive_members
 
@@ -66,10 +67,7 @@ class TrainingBucket(pulumi.ComponentResource):
         self.url = self.bucket.url
         self.ready = []
         if args.with_trainer:
-            # Once a child of the stack component: the alias keeps the object's identity.
-            moved = pulumi.ResourceOptions(
-                parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None
-            )
+            moved = moved_here(self, opts)
             self.trainer = gcp.storage.BucketObject(
                 f"{args.stack_name}-trainer-package",
                 bucket=self.bucket.name,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.components import moved_here
 from trainstack.components.identity import (
     CLOUD_PLATFORM_SCOPE,
     TPU_RELEASE_PERMISSIONS,
@@ -44,11 +45,7 @@ class TpuVm(pulumi.ComponentResource):
     def __init__(self, name: str, args: TpuVmArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:TpuVm", name, None, opts)
         stack = args.stack_name
-        # These resources were once children of the stack component: the alias keeps their
-        # identity, so an update moves them instead of deleting and creating them again.
-        moved = pulumi.ResourceOptions(
-            parent=self, aliases=[pulumi.Alias(parent=opts.parent)] if opts and opts.parent else None
-        )
+        moved = moved_here(self, opts)
         agent = TpuServiceAgent(
             f"{stack}-tpu-agent", TpuServiceAgentArgs(args.project, args.tpu.service_agent_role), opts=moved
         )
