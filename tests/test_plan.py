@@ -336,6 +336,8 @@ def test_hardening_metadata_on_the_tpu_vm_and_the_notebook() -> None:
     [notebook] = plan_for("notebook").of_type(WORKBENCH)
     assert notebook.inputs["gceSetup"]["metadata"]["enable-oslogin"] == "TRUE"
     assert notebook.inputs["gceSetup"]["metadata"]["block-project-ssh-keys"] == "TRUE"
+    # Priced as pd-balanced (disks.csv); Workbench takes the same type as its enum.
+    assert notebook.inputs["gceSetup"]["bootDisk"]["diskType"] == "PD_BALANCED"
 
 
 def test_stacks_without_a_multi_node_cluster_open_no_training_port() -> None:

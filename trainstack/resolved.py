@@ -97,6 +97,8 @@ class ResolvedNotebook:
     workbench_accelerator_type: str | None
     image: Image
     disk_gb: int
+    # Compute Engine's name (pd-balanced, what the price is for); Workbench takes it as an enum.
+    boot_disk_type: str
     idle_timeout_minutes: int
     cost: NodeCost
 
@@ -293,7 +295,7 @@ def _resolve_tpu(cfg: StackConfig, catalog: Catalog) -> ResolvedTpu | None:
     )
 
 
-# Workbench boot disks are PD_BALANCED (see WorkbenchNotebook); priced as Compute Engine's pd-balanced.
+# The notebook's boot disk type, the one the stack's other machines boot from.
 WORKBENCH_DISK_TYPE = "pd-balanced"
 
 
@@ -313,6 +315,7 @@ def _resolve_notebook(cfg: StackConfig, catalog: Catalog) -> ResolvedNotebook | 
         workbench_accelerator_type=catalog.gpus[accelerator.type].workbench_type if accelerator else None,
         image=catalog.images["workbench"],
         disk_gb=notebook.disk_gb,
+        boot_disk_type=WORKBENCH_DISK_TYPE,
         idle_timeout_minutes=notebook.idle_timeout_minutes,
         cost=NodeCost(instance_name, describe_machine(notebook.machine_type, accelerator, False), price),
     )

@@ -38,8 +38,13 @@ class Gpu:
 
     @property
     def workbench_type(self) -> str:
-        """Workbench names accelerators by enum (NVIDIA_TESLA_T4) where Compute Engine uses nvidia-tesla-t4."""
-        return self.name.upper().replace("-", "_")
+        return workbench_enum(self.name)
+
+
+def workbench_enum(compute_engine_name: str) -> str:
+    """Workbench names GPUs and disk types by enum (NVIDIA_TESLA_T4, PD_BALANCED) where
+    Compute Engine uses nvidia-tesla-t4 and pd-balanced."""
+    return compute_engine_name.upper().replace("-", "_")
 
 
 @dataclass(frozen=True)

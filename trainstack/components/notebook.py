@@ -8,6 +8,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainer.contract import LAYOUT
+from trainstack.catalog import workbench_enum
 from trainstack.components import moved_here
 from trainstack.resolved import ResolvedNotebook
 
@@ -67,7 +68,7 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                     project=notebook.image.project, family=notebook.image.family
                 ),
                 boot_disk=gcp.workbench.InstanceGceSetupBootDiskArgs(
-                    disk_size_gb=str(notebook.disk_gb), disk_type="PD_BALANCED"
+                    disk_size_gb=str(notebook.disk_gb), disk_type=workbench_enum(notebook.boot_disk_type)
                 ),
                 disable_public_ip=True,
                 network_interfaces=[
