@@ -191,7 +191,6 @@ class LocalRun:
         small trainer and requirements and exercise the script's own install path."""
         if cfg.settings.cluster is None:
             raise ValueError(f"stack {cfg.stack} has no trainstack:cluster to run locally")
-        self.cfg = cfg
         self.stack = resolve_stack(cfg)
         cluster = self.stack.cluster
         assert cluster is not None
@@ -222,14 +221,14 @@ class LocalRun:
                 (node.role, f"127.0.0.1:{port}") for node, port in zip(cluster.nodes, ports, strict=True)
             )
             self.project_attributes[cluster.tf_cluster_metadata_key] = json.dumps(local_cluster)
-        self.server = MetadataServer(
-            {n.name: n.metadata for n in self.nodes}, self.project_attributes, cfg.settings.zone
-        )
+        self.server = MetadataServer({n.name: n.metadata for n in self.nodes}, self.project_attributes, self.stack.zone)
         self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS)
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.cfg.stack}\n")
+        (self.workdir / WORKDIR_MARKER).write_text(
+            f"trainstack local work directory of stack {self.stack.config.stack}\n"
+        )
         self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.stack, self.kind))
         write_trainer_archive(self.bucket / contract.LAYOUT.trainer_archive, self.trainer_source)
         shared_env = self.workdir / "env"
