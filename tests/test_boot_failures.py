@@ -41,7 +41,7 @@ def start(cfg: StackConfig, workdir: Path, **kwargs: Any) -> LocalRun:
 
 
 def trainers_started(local: LocalRun) -> bool:
-    return all(any("starting the trainer" in line for line in n.lines) for n in local.nodes)
+    return all(any("starting the job" in line for line in n.lines) for n in local.nodes)
 
 
 def test_sigterm_leaves_the_job_resumable_and_applies_no_on_finish(
@@ -144,7 +144,7 @@ def test_missing_required_metadata_stops_the_node_and_writes_no_status(tmp_path:
     assert any(f"required instance metadata {METADATA_KEYS.role} is missing" in line for line in result.logs["chief"])
     assert [line.split()[1] for line in result.self_stops] == ["stop"]
     assert not list(tmp_path.rglob("-.json")) and not (Path("/status")).exists()
-    assert not any("starting the trainer" in line for line in result.logs["chief"])
+    assert not any("starting the job" in line for line in result.logs["chief"])
 
 
 def test_an_unknown_on_finish_stops_the_node(tmp_path: Path) -> None:
@@ -174,7 +174,7 @@ def test_a_second_boot_of_the_same_node_leaves_the_job_to_the_first(
     )
     assert second.returncode == 0
     assert "another boot of this node holds" in second.stderr
-    assert "starting the trainer" not in second.stderr
+    assert "starting the job" not in second.stderr
     local.signal_node("chief", signal.SIGTERM)
     local.wait(timeout=60)
 

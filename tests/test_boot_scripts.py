@@ -121,7 +121,7 @@ def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_
     result = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
     assert result.job_status is not None and result.job_status["state"] == "FAILED"
     assert result.job_status["exit_code"] != 0
-    assert result.job_status.get("reason") == "installing the python environment failed"
+    assert result.job_status.get("reason") == "preparing the job (environment, code or image) failed"
     assert len(result.self_stops) == 1
 
 
@@ -239,7 +239,7 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     assert third.succeeded
     for lines in third.logs.values():
         text = "\n".join(lines)
-        assert "already SUCCEEDED" in text and "starting the trainer" not in text
+        assert "already SUCCEEDED" in text and "starting the job" not in text
     assert len(third.self_stops) == 6, "on_finish is applied again on every node"
     assert json.loads((third.job_dir / "metrics.json").read_text()) == metrics
 

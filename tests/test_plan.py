@@ -260,7 +260,12 @@ def test_nodes_get_job_settings_in_metadata_not_baked_into_the_script() -> None:
         assert args[args.index("--epochs") + 1] == "10"
     assert len(scripts_seen) == 1, "one script serves every node; metadata tells them apart"
     [package] = plan.of_type("gcp:storage/bucketObject:BucketObject")
-    assert package.inputs["name"] == "trainstack/trainer.zip"
+    # The built-in trainer ships as a package named by its content, and every node names it.
+    assert re.fullmatch(r"trainstack/code/trainer-[0-9a-f]{16}\.zip", package.inputs["name"])
+    for vm in plan.of_type(INSTANCE):
+        assert vm.inputs["metadata"]["trainstack-code-archive"] == package.inputs["name"]
+        assert vm.inputs["metadata"]["trainstack-module"] == "trainer.task"
+        assert vm.inputs["metadata"]["trainstack-job-mode"] == "package"
 
 
 CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
@@ -380,11 +385,11 @@ def test_the_bucket_is_protected_unless_the_stack_lets_destroy_delete_it() -> No
 
     pulumi.runtime.set_mocks(PlanMocks("test-project-123"), preview=True)
     kept = TrainingBucket(
-        "kept", TrainingBucketArgs("test-project-123-kept", "us-central1", Storage(), {}, False, "kept")
+        "kept", TrainingBucketArgs("test-project-123-kept", "us-central1", Storage(), {}, None, "kept")
     )
     deletable = TrainingBucket(
         "gone",
-        TrainingBucketArgs("test-project-123-gone", "us-central1", Storage(delete_on_destroy=True), {}, False, "gone"),
+        TrainingBucketArgs("test-project-123-gone", "us-central1", Storage(delete_on_destroy=True), {}, None, "gone"),
     )
     assert kept.bucket._protect is True
     assert deletable.bucket._protect is False

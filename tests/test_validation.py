@@ -187,7 +187,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "typo_top_level_key",
         {"trainstack:clustr": {"chief": {}}},
         "trainstack:clustr",
-        "unknown key; valid keys here: budget, cluster",
+        "unknown key; valid keys here: access, budget, cluster",
     ),
     (
         "typo_nested_key",

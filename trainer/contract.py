@@ -163,7 +163,9 @@ class BucketLayout:
     """
 
     # In the bucket:
-    trainer_archive: str = "trainstack/trainer.zip"
+    # The job's code (the built-in trainer or a team's package) and its extra requirements,
+    # named by content: a code change is a new object, so no node runs stale code.
+    code_dir: str = "trainstack/code"
     wheelhouse: str = "trainstack/wheelhouse"
     notebook_script: str = "trainstack/workbench-post-startup.sh"
     jobs: str = "jobs"
@@ -189,6 +191,12 @@ class BucketLayout:
 
     def node_status(self, node: str) -> str:
         return posixpath.join(self.status_dir, f"{node}.json")
+
+    def code_archive(self, package: str, digest: str) -> str:
+        return posixpath.join(self.code_dir, f"{package}-{digest}.zip")
+
+    def code_requirements(self, digest: str) -> str:
+        return posixpath.join(self.code_dir, f"requirements-{digest}.txt")
 
 
 LAYOUT: Final = BucketLayout()
@@ -217,6 +225,18 @@ VERTEX_CHECKPOINT_DIR_ENV: Final = "AIP_CHECKPOINT_DIR"
 VERTEX_TENSORBOARD_DIR_ENV: Final = "AIP_TENSORBOARD_LOG_DIR"
 
 
+# --- What a node runs -------------------------------------------------------------------------
+# A Python package run as `python -m MODULE` (the built-in trainer is one: BUILTIN_MODULE),
+# a container image, or nothing at all (a dev box that boots ready and starts no trainer).
+JobMode = Literal["package", "image", "none"]
+PACKAGE_JOB: Final = "package"
+IMAGE_JOB: Final = "image"
+NO_JOB: Final = "none"
+JOB_MODES: Final[tuple[JobMode, ...]] = (PACKAGE_JOB, IMAGE_JOB, NO_JOB)
+BUILTIN_PACKAGE: Final = "trainer"
+BUILTIN_MODULE: Final = "trainer.task"
+
+
 # --- Instance metadata the boot scripts read ---------------------------------------------
 @dataclass(frozen=True)
 class MetadataKeys:
@@ -235,6 +255,15 @@ class MetadataKeys:
     peer_timeout_seconds: str = "trainstack-peer-timeout-seconds"
     # The TPU VM's run-time cap (Compute Engine's max_run_duration has no TPU equivalent).
     max_run_seconds: str = "trainstack-max-run-seconds"
+    # What the node runs (JOB_MODES), and with what: a package's archive object and module
+    # (with its extra requirements object, if any), or a container image.
+    job_mode: str = "trainstack-job-mode"
+    code_archive: str = "trainstack-code-archive"
+    module: str = "trainstack-module"
+    requirements: str = "trainstack-requirements"
+    image: str = "trainstack-image"
+    # GPUs on the node: a container gets them passed through (docker run --gpus all).
+    gpu_count: str = "trainstack-gpu-count"
 
 
 METADATA_KEYS: Final = MetadataKeys()

@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
+from trainstack.build import BUILDERS, docker_tag, run_build
 from trainstack.config import StackConfig
 from trainstack.errors import ProgramExit, StackConfigError
 from trainstack.plan import Plan, run_plan
 from trainstack.plandiff import Change, compare, read_plan_json
 from trainstack.prepare import prepare
-from trainstack.resolved import ResolvedStack
+from trainstack.resolved import ResolvedStack, resolve_stack
 from trainstack.stackfile import load_stack, read_stack_config_map, stack_file_path, stack_name_for
 
 
@@ -168,6 +170,24 @@ def cmd_local(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
+    job = cfg.settings.job
+    if overrides and (job is None or not job.builtin):
+        given = ", ".join(flag for flag in overrides)
+        what = "has no job" if job is None else f"runs its own code ({job.mode})"
+        print(
+            f"trainstack: {given} override the built-in trainer's settings; stack {cfg.stack} {what}. "
+            "Set your code's flags in trainstack:job.args",
+            file=sys.stderr,
+        )
+        return 2
+    if job is not None and job.image is not None and shutil.which("docker") is None:
+        print(
+            f"trainstack: stack {cfg.stack} runs the image {job.image}; `local` runs it with this machine's Docker "
+            "engine, and there is no `docker` here. Install Docker (and `gcloud auth configure-docker` for its "
+            "registry), or try the job as a package (job.package and job.module)",
+            file=sys.stderr,
+        )
+        return 1
     workdir = args.workdir or Path(".trainstack-local") / cfg.stack
     cluster = cfg.settings.cluster
     print(
@@ -180,6 +200,12 @@ def cmd_local(args: argparse.Namespace) -> int:
         return 1
     report(result)
     return exit_code(result)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    # _load applies the catalog's checks, as `validate` does; the boot scripts are not needed.
+    resolved = resolve_stack(_load(args))
+    return run_build(resolved, tag=args.tag, builder=args.builder, dry_run=args.dry_run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--data", help="a local data path instead of the job's data")
     local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
     local.set_defaults(func=cmd_local)
+    build = sub.add_parser("build", help="build the trainer image and push it to the stack's Artifact Registry")
+    _add_stack_arguments(build)
+    build.add_argument("--tag", type=docker_tag, help="image tag (default: a hash of the Dockerfile and trainer/)")
+    build.add_argument("--dry-run", action="store_true", help="print the commands and run nothing")
+    build.add_argument(
+        "--builder", choices=BUILDERS, help="default: docker when it is installed, else cloud-build (gcloud)"
+    )
+    build.set_defaults(func=cmd_build)
     return parser
 
 

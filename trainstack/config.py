@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainer.contract import (
     AUTO,
@@ -22,14 +22,19 @@ from trainer.contract import (
     CNN,
     EPOCHS,
     FLAGS,
+    IMAGE_JOB,
     IMAGE_SIZE,
     LAYOUT,
+    NO_JOB,
+    PACKAGE_JOB,
     STEPS_PER_EPOCH,
     SYNTHETIC_DATA,
     ClusterStrategy,
+    JobMode,
     Model,
 )
 from trainstack.errors import Problem, StackConfigError, shorten
+from trainstack.jobcode import MODULE_PATTERN, check_image_syntax
 
 NAMESPACE = "trainstack"
 
@@ -84,6 +89,12 @@ STACK_SET_FLAGS = {
     FLAGS.strategy: "trainstack:cluster.strategy",
     FLAGS.tpu: "trainstack:tpu",
 }
+# The job settings only the built-in trainer reads; a team's package or image takes its
+# own flags through job.args.
+BUILTIN_TRAINER_KEYS = ("model", "data", "epochs", "batch_size_per_replica", "steps_per_epoch", "image_size")
+# Trainer flags every job's code receives from the stack: job.args may not set them.
+ALWAYS_STACK_SET_FLAGS = (FLAGS.job_dir,)
+MAX_PATH_CHARS = 4096
 # Bounds on job.args: they travel in instance metadata (Compute Engine: 256 KB per value,
 # 512 KB per instance, startup script included).
 MAX_ARGS = 256
@@ -146,7 +157,9 @@ class Cluster(_Strict):
     parameter_servers: ParameterServerPool | None = None
     strategy: ClusterStrategy = AUTO
     # A hard cap on billing if a job hangs: Compute Engine stops (or deletes) the VM after this long.
-    max_run_hours: MaxRunHours = 24
+    # null turns it off, and only together with acknowledge_bills_until_stopped: true.
+    max_run_hours: MaxRunHours | None = 24
+    acknowledge_bills_until_stopped: bool = False
     on_finish: OnFinish = "stop"
     # TF_CONFIG port on every node; the firewall opens exactly this port between cluster nodes.
     port: Annotated[int, Field(ge=1024, le=65535)] = 2222
@@ -154,6 +167,20 @@ class Cluster(_Strict):
     # other node that sees no new heartbeat for this long takes the chief for dead, ends its
     # trainer, records FAILED and applies on_finish instead of billing until max_run_hours.
     heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=24 * 3600)] = 600
+
+    @model_validator(mode="after")
+    def _uncapped_only_when_acknowledged(self) -> Cluster:
+        if self.max_run_hours is None and not self.acknowledge_bills_until_stopped:
+            raise ValueError(
+                "max_run_hours: null turns off the run-time cap, and the machines then bill until someone stops "
+                "them (pulumi destroy); say so with acknowledge_bills_until_stopped: true, or set max_run_hours"
+            )
+        if self.max_run_hours is not None and self.acknowledge_bills_until_stopped:
+            raise ValueError(
+                f"acknowledge_bills_until_stopped: true, but max_run_hours is {self.max_run_hours}: the cap stays on; "
+                "remove the acknowledgement, or set max_run_hours: null"
+            )
+        return self
 
     @property
     def worker_count(self) -> int:
@@ -202,14 +229,38 @@ class Notebook(_Strict):
 
 
 class Job(_Strict):
+    """What the cluster or TPU VM runs: the built-in trainer (``model`` and the settings after
+    it), a team's Python package (``package`` and ``module``), or a container ``image``."""
+
     name: str = "train"
+    # The built-in trainer's settings.
     model: Model = CNN
     data: str = SYNTHETIC_DATA
     epochs: Epochs = EPOCHS.default
     batch_size_per_replica: BatchSize = BATCH_SIZE_PER_REPLICA.default
     steps_per_epoch: Steps | None = STEPS_PER_EPOCH.default
     image_size: ImageSize = IMAGE_SIZE.default
+    # A team's own code: a package directory run as `python -m module`, with extra
+    # requirements, or a container image. Checked against the files by trainstack.rules.
+    package: str | None = None
+    module: str | None = None
+    requirements: str | None = None
+    image: str | None = None
     args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
+
+    @property
+    def mode(self) -> JobMode:
+        return IMAGE_JOB if self.image is not None else PACKAGE_JOB
+
+    @property
+    def builtin(self) -> bool:
+        """True when the job runs the built-in trainer, not a team's package or image."""
+        return self.package is None and self.image is None
+
+    @property
+    def builtin_settings_set(self) -> list[str]:
+        """The built-in trainer's settings the stack file names (they mean nothing to a team's code)."""
+        return [key for key in BUILTIN_TRAINER_KEYS if key in self.model_fields_set]
 
     @field_validator("name")
     @classmethod
@@ -229,17 +280,32 @@ class Job(_Strict):
             )
         return data
 
+    @field_validator("package", "requirements")
+    @classmethod
+    def _path_text(cls, path: str | None) -> str | None:
+        if path is not None and (not path or len(path) > MAX_PATH_CHARS or any(not c.isprintable() for c in path)):
+            raise ValueError(f"{shorten(path)} is not a path: printable text of at most {MAX_PATH_CHARS} characters")
+        return path
+
+    @field_validator("module")
+    @classmethod
+    def _module_name(cls, module: str | None) -> str | None:
+        what = "a Python module name (dotted identifiers, as `python -m` takes: mypackage.task)"
+        return None if module is None else _full_match(MODULE_PATTERN, module, what)
+
+    @field_validator("image")
+    @classmethod
+    def _image_name(cls, image: str | None) -> str | None:
+        return None if image is None else check_image_syntax(image)
+
     @field_validator("args")
     @classmethod
-    def _args_set_nothing_the_stack_sets(cls, args: list[str]) -> list[str]:
+    def _args_bounded(cls, args: list[str]) -> list[str]:
         for arg in args:
             if len(arg) > MAX_ARG_CHARS or any(not c.isprintable() for c in arg):
                 raise ValueError(
                     f"{shorten(arg)}: each argument is printable text of at most {MAX_ARG_CHARS} characters"
                 )
-            flag = arg.split("=", 1)[0]
-            if flag in STACK_SET_FLAGS:
-                raise ValueError(f"{flag} is set by the stack, not by job.args; use {STACK_SET_FLAGS[flag]}")
         if sum(len(arg) for arg in args) > MAX_ARGS_TOTAL_CHARS:
             raise ValueError(f"the arguments add up to more than {MAX_ARGS_TOTAL_CHARS} characters")
         return args
@@ -269,6 +335,31 @@ class Storage(_Strict):
     noncurrent_version_days: Annotated[int, Field(ge=1, le=3650)] = 30
 
 
+# IAM principals a stack may grant machine access to: people, groups and service accounts
+# by email (https://cloud.google.com/iam/docs/principal-identifiers).
+MEMBER_PATTERN = re.compile(
+    r"(user|group|serviceAccount):[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63}){1,8}"
+)
+MAX_ACCESS_MEMBERS = 50
+
+
+class Access(_Strict):
+    """Teammates who may reach the stack's machines: IAP SSH through OS Login on the cluster
+    VMs, and the Workbench notebook."""
+
+    members: list[str] = Field(max_length=MAX_ACCESS_MEMBERS)
+
+    @field_validator("members")
+    @classmethod
+    def _principals(cls, members: list[str]) -> list[str]:
+        for member in members:
+            _full_match(MEMBER_PATTERN, member, "an IAM principal: user:EMAIL, group:EMAIL or serviceAccount:EMAIL")
+        duplicates = sorted({m for m in members if members.count(m) > 1})
+        if duplicates:
+            raise ValueError(f"listed more than once: {', '.join(duplicates)}")
+        return members
+
+
 class Settings(_Strict):
     """The ``trainstack:`` namespace of a stack file."""
 
@@ -278,9 +369,16 @@ class Settings(_Strict):
     cluster: Cluster | None = None
     tpu: Tpu | None = None
     notebook: Notebook | None = None
-    job: Job = Field(default_factory=Job)
+    # None (omitted, or `job: none`): the machines boot ready and start no trainer.
+    job: Job | None = None
     budget: Budget | None = None
     storage: Storage = Field(default_factory=Storage)
+    access: Access | None = None
+
+    @field_validator("job", mode="before")
+    @classmethod
+    def _no_job(cls, job: Any) -> Any:
+        return None if job == NO_JOB else job
 
     @field_validator("zone")
     @classmethod

@@ -16,6 +16,7 @@ ports instead of internal DNS names.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -32,8 +33,8 @@ from typing import Any
 from trainer import contract
 from trainstack import scripts
 from trainstack.config import StackConfig
-from trainstack.package import REPOSITORY, TRAINER_SOURCE, write_trainer_archive
-from trainstack.resolved import ClusterNode, resolve_stack
+from trainstack.jobcode import BUILTIN_SOURCE, PROJECT_ROOT, builtin_package
+from trainstack.resolved import ClusterNode, ResolvedJob, resolve_stack
 from trainstack.supervisor import Supervisor, free_loopback_ports
 
 # After the chief's script exits, how long the other nodes may take to end on their own
@@ -168,6 +169,13 @@ class LocalRunResult:
     self_stops: list[str]
     job_dir: Path
     logs: dict[str, list[str]]
+    # False for a cluster without a job: its nodes boot ready and start nothing.
+    has_job: bool = True
+
+    @property
+    def ready(self) -> bool:
+        """A cluster without a job: every node's boot script ended well."""
+        return not self.has_job and all(code == 0 for code in self.exit_codes.values())
 
     @property
     def succeeded(self) -> bool:
@@ -183,32 +191,36 @@ class LocalRun:
         workdir: Path,
         overrides: TrainerOverrides,
         echo: bool = True,
-        trainer_source: Path = TRAINER_SOURCE,
+        trainer_source: Path = BUILTIN_SOURCE,
         kind: scripts.NodeKind | None = None,
         environment_installed: bool = True,
+        gpu_count: int = 0,
     ) -> None:
         """``trainer_source``, ``kind`` and ``environment_installed`` let tests swap in a
-        small trainer and requirements and exercise the script's own install path."""
+        small built-in trainer and requirements and exercise the script's own install path;
+        ``gpu_count`` is what the nodes' metadata says they have (this machine has none)."""
         if cfg.settings.cluster is None:
             raise ValueError(f"stack {cfg.stack} has no trainstack:cluster to run locally")
         self.stack = resolve_stack(cfg)
         cluster = self.stack.cluster
         assert cluster is not None
+        self.job: ResolvedJob | None = self.stack.job
+        if self.job is not None and self.job.builtin and trainer_source != BUILTIN_SOURCE:
+            self.job = dataclasses.replace(self.job, package=builtin_package(trainer_source))
         self.workdir = workdir.resolve()
         self.echo = echo
-        self.trainer_source = trainer_source
         self.kind = kind or scripts.cluster_node_kind()
         self.environment_installed = environment_installed
         # The bucket's stand-in: a directory of the same name; the layout inside is the bucket's.
         self.bucket = self.workdir / "bucket" / self.stack.bucket_name
-        self.job_dir = Path(contract.LAYOUT.job_dir(str(self.bucket), cfg.settings.job.name))
+        self.job_dir = Path(contract.LAYOUT.job_dir(str(self.bucket), self.job.name if self.job else "none"))
         self.self_stop_log = self.workdir / "self-stop.log"
         self.script = self.workdir / "cluster-node.sh"
         args = tuple(overrides.apply(list(cluster.trainer_args)))
         self.nodes = [
             LocalNode(
                 node,
-                scripts.node_metadata(cluster, node, str(self.bucket), cfg.settings.job.name, args),
+                scripts.node_metadata(cluster, node, str(self.bucket), self.job, args, gpu_count=gpu_count),
                 self.workdir / "nodes" / node.name / "state",
             )
             for node in cluster.nodes
@@ -230,7 +242,13 @@ class LocalRun:
             f"trainstack local work directory of stack {self.stack.config.stack}\n"
         )
         self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.stack, self.kind))
-        write_trainer_archive(self.bucket / contract.LAYOUT.trainer_archive, self.trainer_source)
+        job = self.job
+        if job is not None and job.package is not None:
+            job.package.write_archive(self.bucket / job.package.object_name)
+        if job is not None and job.requirements is not None:
+            destination = self.bucket / job.requirements.object_name
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(job.requirements.path, destination)
         shared_env = self.workdir / "env"
         if self.environment_installed:
             prepare_local_environment(shared_env, self.kind.requirements_stamp)
@@ -246,6 +264,9 @@ class LocalRun:
             TRAINSTACK_METADATA_ROOT=self.server.root_for(local_node.name),
             TRAINSTACK_STATE_DIR=str(local_node.state_dir),
             TRAINSTACK_SELF_STOP_LOG=str(self.self_stop_log),
+            TRAINSTACK_PROFILE_DIR=str(local_node.state_dir),
+            # The local Docker engine pulls with the credentials its user set up.
+            TRAINSTACK_SKIP_REGISTRY_LOGIN="1",
             # The machine has no GPU; every node trains on the CPU whatever the stack names.
             CUDA_VISIBLE_DEVICES="",
             TF_CPP_MIN_LOG_LEVEL="2",
@@ -304,6 +325,7 @@ class LocalRun:
             self_stops=self.self_stop_log.read_text().splitlines() if self.self_stop_log.exists() else [],
             job_dir=self.job_dir,
             logs={n.name: n.lines for n in self.nodes},
+            has_job=self.job is not None,
         )
 
 
@@ -327,7 +349,7 @@ def clear_workdir(workdir: Path) -> None:
     if workdir.is_symlink() or not workdir.is_dir():
         raise WorkdirError(f"{workdir} is not a directory that trainstack local made; not deleting it")
     resolved = workdir.resolve()
-    protected = {Path.cwd().resolve(), REPOSITORY.resolve(), Path.home().resolve()}
+    protected = {Path.cwd().resolve(), PROJECT_ROOT.resolve(), Path.home().resolve()}
     if any(resolved == p or resolved in p.parents for p in protected):
         raise WorkdirError(
             f"{workdir} holds {', '.join(str(p) for p in sorted(protected) if resolved == p or resolved in p.parents)}; not deleting it"
@@ -353,6 +375,11 @@ def run_local(
 
 
 def report(result: LocalRunResult, out: Any = sys.stdout) -> None:
+    if not result.has_job:
+        print(f"no job: the nodes booted {'ready' if result.ready else 'with errors'}", file=out)
+        for node, code in result.exit_codes.items():
+            print(f"  {node:<10} boot script exit {code}", file=out)
+        return
     state = (result.job_status or {}).get("state", "UNKNOWN")
     print(f"job {state}", file=out)
     for node, status in result.node_status.items():
@@ -371,8 +398,9 @@ def report(result: LocalRunResult, out: Any = sys.stdout) -> None:
 
 
 def exit_code(result: LocalRunResult) -> int:
-    """0 when the job succeeded; else the chief trainer's exit code, or 1 when it has none."""
-    if result.succeeded:
+    """0 when the job succeeded (or, without a job, every node booted ready); else the chief
+    trainer's exit code, or 1 when it has none."""
+    if result.succeeded or result.ready:
         return 0
     code = (result.job_status or {}).get("exit_code")
     return code if isinstance(code, int) and code > 0 else 1

@@ -241,6 +241,10 @@ def run_plan(stack: str, raw_config: Mapping[str, Any]) -> Plan:
     )
 
 
+# Google's monthly estimates count 730 hours a month.
+HOURS_PER_MONTH = 730
+
+
 def plan_notes(stack: ResolvedStack) -> list[str]:
     notes = []
     tpu = stack.config.settings.tpu
@@ -248,6 +252,33 @@ def plan_notes(stack: ResolvedStack) -> list[str]:
         why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"
         notes.append(
             f"tpu.on_finish is not set: the TPU VM will {tpu.effective_on_finish} itself when the job ends ({why})"
+        )
+    machines = stack.cluster is not None or stack.tpu is not None
+    monthly = None if stack.hourly_usd is None else f"${stack.hourly_usd * HOURS_PER_MONTH:,.0f}"
+    if machines and stack.job is None:
+        notes.append(
+            "no job: the machines boot ready (python environment installed, TF_CONFIG in "
+            "/var/lib/trainstack/tf_config.json and login shells) and start no trainer; "
+            f"left running, the stack costs {monthly or 'an unknown amount'} a month ({HOURS_PER_MONTH} h)"
+        )
+    if stack.cluster is not None and stack.cluster.max_run_seconds is None:
+        notes.append(
+            "cluster.max_run_hours is null (acknowledged): no run-time cap; the cluster bills until it is stopped "
+            f"or `pulumi destroy` runs: {monthly or 'an unknown amount'} a month at the hourly total below"
+        )
+    if stack.job is not None and stack.job.image is not None:
+        notes.append(f"the job runs the image {stack.job.image.uri} with Docker on every node")
+    elif stack.job is not None and stack.job.package is not None and not stack.job.builtin:
+        notes.append(
+            f"the job runs `python -m {stack.job.package.module}` from {stack.job.package.display_source} "
+            f"(uploaded as {stack.job.package.object_name})"
+        )
+    access = stack.config.settings.access
+    if access is not None and access.members and stack.tpu is not None:
+        notes.append(
+            "access: TPU VMs have no per-VM IAM, so access.members get no login to the TPU VM (that would be "
+            "project-wide); grant roles/tpu.viewer, roles/compute.osLogin and roles/iap.tunnelResourceAccessor "
+            "on the project yourself if you accept that"
         )
     if not stack.config.settings.storage.delete_on_destroy:
         notes.append(

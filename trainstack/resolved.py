@@ -15,6 +15,16 @@ from dataclasses import dataclass, field
 from trainer import contract
 from trainstack.catalog import Catalog, Image, load_catalog
 from trainstack.config import Accelerator, Cluster, NodeSpec, OnFinish, StackConfig
+from trainstack.jobcode import (
+    CodePackage,
+    ExtraRequirements,
+    ImageRef,
+    builtin_package,
+    load_package,
+    load_requirements,
+    project_path,
+    resolve_image,
+)
 from trainstack.rules import effective_accelerator, resolved_strategy
 
 SECONDS_PER_HOUR = 3600
@@ -25,6 +35,25 @@ class NodeCost:
     name: str
     description: str
     usd_per_hour: float | None  # None: the catalog has no price for some part of it
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    """The job's code and where it writes: a package (the built-in trainer is one) or an image."""
+
+    name: str
+    mode: contract.JobMode
+    builtin: bool
+    package: CodePackage | None
+    requirements: ExtraRequirements | None
+    image: ImageRef | None
+    job_dir: str
+
+    @property
+    def code_objects(self) -> tuple[str, ...]:
+        """What the nodes fetch from the bucket at boot."""
+        objects = [self.package.object_name] if self.package else []
+        return (*objects, *([self.requirements.object_name] if self.requirements else []))
 
 
 @dataclass(frozen=True)
@@ -68,8 +97,10 @@ class ResolvedCluster:
         return self.settings.port if self.tf_cluster else None
 
     @property
-    def max_run_seconds(self) -> int:
-        return int(self.settings.max_run_hours * SECONDS_PER_HOUR)
+    def max_run_seconds(self) -> int | None:
+        """Compute Engine's run-time cap; None only when the stack acknowledged running unbounded."""
+        hours = self.settings.max_run_hours
+        return None if hours is None else int(hours * SECONDS_PER_HOUR)
 
 
 @dataclass(frozen=True)
@@ -112,7 +143,8 @@ class ResolvedStack:
     zone: str
     labels: dict[str, str]
     bucket_name: str
-    job_dir: str
+    # None: the machines boot ready and run no job.
+    job: ResolvedJob | None
     # The bucket of job.data when it is not the stack's own (the nodes get read access).
     external_data_bucket: str | None
     cluster: ResolvedCluster | None
@@ -123,6 +155,33 @@ class ResolvedStack:
     @property
     def bucket_uri(self) -> str:
         return f"gs://{self.bucket_name}"
+
+    @property
+    def job_dir(self) -> str | None:
+        return self.job.job_dir if self.job else None
+
+    @property
+    def repository_id(self) -> str:
+        """The stack's own Artifact Registry Docker repository."""
+        return repository_id(self.name)
+
+    @property
+    def registry_url(self) -> str:
+        """Where the stack's images live: LOCATION-docker.pkg.dev/PROJECT/REPOSITORY."""
+        return registry_url(self.region, self.project, self.repository_id)
+
+    @property
+    def external_image(self) -> ImageRef | None:
+        """The job's image when it lives outside the stack's repository (the nodes need a
+        reader binding on that repository too)."""
+        image = self.job.image if self.job else None
+        if image is None or (image.location, image.project, image.repository) == (
+            self.region,
+            self.project,
+            self.repository_id,
+        ):
+            return None
+        return image
 
     @property
     def hourly_usd(self) -> float | None:
@@ -174,14 +233,29 @@ def describe_machine(machine_type: str, accelerator: Accelerator | None, spot: b
 
 
 # --- Names and arguments ---------------------------------------------------------------------
+def repository_id(stack_name: str) -> str:
+    return f"{stack_name}-images"
+
+
+def registry_url(location: str, project: str, repository_id: str) -> str:
+    """An Artifact Registry Docker repository's address
+    (https://cloud.google.com/artifact-registry/docs/docker/names)."""
+    return f"{location}-docker.pkg.dev/{project}/{repository_id}"
+
+
 def internal_hostname(vm_name: str, zone: str, project: str) -> str:
     """Compute Engine's zonal internal DNS name, resolvable from every VM of the network."""
     return f"{vm_name}.{zone}.c.{project}.internal"
 
 
 def trainer_args(cfg: StackConfig, strategy: str) -> tuple[str, ...]:
-    """The trainer's flags for this stack's job (the boot script adds the job directory)."""
+    """The flags for this stack's job (the boot script adds the job directory): the built-in
+    trainer's from the job keys, a team's code only its own job.args."""
     job = cfg.settings.job
+    if job is None:
+        return ()
+    if not job.builtin:
+        return tuple(job.args)
     flags = contract.FLAGS
     args = [
         flags.model, job.model,
@@ -198,7 +272,11 @@ def trainer_args(cfg: StackConfig, strategy: str) -> tuple[str, ...]:
     return (*args, *job.args)
 
 
-def _external_data_bucket(data: str, own_bucket: str) -> str | None:
+def _external_data_bucket(cfg: StackConfig, own_bucket: str) -> str | None:
+    job = cfg.settings.job
+    if job is None or not job.builtin:
+        return None
+    data = job.data
     if not data.startswith("gs://"):
         return None
     bucket = data.removeprefix("gs://").split("/", 1)[0]
@@ -321,6 +399,26 @@ def _resolve_notebook(cfg: StackConfig, catalog: Catalog) -> ResolvedNotebook | 
     )
 
 
+def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str) -> ResolvedJob | None:
+    job = cfg.settings.job
+    if job is None:
+        return None
+    package = None
+    if job.package is not None and job.module is not None:
+        package = load_package(project_path(job.package), job.module)
+    elif job.builtin:
+        package = builtin_package()
+    return ResolvedJob(
+        name=job.name,
+        mode=job.mode,
+        builtin=job.builtin,
+        package=package,
+        requirements=load_requirements(project_path(job.requirements)) if job.requirements else None,
+        image=resolve_image(job.image, registry) if job.image is not None else None,
+        job_dir=contract.LAYOUT.job_dir(bucket_uri, job.name),
+    )
+
+
 def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None) -> ResolvedStack:
     """The resolved model of a stack that passed :func:`trainstack.rules.check_stack`."""
     catalog = catalog or load_catalog()
@@ -339,8 +437,8 @@ def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None) -> ResolvedS
         zone=cfg.settings.zone,
         labels=cfg.labels,
         bucket_name=bucket_name,
-        job_dir=contract.LAYOUT.job_dir(f"gs://{bucket_name}", cfg.settings.job.name),
-        external_data_bucket=_external_data_bucket(cfg.settings.job.data, bucket_name),
+        job=_resolve_job(cfg, f"gs://{bucket_name}", registry_url(cfg.region, cfg.project, repository_id(cfg.name))),
+        external_data_bucket=_external_data_bucket(cfg, bucket_name),
         cluster=cluster,
         tpu=tpu,
         notebook=notebook,

@@ -11,8 +11,25 @@ from collections.abc import Iterable
 
 from trainer.contract import AUTO, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, auto_strategy
 from trainstack.catalog import Catalog, N1GpuLimit, load_catalog
-from trainstack.config import NAMESPACE, Accelerator, Cluster, StackConfig
+from trainstack.config import (
+    ALWAYS_STACK_SET_FLAGS,
+    NAMESPACE,
+    STACK_SET_FLAGS,
+    Accelerator,
+    Cluster,
+    Job,
+    StackConfig,
+)
 from trainstack.errors import Problem, StackConfigError
+from trainstack.jobcode import (
+    CodeError,
+    load_package,
+    load_requirements,
+    missing_module,
+    missing_package,
+    module_file,
+    project_path,
+)
 
 
 def _join(items: Iterable[object]) -> str:
@@ -348,6 +365,73 @@ def check_notebook(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
     )
 
 
+def _check_job_args(job: Job) -> list[Problem]:
+    """Flags the stack sets itself may not come again through job.args: for the built-in
+    trainer every flag a job key sets, for a team's code only the job directory."""
+    reserved = STACK_SET_FLAGS if job.builtin else {f: STACK_SET_FLAGS[f] for f in ALWAYS_STACK_SET_FLAGS}
+    problems = []
+    for index, arg in enumerate(job.args):
+        flag = arg.split("=", 1)[0]
+        if flag in reserved:
+            problems.append(
+                Problem(
+                    f"{NAMESPACE}:job.args[{index}]",
+                    f"{flag} is set by the stack, not by job.args; use {reserved[flag]}",
+                )
+            )
+    return problems
+
+
+def check_job(cfg: StackConfig) -> list[Problem]:
+    """Which code the job runs, and that it is there: before any VM exists, not at boot."""
+    job = cfg.settings.job
+    if job is None:
+        return []
+    key = f"{NAMESPACE}:job"
+    problems = _check_job_args(job)
+    if job.package is not None and job.image is not None:
+        return [
+            *problems,
+            Problem(f"{key}.image", "a job runs either job.package (with job.module) or job.image, not both"),
+        ]
+    if not job.builtin:
+        own_code = "job.image" if job.image is not None else "job.package"
+        problems += [
+            Problem(
+                f"{key}.{setting}",
+                f"configures the built-in trainer, which this job does not run; {own_code} takes its own flags in job.args",
+            )
+            for setting in job.builtin_settings_set
+        ]
+    if job.module is not None and job.package is None:
+        problems.append(Problem(f"{key}.package", "job.module needs job.package, the directory that holds it"))
+    if job.requirements is not None and job.package is None:
+        hint = "an image brings its own" if job.image is not None else "they are installed for job.package"
+        problems.append(Problem(f"{key}.requirements", f"extra requirements go with job.package; {hint}"))
+    if job.package is not None:
+        if job.module is None:
+            problems.append(
+                Problem(f"{key}.module", "required with job.package: the module to run as `python -m MODULE`")
+            )
+        else:
+            source = project_path(job.package)
+            if not source.is_dir():
+                problems.append(Problem(f"{key}.package", missing_package(source)))
+            elif module_file(source, job.module) is None:
+                problems.append(Problem(f"{key}.module", missing_module(source, job.module)))
+            else:
+                try:
+                    load_package(source, job.module)
+                except CodeError as error:
+                    problems.append(Problem(f"{key}.package", str(error)))
+    if job.requirements is not None and job.package is not None:
+        try:
+            load_requirements(project_path(job.requirements))
+        except CodeError as error:
+            problems.append(Problem(f"{key}.requirements", str(error)))
+    return problems
+
+
 def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Problem]:
     catalog = catalog or load_catalog()
     zone = cfg.settings.zone
@@ -361,7 +445,7 @@ def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Proble
                 f"{NAMESPACE}:zone", f"zone {zone} is not in gcp:region {cfg.region}; zones look like {cfg.region}-a"
             )
         ]
-    return check_cluster(cfg, catalog) + check_tpu(cfg, catalog) + check_notebook(cfg, catalog)
+    return check_cluster(cfg, catalog) + check_tpu(cfg, catalog) + check_notebook(cfg, catalog) + check_job(cfg)
 
 
 def validate_stack(cfg: StackConfig, catalog: Catalog | None = None) -> StackConfig:

@@ -20,14 +20,25 @@ from typing import Any
 
 import jinja2
 
-from trainer.contract import FLAGS, LAYOUT, METADATA_KEYS, STATES
+from trainer.contract import (
+    FLAGS,
+    IMAGE_JOB,
+    LAYOUT,
+    METADATA_KEYS,
+    NO_JOB,
+    PACKAGE_JOB,
+    STATES,
+    VERTEX_CHECKPOINT_DIR_ENV,
+    VERTEX_MODEL_DIR_ENV,
+    VERTEX_TENSORBOARD_DIR_ENV,
+)
 from trainstack.config import NAMESPACE
 from trainstack.errors import Problem, StackConfigError
-from trainstack.package import REPOSITORY
-from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedStack, ResolvedTpu
+from trainstack.jobcode import PROJECT_ROOT
+from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, ResolvedStack, ResolvedTpu
 
-TEMPLATES_DIR = REPOSITORY / "templates"
-NODE_REQUIREMENTS = REPOSITORY / "requirements-node.txt"
+TEMPLATES_DIR = PROJECT_ROOT / "templates"
+NODE_REQUIREMENTS = PROJECT_ROOT / "requirements-node.txt"
 
 
 class ShellCode(str):
@@ -74,6 +85,8 @@ class NodeKind:
     # Shell code run by self_stop; both may use the script's SELF_* constants.
     stop_command: ShellCode
     delete_command: ShellCode
+    # What `docker run` needs beyond --network host and --gpus for this kind of machine.
+    container_options: tuple[str, ...] = ()
 
     @property
     def requirements_stamp(self) -> str:
@@ -110,6 +123,9 @@ def tpu_node_kind(tpu: ResolvedTpu) -> NodeKind:
         delete_command=ShellCode(
             'gcloud compute tpus tpu-vm delete "${SELF_NAME}" --zone "${SELF_ZONE}" --async --quiet'
         ),
+        # The TPU devices reach a container only privileged
+        # (https://cloud.google.com/tpu/docs/run-in-container: docker run --net=host --privileged).
+        container_options=("--privileged",),
     )
 
 
@@ -129,21 +145,47 @@ def heartbeat_seconds(peer_timeout_seconds: int) -> int:
     return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
 
 
+def job_metadata(job: ResolvedJob | None, bucket: str, args: tuple[str, ...]) -> dict[str, str]:
+    """What a node runs: the job's mode and code, its directory and arguments."""
+    if job is None:
+        return {METADATA_KEYS.job_mode: NO_JOB}
+    metadata = {
+        METADATA_KEYS.job_mode: job.mode,
+        METADATA_KEYS.job_dir: LAYOUT.job_dir(bucket, job.name),
+        METADATA_KEYS.trainer_args: json.dumps(list(args)),
+    }
+    if job.package is not None:
+        metadata[METADATA_KEYS.code_archive] = job.package.object_name
+        metadata[METADATA_KEYS.module] = job.package.module
+    if job.requirements is not None:
+        metadata[METADATA_KEYS.requirements] = job.requirements.object_name
+    if job.image is not None:
+        metadata[METADATA_KEYS.image] = job.image.uri
+    return metadata
+
+
 def node_metadata(
-    cluster: ResolvedCluster, node: ClusterNode, bucket: str, job_name: str, args: tuple[str, ...] | None = None
+    cluster: ResolvedCluster,
+    node: ClusterNode,
+    bucket: str,
+    job: ResolvedJob | None,
+    args: tuple[str, ...] | None = None,
+    gpu_count: int | None = None,
 ) -> dict[str, str]:
-    """Instance metadata the cluster boot script reads; ``bucket`` is a gs:// URI or, locally, a path."""
+    """Instance metadata the cluster boot script reads; ``bucket`` is a gs:// URI or, locally, a
+    path; ``gpu_count`` overrides the node's GPUs (a local run has none)."""
     settings = cluster.settings
+    gpus = node.accelerator.count if node.accelerator is not None else 0
     metadata = {
         METADATA_KEYS.role: node.role,
         METADATA_KEYS.index: str(node.index),
         METADATA_KEYS.node_name: node.name,
-        METADATA_KEYS.job_dir: LAYOUT.job_dir(bucket, job_name),
         METADATA_KEYS.bucket: bucket,
-        METADATA_KEYS.trainer_args: json.dumps(list(cluster.trainer_args if args is None else args)),
         METADATA_KEYS.on_finish: settings.on_finish,
         METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(settings.heartbeat_timeout_seconds)),
         METADATA_KEYS.peer_timeout_seconds: str(settings.heartbeat_timeout_seconds),
+        METADATA_KEYS.gpu_count: str(gpus if gpu_count is None else gpu_count),
+        **job_metadata(job, bucket, cluster.trainer_args if args is None else args),
     }
     if cluster.tf_cluster:
         metadata[METADATA_KEYS.cluster_key] = cluster.tf_cluster_metadata_key
@@ -152,11 +194,10 @@ def node_metadata(
 
 def tpu_metadata(stack: ResolvedStack, tpu: ResolvedTpu) -> dict[str, str]:
     return {
-        METADATA_KEYS.job_dir: stack.job_dir,
         METADATA_KEYS.bucket: stack.bucket_uri,
-        METADATA_KEYS.trainer_args: json.dumps(list(tpu.trainer_args)),
         METADATA_KEYS.on_finish: tpu.on_finish,
         METADATA_KEYS.max_run_seconds: str(tpu.max_run_seconds),
+        **job_metadata(stack.job, stack.bucket_uri, tpu.trainer_args),
     }
 
 
@@ -164,6 +205,7 @@ def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, te
     """One boot script; every value it names comes from here (StrictUndefined), quoted."""
     if kind is None:
         kind = tpu_node_kind(stack.tpu) if template == TPU_VM and stack.tpu is not None else cluster_node_kind()
+    package = stack.job.package if stack.job else None
     return (
         _environment(templates)
         .get_template(template)
@@ -180,6 +222,14 @@ def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, te
             tpu_node=stack.tpu.name if stack.tpu else "",
             idle_timeout_minutes=stack.notebook.idle_timeout_minutes if stack.notebook else 0,
             peer_poll_seconds=PEER_POLL_SECONDS,
+            job_modes={"package": PACKAGE_JOB, "image": IMAGE_JOB, "none": NO_JOB},
+            vertex_env={
+                "model_dir": VERTEX_MODEL_DIR_ENV,
+                "checkpoint_dir": VERTEX_CHECKPOINT_DIR_ENV,
+                "tensorboard_dir": VERTEX_TENSORBOARD_DIR_ENV,
+            },
+            code_archive=package.object_name if package else "",
+            code_module=package.module if package else "",
         )
     )
 
@@ -222,10 +272,7 @@ def boot_files(stack: ResolvedStack) -> BootFiles:
     """Render every script and metadata map once; raises when Compute Engine would refuse one."""
     cluster_script = render(CLUSTER_NODE, stack) if stack.cluster else None
     cluster_metadata = (
-        {
-            n.name: node_metadata(stack.cluster, n, stack.bucket_uri, stack.config.settings.job.name)
-            for n in stack.cluster.nodes
-        }
+        {n.name: node_metadata(stack.cluster, n, stack.bucket_uri, stack.job) for n in stack.cluster.nodes}
         if stack.cluster
         else {}
     )

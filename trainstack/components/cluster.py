@@ -22,7 +22,8 @@ def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.I
     # At the run-time cap (and on spot preemption) the VM stops, or is deleted when the stack
     # asks for on_finish: delete; either way it no longer bills for its CPUs and GPUs.
     termination = "DELETE" if cluster.settings.on_finish == "delete" else "STOP"
-    max_run = gcp.compute.InstanceSchedulingMaxRunDurationArgs(seconds=cluster.max_run_seconds)
+    seconds = cluster.max_run_seconds
+    max_run = None if seconds is None else gcp.compute.InstanceSchedulingMaxRunDurationArgs(seconds=seconds)
     if node.spot:
         return gcp.compute.InstanceSchedulingArgs(
             provisioning_model="SPOT",
@@ -39,7 +40,9 @@ def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.I
         # (https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance): a GPU VM stops
         # for host maintenance, and the trainer resumes from its backup when it restarts.
         on_host_maintenance="TERMINATE" if node.accelerator is not None else "MIGRATE",
-        instance_termination_action=termination,
+        # The termination action is what happens at the cap; a standard VM without one has
+        # nothing for it to act on (an acknowledged, uncapped cluster).
+        instance_termination_action=termination if max_run is not None else None,
         max_run_duration=max_run,
     )
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.jobcode import ImageRef
+
 # Project-wide roles every machine needs: write logs (Cloud Logging collects the trainer's
 # journal) and metrics. Everything else is granted on the one bucket and repository.
 PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
@@ -49,6 +51,8 @@ class NodeIdentityArgs:
     repository_location: pulumi.Input[str]
     repository_name: pulumi.Input[str]
     data_bucket: str | None = None
+    # The job's image when it lives in another Artifact Registry repository.
+    image: ImageRef | None = None
 
 
 class NodeIdentity(pulumi.ComponentResource):
@@ -65,6 +69,8 @@ class NodeIdentity(pulumi.ComponentResource):
         )
         self.email = self.account.email
         self.member = self.account.member
+        # projects/PROJECT/serviceAccounts/EMAIL: what IAM bindings on the account take.
+        self.account_name = self.account.name
         self.bindings: list[pulumi.Resource] = [
             gcp.projects.IAMMember(
                 f"{name}-{role.split('/')[1].replace('.', '-')}",
@@ -102,6 +108,19 @@ class NodeIdentity(pulumi.ComponentResource):
                 opts=child,
             )
         )
+        if args.image is not None:
+            # Read access to the one other repository the job's image comes from.
+            self.bindings.append(
+                gcp.artifactregistry.RepositoryIamMember(
+                    f"{name}-image-reader",
+                    project=args.image.project,
+                    location=args.image.location,
+                    repository=args.image.repository,
+                    role=REGISTRY_ROLE,
+                    member=self.member,
+                    opts=child,
+                )
+            )
         self.register_outputs({"email": self.email})
 
 

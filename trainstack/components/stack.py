@@ -7,6 +7,7 @@ from typing import Any
 
 import pulumi
 
+from trainstack.components.access import TeamAccess, TeamAccessArgs
 from trainstack.components.budget import BillingBudget, BillingBudgetArgs
 from trainstack.components.cluster import TrainingCluster, TrainingClusterArgs
 from trainstack.components.identity import NodeIdentity, NodeIdentityArgs
@@ -49,7 +50,7 @@ class TrainingStack(pulumi.ComponentResource):
     registry_url: pulumi.Output[str]
     vm_names: list[str]
     ssh_commands: dict[str, str]
-    job_dir: str
+    job_dir: str | None
     hourly_usd: float | None
     costs: list[dict[str, Any]]
 
@@ -74,16 +75,18 @@ class TrainingStack(pulumi.ComponentResource):
                 location=stack.region,
                 settings=stack.config.settings.storage,
                 labels=labels,
-                with_trainer=stack.cluster is not None or stack.tpu is not None,
+                job=stack.job if stack.cluster is not None or stack.tpu is not None else None,
                 stack_name=name,
             ),
             opts=after_apis,
         )
         self.registry = ContainerRegistry(
-            f"{name}-registry", ContainerRegistryArgs(project, stack.region, f"{name}-images", labels), opts=after_apis
+            f"{name}-registry",
+            ContainerRegistryArgs(project, stack.region, stack.repository_id, labels),
+            opts=after_apis,
         )
 
-        def identity(suffix: str, account_suffix: str, display_name: str) -> NodeIdentity:
+        def identity(suffix: str, account_suffix: str, display_name: str, runs_job: bool = True) -> NodeIdentity:
             identity_args = NodeIdentityArgs(
                 project=project,
                 account_id=f"{name}-{account_suffix}",
@@ -92,6 +95,8 @@ class TrainingStack(pulumi.ComponentResource):
                 repository_location=self.registry.repository.location,
                 repository_name=self.registry.repository.name,
                 data_bucket=stack.external_data_bucket,
+                # Only machines that run the job pull its image.
+                image=stack.external_image if runs_job else None,
             )
             return NodeIdentity(f"{name}-{suffix}", identity_args, opts=after_apis)
 
@@ -105,7 +110,9 @@ class TrainingStack(pulumi.ComponentResource):
             self.tpu_identity = identity("tpu-identity", "tpu", "trainstack TPU VM")
             identities.append(self.tpu_identity)
         if stack.notebook is not None:
-            self.notebook_identity = identity("notebook-identity", "nb", "trainstack Workbench notebook")
+            self.notebook_identity = identity(
+                "notebook-identity", "nb", "trainstack Workbench notebook", runs_job=False
+            )
             identities.append(self.notebook_identity)
 
         port = stack.cluster.training_port if stack.cluster else None
@@ -185,6 +192,21 @@ class TrainingStack(pulumi.ComponentResource):
                     stack_name=name,
                 ),
                 opts=node_opts(self.notebook_identity),
+            )
+        access = stack.config.settings.access
+        if access is not None and access.members and (stack.cluster is not None or stack.notebook is not None):
+            TeamAccess(
+                f"{name}-access",
+                TeamAccessArgs(
+                    project=project,
+                    zone=zone,
+                    members=tuple(access.members),
+                    instances={n: i.name for n, i in self.cluster.instances.items()} if stack.cluster else {},
+                    node_account=self.identity.account_name if stack.cluster else None,
+                    notebook_instance=self.notebook.instance.name if stack.notebook else None,
+                    notebook_account=self.notebook_identity.account_name if stack.notebook else None,
+                ),
+                opts=after_apis,
             )
         if stack.config.settings.budget is not None:
             BillingBudget(f"{name}-budget", BillingBudgetArgs(project, stack.config.settings.budget), opts=after_apis)

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from trainer.contract import LAYOUT
-from trainstack.components import moved_here
 from trainstack.config import Storage
-from trainstack.package import trainer_archive_members
+from trainstack.resolved import ResolvedJob
 
 
 @dataclass(frozen=True)
@@ -19,18 +17,17 @@ class TrainingBucketArgs:
     location: str
     settings: Storage
     labels: dict[str, str]
-    # Upload the trainer archive the boot scripts fetch (stacks with training machines).
-    with_trainer: bool
-    # The stack's resource-name prefix: names the trainer object as before (see aliases).
+    # The job whose code the machines fetch at boot (stacks with training machines).
+    job: ResolvedJob | None
     stack_name: str
 
 
 class TrainingBucket(pulumi.ComponentResource):
-    """The bucket, and the trainer archive in it."""
+    """The bucket, and the job's code in it."""
 
     name: pulumi.Output[str]
     url: pulumi.Output[str]
-    # What training machines must wait for: the archive they fetch at boot.
+    # What training machines must wait for: the code they fetch at boot.
     ready: list[pulumi.Resource]
 
     def __init__(self, name: str, args: TrainingBucketArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -66,16 +63,27 @@ class TrainingBucket(pulumi.ComponentResource):
         self.name = self.bucket.name
         self.url = self.bucket.url
         self.ready = []
-        if args.with_trainer:
-            moved = moved_here(self, opts)
-            self.trainer = gcp.storage.BucketObject(
-                f"{args.stack_name}-trainer-package",
+        job = args.job
+        if job is not None and job.package is not None:
+            # Named by content: a code change uploads a new object (and the nodes' metadata
+            # names it), so no node runs the code of an earlier `pulumi up`.
+            self.code = gcp.storage.BucketObject(
+                f"{args.stack_name}-code",
                 bucket=self.bucket.name,
-                name=LAYOUT.trainer_archive,
+                name=job.package.object_name,
                 source=pulumi.AssetArchive(
-                    {name: pulumi.FileAsset(str(path)) for name, path in trainer_archive_members().items()}
+                    {name: pulumi.FileAsset(str(path)) for name, path in job.package.members.items()}
                 ),
-                opts=moved,
+                opts=pulumi.ResourceOptions(parent=self),
             )
-            self.ready.append(self.trainer)
+            self.ready.append(self.code)
+        if job is not None and job.requirements is not None:
+            self.requirements = gcp.storage.BucketObject(
+                f"{args.stack_name}-code-requirements",
+                bucket=self.bucket.name,
+                name=job.requirements.object_name,
+                source=pulumi.FileAsset(str(job.requirements.path)),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            self.ready.append(self.requirements)
         self.register_outputs({"name": self.name, "url": self.url})

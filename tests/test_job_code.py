@@ -1,0 +1,399 @@
+"""A team's own code: which code a job runs, checked before any VM exists, shipped by content,
+and run by the real boot script with the contract every mode shares."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stack_helpers import base_config, plan_of, write_stack
+from trainer.contract import LAYOUT
+from trainstack.cli import main
+from trainstack.jobcode import PROJECT_ROOT, load_package
+from trainstack.local import LocalRun, TrainerOverrides
+from trainstack.stackfile import load_stack
+
+EXAMPLE = PROJECT_ROOT / "examples" / "tabular_mlp"
+INSTANCE = "gcp:compute/instance:Instance"
+REGISTRY_READER = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
+
+# A package written for these tests: it records what the boot script gave it (argv, the
+# AIP_* directories, TF_CONFIG) and fails when asked to, without importing TensorFlow.
+PROBE_MODULE = """
+import json, os, sys
+argv = sys.argv[1:]
+job_dir = argv[argv.index("--job-dir") + 1]
+record = {
+    "argv": argv,
+    "env": {k: v for k, v in os.environ.items() if k.startswith("AIP_") or k == "TF_CONFIG"},
+}
+os.makedirs(job_dir, exist_ok=True)
+with open(os.path.join(job_dir, "probe-" + os.environ.get("NODE_NAME", "node") + ".json"), "w") as out:
+    json.dump(record, out)
+if "--fail" in argv:
+    raise RuntimeError("the team's code failed on purpose")
+"""
+
+
+def single_node(job: dict[str, Any]) -> dict[str, Any]:
+    config = base_config()
+    config["trainstack:cluster"] = {
+        "chief": {"machine_type": "n1-standard-4"},
+        "strategy": "one_device",
+        "on_finish": "stop",
+    }
+    config["trainstack:job"] = job
+    return config
+
+
+def probe_package(directory: Path, name: str = "probe_pkg") -> Path:
+    package = directory / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "main.py").write_text(PROBE_MODULE)
+    return package
+
+
+def problems_for(tmp_path: Path, config: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 1
+    return capsys.readouterr().err
+
+
+# --- Validation: before any VM exists ----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("job", "key", "words"),
+    [
+        ({"package": "examples/tabular_mlp", "module": "tabular_mlp.train"}, "job.module", "has no module"),
+        ({"package": "examples/tabular_mlp", "module": "other.task"}, "job.module", "named after its import name"),
+        ({"package": "examples/no_such_dir", "module": "no_such_dir.task"}, "job.package", "not a directory"),
+        ({"package": "examples/tabular_mlp"}, "job.module", "required with job.package"),
+        ({"module": "tabular_mlp.task"}, "job.package", "needs job.package"),
+        ({"package": "examples/tabular_mlp", "module": "tabular_mlp.task; rm -rf /"}, "job.module", "module name"),
+        (
+            {"package": "examples/tabular_mlp", "module": "tabular_mlp.task", "image": "trainer:v1"},
+            "job.image",
+            "not both",
+        ),
+        (
+            {"package": "examples/tabular_mlp", "module": "tabular_mlp.task", "epochs": 3},
+            "job.epochs",
+            "built-in trainer",
+        ),
+        ({"image": "trainer:v1", "model": "resnet50"}, "job.model", "built-in trainer"),
+        ({"image": "trainer:v1", "requirements": "requirements.txt"}, "job.requirements", "an image brings its own"),
+        (
+            {"package": "examples/tabular_mlp", "module": "tabular_mlp.task", "requirements": "missing.txt"},
+            "job.requirements",
+            "not a file",
+        ),
+        (
+            {"package": "examples/tabular_mlp", "module": "tabular_mlp.task", "args": ["--job-dir=/tmp/x"]},
+            "job.args[0]",
+            "set by the stack",
+        ),
+        ({"args": ["--epochs", "3"]}, "job.args[0]", "set by the stack"),
+        ({"image": "docker.io/library/python:3.12"}, "job.image", "Artifact Registry"),
+        ({"image": "trainer"}, "job.image", "NAME:TAG"),
+        ({"image": "us-central1-docker.pkg.dev/other-project/repo/trainer:v1\n"}, "job.image", "not an image"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_job_code_problems_name_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], job: dict[str, Any], key: str, words: str
+) -> None:
+    err = problems_for(tmp_path, single_node({"name": "j", **job}), capsys)
+    assert f"trainstack:{key}" in err and words in err, err
+    assert "Traceback" not in err
+
+
+def test_a_teams_code_may_use_flags_the_built_in_trainer_reserves(tmp_path: Path) -> None:
+    config = single_node(
+        {"package": "examples/tabular_mlp", "module": "tabular_mlp.task", "args": ["--epochs", "3", "--model=x"]}
+    )
+    assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 0
+
+
+def test_a_symlink_in_a_package_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    package = probe_package(tmp_path / "code")
+    (package / "secrets.txt").symlink_to("/etc/passwd")
+    err = problems_for(tmp_path, single_node({"package": str(package), "module": "probe_pkg.main"}), capsys)
+    assert "trainstack:job.package" in err and "symlink" in err
+
+
+# --- Shipped by content --------------------------------------------------------------------------
+def test_a_package_is_uploaded_under_its_content_hash_and_every_node_names_that_object(tmp_path: Path) -> None:
+    source = tmp_path / "copy" / "tabular_mlp"
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__"))
+    config = base_config()
+    config["trainstack:job"] = {"name": "tab", "package": str(source), "module": "tabular_mlp.task"}
+
+    def uploaded() -> tuple[str, set[str]]:
+        plan = plan_of(write_stack(tmp_path, config))
+        [code] = plan.of_type("gcp:storage/bucketObject:BucketObject")
+        named = {vm.inputs["metadata"]["trainstack-code-archive"] for vm in plan.of_type(INSTANCE)}
+        return code.inputs["name"], named
+
+    first, named = uploaded()
+    assert named == {first}
+    assert first.startswith(f"{LAYOUT.code_dir}/tabular_mlp-")
+    assert uploaded()[0] == first, "the same files give the same object"
+    (source / "task.py").write_text((source / "task.py").read_text() + "\n# a change\n")
+    second, named = uploaded()
+    assert second != first and named == {second}, "a code change is a new object, and the nodes run it"
+    (source / "__pycache__").mkdir(exist_ok=True)
+    (source / "__pycache__" / "task.cpython-311.pyc").write_bytes(b"cache")
+    assert uploaded()[0] == second, "caches are not part of the code"
+
+
+def test_requirements_ship_by_content_beside_the_package(tmp_path: Path) -> None:
+    requirements = tmp_path / "reqs.txt"
+    requirements.write_text("scikit-learn==1.9.1\n")
+    config = base_config()
+    config["trainstack:job"] = {
+        "name": "tab",
+        "package": "examples/tabular_mlp",
+        "module": "tabular_mlp.task",
+        "requirements": str(requirements),
+    }
+    plan = plan_of(write_stack(tmp_path, config))
+    names = {o.inputs["name"] for o in plan.of_type("gcp:storage/bucketObject:BucketObject")}
+    [named] = {vm.inputs["metadata"]["trainstack-requirements"] for vm in plan.of_type(INSTANCE)}
+    assert named in names and named.startswith(f"{LAYOUT.code_dir}/requirements-")
+
+
+# --- Images --------------------------------------------------------------------------------------
+def image_plan(tmp_path: Path, image: str) -> Any:
+    config = base_config()
+    config["trainstack:job"] = {"name": "img", "image": image, "args": ["--epochs", "2"]}
+    return plan_of(write_stack(tmp_path, config))
+
+
+def readers(plan: Any, identity: str) -> set[tuple[str, str, str]]:
+    return {
+        (m.inputs["project"], m.inputs["location"], m.inputs["repository"])
+        for m in plan.of_type(REGISTRY_READER)
+        if m.name.startswith(f"test-{identity}-")
+    }
+
+
+def test_a_short_image_name_is_the_stacks_own_repository_on_every_node(tmp_path: Path) -> None:
+    plan = image_plan(tmp_path, "trainer:v1")
+    uri = "us-central1-docker.pkg.dev/test-project-123/test-images/trainer:v1"
+    vms = plan.of_type(INSTANCE)
+    assert len(vms) == 3
+    for vm in vms:
+        metadata = vm.inputs["metadata"]
+        assert metadata["trainstack-job-mode"] == "image" and metadata["trainstack-image"] == uri
+        assert metadata["trainstack-gpu-count"] == "2"
+        assert json.loads(metadata["trainstack-trainer-args"]) == ["--epochs", "2"]
+        assert "trainstack-code-archive" not in metadata
+        assert "exec docker run" in plan.scripts["cluster-node.sh"]
+    # No code object: the image is the code. The nodes read the stack's repository, which holds it.
+    assert plan.of_type("gcp:storage/bucketObject:BucketObject") == []
+    assert ("test-project-123", "us-central1", "test-images") in {
+        (p, loc, r.rsplit("/", 1)[-1]) for p, loc, r in readers(plan, "identity")
+    }
+
+
+def test_an_image_in_another_repository_gets_a_reader_binding_for_the_training_account_only(tmp_path: Path) -> None:
+    uri = "europe-west4-docker.pkg.dev/shared-images-77/vision/trainer@sha256:" + "a" * 64
+    plan = image_plan(tmp_path, uri)
+    assert {vm.inputs["metadata"]["trainstack-image"] for vm in plan.of_type(INSTANCE)} == {uri}
+    assert ("shared-images-77", "europe-west4", "vision") in readers(plan, "identity")
+    assert plan.notes and any(uri in note for note in plan.notes)
+
+
+# --- Run by the boot script ----------------------------------------------------------------------
+def run_local(config: dict[str, Any], tmp_path: Path, **kwargs: Any) -> Any:
+    cfg = load_stack(write_stack(tmp_path, config))[0]
+    return LocalRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False, **kwargs).start().wait(timeout=300)
+
+
+def test_a_package_outside_the_repository_gets_the_contract_every_mode_shares(tmp_path: Path) -> None:
+    package = probe_package(tmp_path / "elsewhere")
+    config = single_node({"name": "probe", "package": str(package), "module": "probe_pkg.main", "args": ["--x", "1"]})
+    result = run_local(config, tmp_path)
+    assert result.succeeded, result.logs
+    [record_file] = result.job_dir.glob("probe-*.json")
+    record = json.loads(record_file.read_text())
+    job_dir = str(result.job_dir)
+    assert record["argv"] == ["--job-dir", job_dir, "--x", "1"]
+    assert record["env"] == {
+        "AIP_MODEL_DIR": f"{job_dir}/{LAYOUT.model_dir}",
+        "AIP_CHECKPOINT_DIR": f"{job_dir}/{LAYOUT.checkpoint_dir}",
+        "AIP_TENSORBOARD_LOG_DIR": f"{job_dir}/{LAYOUT.log_dir}",
+    }
+
+
+def test_a_package_that_raises_fails_the_job_with_its_traceback_and_releases_the_machine(tmp_path: Path) -> None:
+    package = probe_package(tmp_path / "elsewhere")
+    config = single_node({"name": "probe", "package": str(package), "module": "probe_pkg.main", "args": ["--fail"]})
+    result = run_local(config, tmp_path)
+    assert result.job_status["state"] == "FAILED" and result.job_status["exit_code"] == 1
+    log = "\n".join(result.logs["chief"])
+    assert "Traceback (most recent call last)" in log and "RuntimeError: the team's code failed on purpose" in log
+    assert [line.split()[1:] for line in result.self_stops] == [["stop", "chief"]]
+
+
+def fake_docker(directory: Path) -> Path:
+    """A `docker` that records each call: the commands the boot script sends, exactly."""
+    bin_dir = directory / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(
+        '#!/bin/bash\npython3 -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' "$@" >> "${DOCKER_CALLS}"\n'
+    )
+    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+def test_an_image_job_runs_the_image_with_the_job_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "docker-calls.jsonl"
+    monkeypatch.setenv("PATH", f"{fake_docker(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DOCKER_CALLS", str(calls))
+    config = base_config()
+    config["trainstack:cluster"]["workers"]["count"] = 1
+    config["trainstack:job"] = {"name": "img", "image": "trainer:v1", "args": ["--epochs", "2"]}
+    result = run_local(config, tmp_path)
+    assert result.succeeded, result.logs
+    uri = "us-central1-docker.pkg.dev/test-project-123/test-images/trainer:v1"
+    recorded = [json.loads(line) for line in calls.read_text().splitlines()]
+    runs = [call for call in recorded if call[0] == "run"]
+    assert [call for call in recorded if call[0] == "pull"] == [["pull", "--quiet", uri]] * 2
+    assert len(runs) == 2
+    job_dir = str(result.job_dir)
+    for call in runs:
+        name = call[call.index("--name") + 1]
+        assert name in {"trainstack-chief", "trainstack-worker-0"}
+        assert call[: call.index("--name")] == ["run", "--rm", "--init"]
+        options = call[: call.index(uri)]
+        assert "--network" in options and options[options.index("--network") + 1] == "host"
+        for variable in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR", "TF_CONFIG"):
+            assert options[options.index(variable) - 1] == "--env"
+        # This machine has no GPU: none is passed through.
+        assert "--gpus" not in options
+        assert options[options.index("--volume") + 1] == f"{job_dir}:{job_dir}"
+        assert call[call.index(uri) + 1 :] == ["--job-dir", job_dir, "--epochs", "2"]
+
+
+def test_an_image_node_with_gpus_passes_them_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "docker-calls.jsonl"
+    monkeypatch.setenv("PATH", f"{fake_docker(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DOCKER_CALLS", str(calls))
+    config = single_node({"name": "img", "image": "trainer:v1"})
+    result = run_local(config, tmp_path, gpu_count=2)
+    assert result.succeeded, result.logs
+    [run] = [json.loads(line) for line in calls.read_text().splitlines() if '"run"' in line]
+    assert run[run.index("--gpus") + 1] == "all"
+
+
+def test_local_refuses_builtin_overrides_for_a_teams_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = single_node({"name": "p", "package": "examples/tabular_mlp", "module": "tabular_mlp.task"})
+    path = write_stack(tmp_path, config)
+    assert main(["local", "--stack-file", str(path), "--epochs", "1", "--workdir", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert "--epochs" in err and "trainstack:job.args" in err
+
+
+def test_local_explains_that_an_image_needs_docker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    path = write_stack(tmp_path, single_node({"name": "img", "image": "trainer:v1"}))
+    assert main(["local", "--stack-file", str(path), "--workdir", str(tmp_path / "w")]) == 1
+    assert "Docker" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_the_example_package_trains_on_a_chief_and_a_worker_with_multi_worker_mirrored(tmp_path: Path) -> None:
+    """The README's example, as a user runs it: `trainstack local --stack ownpackage`."""
+    workdir = tmp_path / "work"
+    completed = subprocess.run(
+        [sys.executable, "-m", "trainstack", "local", "--stack", "ownpackage", "--workdir", str(workdir)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    assert "job SUCCEEDED" in completed.stdout
+    [summary_file] = workdir.glob("bucket/*/jobs/tabular_example/summary.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["replicas"] == 2, "recorded by the package itself: one replica on each of two machines"
+    assert summary["epochs"] == 3
+
+
+def test_the_example_package_is_a_package_trainstack_can_ship() -> None:
+    package = load_package(EXAMPLE, "tabular_mlp.task")
+    assert set(package.members) == {"tabular_mlp/__init__.py", "tabular_mlp/task.py"}
+
+
+# --- No job: a dev box -----------------------------------------------------------------------------
+def no_job_config(**cluster: Any) -> dict[str, Any]:
+    config = base_config()
+    del config["trainstack:job"]
+    config["trainstack:cluster"]["workers"]["count"] = 1
+    config["trainstack:cluster"].update(cluster)
+    return config
+
+
+def test_a_cluster_without_a_job_boots_ready_with_tf_config_and_starts_nothing(tmp_path: Path) -> None:
+    cfg = load_stack(write_stack(tmp_path, no_job_config()))[0]
+    local = LocalRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False)
+    cluster = json.loads(local.project_attributes[local.stack.cluster.tf_cluster_metadata_key])
+    result = local.start().wait(timeout=120)
+    assert result.ready and not result.succeeded, result.logs
+    for node in local.nodes:
+        tf_config = json.loads((node.state_dir / "tf_config.json").read_text())
+        assert tf_config == {"cluster": cluster, "task": {"type": node.node.role, "index": node.node.index}}
+        profile = (node.state_dir / "trainstack-tf-config.sh").read_text()
+        exported = subprocess.run(
+            [
+                "bash",
+                "-c",
+                'source "$1" && printf %s "$TF_CONFIG"',
+                "-",
+                str(node.state_dir / "trainstack-tf-config.sh"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert json.loads(exported) == tf_config, profile
+        assert not any("starting the job" in line for line in node.lines)
+    assert result.self_stops == [], "a dev box is stopped by its run-time cap or by a user, not at boot"
+
+
+def test_plan_of_a_cluster_without_a_job_says_so_with_the_monthly_cost(tmp_path: Path) -> None:
+    for job in (None, "none"):
+        config = no_job_config()
+        if job is not None:
+            config["trainstack:job"] = job
+        plan = plan_of(write_stack(tmp_path, config))
+        monthly = f"${plan.hourly_usd * 730:,.0f}"
+        assert any("no job" in note and monthly in note for note in plan.notes), plan.notes
+        for vm in plan.of_type(INSTANCE):
+            assert vm.inputs["metadata"]["trainstack-job-mode"] == "none"
+            assert vm.inputs["scheduling"]["maxRunDuration"]["seconds"] == 24 * 3600
+
+
+def test_no_run_time_cap_only_with_the_acknowledgement(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = problems_for(tmp_path, no_job_config(max_run_hours=None), capsys)
+    assert "trainstack:cluster" in err and "acknowledge_bills_until_stopped: true" in err
+    err = problems_for(tmp_path, no_job_config(acknowledge_bills_until_stopped=True), capsys)
+    assert "the cap stays on" in err
+    plan = plan_of(write_stack(tmp_path, no_job_config(max_run_hours=None, acknowledge_bills_until_stopped=True)))
+    for vm in plan.of_type(INSTANCE):
+        scheduling = vm.inputs["scheduling"]
+        assert "maxRunDuration" not in scheduling
+        if scheduling["provisioningModel"] == "STANDARD":
+            assert "instanceTerminationAction" not in scheduling
+    assert any("no run-time cap" in note and f"${plan.hourly_usd * 730:,.0f}" in note for note in plan.notes)

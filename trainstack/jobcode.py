@@ -1,0 +1,243 @@
+"""The code a job runs: a Python package (the built-in trainer is one) or a container image.
+
+A package is a directory whose name is its top-level import name (``examples/digits_mlp``
+holds ``digits_mlp``), run on every node as ``python -m MODULE``. It ships as a zip archive
+named by the hash of its content, so a code change is a new bucket object and a node can
+never run the code of an earlier `pulumi up`. An image is run with Docker on every node;
+it must live in an Artifact Registry Docker repository, so that the nodes' account can be
+granted read access to exactly that repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
+from trainstack.errors import shorten
+
+# Relative package and requirements paths are relative to the project root, where
+# Pulumi.yaml is, whatever directory a command runs from.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+BUILTIN_SOURCE = PROJECT_ROOT / BUILTIN_PACKAGE
+
+# A dotted Python module name (`python -m` takes nothing else).
+MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
+# Bounds on what a package archive may hold: it is code and small configuration, uploaded
+# at every `pulumi up` that changes it and fetched by every node at every boot.
+MAX_PACKAGE_FILES = 5000
+MAX_PACKAGE_BYTES = 100 * 1024 * 1024
+MAX_REQUIREMENTS_BYTES = 64 * 1024
+# Left out of an archive: caches and hidden files (.git, .venv, editor state).
+_SKIPPED_SUFFIXES = (".pyc", ".pyo")
+# Hex characters of the content hash in object names and image tags: 64 bits.
+DIGEST_CHARS = 16
+# A fixed timestamp: the same files give the same archive bytes, run after run.
+_ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)
+
+# Artifact Registry Docker images: LOCATION-docker.pkg.dev/PROJECT/REPOSITORY/IMAGE, with a
+# tag or a digest (https://cloud.google.com/artifact-registry/docs/docker/names). IMAGE may
+# have path components; each is lowercase, as Docker requires.
+_IMAGE_PATH = r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*){0,8}"
+_IMAGE_REFERENCE = r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})|@(?P<digest>sha256:[0-9a-f]{64}))"
+FULL_IMAGE_PATTERN = re.compile(
+    r"(?P<location>[a-z]+(?:-[a-z]+[0-9]+)?)-docker\.pkg\.dev"
+    r"/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])"
+    r"/(?P<repository>[a-z][a-z0-9-]{0,62})"
+    rf"/(?P<image>{_IMAGE_PATH}){_IMAGE_REFERENCE}"
+)
+# NAME:TAG or NAME@sha256:...: an image in the stack's own repository.
+SHORT_IMAGE_PATTERN = re.compile(rf"(?P<image>{_IMAGE_PATH}){_IMAGE_REFERENCE}")
+MAX_IMAGE_CHARS = 1024
+
+
+class CodeError(ValueError):
+    """The job's code cannot be used as given; the message says why."""
+
+
+def digest_of(chunks: list[tuple[str, bytes]]) -> str:
+    """Content hash of named byte strings, order included (names and lengths delimit them)."""
+    sha = hashlib.sha256()
+    for name, data in chunks:
+        sha.update(f"{name}\0{len(data)}\0".encode())
+        sha.update(data)
+    return sha.hexdigest()[:DIGEST_CHARS]
+
+
+@dataclass(frozen=True)
+class CodePackage:
+    """A package to ship: its files by archive name, and the hash of their content."""
+
+    source: Path
+    module: str
+    members: dict[str, Path]
+    digest: str
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def object_name(self) -> str:
+        return LAYOUT.code_archive(self.name, self.digest)
+
+    @property
+    def display_source(self) -> str:
+        """The source relative to the project root when inside it (the same on every clone)."""
+        try:
+            return self.source.relative_to(PROJECT_ROOT).as_posix()
+        except ValueError:
+            return str(self.source)
+
+    def write_archive(self, destination: Path) -> Path:
+        """The archive as a zip file at ``destination``: the same files give the same bytes."""
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, path in self.members.items():
+                info = zipfile.ZipInfo(name, date_time=_ZIP_TIMESTAMP)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                archive.writestr(info, path.read_bytes())
+        return destination
+
+
+@dataclass(frozen=True)
+class ExtraRequirements:
+    """A requirements file installed on every node after the pinned ones."""
+
+    path: Path
+    digest: str
+
+    @property
+    def object_name(self) -> str:
+        return LAYOUT.code_requirements(self.digest)
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    uri: str
+    location: str
+    project: str
+    repository: str
+
+    @property
+    def registry_host(self) -> str:
+        return f"{self.location}-docker.pkg.dev"
+
+
+def project_path(value: str) -> Path:
+    """A path from the stack file: absolute as given, else relative to the project root."""
+    path = Path(value)
+    return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+def _is_shipped(relative: Path) -> bool:
+    if any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
+        return False
+    return relative.suffix not in _SKIPPED_SUFFIXES
+
+
+def package_members(source: Path, python_only: bool = False) -> dict[str, Path]:
+    """Archive name -> file, in a stable order; names start with the package's own name.
+
+    Raises CodeError for a symlink (it could point anywhere on the machine that runs
+    `pulumi up`) and for a package past the size bounds."""
+    members: dict[str, Path] = {}
+    total = 0
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source)
+        if not _is_shipped(relative):
+            continue
+        if path.is_symlink():
+            raise CodeError(f"{relative} is a symlink; a package ships regular files only")
+        if not path.is_file() or (python_only and path.suffix != ".py"):
+            continue
+        total += path.stat().st_size
+        members[(Path(source.name) / relative).as_posix()] = path
+        if len(members) > MAX_PACKAGE_FILES or total > MAX_PACKAGE_BYTES:
+            raise CodeError(
+                f"more than {MAX_PACKAGE_FILES} files or {MAX_PACKAGE_BYTES // 2**20} MiB; "
+                "ship data through the bucket, not the package"
+            )
+    return members
+
+
+def module_file(source: Path, module: str) -> Path | None:
+    """The file `python -m module` runs from the package at ``source``, or None."""
+    top, *rest = module.split(".")
+    if top != source.name:
+        return None
+    where = source.joinpath(*rest)
+    for candidate in (where.with_suffix(".py") if rest else None, where / "__main__.py"):
+        if candidate is not None and candidate.is_file() and not candidate.is_symlink():
+            return candidate
+    return None
+
+
+def missing_package(source: Path) -> str:
+    return f"{source} is not a directory (a relative path starts at the project root, {PROJECT_ROOT})"
+
+
+def missing_module(source: Path, module: str) -> str:
+    return (
+        f"package {source.name} at {source} has no module {module}: a package directory is named after its "
+        f"import name, so the module is {source.name}.<file> for a <file>.py in it, or {source.name} with a __main__.py"
+    )
+
+
+def load_package(source: Path, module: str, python_only: bool = False) -> CodePackage:
+    if not source.is_dir():
+        raise CodeError(missing_package(source))
+    if module_file(source, module) is None:
+        raise CodeError(missing_module(source, module))
+    members = package_members(source, python_only)
+    digest = digest_of([(name, path.read_bytes()) for name, path in members.items()])
+    return CodePackage(source=source, module=module, members=members, digest=digest)
+
+
+def builtin_package(source: Path = BUILTIN_SOURCE) -> CodePackage:
+    """The built-in trainer as a package: its Python files only."""
+    return load_package(source, BUILTIN_MODULE, python_only=True)
+
+
+def load_requirements(path: Path) -> ExtraRequirements:
+    if not path.is_file():
+        raise CodeError(f"{path} is not a file (a relative path starts at the project root, {PROJECT_ROOT})")
+    data = path.read_bytes()
+    if len(data) > MAX_REQUIREMENTS_BYTES:
+        raise CodeError(f"{path} is larger than {MAX_REQUIREMENTS_BYTES // 1024} KiB")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CodeError(f"{path} is not UTF-8 text") from error
+    return ExtraRequirements(path=path, digest=digest_of([("requirements.txt", data)]))
+
+
+def check_image_syntax(value: str) -> str:
+    """``value`` when it names an Artifact Registry image or a NAME:TAG in the stack's own."""
+    if len(value) <= MAX_IMAGE_CHARS:
+        if FULL_IMAGE_PATTERN.fullmatch(value):
+            return value
+        # Docker reads a first component with a dot as a registry host (docker.io/..., gcr.io/...):
+        # such a name is never an image of the stack's own repository.
+        first, slash, _ = value.partition("/")
+        if SHORT_IMAGE_PATTERN.fullmatch(value) and not (slash and "." in first):
+            return value
+    raise CodeError(
+        f"{shorten(value)} is not an image trainstack can run: use NAME:TAG (or NAME@sha256:...) for an image in "
+        "the stack's own repository, or LOCATION-docker.pkg.dev/PROJECT/REPOSITORY/NAME:TAG for another Artifact "
+        "Registry repository (the nodes get read access to it); copy other registries' images into one first"
+    )
+
+
+def resolve_image(value: str, registry_url: str) -> ImageRef:
+    """The image ``value`` names, a short NAME:TAG taken as in the stack's repository."""
+    check_image_syntax(value)
+    uri = value if FULL_IMAGE_PATTERN.fullmatch(value) else f"{registry_url}/{value}"
+    match = FULL_IMAGE_PATTERN.fullmatch(uri)
+    if match is None:
+        raise CodeError(f"{shorten(uri)} is not an Artifact Registry image")
+    return ImageRef(uri=uri, location=match["location"], project=match["project"], repository=match["repository"])
