@@ -7,7 +7,6 @@ without Docker or Google Cloud); :func:`run_build` prints or runs them.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
 import shlex
 import shutil
@@ -16,11 +15,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainer.contract import BUILTIN_PACKAGE
+from trainstack.jobcode import PROJECT_ROOT, digest_of
 from trainstack.resolved import ResolvedStack
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = PROJECT_ROOT
 DOCKERFILE = "Dockerfile"
-TRAINER_PACKAGE = "trainer"
 IMAGE_NAME = "trainer"
 
 DOCKER = "docker"
@@ -29,7 +29,6 @@ BUILDERS = (CLOUD_BUILD, DOCKER)
 
 # Docker's tag grammar (https://docs.docker.com/reference/cli/docker/image/tag/).
 TAG_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-CONTENT_TAG_LENGTH = 16
 
 
 def docker_tag(text: str) -> str:
@@ -44,21 +43,16 @@ def docker_tag(text: str) -> str:
 
 def context_files(root: Path = REPO_ROOT) -> list[Path]:
     """What the image is made of: the Dockerfile and the trainer's sources, in a fixed order."""
-    sources = sorted((root / TRAINER_PACKAGE).rglob("*.py"), key=lambda path: path.relative_to(root).as_posix())
+    sources = sorted((root / BUILTIN_PACKAGE).rglob("*.py"), key=lambda path: path.relative_to(root).as_posix())
     return [root / DOCKERFILE, *sources]
 
 
 def content_tag(root: Path = REPO_ROOT) -> str:
     """A tag that changes exactly when the image's inputs change, so a tag is never reused
     for different code and rebuilding unchanged code pushes nothing new."""
-    digest = hashlib.sha256()
-    for path in context_files(root):
-        data = path.read_bytes()
-        # Each file's name and size go in before its bytes: renaming a file, or moving bytes
-        # from one file to the next, gives another tag.
-        digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()[:CONTENT_TAG_LENGTH]
+    # Names and sizes go in with the bytes (as for package archives): renaming a file, or
+    # moving bytes from one file to the next, gives another tag.
+    return digest_of([(path.relative_to(root).as_posix(), path.read_bytes()) for path in context_files(root)])
 
 
 def image_uri(stack: ResolvedStack, tag: str) -> str:

@@ -205,7 +205,8 @@ def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, te
     """One boot script; every value it names comes from here (StrictUndefined), quoted."""
     if kind is None:
         kind = tpu_node_kind(stack.tpu) if template == TPU_VM and stack.tpu is not None else cluster_node_kind()
-    package = stack.job.package if stack.job else None
+    # The package's archive is in the bucket only where machines run the job.
+    package = stack.job.package if stack.job and (stack.cluster or stack.tpu) else None
     return (
         _environment(templates)
         .get_template(template)
