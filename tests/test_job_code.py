@@ -303,13 +303,22 @@ def test_local_refuses_builtin_overrides_for_a_teams_code(tmp_path: Path, capsys
     assert "--epochs" in err and "trainstack:job.args" in err
 
 
-def test_local_explains_that_an_image_needs_docker(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("docker", ["absent", "engine_down"])
+def test_local_explains_that_an_image_needs_a_running_docker_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, docker: str
 ) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: None)
+    if docker == "absent":
+        monkeypatch.setattr(shutil, "which", lambda name: None)
+    else:
+        # A docker client whose engine does not answer (`docker info` fails), as on this machine.
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "docker").write_text("#!/bin/bash\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+        (bin_dir / "docker").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     path = write_stack(tmp_path, single_node({"name": "img", "image": "trainer:v1"}))
     assert main(["local", "--stack-file", str(path), "--workdir", str(tmp_path / "w")]) == 1
-    assert "Docker" in capsys.readouterr().err
+    assert "`docker info` finds none running" in capsys.readouterr().err
     assert not (tmp_path / "w").exists()
 
 

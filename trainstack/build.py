@@ -139,6 +139,10 @@ def run_build(
         if status != 0:
             return status
     print(f"{'Would build' if dry_run else 'Built and pushed'} {uri} ({chosen})")
-    print("To train with it, put this line under trainstack:job: in the stack file:")
+    print(
+        "To train with it, put this line under trainstack:job: in the stack file; the image runs "
+        "`python -m trainer.task`, so the built-in trainer's settings (model, epochs, ...) move to job.args "
+        '(e.g. args: ["--model", "cnn", "--epochs", "10"]):'
+    )
     print(f"  image: {uri}")
     return 0

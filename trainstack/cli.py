@@ -1,4 +1,4 @@
-"""``python -m trainstack``: validate and plan stacks offline, with no credentials."""
+"""``python -m trainstack``: validate, plan and run stacks on this machine, with no cloud credentials; build the trainer image."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -150,6 +151,22 @@ def _print_changes(against: Path, changes: list[Change]) -> None:
         print(f"  {'!' if change.loud else ' '} {change.describe()}")
 
 
+# `docker info` asks the engine itself: a docker client without a running engine cannot run a job.
+DOCKER_INFO_SECONDS = 20
+
+
+def docker_engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return (
+            subprocess.run(["docker", "info"], capture_output=True, timeout=DOCKER_INFO_SECONDS, check=False).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.local import TrainerOverrides, WorkdirError, exit_code, report, run_local
 
@@ -180,11 +197,11 @@ def cmd_local(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if job is not None and job.image is not None and shutil.which("docker") is None:
+    if job is not None and job.image is not None and not docker_engine_answers():
         print(
             f"trainstack: stack {cfg.stack} runs the image {job.image}; `local` runs it with this machine's Docker "
-            "engine, and there is no `docker` here. Install Docker (and `gcloud auth configure-docker` for its "
-            "registry), or try the job as a package (job.package and job.module)",
+            "engine, and `docker info` finds none running here. Start or install Docker (and `gcloud auth "
+            "configure-docker` for its registry), or try the job as a package (job.package and job.module)",
             file=sys.stderr,
         )
         return 1
