@@ -135,3 +135,40 @@ def test_plan_out_to_a_file_or_an_impossible_place_is_one_line_and_exit_1(
     assert main(["plan", "--stack", "dev", "--out", out]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"trainstack: --out {out}: ") and len(err.splitlines()) == 1
+
+
+def console_command() -> str:
+    """The `trainstack` command scripts/bootstrap installs beside this interpreter."""
+    command = Path(sys.executable).parent / "trainstack"
+    assert command.exists(), "scripts/bootstrap installs the project (pip install --editable .)"
+    return str(command)
+
+
+def test_the_console_command_runs_the_same_cli(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [console_command(), "validate", "--stack", "dev"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.startswith("stack dev is valid")
+    failed = subprocess.run([console_command(), "validate", "--stack", "no-such-stack"], capture_output=True, text=True)
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+
+
+def test_the_console_command_completes_subcommands_and_stack_flags(tmp_path: Path) -> None:
+    """argcomplete's protocol: the shell sets COMP_LINE/COMP_POINT and reads the candidates."""
+
+    def complete(line: str) -> list[str]:
+        out = tmp_path / "completions"
+        environment = {
+            **os.environ,
+            "_ARGCOMPLETE": "1",
+            "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+            "_ARGCOMPLETE_IFS": "\n",
+            "COMP_LINE": line,
+            "COMP_POINT": str(len(line)),
+        }
+        subprocess.run([console_command()], env=environment, check=True, timeout=60)
+        return out.read_text().split()
+
+    assert complete("trainstack pl") == ["plan"]
+    assert "--stack" in complete("trainstack validate --st")

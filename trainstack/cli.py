@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete completes the `trainstack` console command)
 """``python -m trainstack``: validate, plan and run stacks on this machine, with no cloud credentials; build the trainer image."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import argcomplete
 
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
 from trainstack.build import BUILDERS, docker_tag, run_build
@@ -226,7 +229,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m trainstack", description=__doc__)
+    parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     validate = sub.add_parser("validate", help="check a stack file against the catalog; exit 1 listing every problem")
     _add_stack_arguments(validate)
@@ -275,7 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Shell completion for the `trainstack` command: eval "$(register-python-argcomplete trainstack)".
+    argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except StackConfigError as error:
@@ -285,3 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         # `plan | head` closed the pipe: not an error of ours. Silence the flush at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def console() -> None:
+    """The `trainstack` console command."""
+    sys.exit(main())
