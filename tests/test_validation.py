@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -434,3 +435,57 @@ def test_stack_names_that_share_their_first_24_characters_get_different_resource
     assert names["dev"] == "dev" and names["team-a"] == "team-a"
     for name in names.values():
         assert RESOURCE_NAME_PATTERN.fullmatch(name) and len(f"{name}-train") <= 30
+
+
+def test_one_pass_reports_a_bad_section_and_the_catalog_problems_of_the_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad job name used to stop parsing before the GPU rules ran: the user fixed one
+    problem only to meet the next."""
+    config = mutated({f"{C}.chief.accelerator.count": 3, "trainstack:job.name": "bad name!"})
+    assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 1
+    err = capsys.readouterr().err
+    assert "trainstack:job.name" in err
+    assert "trainstack:cluster.chief.accelerator.count" in err and "valid counts: 1, 2, 4" in err
+
+
+def test_a_failing_section_is_not_also_reported_by_rules_on_its_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = mutated({"trainstack:cluster.strategy": "bogus"})
+    assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  ")]
+    assert len(lines) == 1 and "trainstack:cluster.strategy" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("config:\n  gcp:project: x\n  trainstack:zone: [a, b\n", "line 4, column 1"),
+        ('config:\n  gcp:project: "x\n', "while scanning a quoted scalar at line 2, column 16"),
+        ("config:\n  gcp:project: x\n   bad: indent\n", "line 3, column"),
+    ],
+)
+def test_yaml_syntax_errors_give_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, where: str
+) -> None:
+    path = tmp_path / "Pulumi.broken.yaml"
+    path.write_text(text)
+    assert main(["validate", "--stack-file", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "not valid YAML" in err and where in err and "Traceback" not in err
+
+
+def test_plan_names_placeholder_values_to_replace_before_pulumi_up(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", "multiworker", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    placeholders = [note for note in notes if note.startswith("placeholder:")]
+    assert len(placeholders) == 2
+    assert any("gcp:project is your-gcp-project" in note for note in placeholders)
+    assert any("billing_account" in note for note in placeholders)
+
+
+def test_plan_names_no_placeholder_in_a_real_stack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack-file", str(write_stack(tmp_path, base_config())), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert not [note for note in notes if note.startswith("placeholder:")]

@@ -523,6 +523,18 @@ def problems_from_validation_error(error: ValidationError) -> list[Problem]:
     return problems
 
 
+def _salvage(
+    stack: str, project: str, region: str, settings_raw: dict[str, Any], failing: frozenset[str]
+) -> StackConfig | None:
+    """The stack without its failing sections, when that much is valid (for the catalog's
+    rules to check the rest in the same pass); None when a required section failed."""
+    try:
+        settings = Settings.model_validate({k: v for k, v in settings_raw.items() if k not in failing})
+    except ValidationError:
+        return None
+    return StackConfig(stack=stack, project=project, region=region, settings=settings)
+
+
 STACK_FILE_TOP_LEVEL_KEYS = frozenset({"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"})
 
 
@@ -557,11 +569,19 @@ def parse_stack_config(stack: str, config: Mapping[str, Any]) -> StackConfig:
     if not isinstance(region, str) or not REGION_PATTERN.fullmatch(region):
         problems.append(Problem("gcp:region", f"a region such as us-central1 is required, got {shorten(region)}"))
 
+    # Salvage only when the stack name, project and region are sound: the rules need them.
+    salvageable = not problems
     settings: Settings | None = None
+    partial: StackConfig | None = None
+    dropped: frozenset[str] = frozenset()
     try:
         settings = Settings.model_validate(settings_raw)
     except ValidationError as error:
         problems.extend(problems_from_validation_error(error))
+        if salvageable and isinstance(project, str) and isinstance(region, str):
+            failing = frozenset(str(detail["loc"][0]) for detail in error.errors() if detail["loc"])
+            partial = _salvage(stack, project, region, settings_raw, failing)
+            dropped = frozenset(f"{NAMESPACE}:{name}" for name in failing)
 
     if settings is not None and not (settings.cluster or settings.tpu or settings.notebook):
         problems.append(
@@ -571,6 +591,6 @@ def parse_stack_config(stack: str, config: Mapping[str, Any]) -> StackConfig:
             )
         )
     if problems or settings is None:
-        raise StackConfigError(problems)
+        raise StackConfigError(problems, partial, dropped)
     assert isinstance(project, str) and isinstance(region, str)
     return StackConfig(stack=stack, project=project, region=region, settings=settings)

@@ -40,8 +40,12 @@ def _printable(text: str) -> str:
 class StackConfigError(Exception):
     """Raised when a stack file cannot be turned into a valid stack; carries every problem found."""
 
-    def __init__(self, problems: list[Problem]) -> None:
+    def __init__(self, problems: list[Problem], partial: Any = None, dropped: frozenset[str] = frozenset()) -> None:
         self.problems = problems
+        # What still parses once the failing sections (``dropped``, e.g. "trainstack:job") are
+        # left out: the catalog's rules check it too, so one problem does not hide the others.
+        self.partial = partial
+        self.dropped = dropped
         super().__init__("\n".join(str(p) for p in problems))
 
     def report(self) -> str:

@@ -245,8 +245,28 @@ def run_plan(stack: str, raw_config: Mapping[str, Any]) -> Plan:
 HOURS_PER_MONTH = 730
 
 
+# The shipped stacks' stand-ins for a user's own values: fine offline, refused by Google.
+PLACEHOLDERS = {
+    "gcp:project": "your-gcp-project",
+    "trainstack:budget.billing_account": "012345-6789AB-CDEF01",
+}
+
+
+def placeholder_notes(stack: ResolvedStack) -> list[str]:
+    budget = stack.config.settings.budget
+    values = {
+        "gcp:project": stack.project,
+        "trainstack:budget.billing_account": budget.billing_account if budget else None,
+    }
+    return [
+        f"placeholder: {key} is {placeholder}, an example value; replace it with your own before `pulumi up`"
+        for key, placeholder in PLACEHOLDERS.items()
+        if values[key] == placeholder
+    ]
+
+
 def plan_notes(stack: ResolvedStack) -> list[str]:
-    notes = []
+    notes = placeholder_notes(stack)
     tpu = stack.config.settings.tpu
     if tpu is not None and tpu.on_finish is None:
         why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pulumi
 
 from trainstack.components.stack import TrainingStack, TrainingStackArgs
-from trainstack.config import parse_stack_config
 from trainstack.prepare import prepare
 from trainstack.pulumi_internals import program_config
 from trainstack.resolved import ResolvedStack
+from trainstack.rules import parse_and_check
 from trainstack.scripts import BootFiles
 
 
 def stack_from_pulumi() -> tuple[ResolvedStack, BootFiles]:
     """The running stack's whole config map (every namespace), parsed and prepared once."""
-    return prepare(parse_stack_config(pulumi.get_stack(), program_config()))
+    return prepare(parse_and_check(pulumi.get_stack(), program_config()))
 
 
 def build(stack: ResolvedStack, boot: BootFiles) -> TrainingStack:

@@ -7,7 +7,8 @@ so a user can fix the stack file before anything is created or billed.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from trainer.contract import AUTO, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, auto_strategy
 from trainstack.catalog import Catalog, N1GpuLimit, load_catalog
@@ -19,6 +20,7 @@ from trainstack.config import (
     Cluster,
     Job,
     StackConfig,
+    parse_stack_config,
 )
 from trainstack.errors import Problem, StackConfigError
 from trainstack.jobcode import (
@@ -454,3 +456,23 @@ def validate_stack(cfg: StackConfig, catalog: Catalog | None = None) -> StackCon
     if problems:
         raise StackConfigError(problems)
     return cfg
+
+
+def parse_and_check(stack: str, config: Mapping[str, Any], catalog: Catalog | None = None) -> StackConfig:
+    """Parse a stack's config map and check it against the catalog, reporting every problem
+    in one pass: a section that fails to parse (a bad job name, say) is left out and the
+    catalog's rules still check the others (the cluster's GPUs)."""
+    try:
+        cfg = parse_stack_config(stack, config)
+    except StackConfigError as error:
+        if error.partial is None:
+            raise
+        more = [
+            p
+            for p in check_stack(error.partial, catalog)
+            if not any(
+                p.key == section or p.key.startswith((f"{section}.", f"{section}[")) for section in error.dropped
+            )
+        ]
+        raise StackConfigError([*error.problems, *more]) from None
+    return validate_stack(cfg, catalog)

@@ -17,9 +17,9 @@ import yaml
 from yaml.events import AliasEvent, CollectionStartEvent, NodeEvent
 from yaml.nodes import MappingNode, Node
 
-from trainstack.config import STACK_FILE_TOP_LEVEL_KEYS, StackConfig, parse_stack_config, stack_name_problem
+from trainstack.config import STACK_FILE_TOP_LEVEL_KEYS, StackConfig, stack_name_problem
 from trainstack.errors import Problem, StackConfigError, shorten
-from trainstack.rules import validate_stack
+from trainstack.rules import parse_and_check
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 # A generous stack file is a few kilobytes.
@@ -134,8 +134,13 @@ def read_stack_config_map(path: Path) -> dict[str, Any]:
         document = yaml.load(text, Loader=_StackFileLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.MarkedYAMLError as error:
         what = "not accepted in a stack file" if isinstance(error, _Refused) else "not valid YAML"
-        where_in_file = f"line {error.problem_mark.line + 1}: " if error.problem_mark else ""
-        raise StackConfigError([Problem(where, f"{what}: {where_in_file}{error.problem}")]) from None
+        mark = error.problem_mark
+        where_in_file = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        # The context says what was open ("while parsing a flow sequence ... line 3, column 19").
+        opened = ""
+        if error.context and error.context_mark:
+            opened = f" ({error.context} at line {error.context_mark.line + 1}, column {error.context_mark.column + 1})"
+        raise StackConfigError([Problem(where, f"{what}: {where_in_file}{error.problem}{opened}")]) from None
     except yaml.YAMLError as error:
         raise StackConfigError([Problem(where, f"not valid YAML: {str(error).splitlines()[0]}")]) from None
     except RecursionError:
@@ -174,5 +179,5 @@ def load_stack(path: Path, stack: str | None = None) -> tuple[StackConfig, dict[
     """Parse and validate a stack file; returns the typed config and the raw config map."""
     name = stack_name_for(path, stack)
     raw = read_stack_config_map(path)
-    cfg = validate_stack(parse_stack_config(name, raw))
+    cfg = parse_and_check(name, raw)
     return cfg, raw
