@@ -58,6 +58,11 @@ class Plan:
         return self.resolved.hourly_usd
 
     @property
+    def region(self) -> str:
+        """Whose list prices the costs are: the stack's own region."""
+        return self.resolved.region
+
+    @property
     def scripts(self) -> dict[str, str]:
         """Every boot script the program set, by file name (what `plan --out DIR` writes)."""
         return self.boot.by_filename()
@@ -74,6 +79,7 @@ class Plan:
                 {"type": r.type, "name": r.name, "inputs": _scripts_as_hashes(r.inputs)} for r in self.resources
             ],
             "hourly_usd": self.hourly_usd,
+            "price_region": self.region,
             "nodes": [{"name": c.name, "description": c.description, "hourly_usd": c.usd_per_hour} for c in self.costs],
             "outputs": self.outputs,
             "notes": self.notes,

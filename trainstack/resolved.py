@@ -200,30 +200,34 @@ class ResolvedStack:
 
 # --- Prices ------------------------------------------------------------------------------
 def machine_hourly_usd(
-    catalog: Catalog, machine_type: str, accelerator: Accelerator | None, spot: bool, disk_gb: int, disk_type: str
+    catalog: Catalog,
+    machine_type: str,
+    accelerator: Accelerator | None,
+    spot: bool,
+    disk_gb: int,
+    disk_type: str,
+    region: str,
 ) -> float | None:
-    """Machine, GPUs and boot disk per hour at the catalog's list prices; None when a part has none."""
-    machine = catalog.machine_types.get(machine_type)
-    price = None if machine is None else (machine.spot_usd_hr if spot else machine.on_demand_usd_hr)
+    """Machine, GPUs and boot disk per hour at ``region``'s list prices; None when a part has none there."""
+    price = catalog.machine_usd_hr(machine_type, region, spot)
     if price is None:
         return None
     # Built-in GPUs are priced per GPU like attached ones (the machine row is without them).
     if accelerator is not None:
-        gpu = catalog.gpus.get(accelerator.type)
-        gpu_price = None if gpu is None else (gpu.spot_usd_hr if spot else gpu.on_demand_usd_hr)
+        gpu_price = catalog.gpu_usd_hr(accelerator.type, region, spot)
         if gpu_price is None:
             return None
         price += accelerator.count * gpu_price
-    disk_price = catalog.disk_usd_gb_hour(disk_type)
+    disk_price = catalog.disk_usd_gb_hour(disk_type, region)
     return None if disk_price is None else price + disk_gb * disk_price
 
 
-def tpu_hourly_usd(catalog: Catalog, accelerator_type: str, spot: bool) -> float | None:
+def tpu_hourly_usd(catalog: Catalog, accelerator_type: str, spot: bool, region: str) -> float | None:
     found = catalog.tpu_generation_for(accelerator_type)
     if found is None:
         return None
     generation, size = found
-    per_chip = generation.spot_usd_chip_hr if spot else generation.on_demand_usd_chip_hr
+    per_chip = catalog.tpu_chip_usd_hr(generation.generation, region, spot)
     return None if per_chip is None else per_chip * generation.chips(size)
 
 
@@ -298,7 +302,7 @@ def _cluster_node(
     accelerator = effective_accelerator(machine_type, spec.accelerator if spec else None, catalog)
     name = contract.node_name(role, index)
     vm_name = contract.vm_name(cfg.name, name)
-    price = machine_hourly_usd(catalog, machine_type, accelerator, spot, disk_gb, machine.boot_disk_type)
+    price = machine_hourly_usd(catalog, machine_type, accelerator, spot, disk_gb, machine.boot_disk_type, cfg.region)
     return ClusterNode(
         role=role,
         index=index,
@@ -369,7 +373,7 @@ def _resolve_tpu(cfg: StackConfig, catalog: Catalog) -> ResolvedTpu | None:
         max_run_seconds=round(tpu.max_run_hours * SECONDS_PER_HOUR),
         service_agent_role=tpu.service_agent_role,
         trainer_args=trainer_args(cfg, contract.TPU),
-        cost=NodeCost(vm_name, description, tpu_hourly_usd(catalog, tpu.accelerator_type, tpu.spot)),
+        cost=NodeCost(vm_name, description, tpu_hourly_usd(catalog, tpu.accelerator_type, tpu.spot, cfg.region)),
     )
 
 
@@ -384,7 +388,7 @@ def _resolve_notebook(cfg: StackConfig, catalog: Catalog) -> ResolvedNotebook | 
     accelerator = effective_accelerator(notebook.machine_type, notebook.accelerator, catalog)
     instance_name = contract.vm_name(cfg.name, contract.NOTEBOOK_NODE)
     price = machine_hourly_usd(
-        catalog, notebook.machine_type, accelerator, False, notebook.disk_gb, WORKBENCH_DISK_TYPE
+        catalog, notebook.machine_type, accelerator, False, notebook.disk_gb, WORKBENCH_DISK_TYPE, cfg.region
     )
     return ResolvedNotebook(
         instance_name=instance_name,

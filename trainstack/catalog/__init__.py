@@ -15,6 +15,10 @@ from importlib import resources
 
 # Google prices a month as 730 hours.
 HOURS_PER_MONTH = 730
+# The region of the prices in gpus.csv, machine_types.csv, tpu_generations.csv and disks.csv.
+# Other regions are priced from regional_prices.csv (and regional_rates.csv) alone: a region
+# without a row there has no known price, never the us-central1 one.
+BASE_PRICE_REGION = "us-central1"
 
 
 def _optional_float(text: str) -> float | None:
@@ -110,6 +114,15 @@ class Image:
 
 
 @dataclass(frozen=True)
+class HourlyPrice:
+    on_demand_usd_hr: float | None
+    spot_usd_hr: float | None
+
+    def get(self, spot: bool) -> float | None:
+        return self.spot_usd_hr if spot else self.on_demand_usd_hr
+
+
+@dataclass(frozen=True)
 class Catalog:
     gpus: dict[str, Gpu]
     machine_types: dict[str, MachineType]
@@ -122,10 +135,40 @@ class Catalog:
     images: dict[str, Image] = field(default_factory=dict)
     disk_usd_gb_month: dict[str, float | None] = field(default_factory=dict)
     regions: frozenset[str] = frozenset()
+    # (kind, name, region) -> price; kinds "machine", "gpu", "tpu_chip".
+    regional_prices: dict[tuple[str, str, str], HourlyPrice] = field(default_factory=dict)
+    # (kind, name, region) -> USD per unit; kinds "disk" (GB-month), "storage", "nat", ...
+    regional_rates: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
-    def disk_usd_gb_hour(self, disk_type: str) -> float | None:
-        """None when the catalog has no price for that disk type."""
-        monthly = self.disk_usd_gb_month.get(disk_type)
+    def _hourly(self, kind: str, name: str, region: str, spot: bool, base: HourlyPrice | None) -> float | None:
+        regional = self.regional_prices.get((kind, name, region))
+        value = regional.get(spot) if regional is not None else None
+        if value is None and region == BASE_PRICE_REGION and base is not None:
+            value = base.get(spot)
+        return value
+
+    def machine_usd_hr(self, machine_type: str, region: str, spot: bool) -> float | None:
+        """The machine without its GPUs, per hour in ``region``; None when unknown there."""
+        machine = self.machine_types.get(machine_type)
+        base = None if machine is None else HourlyPrice(machine.on_demand_usd_hr, machine.spot_usd_hr)
+        return self._hourly("machine", machine_type, region, spot, base)
+
+    def gpu_usd_hr(self, gpu_type: str, region: str, spot: bool) -> float | None:
+        """One GPU per hour in ``region`` (built-in GPUs are priced per GPU too)."""
+        gpu = self.gpus.get(gpu_type)
+        base = None if gpu is None else HourlyPrice(gpu.on_demand_usd_hr, gpu.spot_usd_hr)
+        return self._hourly("gpu", gpu_type, region, spot, base)
+
+    def tpu_chip_usd_hr(self, generation: str, region: str, spot: bool) -> float | None:
+        record = self.tpu_generations.get(generation)
+        base = None if record is None else HourlyPrice(record.on_demand_usd_chip_hr, record.spot_usd_chip_hr)
+        return self._hourly("tpu_chip", generation, region, spot, base)
+
+    def disk_usd_gb_hour(self, disk_type: str, region: str = BASE_PRICE_REGION) -> float | None:
+        """None when the catalog has no price for that disk type in ``region``."""
+        monthly = self.regional_rates.get(("disk", disk_type, region))
+        if monthly is None and region == BASE_PRICE_REGION:
+            monthly = self.disk_usd_gb_month.get(disk_type)
         return None if monthly is None else monthly / HOURS_PER_MONTH
 
     def tpu_zones_for(self, generation: str, size: int) -> list[str]:
@@ -146,6 +189,25 @@ class Catalog:
 def _rows(filename: str) -> list[dict[str, str]]:
     text = resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
     return list(csv.DictReader(text.splitlines()))
+
+
+def _regional_prices() -> dict[tuple[str, str, str], HourlyPrice]:
+    return {
+        (row["kind"], row["name"], row["region"]): HourlyPrice(
+            _optional_float(row["on_demand_usd_hr"]), _optional_float(row["spot_usd_hr"])
+        )
+        for row in _rows("regional_prices.csv")
+    }
+
+
+def _regional_rates() -> dict[tuple[str, str, str], float]:
+    if not resources.files(__package__).joinpath("regional_rates.csv").is_file():
+        return {}
+    return {
+        (row["kind"], row["name"], row["region"]): float(row["usd"])
+        for row in _rows("regional_rates.csv")
+        if row["usd"].strip()
+    }
 
 
 @cache
@@ -228,4 +290,6 @@ def load_catalog() -> Catalog:
         images=images,
         disk_usd_gb_month={row["disk_type"]: _optional_float(row["usd_gb_month"]) for row in _rows("disks.csv")},
         regions=frozenset(row["region"] for row in _rows("regions.csv")),
+        regional_prices=_regional_prices(),
+        regional_rates=_regional_rates(),
     )
