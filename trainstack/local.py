@@ -47,6 +47,13 @@ THREADS_PER_NODE = "1"
 WORKDIR_MARKER = ".trainstack-local-workdir"
 
 
+def node_log(workdir: Path, node: str) -> Path:
+    """A node's output in a work directory, appended line by line as it arrives (every boot
+    of the node adds to it, as a VM's journal keeps its earlier boots); `trainstack logs
+    --local` reads it."""
+    return workdir / "nodes" / node / "boot.log"
+
+
 class WorkdirError(Exception):
     """A work directory `trainstack local` refuses to use or delete."""
 
@@ -286,7 +293,31 @@ class LocalRun:
                 local_node.name, ["bash", str(self.script)], env=self._environment(local_node), cwd=local_node.state_dir
             )
             local_node.lines = self.supervisor.lines(local_node.name)
+        self._logs_done = threading.Event()
+        self._log_writer = threading.Thread(target=self._write_logs, name="local-node-logs", daemon=True)
+        self._log_writer.start()
         return self
+
+    def _write_logs(self) -> None:
+        """Appends each node's new output lines to its :func:`node_log` every POLL_SECONDS,
+        and the last ones once the run is closed."""
+        written = {n.name: 0 for n in self.nodes}
+        handles = {n.name: node_log(self.workdir, n.name).open("a", encoding="utf-8") for n in self.nodes}
+        try:
+            while True:
+                closing = self._logs_done.is_set()
+                for local_node in self.nodes:
+                    new = local_node.lines[written[local_node.name] :]
+                    if new:
+                        handles[local_node.name].write("".join(f"{line}\n" for line in new))
+                        handles[local_node.name].flush()
+                        written[local_node.name] += len(new)
+                if closing:
+                    return
+                self._logs_done.wait(POLL_SECONDS)
+        finally:
+            for handle in handles.values():
+                handle.close()
 
     def signal_node(self, name: str, signum: int) -> None:
         """Send ``signum`` to one node's whole process tree: SIGTERM is what a guest shutdown,
@@ -302,6 +333,8 @@ class LocalRun:
 
     def _close(self) -> None:
         self.supervisor.close()
+        self._logs_done.set()
+        self._log_writer.join()
         self.server.shutdown()
         self.server.server_close()
 

@@ -1,0 +1,190 @@
+"""`trainstack logs`: the Cloud Logging query for the boot scripts' journal lines, the exact
+gcloud command it runs, and the node logs of a `trainstack local` run."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from stack_helpers import base_config, write_stack
+from trainstack.cli import main
+from trainstack.local import LocalRun, TrainerOverrides, node_log
+from trainstack.logs import (
+    GCLOUD_FORMAT,
+    SCRIPT_IDENTIFIER,
+    TRAINER_IDENTIFIER,
+    LogSource,
+    log_query,
+)
+from trainstack.scripts import TEMPLATES_DIR
+from trainstack.stackfile import load_stack
+
+PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
+IDENTIFIERS = 'jsonPayload.SYSLOG_IDENTIFIER=("trainstack-trainer" OR "trainstack")'
+MULTIWORKER_QUERY = (
+    'resource.type="gce_instance"\n'
+    'labels."compute.googleapis.com/resource_name"=("multiworker-chief" OR "multiworker-worker-0" OR '
+    '"multiworker-worker-1")\n' + IDENTIFIERS
+)
+
+
+def fake_gcloud(directory: Path) -> Path:
+    """A `gcloud` that records its arguments, one JSON list per call."""
+    bin_dir = directory / "bin"
+    bin_dir.mkdir()
+    gcloud = bin_dir / "gcloud"
+    gcloud.write_text(
+        '#!/bin/bash\npython3 -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' "$@" >> "${GCLOUD_CALLS}"\n'
+    )
+    gcloud.chmod(gcloud.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+@pytest.fixture
+def gcloud_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    calls = tmp_path / "gcloud-calls.jsonl"
+    monkeypatch.setenv("PATH", f"{fake_gcloud(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("GCLOUD_CALLS", str(calls))
+    return calls
+
+
+def recorded(calls: Path) -> list[list[str]]:
+    return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+
+
+# --- The query ---------------------------------------------------------------------------------------
+def test_the_query_names_every_vm_of_the_stack_and_both_journal_tags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "--stack", "multiworker", "--print-query"]) == 0
+    assert capsys.readouterr().out == MULTIWORKER_QUERY + "\n"
+
+
+def test_node_restricts_the_query_to_one_vm(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "--stack", "multiworker", "--node", "worker-1", "--print-query"]) == 0
+    assert capsys.readouterr().out == (
+        'resource.type="gce_instance"\nlabels."compute.googleapis.com/resource_name"="multiworker-worker-1"\n'
+        + IDENTIFIERS
+        + "\n"
+    )
+
+
+def test_a_tpu_vm_and_a_cluster_in_one_query() -> None:
+    query = log_query(
+        [LogSource("chief", "s-chief", "gce_instance"), LogSource("tpu", "s-tpu", "tpu_worker")],
+    )
+    assert query == (
+        '(resource.type="gce_instance" AND labels."compute.googleapis.com/resource_name"="s-chief") OR '
+        '(resource.type="tpu_worker" AND resource.labels.node_id="s-tpu")\n' + IDENTIFIERS
+    )
+
+
+def test_the_tpu_stacks_query(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "--stack", "tpu", "--print-query"]) == 0
+    assert capsys.readouterr().out == (
+        'resource.type="tpu_worker"\nresource.labels.node_id="tpu-tpu"\n' + IDENTIFIERS + "\n"
+    )
+
+
+def test_an_unknown_node_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "--stack", "multiworker", "--node", "worker-7", "--print-query"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert (
+        captured.err == "trainstack: --node 'worker-7' is not a node of this stack; valid: chief, worker-0, worker-1\n"
+    )
+
+
+def test_the_tags_are_the_ones_the_boot_scripts_log_under() -> None:
+    common = (TEMPLATES_DIR / "_common.sh.j2").read_text()
+    job = (TEMPLATES_DIR / "_job.sh.j2").read_text()
+    assert f"systemd-cat -t {SCRIPT_IDENTIFIER} " in common
+    assert f"systemd-cat -t {TRAINER_IDENTIFIER})" in job
+
+
+# --- gcloud ---------------------------------------------------------------------------------------------
+def test_logs_runs_gcloud_logging_read_with_the_query(gcloud_calls: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "--stack", "multiworker"]) == 0
+    assert recorded(gcloud_calls) == [
+        [
+            "logging",
+            "read",
+            MULTIWORKER_QUERY,
+            "--project=your-gcp-project",
+            "--freshness=1d",
+            "--limit=1000",
+            f"--format={GCLOUD_FORMAT}",
+        ]
+    ]
+    assert MULTIWORKER_QUERY in capsys.readouterr().err
+
+
+def test_follow_tails_with_gcloud_beta(gcloud_calls: Path) -> None:
+    assert main(["logs", "--stack", "multiworker", "--node", "chief", "--follow"]) == 0
+    query = 'resource.type="gce_instance"\nlabels."compute.googleapis.com/resource_name"="multiworker-chief"\n'
+    assert recorded(gcloud_calls) == [
+        ["beta", "logging", "tail", query + IDENTIFIERS, "--project=your-gcp-project", f"--format={GCLOUD_FORMAT}"]
+    ]
+
+
+def test_freshness_and_limit_go_to_gcloud(gcloud_calls: Path) -> None:
+    assert main(["logs", "--stack", "multiworker", "--freshness", "6h", "--limit", "50"]) == 0
+    [call] = recorded(gcloud_calls)
+    assert call[3:6] == ["--project=your-gcp-project", "--freshness=6h", "--limit=50"]
+
+
+def test_print_query_runs_nothing(gcloud_calls: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "--stack", "multiworker", "--print-query"]) == 0
+    assert recorded(gcloud_calls) == []
+
+
+def test_without_gcloud_it_says_so_and_prints_the_query_to_paste(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert main(["logs", "--stack", "multiworker"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == MULTIWORKER_QUERY + "\n"
+    assert "needs the Google Cloud CLI (`gcloud`), which is not on the PATH" in captured.err
+    assert "https://console.cloud.google.com/logs/query?project=your-gcp-project" in captured.err
+
+
+# --- trainstack local ------------------------------------------------------------------------------------
+def test_local_prints_each_nodes_log_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = base_config()
+    config["trainstack:cluster"]["workers"]["count"] = 1
+    path = write_stack(tmp_path, config)
+    workdir = tmp_path / "work"
+    run = LocalRun(load_stack(path)[0], workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    result = run.start().wait(timeout=300)
+    assert result.succeeded, result.logs
+    for node in ("chief", "worker-0"):
+        assert result.logs[node], node
+        assert node_log(workdir, node).read_text().splitlines() == result.logs[node]
+
+    assert main(["logs", "--stack-file", str(path), "--local", "--workdir", str(workdir)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"[chief] {line}" for line in result.logs["chief"]] + [
+        f"[worker-0] {line}" for line in result.logs["worker-0"]
+    ]
+    assert any("trainstack:" in line for line in out)
+
+    assert main(["logs", "--stack-file", str(path), "--local", "--workdir", str(workdir), "--node", "worker-0"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"[worker-0] {line}" for line in result.logs["worker-0"]]
+
+    # A second boot adds to the log, as a VM's journal keeps its earlier boots.
+    second = LocalRun(load_stack(path)[0], workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    again = second.start().wait(timeout=300)
+    assert node_log(workdir, "chief").read_text().splitlines() == result.logs["chief"] + again.logs["chief"]
+
+
+def test_local_without_a_run_says_how_to_make_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_stack(tmp_path, base_config())
+    assert main(["logs", "--stack-file", str(path), "--local", "--workdir", str(tmp_path / "none")]) == 1
+    assert "run `trainstack local --stack test` first" in capsys.readouterr().err
+    assert main(["logs", "--stack", "tpu", "--local"]) == 1
+    assert "has no cluster whose boot script logs" in capsys.readouterr().err

@@ -1,0 +1,254 @@
+"""``trainstack logs``: the trainer's output from the stack's VMs, or from a `trainstack local` run.
+
+On a VM the boot script sends its own lines to the journal as ``systemd-cat -t trainstack``
+and the trainer's output as ``systemd-cat -t trainstack-trainer``
+(``templates/_common.sh.j2``, ``templates/_job.sh.j2``). Cloud Logging holds journal entries
+when the VM runs Google's Ops Agent with a ``systemd_journald`` receiver: the agent's Fluent
+Bit ``systemd`` input keeps every journal field as a field of the entry's ``jsonPayload``
+(``jsonPayload.SYSLOG_IDENTIFIER``, ``jsonPayload.MESSAGE``, ``jsonPayload._HOSTNAME``), names
+the log after the receiver, and labels each entry with the instance name,
+``labels."compute.googleapis.com/resource_name"``. Sources: the Ops Agent's generated
+configuration for such a receiver,
+https://github.com/GoogleCloudPlatform/ops-agent/tree/master/confgenerator/testdata/valid/linux/logging-receiver_systemd
+(``fluent_bit_main.conf``: ``Name systemd``, filters on the journal's own ``PRIORITY`` and
+``CODE_FILE`` fields; the Lua filter sets ``compute.googleapis.com/resource_name`` and the
+log name), the receiver's documentation,
+https://cloud.google.com/logging/docs/agent/ops-agent/configuration, and the
+query language, https://cloud.google.com/logging/docs/view/logging-query-language
+(``field = ("a" OR "b")``). Not verified against a live project: the resource type and
+``resource.labels.node_id`` of a TPU VM's entries (``tpu_worker``), and that the images the
+stacks boot run the Ops Agent with that receiver (see README, "After `pulumi up`").
+
+The command prints that query and, when ``gcloud`` is installed, runs ``gcloud logging read``
+(or ``gcloud beta logging tail`` with ``--follow``:
+https://cloud.google.com/sdk/gcloud/reference/logging/read,
+https://cloud.google.com/sdk/gcloud/reference/beta/logging/tail).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from trainstack.resolved import ResolvedStack, resolve_stack
+from trainstack.status import add_stack_arguments, default_workdir, load_config
+
+# The journal identifiers the boot scripts log under (systemd-cat -t ...).
+TRAINER_IDENTIFIER = "trainstack-trainer"
+SCRIPT_IDENTIFIER = "trainstack"
+IDENTIFIERS = (TRAINER_IDENTIFIER, SCRIPT_IDENTIFIER)
+# Resource types and the label that names the machine.
+GCE_RESOURCE = "gce_instance"
+GCE_NAME_LABEL = 'labels."compute.googleapis.com/resource_name"'
+TPU_RESOURCE = "tpu_worker"
+TPU_NAME_LABEL = "resource.labels.node_id"
+# One line per entry: when, which machine (the journal's _HOSTNAME), which tag, the line.
+GCLOUD_FORMAT = "value(timestamp,jsonPayload._HOSTNAME,jsonPayload.SYSLOG_IDENTIFIER,jsonPayload.MESSAGE)"
+DEFAULT_FRESHNESS = "1d"
+DEFAULT_LIMIT = 1000
+LOGS_EXPLORER = "https://console.cloud.google.com/logs/query"
+FOLLOW_POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """A machine whose boot script logs: its node name, its VM name, its resource type."""
+
+    node: str
+    vm_name: str
+    resource_type: str
+
+
+def log_sources(stack: ResolvedStack) -> list[LogSource]:
+    sources = [LogSource(n.name, n.vm_name, GCE_RESOURCE) for n in stack.cluster.nodes] if stack.cluster else []
+    if stack.tpu is not None:
+        sources.append(LogSource(stack.tpu.name, stack.tpu.vm_name, TPU_RESOURCE))
+    return sources
+
+
+class NodeError(Exception):
+    """``--node`` names no machine of the stack (or none that this mode can read)."""
+
+
+def select(sources: list[LogSource], node: str | None) -> list[LogSource]:
+    if node is None:
+        return sources
+    chosen = [s for s in sources if s.node == node]
+    if not chosen:
+        valid = ", ".join(s.node for s in sources) or "none"
+        raise NodeError(f"--node {node!r} is not a node of this stack; valid: {valid}")
+    return chosen
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _any_of(values: list[str]) -> str:
+    return _quote(values[0]) if len(values) == 1 else "(" + " OR ".join(_quote(v) for v in values) + ")"
+
+
+def log_query(sources: list[LogSource]) -> str:
+    """The Cloud Logging query for the boot script's and trainer's journal lines on ``sources``.
+
+    Lines are ANDed; machines of two resource types (a cluster and a TPU VM) are ORed in one line.
+    """
+    groups = []
+    for resource_type, label in ((GCE_RESOURCE, GCE_NAME_LABEL), (TPU_RESOURCE, TPU_NAME_LABEL)):
+        names = [s.vm_name for s in sources if s.resource_type == resource_type]
+        if names:
+            groups.append((f"resource.type={_quote(resource_type)}", f"{label}={_any_of(names)}"))
+    if len(groups) == 1:
+        lines = list(groups[0])
+    else:
+        lines = [" OR ".join(f"({kind} AND {names})" for kind, names in groups)]
+    lines.append(f"jsonPayload.SYSLOG_IDENTIFIER={_any_of(list(IDENTIFIERS))}")
+    return "\n".join(lines)
+
+
+def gcloud_argv(query: str, project: str, follow: bool, freshness: str, limit: int) -> list[str]:
+    if follow:
+        return ["gcloud", "beta", "logging", "tail", query, f"--project={project}", f"--format={GCLOUD_FORMAT}"]
+    return [
+        "gcloud",
+        "logging",
+        "read",
+        query,
+        f"--project={project}",
+        f"--freshness={freshness}",
+        f"--limit={limit}",
+        f"--format={GCLOUD_FORMAT}",
+    ]
+
+
+# --- trainstack local ------------------------------------------------------------------------------
+def _print_new(node: str, path: Path, offset: int, out: IO[str], final: bool) -> int:
+    """Prints the complete lines of ``path`` after byte ``offset`` as ``[node] line`` (with
+    ``final``, a last line without its newline too); returns the offset read up to."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        return offset
+    end = len(data) if final else data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        print(f"[{node}] {line.decode('utf-8', errors='replace')}", file=out)
+    out.flush()
+    return offset + end
+
+
+def print_local_logs(workdir: Path, nodes: list[str], follow: bool, out: IO[str] | None = None) -> None:
+    """Each node's output from its log file, node after node; with ``follow``, then every new
+    line as it is written, until interrupted."""
+    out = out or sys.stdout
+    from trainstack.local import node_log
+
+    offsets = {}
+    for node in nodes:
+        path = node_log(workdir, node)
+        if not path.exists():
+            print(f"[{node}] no log yet ({path})", file=out)
+        offsets[node] = _print_new(node, path, 0, out, final=not follow)
+    while follow:
+        time.sleep(FOLLOW_POLL_SECONDS)
+        for node in nodes:
+            offsets[node] = _print_new(node, node_log(workdir, node), offsets[node], out, final=False)
+
+
+# --- The command -----------------------------------------------------------------------------------
+_FRESHNESS = re.compile(r"[1-9][0-9]{0,5}[smhd]")
+
+
+def freshness(text: str) -> str:
+    """gcloud's --freshness: a whole number of seconds, minutes, hours or days (``1d``)."""
+    if not _FRESHNESS.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30m, 6h or 2d")
+    return text
+
+
+def limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{value} is not between 1 and 1000000")
+    return value
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    if args.workdir is not None and not args.local:
+        print("trainstack: --workdir is the work directory of a local run: use it with --local", file=sys.stderr)
+        return 2
+    stack = resolve_stack(load_config(args))
+    sources = log_sources(stack)
+    if args.local:
+        sources = [s for s in sources if s.resource_type == GCE_RESOURCE]
+    if not sources:
+        where = "cluster" if args.local else "cluster or TPU VM"
+        print(f"trainstack: stack {stack.config.stack} has no {where} whose boot script logs", file=sys.stderr)
+        return 1
+    try:
+        chosen = select(sources, args.node)
+    except NodeError as error:
+        print(f"trainstack: {error}", file=sys.stderr)
+        return 2
+    if args.local:
+        workdir = args.workdir or default_workdir(stack.config.stack)
+        if not (workdir / "nodes").is_dir():
+            print(
+                f"trainstack: no local run of stack {stack.config.stack} in {workdir}; "
+                f"run `trainstack local --stack {stack.config.stack}` first",
+                file=sys.stderr,
+            )
+            return 1
+        try:
+            print_local_logs(workdir, [s.node for s in chosen], args.follow)
+        except KeyboardInterrupt:
+            pass
+        return 0
+    query = log_query(chosen)
+    if args.print_query:
+        print(query)
+        return 0
+    if shutil.which("gcloud") is None:
+        print(
+            "trainstack: reading Cloud Logging from here needs the Google Cloud CLI (`gcloud`), which is not on the "
+            f"PATH. Install it, or paste this query into the Logs Explorer ({LOGS_EXPLORER}?project={stack.project}):",
+            file=sys.stderr,
+        )
+        print(query)
+        return 1
+    argv = gcloud_argv(query, stack.project, args.follow, args.freshness, args.limit)
+    order = "as they arrive" if args.follow else f"newest first, the last {args.freshness}, at most {args.limit}"
+    print(f"Cloud Logging query (project {stack.project}; {order}):\n{query}\n", file=sys.stderr)
+    try:
+        return subprocess.run(argv, check=False).returncode
+    except KeyboardInterrupt:
+        return 0
+
+
+def register(subparsers: Any) -> None:
+    """Adds ``logs`` to the ``trainstack`` command line (``subparsers`` from ``add_subparsers``)."""
+    parser = subparsers.add_parser(
+        "logs", help="the trainer's and boot script's log lines from the stack's VMs (Cloud Logging) or a local run"
+    )
+    add_stack_arguments(parser)
+    parser.add_argument("--node", help="only this node (chief, worker-0, ps-0, tpu)")
+    parser.add_argument("--follow", action="store_true", help="keep printing new lines (gcloud beta logging tail)")
+    parser.add_argument("--print-query", action="store_true", help="print the Cloud Logging query and run nothing")
+    parser.add_argument("--freshness", type=freshness, default=DEFAULT_FRESHNESS, help="how far back (default 1d)")
+    parser.add_argument("--limit", type=limit, default=DEFAULT_LIMIT, help="at most this many lines (default 1000)")
+    parser.add_argument("--local", action="store_true", help="the node logs of a `trainstack local` run")
+    parser.add_argument(
+        "--workdir", type=Path, help="with --local: the run's work directory (default .trainstack-local/<stack>)"
+    )
+    parser.set_defaults(func=cmd_logs)
