@@ -48,9 +48,7 @@ def test_a_gpu_node_costs_its_machine_gpus_and_disk_at_the_regions_prices(tmp_pa
     assert chief.usd_per_hour == pytest.approx(expected, abs=1e-9)
     if region != "us-central1":
         # Not the us-central1 figure under another name.
-        assert chief.usd_per_hour != pytest.approx(
-            0.38 + 2 * 0.35 + 200 * 0.10 / HOURS_PER_MONTH, abs=1e-6
-        )
+        assert chief.usd_per_hour != pytest.approx(0.38 + 2 * 0.35 + 200 * 0.10 / HOURS_PER_MONTH, abs=1e-6)
 
 
 @pytest.mark.parametrize("region", ["us-central1", "us-west1"])
@@ -79,5 +77,8 @@ def test_a_region_without_a_price_is_unknown_not_us_central1s(tmp_path: Path) ->
     config["trainstack:zone"] = "europe-west4-a"
     config["trainstack:notebook"] = {"machine_type": "a2-highgpu-1g"}
     plan = plan_of(write_stack(tmp_path, config))
-    assert row("regional_prices.csv", kind="gpu", name="nvidia-tesla-a100", region="europe-west4")["on_demand_usd_hr"] == ""
+    assert (
+        row("regional_prices.csv", kind="gpu", name="nvidia-tesla-a100", region="europe-west4")["on_demand_usd_hr"]
+        == ""
+    )
     assert [c.usd_per_hour for c in plan.costs] == [None] and plan.hourly_usd is None

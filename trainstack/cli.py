@@ -14,6 +14,7 @@ from pathlib import Path
 import argcomplete
 
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
+from trainstack import browse, costreport, logs, machines, status
 from trainstack.build import BUILDERS, docker_tag, run_build
 from trainstack.config import StackConfig
 from trainstack.errors import ProgramExit, StackConfigError
@@ -85,12 +86,8 @@ def _print_plan(plan: Plan) -> None:
     for resource in plan.resources:
         details = _describe(resource.inputs)
         print(f"  + {resource.type}  {resource.name}{'  ' + details if details else ''}")
-    print("Hourly cost while running (us-central1 list prices, USD):")
-    for cost in plan.costs:
-        price = "unknown" if cost.usd_per_hour is None else f"{cost.usd_per_hour:.2f}"
-        print(f"  {cost.name:<32} {cost.description:<48} {price}")
-    total = plan.hourly_usd
-    print(f"  {'total':<32} {'':<48} {'unknown' if total is None else f'{total:.2f}'}")
+    for line in costreport.format_report(plan.cost):
+        print(line)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -274,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--builder", choices=BUILDERS, help="default: docker when it is installed, else cloud-build (gcloud)"
     )
     build.set_defaults(func=cmd_build)
+    machines.register(sub)
+    browse.register(sub)
+    status.register(sub)
+    logs.register(sub)
+    costreport.register(sub)
     return parser
 
 

@@ -56,6 +56,8 @@ LABEL_KEY_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")
 # Labels the program sets itself on every resource; a stack may not set or override them.
 RESERVED_LABEL_PREFIX = "trainstack-"
+# The label naming the stack on every resource: what the billing budget filters on.
+STACK_LABEL = "trainstack-stack"
 # Compute Engine allows 64 labels per resource; the program adds at most two of its own.
 MAX_USER_LABELS = 62
 PROJECT_ID_PATTERN = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
@@ -429,7 +431,7 @@ class StackConfig(BaseModel):
 
     @property
     def labels(self) -> dict[str, str]:
-        return {**self.settings.labels, "trainstack-stack": default_resource_name(self.stack)}
+        return {**self.settings.labels, STACK_LABEL: default_resource_name(self.stack)}
 
 
 # Characters of the stack-name hash that keep two stacks' derived names apart.

@@ -20,6 +20,7 @@ from typing import Any
 
 import pulumi
 
+from trainstack.costreport import CostReport, cost_report
 from trainstack.errors import ProgramExit
 from trainstack.pulumi_internals import run_until_settled, set_program_config, sync_await
 from trainstack.resolved import NodeCost, ResolvedStack
@@ -84,7 +85,13 @@ class Plan:
             "outputs": self.outputs,
             "notes": self.notes,
             "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
+            "cost": self.cost.to_json(),
         }
+
+    @property
+    def cost(self) -> CostReport:
+        """The cost report `trainstack cost` prints, from the stack the program resolved."""
+        return cost_report(self.resolved)
 
 
 # Inputs that hold a whole boot script: shown in JSON by digest.

@@ -14,6 +14,9 @@ from trainstack.config import Budget
 class BillingBudgetArgs:
     project: str
     budget: Budget
+    # The label every resource of the stack carries (key, value): the budget counts only the
+    # stack's own spending, not the whole project's.
+    stack_label: tuple[str, str]
 
 
 class BillingBudget(pulumi.ComponentResource):
@@ -42,8 +45,11 @@ class BillingBudget(pulumi.ComponentResource):
                 specified_amount=gcp.billing.BudgetAmountSpecifiedAmountArgs(units=str(dollars), nanos=cents_as_nanos)
             ),
             threshold_rules=[gcp.billing.BudgetThresholdRuleArgs(threshold_percent=t) for t in budget.thresholds],
+            # The Budgets API takes one label pair
+            # (https://cloud.google.com/billing/docs/reference/budget/rest/v1/billingAccounts.budgets#Filter).
             budget_filter=gcp.billing.BudgetBudgetFilterArgs(
-                projects=[project_number.apply(lambda n: f"projects/{n}")]
+                projects=[project_number.apply(lambda n: f"projects/{n}")],
+                labels={args.stack_label[0]: args.stack_label[1]},
             ),
             opts=pulumi.ResourceOptions(parent=self, provider=provider),
         )

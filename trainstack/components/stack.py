@@ -24,6 +24,7 @@ from trainstack.components.services import (
 )
 from trainstack.components.storage import TrainingBucket, TrainingBucketArgs
 from trainstack.components.tpu_vm import TpuVm, TpuVmArgs
+from trainstack.config import STACK_LABEL
 from trainstack.resolved import ResolvedStack
 from trainstack.scripts import BootFiles
 
@@ -209,7 +210,11 @@ class TrainingStack(pulumi.ComponentResource):
                 opts=after_apis,
             )
         if stack.config.settings.budget is not None:
-            BillingBudget(f"{name}-budget", BillingBudgetArgs(project, stack.config.settings.budget), opts=after_apis)
+            BillingBudget(
+                f"{name}-budget",
+                BillingBudgetArgs(project, stack.config.settings.budget, (STACK_LABEL, labels[STACK_LABEL])),
+                opts=after_apis,
+            )
 
         self.bucket_url = self.bucket.url
         self.registry_url = self.registry.url
