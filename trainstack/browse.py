@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainstack.catalog import BASE_PRICE_REGION, Catalog, load_catalog
-from trainstack.config import REGION_PATTERN, ZONE_PATTERN
+from trainstack.names import REGION_PATTERN, ZONE_PATTERN
 
 
 @dataclass(frozen=True)

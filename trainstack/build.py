@@ -14,10 +14,13 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainer.contract import BUILTIN_PACKAGE
 from trainstack.jobcode import PROJECT_ROOT, digest_of
-from trainstack.resolved import ResolvedStack
+
+if TYPE_CHECKING:
+    from trainstack.resolved import ResolvedStack
 
 REPO_ROOT = PROJECT_ROOT
 DOCKERFILE = "Dockerfile"

@@ -10,33 +10,23 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import argcomplete
 
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
 from trainstack import browse, costreport, logs, machines, status
 from trainstack.build import BUILDERS, docker_tag, run_build
-from trainstack.config import StackConfig
+from trainstack.cliargs import add_stack_arguments, load_config, stack_path
 from trainstack.errors import ProgramExit, StackConfigError
-from trainstack.plan import Plan, run_plan
-from trainstack.plandiff import Change, compare, read_plan_json
-from trainstack.prepare import prepare
-from trainstack.resolved import ResolvedStack, resolve_stack
-from trainstack.stackfile import load_stack, read_stack_config_map, stack_file_path, stack_name_for
 
-
-def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--stack", help="stack name: reads stacks/Pulumi.<NAME>.yaml")
-    which.add_argument("--stack-file", type=Path, help="path to a stack file")
-
-
-def _path(args: argparse.Namespace) -> Path:
-    return Path(args.stack_file) if args.stack_file else stack_file_path(args.stack)
-
-
-def _load(args: argparse.Namespace) -> StackConfig:
-    return load_stack(_path(args), None if args.stack_file else args.stack)[0]
+# The parser is built for every command, so this module and those it imports at the top load
+# no pydantic, Pulumi or TensorFlow; each command imports what it needs (`gpus` answers in a
+# fraction of a second; see bench/cli_latency.py).
+if TYPE_CHECKING:
+    from trainstack.plan import Plan
+    from trainstack.plandiff import Change
+    from trainstack.resolved import ResolvedStack
 
 
 def _summary(stack: ResolvedStack) -> str:
@@ -91,15 +81,21 @@ def _print_plan(plan: Plan) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    resolved, _ = prepare(_load(args))
+    from trainstack.prepare import prepare
+
+    resolved, _ = prepare(load_config(args))
     print(_summary(resolved))
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from trainstack.plan import run_plan
+    from trainstack.plandiff import compare, read_plan_json
+    from trainstack.stackfile import read_stack_config_map, stack_name_for
+
     # The file is read here (bounded, strict YAML); parsing, validation and prices happen
     # once, inside the program the plan runs.
-    path = _path(args)
+    path = stack_path(args)
     stack = stack_name_for(path, None if args.stack_file else args.stack)
     raw = read_stack_config_map(path)
     previous = read_plan_json(args.against) if args.against is not None else None
@@ -170,7 +166,7 @@ def docker_engine_answers() -> bool:
 def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.local import TrainerOverrides, WorkdirError, exit_code, report, run_local
 
-    cfg = _load(args)
+    cfg = load_config(args)
     if cfg.settings.cluster is None:
         print(
             f"trainstack: stack {cfg.stack} has no trainstack:cluster; `local` runs a training cluster", file=sys.stderr
@@ -220,8 +216,10 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from trainstack.resolved import resolve_stack
+
     # _load applies the catalog's checks, as `validate` does; the boot scripts are not needed.
-    resolved = resolve_stack(_load(args))
+    resolved = resolve_stack(load_config(args))
     return run_build(resolved, tag=args.tag, builder=args.builder, dry_run=args.dry_run)
 
 
@@ -229,10 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     validate = sub.add_parser("validate", help="check a stack file against the catalog; exit 1 listing every problem")
-    _add_stack_arguments(validate)
+    add_stack_arguments(validate)
     validate.set_defaults(func=cmd_validate)
     plan = sub.add_parser("plan", help="run the Pulumi program under mocks and list what it would create")
-    _add_stack_arguments(plan)
+    add_stack_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--out", type=Path, help="write the rendered startup scripts to this directory")
     plan.add_argument(
@@ -243,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.set_defaults(func=cmd_plan)
     local = sub.add_parser("local", help="run the stack's cluster on this machine with its own boot scripts (CPU only)")
-    _add_stack_arguments(local)
+    add_stack_arguments(local)
     local.add_argument(
         "--workdir", type=Path, help="where the stand-in bucket and node state live (default .trainstack-local/<stack>)"
     )
@@ -264,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
     local.set_defaults(func=cmd_local)
     build = sub.add_parser("build", help="build the trainer image and push it to the stack's Artifact Registry")
-    _add_stack_arguments(build)
+    add_stack_arguments(build)
     build.add_argument("--tag", type=docker_tag, help="image tag (default: a hash of the Dockerfile and trainer/)")
     build.add_argument("--dry-run", action="store_true", help="print the commands and run nothing")
     build.add_argument(

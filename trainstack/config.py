@@ -35,6 +35,7 @@ from trainer.contract import (
 )
 from trainstack.errors import Problem, StackConfigError, shorten
 from trainstack.jobcode import MODULE_PATTERN, check_image_syntax
+from trainstack.names import REGION_PATTERN, ZONE_PATTERN
 
 NAMESPACE = "trainstack"
 
@@ -61,10 +62,6 @@ STACK_LABEL = "trainstack-stack"
 # Compute Engine allows 64 labels per resource; the program adds at most two of its own.
 MAX_USER_LABELS = 62
 PROJECT_ID_PATTERN = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
-REGION_PATTERN = re.compile(r"[a-z]+-[a-z]+[0-9]+")
-# A zone is its region and one letter (us-central1-a); the region is then checked
-# against the catalog's list of regions.
-ZONE_PATTERN = re.compile(r"(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]")
 BILLING_ACCOUNT_PATTERN = re.compile(r"[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}")
 # gs://BUCKET[/PATH]: bucket names are 3-63 lowercase letters, digits, "-", "_" and ".";
 # object paths are printable and bounded.

@@ -14,10 +14,13 @@ import sys
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainstack.catalog import HOURS_PER_MONTH, Catalog, load_catalog
-from trainstack.resolved import NodeCost, ResolvedStack, machine_hourly_usd, tpu_hourly_usd
+from trainstack.cliargs import add_stack_arguments, load_config
+
+if TYPE_CHECKING:
+    from trainstack.resolved import NodeCost, ResolvedStack
 
 # "Left running a day after the job": the seeds' warning about a cluster nobody stopped.
 LEFT_RUNNING_HOURS = 24
@@ -91,6 +94,8 @@ def _job_hours(stack: ResolvedStack) -> float | None:
 
 def _on_demand_hourly(stack: ResolvedStack, catalog: Catalog) -> float | None:
     """The job's machines as they are, every Spot one on demand instead."""
+    from trainstack.resolved import machine_hourly_usd, tpu_hourly_usd
+
     prices: list[float | None] = []
     if stack.cluster is not None:
         for node in stack.cluster.nodes:
@@ -275,11 +280,8 @@ def write_chart(report: CostReport, path: str) -> None:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     from trainstack.resolved import resolve_stack
-    from trainstack.stackfile import load_stack, stack_file_path
 
-    path = Path(args.stack_file) if args.stack_file else stack_file_path(args.stack)
-    cfg = load_stack(path, None if args.stack_file else args.stack)[0]
-    report = cost_report(resolve_stack(cfg), run_hours=args.run_hours)
+    report = cost_report(resolve_stack(load_config(args)), run_hours=args.run_hours)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -312,9 +314,7 @@ def register(subparsers: Any) -> None:
     cost = subparsers.add_parser(
         "cost", help="what the stack costs: running, one run, left running, stopped, storage, three ways to pay"
     )
-    which = cost.add_mutually_exclusive_group(required=True)
-    which.add_argument("--stack", help="stack name: reads stacks/Pulumi.<NAME>.yaml")
-    which.add_argument("--stack-file", type=Path, help="path to a stack file")
+    add_stack_arguments(cost)
     cost.add_argument(
         "--run-hours", type=_hours, help="the job's length for the three columns (default: the run-time cap)"
     )

@@ -35,10 +35,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from trainstack.resolved import ResolvedStack, resolve_stack
-from trainstack.status import add_stack_arguments, default_workdir, load_config
+from trainstack.cliargs import add_stack_arguments, load_config
+from trainstack.status import default_workdir
+
+if TYPE_CHECKING:
+    from trainstack.resolved import ResolvedStack
 
 # The journal identifiers the boot scripts log under (systemd-cat -t ...).
 TRAINER_IDENTIFIER = "trainstack-trainer"
@@ -188,6 +191,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.workdir is not None and not args.local:
         print("trainstack: --workdir is the work directory of a local run: use it with --local", file=sys.stderr)
         return 2
+    from trainstack.resolved import resolve_stack
+
     stack = resolve_stack(load_config(args))
     sources = log_sources(stack)
     if args.local:

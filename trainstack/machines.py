@@ -20,14 +20,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from trainstack.resolved import ResolvedStack, resolve_stack
-from trainstack.stackfile import load_stack, stack_file_path
+from trainstack.cliargs import add_stack_arguments, load_config
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import InstancesClient, Operation, ZoneOperationsClient
+
+    from trainstack.resolved import ResolvedStack
 
 Action = Literal["start", "stop"]
 ACTIONS: tuple[Action, ...] = ("start", "stop")
@@ -443,10 +443,11 @@ def _positive_seconds(text: str) -> float:
 
 def _command(action: Action) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        path = Path(args.stack_file) if args.stack_file else stack_file_path(args.stack)
-        # load_stack applies the catalog's checks, as `validate` does.
-        config = load_stack(path, None if args.stack_file else args.stack)[0]
-        return run_machines(resolve_stack(config), action, nodes=args.node, dry_run=args.dry_run, timeout=args.timeout)
+        from trainstack.resolved import resolve_stack
+
+        return run_machines(
+            resolve_stack(load_config(args)), action, nodes=args.node, dry_run=args.dry_run, timeout=args.timeout
+        )
 
     return run
 
@@ -461,9 +462,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Adds `start` and `stop` to the trainstack command line."""
     for action in ACTIONS:
         parser = subparsers.add_parser(action, help=HELP[action])
-        which = parser.add_mutually_exclusive_group(required=True)
-        which.add_argument("--stack", help="stack name: reads stacks/Pulumi.<NAME>.yaml")
-        which.add_argument("--stack-file", type=Path, help="path to a stack file")
+        add_stack_arguments(parser)
         parser.add_argument(
             "--node",
             action="append",

@@ -26,12 +26,13 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from trainer.contract import LAYOUT, STATES
-from trainstack.config import StackConfig
-from trainstack.resolved import ResolvedStack, resolve_stack
-from trainstack.stackfile import load_stack, stack_file_path
+from trainstack.cliargs import add_stack_arguments, load_config
+
+if TYPE_CHECKING:
+    from trainstack.resolved import ResolvedStack
 
 # A status object is a few hundred bytes and metrics.json a few kilobytes: anything larger
 # is not what the boot scripts or the trainer wrote.
@@ -316,18 +317,6 @@ def print_report(report: StatusReport, out: IO[str] | None = None) -> None:
 
 
 # --- The command -------------------------------------------------------------------------------
-def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--stack NAME`` or ``--stack-file PATH``, as every trainstack command takes them."""
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--stack", help="stack name: reads stacks/Pulumi.<NAME>.yaml")
-    which.add_argument("--stack-file", type=Path, help="path to a stack file")
-
-
-def load_config(args: argparse.Namespace) -> StackConfig:
-    path = Path(args.stack_file) if args.stack_file else stack_file_path(args.stack)
-    return load_stack(path, None if args.stack_file else args.stack)[0]
-
-
 def default_workdir(stack: str) -> Path:
     """Where `trainstack local` keeps a stack's run (its --workdir default)."""
     return Path(".trainstack-local") / stack
@@ -342,6 +331,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.workdir is not None and not args.local:
         print("trainstack: --workdir is the work directory of a local run: use it with --local", file=sys.stderr)
         return 2
+    from trainstack.resolved import resolve_stack
+
     stack = resolve_stack(load_config(args))
     objects: Objects
     if args.local:

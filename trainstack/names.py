@@ -1,0 +1,11 @@
+"""Name patterns shared by the stack schema and the commands that take a place on their own
+(``gpus --zone``): standard library only, so such commands load no schema library."""
+
+from __future__ import annotations
+
+import re
+
+REGION_PATTERN = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+# A zone is its region and one letter (us-central1-a); the region is then checked
+# against the catalog's list of regions.
+ZONE_PATTERN = re.compile(r"(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]")
