@@ -233,6 +233,10 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     assert "python environment ready" in chief_log and "installing" not in chief_log
     metrics = json.loads((second.job_dir / "metrics.json").read_text())
     assert metrics["epochs_resumed"] >= 1 and metrics["epochs_run"] <= 2 and metrics["replicas"] == 3
+    # Evaluation lines are labelled, and the closing figures rounded.
+    assert "evaluation: loss=" in chief_log
+    [done] = [line for line in second.logs["chief"] if "trainer: done:" in line]
+    assert len(done.split("examples/s=")[1].split(".")[1]) == 1, done
     assert len(second.self_stops) == 3
 
     third = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=120)
@@ -241,6 +245,7 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
         text = "\n".join(lines)
         assert "already SUCCEEDED" in text and "starting the job" not in text
     assert len(third.self_stops) == 6, "on_finish is applied again on every node"
+    assert third.found_finished and not second.found_finished
     assert json.loads((third.job_dir / "metrics.json").read_text()) == metrics
 
 

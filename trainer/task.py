@@ -82,11 +82,16 @@ def run(config: TrainerConfig) -> int:
     training.finish(metrics, layout)
     log.info(
         "done: loss=%s accuracy=%s examples/s=%s",
-        metrics["final_loss"],
-        metrics["final_accuracy"],
-        metrics["examples_per_second"],
+        _rounded(metrics["final_loss"], 4),
+        _rounded(metrics["final_accuracy"], 4),
+        _rounded(metrics["examples_per_second"], 1),
     )
     return 0
+
+
+def _rounded(value: object, digits: int) -> object:
+    """A figure for the log, rounded (metrics.json keeps it whole); anything else as it is."""
+    return round(value, digits) if isinstance(value, float) else value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

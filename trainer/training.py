@@ -95,7 +95,10 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     eval_steps = config.eval_steps or source.num_eval_examples // global_batch
     if eval_steps > 0:
         eval_input = keras.utils.experimental.DatasetCreator(data.make_input_fn(config, source, steps, training=False))
+        # Keras prints evaluation steps like training steps: say which is which.
+        log.info("evaluation on held-out data: %d steps", eval_steps)
         eval_loss, eval_accuracy = model.evaluate(eval_input, steps=eval_steps, verbose=2)
+        log.info("evaluation: loss=%.4f accuracy=%.4f", eval_loss, eval_accuracy)
 
     checkpointing.export_model(model, strategy, layout, task_type, task_id)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -201,13 +202,37 @@ def cmd_local(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    extra = shlex.split(args.args) if args.args else []
+    if extra and job is None:
+        print(f"trainstack: --args: stack {cfg.stack} has no job to pass them to", file=sys.stderr)
+        return 2
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if job is not None and flag in job.reserved_flags:
+            hint = (
+                "the --epochs, --steps-per-epoch, ... options of `local`"
+                if job.builtin
+                else "nothing: it is the stack's"
+            )
+            print(
+                f"trainstack: --args: {flag} is set by the stack ({job.reserved_flags[flag]}); use {hint}",
+                file=sys.stderr,
+            )
+            return 2
     workdir = args.workdir or Path(".trainstack-local") / cfg.stack
     cluster = cfg.settings.cluster
     print(
         f"trainstack local: stack {cfg.stack}, {1 + cluster.worker_count + cluster.ps_count} nodes, work directory {workdir}"
     )
     try:
-        result = run_local(cfg, workdir, TrainerOverrides(overrides), fresh=args.fresh, timeout=args.timeout)
+        result = run_local(
+            cfg,
+            workdir,
+            TrainerOverrides(overrides, tuple(extra)),
+            fresh=args.fresh,
+            timeout=args.timeout,
+            verbose=args.verbose,
+        )
     except WorkdirError as error:
         print(f"trainstack: --fresh: {error}", file=sys.stderr)
         return 1
@@ -260,6 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     local.add_argument("--data", help="a local data path instead of the job's data")
     local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
+    local.add_argument(
+        "--args",
+        metavar='"ARGS"',
+        help="more arguments for the job's code, after the stack's job.args, e.g. --args \"--learning-rate 0.01\"",
+    )
+    local.add_argument(
+        "--verbose", action="store_true", help="show TensorFlow's native start-up messages too (boot.log keeps them)"
+    )
     local.set_defaults(func=cmd_local)
     build = sub.add_parser("build", help="build the trainer image and push it to the stack's Artifact Registry")
     add_stack_arguments(build)

@@ -257,6 +257,14 @@ class Job(_Strict):
         return self.package is None and self.image is None
 
     @property
+    def reserved_flags(self) -> dict[str, str]:
+        """Flags the stack sets for this job's code, each with the key to use instead: every
+        flag a job key sets for the built-in trainer, only the job directory for a team's code."""
+        if self.builtin:
+            return STACK_SET_FLAGS
+        return {flag: STACK_SET_FLAGS[flag] for flag in ALWAYS_STACK_SET_FLAGS}
+
+    @property
     def builtin_settings_set(self) -> list[str]:
         """The built-in trainer's settings the stack file names (they mean nothing to a team's code)."""
         return [key for key in BUILTIN_TRAINER_KEYS if key in self.model_fields_set]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,21 @@ def node_log(workdir: Path, node: str) -> Path:
     return workdir / "nodes" / node / "boot.log"
 
 
+# TensorFlow's native start-up messages: absl/glog lines ("E0000 00:00:... cuda_platform.cc:52]
+# failed call to cuInit ...", which every CPU-only node prints) and the notice before them.
+# `local` shows them only with --verbose; nodes/<node>/boot.log keeps every line.
+_NATIVE_LOG_LINE = re.compile(r"[IWEF]\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] .*")
+_NATIVE_NOTICES = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "To enable the following instructions:",
+)
+
+
+def is_runtime_noise(line: str) -> bool:
+    """True for TensorFlow's native start-up chatter, which says nothing about the job."""
+    return bool(_NATIVE_LOG_LINE.fullmatch(line)) or line.startswith(_NATIVE_NOTICES)
+
+
 class WorkdirError(Exception):
     """A work directory `trainstack local` refuses to use or delete."""
 
@@ -63,6 +79,8 @@ class TrainerOverrides:
     """Trainer flags a local run changes to keep a CPU job short (``--epochs 2`` ...)."""
 
     values: dict[str, str] = field(default_factory=dict)
+    # More arguments for the job's code, after the stack's own (`local --args`).
+    extra: tuple[str, ...] = ()
 
     def apply(self, args: list[str]) -> list[str]:
         """``args`` with every occurrence of each overridden flag (``--f V`` and ``--f=V``)
@@ -80,7 +98,7 @@ class TrainerOverrides:
             result.append(arg)
         for flag, value in self.values.items():
             result += [flag, value]
-        return result
+        return [*result, *self.extra]
 
 
 @dataclass
@@ -180,6 +198,11 @@ class LocalRunResult:
     has_job: bool = True
 
     @property
+    def found_finished(self) -> bool:
+        """The chief's boot found the job SUCCEEDED already (an earlier run in this work directory)."""
+        return any("job already SUCCEEDED" in line for line in self.logs.get(contract.CHIEF, []))
+
+    @property
     def ready(self) -> bool:
         """A cluster without a job: every node's boot script ended well."""
         return not self.has_job and all(code == 0 for code in self.exit_codes.values())
@@ -202,6 +225,7 @@ class LocalRun:
         kind: scripts.NodeKind | None = None,
         environment_installed: bool = True,
         gpu_count: int = 0,
+        verbose: bool = False,
     ) -> None:
         """``trainer_source``, ``kind`` and ``environment_installed`` let tests swap in a
         small built-in trainer and requirements and exercise the script's own install path;
@@ -241,7 +265,8 @@ class LocalRun:
             )
             self.project_attributes[cluster.tf_cluster_metadata_key] = json.dumps(local_cluster)
         self.server = MetadataServer({n.name: n.metadata for n in self.nodes}, self.project_attributes, self.stack.zone)
-        self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS)
+        shown = None if verbose else (lambda line: not is_runtime_noise(line))
+        self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS, shown=shown)
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -401,13 +426,16 @@ def run_local(
     fresh: bool = False,
     echo: bool = True,
     timeout: float | None = None,
+    verbose: bool = False,
 ) -> LocalRunResult:
     if fresh:
         clear_workdir(workdir)
-    return LocalRun(cfg, workdir, overrides, echo).start().wait(timeout)
+    return LocalRun(cfg, workdir, overrides, echo, verbose=verbose).start().wait(timeout)
 
 
-def report(result: LocalRunResult, out: Any = sys.stdout) -> None:
+def report(result: LocalRunResult, out: Any = None) -> None:
+    # Looked up at call time: a default bound at import would miss a redirected sys.stdout.
+    out = out or sys.stdout
     if not result.has_job:
         print(f"no job: the nodes booted {'ready' if result.ready else 'with errors'}", file=out)
         for node, code in result.exit_codes.items():
@@ -415,6 +443,12 @@ def report(result: LocalRunResult, out: Any = sys.stdout) -> None:
         return
     state = (result.job_status or {}).get("state", "UNKNOWN")
     print(f"job {state}", file=out)
+    if result.found_finished:
+        print(
+            "  (it had already succeeded in this work directory, so nothing was trained this time; "
+            "add --fresh to train it again from the start)",
+            file=out,
+        )
     for node, status in result.node_status.items():
         if status is None:
             print(f"  {node:<10} no status written (exit {result.exit_codes[node]})", file=out)

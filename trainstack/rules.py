@@ -13,9 +13,7 @@ from typing import Any
 from trainer.contract import AUTO, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, auto_strategy
 from trainstack.catalog import Catalog, N1GpuLimit, load_catalog
 from trainstack.config import (
-    ALWAYS_STACK_SET_FLAGS,
     NAMESPACE,
-    STACK_SET_FLAGS,
     Accelerator,
     Cluster,
     Job,
@@ -370,7 +368,7 @@ def check_notebook(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
 def _check_job_args(job: Job) -> list[Problem]:
     """Flags the stack sets itself may not come again through job.args: for the built-in
     trainer every flag a job key sets, for a team's code only the job directory."""
-    reserved = STACK_SET_FLAGS if job.builtin else {f: STACK_SET_FLAGS[f] for f in ALWAYS_STACK_SET_FLAGS}
+    reserved = job.reserved_flags
     problems = []
     for index, arg in enumerate(job.args):
         flag = arg.split("=", 1)[0]

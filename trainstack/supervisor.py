@@ -73,10 +73,17 @@ class Supervisor:
     Not meant to be shared between threads except through :meth:`signal` and the read-only
     queries; the reader threads only append to the line lists and print."""
 
-    def __init__(self, echo: bool = True, out: TextIO | None = None, poll_seconds: float = POLL_SECONDS) -> None:
+    def __init__(
+        self,
+        echo: bool = True,
+        out: TextIO | None = None,
+        poll_seconds: float = POLL_SECONDS,
+        shown: Callable[[str], bool] | None = None,
+    ) -> None:
         """``echo`` prints every line as ``[name] line`` to ``out`` (``sys.stdout`` at the
-        time of printing when None)."""
+        time of printing when None), or only the lines ``shown`` accepts; every line is kept."""
         self.echo = echo
+        self.shown = shown
         self.out = out
         self.poll_seconds = poll_seconds
         self._children: dict[str, _Child] = {}
@@ -123,7 +130,7 @@ class Supervisor:
             for raw in stream:
                 line = raw.rstrip("\n")
                 lines.append(line)
-                if self.echo:
+                if self.echo and (self.shown is None or self.shown(line)):
                     with self._echo_lock:
                         print(f"[{name}] {line}", file=self.out or sys.stdout, flush=True)
 

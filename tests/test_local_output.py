@@ -1,0 +1,95 @@
+"""`trainstack local` output: TensorFlow's native chatter hidden unless --verbose, a re-run that
+trains nothing says so, and --args reaches the job's code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stack_helpers import base_config, write_stack
+from test_job_code import probe_package, single_node
+from trainstack.cli import main
+from trainstack.local import is_runtime_noise
+
+NATIVE_LINES = [
+    "E0000 00:00:1795394545.207341   12913 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error",
+    "I0000 00:00:1795394544.388169   12902 port.cc:153] oneDNN custom operations are on.",
+    "W0000 00:00:1795394544.388998   12902 cudart_stub.cc:31] Could not find cuda drivers on your machine.",
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+]
+JOB_LINES = [
+    "trainstack: job step ended with status 0: SUCCEEDED",
+    "2026-11-23 01:34:04,623 INFO trainer.training: evaluation: loss=1.4800 accuracy=0.2227",
+    "5/5 - 2s - loss: 1.5786 - accuracy: 0.2375 - 2s/epoch - 357ms/step",
+    "Traceback (most recent call last):",
+    "E0000 is not a native line without its source file",
+]
+
+
+@pytest.mark.parametrize("line", NATIVE_LINES)
+def test_native_start_up_lines_are_noise(line: str) -> None:
+    assert is_runtime_noise(line)
+
+
+@pytest.mark.parametrize("line", JOB_LINES)
+def test_job_lines_are_not_noise(line: str) -> None:
+    assert not is_runtime_noise(line)
+
+
+NOISY_MODULE = """
+import sys
+print("E0000 00:00:1795394545.207341   12913 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)")
+print("the team's own line: args=" + " ".join(sys.argv[1:]), flush=True)
+"""
+
+
+def noisy_stack(tmp_path: Path) -> Path:
+    package = tmp_path / "code" / "noisy_pkg"
+    if not package.exists():
+        probe_package(tmp_path / "code", "noisy_pkg")
+        (package / "main.py").write_text(NOISY_MODULE)
+    return write_stack(tmp_path, single_node({"name": "noisy", "package": str(package), "module": "noisy_pkg.main"}))
+
+
+def run_local(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
+    code = main(["local", "--stack-file", str(noisy_stack(tmp_path)), "--workdir", str(tmp_path / "work"), *extra])
+    return code, capsys.readouterr().out
+
+
+def test_local_hides_native_chatter_unless_verbose_and_boot_log_keeps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_local(tmp_path, capsys, "--args", "--lr 0.5 --name 'two words'")
+    assert code == 0, out
+    assert "cuInit" not in out
+    assert "[chief] the team's own line: args=--job-dir" in out and out.rstrip().endswith("stop chief")
+    assert "--lr 0.5 --name two words" in out, "--args reaches the code, split as a shell would"
+    assert "cuInit" in (tmp_path / "work" / "nodes" / "chief" / "boot.log").read_text()
+    code, out = run_local(tmp_path, capsys, "--fresh", "--verbose")
+    assert code == 0 and "[chief] E0000 00:00:1795394545.207341" in out
+
+
+def test_a_rerun_that_trains_nothing_says_so_and_suggests_fresh(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_local(tmp_path, capsys)[0] == 0
+    code, out = run_local(tmp_path, capsys)
+    assert code == 0 and "nothing was trained this time; add --fresh" in out
+    assert "add --fresh" not in run_local(tmp_path, capsys, "--fresh")[1]
+
+
+@pytest.mark.parametrize(
+    ("job", "args", "words"),
+    [
+        (None, "--epochs 3", "use the --epochs, --steps-per-epoch"),
+        ("package", "--job-dir /tmp/x", "--job-dir is set by the stack"),
+    ],
+)
+def test_local_args_may_not_set_what_the_stack_sets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], job: str | None, args: str, words: str
+) -> None:
+    path = noisy_stack(tmp_path) if job else write_stack(tmp_path, base_config())
+    assert main(["local", "--stack-file", str(path), "--workdir", str(tmp_path / "w"), "--args", args]) == 2
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
