@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from recording_commands import install_recording_command, recorded_calls
 
 from stack_helpers import base_config, plan_of, write_stack
 from trainer.contract import LAYOUT
@@ -243,29 +243,15 @@ def test_a_package_that_raises_fails_the_job_with_its_traceback_and_releases_the
     assert [line.split()[1:] for line in result.self_stops] == [["stop", "chief"]]
 
 
-def fake_docker(directory: Path) -> Path:
-    """A `docker` that records each call: the commands the boot script sends, exactly."""
-    bin_dir = directory / "bin"
-    bin_dir.mkdir()
-    docker = bin_dir / "docker"
-    docker.write_text(
-        '#!/bin/bash\npython3 -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' "$@" >> "${DOCKER_CALLS}"\n'
-    )
-    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
-    return bin_dir
-
-
 def test_an_image_job_runs_the_image_with_the_job_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = tmp_path / "docker-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{fake_docker(tmp_path)}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("DOCKER_CALLS", str(calls))
+    calls = install_recording_command("docker", tmp_path, monkeypatch)
     config = base_config()
     config["trainstack:cluster"]["workers"]["count"] = 1
     config["trainstack:job"] = {"name": "img", "image": "trainer:v1", "args": ["--epochs", "2"]}
     result = run_local(config, tmp_path)
     assert result.succeeded, result.logs
     uri = "us-central1-docker.pkg.dev/test-project-123/test-images/trainer:v1"
-    recorded = [json.loads(line) for line in calls.read_text().splitlines()]
+    recorded = recorded_calls(calls)
     runs = [call for call in recorded if call[0] == "run"]
     assert [call for call in recorded if call[0] == "pull"] == [["pull", "--quiet", uri]] * 2
     assert len(runs) == 2
@@ -285,13 +271,11 @@ def test_an_image_job_runs_the_image_with_the_job_contract(tmp_path: Path, monke
 
 
 def test_an_image_node_with_gpus_passes_them_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = tmp_path / "docker-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{fake_docker(tmp_path)}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("DOCKER_CALLS", str(calls))
+    calls = install_recording_command("docker", tmp_path, monkeypatch)
     config = single_node({"name": "img", "image": "trainer:v1"})
     result = run_local(config, tmp_path, gpu_count=2)
     assert result.succeeded, result.logs
-    [run] = [json.loads(line) for line in calls.read_text().splitlines() if '"run"' in line]
+    [run] = [call for call in recorded_calls(calls) if call[0] == "run"]
     assert run[run.index("--gpus") + 1] == "all"
 
 

@@ -3,12 +3,10 @@ gcloud command it runs, and the node logs of a `trainstack local` run."""
 
 from __future__ import annotations
 
-import json
-import os
-import stat
 from pathlib import Path
 
 import pytest
+from recording_commands import install_recording_command, recorded_calls
 
 from stack_helpers import base_config, write_stack
 from trainstack.cli import main
@@ -32,28 +30,10 @@ MULTIWORKER_QUERY = (
 )
 
 
-def fake_gcloud(directory: Path) -> Path:
-    """A `gcloud` that records its arguments, one JSON list per call."""
-    bin_dir = directory / "bin"
-    bin_dir.mkdir()
-    gcloud = bin_dir / "gcloud"
-    gcloud.write_text(
-        '#!/bin/bash\npython3 -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' "$@" >> "${GCLOUD_CALLS}"\n'
-    )
-    gcloud.chmod(gcloud.stat().st_mode | stat.S_IEXEC)
-    return bin_dir
-
-
 @pytest.fixture
 def gcloud_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    calls = tmp_path / "gcloud-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{fake_gcloud(tmp_path)}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("GCLOUD_CALLS", str(calls))
+    calls = install_recording_command("gcloud", tmp_path, monkeypatch)
     return calls
-
-
-def recorded(calls: Path) -> list[list[str]]:
-    return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
 
 
 # --- The query ---------------------------------------------------------------------------------------
@@ -107,7 +87,7 @@ def test_the_tags_are_the_ones_the_boot_scripts_log_under() -> None:
 # --- gcloud ---------------------------------------------------------------------------------------------
 def test_logs_runs_gcloud_logging_read_with_the_query(gcloud_calls: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["logs", "--stack", "multiworker"]) == 0
-    assert recorded(gcloud_calls) == [
+    assert recorded_calls(gcloud_calls) == [
         [
             "logging",
             "read",
@@ -124,20 +104,20 @@ def test_logs_runs_gcloud_logging_read_with_the_query(gcloud_calls: Path, capsys
 def test_follow_tails_with_gcloud_beta(gcloud_calls: Path) -> None:
     assert main(["logs", "--stack", "multiworker", "--node", "chief", "--follow"]) == 0
     query = 'resource.type="gce_instance"\nlabels."compute.googleapis.com/resource_name"="multiworker-chief"\n'
-    assert recorded(gcloud_calls) == [
+    assert recorded_calls(gcloud_calls) == [
         ["beta", "logging", "tail", query + IDENTIFIERS, "--project=your-gcp-project", f"--format={GCLOUD_FORMAT}"]
     ]
 
 
 def test_freshness_and_limit_go_to_gcloud(gcloud_calls: Path) -> None:
     assert main(["logs", "--stack", "multiworker", "--freshness", "6h", "--limit", "50"]) == 0
-    [call] = recorded(gcloud_calls)
+    [call] = recorded_calls(gcloud_calls)
     assert call[3:6] == ["--project=your-gcp-project", "--freshness=6h", "--limit=50"]
 
 
 def test_print_query_runs_nothing(gcloud_calls: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["logs", "--stack", "multiworker", "--print-query"]) == 0
-    assert recorded(gcloud_calls) == []
+    assert recorded_calls(gcloud_calls) == []
 
 
 def test_without_gcloud_it_says_so_and_prints_the_query_to_paste(

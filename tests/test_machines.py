@@ -10,9 +10,7 @@ reaches Google Cloud.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ import yaml
 from google.auth.credentials import AnonymousCredentials
 from google.auth.exceptions import DefaultCredentialsError
 from google.cloud import compute_v1
+from recording_commands import install_recording_command, recorded_calls
 
 from stack_helpers import base_config, write_stack
 from trainstack import machines
@@ -307,19 +306,7 @@ def test_dry_run_prints_the_calls_and_sends_nothing(
 @pytest.fixture
 def gcloud_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A `gcloud` that records each call's argv (one JSON line) and exits with $GCLOUD_EXIT."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    gcloud = bin_dir / "gcloud"
-    gcloud.write_text(
-        "#!/bin/bash\n"
-        'python3 -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' "$@" >> "${GCLOUD_CALLS}"\n'
-        'exit "${GCLOUD_EXIT:-0}"\n'
-    )
-    gcloud.chmod(gcloud.stat().st_mode | stat.S_IEXEC)
-    calls = tmp_path / "gcloud-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("GCLOUD_CALLS", str(calls))
-    return calls
+    return install_recording_command("gcloud", tmp_path, monkeypatch, exit_variable="GCLOUD_EXIT")
 
 
 @pytest.fixture
@@ -327,16 +314,12 @@ def no_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(machines, "compute_clients", lambda: pytest.fail("a stack without a cluster made a client"))
 
 
-def recorded(calls: Path) -> list[list[str]]:
-    return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
-
-
 @pytest.mark.parametrize("action", ["start", "stop"])
 def test_tpu_vm_goes_through_gcloud(
     gcloud_calls: Path, no_compute: None, action: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main([action, "--stack", "tpu"]) == 0
-    assert recorded(gcloud_calls) == [
+    assert recorded_calls(gcloud_calls) == [
         ["compute", "tpus", "tpu-vm", action, "tpu-tpu", "--zone", "us-central1-b", "--project", PROJECT, "--quiet"]
     ]
     assert re.search(r"tpu +tpu-tpu +(started|stopped)", capsys.readouterr().out)
@@ -345,7 +328,7 @@ def test_tpu_vm_goes_through_gcloud(
 @pytest.mark.parametrize("action", ["start", "stop"])
 def test_workbench_notebook_goes_through_gcloud(gcloud_calls: Path, no_compute: None, action: str) -> None:
     assert main([action, "--stack", "notebook"]) == 0
-    assert recorded(gcloud_calls) == [
+    assert recorded_calls(gcloud_calls) == [
         ["workbench", "instances", action, "notebook-notebook", "--location", "us-west1-b", "--project", PROJECT]
     ]
 
@@ -361,12 +344,12 @@ def test_a_spot_tpu_is_not_started_but_can_be_stopped(
 ) -> None:
     path = str(spot_tpu_stack(tmp_path))
     assert main(["start", "--stack-file", path]) == 1
-    assert recorded(gcloud_calls) == []
+    assert recorded_calls(gcloud_calls) == []
     err = capsys.readouterr().err
     assert "a Spot TPU cannot be started again once it has stopped or been preempted" in err
     assert "gcloud compute tpus tpu-vm delete spottpu-tpu --zone us-central1-b --project your-gcp-project" in err
     assert main(["stop", "--stack-file", path]) == 0
-    assert recorded(gcloud_calls) == [
+    assert recorded_calls(gcloud_calls) == [
         ["compute", "tpus", "tpu-vm", "stop", "spottpu-tpu", "--zone", "us-central1-b", "--project", PROJECT, "--quiet"]
     ]
 
@@ -376,7 +359,7 @@ def test_dry_run_prints_the_gcloud_commands(
 ) -> None:
     assert main(["stop", "--stack", "tpu", "--dry-run"]) == 0
     assert main(["start", "--stack", "notebook", "--dry-run"]) == 0
-    assert recorded(gcloud_calls) == []
+    assert recorded_calls(gcloud_calls) == []
     assert capsys.readouterr().out.splitlines() == [
         "gcloud compute tpus tpu-vm stop tpu-tpu --zone us-central1-b --project your-gcp-project --quiet",
         "gcloud workbench instances start notebook-notebook --location us-west1-b --project your-gcp-project",
@@ -418,7 +401,7 @@ def test_a_stack_with_a_cluster_and_a_tpu_uses_both_and_node_picks_one(
         *("compute", "tpus", "tpu-vm", "start", "both-tpu"),
         *("--zone", "us-central1-b", "--project", PROJECT, "--quiet"),
     ]
-    assert recorded(gcloud_calls) == [tpu_start]
+    assert recorded_calls(gcloud_calls) == [tpu_start]
     assert main(["start", "--stack-file", path]) == 0
     path_b = f"/compute/v1/projects/{PROJECT}/zones/us-central1-b/instances"
     assert compute.requests == [
@@ -428,4 +411,4 @@ def test_a_stack_with_a_cluster_and_a_tpu_uses_both_and_node_picks_one(
         ("GET", f"{path_b}/both-worker-1"),
         ("POST", f"{path_b}/both-worker-1/start"),
     ]
-    assert recorded(gcloud_calls) == [tpu_start, tpu_start]
+    assert recorded_calls(gcloud_calls) == [tpu_start, tpu_start]

@@ -162,6 +162,11 @@ def _check_region(catalog: Catalog, region: str) -> str | None:
     return None
 
 
+def _print_json(region: str, zone: str | None, key: str, listings: list[GpuListing] | list[TpuListing]) -> None:
+    document = {"region": region, "zone": zone, key: [asdict(listing) for listing in listings]}
+    print(json.dumps(document, indent=2, sort_keys=True))
+
+
 def cmd_gpus(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     region, zone = _where(args)
@@ -172,11 +177,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if not args.all:
         listings = [g for g in listings if g.status != "retired"]
     if args.json:
-        print(
-            json.dumps(
-                {"region": region, "zone": zone, "gpus": [asdict(g) for g in listings]}, indent=2, sort_keys=True
-            )
-        )
+        _print_json(region, zone, "gpus", listings)
         return 0
     place = zone or region
     print(f"GPUs in {place}: per-GPU hourly list prices in {region} (USD; the machine is extra)")
@@ -200,11 +201,7 @@ def cmd_tpus(args: argparse.Namespace) -> int:
         return 2
     listings = tpu_listings(catalog, region, zone)
     if args.json:
-        print(
-            json.dumps(
-                {"region": region, "zone": zone, "tpus": [asdict(t) for t in listings]}, indent=2, sort_keys=True
-            )
-        )
+        _print_json(region, zone, "tpus", listings)
         return 0
     place = zone or region
     print(f"TPU VMs (single host) in {place}: hourly list prices in {region} (USD)")
