@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_job_code import probe_package, single_node
 
 from stack_helpers import base_config, write_stack
-from test_job_code import probe_package, single_node
 from trainstack.cli import main
 from trainstack.local import is_runtime_noise
 
@@ -93,3 +93,14 @@ def test_local_args_may_not_set_what_the_stack_sets(
     assert main(["local", "--stack-file", str(path), "--workdir", str(tmp_path / "w"), "--args", args]) == 2
     assert words in capsys.readouterr().err
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize(("args", "words"), [("--x 'unterminated", "No closing quotation"), ("a\nb", "printable")])
+def test_local_args_that_do_not_split_are_refused_by_the_parser(
+    capsys: pytest.CaptureFixture[str], args: str, words: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["local", "--stack", "dev", "--args", args])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--args" in err and words in err and "Traceback" not in err

@@ -164,6 +164,20 @@ def docker_engine_answers() -> bool:
         return False
 
 
+# As for job.args in a stack file: printable, bounded.
+MAX_LOCAL_ARGS_CHARS = 32 * 1024
+
+
+def _job_arguments(text: str) -> list[str]:
+    """argparse type for `local --args`: split as a POSIX shell would, never run by one."""
+    if len(text) > MAX_LOCAL_ARGS_CHARS or any(not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError(f"printable text of at most {MAX_LOCAL_ARGS_CHARS} characters")
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error} (quote as in a shell)") from None
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.local import TrainerOverrides, WorkdirError, exit_code, report, run_local
 
@@ -202,7 +216,7 @@ def cmd_local(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    extra = shlex.split(args.args) if args.args else []
+    extra = args.args or []
     if extra and job is None:
         print(f"trainstack: --args: stack {cfg.stack} has no job to pass them to", file=sys.stderr)
         return 2
@@ -287,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
     local.add_argument(
         "--args",
+        type=_job_arguments,
         metavar='"ARGS"',
         help="more arguments for the job's code, after the stack's job.args, e.g. --args \"--learning-rate 0.01\"",
     )
