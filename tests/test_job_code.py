@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recording_commands import install_recording_command, recorded_calls
 
+from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, plan_of, write_stack
 from trainer.contract import LAYOUT
 from trainstack.cli import main

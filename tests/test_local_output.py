@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_job_code import probe_package, single_node
 
 from stack_helpers import base_config, write_stack
+from test_job_code import probe_package, single_node
 from trainstack.cli import main
 from trainstack.local import is_runtime_noise
 

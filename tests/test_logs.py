@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from recording_commands import install_recording_command, recorded_calls
 
+from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, write_stack
 from trainstack.cli import main
 from trainstack.local import LocalRun, TrainerOverrides, node_log

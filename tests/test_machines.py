@@ -25,8 +25,8 @@ import yaml
 from google.auth.credentials import AnonymousCredentials
 from google.auth.exceptions import DefaultCredentialsError
 from google.cloud import compute_v1
-from recording_commands import install_recording_command, recorded_calls
 
+from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, write_stack
 from trainstack import machines
 from trainstack.cli import main
