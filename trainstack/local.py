@@ -7,7 +7,8 @@ points the script names are bound to local stand-ins:
 - metadata: an HTTP server on loopback answering as the metadata server does, with the
   attributes :func:`trainstack.scripts.node_metadata` gives the Pulumi program;
 - storage: a local directory stands in for the stack's bucket (the script uses plain
-  paths as they are), holding the trainer package, the job directory and status objects;
+  paths as they are), holding the trainer package, the job directory and status objects
+  (:class:`DirectoryBucket`; the tests can name a real bucket instead, :class:`GcsBucket`);
 - self-stop: recorded in ``self-stop.log`` instead of shutting the machine down.
 
 Everything runs on the CPU whatever GPUs the stack names; TF_CONFIG addresses are loopback
@@ -19,17 +20,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import posixpath
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from trainer import contract
 from trainstack import scripts
@@ -186,13 +190,88 @@ def prepare_local_environment(env_dir: Path, stamp: str) -> None:
     marker.write_text(stamp + "\n")
 
 
+class StandInBucket(Protocol):
+    """The bucket a local run's nodes use: what their metadata names, how :class:`LocalRun`
+    puts the job's code into it, and how it reads the status objects back."""
+
+    @property
+    def uri(self) -> str:
+        """The bucket as the nodes' metadata names it: a directory path, or ``gs://NAME``."""
+        ...
+
+    def put(self, name: str, write: Callable[[Path], object]) -> None:
+        """Stores object ``name``, which ``write`` writes as a file at the path it is given."""
+        ...
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """Object ``name`` as a JSON object, or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class DirectoryBucket:
+    """The default stand-in: a directory whose layout is the bucket's; the boot script uses
+    its plain paths as they are."""
+
+    root: Path
+
+    @property
+    def uri(self) -> str:
+        return str(self.root)
+
+    def put(self, name: str, write: Callable[[Path], object]) -> None:
+        destination = self.root / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        write(destination)
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        return _read_json(self.root / name)
+
+
+class GcsBucket:
+    """A Cloud Storage bucket, for tests: the nodes' metadata names ``gs://NAME``, so the boot
+    script reaches it through ``gcloud storage`` (a test puts a stand-in for gcloud on PATH);
+    :class:`LocalRun` uploads the job's code with the client library and reads the status
+    objects with the reader `trainstack status` uses (:class:`trainstack.status.GcsObjects`).
+    The client honours ``STORAGE_EMULATOR_HOST``, which points it at an emulator."""
+
+    def __init__(self, project: str, name: str, client: Any = None) -> None:
+        """``client``: a ``google.cloud.storage.Client``; by default one made on first use."""
+        self.project = project
+        self.name = name
+        self._client = client
+
+    @property
+    def uri(self) -> str:
+        return f"gs://{self.name}"
+
+    def client(self) -> Any:
+        if self._client is None:
+            from google.cloud.storage import Client  # type: ignore[import-untyped]
+
+            self._client = Client(project=self.project)
+        return self._client
+
+    def put(self, name: str, write: Callable[[Path], object]) -> None:
+        with tempfile.TemporaryDirectory(prefix="trainstack-upload-") as staging:
+            path = Path(staging) / posixpath.basename(name)
+            write(path)
+            self.client().bucket(self.name).blob(name).upload_from_filename(str(path))
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        from trainstack.status import GcsObjects, read_json
+
+        return read_json(GcsObjects(self.project, self.name, self.client()), name)
+
+
 @dataclass
 class LocalRunResult:
     job_status: dict[str, Any] | None
     node_status: dict[str, dict[str, Any] | None]
     exit_codes: dict[str, int | None]
     self_stops: list[str]
-    job_dir: Path
+    # A local path with the default stand-in bucket; a gs:// URI with a GcsBucket.
+    job_dir: Path | str
     logs: dict[str, list[str]]
     # False for a cluster without a job: its nodes boot ready and start nothing.
     has_job: bool = True
@@ -226,10 +305,18 @@ class LocalRun:
         environment_installed: bool = True,
         gpu_count: int = 0,
         verbose: bool = False,
+        bucket: StandInBucket | None = None,
     ) -> None:
         """``trainer_source``, ``kind`` and ``environment_installed`` let tests swap in a
         small built-in trainer and requirements and exercise the script's own install path;
-        ``gpu_count`` is what the nodes' metadata says they have (this machine has none)."""
+        ``gpu_count`` is what the nodes' metadata says they have (this machine has none).
+
+        ``bucket``: where the nodes' storage is; by default the directory
+        ``<workdir>/bucket/<bucket name>``. A test passes a :class:`GcsBucket` to have the
+        boot script write its status objects to Cloud Storage (an emulator) through
+        ``gcloud storage``: the code archive and requirements are then uploaded there, the
+        metadata names ``gs://NAME``, :meth:`result` reads the status objects from there, and
+        ``job_dir`` is a gs:// URI; node state and ``self-stop.log`` stay in ``workdir``."""
         if cfg.settings.cluster is None:
             raise ValueError(f"stack {cfg.stack} has no trainstack:cluster to run locally")
         self.stack = resolve_stack(cfg)
@@ -243,15 +330,19 @@ class LocalRun:
         self.kind = kind or scripts.cluster_node_kind()
         self.environment_installed = environment_installed
         # The bucket's stand-in: a directory of the same name; the layout inside is the bucket's.
-        self.bucket = self.workdir / "bucket" / self.stack.bucket_name
-        self.job_dir = Path(contract.LAYOUT.job_dir(str(self.bucket), self.job.name if self.job else "none"))
+        self.bucket: StandInBucket = bucket or DirectoryBucket(self.workdir / "bucket" / self.stack.bucket_name)
+        job_name = self.job.name if self.job else "none"
+        # The job directory's object prefix in the bucket (jobs/<job>), and the job directory.
+        self.job_prefix = posixpath.join(contract.LAYOUT.jobs, job_name)
+        job_dir = contract.LAYOUT.job_dir(self.bucket.uri, job_name)
+        self.job_dir: Path | str = Path(job_dir) if isinstance(self.bucket, DirectoryBucket) else job_dir
         self.self_stop_log = self.workdir / "self-stop.log"
         self.script = self.workdir / "cluster-node.sh"
         args = tuple(overrides.apply(list(cluster.trainer_args)))
         self.nodes = [
             LocalNode(
                 node,
-                scripts.node_metadata(cluster, node, str(self.bucket), self.job, args, gpu_count=gpu_count),
+                scripts.node_metadata(cluster, node, self.bucket.uri, self.job, args, gpu_count=gpu_count),
                 self.workdir / "nodes" / node.name / "state",
             )
             for node in cluster.nodes
@@ -276,11 +367,12 @@ class LocalRun:
         self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.stack, self.kind))
         job = self.job
         if job is not None and job.package is not None:
-            job.package.write_archive(self.bucket / job.package.object_name)
+            self.bucket.put(job.package.object_name, job.package.write_archive)
         if job is not None and job.requirements is not None:
-            destination = self.bucket / job.requirements.object_name
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(job.requirements.path, destination)
+            requirements = job.requirements.path
+            self.bucket.put(
+                job.requirements.object_name, lambda destination: shutil.copyfile(requirements, destination)
+            )
         shared_env = self.workdir / "env"
         if self.environment_installed:
             prepare_local_environment(shared_env, self.kind.requirements_stamp)
@@ -376,9 +468,10 @@ class LocalRun:
 
     def result(self) -> LocalRunResult:
         layout = contract.LAYOUT
+        read = self.bucket.read_json
         return LocalRunResult(
-            job_status=_read_json(self.job_dir / layout.job_status),
-            node_status={n.name: _read_json(self.job_dir / layout.node_status(n.name)) for n in self.nodes},
+            job_status=read(posixpath.join(self.job_prefix, layout.job_status)),
+            node_status={n.name: read(posixpath.join(self.job_prefix, layout.node_status(n.name))) for n in self.nodes},
             exit_codes={n.name: n.process.returncode if n.process else None for n in self.nodes},
             self_stops=self.self_stop_log.read_text().splitlines() if self.self_stop_log.exists() else [],
             job_dir=self.job_dir,
@@ -456,8 +549,9 @@ def report(result: LocalRunResult, out: Any = None) -> None:
             print(f"  {node:<10} {status['state']:<10} exit {status['exit_code']}  at {status['time']}", file=out)
     print(f"job directory: {result.job_dir}", file=out)
     for name in (contract.LAYOUT.model_dir, contract.LAYOUT.metrics):
-        path = result.job_dir / name
-        if path.exists():
+        # A gs:// job directory (a test's GcsBucket) is not looked into.
+        path = result.job_dir / name if isinstance(result.job_dir, Path) else None
+        if path is not None and path.exists():
             print(f"  {name}: {path}", file=out)
     print(f"self-stop calls recorded: {len(result.self_stops)}", file=out)
     for line in result.self_stops:
