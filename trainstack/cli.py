@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import argcomplete
-
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
 from trainstack import browse, costreport, logs, machines, status
 from trainstack.build import BUILDERS, docker_tag, run_build
@@ -328,7 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Shell completion for the `trainstack` command: eval "$(register-python-argcomplete trainstack)".
-    argcomplete.autocomplete(parser)
+    # The shell sets _ARGCOMPLETE when it asks; other runs skip the import.
+    if "_ARGCOMPLETE" in os.environ:
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
