@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
-from trainstack import browse, costreport, logs, machines, status
+from trainstack import browse, costreport, importer, logs, machines, status
 from trainstack.build import BUILDERS, docker_tag, run_build
 from trainstack.cliargs import add_stack_arguments, load_config, stack_path
 from trainstack.errors import ProgramExit, StackConfigError
@@ -320,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.register(sub)
     logs.register(sub)
     costreport.register(sub)
+    importer.register(sub)
     return parser
 
 

@@ -1,0 +1,115 @@
+"""`trainstack import`: a stack from Vertex AI worker pools, checked like any stack, with what
+cannot carry over reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainstack.cli import main
+from trainstack.stackfile import load_stack
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
+
+
+def run_import(tmp_path: Path, source: Path, name: str, *extra: str) -> tuple[int, Path]:
+    out = tmp_path / f"Pulumi.{name}.yaml"
+    return main(["import", str(source), "--name", name, "--out", str(out), *extra]), out
+
+
+def test_the_seed_worker_pools_import_to_a_stack_that_validates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_import(tmp_path, FIXTURES / "seed004_worker_pools.json", "flowers", "--project", "my-project-123")
+    assert code == 0, capsys.readouterr().err
+    cfg = load_stack(out)[0]
+    cluster = cfg.settings.cluster
+    assert cluster is not None and cluster.chief.machine_type == "n1-standard-4"
+    assert cluster.workers is not None and (cluster.workers.count, cluster.workers.machine_type) == (1, "n1-standard-4")
+    assert cluster.strategy == "multi_worker_mirrored" and cluster.parameter_servers is None
+    assert cfg.settings.job is not None
+    assert (
+        cfg.settings.job.image
+        == "us-central1-docker.pkg.dev/my-project-123/flower-app/flower_image_distributed:multi_machine"
+    )
+    assert "named the project as {PROJECT_ID}" in capsys.readouterr().out
+
+
+def test_a_custom_job_with_gpus_parameter_servers_and_an_evaluator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_import(tmp_path, FIXTURES / "custom_job_gpus.yaml", "vision", "--project", "team-proj-1")
+    printed = capsys.readouterr().out
+    assert code == 0
+    cluster = load_stack(out)[0].settings.cluster
+    assert cluster is not None
+    assert cluster.chief.accelerator is not None
+    assert (cluster.chief.accelerator.type, cluster.chief.accelerator.count) == ("nvidia-tesla-v100", 2)
+    assert cluster.chief.disk_gb == 300
+    assert cluster.workers is not None and cluster.workers.count == 3
+    assert cluster.parameter_servers is not None
+    assert (cluster.parameter_servers.count, cluster.parameter_servers.machine_type) == (2, "n1-highmem-8")
+    assert cluster.strategy == "parameter_server"
+    job = yaml.safe_load(out.read_text())["config"]["trainstack:job"]
+    assert job == {
+        "name": "vision",
+        "image": "us-central1-docker.pkg.dev/team-proj-1/vision/trainer:v3",
+        "args": ["--epochs", "5"],
+    }
+    assert "pool 3 (evaluator) is not imported" in printed
+    assert "runs other code than pool 0" in printed, "the evaluator's image has no args: other code"
+
+
+def test_what_the_new_machines_cannot_do_is_reported_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "k80.json"
+    source.write_text(
+        '[{"replica_count": 1, "machine_spec": {"machine_type": "n1-standard-8", '
+        '"accelerator_type": "NVIDIA_TESLA_K80", "accelerator_count": 1}}]'
+    )
+    code, out = run_import(tmp_path, source, "old")
+    err = capsys.readouterr().err
+    assert code == 1 and out.exists(), "written, for the user to fix"
+    assert "trainstack:cluster.chief.accelerator.type" in err and "retired" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("trainingInput: {scaleTier: BASIC_GPU}\n", "AI Platform trainingInput file: not imported yet"),
+        ("{jobSpec: {}}\n", "no worker_pool_specs found"),
+        ("[{replica_count: 2, machine_spec: {machine_type: n1-standard-4}}]\n", "replica_count must be 1"),
+        ("[{machine_spec: {machine_type: n1-standard-4, accelerator_type: NVIDIA_TESLA_T4}}]\n", "accelerator_count"),
+        ("[{replica_count: 1, machine_spec: {machine_type: n1-standard-4}}]\n" * 1 + "x: [\n", "neither YAML nor JSON"),
+    ],
+)
+def test_a_file_that_cannot_become_a_stack_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: str
+) -> None:
+    source = tmp_path / "job.yaml"
+    source.write_text(text)
+    code, out = run_import(tmp_path, source, "bad")
+    err = capsys.readouterr().err
+    assert code == 1 and words in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_an_existing_stack_file_is_not_overwritten_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "Pulumi.flowers.yaml"
+    out.write_text("# mine\n")
+    assert run_import(tmp_path, FIXTURES / "seed004_worker_pools.json", "flowers")[0] == 1
+    assert out.read_text() == "# mine\n" and "not overwriting" in capsys.readouterr().err
+    assert run_import(tmp_path, FIXTURES / "seed004_worker_pools.json", "flowers", "--force")[0] == 0
+    assert out.read_text() != "# mine\n"
+
+
+@pytest.mark.parametrize("args", [["--name", "Bad_Name"], ["--name", "ok", "--zone", "us-central1-a\n"]])
+def test_bad_names_are_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["import", str(FIXTURES / "seed004_worker_pools.json"), *args])
+    assert exit_.value.code == 2 and "Traceback" not in capsys.readouterr().err
