@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainstack.catalog import BASE_PRICE_REGION, Catalog, load_catalog
-from trainstack.names import REGION_PATTERN, ZONE_PATTERN
+from trainstack.names import region_argument, zone_argument
 
 
 @dataclass(frozen=True)
@@ -144,18 +144,6 @@ def _where(args: argparse.Namespace) -> tuple[str, str | None]:
     return args.region, None
 
 
-def _zone_arg(text: str) -> str:
-    if not ZONE_PATTERN.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a zone: zones look like us-central1-a")
-    return text
-
-
-def _region_arg(text: str) -> str:
-    if not REGION_PATTERN.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a region: regions look like us-central1")
-    return text
-
-
 def _check_region(catalog: Catalog, region: str) -> str | None:
     if region not in catalog.regions:
         return f"trainstack: unknown region {region}; regions: {', '.join(sorted(catalog.regions))}"
@@ -219,8 +207,10 @@ def cmd_tpus(args: argparse.Namespace) -> int:
 
 def _add_place(parser: argparse.ArgumentParser) -> None:
     place = parser.add_mutually_exclusive_group()
-    place.add_argument("--region", type=_region_arg, default=BASE_PRICE_REGION, help="prices and zones of this region")
-    place.add_argument("--zone", type=_zone_arg, help="only this zone (prices of its region)")
+    place.add_argument(
+        "--region", type=region_argument, default=BASE_PRICE_REGION, help="prices and zones of this region"
+    )
+    place.add_argument("--zone", type=zone_argument, help="only this zone (prices of its region)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainstack.names import ZONE_PATTERN
+from trainstack.names import zone_argument
 
 CHIEF_POOL, WORKER_POOL, PS_POOL, EVALUATOR_POOL = range(4)
 # The project placeholder of the shipped stacks: `plan` names it as one to replace.
@@ -227,12 +227,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0 if checked else 1
 
 
-def _zone(text: str) -> str:
-    if not ZONE_PATTERN.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a zone: zones look like us-central1-a")
-    return text
-
-
 def _name(text: str) -> str:
     if not STACK_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(
@@ -245,7 +239,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("import", help="write a stack from Vertex AI worker_pool_specs (YAML or JSON)")
     parser.add_argument("file", type=Path, help="a worker_pool_specs list, or a CustomJob spec holding one")
     parser.add_argument("--name", type=_name, required=True, help="the stack to write: stacks/Pulumi.<NAME>.yaml")
-    parser.add_argument("--zone", type=_zone, default="us-central1-a", help="the zone of the machines")
+    parser.add_argument("--zone", type=zone_argument, default="us-central1-a", help="the zone of the machines")
     parser.add_argument("--project", default=PLACEHOLDER_PROJECT, help="the Google Cloud project")
     parser.add_argument("--out", type=Path, help="write here instead of stacks/Pulumi.<NAME>.yaml")
     parser.add_argument("--force", action="store_true", help="replace an existing stack file")
