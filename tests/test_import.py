@@ -79,7 +79,22 @@ def test_what_the_new_machines_cannot_do_is_reported_naming_the_key(
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("trainingInput: {scaleTier: BASIC_GPU}\n", "AI Platform trainingInput file: not imported yet"),
+        ("trainingInput: {scaleTier: BASIC_GPU}\n", "scaleTier BASIC_GPU: only CUSTOM is imported yet"),
+        (
+            "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8, workerType: cloud_tpu, workerCount: 1,"
+            " parameterServerCount: 1, parameterServerType: n1-highmem-8}\n",
+            "a cloud_tpu worker with parameter servers: AI Platform rejected this",
+        ),
+        (
+            "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8,"
+            " masterConfig: {acceleratorConfig: {count: 1, type: NVIDIA_TESLA_K80}}}\n",
+            "NVIDIA_TESLA_K80, which Google has retired; the nearest current GPU is nvidia-tesla-t4",
+        ),
+        (
+            "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8, workerType: cloud_tpu, workerCount: 1,"
+            " workerConfig: {acceleratorConfig: {type: TPU_V2, count: 32}}}\n",
+            "TPU_V2 and count 8",
+        ),
         ("{jobSpec: {}}\n", "no worker_pool_specs found"),
         ("[{replica_count: 2, machine_spec: {machine_type: n1-standard-4}}]\n", "replica_count must be 1"),
         ("[{machine_spec: {machine_type: n1-standard-4, accelerator_type: NVIDIA_TESLA_T4}}]\n", "accelerator_count"),
@@ -113,3 +128,60 @@ def test_bad_names_are_usage_errors(capsys: pytest.CaptureFixture[str], args: li
     with pytest.raises(SystemExit) as exit_:
         main(["import", str(FIXTURES / "seed004_worker_pools.json"), *args])
     assert exit_.value.code == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_the_first_seed_000_config_imports_with_its_machines_and_gpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_import(tmp_path, FIXTURES / "seed000_custom_t4.yaml", "seed-t4")
+    assert code == 0, capsys.readouterr().err
+    cfg = load_stack(out)[0]
+    cluster = cfg.settings.cluster
+    assert cluster is not None and cluster.chief.machine_type == "n1-highcpu-16"
+    assert cluster.chief.accelerator is not None
+    assert (cluster.chief.accelerator.type, cluster.chief.accelerator.count) == ("nvidia-tesla-t4", 4)
+    assert cluster.workers is not None and cluster.workers.accelerator is not None
+    assert (cluster.workers.count, cluster.workers.machine_type, cluster.workers.accelerator.count) == (
+        9,
+        "n1-highcpu-16",
+        4,
+    )
+    assert cluster.parameter_servers is not None
+    assert (cluster.parameter_servers.count, cluster.parameter_servers.machine_type) == (3, "n1-highmem-8")
+    assert cluster.strategy == "parameter_server"
+    assert cfg.settings.job is None and "job.package" in capsys.readouterr().out
+
+
+def test_both_gpu_spellings_import_the_same(tmp_path: Path) -> None:
+    outs = []
+    for spelling in ("NVIDIA_TESLA_V100", "nvidia-tesla-v100"):
+        source = tmp_path / f"{spelling}.yaml"
+        source.write_text(
+            "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8,"
+            f" masterConfig: {{acceleratorConfig: {{count: 1, type: {spelling}}}}}}}\n"
+        )
+        code, out = run_import(tmp_path / spelling, source, "v100")
+        assert code == 0
+        outs.append(yaml.safe_load(out.read_text())["config"])
+    assert outs[0] == outs[1]
+    assert outs[0]["trainstack:cluster"]["chief"]["accelerator"] == {"type": "nvidia-tesla-v100", "count": 1}
+
+
+@pytest.mark.parametrize("example", ["seed001_tpu_legacy_master.yaml", "seed001_tpu_accelerator.yaml"])
+def test_a_cloud_tpu_worker_becomes_a_tpu_vm_and_the_master_moves_onto_its_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], example: str
+) -> None:
+    code, out = run_import(tmp_path, FIXTURES / example, "seed-tpu", "--zone", "us-central1-b")
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    cfg = load_stack(out)[0]
+    assert cfg.settings.cluster is None and cfg.settings.tpu is not None
+    assert cfg.settings.tpu.accelerator_type == "v2-8"
+    assert "the master VM's role moves onto the TPU VM's host" in printed.out
+
+
+def test_legacy_machine_types_are_named_not_guessed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run_import(tmp_path, FIXTURES / "seed000_legacy_gpu.yaml", "legacy")
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert "masterType complex_model_m_gpu is an AI Platform machine type" in err

@@ -2,10 +2,10 @@
 
 Reads Vertex AI ``worker_pool_specs`` (a list, or a CustomJob spec holding one, in YAML or
 JSON, snake_case or camelCase): pool 0 is the chief, pool 1 the workers, pool 2 the parameter
-servers (https://cloud.google.com/vertex-ai/docs/training/distributed-training). The stack it
-writes is checked like any other; what Vertex AI allowed and a stack cannot say is reported,
-never dropped in silence. AI Platform ``trainingInput`` files are recognised and refused for
-now, with a message.
+servers (https://cloud.google.com/vertex-ai/docs/training/distributed-training); or an AI
+Platform ``config.yaml`` (``trainingInput``) of the CUSTOM tier with Compute Engine machine
+types, or a ``cloud_tpu`` worker. The stack it writes is checked like any other; what the old
+service allowed and a stack cannot say is reported, never dropped in silence.
 """
 
 from __future__ import annotations
@@ -59,11 +59,6 @@ def _pools(document: Any) -> list[Any]:
     pools = _get(spec, "worker_pool_specs", "workerPoolSpecs")
     if isinstance(pools, list):
         return pools
-    if isinstance(document, dict) and ("trainingInput" in document or "training_input" in document):
-        raise ImportProblem(
-            "an AI Platform trainingInput file: not imported yet (only Vertex AI worker_pool_specs are); "
-            "write the stack by hand from `python -m trainstack gpus` and the README"
-        )
     raise ImportProblem("no worker_pool_specs found: expected a list of worker pools or a CustomJob spec holding one")
 
 
@@ -169,6 +164,142 @@ def import_worker_pools(document: Any, zone: str, project: str, name: str) -> Im
     return Imported(settings, notices)
 
 
+# --- AI Platform Training: trainingInput ---------------------------------------------------------
+# AI Platform's own machine types (https://cloud.google.com/ai-platform/training/docs/machine-types,
+# legacy machine types); their Compute Engine equivalents are not confirmed from Google's page here,
+# so they are named and refused rather than guessed.
+LEGACY_MACHINE_TYPES = frozenset(
+    {
+        "standard", "large_model", "complex_model_s", "complex_model_m", "complex_model_l",
+        "standard_gpu", "complex_model_m_gpu", "complex_model_l_gpu", "standard_p100", "complex_model_m_p100",
+        "standard_v100", "large_model_v100", "complex_model_m_v100", "complex_model_l_v100",
+    }
+)  # fmt: skip
+TPU_WORKER = "cloud_tpu"
+# "type TPU_V2 and count 8: no other number of TPU v2 cores can be attached" (seed 001); a TPU VM
+# v2-8 is those 8 cores on one host.
+AI_PLATFORM_TPU = ("TPU_V2", 8)
+TPU_SLICE = "v2-8"
+# A retired GPU and the current one a stack names instead (same count on N1).
+NEAREST_CURRENT_GPU = {"nvidia-tesla-k80": "nvidia-tesla-t4"}
+
+
+def _accelerator(config: Any, role: str) -> dict[str, Any] | None:
+    accelerator = _get(config, "acceleratorConfig", "accelerator_config")
+    if not accelerator:
+        return None
+    kind, count = _get(accelerator, "type"), _get(accelerator, "count")
+    if isinstance(count, str) and count.isdigit():
+        count = int(count)
+    if not isinstance(kind, str) or not isinstance(count, int) or isinstance(count, bool):
+        raise ImportProblem(f"{role}Config.acceleratorConfig needs a type and a whole-number count")
+    gpu = gpu_name(kind)
+    if gpu in NEAREST_CURRENT_GPU:
+        raise ImportProblem(
+            f"{role}Config.acceleratorConfig names {kind}, which Google has retired; the nearest current GPU is "
+            f"{NEAREST_CURRENT_GPU[gpu]} (the same count fits the same N1 machine): edit the file and import again"
+        )
+    return {"type": gpu, "count": count}
+
+
+def _machine(training_input: Any, role: str) -> str:
+    machine = _get(training_input, f"{role}Type")
+    if not isinstance(machine, str):
+        raise ImportProblem(f"{role}Type is missing")
+    if machine in LEGACY_MACHINE_TYPES:
+        raise ImportProblem(
+            f"{role}Type {machine} is an AI Platform machine type; its Compute Engine equivalent is not imported yet: "
+            f"name a Compute Engine machine type with an acceleratorConfig (see `python -m trainstack gpus`)"
+        )
+    return machine
+
+
+def _count(training_input: Any, key: str) -> int:
+    count = _get(training_input, key)
+    count = 0 if count is None else count
+    if isinstance(count, str) and count.isdigit():
+        count = int(count)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ImportProblem(f"{key} must be a whole number")
+    return count
+
+
+def _tpu_runtime() -> str:
+    """The newest current single-host TensorFlow runtime for v2 in the catalog."""
+    from trainstack.catalog import load_catalog
+
+    runtimes = [
+        r
+        for r in load_catalog().tpu_runtimes.values()
+        if "v2" in r.generations and r.status == "current" and r.version.startswith("tpu-vm-tf-")
+        and "-pod-" not in r.version
+    ]  # fmt: skip
+    newest = max(runtimes, key=lambda r: (tuple(int(p) for p in r.tensorflow_version.split(".")), -len(r.version)))
+    return newest.version
+
+
+def import_training_input(document: Any, zone: str, project: str, name: str) -> Imported:
+    training_input = _get(document, "trainingInput", "training_input")
+    tier = _get(training_input, "scaleTier") or "BASIC"
+    if tier != "CUSTOM":
+        raise ImportProblem(
+            f"scaleTier {tier}: only CUSTOM is imported yet (predefined tiers map to legacy machine types); "
+            "write masterType and acceleratorConfig as Compute Engine names"
+        )
+    notices: list[str] = []
+    settings: dict[str, Any] = {"gcp:project": project, "gcp:region": zone.rsplit("-", 1)[0], "trainstack:zone": zone}
+    workers, servers = _count(training_input, "workerCount"), _count(training_input, "parameterServerCount")
+    if _get(training_input, "workerType") == TPU_WORKER:
+        if servers:
+            raise ImportProblem(
+                "a cloud_tpu worker with parameter servers: AI Platform rejected this, and a stack cannot have both"
+            )
+        accelerator = _get(_get(training_input, "workerConfig"), "acceleratorConfig")
+        if accelerator and (_get(accelerator, "type"), _get(accelerator, "count")) != AI_PLATFORM_TPU:
+            raise ImportProblem("a cloud_tpu worker takes acceleratorConfig type TPU_V2 and count 8, nothing else")
+        runtime = _tpu_runtime()
+        settings["trainstack:tpu"] = {"accelerator_type": TPU_SLICE, "runtime_version": runtime}
+        notices.append(
+            f"the cloud_tpu worker is a TPU VM {TPU_SLICE} ({runtime}); the master VM's role moves onto the TPU VM's "
+            f"host, so masterType {_get(training_input, 'masterType')} is not used"
+        )
+    else:
+        cluster: dict[str, Any] = {"chief": {"machine_type": _machine(training_input, "master")}}
+        if accelerator := _accelerator(_get(training_input, "masterConfig"), "master"):
+            cluster["chief"]["accelerator"] = accelerator
+        if workers:
+            cluster["workers"] = {"count": workers, "machine_type": _machine(training_input, "worker")}
+            if accelerator := _accelerator(_get(training_input, "workerConfig"), "worker"):
+                cluster["workers"]["accelerator"] = accelerator
+        if servers:
+            cluster["parameter_servers"] = {
+                "count": servers,
+                "machine_type": _machine(training_input, "parameterServer"),
+            }
+            if _accelerator(_get(training_input, "parameterServerConfig"), "parameterServer"):
+                notices.append(
+                    "parameter servers take no GPUs in a stack: parameterServerConfig.acceleratorConfig is dropped"
+                )
+        if _count(training_input, "evaluatorCount"):
+            notices.append("evaluators are not imported: a stack has no evaluator pool")
+        cluster["strategy"] = "parameter_server" if servers else ("multi_worker_mirrored" if workers else "auto")
+        settings["trainstack:cluster"] = cluster
+    module = _get(training_input, "pythonModule")
+    notices.append(
+        "the job's code is not in a trainingInput file: set trainstack:job.package and job.module"
+        + (f" (pythonModule was {module})" if module else "")
+        + ", or job.image; until then the machines boot ready and run no job"
+    )
+    return Imported(settings, notices)
+
+
+def import_document(document: Any, zone: str, project: str, name: str) -> Imported:
+    """Either kind of file: an AI Platform trainingInput, or Vertex AI worker pools."""
+    if isinstance(document, dict) and _get(document, "trainingInput", "training_input") is not None:
+        return import_training_input(document, zone, project, name)
+    return import_worker_pools(document, zone, project, name)
+
+
 def read_document(path: Path) -> Any:
     import yaml
 
@@ -206,7 +337,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"trainstack: {destination} exists; not overwriting it (--force to replace it)", file=sys.stderr)
         return 1
     try:
-        imported = import_worker_pools(read_document(args.file), args.zone, args.project, args.name)
+        imported = import_document(read_document(args.file), args.zone, args.project, args.name)
     except ImportProblem as problem:
         print(f"trainstack: import {args.file}: {problem}", file=sys.stderr)
         return 1
@@ -236,8 +367,12 @@ def _name(text: str) -> str:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("import", help="write a stack from Vertex AI worker_pool_specs (YAML or JSON)")
-    parser.add_argument("file", type=Path, help="a worker_pool_specs list, or a CustomJob spec holding one")
+    parser = subparsers.add_parser(
+        "import", help="write a stack from an AI Platform trainingInput or Vertex AI worker_pool_specs (YAML or JSON)"
+    )
+    parser.add_argument(
+        "file", type=Path, help="an AI Platform config.yaml (trainingInput), or Vertex AI worker_pool_specs"
+    )
     parser.add_argument("--name", type=_name, required=True, help="the stack to write: stacks/Pulumi.<NAME>.yaml")
     parser.add_argument("--zone", type=zone_argument, default="us-central1-a", help="the zone of the machines")
     parser.add_argument("--project", default=PLACEHOLDER_PROJECT, help="the Google Cloud project")
