@@ -84,3 +84,15 @@ def test_a_chart_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pyte
     assert main(["cost", "--stack", "multiworker", "--chart", str(tmp_path / "no" / "such" / "dir.png")]) == 1
     err = capsys.readouterr().err
     assert "--chart" in err and "Traceback" not in err
+
+
+def test_the_nat_gateway_is_priced_per_vm_up_to_32_then_flat(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = base_config()
+    assert cost_json(capsys, "--stack-file", str(write_stack(tmp_path, config)))["nat_gateway_usd_hr"] == pytest.approx(
+        3 * 0.0014
+    )
+    config["trainstack:cluster"]["workers"]["count"] = 40
+    # The catalog's flat rate for us-central1 (regional_rates.csv, nat gateway_flat).
+    assert cost_json(capsys, "--stack-file", str(write_stack(tmp_path, config)))["nat_gateway_usd_hr"] == 0.044

@@ -155,12 +155,20 @@ def _print_json(region: str, zone: str | None, key: str, listings: list[GpuListi
     print(json.dumps(document, indent=2, sort_keys=True))
 
 
-def cmd_gpus(args: argparse.Namespace) -> int:
+def _place(args: argparse.Namespace) -> tuple[Catalog, str, str | None] | None:
+    """The catalog and the region and zone the arguments name; None (said why) for an unknown region."""
     catalog = load_catalog()
     region, zone = _where(args)
     if (problem := _check_region(catalog, region)) is not None:
         print(problem, file=sys.stderr)
+        return None
+    return catalog, region, zone
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    if (place_of := _place(args)) is None:
         return 2
+    catalog, region, zone = place_of
     listings = gpu_listings(catalog, region, zone)
     if not args.all:
         listings = [g for g in listings if g.status != "retired"]
@@ -182,11 +190,9 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_tpus(args: argparse.Namespace) -> int:
-    catalog = load_catalog()
-    region, zone = _where(args)
-    if (problem := _check_region(catalog, region)) is not None:
-        print(problem, file=sys.stderr)
+    if (place_of := _place(args)) is None:
         return 2
+    catalog, region, zone = place_of
     listings = tpu_listings(catalog, region, zone)
     if args.json:
         _print_json(region, zone, "tpus", listings)

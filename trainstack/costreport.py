@@ -27,10 +27,9 @@ LEFT_RUNNING_HOURS = 24
 # Cloud Storage keeps deleted and overwritten objects 7 days by default (soft delete), billed
 # at their class's rate (https://cloud.google.com/storage/docs/soft-delete).
 SOFT_DELETE_DAYS = 7
-# Cloud NAT bills its gateway per VM it serves, up to 32 VMs; beyond, one flat hourly price
-# (https://cloud.google.com/nat/pricing).
+# Cloud NAT bills its gateway per VM it serves ("gateway" rate), up to 32 VMs; beyond, one flat
+# hourly price ("gateway_flat" rate) (https://cloud.google.com/nat/pricing).
 NAT_PRICED_VMS = 32
-NAT_FLAT_USD_HR = 0.044
 BYTES_PER_GIB = 2**30
 
 
@@ -160,9 +159,12 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
     # Every machine of the stack reaches the internet through the one NAT gateway.
     all_vms = training_vms + (1 if stack.tpu else 0) + (1 if stack.notebook else 0)
     per_vm = catalog.regional_rates.get(("nat", "gateway", region))
+    flat = catalog.regional_rates.get(("nat", "gateway_flat", region))
     nat_gateway = None
-    if per_vm is not None and all_vms:
-        nat_gateway = round(NAT_FLAT_USD_HR if all_vms > NAT_PRICED_VMS else per_vm * all_vms, 4)
+    if all_vms > NAT_PRICED_VMS:
+        nat_gateway = flat
+    elif per_vm is not None and all_vms:
+        nat_gateway = round(per_vm * all_vms, 4)
     processing = catalog.regional_rates.get(("nat", "data_processing", region))
     download_gib = node_download_bytes() / BYTES_PER_GIB
     first_boot = _times(processing, download_gib * training_vms) if training_vms else 0.0
