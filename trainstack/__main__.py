@@ -1,5 +1,3 @@
-import sys
+from trainstack.cli import run_and_exit
 
-from trainstack.cli import main
-
-sys.exit(main())
+run_and_exit()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shlex
@@ -344,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def console() -> None:
-    """The `trainstack` console command."""
-    sys.exit(main())
+def run_and_exit() -> None:
+    """Run one command and end the process: the `trainstack` console command and `python -m trainstack`."""
+    status = main()
+    # Everything the command built is garbage now. Without this, the collection at interpreter
+    # shutdown walks it all once more: 0.4 s of a 1.8 s `plan`, whose every Output is an object.
+    # Frozen objects are left to the process's exit; atexit handlers and stream flushes still run.
+    gc.freeze()
+    sys.exit(status)
