@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
 
 def run_import(tmp_path: Path, source: Path, name: str, *extra: str) -> tuple[int, Path]:
     out = tmp_path / f"Pulumi.{name}.yaml"
-    return main(["import", str(source), "--name", name, "--out", str(out), *extra]), out
+    return main(["import", str(source), "--stack", name, "--out", str(out), *extra]), out
 
 
 def test_the_seed_worker_pools_import_to_a_stack_that_validates(
@@ -79,7 +79,16 @@ def test_what_the_new_machines_cannot_do_is_reported_naming_the_key(
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("trainingInput: {scaleTier: BASIC_GPU}\n", "scaleTier BASIC_GPU: only CUSTOM is imported yet"),
+        ("trainingInput: {scaleTier: GOLD_1}\n", "scaleTier GOLD_1: not an AI Platform scale tier; valid: BASIC,"),
+        (
+            "trainingInput: {scaleTier: CUSTOM, masterType: standard_gpu,"
+            " masterConfig: {acceleratorConfig: {count: 2, type: NVIDIA_TESLA_T4}}}\n",
+            "masterType standard_gpu comes with 1 GPU(s) of its own",
+        ),
+        (
+            "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8, workerType: cloud_tpu, workerCount: 2}\n",
+            "workerCount 2 with workerType cloud_tpu",
+        ),
         (
             "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8, workerType: cloud_tpu, workerCount: 1,"
             " parameterServerCount: 1, parameterServerType: n1-highmem-8}\n",
@@ -180,8 +189,22 @@ def test_a_cloud_tpu_worker_becomes_a_tpu_vm_and_the_master_moves_onto_its_host(
     assert "the master VM's role moves onto the TPU VM's host" in printed.out
 
 
-def test_legacy_machine_types_are_named_not_guessed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_second_seed_000_config_maps_legacy_k80_machines_to_t4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = run_import(tmp_path, FIXTURES / "seed000_legacy_gpu.yaml", "legacy")
-    err = capsys.readouterr().err
-    assert code == 1 and not out.exists()
-    assert "masterType complex_model_m_gpu is an AI Platform machine type" in err
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    cluster = load_stack(out)[0].settings.cluster
+    assert cluster is not None and cluster.workers is not None and cluster.parameter_servers is not None
+    for node in (cluster.chief, cluster.workers):
+        assert node.machine_type == "n1-standard-16"
+        assert node.accelerator is not None and (node.accelerator.type, node.accelerator.count) == (
+            "nvidia-tesla-t4",
+            4,
+        )
+    assert cluster.workers.count == 9
+    assert (cluster.parameter_servers.count, cluster.parameter_servers.machine_type) == (3, "n1-highmem-8")
+    assert "it carried nvidia-tesla-k80, retired, so the nearest current GPU at the same count" in printed.out
+    # The notices stay in the stack file, for whoever reads it next.
+    assert "# notice: masterType complex_model_m_gpu (AI Platform's own type) becomes n1-standard-16" in out.read_text()

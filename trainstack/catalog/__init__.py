@@ -293,3 +293,86 @@ def load_catalog() -> Catalog:
         regional_prices=_regional_prices(),
         regional_rates=_regional_rates(),
     )
+
+
+# --- AI Platform Training (retired), for `trainstack import` ------------------------------------
+
+
+@dataclass(frozen=True)
+class LegacyMachineType:
+    """An AI Platform machine type and the Compute Engine machine (and current GPU) standing for it."""
+
+    name: str
+    machine_type: str
+    gpu: str | None
+    gpu_count: int
+    retired_gpu: str | None  # the GPU it carried when that GPU is retired (K80)
+    inferred: bool  # True: the Compute Engine machine is inferred, not read from a Google table
+    source: str
+    note: str
+
+
+@dataclass(frozen=True)
+class ScaleTier:
+    name: str
+    master_type: str
+    worker_type: str | None
+    worker_count: int
+    parameter_server_type: str | None
+    parameter_server_count: int
+    inferred: bool
+    source: str
+    note: str
+
+
+@cache
+def legacy_machine_types() -> dict[str, LegacyMachineType]:
+    return {
+        row["legacy_type"]: LegacyMachineType(
+            name=row["legacy_type"],
+            machine_type=row["machine_type"],
+            gpu=row["gpu"] or None,
+            gpu_count=int(row["gpu_count"]),
+            retired_gpu=row["retired_gpu"] or None,
+            inferred=row["confidence"] == "inferred",
+            source=row["source"],
+            note=row["note"],
+        )
+        for row in _rows("ai_platform_machine_types.csv")
+    }
+
+
+@cache
+def scale_tiers() -> dict[str, ScaleTier]:
+    return {
+        row["tier"]: ScaleTier(
+            name=row["tier"],
+            master_type=row["master_type"],
+            worker_type=row["worker_type"] or None,
+            worker_count=int(row["worker_count"]),
+            parameter_server_type=row["parameter_server_type"] or None,
+            parameter_server_count=int(row["parameter_server_count"]),
+            inferred=row["confidence"] == "inferred",
+            source=row["source"],
+            note=row["note"],
+        )
+        for row in _rows("ai_platform_scale_tiers.csv")
+    }
+
+
+@dataclass(frozen=True)
+class TrainingContainer:
+    framework: str
+    version: str
+    accelerator: str  # "cpu" or "gpu"
+    uri: str
+    note: str
+
+
+@cache
+def vertex_training_containers() -> list[TrainingContainer]:
+    """Google's prebuilt training containers for Vertex AI's python_package_spec."""
+    return [
+        TrainingContainer(row["framework"], row["version"], row["accelerator"], row["uri"], row["note"])
+        for row in _rows("vertex_training_containers.csv")
+    ]

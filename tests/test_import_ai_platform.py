@@ -1,0 +1,245 @@
+"""`trainstack import` of AI Platform Training jobs: every scale tier, every legacy machine type
+(from the catalog's table, with its caveats printed), and the gcloud command line that submitted
+a job, with its package, module and arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainstack.catalog import legacy_machine_types, load_catalog, scale_tiers
+from trainstack.cli import main
+from trainstack.stackfile import load_stack
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
+
+
+def run_import(tmp_path: Path, source: Path, name: str, *extra: str) -> tuple[int, Path]:
+    out = tmp_path / f"Pulumi.{name}.yaml"
+    return main(["import", str(source), "--stack", name, "--out", str(out), *extra]), out
+
+
+def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def config_of(out: Path) -> dict:
+    return yaml.safe_load(out.read_text())["config"]
+
+
+# (tier, chief machine, chief GPU, workers, parameter servers); BASIC_TPU has no cluster.
+TIERS = [
+    ("BASIC", "n1-standard-4", None, 0, 0),
+    ("BASIC_GPU", "n1-standard-8", ("nvidia-tesla-t4", 1), 0, 0),
+    ("STANDARD_1", "n1-standard-4", None, 4, 3),
+    ("PREMIUM_1", "n1-standard-4", None, 19, 11),
+]
+
+
+@pytest.mark.parametrize(("tier", "machine", "gpu", "workers", "servers"), TIERS)
+def test_every_gpu_and_cpu_scale_tier_imports_to_a_stack_that_validates(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    tier: str,
+    machine: str,
+    gpu: tuple[str, int] | None,
+    workers: int,
+    servers: int,
+) -> None:
+    code, out = run_import(tmp_path, write(tmp_path, f"trainingInput: {{scaleTier: {tier}}}\n"), "tier")
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    cluster = load_stack(out)[0].settings.cluster
+    assert cluster is not None and cluster.chief.machine_type == machine
+    chief_gpu = cluster.chief.accelerator
+    assert (None if chief_gpu is None else (chief_gpu.type, chief_gpu.count)) == gpu
+    assert (cluster.workers.count if cluster.workers else 0) == workers
+    assert (cluster.parameter_servers.count if cluster.parameter_servers else 0) == servers
+    assert cluster.strategy == ("parameter_server" if servers else "auto")
+    assert f"scaleTier {tier} is a master" in printed.out
+    # A tier whose machines Google never published says so.
+    assert ("check it" in printed.out) == scale_tiers()[tier].inferred
+
+
+def test_the_basic_tpu_tier_is_a_tpu_vm_in_a_zone_that_offers_v2_8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_import(tmp_path, write(tmp_path, "trainingInput: {scaleTier: BASIC_TPU}\n"), "tpu")
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    settings = load_stack(out)[0].settings
+    assert settings.cluster is None and settings.tpu is not None and settings.tpu.accelerator_type == "v2-8"
+    assert settings.zone in load_catalog().tpu_zones_for("v2", 8)
+    assert "the master VM's role moves onto the TPU VM's host" in printed.out
+
+
+def test_a_predefined_tier_says_which_cluster_keys_it_overrides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write(tmp_path, "trainingInput: {scaleTier: BASIC, masterType: n1-highmem-16, workerCount: 2}\n")
+    code, out = run_import(tmp_path, source, "basic")
+    assert code == 0
+    assert "scaleTier BASIC fixes the cluster, so masterType, workerCount are not used" in capsys.readouterr().out
+    assert config_of(out)["trainstack:cluster"]["chief"]["machine_type"] == "n1-standard-4"
+
+
+LEGACY = sorted(legacy_machine_types().values(), key=lambda legacy: legacy.name)
+
+
+@pytest.mark.parametrize("legacy", LEGACY, ids=[legacy.name for legacy in LEGACY])
+def test_every_legacy_machine_type_becomes_its_compute_engine_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], legacy
+) -> None:
+    source = write(tmp_path, f"trainingInput: {{scaleTier: CUSTOM, masterType: {legacy.name}}}\n")
+    code, out = run_import(tmp_path, source, "legacy")
+    printed = capsys.readouterr()
+    chief = config_of(out)["trainstack:cluster"]["chief"]
+    assert chief["machine_type"] == legacy.machine_type
+    assert chief.get("accelerator") == ({"type": legacy.gpu, "count": legacy.gpu_count} if legacy.gpu else None)
+    assert f"masterType {legacy.name} (AI Platform's own type) becomes {legacy.machine_type}" in printed.out
+    assert ("not confirmed from a Google table" in printed.out) == legacy.inferred
+    if legacy.name == "complex_model_l_gpu":
+        # Eight K80s became eight T4s, which no N1 machine takes: written, and the key is named.
+        assert code == 1 and "trainstack:cluster.chief.accelerator" in printed.err
+        assert "8 T4 do not fit one N1 machine" in printed.out
+    else:
+        assert code == 0, printed.err
+
+
+def test_the_legacy_table_points_at_machines_and_current_gpus_the_catalog_knows() -> None:
+    # Every type and tier AI Platform Training accepted (seed 000; the REST reference's list).
+    assert set(legacy_machine_types()) == {
+        "standard", "large_model", "complex_model_s", "complex_model_m", "complex_model_l",
+        "standard_gpu", "complex_model_m_gpu", "complex_model_l_gpu", "standard_p100", "complex_model_m_p100",
+        "standard_v100", "large_model_v100", "complex_model_m_v100", "complex_model_l_v100",
+    }  # fmt: skip
+    assert set(scale_tiers()) == {"BASIC", "BASIC_GPU", "BASIC_TPU", "STANDARD_1", "PREMIUM_1"}
+    catalog = load_catalog()
+    for legacy in legacy_machine_types().values():
+        assert legacy.machine_type in catalog.machine_types, legacy
+        if legacy.gpu:
+            assert not catalog.gpus[legacy.gpu].retired, legacy
+        if legacy.retired_gpu:
+            assert catalog.gpus[legacy.retired_gpu].retired, legacy
+    for tier in scale_tiers().values():
+        for machine in (tier.master_type, tier.worker_type, tier.parameter_server_type):
+            assert machine is None or machine in legacy_machine_types() or machine == "cloud_tpu", tier
+
+
+def test_the_region_of_the_job_chooses_a_zone_that_offers_its_gpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write(
+        tmp_path,
+        "trainingInput: {scaleTier: CUSTOM, region: europe-west4, masterType: n1-standard-8,"
+        " masterConfig: {acceleratorConfig: {count: 1, type: NVIDIA_TESLA_V100}}}\n",
+    )
+    code, out = run_import(tmp_path, source, "eu")
+    assert code == 0, capsys.readouterr().err
+    settings = load_stack(out)[0].settings
+    assert settings.zone.startswith("europe-west4-")
+    assert settings.zone in load_catalog().gpu_zones["nvidia-tesla-v100"]
+
+
+def package(tmp_path: Path) -> Path:
+    trainer = tmp_path / "trainer"
+    trainer.mkdir()
+    (trainer / "__init__.py").write_text("")
+    (trainer / "task.py").write_text("print('training')\n")
+    return trainer
+
+
+@pytest.mark.parametrize("example", ["seed000_gcloud_config.txt", "seed000_gcloud_flags.txt"])
+def test_the_seed_gcloud_command_lines_import_with_package_module_and_user_args(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, example: str
+) -> None:
+    trainer = package(tmp_path)
+    command = tmp_path / example
+    command.write_text((FIXTURES / example).read_text())
+    (tmp_path / "seed000_custom_t4.yaml").write_text((FIXTURES / "seed000_custom_t4.yaml").read_text())
+    monkeypatch.setenv("JOB_NAME", "flowers_2019")
+    monkeypatch.setenv("APP_PACKAGE_PATH", "trainer/")
+    monkeypatch.setenv("MAIN_APP_MODULE", "trainer.task")
+    monkeypatch.delenv("JOB_DIR", raising=False)
+    code, out = run_import(tmp_path, command, "seed-cli")
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    cfg = load_stack(out)[0]
+    assert cfg.settings.job is not None
+    assert cfg.settings.job.name == "flowers_2019"
+    assert Path(cfg.settings.job.package or "") == trainer
+    assert cfg.settings.job.module == "trainer.task"
+    assert cfg.settings.job.args == ["--user_arg_1", "value_1", "--user_arg_n", "value_n"]
+    cluster = cfg.settings.cluster
+    assert cluster is not None and cluster.workers is not None and cluster.parameter_servers is not None
+    assert cluster.chief.accelerator is not None and cluster.chief.accelerator.count == 4
+    assert (cluster.workers.count, cluster.workers.machine_type, cluster.parameter_servers.count) == (
+        9,
+        "n1-highcpu-16",
+        3,
+    )
+    assert (
+        "shell variables in the command ($APP_PACKAGE_PATH, $JOB_DIR, $JOB_NAME, $MAIN_APP_MODULE): values taken"
+        in printed.out
+    )
+
+
+def test_a_command_whose_package_variable_is_unset_imports_the_cluster_and_says_the_job_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("JOB_NAME", "APP_PACKAGE_PATH", "MAIN_APP_MODULE", "JOB_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    code, out = run_import(tmp_path, FIXTURES / "seed000_gcloud_flags.txt", "nojob")
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "trainstack:job" not in config_of(out)
+    assert (
+        "--package-path $APP_PACKAGE_PATH and --module-name $MAIN_APP_MODULE: not set in this environment, so the stack has no job"
+        in printed.out
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        (
+            "gcloud ai-platform jobs submit training j --master-machine-type $MACHINE\n",
+            "--master-machine-type $MACHINE",
+        ),
+        ("gcloud ai-platform jobs submit training j --scale-tier basic --frobnicate 3\n", "--frobnicate: not a flag"),
+        (
+            "gcloud ai-platform jobs submit training j --master-accelerator 4xT4 --scale-tier custom\n",
+            "count=N,type=GPU",
+        ),
+        (
+            "gcloud ai-platform jobs submit training j --package-path trainer --scale-tier basic\n",
+            "without --module-name",
+        ),
+        ("gcloud ai-platform jobs submit training j --scale-tier 'basic\n", "does not parse as a shell"),
+    ],
+)
+def test_a_command_line_that_cannot_become_a_stack_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, words: str
+) -> None:
+    monkeypatch.delenv("MACHINE", raising=False)
+    code, out = run_import(tmp_path, write(tmp_path, command, "submit.txt"), "bad")
+    err = capsys.readouterr().err
+    assert code == 1 and words in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_an_image_command_line_runs_the_image_with_its_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    image = "us-central1-docker.pkg.dev/team-proj-1/images/trainer:v2"
+    source = write(
+        tmp_path,
+        "gcloud ai-platform jobs submit training nightly_1 --region us-central1 --scale-tier basic-gpu "
+        f"--master-image-uri {image} -- --epochs 3\n",
+        "submit.txt",
+    )
+    code, out = run_import(tmp_path, source, "nightly")
+    assert code == 0, capsys.readouterr().err
+    assert config_of(out)["trainstack:job"] == {"name": "nightly_1", "image": image, "args": ["--epochs", "3"]}

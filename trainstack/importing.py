@@ -1,0 +1,87 @@
+"""What every kind of imported job file shares: reading it, naming its keys in either spelling,
+and choosing a zone that offers its accelerators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAX_IMPORT_BYTES = 1024 * 1024
+DEFAULT_REGION = "us-central1"
+
+
+class ImportProblem(ValueError):
+    """The file cannot become a stack; the message says why."""
+
+
+@dataclass
+class Imported:
+    config: dict[str, Any]
+    notices: list[str] = field(default_factory=list)
+
+
+def get(mapping: Any, *names: str) -> Any:
+    """A key in any spelling the service accepts (replica_count / replicaCount)."""
+    if not isinstance(mapping, dict):
+        return None
+    for name in names:
+        if name in mapping:
+            return mapping[name]
+    return None
+
+
+def whole_number(value: Any) -> int | None:
+    """An int, or the decimal string the REST APIs write int64 fields as; None for anything else."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def gpu_name(enum_or_name: str) -> str:
+    """A GPU as Compute Engine names it (nvidia-tesla-t4), from either spelling (NVIDIA_TESLA_T4)."""
+    return enum_or_name.strip().lower().replace("_", "-")
+
+
+def read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ImportProblem(f"{path}: {error.strerror or error}") from None
+    if len(data) > MAX_IMPORT_BYTES:
+        raise ImportProblem(f"{path}: larger than {MAX_IMPORT_BYTES // 1024} KiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ImportProblem(f"{path}: not UTF-8 text") from None
+
+
+def parse_document(text: str, path: Path) -> Any:
+    import yaml
+
+    try:
+        # JSON is YAML; the safe loader builds no objects.
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ImportProblem(f"{path}: neither YAML nor JSON ({str(error).splitlines()[0]})") from None
+
+
+def read_document(path: Path) -> Any:
+    return parse_document(read_text(path), path)
+
+
+def choose_zone(region: str, gpus: set[str], tpu: tuple[str, int] | None) -> str | None:
+    """The first zone of ``region`` (by name) that offers every GPU type and the TPU slice, per the catalog."""
+    from trainstack.catalog import load_catalog
+
+    catalog = load_catalog()
+    known = {zone for zones in catalog.gpu_zones.values() for zone in zones}
+    known |= {zone for zones in catalog.tpu_zones.values() for zone in zones}
+    candidates = {zone for zone in known if zone.rsplit("-", 1)[0] == region}
+    for gpu in gpus:
+        candidates &= catalog.gpu_zones.get(gpu, frozenset())
+    if tpu is not None:
+        candidates &= set(catalog.tpu_zones_for(*tpu))
+    return min(candidates) if candidates else None
