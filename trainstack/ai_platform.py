@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.catalog import legacy_machine_types, load_catalog, scale_tiers
-from trainstack.importing import ImportProblem, get, gpu_name, whole_number
+from trainstack.importing import ImportProblem, get, gpu_name, whole_number, without_job_dir
 
 TPU_WORKER = "cloud_tpu"
 # "type TPU_V2 and count 8: no other number of TPU v2 cores can be attached" (seed 001); a TPU VM
@@ -216,8 +216,8 @@ def _job_from_training_input(
         raise ImportProblem("args must be a list of strings")
     if isinstance(image, str) and image:
         job: dict[str, Any] = {"name": name, "image": image}
-        if args:
-            job["args"] = args
+        if args and (kept := without_job_dir(args, notices)):
+            job["args"] = kept
         return job
     if no_code:
         notices.append(
@@ -455,8 +455,8 @@ def _package_job(command: CommandLine, base: Path, name: str, notices: list[str]
     except ValueError:
         package = str(directory)
     job: dict[str, Any] = {"name": name, "package": package, "module": module}
-    if command.args:
-        job["args"] = command.args
+    if command.args and (kept := without_job_dir(command.args, notices)):
+        job["args"] = kept
     if "--packages" in command.flags:
         notices.append(
             f"--packages {command.flags['--packages']} is not imported: list a package's own requirements in "

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
-from trainstack import browse, costreport, importer, logs, machines, status
+from trainstack import browse, costreport, importer, logs, machines, status, vertex_export
 from trainstack.build import BUILDERS, docker_tag, run_build
 from trainstack.cliargs import add_stack_arguments, load_config, stack_path
 from trainstack.errors import ProgramExit, StackConfigError
@@ -322,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.register(sub)
     costreport.register(sub)
     importer.register(sub)
+    vertex_export.register(sub)
     return parser
 
 

@@ -36,6 +36,7 @@ from trainstack.importing import (
     parse_document,
     read_text,
     whole_number,
+    without_job_dir,
 )
 from trainstack.names import zone_argument
 
@@ -106,7 +107,8 @@ def _job(pools: list[Any], project: str, stack: str, notices: list[str]) -> dict
         job: dict[str, Any] = {"name": stack.replace("-", "_"), "image": image}
         args = get(container, "args")
         if isinstance(args, list) and all(isinstance(a, str) for a in args):
-            job["args"] = args
+            if kept := without_job_dir(args, notices):
+                job["args"] = kept
         if get(container, "command"):
             notices.append("container_spec.command is not imported: a stack runs the image's own entry point")
         return job

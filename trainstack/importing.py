@@ -85,3 +85,24 @@ def choose_zone(region: str, gpus: set[str], tpu: tuple[str, int] | None) -> str
     if tpu is not None:
         candidates &= set(catalog.tpu_zones_for(*tpu))
     return min(candidates) if candidates else None
+
+
+def without_job_dir(args: list[str], notices: list[str]) -> list[str]:
+    """The job's arguments less ``--job-dir``: a stack gives its job a directory in its own bucket."""
+    kept: list[str] = []
+    dropped: str | None = None
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        if arg == "--job-dir" and position + 1 < len(args):
+            dropped = args[position + 1]
+            position += 2
+            continue
+        if arg.startswith("--job-dir="):
+            dropped = arg.partition("=")[2]
+        else:
+            kept.append(arg)
+        position += 1
+    if dropped is not None:
+        notices.append(f"--job-dir {dropped} is left out of the job's args: the stack passes its own job directory")
+    return kept
