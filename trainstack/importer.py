@@ -272,6 +272,6 @@ def register(subparsers: Any) -> None:
         "that offers its GPUs or TPU)",
     )
     parser.add_argument("--project", default=PLACEHOLDER_PROJECT, help="the Google Cloud project")
-    parser.add_argument("--out", type=Path, help="write here instead of stacks/Pulumi.<NAME>.yaml")
+    parser.add_argument("--out", type=Path, help="write here instead of stacks/Pulumi.<STACK>.yaml")
     parser.add_argument("--force", action="store_true", help="replace an existing stack file")
     parser.set_defaults(func=cmd_import)
