@@ -220,6 +220,7 @@ def test_a_command_whose_package_variable_is_unset_imports_the_cluster_and_says_
             "without --module-name",
         ),
         ("gcloud ai-platform jobs submit training j --scale-tier 'basic\n", "does not parse as a shell"),
+        ("gcloud ai-platform jobs submit training j --master-machine-type $(touch pwned)\n", "an import runs nothing"),
     ],
 )
 def test_a_command_line_that_cannot_become_a_stack_is_one_line(

@@ -311,6 +311,10 @@ def is_command_line(text: str) -> bool:
 
 def parse_command_line(text: str) -> CommandLine:
     """The words of a saved ``gcloud ai-platform jobs submit training`` command, as a shell reads them."""
+    # An import reads the command; it never runs any part of it.
+    if "$(" in text or "`" in text:
+        raise ImportProblem("the command holds a command substitution ($(...) or `...`): an import runs nothing; "
+                            "write the value it gave")  # fmt: skip
     # A command saved from a script continues its lines with a backslash; comments start with #.
     try:
         words = shlex.split(re.sub(r"\\\r?\n", " ", text), comments=True)
