@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +54,14 @@ class TrainingShape:
 
     cluster: dict[str, Any] | None = None
     tpu: dict[str, Any] | None = None
-    gpus: set[str] = field(default_factory=set)
     job: dict[str, Any] | None = None
     region: str | None = None
+
+    @property
+    def gpus(self) -> set[str]:
+        """The GPU types the chief and workers need (parameter servers take none)."""
+        nodes = [self.cluster.get("chief") or {}, self.cluster.get("workers") or {}] if self.cluster else []
+        return {node["accelerator"]["type"] for node in nodes if node.get("accelerator")}
 
 
 def _scale_tier(training_input: dict[str, Any], notices: list[str]) -> dict[str, Any]:
@@ -168,7 +173,8 @@ def _tpu(training_input: dict[str, Any], workers: int, servers: int, notices: li
     return {"accelerator_type": TPU_SLICE, "runtime_version": runtime}
 
 
-def _strategy(workers: int, servers: int) -> str:
+def strategy_for(workers: int, servers: int) -> str:
+    """The strategy an imported cluster runs: AI Platform and Vertex AI jobs name none."""
     return "parameter_server" if servers else ("multi_worker_mirrored" if workers else "auto")
 
 
@@ -188,11 +194,9 @@ def _cluster(training_input: dict[str, Any], notices: list[str]) -> TrainingShap
         return shape
     chief = _node(training_input, "master", notices)
     cluster: dict[str, Any] = {"chief": chief.as_config()}
-    nodes = [chief]
     if workers:
         worker = _node(training_input, "worker", notices)
         cluster["workers"] = {"count": workers, **worker.as_config()}
-        nodes.append(worker)
     if servers:
         server = _node(training_input, "parameterServer", notices)
         if server.accelerator:
@@ -200,9 +204,8 @@ def _cluster(training_input: dict[str, Any], notices: list[str]) -> TrainingShap
         cluster["parameter_servers"] = {"count": servers, "machine_type": server.machine_type}
     if _count(training_input, "evaluatorCount"):
         notices.append("evaluators are not imported: a stack has no evaluator pool")
-    cluster["strategy"] = _strategy(workers, servers)
+    cluster["strategy"] = strategy_for(workers, servers)
     shape.cluster = cluster
-    shape.gpus = {node.accelerator["type"] for node in nodes if node.accelerator}
     return shape
 
 

@@ -25,6 +25,7 @@ from trainstack.ai_platform import (
     is_command_line,
     shape_of,
     shape_of_command_line,
+    strategy_for,
 )
 from trainstack.importing import (
     DEFAULT_REGION,
@@ -144,13 +145,8 @@ def worker_pools_shape(document: Any, project: str, name: str, notices: list[str
         cluster["parameter_servers"] = {"count": servers, **ps}
     if len(pools) > EVALUATOR_POOL and pools[EVALUATOR_POOL]:
         notices.append("worker pool 3 (evaluator) is not imported: a stack has no evaluator pool")
-    cluster["strategy"] = "parameter_server" if servers else ("multi_worker_mirrored" if workers else "auto")
-    gpus = {
-        node["accelerator"]["type"]
-        for node in (cluster["chief"], cluster.get("workers") or {})
-        if "accelerator" in node
-    }
-    return TrainingShape(cluster=cluster, gpus=gpus, job=_job(pools, project, name, notices))
+    cluster["strategy"] = strategy_for(workers, servers)
+    return TrainingShape(cluster=cluster, job=_job(pools, project, name, notices))
 
 
 def import_file(path: Path, stack: str, project: str, zone: str | None) -> Imported:

@@ -166,6 +166,10 @@ class ResolvedStack:
         return repository_id(self.name)
 
     @property
+    def training_account_email(self) -> str:
+        return f"{self.name}-{TRAINING_ACCOUNT_SUFFIX}@{self.project}.iam.gserviceaccount.com"
+
+    @property
     def registry_url(self) -> str:
         """Where the stack's images live: LOCATION-docker.pkg.dev/PROJECT/REPOSITORY."""
         return registry_url(self.region, self.project, self.repository_id)
@@ -237,6 +241,11 @@ def describe_machine(machine_type: str, accelerator: Accelerator | None, spot: b
 
 
 # --- Names and arguments ---------------------------------------------------------------------
+# The training nodes' service account is <stack>-train (components.stack creates it; `export
+# vertex` runs Vertex AI jobs as it).
+TRAINING_ACCOUNT_SUFFIX = "train"
+
+
 def repository_id(stack_name: str) -> str:
     return f"{stack_name}-images"
 

@@ -33,12 +33,9 @@ class ExportProblem(ValueError):
     """The stack cannot be sent to Vertex AI as it is; the message says why."""
 
 
-def accelerator_enum(gpu: str) -> str:
-    """Vertex AI's AcceleratorType for a Compute Engine GPU name (nvidia-tesla-t4 -> NVIDIA_TESLA_T4)."""
-    return gpu.upper().replace("-", "_")
-
-
 def _machine_spec(node: ClusterNode) -> dict[str, Any]:
+    from trainstack.catalog import workbench_enum as accelerator_enum
+
     spec: dict[str, Any] = {"machineType": node.machine_type}
     if node.accelerator is not None:
         spec.update(acceleratorType=accelerator_enum(node.accelerator.type), acceleratorCount=node.accelerator.count)
@@ -167,7 +164,7 @@ def custom_job_spec(stack: ResolvedStack, package_uri: str | None = None) -> tup
     spec: dict[str, Any] = {
         "workerPoolSpecs": specs,
         "baseOutputDirectory": {"outputUriPrefix": stack.job.job_dir},
-        "serviceAccount": training_account(stack),
+        "serviceAccount": stack.training_account_email,
     }
     scheduling: dict[str, Any] = {}
     if stack.cluster.max_run_seconds is not None:
@@ -184,12 +181,6 @@ def custom_job_spec(stack: ResolvedStack, package_uri: str | None = None) -> tup
         "iam.serviceAccounts.actAs on it"
     )
     return spec, notes
-
-
-def training_account(stack: ResolvedStack) -> str:
-    # The training nodes' account (trainstack.components.stack: "<stack>-train"), which already
-    # reads the bucket and the registry.
-    return f"{stack.name}-train@{stack.project}.iam.gserviceaccount.com"
 
 
 def display_name(stack: ResolvedStack) -> str:

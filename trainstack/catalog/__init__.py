@@ -46,8 +46,8 @@ class Gpu:
 
 
 def workbench_enum(compute_engine_name: str) -> str:
-    """Workbench names GPUs and disk types by enum (NVIDIA_TESLA_T4, PD_BALANCED) where
-    Compute Engine uses nvidia-tesla-t4 and pd-balanced."""
+    """Workbench and Vertex AI name GPUs and disk types by enum (NVIDIA_TESLA_T4, PD_BALANCED)
+    where Compute Engine uses nvidia-tesla-t4 and pd-balanced."""
     return compute_engine_name.upper().replace("-", "_")
 
 

@@ -25,7 +25,7 @@ from trainstack.components.services import (
 from trainstack.components.storage import TrainingBucket, TrainingBucketArgs
 from trainstack.components.tpu_vm import TpuVm, TpuVmArgs
 from trainstack.config import STACK_LABEL
-from trainstack.resolved import ResolvedStack
+from trainstack.resolved import TRAINING_ACCOUNT_SUFFIX, ResolvedStack
 from trainstack.scripts import BootFiles
 
 
@@ -105,7 +105,7 @@ class TrainingStack(pulumi.ComponentResource):
         # IAP firewall name them one by one.
         identities: list[NodeIdentity] = []
         if stack.cluster is not None:
-            self.identity = identity("identity", "train", "trainstack training nodes")
+            self.identity = identity("identity", TRAINING_ACCOUNT_SUFFIX, "trainstack training nodes")
             identities.append(self.identity)
         if stack.tpu is not None:
             self.tpu_identity = identity("tpu-identity", "tpu", "trainstack TPU VM")
