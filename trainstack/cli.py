@@ -322,7 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     logs.register(sub)
     costreport.register(sub)
     importer.register(sub)
-    vertex_export.register(sub)
+    export = sub.add_parser(
+        "export", help="the stack in another tool's format: `export vertex` (a Vertex AI custom job)"
+    )
+    targets = export.add_subparsers(dest="target", required=True, metavar="TARGET")
+    vertex_export.register(targets)
     return parser
 
 

@@ -280,11 +280,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:
+def register(targets: Any) -> None:
+    """`export vertex`, one target of `trainstack export`."""
     from pathlib import Path
 
-    parser = subparsers.add_parser("export", help="send the stack's cluster elsewhere: `export vertex`")
-    targets = parser.add_subparsers(dest="target", required=True, metavar="TARGET")
     vertex = targets.add_parser(
         "vertex",
         help="the cluster as a Vertex AI custom job (worker_pool_specs)",
