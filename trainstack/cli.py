@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
-from trainstack import browse, costreport, importer, logs, machines, status, vertex_export
+from trainstack import browse, check, costreport, importer, logs, machines, status, vertex_export
 from trainstack.build import BUILDERS, docker_tag, run_build
-from trainstack.cliargs import add_stack_arguments, load_config, stack_path
+from trainstack.cliargs import add_stack_arguments, load_config, read_stack
 from trainstack.errors import ProgramExit, StackConfigError
 
 # The parser is built for every command, so this module and those it imports at the top load
@@ -91,13 +91,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from trainstack.plan import run_plan
     from trainstack.plandiff import compare, read_plan_json
-    from trainstack.stackfile import read_stack_config_map, stack_name_for
 
-    # The file is read here (bounded, strict YAML); parsing, validation and prices happen
-    # once, inside the program the plan runs.
-    path = stack_path(args)
-    stack = stack_name_for(path, None if args.stack_file else args.stack)
-    raw = read_stack_config_map(path)
+    stack, raw = read_stack(args)
     previous = read_plan_json(args.against) if args.against is not None else None
     if args.out is not None and (args.out.exists() or args.out.is_symlink()) and not args.out.is_dir():
         print(f"trainstack: --out {args.out}: exists and is not a directory", file=sys.stderr)
@@ -322,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.register(sub)
     costreport.register(sub)
     importer.register(sub)
+    check.register(sub)
     export = sub.add_parser(
         "export", help="the stack in another tool's format: `export vertex` (a Vertex AI custom job)"
     )

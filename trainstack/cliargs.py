@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainstack.config import StackConfig
@@ -24,6 +24,15 @@ def stack_path(args: argparse.Namespace) -> Path:
     from trainstack.stackfile import stack_file_path
 
     return Path(args.stack_file) if args.stack_file else stack_file_path(args.stack)
+
+
+def read_stack(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The stack's name and its file's config map, as the Pulumi program receives it: read
+    here (bounded, strict YAML); parsing, validation and prices happen inside the program."""
+    from trainstack.stackfile import read_stack_config_map, stack_name_for
+
+    path = stack_path(args)
+    return stack_name_for(path, None if args.stack_file else args.stack), read_stack_config_map(path)
 
 
 def load_config(args: argparse.Namespace) -> StackConfig:

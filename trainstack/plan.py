@@ -76,9 +76,7 @@ class Plan:
         the document stays readable and two plans of one stack are byte-identical."""
         return {
             "stack": self.stack,
-            "resources": [
-                {"type": r.type, "name": r.name, "inputs": _scripts_as_hashes(r.inputs)} for r in self.resources
-            ],
+            "resources": self.resource_documents(),
             "hourly_usd": self.hourly_usd,
             "price_region": self.region,
             "nodes": [{"name": c.name, "description": c.description, "hourly_usd": c.usd_per_hour} for c in self.costs],
@@ -87,6 +85,11 @@ class Plan:
             "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
             "cost": self.cost.to_json(),
         }
+
+    def resource_documents(self) -> list[dict[str, Any]]:
+        """Each resource as type, name and inputs, boot scripts by digest: what `plan --json`
+        lists and what `check` hands the policy pack."""
+        return [{"type": r.type, "name": r.name, "inputs": _scripts_as_hashes(r.inputs)} for r in self.resources]
 
     @property
     def cost(self) -> CostReport:

@@ -1,0 +1,407 @@
+"""Each rule of the pack, fed one compliant and one broken resource, in the pack's environment.
+
+Resources are written as the engine sends them (camelCase inputs) and wrapped in CrossGuard's
+own unknown-checking proxies, so the rules are exercised on the types `pulumi preview` gives
+them. `tests/test_check.py` in the project's environment runs the same rules against the
+shipped stacks' real plans.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pulumi.runtime.rpc import UNKNOWN
+from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy, StackValidationPolicy
+from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
+
+from trainstack_policies import POLICIES
+from trainstack_policies.offline import InputError, Violation, _options, evaluate, settings
+
+PACK = Path(__file__).resolve().parent.parent
+EMAIL = "team-train@my-project.iam.gserviceaccount.com"
+LABELS = {"trainstack-stack": "team", "team": "vision"}
+
+
+def gpu_vm() -> dict[str, Any]:
+    return {
+        "machineType": "n1-standard-8",
+        "guestAccelerators": [{"type": "nvidia-tesla-t4", "count": 2}],
+        "networkInterfaces": [{"subnetwork": "subnet-id"}],
+        "serviceAccount": {"email": EMAIL, "scopes": ["https://www.googleapis.com/auth/cloud-platform"]},
+        "shieldedInstanceConfig": {"enableSecureBoot": True, "enableVtpm": True, "enableIntegrityMonitoring": True},
+        "metadata": {"enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE", "startup-script": "#!/bin/bash"},
+        "scheduling": {
+            "provisioningModel": "STANDARD",
+            "automaticRestart": True,
+            "onHostMaintenance": "TERMINATE",
+            "maxRunDuration": {"seconds": 86400},
+        },
+        "labels": dict(LABELS),
+        "bootDisk": {"initializeParams": {"labels": dict(LABELS)}},
+    }
+
+
+def tpu_vm() -> dict[str, Any]:
+    return {
+        "acceleratorType": "v5litepod-8",
+        "networkConfig": {"enableExternalIps": False},
+        "serviceAccount": {"email": EMAIL, "scopes": ["https://www.googleapis.com/auth/cloud-platform"]},
+        "metadata": {"enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE", "trainstack-max-run-seconds": "86400"},
+        "labels": dict(LABELS),
+    }
+
+
+def notebook() -> dict[str, Any]:
+    return {
+        "gceSetup": {
+            "disablePublicIp": True,
+            "serviceAccounts": [{"email": EMAIL}],
+            "shieldedInstanceConfig": {
+                "enableSecureBoot": True,
+                "enableVtpm": True,
+                "enableIntegrityMonitoring": True,
+            },
+            "metadata": {"enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE", "idle-timeout-seconds": "3600"},
+        },
+        "labels": dict(LABELS),
+    }
+
+
+def bucket() -> dict[str, Any]:
+    return {"uniformBucketLevelAccess": True, "publicAccessPrevention": "enforced", "versioning": {"enabled": True}}
+
+
+def iap_ssh() -> dict[str, Any]:
+    return {
+        "direction": "INGRESS",
+        "allows": [{"protocol": "tcp", "ports": ["22"]}],
+        "sourceRanges": ["35.235.240.0/20"],
+    }
+
+
+def member(role: str, who: str = f"serviceAccount:{EMAIL}") -> dict[str, Any]:
+    return {"project": "my-project", "role": role, "member": who}
+
+
+def account() -> dict[str, Any]:
+    return {"accountId": "team-train", "project": "my-project"}
+
+
+VM, TPU, NB = "gcp:compute/instance:Instance", "gcp:tpu/v2Vm:V2Vm", "gcp:workbench/instance:Instance"
+BUCKET, FW = "gcp:storage/bucket:Bucket", "gcp:compute/firewall:Firewall"
+PROJECT_MEMBER, ACCOUNT = "gcp:projects/iAMMember:IAMMember", "gcp:serviceaccount/account:Account"
+
+
+def compliant_stack() -> list[dict[str, Any]]:
+    return [
+        {"type": VM, "name": "team-cluster-chief", "inputs": gpu_vm()},
+        {"type": TPU, "name": "team-tpu-vm", "inputs": tpu_vm()},
+        {"type": NB, "name": "team-notebook", "inputs": notebook()},
+        {"type": BUCKET, "name": "team-bucket", "inputs": bucket()},
+        {"type": FW, "name": "team-iap-ssh", "inputs": iap_ssh()},
+        {"type": ACCOUNT, "name": "team-sa", "inputs": account()},
+        {"type": PROJECT_MEMBER, "name": "team-logwriter", "inputs": member("roles/logging.logWriter")},
+    ]
+
+
+def violations(resources: list[dict[str, Any]], config: dict[str, Any] | None = None) -> list[Violation]:
+    return evaluate("team", resources, config or {})
+
+
+def test_the_compliant_stack_has_no_violation() -> None:
+    assert violations(compliant_stack()) == []
+
+
+Breakage = Callable[[dict[str, Any]], None]
+
+
+def _set(path: str, value: Any) -> Breakage:
+    """Set a dotted path (list indexes as numbers) in a resource's inputs."""
+
+    def apply(inputs: dict[str, Any]) -> None:
+        *parents, leaf = path.split(".")
+        target: Any = inputs
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        target[int(leaf) if isinstance(target, list) else leaf] = value
+
+    return apply
+
+
+def _drop(path: str) -> Breakage:
+    def apply(inputs: dict[str, Any]) -> None:
+        *parents, leaf = path.split(".")
+        target: Any = inputs
+        for part in parents:
+            target = target[part]
+        del target[leaf]
+
+    return apply
+
+
+# (rule, resource type, what breaks it, the words the message must hold)
+BROKEN: list[tuple[str, str, Breakage, str]] = [
+    ("no-public-ip", VM, _set("networkInterfaces.0.accessConfigs", [{"natIp": ""}]), "accessConfigs"),
+    ("no-public-ip", VM, _set("networkInterfaces.0.ipv6AccessConfigs", [{"networkTier": "PREMIUM"}]), "ipv6"),
+    ("no-public-ip", TPU, _set("networkConfig.enableExternalIps", True), "enableExternalIps"),
+    ("no-public-ip", NB, _set("gceSetup.disablePublicIp", False), "disablePublicIp"),
+    ("no-public-ip", NB, _drop("gceSetup.disablePublicIp"), "disablePublicIp"),
+    ("no-default-service-account", VM, _drop("serviceAccount"), "default account"),
+    (
+        "no-default-service-account",
+        VM,
+        _set("serviceAccount.email", "123456789012-compute@developer.gserviceaccount.com"),
+        "123456789012-compute@",
+    ),
+    ("no-default-service-account", TPU, _set("serviceAccount.email", "default"), "default"),
+    ("no-default-service-account", NB, _set("gceSetup.serviceAccounts", []), "no service account"),
+    ("shielded-vm", VM, _set("shieldedInstanceConfig.enableVtpm", False), "enableVtpm"),
+    ("shielded-vm", VM, _drop("shieldedInstanceConfig"), "enableSecureBoot"),
+    ("shielded-vm", NB, _set("gceSetup.shieldedInstanceConfig.enableIntegrityMonitoring", False), "Integrity"),
+    ("os-login", VM, _set("metadata.enable-oslogin", "FALSE"), "enable-oslogin"),
+    ("os-login", VM, _drop("metadata.block-project-ssh-keys"), "block-project-ssh-keys"),
+    ("os-login", VM, _set("metadata.serial-port-enable", "TRUE"), "serial-port-enable"),
+    ("os-login", TPU, _drop("metadata.enable-oslogin"), "enable-oslogin"),
+    ("os-login", NB, _set("gceSetup.metadata.block-project-ssh-keys", "false"), "block-project-ssh-keys"),
+    ("no-ip-forwarding", VM, _set("canIpForward", True), "canIpForward"),
+    ("bucket-access", BUCKET, _set("uniformBucketLevelAccess", False), "uniformBucketLevelAccess"),
+    ("bucket-access", BUCKET, _set("publicAccessPrevention", "inherited"), "publicAccessPrevention"),
+    ("gpu-terminates-on-maintenance", VM, _set("scheduling.onHostMaintenance", "MIGRATE"), "TERMINATE"),
+    ("spot-no-automatic-restart", VM, _set("scheduling.provisioningModel", "SPOT"), "automaticRestart"),
+    ("spot-no-automatic-restart", VM, _set("scheduling.preemptible", True), "automaticRestart"),
+    ("run-time-bound", VM, _drop("scheduling.maxRunDuration"), "maxRunDuration"),
+    ("run-time-bound", VM, _set("scheduling.maxRunDuration.seconds", 0), "maxRunDuration"),
+    ("run-time-bound", TPU, _drop("metadata.trainstack-max-run-seconds"), "trainstack-max-run-seconds"),
+    ("run-time-bound", NB, _drop("gceSetup.metadata.idle-timeout-seconds"), "idle-timeout-seconds"),
+    ("cost-labels", VM, _drop("labels.trainstack-stack"), "trainstack-stack"),
+    ("cost-labels", VM, _set("bootDisk.initializeParams.labels", {}), "bootDisk"),
+    ("cost-labels", TPU, _set("labels", {}), "trainstack-stack"),
+    ("cost-labels", NB, _set("labels.trainstack-stack", ""), "trainstack-stack"),
+    ("firewall-ingress", FW, _set("sourceRanges", ["0.0.0.0/0"]), "whole internet"),
+    ("firewall-ingress", FW, _set("sourceRanges", ["::/0"]), "whole internet"),
+    ("firewall-ingress", FW, _set("sourceRanges", ["203.0.113.0/24"]), "SSH from 203.0.113.0/24"),
+    ("firewall-ingress", FW, _drop("sourceRanges"), "0.0.0.0/0"),
+    ("firewall-ingress", FW, _set("sourceRanges", ["35.235.240.0/19"]), "SSH from 35.235.240.0/19"),
+    ("firewall-ingress", FW, _set("sourceRanges", ["not-a-range"]), "not an IP range"),
+    ("bucket-versioning", BUCKET, _drop("versioning"), "versioning"),
+    ("notebook-idle-timeout", NB, _set("gceSetup.metadata.idle-timeout-seconds", "18000"), "4 hours"),
+]
+
+
+@pytest.mark.parametrize(("rule", "resource_type", "breakage", "words"), BROKEN)
+def test_each_rule_fires_on_its_broken_resource_and_names_it(
+    rule: str, resource_type: str, breakage: Breakage, words: str
+) -> None:
+    resources = compliant_stack()
+    target = next(r for r in resources if r["type"] == resource_type)
+    breakage(target["inputs"])
+    found = violations(resources)
+    assert {(v.policy, v.resource_name) for v in found} == {(rule, target["name"])}, found
+    assert any(words in v.message for v in found), found
+
+
+def test_a_firewall_that_admits_all_ssh_from_iap_is_fine_but_from_anywhere_is_not() -> None:
+    resources = compliant_stack()
+    firewall = next(r for r in resources if r["type"] == FW)
+    firewall["inputs"]["allows"] = [{"protocol": "tcp", "ports": ["20-30"]}]
+    assert violations(resources) == []
+    firewall["inputs"]["sourceRanges"] = ["10.0.0.0/8"]
+    assert [v.policy for v in violations(resources)] == ["firewall-ingress"]
+    # Traffic between the nodes is by service account, with no range at all: fine.
+    del firewall["inputs"]["sourceRanges"]
+    firewall["inputs"]["sourceServiceAccounts"] = [EMAIL]
+    assert violations(resources) == []
+
+
+def test_a_machine_type_with_built_in_gpus_must_terminate_on_maintenance() -> None:
+    resources = compliant_stack()
+    vm = resources[0]["inputs"]
+    del vm["guestAccelerators"]
+    vm["machineType"] = "a2-highgpu-1g"
+    vm["scheduling"]["onHostMaintenance"] = "MIGRATE"
+    assert [v.policy for v in violations(resources)] == ["gpu-terminates-on-maintenance"]
+    vm["machineType"] = "n2-standard-8"
+    assert violations(resources) == []
+
+
+@pytest.mark.parametrize("role", ["roles/owner", "roles/editor", "roles/viewer"])
+def test_primitive_roles_fire_on_member_binding_and_policy_resources(role: str) -> None:
+    resources = compliant_stack() + [
+        {"type": "gcp:storage/bucketIAMMember:BucketIAMMember", "name": "b", "inputs": member(role, "user:a@b.c")},
+        {
+            "type": "gcp:projects/iAMBinding:IAMBinding",
+            "name": "p",
+            "inputs": {"role": role, "members": ["group:g@b.c"]},
+        },
+        {
+            "type": "gcp:projects/iAMPolicy:IAMPolicy",
+            "name": "whole",
+            "inputs": {"policyData": json.dumps({"bindings": [{"role": role, "members": ["user:a@b.c"]}]})},
+        },
+    ]
+    found = [(v.policy, v.resource_name) for v in violations(resources)]
+    assert found == [("no-primitive-roles", "b"), ("no-primitive-roles", "p"), ("no-primitive-roles", "whole")]
+
+
+@pytest.mark.parametrize("who", ["allUsers", "allAuthenticatedUsers"])
+def test_public_members_fire(who: str) -> None:
+    resources = compliant_stack() + [
+        {
+            "type": "gcp:storage/bucketIAMMember:BucketIAMMember",
+            "name": "public-read",
+            "inputs": member("roles/storage.objectViewer", who),
+        }
+    ]
+    found = violations(resources)
+    assert [(v.policy, v.resource_name) for v in found] == [("no-public-members", "public-read")]
+    assert who in found[0].message
+
+
+@pytest.mark.parametrize(
+    "role",
+    ["roles/iam.serviceAccountUser", "roles/storage.admin", "roles/compute.instanceAdmin.v1", "roles/owner"],
+)
+def test_a_broad_scope_account_may_not_hold_an_admin_or_impersonation_role(role: str) -> None:
+    resources = compliant_stack() + [{"type": PROJECT_MEMBER, "name": "too-much", "inputs": member(role)}]
+    found = [v for v in violations(resources) if v.policy == "broad-scope-least-privilege"]
+    assert len(found) == 1 and found[0].resource_name == "team" and "too-much" in found[0].message
+    assert role in found[0].message
+
+
+def test_a_broad_scope_account_the_stack_does_not_create_fires() -> None:
+    resources = [r for r in compliant_stack() if r["type"] != ACCOUNT]
+    found = [v for v in violations(resources) if v.policy == "broad-scope-least-privilege"]
+    assert len(found) == 1 and EMAIL in found[0].message and "does not create" in found[0].message
+
+
+def test_narrow_scopes_need_no_account_of_the_stack() -> None:
+    resources = [r for r in compliant_stack() if r["type"] != ACCOUNT]
+    for resource in resources:
+        if resource["type"] in (VM, TPU):
+            resource["inputs"]["serviceAccount"]["scopes"] = ["https://www.googleapis.com/auth/devstorage.read_only"]
+    resources = [r for r in resources if r["type"] != NB]
+    assert violations(resources) == []
+
+
+def test_policy_config_changes_labels_levels_and_thresholds() -> None:
+    resources = compliant_stack()
+    config = {"cost-labels": {"required_labels": ["trainstack-stack", "cost-center"]}}
+    found = violations(resources, config)
+    assert {v.resource_name for v in found} == {"team-cluster-chief", "team-tpu-vm", "team-notebook"}
+    assert all(v.policy == "cost-labels" and "cost-center" in v.message for v in found)
+    assert violations(resources, {**config, "cost-labels": "disabled"}) == []
+    assert {v.enforcement for v in violations(resources, {"all": "advisory", **config})} == {"advisory"}
+    resources[2]["inputs"]["gceSetup"]["metadata"]["idle-timeout-seconds"] = "10800"
+    assert violations(resources) == []
+    assert [v.policy for v in violations(resources, {"notebook-idle-timeout": {"max_idle_hours": 2}})] == [
+        "notebook-idle-timeout"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        ({"cost-labels": {"required_labels": "team"}}, "cost-labels.required_labels: a list of strings"),
+        ({"cost-labels": {"labels": ["team"]}}, "unknown property (known: required_labels)"),
+        ({"no-public-ip": "sometimes"}, "one of advisory, mandatory, remediate, disabled"),
+        ({"notebook-idle-timeout": {"max_idle_hours": -1}}, "a positive number"),
+    ],
+)
+def test_bad_policy_config_is_named(config: dict[str, Any], words: str) -> None:
+    with pytest.raises(InputError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        violations(compliant_stack(), config)
+
+
+def test_every_mandatory_rule_of_the_issue_is_in_the_pack_and_mandatory() -> None:
+    levels = {p.name: settings(p, {})[0] for p in POLICIES}
+    mandatory = {
+        "no-public-ip",
+        "no-default-service-account",
+        "broad-scope-least-privilege",
+        "no-primitive-roles",
+        "shielded-vm",
+        "os-login",
+        "bucket-access",
+        "gpu-terminates-on-maintenance",
+        "spot-no-automatic-restart",
+        "run-time-bound",
+        "cost-labels",
+        "firewall-ingress",
+    }
+    assert {name for name, level in levels.items() if level == EnforcementLevel.MANDATORY} >= mandatory
+    assert levels["bucket-versioning"] == levels["notebook-idle-timeout"] == EnforcementLevel.ADVISORY
+    assert all(p.framework is not None and p.framework.reference for p in POLICIES)
+
+
+def test_rules_work_on_crossguard_proxies_and_stop_at_unknown_values() -> None:
+    """The engine wraps inputs in proxies and raises UnknownValueError for values not known
+    during preview (it then skips the rule for that resource); a rule must not mistake either
+    for a violation or crash on them."""
+    rules = {p.name: p for p in POLICIES if isinstance(p, ResourceValidationPolicy)}
+    found: list[str] = []
+
+    def record(message: str, urn: str | None = None) -> None:
+        found.append(message)
+
+    proxied = unknown_checking_proxy(copy.deepcopy(gpu_vm()))
+    for policy in rules.values():
+        args = ResourceValidationArgs(VM, proxied, "urn", "vm", _options(), None, settings(policy, {})[1])
+        policy.validate(args, record)
+    assert found == []
+    broken = gpu_vm()
+    broken["networkInterfaces"][0]["accessConfigs"] = [{}]
+    args = ResourceValidationArgs(VM, unknown_checking_proxy(broken), "urn", "vm", _options(), None, {})
+    rules["no-public-ip"].validate(args, record)
+    assert found and "accessConfigs" in found[0]
+    unknown = gpu_vm()
+    unknown["serviceAccount"]["email"] = UNKNOWN
+    args = ResourceValidationArgs(VM, unknown_checking_proxy(unknown), "urn", "vm", _options(), None, {})
+    with pytest.raises(UnknownValueError):
+        rules["no-default-service-account"].validate(args, record)
+    assert isinstance(next(p for p in POLICIES if p.name == "broad-scope-least-privilege"), StackValidationPolicy)
+
+
+def test_offline_module_reads_stdin_and_refuses_bad_requests_in_one_line() -> None:
+    resources = compliant_stack()
+    resources[0]["inputs"]["canIpForward"] = True
+    request = {"stack": "team", "resources": resources, "config": {}}
+    run = subprocess.run(
+        [sys.executable, "-m", "trainstack_policies.offline"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        cwd=PACK,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["violations"] == [
+        {
+            "policy": "no-ip-forwarding",
+            "enforcement": "mandatory",
+            "resource_type": VM,
+            "resource_name": "team-cluster-chief",
+            "message": "canIpForward must be false (a training VM routes no one's traffic)",
+        }
+    ]
+    for bad, words in [
+        ("[]", "a JSON object"),
+        ("{", "not JSON"),
+        ('{"stack": "s", "resources": [1]}', "resources[0]"),
+    ]:
+        run = subprocess.run(
+            [sys.executable, "-m", "trainstack_policies.offline"],
+            input=bad,
+            capture_output=True,
+            text=True,
+            cwd=PACK,
+            check=False,
+        )
+        assert run.returncode == 2 and words in run.stderr and "Traceback" not in run.stderr

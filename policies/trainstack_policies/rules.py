@@ -1,0 +1,363 @@
+"""The rules: one validate function per concern, each reporting every offending value.
+
+A validate function takes CrossGuard's ``ResourceValidationArgs`` (``resource_type``,
+``props``, ``name``, ``get_config()``) and a ``report(message, urn)`` callback, and is the
+same function whether `pulumi preview --policy-pack policies` or `trainstack check` calls it.
+Messages name the input at fault and what it must be, so the fix is in the message.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from trainstack_policies.resources import (
+    ACCOUNT,
+    BUCKET,
+    FIREWALL,
+    MACHINES,
+    NOTEBOOK,
+    TPU_VM,
+    VM,
+    accounts,
+    has_broad_scope,
+    is_default_account,
+    is_true,
+    labels,
+    mapping,
+    metadata,
+    sequence,
+)
+
+Report = Callable[[str, Any], None]
+
+# Identity-Aware Proxy's TCP forwarding range: the only source SSH may come from.
+# https://cloud.google.com/iap/docs/using-tcp-forwarding (checked 2026-11)
+IAP_RANGE = ipaddress.ip_network("35.235.240.0/20")
+ANYWHERE = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
+PRIMITIVE_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
+PUBLIC_MEMBERS = frozenset({"allUsers", "allAuthenticatedUsers"})
+# Machine families whose GPUs come with the machine type (no guestAccelerators input):
+# A2 (A100), A3 (H100/H200), A4 (B200), G2 (L4). Compute Engine GPU machine types, 2026-11.
+GPU_MACHINE_FAMILIES = ("a2-", "a3-", "a4-", "g2-")
+# Roles that let an account act beyond training: administer a service, act as or mint
+# tokens for other accounts. CIS Google Cloud 1.5 and 1.6 name these.
+ACCOUNT_ESCALATION_ROLES = frozenset(
+    {
+        "roles/iam.serviceAccountUser",
+        "roles/iam.serviceAccountTokenCreator",
+        "roles/iam.serviceAccountKeyAdmin",
+        "roles/iam.securityAdmin",
+        "roles/resourcemanager.projectIamAdmin",
+    }
+)
+DEFAULT_REQUIRED_LABELS = ("trainstack-stack",)
+DEFAULT_MAX_NOTEBOOK_IDLE_HOURS = 4
+
+
+def _machine(resource_type: str) -> str:
+    return {VM: "VM", TPU_VM: "TPU VM", NOTEBOOK: "notebook"}.get(resource_type, resource_type)
+
+
+def no_public_ip(args: Any, report: Report) -> None:
+    """A training machine is reached through IAP and reaches out through Cloud NAT."""
+    props = args.props
+    if args.resource_type == VM:
+        for index, nic in enumerate(sequence(props.get("networkInterfaces"))):
+            for key in ("accessConfigs", "ipv6AccessConfigs"):
+                if sequence(mapping(nic).get(key)):
+                    report(f"networkInterfaces[{index}].{key} gives it a public IP; remove it", None)
+    elif args.resource_type == TPU_VM:
+        if is_true(mapping(props.get("networkConfig")).get("enableExternalIps")):
+            report("networkConfig.enableExternalIps must be false", None)
+    elif args.resource_type == NOTEBOOK:
+        if not is_true(mapping(props.get("gceSetup")).get("disablePublicIp")):
+            report("gceSetup.disablePublicIp must be true (Workbench gives a public IP otherwise)", None)
+
+
+def no_default_service_account(args: Any, report: Report) -> None:
+    """Without an account of its own, a machine runs as Compute Engine's default account,
+    which holds Editor on the project in most projects."""
+    if args.resource_type not in MACHINES:
+        return
+    found = accounts(args.resource_type, args.props)
+    if not found:
+        report("no service account set, so it runs as the Compute Engine default account", None)
+    for account in found:
+        if is_default_account(account.get("email")):
+            report(
+                f"runs as the Compute Engine default account {account.get('email')}; give it a dedicated account",
+                None,
+            )
+
+
+def _binding_roles(props: Mapping[str, Any]) -> Iterator[tuple[str, list[str]]]:
+    """(role, members) of an IAM member, binding or whole policy resource."""
+    role = props.get("role")
+    if isinstance(role, str):
+        members = [m for m in [props.get("member"), *sequence(props.get("members"))] if isinstance(m, str)]
+        yield role, members
+    policy = props.get("policyData")
+    if isinstance(policy, str):
+        try:
+            document = json.loads(policy)
+        except ValueError:
+            return
+        for binding in sequence(mapping(document).get("bindings")):
+            binding = mapping(binding)
+            if isinstance(binding.get("role"), str):
+                yield binding["role"], [m for m in sequence(binding.get("members")) if isinstance(m, str)]
+
+
+def _is_iam(resource_type: str) -> bool:
+    return "iam" in resource_type.split(":")[-1].lower()
+
+
+def no_primitive_roles(args: Any, report: Report) -> None:
+    """Owner, Editor and Viewer span every service in the scope they are granted on."""
+    if not _is_iam(args.resource_type):
+        return
+    for role, members in _binding_roles(args.props):
+        if role in PRIMITIVE_ROLES:
+            who = ", ".join(members) or "its members"
+            report(f"grants the primitive role {role} to {who}; grant a predefined or custom role", None)
+
+
+def no_public_members(args: Any, report: Report) -> None:
+    """allUsers and allAuthenticatedUsers open a bucket, image or secret to the internet."""
+    if not _is_iam(args.resource_type):
+        return
+    for role, members in _binding_roles(args.props):
+        for member in members:
+            if member in PUBLIC_MEMBERS:
+                report(f"grants {role} to {member}", None)
+
+
+def shielded_vm(args: Any, report: Report) -> None:
+    """vTPM and integrity monitoring let Compute Engine attest the boot; secure boot refuses
+    unsigned kernels and drivers (the Deep Learning VM images' NVIDIA drivers are signed)."""
+    if args.resource_type == VM:
+        config, where = mapping(args.props.get("shieldedInstanceConfig")), "shieldedInstanceConfig"
+    elif args.resource_type == NOTEBOOK:
+        config, where = (
+            mapping(mapping(args.props.get("gceSetup")).get("shieldedInstanceConfig")),
+            "gceSetup.shieldedInstanceConfig",
+        )
+    else:
+        return
+    for key in ("enableSecureBoot", "enableVtpm", "enableIntegrityMonitoring"):
+        if config.get(key) is not True:
+            report(f"{where}.{key} must be true", None)
+
+
+def os_login(args: Any, report: Report) -> None:
+    """Logins through IAM (OS Login), and no project-wide SSH keys that open every VM."""
+    if args.resource_type not in MACHINES:
+        return
+    values = metadata(args.resource_type, args.props)
+    for key in ("enable-oslogin", "block-project-ssh-keys"):
+        if not is_true(values.get(key)):
+            report(f"metadata {key} must be TRUE", None)
+    if is_true(values.get("serial-port-enable")):
+        report("metadata serial-port-enable must not be set", None)
+
+
+def no_ip_forwarding(args: Any, report: Report) -> None:
+    if args.resource_type == VM and is_true(args.props.get("canIpForward")):
+        report("canIpForward must be false (a training VM routes no one's traffic)", None)
+
+
+def bucket_access(args: Any, report: Report) -> None:
+    """One access model (IAM, no object ACLs), and no way to make an object public."""
+    if args.resource_type != BUCKET:
+        return
+    if args.props.get("uniformBucketLevelAccess") is not True:
+        report("uniformBucketLevelAccess must be true", None)
+    if args.props.get("publicAccessPrevention") != "enforced":
+        report('publicAccessPrevention must be "enforced"', None)
+
+
+def _has_gpus(props: Mapping[str, Any]) -> bool:
+    attached = any(
+        isinstance(a, Mapping) and isinstance(a.get("count"), (int, float)) and a["count"] > 0
+        for a in sequence(props.get("guestAccelerators"))
+    )
+    machine_type = props.get("machineType")
+    built_in = isinstance(machine_type, str) and machine_type.split("/")[-1].startswith(GPU_MACHINE_FAMILIES)
+    return attached or built_in
+
+
+def gpu_terminates_on_maintenance(args: Any, report: Report) -> None:
+    """A GPU VM cannot live-migrate: Compute Engine refuses MIGRATE for it at create time."""
+    if args.resource_type != VM or not _has_gpus(args.props):
+        return
+    if mapping(args.props.get("scheduling")).get("onHostMaintenance") != "TERMINATE":
+        report('a GPU VM: scheduling.onHostMaintenance must be "TERMINATE"', None)
+
+
+def spot_no_automatic_restart(args: Any, report: Report) -> None:
+    """A Spot VM that restarts by itself after preemption bills again with no one asking."""
+    if args.resource_type != VM:
+        return
+    scheduling = mapping(args.props.get("scheduling"))
+    spot = scheduling.get("provisioningModel") == "SPOT" or is_true(scheduling.get("preemptible"))
+    if spot and scheduling.get("automaticRestart") is not False:
+        report("a Spot VM: scheduling.automaticRestart must be false", None)
+
+
+def _positive_whole(value: Any) -> bool:
+    try:
+        return int(str(value)) > 0
+    except ValueError:
+        return False
+
+
+def run_time_bound(args: Any, report: Report) -> None:
+    """Every machine stops billing by itself: a cap on run time, or an idle timeout."""
+    props = args.props
+    if args.resource_type == VM:
+        seconds = mapping(mapping(props.get("scheduling")).get("maxRunDuration")).get("seconds")
+        if not _positive_whole(seconds):
+            report("no scheduling.maxRunDuration: nothing stops it if its job never ends", None)
+    elif args.resource_type == TPU_VM:
+        # The TPU API has no run-time cap; trainstack's boot script enforces this one.
+        if not _positive_whole(metadata(TPU_VM, props).get("trainstack-max-run-seconds")):
+            report("no metadata trainstack-max-run-seconds: nothing stops it if its job never ends", None)
+    elif args.resource_type == NOTEBOOK:
+        if not _positive_whole(metadata(NOTEBOOK, props).get("idle-timeout-seconds")):
+            report("no gceSetup.metadata idle-timeout-seconds: it bills until someone stops it", None)
+
+
+def cost_labels(args: Any, report: Report) -> None:
+    """Billing reports and budgets group spending by these labels; a machine without them
+    is spending no one can attribute. The VM's boot disk bills separately and needs them too."""
+    if args.resource_type not in MACHINES:
+        return
+    required = [str(key) for key in sequence(args.get_config().get("required_labels", DEFAULT_REQUIRED_LABELS))]
+    places = [("labels", labels(args.resource_type, args.props))]
+    if args.resource_type == VM:
+        initialize = mapping(mapping(args.props.get("bootDisk")).get("initializeParams"))
+        places.append(("bootDisk.initializeParams.labels", mapping(initialize.get("labels"))))
+    for where, found in places:
+        missing = [key for key in required if not found.get(key)]
+        if missing:
+            report(f"{where} lacks the cost label(s) {', '.join(missing)}", None)
+
+
+def _ranges(values: Any) -> list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network | None]]:
+    parsed: list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network | None]] = []
+    for value in sequence(values):
+        try:
+            parsed.append((str(value), ipaddress.ip_network(str(value), strict=False)))
+        except ValueError:
+            parsed.append((str(value), None))
+    return parsed
+
+
+def _port_in(port: int, ports: Any) -> bool:
+    listed = [str(p) for p in sequence(ports)]
+    if not listed:
+        return True  # no ports: every port of the protocol
+    for entry in listed:
+        low, _, high = entry.partition("-")
+        try:
+            if int(low) <= port <= int(high or low):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _admits_ssh(props: Mapping[str, Any]) -> bool:
+    return any(
+        mapping(rule).get("protocol") in ("tcp", "all", "6") and _port_in(22, mapping(rule).get("ports"))
+        for rule in sequence(props.get("allows"))
+    )
+
+
+def firewall_ingress(args: Any, report: Report) -> None:
+    """Nothing open to the internet; SSH only through IAP's TCP forwarding."""
+    if args.resource_type != FIREWALL:
+        return
+    props = args.props
+    if (
+        props.get("direction", "INGRESS") != "INGRESS"
+        or not sequence(props.get("allows"))
+        or is_true(props.get("disabled"))
+    ):
+        return
+    ranges = _ranges(props.get("sourceRanges"))
+    if not ranges and not sequence(props.get("sourceTags")) and not sequence(props.get("sourceServiceAccounts")):
+        # Compute Engine's default source for an ingress rule with none given is 0.0.0.0/0.
+        report("no sourceRanges, sourceTags or sourceServiceAccounts, so it admits 0.0.0.0/0", None)
+        return
+    for text, network in ranges:
+        if network is None:
+            report(f"sourceRanges entry {text!r} is not an IP range", None)
+        elif network in ANYWHERE or network.prefixlen == 0:
+            report(f"sourceRanges {text} admits the whole internet", None)
+        elif _admits_ssh(props) and not (network.version == 4 and network.subnet_of(IAP_RANGE)):  # type: ignore[arg-type]
+            report(f"admits SSH from {text}; SSH may come only from IAP's range {IAP_RANGE}", None)
+
+
+def bucket_versioning(args: Any, report: Report) -> None:
+    """Versioning keeps an overwritten checkpoint or model; advisory, since it costs storage."""
+    if args.resource_type == BUCKET and mapping(args.props.get("versioning")).get("enabled") is not True:
+        report("versioning is off: an overwritten or deleted checkpoint cannot be recovered", None)
+
+
+def notebook_idle_timeout(args: Any, report: Report) -> None:
+    if args.resource_type != NOTEBOOK:
+        return
+    hours = args.get_config().get("max_idle_hours", DEFAULT_MAX_NOTEBOOK_IDLE_HOURS)
+    seconds = metadata(NOTEBOOK, args.props).get("idle-timeout-seconds")
+    if _positive_whole(seconds) and int(str(seconds)) > float(hours) * 3600:
+        report(f"idle-timeout-seconds {seconds} is above {hours} hours of idle billing", None)
+
+
+def _is_escalation_role(role: str) -> bool:
+    # roles/storage.admin, roles/compute.instanceAdmin.v1, roles/iam.serviceAccountAdmin, ...
+    segments = role.rsplit("/", 1)[-1].split(".")
+    admin = any(segment.lower().endswith("admin") for segment in segments)
+    return role in PRIMITIVE_ROLES or role in ACCOUNT_ESCALATION_ROLES or admin
+
+
+def broad_scope_least_privilege(args: Any, report: Report) -> None:
+    """The cloud-platform scope hands every decision to IAM, which is right only when the
+    account is the stack's own and every role it is granted is narrow (CIS Google Cloud 4.2
+    with 1.5): then the scope adds nothing the bindings do not allow.
+
+    A stack validation: it needs the machines, the accounts and the bindings together."""
+    created = set()
+    for resource in args.resources:
+        if resource.resource_type == ACCOUNT and isinstance(resource.props.get("accountId"), str):
+            created.add(resource.props["accountId"])
+    broad: dict[str, str] = {}
+    for resource in args.resources:
+        if resource.resource_type not in MACHINES:
+            continue
+        for account in accounts(resource.resource_type, resource.props):
+            email = account.get("email")
+            if isinstance(email, str) and has_broad_scope(account) and not is_default_account(email):
+                broad.setdefault(email, f"{_machine(resource.resource_type)} {resource.name}")
+    for email, machine in sorted(broad.items()):
+        if email.split("@", 1)[0] not in created:
+            report(
+                f"{machine}: runs as {email} with the cloud-platform scope, but this stack does not create that "
+                "account, so its roles cannot be checked; create it in the stack or narrow the scopes",
+                None,
+            )
+    for resource in args.resources:
+        if not _is_iam(resource.resource_type):
+            continue
+        for role, members in _binding_roles(resource.props):
+            for member in members:
+                email = member.split(":", 1)[-1]
+                if email in broad and _is_escalation_role(role):
+                    report(
+                        f"{resource.resource_type} {resource.name}: grants {role} to {email}, which {broad[email]} "
+                        "runs as with the cloud-platform scope; grant only the roles the job needs",
+                        None,
+                    )
