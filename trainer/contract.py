@@ -264,6 +264,9 @@ class MetadataKeys:
     image: str = "trainstack-image"
     # GPUs on the node: a container gets them passed through (docker run --gpus all).
     gpu_count: str = "trainstack-gpu-count"
+    # The job's secrets by name only, "ENV_NAME=SECRET_ID ...": the values stay in Secret
+    # Manager until the boot script fetches them into the job's environment.
+    secrets: str = "trainstack-secrets"
 
 
 METADATA_KEYS: Final = MetadataKeys()

@@ -122,6 +122,78 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
+# A job's secret is handed to its code as an environment variable of this name.
+SECRET_NAME_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+# Names the boot script or the trainer already set, or that change how programs load.
+RESERVED_SECRET_PREFIXES = ("AIP_", "TF_", "TRAINSTACK_", "CLOUDSDK_", "GOOGLE_", "LD_", "PYTHON", "CUDA_", "NVIDIA_")
+RESERVED_SECRET_NAMES = frozenset({"PATH", "HOME", "USER", "SHELL", "IFS", "PS4", "BASH_ENV", "ENV"})
+MAX_SECRETS = 20
+# Secret Manager's limit on one version's payload.
+MAX_SECRET_BYTES = 64 * 1024
+SECRET_COMMAND = "pulumi config set --path --secret 'trainstack:secrets.{name}' VALUE"
+
+
+class JobSecret:
+    """One secret value the job needs. ``value`` is None offline, where the stack file holds
+    only Pulumi's ciphertext; under `pulumi up` it is the decrypted value. Its repr never
+    shows the value, so no error message, log or plan can."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "JobSecret(<set>)" if self.value is None else "JobSecret(<value>)"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_plain_validator_function(cls._validate)
+
+    @classmethod
+    def _validate(cls, value: Any) -> JobSecret:
+        if isinstance(value, JobSecret):
+            return value
+        if isinstance(value, Mapping) and set(value) == {"secure"} and isinstance(value["secure"], str):
+            return cls(None)
+        if isinstance(value, str):
+            raise ValueError(
+                "is written in clear text; set it as a secret: pulumi config set --path --secret "
+                "'trainstack:secrets.<NAME>' VALUE"
+            )
+        raise ValueError("a secret set with pulumi config set --path --secret 'trainstack:secrets.<NAME>' VALUE")
+
+
+def engine_secrets(value: Any) -> Any:
+    """The engine's decrypted ``trainstack:secrets`` (a key it marks secret), each value wrapped
+    so that nothing downstream can print it."""
+    if not isinstance(value, Mapping):
+        return value
+    return {
+        name: JobSecret(secret) if isinstance(secret, str) and len(secret.encode()) <= MAX_SECRET_BYTES else secret
+        for name, secret in value.items()
+    }
+
+
+def check_secret_names(secrets: dict[str, JobSecret]) -> dict[str, JobSecret]:
+    if len(secrets) > MAX_SECRETS:
+        raise ValueError(f"{len(secrets)} secrets: at most {MAX_SECRETS}")
+    for name in secrets:
+        if not isinstance(name, str) or not SECRET_NAME_PATTERN.fullmatch(name):
+            raise ValueError(
+                f"secret name {shorten(name)}: an environment variable name, capital letters, digits and '_', "
+                "starting with a letter, at most 64 characters"
+            )
+        if name in RESERVED_SECRET_NAMES or name.startswith(RESERVED_SECRET_PREFIXES):
+            raise ValueError(
+                f"secret name {name}: reserved (names {', '.join(sorted(RESERVED_SECRET_NAMES))} and names starting "
+                f"{', '.join(RESERVED_SECRET_PREFIXES)} are set by the system, trainstack or TensorFlow)"
+            )
+    return secrets
+
+
 class Accelerator(_Strict):
     type: str
     count: PositiveInt
@@ -381,6 +453,22 @@ class Settings(_Strict):
     budget: Budget | None = None
     storage: Storage = Field(default_factory=Storage)
     access: Access | None = None
+    # Tokens the job needs (an experiment-tracking key): stored in Secret Manager by the
+    # program, readable by the training accounts alone, fetched by the boot script at run time.
+    secrets: dict[str, JobSecret] = Field(default_factory=dict)
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, secrets: dict[str, JobSecret]) -> dict[str, JobSecret]:
+        return check_secret_names(secrets)
+
+    @model_validator(mode="after")
+    def _secrets_need_a_job(self) -> Settings:
+        if self.secrets and (self.job is None or (self.cluster is None and self.tpu is None)):
+            raise ValueError(
+                "trainstack:secrets are handed to a job on the cluster or TPU VM, and this stack runs none"
+            )
+        return self
 
     @field_validator("job", mode="before")
     @classmethod
@@ -524,7 +612,8 @@ def problems_from_validation_error(error: ValidationError) -> list[Problem]:
             message = "required key is missing"
         else:
             message = str(detail["msg"]).removeprefix("Value error, ")
-            if "input" in detail and kind not in {"model_type", "dict_type", "value_error"}:
+            # A secret's input is never repeated back: it would print the value.
+            if "input" in detail and kind not in {"model_type", "dict_type", "value_error"} and loc[:1] != ("secrets",):
                 message = f"{message} (got {shorten(detail['input'])})"
         problems.append(Problem(_key_for(loc), message))
     return problems
@@ -545,7 +634,7 @@ def _salvage(
 STACK_FILE_TOP_LEVEL_KEYS = frozenset({"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"})
 
 
-def parse_stack_config(stack: str, config: Mapping[str, Any]) -> StackConfig:
+def parse_stack_config(stack: str, config: Mapping[str, Any], secret_keys: frozenset[str] = frozenset()) -> StackConfig:
     """Turn the ``config:`` mapping of a stack file into a :class:`StackConfig`.
 
     ``config`` keys are namespaced (``gcp:project``, ``trainstack:cluster``); values may be
@@ -561,6 +650,8 @@ def parse_stack_config(stack: str, config: Mapping[str, Any]) -> StackConfig:
         namespace, _, name = key.partition(":")
         if namespace == NAMESPACE:
             settings_raw[name] = decode_config_value(value)
+            if name == "secrets" and key in secret_keys:
+                settings_raw[name] = engine_secrets(settings_raw[name])
 
     if (stack_problem := stack_name_problem(stack)) is not None:
         problems.append(Problem("stack", stack_problem))

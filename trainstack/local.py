@@ -391,6 +391,8 @@ class LocalRun:
             TRAINSTACK_PROFILE_DIR=str(local_node.state_dir),
             # The local Docker engine pulls with the credentials its user set up.
             TRAINSTACK_SKIP_REGISTRY_LOGIN="1",
+            # A job's secrets come from this environment, as the caller exported them.
+            TRAINSTACK_SECRETS_FROM_ENVIRONMENT="1",
             # The machine has no GPU; every node trains on the CPU whatever the stack names.
             CUDA_VISIBLE_DEVICES="",
             TF_CPP_MIN_LOG_LEVEL="2",

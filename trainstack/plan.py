@@ -22,7 +22,13 @@ import pulumi
 
 from trainstack.costreport import CostReport, cost_report
 from trainstack.errors import ProgramExit
-from trainstack.pulumi_internals import run_until_settled, set_program_config, sync_await
+from trainstack.pulumi_internals import (
+    SECRET_SIGNATURE,
+    SECRET_SIGNATURE_KEY,
+    run_until_settled,
+    set_program_config,
+    sync_await,
+)
 from trainstack.resolved import NodeCost, ResolvedStack
 from trainstack.scripts import BootFiles
 
@@ -173,12 +179,23 @@ def _archive_description(archive: pulumi.Archive | pulumi.Asset) -> Any:
     return type(archive).__name__
 
 
+# What a plan shows for a secret input: the mock monitor hands a secret Output's value over
+# wrapped in Pulumi's secret signature (as the engine would encrypt it), never shown.
+SECRET_MASK = "[secret]"
+
+
+def is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(SECRET_SIGNATURE_KEY) == SECRET_SIGNATURE
+
+
 def _plain(value: Any) -> Any:
     """Inputs as JSON values: the engine carries every number as a double (a GPU count shows
     as 2, not 2.0), unknowns and archives become stable descriptions, so that two plans of
     the same stack are equal and plans can be compared (`plan --against`)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if is_secret(value):
+        return SECRET_MASK
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -215,7 +232,7 @@ def engine_config(config: Mapping[str, Any]) -> dict[str, str]:
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}
 
 
-def run_plan(stack: str, raw_config: Mapping[str, Any]) -> Plan:
+def run_plan(stack: str, raw_config: Mapping[str, Any], secret_keys: frozenset[str] = frozenset()) -> Plan:
     """Run ``__main__.py`` once for ``stack`` under mocks, with the stack file's ``config`` map.
 
     The program parses, validates, resolves and prices the stack as `pulumi up` would; the
@@ -225,7 +242,7 @@ def run_plan(stack: str, raw_config: Mapping[str, Any]) -> Plan:
     project = raw_config.get("gcp:project")
     mocks = PlanMocks(project if isinstance(project, str) else "")
     pulumi.runtime.set_mocks(mocks, project="trainstack", stack=stack, preview=True)
-    set_program_config(engine_config(raw_config))
+    set_program_config(engine_config(raw_config), secret_keys)
     globals_after: dict[str, Any] = {}
 
     def program() -> None:

@@ -6,7 +6,7 @@ import pulumi
 
 from trainstack.components.stack import TrainingStack, TrainingStackArgs
 from trainstack.prepare import prepare
-from trainstack.pulumi_internals import program_config
+from trainstack.pulumi_internals import program_config, program_secret_keys
 from trainstack.resolved import ResolvedStack
 from trainstack.rules import parse_and_check
 from trainstack.scripts import BootFiles
@@ -14,7 +14,7 @@ from trainstack.scripts import BootFiles
 
 def stack_from_pulumi() -> tuple[ResolvedStack, BootFiles]:
     """The running stack's whole config map (every namespace), parsed and prepared once."""
-    return prepare(parse_and_check(pulumi.get_stack(), program_config()))
+    return prepare(parse_and_check(pulumi.get_stack(), program_config(), secret_keys=program_secret_keys()))
 
 
 def build(stack: ResolvedStack, boot: BootFiles) -> TrainingStack:

@@ -3,9 +3,12 @@
 Written against pulumi 3.272.0 (requirements.txt). Everything else in trainstack uses the
 public API; when the SDK is upgraded, this module is the one to check:
 
-- ``pulumi.runtime.config.CONFIG`` / ``set_all_config``: the whole config map. The public
+- ``pulumi.runtime.config.CONFIG`` / ``_SECRET_KEYS`` / ``set_all_config``: the whole config
+  map, and which of its keys are secrets. The public
   ``pulumi.Config`` reads one key at a time and cannot list them, but an unknown key
   (a typo) must be an error, not silently ignored.
+- ``rpc._special_sig_key`` / ``_special_secret_sig``: how a secret input reaches the mocks,
+  so that a plan can mask it.
 - ``SETTINGS.outputs``, ``wait_for_rpcs`` and ``_sync_await``: running a program to the
   point where every registration and output has settled, under mocks, outside
   ``pulumi.runtime.test``'s own loop (see :func:`run_until_settled`).
@@ -17,12 +20,17 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from pulumi.runtime.config import CONFIG, set_all_config
+from pulumi.runtime.config import _SECRET_KEYS, CONFIG, set_all_config
+from pulumi.runtime.rpc import _special_secret_sig, _special_sig_key
 from pulumi.runtime.settings import SETTINGS
 from pulumi.runtime.stack import wait_for_rpcs
 from pulumi.runtime.sync_await import _sync_await
 
 T = TypeVar("T")
+
+# How a secret value travels between program and engine (and mocks): {KEY: SIGNATURE, "value": ...}.
+SECRET_SIGNATURE_KEY: str = _special_sig_key
+SECRET_SIGNATURE: str = _special_secret_sig
 
 
 def program_config() -> dict[str, Any]:
@@ -30,9 +38,14 @@ def program_config() -> dict[str, Any]:
     return dict(CONFIG.get())
 
 
-def set_program_config(config: Mapping[str, str]) -> None:
+def program_secret_keys() -> frozenset[str]:
+    """The config keys the engine marks secret (set with `pulumi config set --secret`)."""
+    return frozenset(_SECRET_KEYS.get())
+
+
+def set_program_config(config: Mapping[str, str], secret_keys: frozenset[str] = frozenset()) -> None:
     """Config for a program run under mocks: what the engine would pass for a stack file."""
-    set_all_config(dict(config))
+    set_all_config(dict(config), sorted(secret_keys))
 
 
 def sync_await(awaitable: Awaitable[T]) -> T:

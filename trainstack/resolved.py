@@ -48,6 +48,8 @@ class ResolvedJob:
     requirements: ExtraRequirements | None
     image: ImageRef | None
     job_dir: str
+    # (environment variable, Secret Manager secret id) for each secret the job needs.
+    secrets: tuple[tuple[str, str], ...] = ()
 
     @property
     def code_objects(self) -> tuple[str, ...]:
@@ -429,7 +431,13 @@ def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str) -> ResolvedJo
         requirements=load_requirements(project_path(job.requirements)) if job.requirements else None,
         image=resolve_image(job.image, registry) if job.image is not None else None,
         job_dir=contract.LAYOUT.job_dir(bucket_uri, job.name),
+        secrets=tuple((env, secret_id(cfg.name, env)) for env in sorted(cfg.settings.secrets)),
     )
+
+
+def secret_id(stack_name: str, env: str) -> str:
+    """A job secret's Secret Manager id: letters, digits, '_' and '-', unique per stack."""
+    return f"{stack_name}-{env}"
 
 
 def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None) -> ResolvedStack:

@@ -456,12 +456,14 @@ def validate_stack(cfg: StackConfig, catalog: Catalog | None = None) -> StackCon
     return cfg
 
 
-def parse_and_check(stack: str, config: Mapping[str, Any], catalog: Catalog | None = None) -> StackConfig:
+def parse_and_check(
+    stack: str, config: Mapping[str, Any], catalog: Catalog | None = None, secret_keys: frozenset[str] = frozenset()
+) -> StackConfig:
     """Parse a stack's config map and check it against the catalog, reporting every problem
     in one pass: a section that fails to parse (a bad job name, say) is left out and the
     catalog's rules still check the others (the cluster's GPUs)."""
     try:
-        cfg = parse_stack_config(stack, config)
+        cfg = parse_stack_config(stack, config, secret_keys)
     except StackConfigError as error:
         if error.partial is None:
             raise

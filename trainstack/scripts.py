@@ -161,6 +161,8 @@ def job_metadata(job: ResolvedJob | None, bucket: str, args: tuple[str, ...]) ->
         metadata[METADATA_KEYS.requirements] = job.requirements.object_name
     if job.image is not None:
         metadata[METADATA_KEYS.image] = job.image.uri
+    if job.secrets:
+        metadata[METADATA_KEYS.secrets] = " ".join(f"{env}={secret}" for env, secret in job.secrets)
     return metadata
 
 

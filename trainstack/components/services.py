@@ -19,6 +19,7 @@ REQUIRED_APIS = (
 TPU_API = "tpu.googleapis.com"
 WORKBENCH_API = "notebooks.googleapis.com"
 BUDGET_API = "billingbudgets.googleapis.com"
+SECRETS_API = "secretmanager.googleapis.com"
 
 
 @dataclass(frozen=True)

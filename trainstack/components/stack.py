@@ -14,9 +14,11 @@ from trainstack.components.identity import NodeIdentity, NodeIdentityArgs
 from trainstack.components.network import PrivateNetwork, PrivateNetworkArgs
 from trainstack.components.notebook import WorkbenchNotebook, WorkbenchNotebookArgs
 from trainstack.components.registry import ContainerRegistry, ContainerRegistryArgs
+from trainstack.components.secrets import JobSecrets, JobSecretsArgs
 from trainstack.components.services import (
     BUDGET_API,
     REQUIRED_APIS,
+    SECRETS_API,
     TPU_API,
     WORKBENCH_API,
     ProjectServices,
@@ -64,6 +66,7 @@ class TrainingStack(pulumi.ComponentResource):
         apis += [TPU_API] if stack.tpu else []
         apis += [WORKBENCH_API] if stack.notebook else []
         apis += [BUDGET_API] if stack.config.settings.budget else []
+        apis += [SECRETS_API] if stack.job is not None and stack.job.secrets else []
         services = ProjectServices(
             f"{name}-apis", ProjectServicesArgs(project, tuple(apis)), opts=pulumi.ResourceOptions(parent=self)
         )
@@ -116,6 +119,23 @@ class TrainingStack(pulumi.ComponentResource):
             )
             identities.append(self.notebook_identity)
 
+        secret_resources: list[pulumi.Resource] = []
+        if stack.job is not None and stack.job.secrets:
+            values = stack.config.settings.secrets
+            readers = [i.member for i in identities if i is not getattr(self, "notebook_identity", None)]
+            job_secrets = JobSecrets(
+                f"{name}-secrets",
+                JobSecretsArgs(
+                    project=project,
+                    region=stack.region,
+                    secrets=tuple((env, secret_id, values[env].value) for env, secret_id in stack.job.secrets),
+                    readers=tuple(readers),
+                    labels=labels,
+                ),
+                opts=after_apis,
+            )
+            secret_resources = job_secrets.ready
+
         port = stack.cluster.training_port if stack.cluster else None
         self.network = PrivateNetwork(
             f"{name}-net",
@@ -135,7 +155,7 @@ class TrainingStack(pulumi.ComponentResource):
             # Machines start training at boot: their permissions, egress and code come first.
             return pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*node_identity.bindings, self.network.nat, *extra],
+                depends_on=[*node_identity.bindings, self.network.nat, *secret_resources, *extra],
                 aliases=[pulumi.Alias(type_=alias_type)] if alias_type else None,
             )
 
