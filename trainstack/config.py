@@ -612,8 +612,7 @@ def problems_from_validation_error(error: ValidationError) -> list[Problem]:
             message = "required key is missing"
         else:
             message = str(detail["msg"]).removeprefix("Value error, ")
-            # A secret's input is never repeated back: it would print the value.
-            if "input" in detail and kind not in {"model_type", "dict_type", "value_error"} and loc[:1] != ("secrets",):
+            if "input" in detail and kind not in {"model_type", "dict_type", "value_error"}:
                 message = f"{message} (got {shorten(detail['input'])})"
         problems.append(Problem(_key_for(loc), message))
     return problems
