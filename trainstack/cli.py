@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
-from trainstack import browse, check, costreport, importer, logs, machines, status, vertex_export
+from trainstack import browse, check, costreport, importer, logs, machines, status, tfplan, vertex_export
 from trainstack.build import BUILDERS, docker_tag, run_build
 from trainstack.cliargs import add_stack_arguments, load_config, read_stack
 from trainstack.errors import ProgramExit, StackConfigError
@@ -319,10 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
     importer.register(sub)
     check.register(sub)
     export = sub.add_parser(
-        "export", help="the stack in another tool's format: `export vertex` (a Vertex AI custom job)"
+        "export",
+        help="the stack in another tool's format: `export vertex` (a Vertex AI custom job), "
+        "`export tfplan` (a Terraform plan for IaC scanners such as checkov)",
     )
     targets = export.add_subparsers(dest="target", required=True, metavar="TARGET")
     vertex_export.register(targets)
+    tfplan.register(targets)
     return parser
 
 

@@ -22,7 +22,7 @@ from trainstack_policies import rules
 
 PACK_NAME = "trainstack"
 CIS = "CIS Google Cloud Platform Foundation Benchmark"
-CIS_VERSION = "3.0.0"
+CIS_VERSION = "4.0.0"
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
 
