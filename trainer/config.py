@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -30,6 +31,14 @@ from trainer.contract import (
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 SWITCHES = ("auto", "on", "off")
+# Adam moves every weight by up to the learning rate per step; above 1 that is more than
+# the scale of the weights themselves, so training can only diverge.
+MAX_LEARNING_RATE = 1.0
+# NumPy's seeds are unsigned 32-bit (tf_keras.utils.set_random_seed seeds NumPy too).
+MAX_SEED = 2**32 - 1
+# The first contact with Cloud Storage (job dir, data) answers in well under a second on
+# Google Cloud; without this bound a blocked network would hold the node in retries.
+STORAGE_TIMEOUT_SECONDS = 60
 
 
 class ConfigError(ValueError):
@@ -64,12 +73,34 @@ class TrainerConfig:
     model_dir_override: str | None = None
     checkpoint_dir_override: str | None = None
     tensorboard_dir_override: str | None = None
+    storage_timeout_seconds: int = STORAGE_TIMEOUT_SECONDS
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _class_count(text: str) -> int:
+    value = _whole_number(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"a classifier needs at least 2 classes, got {text}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = _whole_number(text)
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and {MAX_SEED}")
     return value
 
 
@@ -130,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         FLAGS.tpu, default=None, help="TPU name, or 'local' on a TPU VM. Implies the TPU strategy under auto."
     )
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument(
+        "--learning-rate", type=float, default=1e-3, help=f"Adam's learning rate, in (0, {MAX_LEARNING_RATE:g}]."
+    )
     parser.add_argument(
         "--save-every-steps",
         type=_positive_int,
@@ -157,7 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--xla", choices=SWITCHES, default="auto", help="XLA-compile the training step. auto: on for a single GPU only."
     )
     parser.add_argument(
-        "--num-classes", type=_positive_int, default=None, help="Required for TFRecord data; inferred otherwise."
+        "--num-classes",
+        type=_class_count,
+        default=None,
+        help="Required for TFRecord data; for class folders it must match their number.",
     )
     parser.add_argument(
         "--validation-split",
@@ -171,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Batches evaluated after training (default: the whole held-out set).",
     )
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seed", type=_seed, default=42)
     parser.add_argument(
         "--overwrite", action="store_true", help="Train again even if the job directory holds a finished job."
     )
@@ -183,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
             "Split the host CPU into this many logical devices so MirroredStrategy "
             "can be exercised without GPUs (tests); leave at 1 for real runs."
         ),
+    )
+    parser.add_argument(
+        "--storage-timeout-seconds",
+        type=_positive_int,
+        default=STORAGE_TIMEOUT_SECONDS,
+        help="How long the first look at a gs:// job dir or data may take before the trainer gives up.",
     )
     return parser
 
@@ -205,8 +247,9 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
         parser.error(f"--job-dir is required (or set ${VERTEX_MODEL_DIR_ENV})")
     if not 0.0 <= args.validation_split < 1.0:
         parser.error(f"--validation-split must be in [0, 1), got {args.validation_split}")
-    if args.learning_rate <= 0:
-        parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
+    # NaN compares false with everything: test for the range, not against it.
+    if not (math.isfinite(args.learning_rate) and 0 < args.learning_rate <= MAX_LEARNING_RATE):
+        parser.error(f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}], got {args.learning_rate}")
     if args.strategy == TPU and not args.tpu:
         parser.error("--strategy tpu needs --tpu NAME (or --tpu local on a TPU VM)")
     return TrainerConfig(
@@ -233,4 +276,5 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
         model_dir_override=environ.get(VERTEX_MODEL_DIR_ENV) or None,
         checkpoint_dir_override=environ.get(VERTEX_CHECKPOINT_DIR_ENV) or None,
         tensorboard_dir_override=environ.get(VERTEX_TENSORBOARD_DIR_ENV) or None,
+        storage_timeout_seconds=args.storage_timeout_seconds,
     )

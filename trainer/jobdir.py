@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import posixpath
+import tempfile
 from typing import Any
 
-from trainer.config import TrainerConfig
+from trainer import storage
+from trainer.config import ConfigError, TrainerConfig
 from trainer.contract import FINISHED, LAYOUT, node_name
 
 
@@ -51,6 +54,59 @@ class JobLayout:
     def worker_tmp_dir(self, task_type: str, task_id: int) -> str:
         """A path no other worker writes to, for saves that every worker must run."""
         return join(self.tmp_dir, node_name(task_type, task_id))
+
+
+def check_job_dir(config: TrainerConfig) -> None:
+    """Fails with ConfigError when the job directory can never be written, changing nothing.
+
+    A gs:// URI is checked by name (``reach_remote`` makes the first request); a local path
+    must not have a file in the way (``create_local`` finds every other cause)."""
+    root = config.job_dir
+    if storage.is_remote(root):
+        problem = storage.remote_problem(root)
+        if problem:
+            raise ConfigError(f"--job-dir {root}: {problem}")
+        return
+    blocker = _file_in_the_way(root)
+    if blocker is not None:
+        raise ConfigError(f"--job-dir {root}: {blocker} is not a directory")
+
+
+def create_local(config: TrainerConfig) -> None:
+    """Creates a local job directory and writes to it, or fails with ConfigError.
+
+    Found here rather than at the first checkpoint or summary (a TensorFlow traceback): a
+    read-only or pseudo file system, missing permissions. It takes a real write: as root,
+    access() says yes to directories that still refuse files."""
+    root = config.job_dir
+    try:
+        os.makedirs(root, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as error:
+        raise ConfigError(f"--job-dir {root}: cannot create it or write to it: {error.strerror or error}") from None
+
+
+def _file_in_the_way(path: str) -> str | None:
+    """The path, or its nearest existing ancestor, when that is not a directory."""
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+    return None if os.path.isdir(current) else current
+
+
+def reach_remote(layout: JobLayout, config: TrainerConfig) -> dict[str, Any] | None:
+    """The finished marker of a gs:// job dir, read within --storage-timeout-seconds.
+
+    It is the trainer's first request to the bucket: an unreachable or forbidden bucket is
+    reported here, within the bound, rather than by a traceback at the first checkpoint."""
+    try:
+        return storage.bounded(lambda: finished_metrics(layout), config.storage_timeout_seconds, layout.root)
+    except storage.StorageError as error:
+        raise ConfigError(f"--job-dir {layout.root}: cannot reach it: {error}") from None
 
 
 def read_json(path: str) -> dict[str, Any] | None:

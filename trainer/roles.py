@@ -63,6 +63,7 @@ def run_evaluator(config: TrainerConfig, layout: JobLayout, source: DataSource) 
     from trainer import model as models
 
     marker_at_start = jobdir.finished_metrics(layout)
+    source = data.count_records(config, source)
     network = models.build_model(config.model, config.image_size, source.num_classes)
     models.compile_model(network, config.learning_rate, steps_per_execution=1, jit_compile=False)
     steps = max(1, config.eval_steps or source.num_eval_examples // config.batch_size_per_replica)
@@ -73,7 +74,8 @@ def run_evaluator(config: TrainerConfig, layout: JobLayout, source: DataSource) 
     def evaluate(path: str) -> None:
         checkpoint.restore(path).expect_partial()
         epoch = int(path.rsplit("-", 1)[-1])
-        loss, accuracy = network.evaluate(eval_data, steps=steps, verbose=0)
+        with data.input_errors(config, "evaluation"):
+            loss, accuracy = network.evaluate(eval_data, steps=steps, verbose=0)
         log.info("evaluated %s: loss=%.4f accuracy=%.4f", path, loss, accuracy)
         with writer.as_default():
             write_scalar("epoch_loss", loss, step=epoch)

@@ -64,7 +64,11 @@ class ClusterInfo:
 
 
 def parse_tf_config(environ: Mapping[str, str]) -> ClusterInfo:
-    """Reads TF_CONFIG; an absent or empty one means a single local process."""
+    """Reads TF_CONFIG; an absent or empty one means a single local process.
+
+    Every shape TensorFlow would misread (or trip over much later, on one node only) is a
+    StrategyError naming what is wrong: the trainer reads TF_CONFIG before it waits for peers.
+    """
     raw = environ.get("TF_CONFIG", "").strip()
     if not raw:
         return ClusterInfo(cluster={}, task_type=None, task_id=0)
@@ -72,18 +76,52 @@ def parse_tf_config(environ: Mapping[str, str]) -> ClusterInfo:
         parsed = json.loads(raw)
     except json.JSONDecodeError as error:
         raise StrategyError(f"TF_CONFIG is not valid JSON: {error}") from error
-    cluster = {role: list(addresses) for role, addresses in parsed.get("cluster", {}).items()}
+    if not isinstance(parsed, dict):
+        raise StrategyError(f'TF_CONFIG must be a JSON object {{"cluster": ..., "task": ...}}, got {raw[:80]}')
+    cluster = _tf_config_cluster(parsed.get("cluster", {}))
     task = parsed.get("task", {})
+    if not isinstance(task, dict):
+        raise StrategyError(f'TF_CONFIG task must be an object like {{"type": "worker", "index": 0}}, got {task!r}')
     task_type = task.get("type")
-    task_id = int(task.get("index", 0))
+    task_id = _task_index(task.get("index", 0))
     known = {CHIEF, WORKER, PS, EVALUATOR}
     if task_type is not None and task_type not in known:
         raise StrategyError(f"TF_CONFIG task type {task_type!r} is not one of {sorted(known)}")
-    if task_type in (CHIEF, WORKER, PS) and task_id >= len(cluster.get(task_type, [])):
-        raise StrategyError(f"TF_CONFIG task {task_type}:{task_id} is not in its cluster")
+    if task_type in (CHIEF, WORKER, PS):
+        members = len(cluster.get(task_type, []))
+        if task_id >= members:
+            listed = f"indexes 0..{members - 1}" if members else "none"
+            raise StrategyError(
+                f"TF_CONFIG task {task_type}:{task_id} is not in its cluster "
+                f"({members} {task_type} task(s) listed: {listed})"
+            )
     if len(cluster.get(CHIEF, [])) > 1:
         raise StrategyError("TF_CONFIG may name at most one chief")
     return ClusterInfo(cluster=cluster, task_type=task_type, task_id=task_id)
+
+
+def _task_index(index: Any) -> int:
+    """A whole number from 0; "1" is read as 1, as TensorFlow's resolvers do."""
+    if isinstance(index, str) and index.strip().isdigit():
+        return int(index)
+    # bool is an int to Python, not to anyone writing TF_CONFIG by hand.
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise StrategyError(f"TF_CONFIG task index must be a whole number from 0, got {index!r}")
+    return index
+
+
+def _tf_config_cluster(raw: Any) -> dict[str, list[str]]:
+    """The cluster of TF_CONFIG: each role a list of "host:port" strings.
+
+    ``list()`` of a lone string would split it into characters, one "task" per letter."""
+    if not isinstance(raw, dict):
+        raise StrategyError(f'TF_CONFIG cluster must be an object like {{"worker": ["host:port"]}}, got {raw!r}')
+    cluster: dict[str, list[str]] = {}
+    for role, addresses in raw.items():
+        if not isinstance(addresses, list) or not all(isinstance(address, str) for address in addresses):
+            raise StrategyError(f'TF_CONFIG cluster {role!r} must be a list of "host:port" strings, got {addresses!r}')
+        cluster[role] = list(addresses)
+    return cluster
 
 
 def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int, tpu: str | None, logical_cpus: int = 1) -> str:

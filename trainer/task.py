@@ -1,9 +1,11 @@
 """Entry point: ``python -m trainer.task --job-dir DIR --data synthetic|PATH ...``.
 
 Exit status: 0 when the job finished (also when a finished job is re-run, which
-returns at once without training unless --overwrite), 2 for bad flags or
-unreadable data (one line on stderr, on every node, before any node waits for
-its peers), 1 for any other failure (traceback on stderr).
+returns at once without training unless --overwrite), 2 for bad flags, an unusable
+job directory, a bad TF_CONFIG or unreadable data (one line on stderr, on every
+node, before any node waits for its peers; an example that fails to decode only
+when training reaches it is reported the same way by the node that read it), 1 for
+any other failure (traceback on stderr).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from trainer.config import TrainerConfig, parse_args
-from trainer.contract import FINISHED, LAYOUT, SYNTHETIC_DATA
+from trainer.contract import AUTO, FINISHED, LAYOUT, SYNTHETIC_DATA
 
 log = logging.getLogger("trainer")
 
@@ -51,33 +53,47 @@ def run(config: TrainerConfig) -> int:
         return 0
     if _missing_local_data(config.data):
         return _fail(f"--data {config.data}: no such file or directory")
-    from trainer import jobdir, roles, training
-    from trainer.data import DataError, describe_data
+    # None of these import TensorFlow at module level.
+    from trainer import jobdir, roles, storage, training
+    from trainer.config import ConfigError
+    from trainer.data import DataError, check_examples, describe_data
     from trainer.jobdir import JobLayout
-    from trainer.strategy import EVALUATOR, PS, WORKER, StrategyError, parse_tf_config
+    from trainer.strategy import EVALUATOR, PS, WORKER, StrategyError, choose_strategy, parse_tf_config
 
-    try:
-        cluster = parse_tf_config(os.environ)
-    except StrategyError as error:
-        return _fail(str(error))
     layout = JobLayout.from_config(config)
-    if not config.overwrite and jobdir.finished_metrics(layout) is not None:
-        log.info("%s holds a finished job; nothing to do (pass --overwrite to train again)", layout.root)
-        return 0
     try:
+        # Cheapest first. Only gs:// paths and TFRecord files import TensorFlow here, and
+        # nothing here runs a TensorFlow op: MultiWorkerMirroredStrategy and --logical-cpus
+        # must configure the runtime before the first one.
+        cluster = parse_tf_config(os.environ)
+        if config.strategy != AUTO:
+            # An explicit request is checked against TF_CONFIG alone (the GPU count only
+            # matters to auto), so a mismatch is reported without TensorFlow.
+            choose_strategy(config.strategy, cluster, num_gpus=0, tpu=config.tpu)
+        jobdir.check_job_dir(config)
+        if storage.is_remote(layout.root):
+            finished = jobdir.reach_remote(layout, config)
+            if not config.overwrite and finished is not None:
+                log.info("%s holds a finished job; nothing to do (pass --overwrite to train again)", layout.root)
+                return 0
         source = describe_data(config)
-    except DataError as error:
+        check_examples(config, source)
+        if not storage.is_remote(layout.root):
+            # After the data: bad data leaves no empty job directory behind.
+            jobdir.create_local(config)
+    except (ConfigError, DataError, StrategyError) as error:
         return _fail(str(error))
 
-    if cluster.task_type == EVALUATOR:
-        roles.run_evaluator(config, layout, source)
-        return 0
-    if cluster.num_ps > 0 and cluster.task_type in (WORKER, PS):
-        roles.serve_until_finished(cluster, layout)
-        return 0
     try:
+        if cluster.task_type == EVALUATOR:
+            roles.run_evaluator(config, layout, source)
+            return 0
+        if cluster.num_ps > 0 and cluster.task_type in (WORKER, PS):
+            roles.serve_until_finished(cluster, layout)
+            return 0
         metrics = training.run_training(config, cluster, layout, source)
-    except StrategyError as error:
+    except (DataError, StrategyError) as error:
+        # A file that does not decode shows only when training reaches it.
         return _fail(str(error))
     training.finish(metrics, layout)
     log.info(

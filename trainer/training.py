@@ -57,6 +57,8 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     keras.utils.set_random_seed(config.seed)
     strategy = strategies.build_strategy(kind, config.tpu)
     task_type, task_id = strategies.task_identity(strategy)
+    # Not before: counting runs TensorFlow ops, which must follow the strategy's set-up.
+    source = data.count_records(config, source)
 
     replicas = strategy.num_replicas_in_sync
     global_batch = config.batch_size_per_replica * replicas
@@ -88,7 +90,8 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     callbacks = checkpointing.make_callbacks(strategy, layout, record, save_freq, task_type, task_id)
     train_input = keras.utils.experimental.DatasetCreator(data.make_input_fn(config, source, steps, training=True))
     started = time.perf_counter()
-    model.fit(train_input, epochs=config.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=2)
+    with data.input_errors(config, "training"):
+        model.fit(train_input, epochs=config.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=2)
     train_seconds = time.perf_counter() - started
 
     eval_loss = eval_accuracy = None
@@ -97,7 +100,8 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         eval_input = keras.utils.experimental.DatasetCreator(data.make_input_fn(config, source, steps, training=False))
         # Keras prints evaluation steps like training steps: say which is which.
         log.info("evaluation on held-out data: %d steps", eval_steps)
-        eval_loss, eval_accuracy = model.evaluate(eval_input, steps=eval_steps, verbose=2)
+        with data.input_errors(config, "evaluation"):
+            eval_loss, eval_accuracy = model.evaluate(eval_input, steps=eval_steps, verbose=2)
         log.info("evaluation: loss=%.4f accuracy=%.4f", eval_loss, eval_accuracy)
 
     checkpointing.export_model(model, strategy, layout, task_type, task_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import subprocess
 import sys
 import time
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from trainer_test_helpers import REPOSITORY_ROOT, read_metrics, run_trainer, trainer_env
+from trainer_test_helpers import REPOSITORY_ROOT, png_bytes, read_metrics, run_trainer, trainer_env
 
 from trainstack.trainer_cluster import run_local_cluster
 
@@ -25,14 +24,6 @@ def digit_images() -> tuple[np.ndarray, np.ndarray]:
     pixels = (digits.images / 16.0 * 255.0).round().astype(np.uint8)
     pixels = pixels.repeat(2, axis=1).repeat(2, axis=2)
     return np.stack([pixels] * 3, axis=-1), digits.target
-
-
-def png_bytes(image: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -9,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,3 +62,12 @@ def run_trainer(
 
 def read_metrics(job_dir: Path) -> dict[str, Any]:
     return json.loads((job_dir / "metrics.json").read_text())
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    """A uint8 HxWx3 array as a PNG file's contents."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
