@@ -119,6 +119,13 @@ def test_the_compliant_stack_has_no_violation() -> None:
     assert violations(compliant_stack()) == []
 
 
+def test_numbers_as_the_engine_sends_them_are_numbers() -> None:
+    """The engine carries every number as a double: a run-time cap of 86400 arrives as 86400.0."""
+    resources = compliant_stack()
+    resources[0]["inputs"]["scheduling"]["maxRunDuration"]["seconds"] = 86400.0
+    assert violations(resources) == []
+
+
 Breakage = Callable[[dict[str, Any]], None]
 
 
@@ -178,6 +185,8 @@ BROKEN: list[tuple[str, str, Breakage, str]] = [
     ("spot-no-automatic-restart", VM, _set("scheduling.preemptible", True), "automaticRestart"),
     ("run-time-bound", VM, _drop("scheduling.maxRunDuration"), "maxRunDuration"),
     ("run-time-bound", VM, _set("scheduling.maxRunDuration.seconds", 0), "maxRunDuration"),
+    ("run-time-bound", VM, _set("scheduling.maxRunDuration.seconds", 0.5), "maxRunDuration"),
+    ("run-time-bound", TPU, _set("metadata.trainstack-max-run-seconds", "-5"), "trainstack-max-run-seconds"),
     ("run-time-bound", TPU, _drop("metadata.trainstack-max-run-seconds"), "trainstack-max-run-seconds"),
     ("run-time-bound", NB, _drop("gceSetup.metadata.idle-timeout-seconds"), "idle-timeout-seconds"),
     ("cost-labels", VM, _drop("labels.trainstack-stack"), "trainstack-stack"),

@@ -208,10 +208,13 @@ def spot_no_automatic_restart(args: Any, report: Report) -> None:
 
 
 def _positive_whole(value: Any) -> bool:
-    try:
-        return int(str(value)) > 0
-    except ValueError:
+    """A count of seconds: the engine carries every number as a double (3600.0), metadata as
+    text ("3600")."""
+    if isinstance(value, bool):
         return False
+    if isinstance(value, (int, float)):
+        return value > 0 and float(value).is_integer()
+    return isinstance(value, str) and value.isdigit() and int(value) > 0
 
 
 def run_time_bound(args: Any, report: Report) -> None:
@@ -313,7 +316,7 @@ def notebook_idle_timeout(args: Any, report: Report) -> None:
         return
     hours = args.get_config().get("max_idle_hours", DEFAULT_MAX_NOTEBOOK_IDLE_HOURS)
     seconds = metadata(NOTEBOOK, args.props).get("idle-timeout-seconds")
-    if _positive_whole(seconds) and int(str(seconds)) > float(hours) * 3600:
+    if _positive_whole(seconds) and float(str(seconds)) > float(hours) * 3600:
         report(f"idle-timeout-seconds {seconds} is above {hours} hours of idle billing", None)
 
 
