@@ -11,7 +11,8 @@ from typing import Any
 import pulumi_gcp as gcp
 import pytest
 
-from stack_helpers import plan_for
+from stack_helpers import base_config, plan_for, plan_of, write_stack
+from trainstack.cli import main
 from trainstack.plan import Plan, PlannedResource
 
 INSTANCE = "gcp:compute/instance:Instance"
@@ -93,6 +94,31 @@ def test_spot_vms_are_spot_and_do_not_restart_by_themselves() -> None:
         )
     [chief] = [vm for vm in plan_for("multiworker").of_type(INSTANCE) if vm.inputs["name"].endswith("chief")]
     assert chief.inputs["scheduling"]["provisioningModel"] == "STANDARD"
+
+
+@pytest.mark.parametrize("on_finish", ["stop", "delete", "keep"])
+def test_a_preempted_spot_vm_stops_so_it_can_be_started_again(tmp_path: Path, on_finish: str) -> None:
+    """A Spot VM deleted on preemption loses its disk and its place in the cluster until the
+    next `pulumi up`; stopped, it keeps both and `trainstack start` brings it back."""
+    config = base_config()
+    config["trainstack:cluster"]["on_finish"] = on_finish
+    plan = plan_of(write_stack(tmp_path, config))
+    spot = [vm for vm in plan.of_type(INSTANCE) if vm.inputs["scheduling"]["provisioningModel"] == "SPOT"]
+    assert len(spot) == 2
+    assert {vm.inputs["scheduling"]["instanceTerminationAction"] for vm in spot} == {"STOP"}
+    assert all(vm.inputs["metadata"]["trainstack-on-finish"] == on_finish for vm in spot)
+
+
+def test_a_spot_chief_is_valid_but_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = base_config()
+    assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 0
+    assert "warning" not in capsys.readouterr().err
+    config["trainstack:cluster"]["chief"]["spot"] = True
+    path = write_stack(tmp_path, config)
+    assert main(["validate", "--stack-file", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("warning: cluster.chief.spot is true: when the chief is preempted the whole job ends")
+    assert any(note.startswith("warning: cluster.chief.spot") for note in plan_of(path).notes)
 
 
 def test_every_vm_has_a_run_time_cap_that_stops_billing(shipped_plan: Plan) -> None:

@@ -82,9 +82,12 @@ def _print_plan(plan: Plan) -> None:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from trainstack.prepare import prepare
+    from trainstack.resolved import stack_warnings
 
     resolved, _ = prepare(load_config(args))
     print(_summary(resolved))
+    for warning in stack_warnings(resolved):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -29,7 +29,7 @@ from trainstack.pulumi_internals import (
     set_program_config,
     sync_await,
 )
-from trainstack.resolved import NodeCost, ResolvedStack
+from trainstack.resolved import NodeCost, ResolvedStack, stack_warnings
 from trainstack.scripts import BootFiles
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
@@ -299,7 +299,7 @@ def placeholder_notes(stack: ResolvedStack) -> list[str]:
 
 
 def plan_notes(stack: ResolvedStack) -> list[str]:
-    notes = placeholder_notes(stack)
+    notes = placeholder_notes(stack) + [f"warning: {w}" for w in stack_warnings(stack)]
     tpu = stack.config.settings.tpu
     if tpu is not None and tpu.on_finish is None:
         why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"

@@ -465,3 +465,16 @@ def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None) -> ResolvedS
         notebook=notebook,
         costs=tuple(costs),
     )
+
+
+def stack_warnings(stack: ResolvedStack) -> list[str]:
+    """Valid choices a user should know the cost of: `validate` and `plan` both show them."""
+    warnings = []
+    if stack.cluster is not None and len(stack.cluster.nodes) > 1:
+        chief = next(n for n in stack.cluster.nodes if n.role == "chief")
+        if chief.spot:
+            warnings.append(
+                "cluster.chief.spot is true: when the chief is preempted the whole job ends (the other nodes take it "
+                "for dead after heartbeat_timeout_seconds); keep the chief on demand and put the workers on Spot"
+            )
+    return warnings

@@ -19,8 +19,8 @@ from trainstack.resolved import ClusterNode, ResolvedCluster
 
 def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.InstanceSchedulingArgs:
     """Maintenance, spot and the run-time cap for one node."""
-    # At the run-time cap (and on spot preemption) the VM stops, or is deleted when the stack
-    # asks for on_finish: delete; either way it no longer bills for its CPUs and GPUs.
+    # At the run-time cap the VM stops, or is deleted when the stack asks for on_finish:
+    # delete; either way it no longer bills for its CPUs and GPUs.
     termination = "DELETE" if cluster.settings.on_finish == "delete" else "STOP"
     seconds = cluster.max_run_seconds
     max_run = None if seconds is None else gcp.compute.InstanceSchedulingMaxRunDurationArgs(seconds=seconds)
@@ -30,7 +30,12 @@ def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.I
             preemptible=True,
             automatic_restart=False,
             on_host_maintenance="TERMINATE",
-            instance_termination_action=termination,
+            # A preempted Spot VM stops, whatever on_finish says: it keeps its name, disk and
+            # place in TF_CONFIG and can be started again (`trainstack start`, or the next
+            # `pulumi up`), resuming from its backup. Compute Engine applies the same action at
+            # the run-time cap, so there a Spot node stops rather than is deleted (its disk
+            # bills until `pulumi destroy`). The end-of-job delete is the boot script's.
+            instance_termination_action="STOP",
             max_run_duration=max_run,
         )
     return gcp.compute.InstanceSchedulingArgs(
