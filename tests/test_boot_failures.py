@@ -368,3 +368,64 @@ def test_self_delete_sends_one_delete_request_for_this_instance_with_its_own_tok
     assert _Recorder.requests == [
         ("DELETE", "/compute/v1/projects/test-project-123/zones/us-central1-a/instances/tc-worker-0", "Bearer tok3n")
     ]
+
+
+# --- A Spot VM's preemption ------------------------------------------------------------------
+
+
+class _Preempted(BaseHTTPRequestHandler):
+    """The metadata server of a Spot VM that Compute Engine is reclaiming (or not)."""
+
+    preempted = "TRUE"
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path != "/computeMetadata/v1/instance/preempted" or self.headers.get("Metadata-Flavor") != "Google":
+            self.send_error(404)
+            return
+        data = self.preempted.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+
+@pytest.mark.parametrize(("answer", "state"), [("TRUE", "PREEMPTED"), ("FALSE", "INTERRUPTED")])
+def test_a_termination_signal_on_a_preempted_spot_vm_is_recorded_as_preempted(
+    tmp_path: Path, answer: str, state: str
+) -> None:
+    """Preemption is not failure: the node's status says PREEMPTED (the job stays RUNNING and
+    on_finish is not applied); any other termination signal stays INTERRUPTED."""
+    _Preempted.preempted = answer
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Preempted)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    library = tmp_path / "functions.sh"
+    library.write_text(partials(stack("multiworker")))
+    job_dir, stop_log = tmp_path / "job", tmp_path / "self-stop.log"
+    try:
+        result = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f'source "{library}"; JOB_DIR="{job_dir}" NODE_NAME=worker-0 ON_FINISH=stop; '
+                'NODE_STATUS="$(node_status_uri)"; on_termination TERM',
+            ],
+            env={
+                **os.environ,
+                "TRAINSTACK_METADATA_ROOT": f"http://127.0.0.1:{server.server_address[1]}/computeMetadata/v1",
+                "TRAINSTACK_SELF_STOP_LOG": str(stop_log),
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.shutdown()
+    assert result.returncode == 143, result.stderr
+    status = json.loads((job_dir / LAYOUT.status_dir / "worker-0.json").read_text())
+    assert (status["state"], status["reason"]) == (state, "SIGTERM")
+    assert not stop_log.exists()  # on_finish is not applied: the VM is started again, not released
+    if state == "PREEMPTED":
+        assert "Compute Engine preempted this Spot VM" in result.stderr

@@ -213,6 +213,9 @@ class JobStates:
     failed: str = "FAILED"
     # The boot script got a termination signal: the job stays resumable.
     interrupted: str = "INTERRUPTED"
+    # The termination signal came from Compute Engine reclaiming a Spot VM (the metadata
+    # server's instance/preempted says TRUE): not a failure of the job, which stays resumable.
+    preempted: str = "PREEMPTED"
 
 
 STATES: Final = JobStates()
