@@ -373,23 +373,10 @@ def test_self_delete_sends_one_delete_request_for_this_instance_with_its_own_tok
 # --- A Spot VM's preemption ------------------------------------------------------------------
 
 
-class _Preempted(BaseHTTPRequestHandler):
+class _Preempted(_Recorder):
     """The metadata server of a Spot VM that Compute Engine is reclaiming (or not)."""
 
-    preempted = "TRUE"
-
-    def do_GET(self) -> None:  # noqa: N802
-        if self.path != "/computeMetadata/v1/instance/preempted" or self.headers.get("Metadata-Flavor") != "Google":
-            self.send_error(404)
-            return
-        data = self.preempted.encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
+    answers = {"/computeMetadata/v1/instance/preempted": "TRUE"}
 
 
 @pytest.mark.parametrize(("answer", "state"), [("TRUE", "PREEMPTED"), ("FALSE", "INTERRUPTED")])
@@ -398,7 +385,7 @@ def test_a_termination_signal_on_a_preempted_spot_vm_is_recorded_as_preempted(
 ) -> None:
     """Preemption is not failure: the node's status says PREEMPTED (the job stays RUNNING and
     on_finish is not applied); any other termination signal stays INTERRUPTED."""
-    _Preempted.preempted = answer
+    _Preempted.answers = {"/computeMetadata/v1/instance/preempted": answer}
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Preempted)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     library = tmp_path / "functions.sh"
