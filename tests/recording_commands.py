@@ -23,8 +23,11 @@ def install_recording_command(
     exit_line = f'exit "${{{exit_variable}:-0}}"\n' if exit_variable else ""
     command.write_text(
         "#!/bin/bash\n"
-        f"python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\" >> {json.dumps(str(calls))}\n"
-        + exit_line
+        # One write() of the whole line: nodes call at the same moment, and under
+        # PYTHONUNBUFFERED (as `trainstack local` runs them) print() writes the text and the
+        # newline separately, so two calls could interleave on one line.
+        "python3 -c 'import json, os, sys; os.write(1, (json.dumps(sys.argv[1:]) + \"\\n\").encode())' "
+        f'"$@" >> {json.dumps(str(calls))}\n' + exit_line
     )
     command.chmod(command.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
