@@ -237,8 +237,10 @@ def run_plan(stack: str, raw_config: Mapping[str, Any], secret_keys: frozenset[s
 
     The program parses, validates, resolves and prices the stack as `pulumi up` would; the
     plan takes the resources it registers, its outputs, and the resolved stack and boot
-    files it built (the program's own globals). Invalid config ends the program as it ends
-    `pulumi up`: its problems on stderr, then :class:`ProgramExit`."""
+    files it built (the program's own globals). ``secret_keys`` are the config keys the
+    engine would mark secret (`pulumi config set --secret`), their values given decrypted.
+    Invalid config ends the program as it ends `pulumi up`: its problems on stderr, then
+    :class:`ProgramExit`."""
     project = raw_config.get("gcp:project")
     mocks = PlanMocks(project if isinstance(project, str) else "")
     pulumi.runtime.set_mocks(mocks, project="trainstack", stack=stack, preview=True)

@@ -60,7 +60,3 @@ def is_default_account(email: Any) -> bool:
 
 def has_broad_scope(account: Mapping[str, Any]) -> bool:
     return any(scope in CLOUD_PLATFORM_SCOPES for scope in sequence(account.get("scopes")))
-
-
-def labels(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, Any]:
-    return mapping(props.get("labels"))

@@ -25,7 +25,6 @@ from trainstack_policies.resources import (
     has_broad_scope,
     is_default_account,
     is_true,
-    labels,
     mapping,
     metadata,
     sequence,
@@ -239,7 +238,7 @@ def cost_labels(args: Any, report: Report) -> None:
     if args.resource_type not in MACHINES:
         return
     required = [str(key) for key in sequence(args.get_config().get("required_labels", DEFAULT_REQUIRED_LABELS))]
-    places = [("labels", labels(args.resource_type, args.props))]
+    places = [("labels", mapping(args.props.get("labels")))]
     if args.resource_type == VM:
         initialize = mapping(mapping(args.props.get("bootDisk")).get("initializeParams"))
         places.append(("bootDisk.initializeParams.labels", mapping(initialize.get("labels"))))

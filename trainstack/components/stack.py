@@ -113,6 +113,8 @@ class TrainingStack(pulumi.ComponentResource):
         if stack.tpu is not None:
             self.tpu_identity = identity("tpu-identity", "tpu", "trainstack TPU VM")
             identities.append(self.tpu_identity)
+        # The accounts that run the job (a notebook runs none): the only readers of its secrets.
+        job_identities = list(identities)
         if stack.notebook is not None:
             self.notebook_identity = identity(
                 "notebook-identity", "nb", "trainstack Workbench notebook", runs_job=False
@@ -122,14 +124,13 @@ class TrainingStack(pulumi.ComponentResource):
         secret_resources: list[pulumi.Resource] = []
         if stack.job is not None and stack.job.secrets:
             values = stack.config.settings.secrets
-            readers = [i.member for i in identities if i is not getattr(self, "notebook_identity", None)]
             job_secrets = JobSecrets(
                 f"{name}-secrets",
                 JobSecretsArgs(
                     project=project,
                     region=stack.region,
                     secrets=tuple((env, secret_id, values[env].value) for env, secret_id in stack.job.secrets),
-                    readers=tuple(readers),
+                    readers=tuple(i.member for i in job_identities),
                     labels=labels,
                 ),
                 opts=after_apis,
