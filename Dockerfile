@@ -19,8 +19,9 @@ RUN python -m pip install --no-cache-dir tf-keras==2.21.0 \
     && useradd --no-log-init --create-home --uid 10001 --user-group trainer
 
 WORKDIR /opt/trainstack
-# Only the trainer package: the image needs neither the Pulumi program nor the tests. The
-# files stay owned by root, so the trainer cannot rewrite its own code.
+# Only the trainer and the contract it imports: the image needs neither the Pulumi program
+# nor the tests. The files stay owned by root, so the trainer cannot rewrite its own code.
+COPY trainstack_contract/ trainstack_contract/
 COPY trainer/ trainer/
 
 # Unbuffered output reaches the logs as it is written, also when the container is killed.

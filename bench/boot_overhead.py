@@ -27,10 +27,10 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
-from trainer.contract import LAYOUT  # noqa: E402
 from trainstack.local import THREADS_PER_NODE, LocalRun, TrainerOverrides  # noqa: E402
 from trainstack.resolved import resolve_stack  # noqa: E402
 from trainstack.stackfile import STACKS_DIR, load_stack  # noqa: E402
+from trainstack_contract import LAYOUT  # noqa: E402
 
 PROBE_TRAINER = REPOSITORY / "tests" / "fixtures" / "probe_trainer" / "trainer"
 ONE_STEP = {"--epochs": "1", "--steps-per-epoch": "1", "--image-size": "32", "--batch-size-per-replica": "8"}

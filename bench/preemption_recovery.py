@@ -37,10 +37,10 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
 from trainer.checkpointing import backup_save_frequency  # noqa: E402
-from trainer.contract import LAYOUT  # noqa: E402
 from trainer.training import largest_divisor_at_most  # noqa: E402
 from trainstack.local import LocalRun, TrainerOverrides  # noqa: E402
 from trainstack.stackfile import STACKS_DIR, load_stack  # noqa: E402
+from trainstack_contract import LAYOUT  # noqa: E402
 
 PREEMPTED = "worker-0"
 # The trainer's log format (trainer/task.py): "2026-11-23 05:51:06,144 INFO trainer...".

@@ -26,7 +26,7 @@ from typing import Any
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY_ROOT))
 
-from trainer.contract import LAYOUT  # noqa: E402
+from trainstack_contract import LAYOUT  # noqa: E402
 
 
 def _environment() -> dict[str, str]:

@@ -21,11 +21,11 @@ import pytest
 
 from test_boot_scripts import PROBE_TRAINER, stack
 from test_scripts import shellcheck
-from trainer.contract import LAYOUT, METADATA_KEYS
 from trainstack import scripts
 from trainstack.config import Settings, StackConfig, Tpu
 from trainstack.local import LocalRun, TrainerOverrides
 from trainstack.resolved import resolve_stack
+from trainstack_contract import LAYOUT, METADATA_KEYS
 
 
 def wait_for(condition: Any, seconds: float, what: str) -> None:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from trainer.contract import LAYOUT
 from trainstack import scripts
 from trainstack.local import LocalRun, LocalRunResult, TrainerOverrides
 from trainstack.resolved import resolve_stack
 from trainstack.stackfile import STACKS_DIR, load_stack
+from trainstack_contract import LAYOUT
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
 

@@ -107,9 +107,9 @@ def test_the_tag_covers_everything_the_dockerfile_copies() -> None:
     """A COPY of something the hash leaves out would let one tag stand for two images."""
     copied = [line.split()[1:-1] for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("COPY")]
     hashed = {p.relative_to(REPO).as_posix() for p in context_files(REPO)}
-    assert copied == [["trainer/"]]
-    assert all(name.startswith("trainer/") for name in hashed - {"Dockerfile"})
-    assert hashed >= {"Dockerfile", "trainer/task.py", "trainer/__init__.py"}
+    assert copied == [["trainstack_contract/"], ["trainer/"]]
+    assert all(name.startswith(("trainer/", "trainstack_contract/")) for name in hashed - {"Dockerfile"})
+    assert hashed >= {"Dockerfile", "trainer/task.py", "trainer/__init__.py", "trainstack_contract/__init__.py"}
 
 
 # --- --tag ----------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ import pytest
 
 from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, plan_of, write_stack
-from trainer.contract import LAYOUT
 from trainstack.cli import main
 from trainstack.jobcode import PROJECT_ROOT, load_package
 from trainstack.local import LocalRun, TrainerOverrides
 from trainstack.stackfile import load_stack
+from trainstack_contract import LAYOUT
 
 EXAMPLE = PROJECT_ROOT / "examples" / "tabular_mlp"
 INSTANCE = "gcp:compute/instance:Instance"

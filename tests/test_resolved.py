@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+import trainstack_contract as contract
 from stack_helpers import base_config
-from trainer import contract
 from trainer.strategy import ClusterInfo, choose_strategy
 from trainstack.config import parse_stack_config
 from trainstack.resolved import ResolvedStack, resolve_stack

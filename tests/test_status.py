@@ -17,12 +17,12 @@ from gcp_storage_emulator.server import create_server
 from google.cloud import storage
 
 from stack_helpers import base_config, write_stack
-from trainer.contract import LAYOUT, STATES
 from trainstack import status
 from trainstack.cli import main
 from trainstack.local import LocalRun, TrainerOverrides
 from trainstack.resolved import resolve_stack
 from trainstack.stackfile import load_stack
+from trainstack_contract import LAYOUT, STATES
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
 # base_config(): project test-project-123, stack "test", job flowers_mwms, chief and two workers.

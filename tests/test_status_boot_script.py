@@ -26,11 +26,11 @@ from google.cloud import storage
 import test_status
 from recording_commands import recorded_calls
 from test_status import BUCKET, PREFIX, PROBE_TRAINER, stack_file
-from trainer.contract import LAYOUT
 from trainstack.jobcode import PROJECT_ROOT
 from trainstack.local import GcsBucket, LocalRun, LocalRunResult, TrainerOverrides
 from trainstack.resolved import resolve_stack
 from trainstack.stackfile import load_stack
+from trainstack_contract import LAYOUT
 
 SHIM = Path(__file__).resolve().parent / "fixtures" / "gcloud_storage_shim.py"
 # test_status.py's emulator (module-scoped, in this process): a fixture, found by its name here.

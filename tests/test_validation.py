@@ -428,9 +428,9 @@ def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Defect: a default the user did not write (on_finish: stop) made a Spot TPU stack invalid."""
-    from trainer.contract import METADATA_KEYS
     from trainstack.prepare import prepare
     from trainstack.stackfile import load_stack
+    from trainstack_contract import METADATA_KEYS
 
     path = write_stack(tmp_path, mutated({"trainstack:tpu.spot": True}, TPU_STACK))
     assert run_validate(path, capsys)[0] == 0

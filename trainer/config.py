@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
-from trainer.contract import (
+from trainstack_contract import (
     AUTO,
     BATCH_SIZE_PER_REPLICA,
     CNN,

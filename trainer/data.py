@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer import storage
 from trainer.config import TrainerConfig
-from trainer.contract import SYNTHETIC_DATA
+from trainstack_contract import SYNTHETIC_DATA
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -1,6 +1,6 @@
 """The job directory: where each output lives, and how a finished job is recognised.
 
-The layout is the contract's (``trainer.contract.BucketLayout``); the job directory is a
+The layout is the contract's (``trainstack_contract.BucketLayout``); the job directory is a
 local path or gs://, and every access goes through tf.io.gfile.
 
 Vertex AI's AIP_MODEL_DIR / AIP_CHECKPOINT_DIR / AIP_TENSORBOARD_LOG_DIR replace
@@ -18,7 +18,7 @@ from typing import Any
 
 from trainer import storage
 from trainer.config import ConfigError, TrainerConfig
-from trainer.contract import FINISHED, LAYOUT, node_name
+from trainstack_contract import FINISHED, LAYOUT, node_name
 
 
 def join(base: str, *parts: str) -> str:

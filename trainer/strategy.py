@@ -2,7 +2,7 @@
 
 The choice is a pure function of TF_CONFIG, the number of visible GPUs and the
 --tpu flag, so it is unit-tested for GPU and TPU machines that this CI does not
-have. ``auto`` is the contract's rule (``trainer.contract.auto_strategy``), the same
+have. ``auto`` is the contract's rule (``trainstack_contract.auto_strategy``), the same
 one the stack's validation applies; here the devices are the visible GPUs, or the
 logical CPU devices of a test.
 """
@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.contract import (
+from trainstack_contract import (
     AUTO,
     CHIEF,
     EVALUATOR,

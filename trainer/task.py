@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from trainer.config import TrainerConfig, parse_args
-from trainer.contract import AUTO, EXIT_PEER_LOST, FINISHED, LAYOUT, SYNTHETIC_DATA
+from trainstack_contract import AUTO, EXIT_PEER_LOST, FINISHED, LAYOUT, SYNTHETIC_DATA
 
 log = logging.getLogger("trainer")
 

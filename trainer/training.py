@@ -14,10 +14,10 @@ from trainer import checkpointing, data, jobdir
 from trainer import strategy as strategies
 from trainer.checkpointing import RunRecord
 from trainer.config import TrainerConfig
-from trainer.contract import FINISHED
 from trainer.data import DataSource
 from trainer.jobdir import JobLayout
 from trainer.strategy import ClusterInfo
+from trainstack_contract import FINISHED
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainer.contract import BUILTIN_PACKAGE
 from trainstack.jobcode import PROJECT_ROOT, digest_of
+from trainstack_contract import BUILTIN_PACKAGE, CONTRACT_PACKAGE
 
 if TYPE_CHECKING:
     from trainstack.resolved import ResolvedStack
@@ -45,8 +45,12 @@ def docker_tag(text: str) -> str:
 
 
 def context_files(root: Path = REPO_ROOT) -> list[Path]:
-    """What the image is made of: the Dockerfile and the trainer's sources, in a fixed order."""
-    sources = sorted((root / BUILTIN_PACKAGE).rglob("*.py"), key=lambda path: path.relative_to(root).as_posix())
+    """What the image is made of: the Dockerfile and the sources of the trainer and of the
+    contract it imports, in a fixed order."""
+    sources = sorted(
+        (path for package in (BUILTIN_PACKAGE, CONTRACT_PACKAGE) for path in (root / package).rglob("*.py")),
+        key=lambda path: path.relative_to(root).as_posix(),
+    )
     return [root / DOCKERFILE, *sources]
 
 

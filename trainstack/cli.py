@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainer.contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
 from trainstack import browse, check, costreport, importer, logs, machines, status, tfplan, vertex_export
 from trainstack.build import BUILDERS, docker_tag, run_build
 from trainstack.cliargs import add_stack_arguments, load_config, read_stack
 from trainstack.errors import ProgramExit, StackConfigError
+from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
 
 # The parser is built for every command, so this module and those it imports at the top load
 # no pydantic, Pulumi or TensorFlow; each command imports what it needs (`gpus` answers in a

@@ -16,7 +16,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trainer.contract import (
+from trainstack.errors import Problem, StackConfigError, shorten
+from trainstack.jobcode import MODULE_PATTERN, check_image_syntax
+from trainstack.names import REGION_PATTERN, ZONE_PATTERN
+from trainstack_contract import (
     AUTO,
     BATCH_SIZE_PER_REPLICA,
     CNN,
@@ -33,9 +36,6 @@ from trainer.contract import (
     JobMode,
     Model,
 )
-from trainstack.errors import Problem, StackConfigError, shorten
-from trainstack.jobcode import MODULE_PATTERN, check_image_syntax
-from trainstack.names import REGION_PATTERN, ZONE_PATTERN
 
 NAMESPACE = "trainstack"
 

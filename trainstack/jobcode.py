@@ -16,13 +16,16 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
+import trainstack_contract
 from trainstack.errors import shorten
+from trainstack_contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
 
 # Relative package and requirements paths are relative to the project root, where
 # Pulumi.yaml is, whatever directory a command runs from.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_SOURCE = PROJECT_ROOT / BUILTIN_PACKAGE
+# The contract the built-in trainer imports: shipped beside it in its archive and image.
+CONTRACT_SOURCE = Path(trainstack_contract.__file__).resolve().parent
 
 # A dotted Python module name (`python -m` takes nothing else).
 MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
@@ -188,19 +191,25 @@ def missing_module(source: Path, module: str) -> str:
     )
 
 
-def load_package(source: Path, module: str, python_only: bool = False) -> CodePackage:
+def load_package(
+    source: Path, module: str, python_only: bool = False, companions: tuple[Path, ...] = ()
+) -> CodePackage:
+    """The package at ``source``; ``companions`` are other packages shipped beside it in the
+    same archive (the built-in trainer's contract)."""
     if not source.is_dir():
         raise CodeError(missing_package(source))
     if module_file(source, module) is None:
         raise CodeError(missing_module(source, module))
     members = package_members(source, python_only)
+    for companion in companions:
+        members.update(package_members(companion, python_only))
     digest = digest_of([(name, path.read_bytes()) for name, path in members.items()])
     return CodePackage(source=source, module=module, members=members, digest=digest)
 
 
 def builtin_package(source: Path = BUILTIN_SOURCE) -> CodePackage:
-    """The built-in trainer as a package: its Python files only."""
-    return load_package(source, BUILTIN_MODULE, python_only=True)
+    """The built-in trainer as a package: its Python files and the contract's."""
+    return load_package(source, BUILTIN_MODULE, python_only=True, companions=(CONTRACT_SOURCE,))
 
 
 def load_requirements(path: Path) -> ExtraRequirements:

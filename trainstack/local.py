@@ -41,7 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 
-from trainer import contract
+import trainstack_contract as contract
 from trainstack import scripts
 from trainstack.config import StackConfig
 from trainstack.jobcode import BUILTIN_SOURCE, PROJECT_ROOT, builtin_package

@@ -92,7 +92,7 @@ def stack_machines(stack: ResolvedStack) -> list[Machine]:
     if stack.tpu is not None:
         machines.append(Machine(stack.tpu.name, stack.tpu.vm_name, "tpu", stack.tpu.spot))
     if stack.notebook is not None:
-        from trainer.contract import NOTEBOOK_NODE
+        from trainstack_contract import NOTEBOOK_NODE
 
         machines.append(Machine(NOTEBOOK_NODE, stack.notebook.instance_name, "notebook"))
     return machines

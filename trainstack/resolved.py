@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainer import contract
+import trainstack_contract as contract
 from trainstack.catalog import Catalog, Image, load_catalog
 from trainstack.config import Accelerator, Cluster, NodeSpec, OnFinish, StackConfig
 from trainstack.jobcode import (

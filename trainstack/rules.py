@@ -10,7 +10,6 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainer.contract import AUTO, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, auto_strategy
 from trainstack.catalog import Catalog, N1GpuLimit, load_catalog
 from trainstack.config import (
     NAMESPACE,
@@ -30,6 +29,7 @@ from trainstack.jobcode import (
     module_file,
     project_path,
 )
+from trainstack_contract import AUTO, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, auto_strategy
 
 
 def _join(items: Iterable[object]) -> str:

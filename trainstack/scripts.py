@@ -20,7 +20,11 @@ from typing import Any
 
 import jinja2
 
-from trainer.contract import (
+from trainstack.config import NAMESPACE
+from trainstack.errors import Problem, StackConfigError
+from trainstack.jobcode import PROJECT_ROOT
+from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, ResolvedStack, ResolvedTpu
+from trainstack_contract import (
     CHIEF,
     EXIT_PEER_LOST,
     FLAGS,
@@ -35,10 +39,6 @@ from trainer.contract import (
     VERTEX_MODEL_DIR_ENV,
     VERTEX_TENSORBOARD_DIR_ENV,
 )
-from trainstack.config import NAMESPACE
-from trainstack.errors import Problem, StackConfigError
-from trainstack.jobcode import PROJECT_ROOT
-from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, ResolvedStack, ResolvedTpu
 
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
 NODE_REQUIREMENTS = PROJECT_ROOT / "requirements-node.txt"

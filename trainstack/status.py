@@ -1,7 +1,7 @@
 """``trainstack status``: the job's state after ``pulumi up``, read from its status objects.
 
-The boot scripts write the job's state into the job directory (``trainer/contract.py``,
-:class:`~trainer.contract.BucketLayout`): ``status/job.json`` (the chief's, whose ``time`` it
+The boot scripts write the job's state into the job directory (``trainstack_contract``,
+:class:`~trainstack_contract.BucketLayout`): ``status/job.json`` (the chief's, whose ``time`` it
 rewrites as a heartbeat while the job runs), ``status/<node>.json`` for every node, and
 ``metrics.json`` when the job has finished. This module reads them through one small
 interface, :class:`Objects` (``read(name) -> bytes | None``), with two implementations:
@@ -28,8 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from trainer.contract import LAYOUT, STATES
 from trainstack.cliargs import add_stack_arguments, load_config
+from trainstack_contract import LAYOUT, STATES
 
 if TYPE_CHECKING:
     from trainstack.resolved import ResolvedStack

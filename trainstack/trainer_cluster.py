@@ -8,7 +8,7 @@ every node. Used by the tests and for local runs:
 
 Every node is ``python -m trainer.task <args>`` with its own TF_CONFIG and no visible GPU,
 started from the repository root with the root on PYTHONPATH. Nodes are named as
-:func:`trainer.contract.node_name` names them (``chief``, ``worker-0``, ``ps-0``, and
+:func:`trainstack_contract.node_name` names them (``chief``, ``worker-0``, ``ps-0``, and
 ``evaluator-0`` for the side-car evaluator, which is not a cluster member); output lines
 are prefixed with the node name (``[worker-0] ...``). The chief (the ``chief`` task, or
 ``worker-0`` without one) decides the outcome: once it exits, the other nodes get a grace
@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from trainer import contract
+import trainstack_contract as contract
 from trainstack.supervisor import Supervisor, free_loopback_ports
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent

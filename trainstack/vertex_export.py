@@ -79,8 +79,8 @@ def _check_same_gpus(stack: ResolvedStack, pools: dict[str, list[ClusterNode]]) 
 def code_spec(stack: ResolvedStack, package_uri: str | None, notes: list[str]) -> tuple[str, dict[str, Any]]:
     """The pools' code: ("containerSpec", ...) for the built-in trainer and images, or
     ("pythonPackageSpec", ...) for a team's package on Google's prebuilt TensorFlow container."""
-    from trainer.contract import FLAGS
     from trainstack.build import IMAGE_NAME, content_tag, image_uri
+    from trainstack_contract import FLAGS
 
     assert stack.job is not None and stack.cluster is not None
     args = [*stack.cluster.trainer_args, FLAGS.job_dir, stack.job.job_dir]
@@ -120,7 +120,7 @@ def prebuilt_container(gpu: bool, notes: list[str]) -> str:
 
 
 def sdist_object(package: str, digest: str) -> str:
-    from trainer.contract import LAYOUT
+    from trainstack_contract import LAYOUT
 
     return f"{LAYOUT.code_dir}/vertex/{sdist_filename(package, digest)}"
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from trainer.contract import LAYOUT
 from trainstack.catalog import workbench_enum
 from trainstack.components import moved_here
 from trainstack.resolved import ResolvedNotebook
+from trainstack_contract import LAYOUT
 
 SECONDS_PER_MINUTE = 60
 

@@ -1,13 +1,14 @@
-"""The contract between the Pulumi program, the boot scripts and the trainer.
+"""The contract between the Pulumi program, the node agent and the trainer.
 
 Everything two of them must agree on lives here, once: strategy and model names, the job's
 defaults and bounds, the trainer flags the stack sets, node roles and names, the bucket and
-job-directory layout, the instance metadata keys the boot scripts read, and the TF_CONFIG
-cluster. The Pulumi side (``trainstack``) imports it, the templates receive it through
-``trainstack.scripts.render``, and the trainer imports it on every node.
+job-directory layout, the instance metadata keys the node reads, the status objects nodes
+write, and the TF_CONFIG cluster. The Pulumi side (``trainstack``) imports it, the node
+agent (``trainstack_agent``) runs by it on every node, and the built-in trainer imports it.
 
-It imports nothing but the standard library: it ships inside the trainer archive to nodes
-that have no Pulumi, and the Pulumi side must not pay for a TensorFlow import.
+It imports nothing but the standard library and runs on Python 3.10 (the oldest Python of
+the node images): it ships inside the agent's archive and the trainer's, to nodes that have
+no Pulumi, and the Pulumi side must not pay for a TensorFlow import.
 """
 
 from __future__ import annotations
@@ -244,6 +245,8 @@ IMAGE_JOB: Final = "image"
 NO_JOB: Final = "none"
 JOB_MODES: Final[tuple[JobMode, ...]] = (PACKAGE_JOB, IMAGE_JOB, NO_JOB)
 BUILTIN_PACKAGE: Final = "trainer"
+# This package: the built-in trainer imports it, so it ships beside the trainer.
+CONTRACT_PACKAGE: Final = "trainstack_contract"
 BUILTIN_MODULE: Final = "trainer.task"
 
 
