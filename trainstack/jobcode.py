@@ -10,7 +10,9 @@ granted read access to exactly that repository.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import re
 import zipfile
 from dataclasses import dataclass
@@ -95,16 +97,33 @@ class CodePackage:
         except ValueError:
             return str(self.source)
 
+    @functools.cached_property
+    def archive(self) -> bytes:
+        """The zip archive nodes fetch: the same files give the same bytes, so its sha256,
+        pinned in the nodes' metadata, is known before anything is uploaded. Built once."""
+        return zip_bytes({name: path.read_bytes() for name, path in self.members.items()})
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.archive).hexdigest()
+
     def write_archive(self, destination: Path) -> Path:
-        """The archive as a zip file at ``destination``: the same files give the same bytes."""
         destination.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as archive:
-            for name, path in self.members.items():
-                info = zipfile.ZipInfo(name, date_time=_ZIP_TIMESTAMP)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.external_attr = 0o644 << 16
-                archive.writestr(info, path.read_bytes())
+        destination.write_bytes(self.archive)
         return destination
+
+
+def zip_bytes(files: dict[str, bytes]) -> bytes:
+    """A zip archive of ``files`` (archive name -> bytes) whose bytes depend on nothing else:
+    names in the order given, one fixed timestamp, fixed permissions."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name, date_time=_ZIP_TIMESTAMP)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    return buffer.getvalue()
 
 
 @dataclass(frozen=True)
@@ -113,6 +132,8 @@ class ExtraRequirements:
 
     path: Path
     digest: str
+    # Of the file's bytes, as uploaded: pinned in the nodes' metadata.
+    sha256: str
 
     @property
     def object_name(self) -> str:
@@ -222,7 +243,9 @@ def load_requirements(path: Path) -> ExtraRequirements:
         data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise CodeError(f"{path} is not UTF-8 text") from error
-    return ExtraRequirements(path=path, digest=digest_of([("requirements.txt", data)]))
+    return ExtraRequirements(
+        path=path, digest=digest_of([("requirements.txt", data)]), sha256=hashlib.sha256(data).hexdigest()
+    )
 
 
 def check_image_syntax(value: str) -> str:

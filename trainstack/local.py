@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import trainstack_contract as contract
-from trainstack import scripts
+from trainstack import artifacts, scripts
 from trainstack.config import StackConfig
 from trainstack.jobcode import BUILTIN_SOURCE, PROJECT_ROOT, builtin_package
 from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, resolve_stack
@@ -145,6 +145,9 @@ class MetadataServer(ThreadingHTTPServer):
         self.zone = zone
         # Nodes Compute Engine is preempting: their instance/preempted says TRUE.
         self.preempted: set[str] = set()
+        # Paths ("instance/attributes/KEY") the server answers with an HTTP error status
+        # instead (a test's unavailable metadata server).
+        self.failures: dict[str, int] = {}
         super().__init__(("127.0.0.1", 0), _MetadataHandler)
 
     def root_for(self, node: str) -> str:
@@ -271,6 +274,10 @@ class _MetadataHandler(BaseHTTPRequestHandler):
             self.send_error(403, "Missing Metadata-Flavor:Google header")
             return
         node, _, rest = self.path.lstrip("/").partition("/computeMetadata/v1/")
+        failure = self.server.failures.get(rest)
+        if failure is not None:
+            self.send_error(failure)
+            return
         value = self.server.lookup(node, rest)
         if value is None:
             self.send_error(404)
@@ -473,7 +480,9 @@ class LocalRun:
         self.nodes = [
             LocalNode(
                 node,
-                scripts.node_metadata(cluster, node, self.bucket.uri, self.job, args, gpu_count=gpu_count),
+                scripts.node_metadata(
+                    cluster, node, self.bucket.uri, self.job, args, gpu_count=gpu_count, kind=self.kind
+                ),
                 self.workdir / "nodes" / node.name / "state",
             )
             for node in cluster.nodes
@@ -506,6 +515,8 @@ class LocalRun:
             f"trainstack local work directory of stack {self.stack.config.stack}\n"
         )
         self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.stack, self.kind))
+        agent = artifacts.agent_archive()
+        self.bucket.put(agent.object_name, lambda destination: destination.write_bytes(agent.data))
         job = self.job
         if job is not None and job.package is not None:
             self.bucket.put(job.package.object_name, job.package.write_archive)
@@ -535,6 +546,12 @@ class LocalRun:
             TRAINSTACK_SKIP_REGISTRY_LOGIN="1",
             # A job's secrets come from this environment, as the caller exported them.
             TRAINSTACK_SECRETS_FROM_ENVIRONMENT="1",
+            # gs:// objects (a test's GcsBucket) go to the emulator the client library uses.
+            **(
+                {"TRAINSTACK_STORAGE_API": os.environ["STORAGE_EMULATOR_HOST"]}
+                if "STORAGE_EMULATOR_HOST" in os.environ
+                else {}
+            ),
             # The machine has no GPU; every node trains on the CPU whatever the stack names.
             CUDA_VISIBLE_DEVICES="",
             TF_CPP_MIN_LOG_LEVEL="2",

@@ -1,9 +1,10 @@
-"""Boot scripts rendered from the Jinja2 templates in ``templates/``, and the metadata they read.
+"""Boot scripts rendered from the Jinja2 templates in ``templates/``, and the metadata nodes read.
 
-A script is rendered once per node kind: what differs between nodes and jobs (role, index,
-job directory, trainer arguments, on_finish) travels in instance metadata under
-:data:`METADATA_KEYS`, built by :func:`node_metadata` for both the Pulumi program and
-``trainstack local``, so a change of job settings updates metadata in place.
+A boot script only fetches the node agent, checks its sha256 and runs it; everything a node
+does and every value it needs (role, index, job, code and its digests, on_finish, peers)
+travels in instance metadata under :data:`METADATA_KEYS`, built by :func:`node_metadata` and
+:func:`tpu_metadata` for both the Pulumi program and ``trainstack local``, so a change of job
+settings updates metadata in place.
 
 Every value a template renders is shell-quoted (``shlex.quote``) unless the program marks
 it as :class:`ShellCode` it wrote itself: a stack value can never become shell syntax.
@@ -11,7 +12,6 @@ it as :class:`ShellCode` it wrote itself: a stack value can never become shell s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 from dataclasses import dataclass
@@ -20,24 +20,19 @@ from typing import Any
 
 import jinja2
 
+from trainstack import artifacts
 from trainstack.config import NAMESPACE
 from trainstack.errors import Problem, StackConfigError
 from trainstack.jobcode import PROJECT_ROOT
 from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, ResolvedStack, ResolvedTpu
 from trainstack_contract import (
     CHIEF,
-    EXIT_PEER_LOST,
-    FLAGS,
-    IMAGE_JOB,
+    CLUSTER_NODE_KIND,
     LAYOUT,
     METADATA_KEYS,
     NO_JOB,
-    PACKAGE_JOB,
-    STATES,
-    STATUS_HISTORY_LIMIT,
-    VERTEX_CHECKPOINT_DIR_ENV,
-    VERTEX_MODEL_DIR_ENV,
-    VERTEX_TENSORBOARD_DIR_ENV,
+    TPU_NODE_KIND,
+    requirements_stamp,
 )
 
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
@@ -70,36 +65,32 @@ def _shell_finalize(value: Any) -> str:
 # second locally.
 HEARTBEATS_PER_TIMEOUT = 5
 MAX_HEARTBEAT_SECONDS = 60
-# Seconds between a non-chief node's looks at the job status (one storage read each), so
-# that a chief's recorded FAILED ends its peers within seconds, not a heartbeat period.
-PEER_POLL_SECONDS = 10
-# Seconds between the chief's looks at its Spot peers (one Compute Engine API read each): a
-# preempted peer is started again within this much of Compute Engine stopping it.
-RECOVER_POLL_SECONDS = 10
-# Between two start calls for one preempted peer whose first start has not taken (no Spot
-# capacity yet): the first wait, doubled each time up to the second.
-START_BACKOFF_SECONDS = (30, 600)
 
 CLUSTER_NODE = "cluster-node.sh.j2"
 TPU_VM = "tpu-vm.sh.j2"
 WORKBENCH = "workbench-post-startup.sh.j2"
+# What the boot script accepts as the agent's location: a gs:// object or a local path, ending
+# in the agent's content-named object (a bash ERE; the value is matched whole).
+AGENT_PATTERN = (
+    r"^(gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^[:cntrl:]]+)/"
+    + LAYOUT.agent_dir
+    + r"/trainstack-agent-[0-9a-f]{16}\.pyz$"
+)
 
 
 @dataclass(frozen=True)
 class NodeKind:
-    """What differs between a Compute Engine node and a TPU VM in how it boots and stops."""
+    """What differs between a Compute Engine node and a TPU VM: the Python environment the agent
+    installs for the job's code, and how a boot that cannot start the agent stops the machine."""
 
     requirements: tuple[str, ...]
     system_site_packages: bool
-    # Shell code run by self_stop; both may use the script's SELF_* constants.
+    # Shell code run by the boot script's release().
     stop_command: ShellCode
-    delete_command: ShellCode
-    # What `docker run` needs beyond --network host and --gpus for this kind of machine.
-    container_options: tuple[str, ...] = ()
 
     @property
     def requirements_stamp(self) -> str:
-        return hashlib.sha256("\n".join(self.requirements).encode()).hexdigest()[:16]
+        return requirements_stamp(self.requirements)
 
 
 def _pinned_requirements() -> tuple[str, ...]:
@@ -114,27 +105,19 @@ def cluster_node_kind() -> NodeKind:
         # A guest shutdown leaves a Compute Engine VM TERMINATED: no vCPU or GPU billing,
         # and it needs no permission at all.
         stop_command=ShellCode("shutdown -h now"),
-        # One REST call with the VM's own token; see delete_this_instance in _common.sh.j2.
-        delete_command=ShellCode("delete_this_instance"),
     )
 
 
-def tpu_node_kind(tpu: ResolvedTpu) -> NodeKind:
+def tpu_node_kind(tpu: ResolvedTpu, zone: str) -> NodeKind:
+    stop = f"gcloud compute tpus tpu-vm stop {shlex.quote(tpu.vm_name)} --zone {shlex.quote(zone)} --async --quiet"
     return NodeKind(
         # The TPU runtime brings TensorFlow built for the TPU; only the matching Keras 2
         # line is added (Keras 3 cannot train the trainer's multi-worker paths).
         requirements=(f"tf-keras=={tpu.tensorflow_minor}.*",),
         system_site_packages=True,
         # A TPU VM keeps its TPU (and bills) through a guest shutdown: stop it by API.
-        # --async: the call returns once accepted, so only tpu.nodes.stop/delete are
-        # needed (waiting would also need tpu.operations.get).
-        stop_command=ShellCode('gcloud compute tpus tpu-vm stop "${SELF_NAME}" --zone "${SELF_ZONE}" --async --quiet'),
-        delete_command=ShellCode(
-            'gcloud compute tpus tpu-vm delete "${SELF_NAME}" --zone "${SELF_ZONE}" --async --quiet'
-        ),
-        # The TPU devices reach a container only privileged
-        # (https://cloud.google.com/tpu/docs/run-in-container: docker run --net=host --privileged).
-        container_options=("--privileged",),
+        # --async: the call returns once accepted, so only tpu.nodes.stop is needed.
+        stop_command=ShellCode(stop),
     )
 
 
@@ -154,8 +137,20 @@ def heartbeat_seconds(peer_timeout_seconds: int) -> int:
     return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
 
 
+def agent_metadata(bucket: str, kind: NodeKind) -> dict[str, str]:
+    """Where the node agent is and its digest, and the Python environment it installs."""
+    agent = artifacts.agent_archive()
+    return {
+        METADATA_KEYS.agent: agent.uri(bucket),
+        METADATA_KEYS.agent_sha256: agent.sha256,
+        METADATA_KEYS.python_requirements: "\n".join(kind.requirements),
+        METADATA_KEYS.system_site_packages: "true" if kind.system_site_packages else "false",
+    }
+
+
 def job_metadata(job: ResolvedJob | None, bucket: str, args: tuple[str, ...]) -> dict[str, str]:
-    """What a node runs: the job's mode and code, its directory and arguments."""
+    """What a node runs: the job's mode and code (with the sha256 the agent checks), its
+    directory and arguments."""
     if job is None:
         return {METADATA_KEYS.job_mode: NO_JOB}
     metadata = {
@@ -165,9 +160,11 @@ def job_metadata(job: ResolvedJob | None, bucket: str, args: tuple[str, ...]) ->
     }
     if job.package is not None:
         metadata[METADATA_KEYS.code_archive] = job.package.object_name
+        metadata[METADATA_KEYS.code_archive_sha256] = job.package.sha256
         metadata[METADATA_KEYS.module] = job.package.module
     if job.requirements is not None:
         metadata[METADATA_KEYS.requirements] = job.requirements.object_name
+        metadata[METADATA_KEYS.requirements_sha256] = job.requirements.sha256
     if job.image is not None:
         metadata[METADATA_KEYS.image] = job.image.uri
     if job.secrets:
@@ -182,12 +179,14 @@ def node_metadata(
     job: ResolvedJob | None,
     args: tuple[str, ...] | None = None,
     gpu_count: int | None = None,
+    kind: NodeKind | None = None,
 ) -> dict[str, str]:
-    """Instance metadata the cluster boot script reads; ``bucket`` is a gs:// URI or, locally, a
+    """Instance metadata a cluster node's agent reads; ``bucket`` is a gs:// URI or, locally, a
     path; ``gpu_count`` overrides the node's GPUs (a local run has none)."""
     settings = cluster.settings
     gpus = node.accelerator.count if node.accelerator is not None else 0
     metadata = {
+        METADATA_KEYS.node_kind: CLUSTER_NODE_KIND,
         METADATA_KEYS.role: node.role,
         METADATA_KEYS.index: str(node.index),
         METADATA_KEYS.node_name: node.name,
@@ -196,6 +195,7 @@ def node_metadata(
         METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(settings.heartbeat_timeout_seconds)),
         METADATA_KEYS.peer_timeout_seconds: str(settings.heartbeat_timeout_seconds),
         METADATA_KEYS.gpu_count: str(gpus if gpu_count is None else gpu_count),
+        **agent_metadata(bucket, kind or cluster_node_kind()),
         **job_metadata(job, bucket, cluster.trainer_args if args is None else args),
     }
     if cluster.tf_cluster:
@@ -210,9 +210,12 @@ def node_metadata(
 
 def tpu_metadata(stack: ResolvedStack, tpu: ResolvedTpu) -> dict[str, str]:
     return {
+        METADATA_KEYS.node_kind: TPU_NODE_KIND,
+        METADATA_KEYS.tpu_name: tpu.vm_name,
         METADATA_KEYS.bucket: stack.bucket_uri,
         METADATA_KEYS.on_finish: tpu.on_finish,
         METADATA_KEYS.max_run_seconds: str(tpu.max_run_seconds),
+        **agent_metadata(stack.bucket_uri, tpu_node_kind(tpu, stack.zone)),
         **job_metadata(stack.job, stack.bucket_uri, tpu.trainer_args),
     }
 
@@ -220,7 +223,7 @@ def tpu_metadata(stack: ResolvedStack, tpu: ResolvedTpu) -> dict[str, str]:
 def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, templates: Path = TEMPLATES_DIR) -> str:
     """One boot script; every value it names comes from here (StrictUndefined), quoted."""
     if kind is None:
-        kind = tpu_node_kind(stack.tpu) if template == TPU_VM and stack.tpu is not None else cluster_node_kind()
+        kind = tpu_node_kind(stack.tpu, stack.zone) if template == TPU_VM and stack.tpu is not None else cluster_node_kind()
     # The package's archive is in the bucket only where machines run the job.
     package = stack.job.package if stack.job and (stack.cluster or stack.tpu) else None
     return (
@@ -230,26 +233,12 @@ def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, te
             stack=stack.config.stack,
             keys=METADATA_KEYS,
             layout=LAYOUT,
-            states=STATES,
-            flags=FLAGS,
-            kind=kind,
+            stop_command=kind.stop_command,
+            agent_pattern=AGENT_PATTERN,
             bucket_uri=stack.bucket_uri,
-            zone=stack.zone,
-            tpu_name=stack.tpu.vm_name if stack.tpu else "",
-            tpu_node=stack.tpu.name if stack.tpu else "",
             idle_timeout_minutes=stack.notebook.idle_timeout_minutes if stack.notebook else 0,
-            peer_poll_seconds=PEER_POLL_SECONDS,
-            recover_poll_seconds=RECOVER_POLL_SECONDS,
-            start_backoff_seconds=START_BACKOFF_SECONDS,
-            exit_peer_lost=EXIT_PEER_LOST,
-            status_history_limit=STATUS_HISTORY_LIMIT,
-            job_modes={"package": PACKAGE_JOB, "image": IMAGE_JOB, "none": NO_JOB},
-            vertex_env={
-                "model_dir": VERTEX_MODEL_DIR_ENV,
-                "checkpoint_dir": VERTEX_CHECKPOINT_DIR_ENV,
-                "tensorboard_dir": VERTEX_TENSORBOARD_DIR_ENV,
-            },
             code_archive=package.object_name if package else "",
+            code_sha256=package.sha256 if package else "",
             code_module=package.module if package else "",
         )
     )

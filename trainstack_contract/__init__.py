@@ -14,9 +14,10 @@ no Pulumi, and the Pulumi side must not pay for a TensorFlow import.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, Literal, TypeVar, get_args
 
@@ -163,12 +164,18 @@ class BucketLayout:
         tmp/<node>/          scratch paths of non-chief workers
     """
 
-    # In the bucket:
-    # The job's code (the built-in trainer or a team's package) and its extra requirements,
-    # named by content: a code change is a new object, so no node runs stale code.
+    # In the bucket. Under trainstack/ is what nodes run: only `pulumi up` writes it (the nodes'
+    # and the notebook's accounts may write under jobs/ alone), every object is named by its
+    # content, and each node checks its sha256, pinned in metadata, before use.
+    # The job's code (the built-in trainer or a team's package) and its extra requirements:
+    # a code change is a new object, so no node runs stale code.
     code_dir: str = "trainstack/code"
+    # The node agent's archive (trainstack_agent, run by every node's boot script).
+    agent_dir: str = "trainstack/agent"
+    # Wheels a stack ships for nodes to install from instead of a package index
+    # (storage.wheelhouse), listed with their digests in a manifest.
     wheelhouse: str = "trainstack/wheelhouse"
-    notebook_script: str = "trainstack/workbench-post-startup.sh"
+    notebook_dir: str = "trainstack/notebook"
     jobs: str = "jobs"
     # In a job directory:
     status_dir: str = "status"
@@ -199,6 +206,18 @@ class BucketLayout:
     def code_requirements(self, digest: str) -> str:
         return posixpath.join(self.code_dir, f"requirements-{digest}.txt")
 
+    def agent_archive(self, digest: str) -> str:
+        return posixpath.join(self.agent_dir, f"trainstack-agent-{digest}.pyz")
+
+    def wheelhouse_manifest(self, digest: str) -> str:
+        return posixpath.join(self.wheelhouse, f"manifest-{digest}.json")
+
+    def wheel(self, filename: str) -> str:
+        return posixpath.join(self.wheelhouse, filename)
+
+    def notebook_script(self, digest: str) -> str:
+        return posixpath.join(self.notebook_dir, f"post-startup-{digest}.sh")
+
 
 LAYOUT: Final = BucketLayout()
 # The ``status`` of a finished job's metrics file.
@@ -223,9 +242,10 @@ STATES: Final = JobStates()
 # A status object's ``history``: its last states, oldest first, at most this many.
 STATUS_HISTORY_LIMIT: Final = 50
 
-# The trainer's exit status when TensorFlow reports a peer lost (a preempted or dead node):
-# not a failure of the job. The boot script waits for the cluster to be whole again and
-# restarts the trainer, which resumes from its backup. 75 is EX_TEMPFAIL (sysexits.h).
+# The built-in trainer's exit status when TensorFlow reports a peer lost (a preempted or dead
+# node). A hint for its logs only: the node agent restarts any trainer whose exit follows a
+# peer's loss, whatever its code, once the cluster is whole again (it resumes from its
+# backup). 75 is EX_TEMPFAIL (sysexits.h).
 EXIT_PEER_LOST: Final = 75
 
 # Vertex AI sets these for custom jobs with a base output directory: <base>/model,
@@ -250,9 +270,23 @@ CONTRACT_PACKAGE: Final = "trainstack_contract"
 BUILTIN_MODULE: Final = "trainer.task"
 
 
-# --- Instance metadata the boot scripts read ---------------------------------------------
+def requirements_stamp(requirements: Sequence[str]) -> str:
+    """What a node's Python environment was installed from: the agent reinstalls when it
+    changes, and `trainstack local` stamps the environment it lends its nodes the same way."""
+    return hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:16]
+
+
+# --- Instance metadata the boot scripts and the node agent read -------------------------------
 @dataclass(frozen=True)
 class MetadataKeys:
+    # The node agent's archive (a gs:// URI, or a path in `trainstack local`) and its sha256:
+    # all a boot script reads.
+    agent: str = "trainstack-agent"
+    agent_sha256: str = "trainstack-agent-sha256"
+    # What kind of machine the agent runs on (NODE_KINDS): how it releases itself.
+    node_kind: str = "trainstack-node-kind"
+    # The TPU node's own name (a TPU VM's host name is not the node's).
+    tpu_name: str = "trainstack-tpu-name"
     role: str = "trainstack-role"
     index: str = "trainstack-index"
     node_name: str = "trainstack-node-name"
@@ -272,9 +306,20 @@ class MetadataKeys:
     # (with its extra requirements object, if any), or a container image.
     job_mode: str = "trainstack-job-mode"
     code_archive: str = "trainstack-code-archive"
+    code_archive_sha256: str = "trainstack-code-archive-sha256"
     module: str = "trainstack-module"
     requirements: str = "trainstack-requirements"
+    requirements_sha256: str = "trainstack-requirements-sha256"
     image: str = "trainstack-image"
+    # The Python environment the agent installs for the job's code: pinned requirement lines
+    # (one per line), whether it sees the image's own packages (a TPU runtime's TensorFlow),
+    # and an optional wheelhouse manifest to install from (with its sha256).
+    python_requirements: str = "trainstack-python-requirements"
+    system_site_packages: str = "trainstack-system-site-packages"
+    wheelhouse: str = "trainstack-wheelhouse"
+    wheelhouse_sha256: str = "trainstack-wheelhouse-sha256"
+    # A Workbench instance's post-startup script's sha256 (Workbench fetches and runs it).
+    notebook_script_sha256: str = "trainstack-post-startup-sha256"
     # GPUs on the node: a container gets them passed through (docker run --gpus all).
     gpu_count: str = "trainstack-gpu-count"
     # The job's secrets by name only, "ENV_NAME=SECRET_ID ...": the values stay in Secret
@@ -290,6 +335,12 @@ class MetadataKeys:
 
 
 METADATA_KEYS: Final = MetadataKeys()
+
+# What kind of machine a node is: a Compute Engine VM of a training cluster, or a TPU VM.
+NodeKind = Literal["cluster", "tpu"]
+CLUSTER_NODE_KIND: Final = "cluster"
+TPU_NODE_KIND: Final = "tpu"
+NODE_KINDS: Final[tuple[str, ...]] = get_args(NodeKind)
 
 
 # --- TF_CONFIG -------------------------------------------------------------------------------

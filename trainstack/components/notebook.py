@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.artifacts import NAME_DIGEST_CHARS
 from trainstack.catalog import workbench_enum
 from trainstack.components import moved_here
 from trainstack.resolved import ResolvedNotebook
-from trainstack_contract import LAYOUT
+from trainstack_contract import LAYOUT, METADATA_KEYS
 
 SECONDS_PER_MINUTE = 60
 
@@ -41,10 +43,14 @@ class WorkbenchNotebook(pulumi.ComponentResource):
         super().__init__("trainstack:index:WorkbenchNotebook", name, None, opts)
         notebook = args.notebook
         moved = moved_here(self, opts)
+        # Workbench fetches and runs the script itself: what protects it is that only `pulumi
+        # up` can write under trainstack/ (the notebook's account writes under jobs/ alone) and
+        # that its name follows its content; its sha256 is in the instance's metadata to audit.
+        script_sha256 = hashlib.sha256(args.post_startup_script.encode()).hexdigest()
         script = gcp.storage.BucketObject(
             f"{args.stack_name}-notebook-post-startup",
             bucket=args.bucket_name,
-            name=LAYOUT.notebook_script,
+            name=LAYOUT.notebook_script(script_sha256[:NAME_DIGEST_CHARS]),
             content=args.post_startup_script,
             opts=moved,
         )
@@ -83,6 +89,7 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                     # (https://cloud.google.com/vertex-ai/docs/workbench/instances/idle-shutdown).
                     "idle-timeout-seconds": str(notebook.idle_timeout_minutes * SECONDS_PER_MINUTE),
                     "post-startup-script": pulumi.Output.concat("gs://", script.bucket, "/", script.name),
+                    METADATA_KEYS.notebook_script_sha256: script_sha256,
                     # OS Login and no project-wide SSH keys, as on every other machine of the stack.
                     "enable-oslogin": "TRUE",
                     "block-project-ssh-keys": "TRUE",

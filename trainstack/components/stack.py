@@ -81,6 +81,7 @@ class TrainingStack(pulumi.ComponentResource):
                 labels=labels,
                 job=stack.job if stack.cluster is not None or stack.tpu is not None else None,
                 stack_name=name,
+                runs_agent=stack.cluster is not None or stack.tpu is not None,
             ),
             opts=after_apis,
         )

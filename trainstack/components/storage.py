@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack import artifacts
 from trainstack.config import Storage
 from trainstack.resolved import ResolvedJob
 
@@ -20,10 +21,13 @@ class TrainingBucketArgs:
     # The job whose code the machines fetch at boot (stacks with training machines).
     job: ResolvedJob | None
     stack_name: str
+    # Whether machines boot the node agent from this bucket (a cluster or a TPU VM).
+    runs_agent: bool = False
 
 
 class TrainingBucket(pulumi.ComponentResource):
-    """The bucket, and the job's code in it."""
+    """The bucket, and what machines run from it: the node agent and the job's code, each
+    uploaded as the exact bytes whose sha256 the nodes' metadata pins."""
 
     name: pulumi.Output[str]
     url: pulumi.Output[str]
@@ -63,6 +67,17 @@ class TrainingBucket(pulumi.ComponentResource):
         self.name = self.bucket.name
         self.url = self.bucket.url
         self.ready = []
+        child = pulumi.ResourceOptions(parent=self)
+        if args.runs_agent:
+            agent = artifacts.agent_archive()
+            self.agent = gcp.storage.BucketObject(
+                f"{args.stack_name}-agent",
+                bucket=self.bucket.name,
+                name=agent.object_name,
+                source=pulumi.FileAsset(str(agent.staged())),
+                opts=child,
+            )
+            self.ready.append(self.agent)
         job = args.job
         if job is not None and job.package is not None:
             # Named by content: a code change uploads a new object (and the nodes' metadata
@@ -71,10 +86,10 @@ class TrainingBucket(pulumi.ComponentResource):
                 f"{args.stack_name}-code",
                 bucket=self.bucket.name,
                 name=job.package.object_name,
-                source=pulumi.AssetArchive(
-                    {name: pulumi.FileAsset(str(path)) for name, path in job.package.members.items()}
+                source=pulumi.FileAsset(
+                    str(artifacts.stage(job.package.object_name.rsplit("/", 1)[-1], job.package.archive))
                 ),
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=child,
             )
             self.ready.append(self.code)
         if job is not None and job.requirements is not None:
@@ -83,7 +98,7 @@ class TrainingBucket(pulumi.ComponentResource):
                 bucket=self.bucket.name,
                 name=job.requirements.object_name,
                 source=pulumi.FileAsset(str(job.requirements.path)),
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=child,
             )
             self.ready.append(self.requirements)
         self.register_outputs({"name": self.name, "url": self.url})

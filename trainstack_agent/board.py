@@ -1,0 +1,102 @@
+"""The job's status objects, as one node reads and writes them.
+
+Each node writes only its own object (``status/<node>.json``) and the chief also the job's
+(``status/job.json``), so a node's writes need no lock: it keeps its last object in memory and
+carries its history on from there. Peers' objects are read to tell a lost peer from a failed
+one; one that cannot be parsed counts as unknown, never as a state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trainstack_agent.storage import Storage
+from trainstack_contract import LAYOUT
+from trainstack_contract.status import (
+    MAX_STATUS_BYTES,
+    StatusDocument,
+    StatusFormatError,
+    first_status,
+    utc_now,
+)
+
+
+class Board:
+    """Status objects of the job at ``job_dir``, seen from ``node`` in its ``incarnation``."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        job_dir: str,
+        node: str,
+        incarnation: str,
+        now: Callable[[], str] = utc_now,
+    ) -> None:
+        self.storage = storage
+        self.job_dir = job_dir
+        self.node = node
+        self.incarnation = incarnation
+        self.now = now
+        # Trainer starts by this incarnation; peers see it change when this node restarts its trainer.
+        self.attempt = 0
+        self._own: StatusDocument | None = None
+        self._own_loaded = False
+        self._job: StatusDocument | None = None
+
+    def node_uri(self, node: str) -> str:
+        return f"{self.job_dir}/{LAYOUT.node_status(node)}"
+
+    @property
+    def job_uri(self) -> str:
+        return f"{self.job_dir}/{LAYOUT.job_status}"
+
+    def read_raw(self, uri: str) -> bytes | None:
+        return self.storage.read(uri, MAX_STATUS_BYTES)
+
+    def read(self, uri: str) -> StatusDocument | None:
+        """The status object at ``uri``; None when there is none or it is not one."""
+        data = self.read_raw(uri)
+        if data is None:
+            return None
+        try:
+            return StatusDocument.from_json(data)
+        except StatusFormatError:
+            return None
+
+    def peer(self, node: str) -> StatusDocument | None:
+        return self.read(self.node_uri(node))
+
+    def job(self) -> StatusDocument | None:
+        return self.read(self.job_uri)
+
+    def own(self) -> StatusDocument | None:
+        """This node's last status object (read once from the bucket, then kept)."""
+        if not self._own_loaded:
+            self._own = self.read(self.node_uri(self.node))
+            self._own_loaded = True
+        return self._own
+
+    def _next(
+        self, previous: StatusDocument | None, state: str, exit_code: int | None, reason: str | None
+    ) -> StatusDocument:
+        now, incarnation, attempt = self.now(), self.incarnation, self.attempt
+        if previous is None:
+            return first_status(
+                self.node, state, time=now, incarnation=incarnation, attempt=attempt, exit_code=exit_code, reason=reason
+            )
+        return previous.then(
+            state, time=now, incarnation=incarnation, attempt=attempt, exit_code=exit_code, reason=reason
+        )
+
+    def write_node(self, state: str, exit_code: int | None = None, reason: str | None = None) -> StatusDocument:
+        document = self._next(self.own(), state, exit_code, reason)
+        self.storage.write(self.node_uri(self.node), document.to_json().encode())
+        self._own = document
+        return document
+
+    def write_job(self, state: str, exit_code: int | None = None, reason: str | None = None) -> StatusDocument:
+        """The job's status (the chief's); a RUNNING one written again is the heartbeat."""
+        document = self._next(self._job, state, exit_code, reason)
+        self.storage.write(self.job_uri, document.to_json().encode())
+        self._job = document
+        return document

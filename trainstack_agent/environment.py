@@ -1,0 +1,163 @@
+"""What the job's code needs on this machine: a Python environment, its code, or its image.
+
+The environment is installed once per set of pinned requirements (a stamp records them, so a
+restart after host maintenance or a preemption reuses it); from the stack's verified
+wheelhouse when it declares one, else from the package index. The job's extra requirements
+and code archive are fetched at every boot, checked against their pinned digests first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack_agent import artifacts
+from trainstack_agent.processes import Log, Processes
+from trainstack_agent.settings import Artifact, NodeSettings
+from trainstack_agent.storage import Storage
+from trainstack_contract import requirements_stamp
+
+# Bounds on each install step: a hung mirror must not keep a node billing.
+APT_SECONDS = 900
+PIP_SECONDS = 3600
+DOCKER_PULL_SECONDS = 3600
+GCLOUD_SECONDS = 300
+
+
+class PreparationError(Exception):
+    """A step of preparing the job failed; the message says which."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Where the job's code is, once prepared."""
+
+    python: Path
+    code_dir: Path | None
+    state_dir: Path
+
+
+class Environment:
+    def __init__(
+        self,
+        settings: NodeSettings,
+        state_dir: Path,
+        storage: Storage,
+        processes: Processes,
+        log: Log,
+        skip_registry_login: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.state_dir = state_dir
+        self.venv = state_dir / "venv"
+        self.wheelhouse = state_dir / "wheelhouse"
+        self.storage = storage
+        self.processes = processes
+        self.log = log
+        self.skip_registry_login = skip_registry_login
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def _run(self, argv: list[str], timeout: float, what: str) -> None:
+        code = self.processes.run(argv, timeout)
+        if code != 0:
+            raise PreparationError(f"{what} failed (exit {code})")
+
+    def _pip(self, *arguments: str, what: str) -> None:
+        source = (
+            ["--no-index", "--find-links", str(self.wheelhouse)] if self.wheelhouse.is_dir() else ["--timeout", "60"]
+        )
+        self._run([str(self.python), "-m", "pip", "install", "--quiet", *source, *arguments], PIP_SECONDS, what)
+
+    def python_environment(self) -> None:
+        """The virtual environment with the pinned requirements, installed once per stamp."""
+        python = self.settings.python
+        stamp = requirements_stamp(python.requirements)
+        marker = self.venv / ".trainstack-requirements"
+        if marker.is_file() and marker.read_text().strip() == stamp:
+            self.log(f"python environment ready ({self.venv})")
+            return
+        self.log(f"installing the python environment into {self.venv}")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.processes.run([sys.executable, "-c", "import ensurepip"], 60) != 0:
+            # Stock Debian and Ubuntu images (parameter servers boot from one) lack venv support.
+            self.log("installing python3-venv")
+            self._run(["apt-get", "update", "-qq"], APT_SECONDS, "apt-get update")
+            self._run(["apt-get", "install", "-y", "-qq", "python3-venv"], APT_SECONDS, "installing python3-venv")
+        command = [sys.executable, "-m", "venv", str(self.venv)]
+        if python.system_site_packages:
+            command.insert(3, "--system-site-packages")
+        self._run(command, 600, "creating the virtual environment")
+        if python.wheelhouse is not None:
+            shutil.rmtree(self.wheelhouse, ignore_errors=True)
+            staging = self.state_dir / "wheelhouse.download"
+            shutil.rmtree(staging, ignore_errors=True)
+            artifacts.fetch_wheelhouse(self.storage, python.wheelhouse, staging)
+            staging.rename(self.wheelhouse)
+        requirements = self.state_dir / "requirements.txt"
+        requirements.write_text("".join(f"{line}\n" for line in python.requirements))
+        if python.requirements:
+            self._pip("-r", str(requirements), what="installing the pinned requirements")
+        marker.write_text(stamp + "\n")
+
+    def job_requirements(self, requirements: Artifact) -> None:
+        """The job's extra requirements file, verified, installed once per content."""
+        marker = self.venv / ".trainstack-job-requirements"
+        if marker.is_file() and marker.read_text().strip() == requirements.sha256:
+            return
+        self.log(f"installing the job's requirements ({requirements.name})")
+        path = artifacts.fetch_verified(
+            self.storage, requirements, self.state_dir / "job-requirements.txt", artifacts.MAX_REQUIREMENTS_BYTES
+        )
+        self._pip("-r", str(path), what="installing the job's requirements")
+        marker.write_text(requirements.sha256 + "\n")
+
+    def code(self, archive: Artifact) -> Path:
+        """The job's code archive, verified and unpacked afresh at every boot into a
+        directory named after it."""
+        code_root = self.state_dir / "code"
+        shutil.rmtree(code_root, ignore_errors=True)
+        downloaded = artifacts.fetch_verified(
+            self.storage, archive, self.state_dir / "code.zip", artifacts.MAX_ARCHIVE_BYTES
+        )
+        destination = code_root / archive.name.removesuffix(".zip")
+        artifacts.unpack(downloaded, destination)
+        return destination
+
+    def docker(self, image: str) -> None:
+        """Docker (from the OS's packages where the image lacks it), the NVIDIA runtime on a GPU
+        node, registry credentials, and the job's image."""
+        if shutil.which("docker") is None:
+            self.log("installing Docker (docker.io)")
+            self._run(["apt-get", "update", "-qq"], APT_SECONDS, "apt-get update")
+            self._run(["apt-get", "install", "-y", "-qq", "docker.io"], APT_SECONDS, "installing Docker")
+        if self.settings.gpu_count > 0 and shutil.which("nvidia-ctk") is not None:
+            info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60, check=False)
+            if "nvidia" not in info.stdout.lower():
+                self.log("configuring the NVIDIA container runtime for Docker")
+                self._run(["nvidia-ctk", "runtime", "configure", "--runtime=docker"], 120, "configuring nvidia-ctk")
+                self._run(["systemctl", "restart", "docker"], 120, "restarting Docker")
+        if not self.skip_registry_login:
+            registry = image.split("/", 1)[0]
+            self._run(
+                ["gcloud", "auth", "configure-docker", registry, "--quiet"], GCLOUD_SECONDS, "registry credentials"
+            )
+        self._run(["docker", "pull", "--quiet", image], DOCKER_PULL_SECONDS, f"pulling {image}")
+
+    def prepare(self) -> Prepared:
+        """Everything the job's code needs before it starts."""
+        job = self.settings.job
+        assert job is not None
+        if job.image is not None:
+            self.docker(job.image)
+            return Prepared(self.python, None, self.state_dir)
+        assert job.code is not None
+        self.python_environment()
+        if job.requirements is not None:
+            self.job_requirements(job.requirements)
+        return Prepared(self.python, self.code(job.code), self.state_dir)

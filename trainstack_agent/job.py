@@ -1,0 +1,82 @@
+"""The command that runs the job's code: ``python -m MODULE`` or the job's image.
+
+Every kind of job gets the same contract: ``--job-dir`` and the stack's arguments, TF_CONFIG
+for its role (multi-machine strategies), the directories Vertex AI names in ``AIP_*``
+variables, and its secrets in the environment. Arguments are a list handed to the kernel as
+they are: no shell parses any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack_agent.settings import NodeSettings
+from trainstack_contract import (
+    FLAGS,
+    LAYOUT,
+    TPU_NODE_KIND,
+    VERTEX_CHECKPOINT_DIR_ENV,
+    VERTEX_MODEL_DIR_ENV,
+    VERTEX_TENSORBOARD_DIR_ENV,
+)
+
+
+@dataclass(frozen=True)
+class JobCommand:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: Path
+    # The container's name for an image job: ending the job removes it too.
+    container: str | None = None
+
+
+def vertex_directories(job_dir: str) -> dict[str, str]:
+    return {
+        VERTEX_MODEL_DIR_ENV: f"{job_dir}/{LAYOUT.model_dir}",
+        VERTEX_CHECKPOINT_DIR_ENV: f"{job_dir}/{LAYOUT.checkpoint_dir}",
+        VERTEX_TENSORBOARD_DIR_ENV: f"{job_dir}/{LAYOUT.log_dir}",
+    }
+
+
+def job_command(
+    settings: NodeSettings,
+    base_environment: Mapping[str, str],
+    python: Path,
+    code_dir: Path | None,
+    state_dir: Path,
+    secrets: Mapping[str, str],
+) -> JobCommand:
+    job = settings.job
+    assert job is not None
+    env = dict(base_environment)
+    env.update(vertex_directories(job.job_dir))
+    env.pop("TF_CONFIG", None)
+    if settings.tf_config is not None:
+        env["TF_CONFIG"] = settings.tf_config
+    env.update(secrets)
+    if job.module is not None:
+        assert code_dir is not None
+        env["PYTHONPATH"] = str(code_dir)
+        # From the state directory, so nothing in the boot directory shadows the job's code.
+        argv = (str(python), "-m", job.module, FLAGS.job_dir, job.job_dir, *job.trainer_args)
+        return JobCommand(argv, env, state_dir)
+    assert job.image is not None
+    container = f"trainstack-{settings.node}"
+    options = ["--rm", "--init", "--name", container, "--network", "host"]
+    # --env NAME passes the value from docker's own environment: names only on the command line.
+    for name in (*vertex_directories(job.job_dir), *(["TF_CONFIG"] if settings.tf_config else []), *secrets):
+        options += ["--env", name]
+    if settings.gpu_count > 0:
+        options += ["--gpus", "all"]
+    if settings.kind == TPU_NODE_KIND:
+        # The TPU devices reach a container only privileged
+        # (https://cloud.google.com/tpu/docs/run-in-container: docker run --net=host --privileged).
+        options.append("--privileged")
+    # A local job directory (trainstack local) is mounted at its own path; a gs:// one the
+    # container reaches with the node's credentials, over the host network.
+    if not job.job_dir.startswith("gs://"):
+        options += ["--volume", f"{job.job_dir}:{job.job_dir}"]
+    argv = ("docker", "run", *options, job.image, FLAGS.job_dir, job.job_dir, *job.trainer_args)
+    return JobCommand(argv, env, state_dir, container)

@@ -1,0 +1,402 @@
+"""One boot of a node: prepare, wait for the cluster, train, recover from lost peers, finish.
+
+What a node does, in order:
+
+1. A job that already SUCCEEDED is not trained again; on_finish is applied.
+2. The node records RUNNING, then prepares the job (environment, verified code or image).
+3. It waits until no peer is down (PREEMPTED or INTERRUPTED, not booted again yet).
+4. It runs the job's code. Meanwhile, every tick (:class:`Duties`), the chief refreshes its
+   heartbeat in the job's status and starts preempted Spot peers again; every other node
+   watches that heartbeat and ends its work when the chief recorded FAILED or fell silent.
+5. When the job's code exits non-zero, the node looks at its peers: if one is down or has
+   rebooted since the code started, the exit is the peer's loss, whatever its code, and the
+   node starts the code again once the cluster is whole (it resumes from its backup), at
+   most :func:`restart_limit` times. Otherwise the job failed.
+6. It records SUCCEEDED or FAILED (the chief also for the job) and applies on_finish.
+
+A termination signal (a guest shutdown, a reboot, host maintenance, a Spot preemption) is not
+the job's end: the node records PREEMPTED or INTERRUPTED, ends its children and exits 143,
+without on_finish; its next boot resumes. Anything unexpected records FAILED and applies
+on_finish: a node must never idle and bill.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from trainstack_agent.board import Board
+from trainstack_agent.cloud import CloudError
+from trainstack_agent.environment import Prepared
+from trainstack_agent.job import JobCommand, job_command
+from trainstack_agent.recovery import POLL_SECONDS as RECOVER_POLL_SECONDS
+from trainstack_agent.recovery import SpotRecovery
+from trainstack_agent.settings import NodeSettings
+from trainstack_contract import STATES
+from trainstack_contract.status import StatusDocument, StatusFormatError
+
+# How often the loops look at the job's code and at their duties.
+TICK_SECONDS = 1.0
+# Seconds between a non-chief node's reads of the job's status (one storage read each), so a
+# chief's recorded FAILED ends its peers within seconds, not a heartbeat period.
+PEER_POLL_SECONDS = 10.0
+# Seconds between looks at the peers' status objects while waiting for the cluster.
+PEER_WAIT_POLL_SECONDS = 2.0
+# After the job's code exits non-zero, how long the node looks for the peer whose loss may
+# have caused it: TensorFlow can notice a lost peer before that peer's agent has said so.
+PEER_SETTLE_SECONDS = 20.0
+# The exit status of a node ended by a signal or by one of its duties (128 + SIGTERM).
+EXIT_ENDED = 143
+DOWN_STATES = (STATES.preempted, STATES.interrupted)
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class RunningChild(Protocol):
+    def poll(self) -> int | None: ...
+
+    def stop(self, grace: float = ...) -> int: ...
+
+
+class Launcher(Protocol):
+    def start(self, command: JobCommand) -> RunningChild: ...
+
+    def stop_all(self) -> None: ...
+
+
+class Ended(Exception):
+    """A duty ended this node's work (the chief failed or fell silent, a peer stayed down,
+    a Spot peer was preempted too often); the message is the reason recorded."""
+
+
+def restart_limit(settings: NodeSettings) -> int:
+    """The most times one node starts its job's code again after a lost peer: each
+    preemption of a peer costs every node one restart, and the chief ends the job once one
+    peer has been preempted more than ``max_restarts`` times; one more for a peer lost
+    without being preempted."""
+    return settings.max_restarts * max(len(settings.peers) - 1, 0) + 1
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    reason: str | None = None
+
+
+@dataclass
+class Services:
+    """What a node's life needs from the world; the tests pass stand-ins."""
+
+    board: Board
+    launcher: Launcher
+    # The job's preparation (environment, code or image), and a node's without a job.
+    prepare: Callable[[], Prepared]
+    ready: Callable[[], None]
+    secrets: Callable[[], dict[str, str]]
+    release: Callable[[str], None]
+    preempted: Callable[[], bool]
+    recovery: SpotRecovery | None
+    clock: Clock
+    log: Callable[[str], None]
+    # The environment the job's code starts from.
+    environment: Mapping[str, str]
+
+
+class Duties:
+    """What a node does every tick, whatever else it is doing (preparing, waiting, training)."""
+
+    def __init__(self, settings: NodeSettings, services: Services, started_at: datetime) -> None:
+        self.settings = settings
+        self.services = services
+        self.started_at = started_at
+        now = services.clock.monotonic()
+        self.next_heartbeat = now
+        self.next_recovery = now
+        self.next_watch = now
+        self.last_seen: bytes | None = None
+        self.seen_at = now
+
+    def tick(self) -> None:
+        """Raises :class:`Ended` when this node's work must end."""
+        if self.settings.is_chief:
+            self._chief()
+        else:
+            self._watch_chief()
+
+    def _chief(self) -> None:
+        services, now = self.services, self.services.clock.monotonic()
+        if now >= self.next_heartbeat:
+            self.next_heartbeat = now + self.settings.heartbeat_seconds
+            try:
+                services.board.write_job(STATES.running)
+            except CloudError as error:
+                services.log(f"could not refresh the heartbeat in {services.board.job_uri}: {error}")
+        if services.recovery is not None and now >= self.next_recovery:
+            self.next_recovery = now + RECOVER_POLL_SECONDS
+            reason = services.recovery.look()
+            if reason is not None:
+                raise Ended(reason)
+
+    def _watch_chief(self) -> None:
+        services, now = self.services, self.services.clock.monotonic()
+        if now < self.next_watch:
+            return
+        self.next_watch = now + min(PEER_POLL_SECONDS, self.settings.heartbeat_seconds)
+        try:
+            raw = services.board.read_raw(services.board.job_uri)
+        except CloudError as error:
+            services.log(f"could not read the job's status: {error}")
+            raw = self.last_seen
+        if raw is not None and failed_since(raw, self.started_at):
+            raise Ended("the chief recorded the job FAILED")
+        if raw != self.last_seen:
+            self.last_seen, self.seen_at = raw, now
+        elif now - self.seen_at >= self.settings.peer_timeout_seconds:
+            raise Ended(f"no heartbeat from the chief for {self.settings.peer_timeout_seconds} s")
+
+
+def failed_since(raw: bytes, started_at: datetime) -> bool:
+    """True when ``raw`` is a FAILED status written after ``started_at``: a FAILED left by an
+    earlier attempt (the user fixed the data and booted again) must not end this one."""
+    try:
+        document = StatusDocument.from_json(raw)
+        return document.state == STATES.failed and document.moment > started_at
+    except StatusFormatError:
+        return False
+
+
+class NodeAgent:
+    def __init__(self, settings: NodeSettings, services: Services, started_at: datetime) -> None:
+        self.settings = settings
+        self.services = services
+        self.started_at = started_at
+        self.duties = Duties(settings, services, started_at)
+        self.log = services.log
+        self.board = services.board
+        # The starts of the job's code by this boot (the first included).
+        self.starts = 0
+        self._terminating = False
+
+    # --- the life of a boot ----------------------------------------------------------------
+    def run(self) -> int:
+        settings = self.settings
+        if settings.job is None:
+            self.services.ready()
+            return 0
+        job = self.board.job()
+        if job is not None and job.state == STATES.succeeded:
+            self.log(f"job already SUCCEEDED ({self.board.job_uri}); not training again")
+            self.apply_on_finish()
+            return 0
+        try:
+            self.board.write_node(STATES.running)
+            outcome = self.run_job()
+        except Exception as error:  # noqa: BLE001 - a node must record and release, whatever failed
+            if self._terminating:
+                raise
+            outcome = Outcome(1, f"the node agent failed: {type(error).__name__}: {str(error)[:300]}")
+        return self.finish(outcome)
+
+    def run_job(self) -> Outcome:
+        try:
+            prepared = self._supervised_preparation()
+        except Ended as ended:
+            return Outcome(EXIT_ENDED, str(ended))
+        except Exception as error:  # noqa: BLE001 - the reason names what failed
+            return Outcome(1, f"preparing the job failed: {str(error)[:300]}")
+        limit, restarts = restart_limit(self.settings), 0
+        while True:
+            try:
+                self._wait_for_peers()
+                outcome, snapshot = self._run_code(prepared)
+            except Ended as ended:
+                return Outcome(EXIT_ENDED, str(ended))
+            if outcome.exit_code == 0 or outcome.reason is not None:
+                return outcome
+            try:
+                lost = self._lost_peer(snapshot)
+            except Ended as ended:
+                return Outcome(EXIT_ENDED, str(ended))
+            if lost is None:
+                return outcome
+            if restarts >= limit:
+                return Outcome(
+                    outcome.exit_code,
+                    f"the job's code exited {outcome.exit_code} after {lost}, {restarts} times: "
+                    f"the most this node restarts it ({limit})",
+                )
+            restarts += 1
+            self.log(
+                f"the job's code exited {outcome.exit_code} after {lost}: restart {restarts} of at most {limit} "
+                "once the cluster is whole; it resumes from its backup"
+            )
+            self.board.write_node(STATES.running, reason=f"{lost}; restarting the job's code")
+
+    def finish(self, outcome: Outcome) -> int:
+        state = STATES.succeeded if outcome.exit_code == 0 else STATES.failed
+        reason = f" ({outcome.reason})" if outcome.reason else ""
+        self.log(f"job step ended with status {outcome.exit_code}: {state}{reason}")
+        for write in (self.board.write_node, *([self.board.write_job] if self.settings.is_chief else [])):
+            try:
+                write(state, outcome.exit_code, outcome.reason)
+            except CloudError as error:
+                self.log(f"could not record {state}: {error}")
+        self.apply_on_finish()
+        return outcome.exit_code
+
+    def apply_on_finish(self) -> None:
+        on_finish = self.settings.on_finish
+        if on_finish == "keep":
+            self.log("job over; on_finish=keep: this machine keeps running (and billing)")
+            return
+        self.log(f"job over; on_finish={on_finish}: releasing this machine")
+        self.services.release(on_finish)
+
+    def on_termination(self, signal_name: str) -> int:
+        """A termination signal: record why, end every child, and leave the job resumable."""
+        self._terminating = True
+        state, why = STATES.interrupted, "a guest shutdown, reboot or host maintenance"
+        if self.services.preempted():
+            state, why = STATES.preempted, "Compute Engine preempted this Spot VM"
+        self.log(
+            f"received {signal_name} ({why}): the job stays RUNNING, on_finish is not applied, and the next boot resumes it"
+        )
+        # The status first: a preempted VM has about 30 s, and its peers look for this state.
+        try:
+            self.board.write_node(state, reason=signal_name)
+        except CloudError as error:
+            self.log(f"could not record {state}: {error}")
+        self.services.launcher.stop_all()
+        return EXIT_ENDED
+
+    # --- the steps ------------------------------------------------------------------------
+    def _supervised(self, done: Callable[[], bool]) -> None:
+        """Ticks this node's duties until ``done`` holds; :class:`Ended` ends it early."""
+        clock = self.services.clock
+        while not done():
+            self.duties.tick()
+            clock.sleep(TICK_SECONDS)
+
+    def _supervised_preparation(self) -> Prepared:
+        result: list[Prepared] = []
+        failure: list[BaseException] = []
+
+        def prepare() -> None:
+            try:
+                result.append(self.services.prepare())
+            except BaseException as error:  # noqa: BLE001 - handed to the main thread
+                failure.append(error)
+
+        worker = threading.Thread(target=prepare, name="prepare", daemon=True)
+        worker.start()
+        self._supervised(lambda: not worker.is_alive())
+        if failure:
+            raise failure[0]
+        return result[0]
+
+    def _peer_states(self) -> tuple[list[str], str | None]:
+        """The peers that are down, and one that recorded FAILED since this node started."""
+        down: list[str] = []
+        for peer in self.settings.other_nodes:
+            document = self.board.peer(peer)
+            if document is None:
+                continue
+            if document.state in DOWN_STATES:
+                down.append(peer)
+            elif document.state == STATES.failed and document.moment > self.started_at:
+                return down, peer
+        return down, None
+
+    def _wait_for_peers(self) -> None:
+        """Returns once no other node is down. A node that has written no status yet is
+        booting for the first time and counts as up: TensorFlow waits for it."""
+        clock, timeout = self.services.clock, self.settings.peer_timeout_seconds
+        started, next_look, announced = clock.monotonic(), clock.monotonic(), False
+        while True:
+            now = clock.monotonic()
+            if now >= next_look:
+                down, failed = self._peer_states()
+                if failed is not None:
+                    raise Ended(f"peer {failed} recorded FAILED")
+                if not down:
+                    return
+                if not announced:
+                    self.log(f"waiting for {' '.join(down)} to come back (at most {timeout} s)")
+                    announced = True
+                if now - started >= timeout:
+                    raise Ended(f"{' '.join(down)} did not come back within {timeout} s")
+                next_look = now + PEER_WAIT_POLL_SECONDS
+            self.duties.tick()
+            clock.sleep(TICK_SECONDS)
+
+    def _snapshot(self) -> dict[str, str]:
+        """Each peer's incarnation now: a peer whose incarnation changes has rebooted."""
+        snapshot = {}
+        for peer in self.settings.other_nodes:
+            document = self.board.peer(peer)
+            if document is not None:
+                snapshot[peer] = document.incarnation
+        return snapshot
+
+    def _run_code(self, prepared: Prepared) -> tuple[Outcome, dict[str, str]]:
+        snapshot = self._snapshot()
+        secrets = self.services.secrets()
+        self.starts += 1
+        self.board.attempt = self.starts
+        if self.starts > 1:
+            self.board.write_node(STATES.running, reason="the job's code started again")
+        command = job_command(
+            self.settings, self.services.environment, prepared.python, prepared.code_dir, prepared.state_dir, secrets
+        )
+        job = self.settings.job
+        assert job is not None
+        self.log(f"starting the job ({job.mode}): {' '.join(job.trainer_args)}")
+        child = self.services.launcher.start(command)
+        try:
+            self._supervised(lambda: child.poll() is not None)
+        except Ended:
+            child.stop()
+            raise
+        code = child.poll()
+        assert code is not None
+        return Outcome(code), snapshot
+
+    def _lost_peer(self, snapshot: dict[str, str]) -> str | None:
+        """What says a peer was lost while the job's code ran: a peer down now, or one that
+        has rebooted since (its incarnation changed); None when no peer was lost within
+        :data:`PEER_SETTLE_SECONDS`. A single node has no peers to lose."""
+        if not self.settings.other_nodes:
+            return None
+        clock = self.services.clock
+        deadline = clock.monotonic() + PEER_SETTLE_SECONDS
+        while True:
+            for peer in self.settings.other_nodes:
+                document = self.board.peer(peer)
+                if document is None:
+                    continue
+                if document.state in DOWN_STATES:
+                    return f"{peer} was {document.state}"
+                if peer in snapshot and document.incarnation != snapshot[peer]:
+                    return f"{peer} rebooted"
+                if document.state == STATES.failed and document.moment > self.started_at:
+                    return None
+            if clock.monotonic() >= deadline:
+                return None
+            self.duties.tick()
+            clock.sleep(TICK_SECONDS)

@@ -1,0 +1,238 @@
+"""The agent's log, and the child processes it runs (installs, the job's code).
+
+Every child starts in its own session, so that ending its process group ends whatever it
+started (pip's builds, the trainer's workers, a docker client); the agent keeps each one it
+starts, so that a termination signal ends them all. Their output goes line by line to the
+agent's log, under the job's journal tag.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, TextIO
+
+from trainstack_agent.job import JobCommand
+
+# The journal tags Cloud Logging collects on Deep Learning VM and TPU VM images
+# (`trainstack logs` queries both).
+AGENT_TAG = "trainstack"
+JOB_TAG = "trainstack-trainer"
+JOURNAL_SOCKET = Path("/run/systemd/journal/stdout")
+# After SIGTERM, how long a child gets before SIGKILL.
+STOP_GRACE_SECONDS = 10.0
+
+
+class Log:
+    """The agent's lines (``trainstack: ...``) and the job's, to standard error and, where
+    there is one, the systemd journal."""
+
+    def __init__(self, stream: TextIO | None = None, journal: bool | None = None) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+        self._journal: dict[str, subprocess.Popen[str]] = {}
+        use_journal = journal if journal is not None else JOURNAL_SOCKET.is_socket() and shutil.which("systemd-cat")
+        if use_journal:
+            for tag in (AGENT_TAG, JOB_TAG):
+                try:
+                    self._journal[tag] = subprocess.Popen(
+                        ["systemd-cat", "-t", tag], stdin=subprocess.PIPE, text=True, start_new_session=True
+                    )
+                except OSError:
+                    self._journal.clear()
+                    break
+
+    def _write(self, tag: str, line: str) -> None:
+        with self._lock:
+            stream = self.stream or sys.stderr
+            stream.write(line + "\n")
+            stream.flush()
+            journal = self._journal.get(tag)
+            if journal is not None and journal.stdin is not None:
+                try:
+                    journal.stdin.write(line + "\n")
+                    journal.stdin.flush()
+                except OSError:
+                    self._journal.pop(tag, None)
+
+    def __call__(self, message: str) -> None:
+        self._write(AGENT_TAG, f"trainstack: {message}")
+
+    def job_line(self, line: str) -> None:
+        self._write(JOB_TAG, line)
+
+    def close(self) -> None:
+        for journal in self._journal.values():
+            if journal.stdin is not None:
+                journal.stdin.close()
+            try:
+                journal.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                journal.kill()
+
+
+class Child:
+    """A started process and its process group."""
+
+    def __init__(self, popen: subprocess.Popen[str], reader: threading.Thread) -> None:
+        self.popen = popen
+        self.reader = reader
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def signal(self, signum: int) -> None:
+        # Until the agent reaps the leader, its pid (the group's id) cannot be reused.
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> int:
+        """SIGTERM to the group, SIGKILL after ``grace`` seconds; returns the exit status."""
+        self.signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        # The leader may have gone while others of its group linger: they go too.
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        code = self.popen.wait()
+        self.reader.join(timeout=5)
+        return code
+
+
+class Processes:
+    """Starts children, streams their output to the log, and ends them all on demand."""
+
+    def __init__(self, log: Log, keep_fds: Sequence[int] = ()) -> None:
+        self.log = log
+        # File descriptors every child inherits (the boot lock: held while anything of this
+        # boot still runs).
+        self.keep_fds = tuple(keep_fds)
+        self._children: list[Child] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> Child:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the agent is ending; no new process starts")
+            popen = subprocess.Popen(
+                list(argv),
+                env=None if env is None else dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                start_new_session=True,
+                pass_fds=self.keep_fds,
+            )
+            reader = threading.Thread(target=self._pump, args=(popen.stdout,), daemon=True)
+            reader.start()
+            child = Child(popen, reader)
+            self._children.append(child)
+            return child
+
+    def _pump(self, stream: IO[str] | None) -> None:
+        if stream is None:
+            return
+        with stream:
+            for line in stream:
+                self.log.job_line(line.rstrip("\n"))
+
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> int:
+        """Runs a command to its end, at most ``timeout`` seconds (then it is stopped and the
+        status is 124, as timeout(1) gives); its output goes to the log."""
+        child = self.start(argv, env, cwd)
+        deadline = time.monotonic() + timeout
+        while child.poll() is None:
+            if time.monotonic() >= deadline:
+                child.stop()
+                return 124
+            time.sleep(0.2)
+        child.reader.join(timeout=5)
+        return child.popen.returncode
+
+    def stop_all(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Ends every child still running; none starts after this."""
+        with self._lock:
+            self._closed = True
+            children = list(self._children)
+        for child in children:
+            child.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for child in children:
+            remaining = max(0.0, deadline - time.monotonic())
+            child.stop(grace=remaining)
+
+
+def remove_container(name: str) -> None:
+    """A container outlives its docker client: ending the job removes it too."""
+    if shutil.which("docker") is not None:
+        subprocess.run(["docker", "rm", "--force", name], capture_output=True, timeout=60, check=False)
+
+
+class JobChild:
+    """The job's code: a child process, and its container for an image job."""
+
+    def __init__(self, child: Child, container: str | None) -> None:
+        self.child = child
+        self.container = container
+
+    def poll(self) -> int | None:
+        return self.child.poll()
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> int:
+        code = self.child.stop(grace)
+        if self.container is not None:
+            remove_container(self.container)
+        return code
+
+
+class JobLauncher:
+    """Starts the job's code as a child of :class:`Processes`."""
+
+    def __init__(self, processes: Processes) -> None:
+        self.processes = processes
+        self._containers: list[str] = []
+
+    def start(self, command: JobCommand) -> JobChild:
+        if command.container is not None:
+            self._containers.append(command.container)
+        return JobChild(self.processes.start(command.argv, command.env, command.cwd), command.container)
+
+    def stop_all(self) -> None:
+        """Every child of this boot (installs included), and the job's containers."""
+        self.processes.stop_all()
+        for container in self._containers:
+            remove_container(container)

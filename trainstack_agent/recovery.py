@@ -1,0 +1,111 @@
+"""The chief starts its preempted Spot peers again, with back-off and a bound.
+
+A Spot VM that Compute Engine preempts stops (its termination action is STOP) and keeps its
+disk; started again, it boots its agent, which resumes the node's work. The chief looks at each
+Spot peer every :data:`POLL_SECONDS`. A peer that is TERMINATED while its status says it was at
+work (PREEMPTED, or RUNNING when it had no time to say) is started again; the start call is
+repeated with back-off while the peer stays stopped (no Spot capacity yet). A peer that
+stopped at the end of its own work (SUCCEEDED, FAILED) or was shut down on purpose
+(INTERRUPTED) is left alone. Each preemption is counted once, by the time on the peer's status
+(a peer may boot and be preempted again between two looks); past ``max_restarts`` the job
+ends FAILED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from trainstack_agent.board import Board
+from trainstack_agent.cloud import CloudError
+from trainstack_contract import STATES
+
+# How often the chief looks at its Spot peers (one Compute Engine read each).
+POLL_SECONDS = 10.0
+# Between two start calls for one outage: the first wait, doubling up to the last.
+START_BACKOFF_SECONDS = (30.0, 600.0)
+# A stopped instance, as Compute Engine reports it.
+TERMINATED = "TERMINATED"
+
+
+class Instances(Protocol):
+    def status(self, instance: str) -> str: ...
+
+    def start(self, instance: str) -> None: ...
+
+
+@dataclass
+class _Outage:
+    """One peer's preemptions so far and the start calls of the current one."""
+
+    preemptions: int = 0
+    # The time of the peer's status when this outage was counted.
+    counted_at: str | None = None
+    next_start: float = 0.0
+    backoff: float = START_BACKOFF_SECONDS[0]
+
+
+class SpotRecovery:
+    """One look at every Spot peer per :meth:`look`; ``clock`` is monotonic seconds."""
+
+    def __init__(
+        self,
+        peers: tuple[tuple[str, str], ...],
+        max_restarts: int,
+        instances: Instances,
+        board: Board,
+        clock: Callable[[], float],
+        log: Callable[[str], None],
+        backoff: tuple[float, float] = START_BACKOFF_SECONDS,
+    ) -> None:
+        self.peers = peers
+        self.max_restarts = max_restarts
+        self.instances = instances
+        self.board = board
+        self.clock = clock
+        self.log = log
+        self.backoff = backoff
+        self.outages = {node: _Outage(backoff=backoff[0]) for node, _ in peers}
+
+    def look(self) -> str | None:
+        """Starts what needs starting; returns why the job must end once a peer has been
+        preempted more than ``max_restarts`` times, else None."""
+        for node, instance in self.peers:
+            try:
+                status = self.instances.status(instance)
+            except CloudError as error:
+                self.log(f"could not read the status of {instance} from the Compute Engine API: {error}")
+                continue
+            # Up, or on its way up or down: a later look decides.
+            if status != TERMINATED:
+                continue
+            document = self.board.peer(node)
+            if document is None or document.state not in (STATES.preempted, STATES.running):
+                continue
+            outage = self.outages[node]
+            now = self.clock()
+            if outage.counted_at != document.time:
+                outage.counted_at = document.time
+                outage.preemptions += 1
+                outage.next_start = now
+                outage.backoff = self.backoff[0]
+                if outage.preemptions > self.max_restarts:
+                    return (
+                        f"{node} was preempted {outage.preemptions} times, "
+                        f"more than cluster.max_restarts ({self.max_restarts})"
+                    )
+                self.log(
+                    f"{node} ({instance}) was preempted: starting it again "
+                    f"(restart {outage.preemptions} of at most {self.max_restarts})"
+                )
+            if now < outage.next_start:
+                continue
+            try:
+                self.instances.start(instance)
+                self.log(f"asked Compute Engine to start {instance}")
+            except CloudError as error:
+                self.log(f"the start call for {instance} failed ({error}); trying again in {outage.backoff:.0f} s")
+            outage.next_start = now + outage.backoff
+            outage.backoff = min(self.backoff[1], outage.backoff * 2)
+        return None

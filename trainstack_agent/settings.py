@@ -1,0 +1,347 @@
+"""Instance metadata read once into typed settings; every value matched whole.
+
+The Pulumi program writes these values (``trainstack.scripts.node_metadata``), but a node
+treats them as input: each is matched against a full pattern and a bound before any of it
+reaches a path, a process or an API call. A value that does not match ends the boot
+(:class:`SettingsError` names the key): a node that cannot tell what to do must stop billing,
+not guess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from trainstack_agent.metadata import Metadata
+from trainstack_contract import (
+    CLUSTER_NODE_KIND,
+    IMAGE_JOB,
+    JOB_MODES,
+    LAYOUT,
+    METADATA_KEYS,
+    NO_JOB,
+    NODE_KINDS,
+    PACKAGE_JOB,
+    ROLES,
+    TPU_NODE,
+    TPU_NODE_KIND,
+)
+
+KEYS: Final = METADATA_KEYS
+NODE_NAME: Final = re.compile(r"[a-z][a-z0-9-]{0,62}")
+_NODE_LIST: Final = re.compile(r"[a-z][a-z0-9-]{0,62}( [a-z][a-z0-9-]{0,62}){0,4095}")
+_RECOVER_LIST: Final = re.compile(
+    r"[a-z][a-z0-9-]{0,62}=[a-z][a-z0-9-]{0,62}( [a-z][a-z0-9-]{0,62}=[a-z][a-z0-9-]{0,62}){0,4095}"
+)
+_WHOLE: Final = re.compile(r"[0-9]{1,9}")
+SHA256: Final = re.compile(r"[0-9a-f]{64}")
+# gs://BUCKET (Cloud Storage's bucket names), or an absolute local path in `trainstack local`
+# (any printable path: it is only ever used as a path, never by a shell).
+_BUCKET: Final = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^\x00-\x1f\x7f]{1,4000}")
+_JOB_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
+_CODE_ARCHIVE: Final = re.compile(re.escape(LAYOUT.code_dir) + r"/[A-Za-z0-9_][A-Za-z0-9_.-]{0,150}\.zip")
+_REQUIREMENTS: Final = re.compile(re.escape(LAYOUT.code_dir) + r"/requirements-[0-9a-f]{16}\.txt")
+_WHEELHOUSE: Final = re.compile(re.escape(LAYOUT.wheelhouse) + r"/manifest-[0-9a-f]{16}\.json")
+_MODULE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
+_IMAGE: Final = re.compile(r"[a-z0-9.-]{1,253}/[A-Za-z0-9._/:@-]{1,1000}")
+_SECRETS: Final = re.compile(
+    r"[A-Z][A-Z0-9_]{0,99}=[A-Za-z0-9_-]{1,255}( [A-Z][A-Z0-9_]{0,99}=[A-Za-z0-9_-]{1,255}){0,19}"
+)
+_PROJECT_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+# A pinned requirement line: a name, extras and version specifiers. Never a pip option (-r,
+# --index-url, -e ...) and never a URL: those would fetch code from elsewhere.
+_REQUIREMENT: Final = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}(\[[A-Za-z0-9,._-]{1,200}\])?([<>=!~]=?[A-Za-z0-9.*+!_-]{1,60}(,[<>=!~]=?[A-Za-z0-9.*+!_-]{1,60}){0,4})?"
+)
+MAX_REQUIREMENTS: Final = 200
+MAX_TRAINER_ARGS: Final = 256
+MAX_TRAINER_ARGS_CHARS: Final = 64 * 1024
+ON_FINISH: Final = ("stop", "delete", "keep")
+
+
+class SettingsError(ValueError):
+    """A metadata value that is missing or does not match; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An object in the stack's bucket that the node runs or installs, and its pinned sha256."""
+
+    uri: str
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return self.uri.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    mode: str
+    job_dir: str
+    trainer_args: tuple[str, ...]
+    # A package job: its archive, module and extra requirements.
+    code: Artifact | None = None
+    module: str | None = None
+    requirements: Artifact | None = None
+    # An image job.
+    image: str | None = None
+    # (ENV_NAME, SECRET_ID) pairs.
+    secrets: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class PythonSettings:
+    """The environment the job's code runs in: pinned requirements, and where from."""
+
+    requirements: tuple[str, ...]
+    system_site_packages: bool
+    wheelhouse: Artifact | None = None
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    kind: str
+    node: str
+    role: str
+    index: int
+    bucket: str
+    on_finish: str
+    heartbeat_seconds: int
+    peer_timeout_seconds: int
+    gpu_count: int
+    python: PythonSettings
+    # None: a node without a job (it boots ready and starts nothing).
+    job: JobSettings | None
+    # TF_CONFIG for this node, when it is part of a multi-machine cluster.
+    tf_config: str | None = None
+    # Every node of the cluster, this one included (empty for a single machine).
+    peers: tuple[str, ...] = ()
+    max_restarts: int = 0
+    # The chief's only: (node, instance) of the Spot peers it starts again after a preemption.
+    recover: tuple[tuple[str, str], ...] = ()
+    # A TPU VM's only: its node name for the TPU API, and its run-time cap.
+    tpu_name: str | None = None
+    max_run_seconds: int | None = None
+
+    @property
+    def is_chief(self) -> bool:
+        return self.role == "chief"
+
+    @property
+    def other_nodes(self) -> tuple[str, ...]:
+        return tuple(peer for peer in self.peers if peer != self.node)
+
+
+def _match(key: str, value: str, pattern: re.Pattern[str], what: str) -> str:
+    if pattern.fullmatch(value) is None:
+        raise SettingsError(f"metadata {key} is not {what}")
+    return value
+
+
+def _whole(key: str, value: str, low: int, high: int) -> int:
+    _match(key, value, _WHOLE, "a whole number")
+    number = int(value)
+    if not low <= number <= high:
+        raise SettingsError(f"metadata {key} must be from {low} to {high}")
+    return number
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise SettingsError(f"metadata {key} must be one of {', '.join(choices)}")
+    return value
+
+
+class _Reader:
+    """Instance attributes by key: required ones raise when absent or empty."""
+
+    def __init__(self, metadata: Metadata) -> None:
+        self.metadata = metadata
+
+    def optional(self, key: str) -> str | None:
+        value = self.metadata.attribute(key)
+        return value if value else None
+
+    def required(self, key: str) -> str:
+        value = self.metadata.attribute(key)
+        if not value:
+            raise SettingsError(f"required metadata {key} is missing")
+        return value
+
+    def artifact(self, key: str, digest_key: str, bucket: str, pattern: re.Pattern[str], what: str) -> Artifact:
+        name = _match(key, self.required(key), pattern, what)
+        digest = _match(digest_key, self.required(digest_key), SHA256, "a sha256 in hex")
+        return Artifact(f"{bucket}/{name}", digest)
+
+
+def _trainer_args(text: str) -> tuple[str, ...]:
+    key = KEYS.trainer_args
+    if len(text) > MAX_TRAINER_ARGS_CHARS:
+        raise SettingsError(f"metadata {key} is longer than {MAX_TRAINER_ARGS_CHARS} characters")
+    try:
+        args = json.loads(text)
+    except ValueError:
+        raise SettingsError(f"metadata {key} is not a JSON list of strings") from None
+    if (
+        not isinstance(args, list)
+        or len(args) > MAX_TRAINER_ARGS
+        or not all(isinstance(arg, str) and "\0" not in arg for arg in args)
+    ):
+        raise SettingsError(f"metadata {key} is not a JSON list of at most {MAX_TRAINER_ARGS} strings")
+    return tuple(args)
+
+
+def _python(reader: _Reader, bucket: str) -> PythonSettings:
+    text = reader.optional(KEYS.python_requirements) or ""
+    lines = tuple(line for line in text.split("\n") if line)
+    if len(lines) > MAX_REQUIREMENTS:
+        raise SettingsError(f"metadata {KEYS.python_requirements} has more than {MAX_REQUIREMENTS} lines")
+    for line in lines:
+        _match(KEYS.python_requirements, line, _REQUIREMENT, "a list of pinned requirements (NAME==VERSION)")
+    system = _choice(
+        KEYS.system_site_packages, reader.optional(KEYS.system_site_packages) or "false", ("true", "false")
+    )
+    wheelhouse = None
+    if reader.optional(KEYS.wheelhouse) is not None:
+        wheelhouse = reader.artifact(
+            KEYS.wheelhouse, KEYS.wheelhouse_sha256, bucket, _WHEELHOUSE, "a wheelhouse manifest object"
+        )
+    return PythonSettings(lines, system == "true", wheelhouse)
+
+
+def _job(reader: _Reader, bucket: str) -> JobSettings | None:
+    mode = _choice(KEYS.job_mode, reader.required(KEYS.job_mode), JOB_MODES)
+    if mode == NO_JOB:
+        return None
+    job_dir = reader.required(KEYS.job_dir)
+    prefix = f"{bucket}/{LAYOUT.jobs}/"
+    if not job_dir.startswith(prefix) or _JOB_NAME.fullmatch(job_dir[len(prefix) :]) is None:
+        raise SettingsError(f"metadata {KEYS.job_dir} is not a job directory of the bucket {bucket}")
+    args = _trainer_args(reader.required(KEYS.trainer_args))
+    secrets_text = reader.optional(KEYS.secrets)
+    secrets: tuple[tuple[str, str], ...] = ()
+    if secrets_text is not None:
+        _match(KEYS.secrets, secrets_text, _SECRETS, "a list of NAME=SECRET_ID")
+        secrets = tuple((pair.split("=", 1)[0], pair.split("=", 1)[1]) for pair in secrets_text.split(" "))
+    if mode == PACKAGE_JOB:
+        code = reader.artifact(KEYS.code_archive, KEYS.code_archive_sha256, bucket, _CODE_ARCHIVE, "a code archive")
+        module = _match(KEYS.module, reader.required(KEYS.module), _MODULE, "a Python module name")
+        requirements = None
+        if reader.optional(KEYS.requirements) is not None:
+            requirements = reader.artifact(
+                KEYS.requirements, KEYS.requirements_sha256, bucket, _REQUIREMENTS, "a requirements object"
+            )
+        return JobSettings(mode, job_dir, args, code=code, module=module, requirements=requirements, secrets=secrets)
+    assert mode == IMAGE_JOB
+    image = _match(KEYS.image, reader.required(KEYS.image), _IMAGE, "an image name")
+    return JobSettings(mode, job_dir, args, image=image, secrets=secrets)
+
+
+def _tf_config(reader: _Reader, role: str, index: int) -> str | None:
+    key = reader.optional(KEYS.cluster_key)
+    if key is None:
+        return None
+    _match(KEYS.cluster_key, key, _PROJECT_KEY, "a project metadata key")
+    text = reader.metadata.project_attribute(key)
+    if not text:
+        raise SettingsError(f"project metadata {key} (the TF_CONFIG cluster) is missing")
+    try:
+        cluster = json.loads(text)
+    except ValueError:
+        raise SettingsError(f"project metadata {key} is not a TF_CONFIG cluster") from None
+    if not (
+        isinstance(cluster, dict)
+        and all(
+            isinstance(name, str) and isinstance(tasks, list) and all(isinstance(task, str) for task in tasks)
+            for name, tasks in cluster.items()
+        )
+        and index < len(cluster.get(role, []))
+    ):
+        raise SettingsError(f"project metadata {key} is not a TF_CONFIG cluster with task {role} {index}")
+    # One function builds TF_CONFIG for the Pulumi side, the local runs and this agent.
+    from trainstack_contract import tf_config
+
+    return tf_config(cluster, role, index)
+
+
+def read_settings(metadata: Metadata) -> NodeSettings:
+    """Every setting of this node, checked; SettingsError names the first bad key."""
+    reader = _Reader(metadata)
+    kind = _choice(KEYS.node_kind, reader.required(KEYS.node_kind), NODE_KINDS)
+    bucket = _match(KEYS.bucket, reader.required(KEYS.bucket), _BUCKET, "a gs:// bucket")
+    on_finish = _choice(KEYS.on_finish, reader.required(KEYS.on_finish), ON_FINISH)
+    gpu_count = _whole(KEYS.gpu_count, reader.optional(KEYS.gpu_count) or "0", 0, 64)
+    python = _python(reader, bucket)
+    job = _job(reader, bucket)
+    if kind == TPU_NODE_KIND:
+        return NodeSettings(
+            kind=kind,
+            node=TPU_NODE,
+            role="chief",
+            index=0,
+            bucket=bucket,
+            on_finish=on_finish,
+            # A single TPU VM has no peers: its heartbeat only tells a reader it is alive.
+            heartbeat_seconds=60,
+            peer_timeout_seconds=0,
+            gpu_count=gpu_count,
+            python=python,
+            job=job,
+            tpu_name=_match(KEYS.tpu_name, reader.required(KEYS.tpu_name), NODE_NAME, "a TPU node name"),
+            max_run_seconds=_whole(KEYS.max_run_seconds, reader.required(KEYS.max_run_seconds), 1, 120 * 86400),
+        )
+    assert kind == CLUSTER_NODE_KIND
+    role = _choice(KEYS.role, reader.required(KEYS.role), ROLES)
+    index = _whole(KEYS.index, reader.required(KEYS.index), 0, 4095)
+    node = _match(KEYS.node_name, reader.required(KEYS.node_name), NODE_NAME, "a node name")
+    peers_text = reader.optional(KEYS.peers)
+    peers = tuple(_match(KEYS.peers, peers_text, _NODE_LIST, "a list of node names").split(" ")) if peers_text else ()
+    if peers and node not in peers:
+        raise SettingsError(f"metadata {KEYS.peers} does not name this node ({node})")
+    recover_text = reader.optional(KEYS.recover)
+    recover: tuple[tuple[str, str], ...] = ()
+    if recover_text is not None:
+        if role != "chief":
+            raise SettingsError(f"metadata {KEYS.recover} is set on a node that is not the chief")
+        _match(KEYS.recover, recover_text, _RECOVER_LIST, "a list of NODE=INSTANCE")
+        recover = tuple((pair.split("=")[0], pair.split("=")[1]) for pair in recover_text.split(" "))
+        if not all(name in peers and name != node for name, _ in recover):
+            raise SettingsError(f"metadata {KEYS.recover} names a node that is not a peer")
+    return NodeSettings(
+        kind=kind,
+        node=node,
+        role=role,
+        index=index,
+        bucket=bucket,
+        on_finish=on_finish,
+        heartbeat_seconds=_whole(KEYS.heartbeat_seconds, reader.required(KEYS.heartbeat_seconds), 1, 3600),
+        peer_timeout_seconds=_whole(KEYS.peer_timeout_seconds, reader.required(KEYS.peer_timeout_seconds), 1, 86400),
+        gpu_count=gpu_count,
+        python=python,
+        job=job,
+        tf_config=_tf_config(reader, role, index),
+        peers=peers,
+        max_restarts=_whole(KEYS.max_restarts, reader.optional(KEYS.max_restarts) or "0", 0, 100),
+        recover=recover,
+    )
+
+
+def known_identity(metadata: Metadata) -> tuple[str | None, str | None]:
+    """The node name and job directory, read without checking anything else: what a boot that
+    failed on its settings can still use to record FAILED. (None, None) when unreadable."""
+    try:
+        kind = metadata.attribute(KEYS.node_kind)
+        node = TPU_NODE if kind == TPU_NODE_KIND else metadata.attribute(KEYS.node_name)
+        bucket = metadata.attribute(KEYS.bucket)
+        job_dir = metadata.attribute(KEYS.job_dir)
+    except Exception:  # noqa: BLE001 - any failure here only means "unknown"
+        return None, None
+    if not (node and NODE_NAME.fullmatch(node) and bucket and _BUCKET.fullmatch(bucket) and job_dir):
+        return None, None
+    prefix = f"{bucket}/{LAYOUT.jobs}/"
+    if not job_dir.startswith(prefix) or _JOB_NAME.fullmatch(job_dir[len(prefix) :]) is None:
+        return None, None
+    return node, job_dir

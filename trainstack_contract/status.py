@@ -1,0 +1,228 @@
+"""The status objects of a job, as one typed schema.
+
+Every node's agent writes ``status/<node>.json`` in the job directory; the chief's also writes
+``status/job.json``, the job's own state, whose ``time`` it refreshes while the job runs (its
+heartbeat). The agents read their peers' objects to tell a lost peer from a failed one;
+``trainstack status`` and ``trainstack local`` read them to report. All of them go through
+:class:`StatusDocument`, so a field is named, typed and bounded in one place.
+
+Objects written by an earlier trainstack (the boot scripts' shell, before the node agent) have
+no ``incarnation`` or ``attempt``; they read as incarnation ``""`` and attempt 0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Final
+
+from trainstack_contract import STATES, STATUS_HISTORY_LIMIT
+
+# What a status object may hold: its states, a node name or "job", bounded free text.
+_STATE_NAMES: Final = frozenset((STATES.running, STATES.succeeded, STATES.failed, STATES.interrupted, STATES.preempted))
+_NODE_PATTERN: Final = re.compile(r"[a-z][a-z0-9-]{0,62}")
+_INCARNATION_PATTERN: Final = re.compile(r"[0-9a-f]{0,32}")
+# 2026-11-23T10:00:05.123456Z; the shell wrote nanoseconds, which read as microseconds.
+_TIME_PATTERN: Final = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z")
+MAX_REASON_CHARS: Final = 500
+# A status object is a few kilobytes at most (50 history entries of bounded size).
+MAX_STATUS_BYTES: Final = 256 * 1024
+
+
+class StatusFormatError(ValueError):
+    """Bytes that are not a status object trainstack writes; the message says which field."""
+
+
+def utc_now() -> str:
+    """The current time as status objects write it."""
+    return format_time(datetime.now(timezone.utc))
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    """A status time as an aware datetime; StatusFormatError for anything else."""
+    match = _TIME_PATTERN.fullmatch(text)
+    if match is None:
+        raise StatusFormatError(f"time {text[:40]!r} is not a UTC time like 2026-11-23T10:00:05.000000Z")
+    fraction = (match[2] or "0")[:6].ljust(6, "0")
+    try:
+        return datetime.strptime(f"{match[1]}.{fraction}", "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc)
+    except ValueError as error:
+        raise StatusFormatError(f"time {text!r} is not a valid date: {error}") from None
+
+
+def _text(document: dict[str, Any], key: str, required: bool = True) -> str | None:
+    value = document.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise StatusFormatError(f"{key} must be text")
+    if len(value) > MAX_REASON_CHARS:
+        raise StatusFormatError(f"{key} is longer than {MAX_REASON_CHARS} characters")
+    return value
+
+
+def _state(document: dict[str, Any]) -> str:
+    state = _text(document, "state")
+    if state not in _STATE_NAMES:
+        raise StatusFormatError(f"state {state!r} is not one of {', '.join(sorted(_STATE_NAMES))}")
+    return state
+
+
+def _incarnation(document: dict[str, Any]) -> str:
+    incarnation = _text(document, "incarnation", required=False) or ""
+    if not _INCARNATION_PATTERN.fullmatch(incarnation):
+        raise StatusFormatError("incarnation must be up to 32 lowercase hex characters")
+    return incarnation
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One state a node went through: the oldest first in :attr:`StatusDocument.history`."""
+
+    state: str
+    time: str
+    reason: str | None = None
+    incarnation: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"state": self.state, "time": self.time}
+        if self.reason:
+            entry["reason"] = self.reason
+        if self.incarnation:
+            entry["incarnation"] = self.incarnation
+        return entry
+
+    @classmethod
+    def from_dict(cls, value: Any) -> HistoryEntry:
+        if not isinstance(value, dict):
+            raise StatusFormatError("a history entry must be an object")
+        time = _text(value, "time")
+        assert time is not None
+        parse_time(time)
+        return cls(_state(value), time, _text(value, "reason", required=False), _incarnation(value))
+
+
+@dataclass(frozen=True)
+class StatusDocument:
+    """A node's (or the job's) state, when it was written, by which run of which node's agent.
+
+    ``incarnation`` names one run of a node's agent (a boot): a peer whose incarnation changed
+    has rebooted. ``attempt`` counts the trainer starts of that incarnation: a peer whose
+    attempt changed has restarted its trainer. Either means this node's collectives broke."""
+
+    state: str
+    node: str
+    time: str
+    incarnation: str = ""
+    attempt: int = 0
+    exit_code: int | None = None
+    reason: str | None = None
+    history: tuple[HistoryEntry, ...] = field(default=())
+
+    def to_json(self) -> str:
+        document: dict[str, Any] = {
+            "state": self.state,
+            "node": self.node,
+            "time": self.time,
+            "incarnation": self.incarnation,
+            "attempt": self.attempt,
+            "exit_code": self.exit_code,
+        }
+        if self.reason:
+            document["reason"] = self.reason
+        if self.history:
+            document["history"] = [entry.to_dict() for entry in self.history]
+        return json.dumps(document)
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> StatusDocument:
+        """Parses and checks every field; StatusFormatError names the first bad one."""
+        if len(data) > MAX_STATUS_BYTES:
+            raise StatusFormatError(f"larger than {MAX_STATUS_BYTES} bytes")
+        try:
+            document = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise StatusFormatError(f"not JSON ({error})") from None
+        if not isinstance(document, dict):
+            raise StatusFormatError("not a JSON object")
+        node = _text(document, "node")
+        assert node is not None
+        if not _NODE_PATTERN.fullmatch(node):
+            raise StatusFormatError(f"node {node[:40]!r} is not a node name")
+        time = _text(document, "time")
+        assert time is not None
+        parse_time(time)
+        attempt = document.get("attempt", 0)
+        exit_code = document.get("exit_code")
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or not 0 <= attempt <= 1_000_000:
+            raise StatusFormatError("attempt must be a whole number from 0")
+        if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+            raise StatusFormatError("exit_code must be a whole number or null")
+        history = document.get("history") or []
+        if not isinstance(history, list) or len(history) > STATUS_HISTORY_LIMIT:
+            raise StatusFormatError(f"history must be a list of at most {STATUS_HISTORY_LIMIT} entries")
+        return cls(
+            state=_state(document),
+            node=node,
+            time=time,
+            incarnation=_incarnation(document),
+            attempt=attempt,
+            exit_code=exit_code,
+            reason=_text(document, "reason", required=False),
+            history=tuple(HistoryEntry.from_dict(entry) for entry in history),
+        )
+
+    @property
+    def moment(self) -> datetime:
+        return parse_time(self.time)
+
+    def then(
+        self,
+        state: str,
+        *,
+        time: str,
+        incarnation: str,
+        attempt: int,
+        exit_code: int | None = None,
+        reason: str | None = None,
+    ) -> StatusDocument:
+        """The node's next status: this one's history carried on, the new state added when it
+        differs (state, reason or incarnation) from the last entry, the oldest dropped past
+        :data:`STATUS_HISTORY_LIMIT`."""
+        entry = HistoryEntry(state, time, reason, incarnation)
+        history = self.history
+        last = history[-1] if history else None
+        if last is None or (last.state, last.reason, last.incarnation) != (state, reason, incarnation):
+            history = (*history, entry)
+        return replace(
+            self,
+            state=state,
+            time=time,
+            incarnation=incarnation,
+            attempt=attempt,
+            exit_code=exit_code,
+            reason=reason,
+            history=history[-STATUS_HISTORY_LIMIT:],
+        )
+
+
+def first_status(
+    node: str,
+    state: str,
+    *,
+    time: str,
+    incarnation: str,
+    attempt: int = 0,
+    exit_code: int | None = None,
+    reason: str | None = None,
+) -> StatusDocument:
+    """A node's status with no earlier one: its history starts here."""
+    return StatusDocument(state, node, time, incarnation, attempt, exit_code, reason, ()).then(
+        state, time=time, incarnation=incarnation, attempt=attempt, exit_code=exit_code, reason=reason
+    )
