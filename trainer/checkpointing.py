@@ -179,7 +179,8 @@ def make_callbacks(
                 self._writer.close()
 
     class StepAccurateBackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]  # tf-keras is untyped
-        """BackupAndRestore that records the last step a backup covers.
+        """BackupAndRestore that records the last step a backup covers, and backs up at every
+        epoch's end as well as every ``save_freq`` steps.
 
         tf-keras 2.21 stores the step at which the last train_function call
         *began*; with steps_per_execution > 1 a restart then repeats up to
@@ -191,6 +192,16 @@ def make_callbacks(
             if not isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy):
                 self._training_state._ckpt_saved_batch.assign(batch)
             super().on_train_batch_end(batch, logs)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            super().on_epoch_end(epoch, logs)
+            # Every N steps alone never lands on an epoch's end when N does not divide the
+            # epoch: a node lost after two whole epochs of 40 steps, with backups every 200,
+            # made every node start over. The last batch's end is also the epoch's end.
+            if isinstance(self.save_freq, int) and self._batches_count != 0:
+                self._batches_count = 0
+                self._training_state._ckpt_saved_batch.assign(record.steps_per_epoch - 1)
+                self._backup(epoch=epoch, batch=record.steps_per_epoch - 1)
 
         def _backup(self, epoch: int, batch: int = 0) -> None:
             super()._backup(epoch=epoch, batch=batch)

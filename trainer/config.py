@@ -168,7 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--save-every-steps",
         type=_positive_int,
         default=200,
-        help="Back up the training state this often (parameter servers: every epoch).",
+        help=(
+            "Back up the training state every N steps and at every epoch's end, so a restart "
+            "after a lost node trains again at most N steps, or what is left of the epoch if "
+            "less (parameter servers: at every epoch's end only, so up to one epoch)."
+        ),
     )
     parser.add_argument(
         "--steps-per-execution",

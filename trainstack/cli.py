@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainstack import browse, check, costreport, importer, logs, machines, status, tfplan, vertex_export
 from trainstack.build import BUILDERS, docker_tag, run_build
@@ -77,8 +77,20 @@ def _print_plan(plan: Plan) -> None:
     for resource in plan.resources:
         details = _describe(resource.inputs)
         print(f"  + {resource.type}  {resource.name}{'  ' + details if details else ''}")
+    _print_bucket_access(plan.bucket_access())
     for line in costreport.format_report(plan.cost):
         print(line)
+
+
+def _print_bucket_access(access: dict[str, Any]) -> None:
+    writers = [g for g in access["grants"] if g["writes"]]
+    print(f"Who can write gs://{access['bucket']} (besides `pulumi up`):")
+    for grant in writers:
+        print(f"  {grant['member']}: {grant['objects']}")
+    if access["writable_executed_objects"]:
+        print(f"  WARNING: a machine can rewrite what nodes run: {', '.join(access['writable_executed_objects'])}")
+    elif access["executed_objects"]:
+        print(f"  what nodes run ({', '.join(access['executed_objects'])}) is written by `pulumi up` alone")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

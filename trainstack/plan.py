@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import re
 import runpy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -90,7 +91,45 @@ class Plan:
             "notes": self.notes,
             "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
             "cost": self.cost.to_json(),
+            "bucket_access": self.bucket_access(),
         }
+
+    def bucket_access(self) -> dict[str, Any]:
+        """Who may write what in the stack's bucket, from the planned grants, beside the objects
+        nodes run: none of those may fall in what a grant lets a machine write."""
+        bucket = self.resolved.bucket_name
+        executed = sorted(
+            r.inputs["name"]
+            for r in self.of_type("gcp:storage/bucketObject:BucketObject")
+            if r.inputs.get("bucket") == bucket and str(r.inputs.get("name", "")).startswith(EXECUTED_PREFIX)
+        )
+        grants = []
+        for grant in self.of_type("gcp:storage/bucketIAMMember:BucketIAMMember"):
+            if grant.inputs.get("bucket") != bucket:
+                continue
+            condition = grant.inputs.get("condition")
+            prefix = object_prefix(bucket, condition["expression"]) if isinstance(condition, dict) else ""
+            grants.append(
+                {
+                    "member": grant.inputs["member"],
+                    "role": grant.inputs["role"],
+                    # "" is every object; None a condition this report cannot read (taken as every object).
+                    "objects": "*" if prefix == "" else (f"{prefix}*" if prefix is not None else "* (conditional)"),
+                    "writes": grant.inputs["role"] in STORAGE_WRITE_ROLES,
+                }
+            )
+        grants.sort(key=lambda g: (g["member"], g["role"]))
+        # What a machine could rewrite and another then run: must be empty.
+        exposed = sorted(
+            {
+                f"{name} ({grant['member']})"
+                for grant in grants
+                if grant["writes"]
+                for name in executed
+                if grant["objects"] in ("*", "* (conditional)") or name.startswith(grant["objects"].rstrip("*"))
+            }
+        )
+        return {"bucket": bucket, "executed_objects": executed, "grants": grants, "writable_executed_objects": exposed}
 
     def resource_documents(self) -> list[dict[str, Any]]:
         """Each resource as type, name and inputs, boot scripts by digest: what `plan --json`
@@ -101,6 +140,35 @@ class Plan:
     def cost(self) -> CostReport:
         """The cost report `trainstack cost` prints, from the stack the program resolved."""
         return cost_report(self.resolved)
+
+
+# Objects under this prefix are what nodes run (trainstack_contract.BucketLayout).
+EXECUTED_PREFIX = "trainstack/"
+# Cloud Storage roles that can create, replace or delete objects
+# (https://cloud.google.com/storage/docs/access-control/iam-roles).
+STORAGE_WRITE_ROLES = frozenset(
+    {
+        "roles/storage.admin",
+        "roles/storage.objectAdmin",
+        "roles/storage.objectCreator",
+        "roles/storage.objectUser",
+        "roles/storage.legacyBucketOwner",
+        "roles/storage.legacyBucketWriter",
+        "roles/storage.legacyObjectOwner",
+    }
+)
+_PREFIX_CONDITION = re.compile(
+    r'resource\.name\.startsWith\("projects/_/buckets/(?P<bucket>[^"/]+)/objects/(?P<prefix>[^"]*)"\)'
+)
+
+
+def object_prefix(bucket: str, expression: str) -> str | None:
+    """The object-name prefix a grant's condition limits it to, when the condition is exactly
+    one ``resource.name.startsWith(...)`` on this bucket's objects; else None."""
+    match = _PREFIX_CONDITION.fullmatch(expression.strip())
+    if match is None or match["bucket"] != bucket:
+        return None
+    return match["prefix"]
 
 
 # Inputs that hold a whole boot script: shown in JSON by digest.

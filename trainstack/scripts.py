@@ -223,7 +223,11 @@ def tpu_metadata(stack: ResolvedStack, tpu: ResolvedTpu) -> dict[str, str]:
 def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, templates: Path = TEMPLATES_DIR) -> str:
     """One boot script; every value it names comes from here (StrictUndefined), quoted."""
     if kind is None:
-        kind = tpu_node_kind(stack.tpu, stack.zone) if template == TPU_VM and stack.tpu is not None else cluster_node_kind()
+        kind = (
+            tpu_node_kind(stack.tpu, stack.zone)
+            if template == TPU_VM and stack.tpu is not None
+            else cluster_node_kind()
+        )
     # The package's archive is in the bucket only where machines run the job.
     package = stack.job.package if stack.job and (stack.cluster or stack.tpu) else None
     return (

@@ -55,6 +55,8 @@ def job_command(
     env.pop("TF_CONFIG", None)
     if settings.tf_config is not None:
         env["TF_CONFIG"] = settings.tf_config
+    # Which node this is (chief, worker-0, ps-1, tpu): the name in status objects and logs.
+    env["NODE_NAME"] = settings.node
     env.update(secrets)
     if job.module is not None:
         assert code_dir is not None
@@ -66,7 +68,12 @@ def job_command(
     container = f"trainstack-{settings.node}"
     options = ["--rm", "--init", "--name", container, "--network", "host"]
     # --env NAME passes the value from docker's own environment: names only on the command line.
-    for name in (*vertex_directories(job.job_dir), *(["TF_CONFIG"] if settings.tf_config else []), *secrets):
+    for name in (
+        *vertex_directories(job.job_dir),
+        "NODE_NAME",
+        *(["TF_CONFIG"] if settings.tf_config else []),
+        *secrets,
+    ):
         options += ["--env", name]
     if settings.gpu_count > 0:
         options += ["--gpus", "all"]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from trainstack_agent.artifacts import DigestMismatch
 from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError
 from trainstack_agent.environment import Prepared
@@ -97,6 +98,9 @@ def restart_limit(settings: NodeSettings) -> int:
 class Outcome:
     exit_code: int
     reason: str | None = None
+    # The node refused what it was given to run (a digest mismatch): it stops whatever
+    # on_finish says, since nothing it could still do there is trustworthy.
+    refused: bool = False
 
 
 @dataclass
@@ -218,6 +222,8 @@ class NodeAgent:
             prepared = self._supervised_preparation()
         except Ended as ended:
             return Outcome(EXIT_ENDED, str(ended))
+        except DigestMismatch as error:
+            return Outcome(1, str(error)[:400], refused=True)
         except Exception as error:  # noqa: BLE001 - the reason names what failed
             return Outcome(1, f"preparing the job failed: {str(error)[:300]}")
         limit, restarts = restart_limit(self.settings), 0
@@ -257,11 +263,15 @@ class NodeAgent:
                 write(state, outcome.exit_code, outcome.reason)
             except CloudError as error:
                 self.log(f"could not record {state}: {error}")
-        self.apply_on_finish()
+        self.apply_on_finish(refused=outcome.refused)
         return outcome.exit_code
 
-    def apply_on_finish(self) -> None:
+    def apply_on_finish(self, refused: bool = False) -> None:
         on_finish = self.settings.on_finish
+        if refused and on_finish == "keep":
+            self.log("this node refused what it was given to run: releasing it whatever on_finish says")
+            self.services.release("stop")
+            return
         if on_finish == "keep":
             self.log("job over; on_finish=keep: this machine keeps running (and billing)")
             return

@@ -5,8 +5,10 @@ its own flags, its own data. What it does to run on any trainstack cluster:
 
 - the strategy reads TF_CONFIG itself (``MultiWorkerMirroredStrategy()`` through its
   cluster resolver); without TF_CONFIG one machine trains with ``MirroredStrategy``;
-- checkpoints go under the job directory (``$AIP_CHECKPOINT_DIR``, set by trainstack as by
-  Vertex AI), so a restarted node resumes where the job was;
+- it resumes its own work: ``BackupAndRestore`` keeps the training state under the job
+  directory (``$AIP_CHECKPOINT_DIR``, set by trainstack as by Vertex AI), so when a node is
+  preempted and trainstack starts this code again, training resumes from the last backup
+  instead of epoch 0; it needs nothing else from trainstack (no exit code, no signal);
 - the chief alone writes the model and the summary; the other workers save to scratch
   paths they delete, because saving under MultiWorkerMirroredStrategy is collective.
 """
@@ -91,11 +93,17 @@ def main(argv: list[str] | None = None) -> int:
             metrics=["accuracy"],
         )
     checkpoints = os.environ.get("AIP_CHECKPOINT_DIR") or posixpath.join(job_dir, "checkpoints")
+    first_epoch: list[int] = []
     history = model.fit(
         dataset(args.features, global_batch, args.seed),
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
-        callbacks=[keras.callbacks.BackupAndRestore(backup_dir=checkpoints)],
+        callbacks=[
+            # TensorFlow's own fault tolerance: back up at every epoch's end, restore on start.
+            keras.callbacks.BackupAndRestore(backup_dir=checkpoints),
+            # Where this run started: after a restore, the epoch the backup reached.
+            keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: first_epoch.append(int(epoch))),
+        ],
         verbose=2,
     )
     model_dir = os.environ.get("AIP_MODEL_DIR") or posixpath.join(job_dir, "model")
@@ -111,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         "replicas": strategy.num_replicas_in_sync,
         "strategy": type(strategy).__name__,
         "epochs": len(history.history.get("loss", [])),
+        # Epochs an earlier, interrupted run had completed, restored from the backup.
+        "epochs_resumed": first_epoch[0] if first_epoch else args.epochs,
         "accuracy": float(history.history["accuracy"][-1]) if history.history.get("accuracy") else None,
     }
     with tf.io.gfile.GFile(posixpath.join(job_dir, SUMMARY), "w") as out:

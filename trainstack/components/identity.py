@@ -2,8 +2,9 @@
 
 Three service accounts, one per kind of machine, so that none can act on another's:
 the cluster nodes share the training account, the TPU VM has its own, and so does the
-Workbench notebook. Each gets log and metric writing, object access on the stack's bucket,
-read access on its registry (and on an external data bucket). Releasing a machine at the
+Workbench notebook. Each gets log and metric writing, read access to the stack's bucket and
+write access under its jobs/ alone, read access on its registry (and on an external data
+bucket). Releasing a machine at the
 end of a job uses custom roles that hold only get/stop/delete: on each cluster instance,
 and project-wide for TPU nodes, which have no per-node IAM. Starting a preempted Spot node
 again uses one that holds only get/start, on each Spot node other than the chief. No
@@ -19,12 +20,27 @@ import pulumi_gcp as gcp
 
 from trainstack.components import with_former_type
 from trainstack.jobcode import ImageRef
+from trainstack_contract import LAYOUT
 
 # Project-wide roles every machine needs: write logs (Cloud Logging collects the trainer's
 # journal) and metrics. Everything else is granted on the one bucket and repository.
 PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
-# Read, write and delete objects, without the right to change the bucket's IAM policy.
-BUCKET_ROLE = "roles/storage.objectUser"
+# Every object of the stack's bucket may be read (and listed: TensorFlow lists job
+# directories); objects may be written and deleted under jobs/ alone. What nodes run (the
+# agent, the code, requirements, wheels, the notebook's script) lives under trainstack/,
+# which only `pulumi up` writes: a node or a notebook that could rewrite it could run code
+# as root on every other node. A condition on the object name is how Cloud Storage limits
+# a role to a prefix (IAM Conditions, resource.name "projects/_/buckets/B/objects/NAME").
+BUCKET_READ_ROLE = "roles/storage.objectViewer"
+BUCKET_WRITE_ROLE = "roles/storage.objectUser"
+WRITABLE_PREFIX = f"{LAYOUT.jobs}/"
+
+
+def writable_objects_condition(bucket: str) -> str:
+    """The CEL expression that limits a grant on ``bucket`` to objects under jobs/."""
+    return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{WRITABLE_PREFIX}")'
+
+
 REGISTRY_ROLE = "roles/artifactregistry.reader"
 DATA_BUCKET_ROLE = "roles/storage.objectViewer"
 # OAuth scope for the VM: access is governed by the IAM roles above, as Google recommends.
@@ -55,6 +71,8 @@ class NodeIdentityArgs:
     account_id: str
     display_name: str
     bucket_name: pulumi.Input[str]
+    # The bucket's name as the program chose it: the write grant's condition names it.
+    bucket: str
     repository_location: pulumi.Input[str]
     repository_name: pulumi.Input[str]
     data_bucket: str | None = None
@@ -90,7 +108,21 @@ class NodeIdentity(pulumi.ComponentResource):
         ]
         self.bindings.append(
             gcp.storage.BucketIAMMember(
-                f"{name}-bucket-objects", bucket=args.bucket_name, role=BUCKET_ROLE, member=self.member, opts=child
+                f"{name}-bucket-reader", bucket=args.bucket_name, role=BUCKET_READ_ROLE, member=self.member, opts=child
+            )
+        )
+        self.bindings.append(
+            gcp.storage.BucketIAMMember(
+                f"{name}-bucket-jobs-writer",
+                bucket=args.bucket_name,
+                role=BUCKET_WRITE_ROLE,
+                member=self.member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title="job directories only",
+                    description=f"write objects under {WRITABLE_PREFIX} only; what nodes run is written by pulumi up",
+                    expression=writable_objects_condition(args.bucket),
+                ),
+                opts=child,
             )
         )
         if args.data_bucket:

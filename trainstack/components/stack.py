@@ -97,6 +97,7 @@ class TrainingStack(pulumi.ComponentResource):
                 account_id=f"{name}-{account_suffix}",
                 display_name=display_name,
                 bucket_name=self.bucket.name,
+                bucket=stack.bucket_name,
                 repository_location=self.registry.repository.location,
                 repository_name=self.registry.repository.name,
                 data_bucket=stack.external_data_bucket,

@@ -1,0 +1,228 @@
+"""The node's life, run on fakes (clock, bucket, children): every decision the agent makes about
+preparing, waiting, restarting and finishing, in milliseconds."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_fakes import JOB_DIR, World, settings, world
+from trainstack_agent.artifacts import DigestMismatch
+from trainstack_agent.node import EXIT_ENDED, PEER_SETTLE_SECONDS, restart_limit
+from trainstack_contract import STATES
+from trainstack_contract.status import first_status
+
+
+def test_a_job_that_succeeds_records_running_then_succeeded_and_releases_once() -> None:
+    w = world(settings(), runs=[(30.0, 0)])
+    assert w.agent.run() == 0
+    chief = w.status("chief")
+    assert chief is not None and chief.state == STATES.succeeded and chief.exit_code == 0
+    assert [entry.state for entry in chief.history] == [STATES.running, STATES.succeeded]
+    job = w.job_status()
+    assert job is not None and job.state == STATES.succeeded
+    assert w.releases == ["stop"]
+    assert len(w.launcher.started) == 1
+
+
+def test_the_job_gets_its_directory_arguments_and_tf_config() -> None:
+    w = world(settings(), runs=[(1.0, 0)])
+    w.agent.run()
+    [command] = w.launcher.started
+    assert command.argv[1:] == ("-m", "trainer.task", "--job-dir", JOB_DIR, "--epochs", "2")
+    assert command.env["TF_CONFIG"].startswith('{"cluster"')
+    assert command.env["AIP_MODEL_DIR"] == f"{JOB_DIR}/model"
+    assert command.env["PYTHONPATH"] == "/state/code/x"
+
+
+def test_a_job_that_already_succeeded_is_not_trained_again_but_on_finish_applies() -> None:
+    w = world(settings(), runs=[(1.0, 0)])
+    w.put_job_status(STATES.succeeded)
+    assert w.agent.run() == 0
+    assert w.launcher.started == [] and w.releases == ["stop"]
+    assert any("already SUCCEEDED" in line for line in w.log)
+
+
+@pytest.mark.parametrize("on_finish", ["stop", "delete"])
+def test_on_finish_is_the_action_released(on_finish: str) -> None:
+    w = world(settings(on_finish=on_finish), runs=[(1.0, 0)])
+    w.agent.run()
+    assert w.releases == [on_finish]
+
+
+def test_keep_releases_nothing() -> None:
+    w = world(settings(on_finish="keep"), runs=[(1.0, 0)])
+    w.agent.run()
+    assert w.releases == []
+
+
+def test_a_failure_with_no_lost_peer_is_failed_after_the_settle_window_and_not_restarted() -> None:
+    w = world(settings(), runs=[(30.0, 3)])
+    w.put_status("worker-0", STATES.running)
+    assert w.agent.run() == 3
+    chief = w.status("chief")
+    assert chief is not None and (chief.state, chief.exit_code) == (STATES.failed, 3)
+    assert len(w.launcher.started) == 1
+    # It looked for a lost peer for the settle window, and no longer.
+    assert 30.0 + PEER_SETTLE_SECONDS <= w.clock.now <= 30.0 + PEER_SETTLE_SECONDS + 5
+    assert w.releases == ["stop"]
+
+
+def test_a_single_node_fails_at_once_without_looking_for_peers() -> None:
+    w = world(settings(peers=()), runs=[(30.0, 1)])
+    assert w.agent.run() == 1
+    assert w.clock.now < 30.0 + 3
+
+
+@pytest.mark.parametrize("exit_code", [1, 75, 137])
+def test_any_exit_after_a_peer_was_preempted_restarts_the_code_once_the_peer_is_back(exit_code: int) -> None:
+    """Recovery does not depend on this project's exit code: a team's trainer exits 1 with a
+    traceback when TensorFlow reports the lost peer."""
+    w = world(settings(), runs=[(30.0, exit_code), (40.0, 0)])
+    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    # worker-0 is preempted at 25 s, and its next boot writes RUNNING at 90 s.
+    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
+    w.clock.at(90.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    assert w.agent.run() == 0
+    assert len(w.launcher.started) == 2
+    # The second start waited for the peer to come back.
+    assert w.launcher.children[1].exits_at - 40.0 >= 90.0
+    chief = w.status("chief")
+    assert chief is not None and chief.state == STATES.succeeded and chief.attempt == 2
+    assert any("restarting" in (entry.reason or "") for entry in chief.history)
+
+
+def test_a_peer_that_rebooted_while_the_code_ran_counts_as_lost_even_when_it_is_up_again() -> None:
+    w = world(settings(), runs=[(30.0, 1), (10.0, 0)])
+    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    w.clock.at(20.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    assert w.agent.run() == 0
+    assert len(w.launcher.started) == 2
+
+
+def test_restarts_after_lost_peers_are_bounded() -> None:
+    """A peer lost again and again (it reboots each time) ends the job at the bound."""
+    node_settings = settings(max_restarts=1)
+    limit = restart_limit(node_settings)
+    assert limit == 2
+    w = world(node_settings, runs=[(30.0, 1)])
+    w.put_status("worker-0", STATES.running, incarnation="a0")
+
+    def reboot_peer(start: int) -> None:
+        w.clock.at(w.clock.now + 10.0, lambda: w.put_status("worker-0", STATES.running, incarnation=f"b{start}"))
+
+    w.launcher.on_start = reboot_peer
+    assert w.agent.run() == 1
+    assert len(w.launcher.started) == limit + 1
+    chief = w.status("chief")
+    assert chief is not None and chief.state == STATES.failed
+    assert f"the most this node restarts it ({limit})" in (chief.reason or "")
+
+
+def test_a_peer_that_stays_down_past_the_timeout_fails_the_node() -> None:
+    w = world(settings(peer_timeout_seconds=120), runs=[(30.0, 1)])
+    w.put_status("worker-0", STATES.running)
+    w.clock.at(10.0, lambda: w.put_status("worker-0", STATES.preempted))
+    assert w.agent.run() == EXIT_ENDED
+    chief = w.status("chief")
+    assert chief is not None and chief.state == STATES.failed
+    assert chief.reason == "worker-0 did not come back within 120 s"
+    assert len(w.launcher.started) == 1 and w.releases == ["stop"]
+
+
+def test_a_node_waits_at_boot_for_a_peer_that_is_down() -> None:
+    w = world(settings(), runs=[(5.0, 0)])
+    w.put_status("worker-0", STATES.interrupted)
+    w.clock.at(50.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    assert w.agent.run() == 0
+    assert w.launcher.children[0].exits_at >= 50.0 + 5.0
+
+
+def test_a_worker_ends_when_the_chief_records_failed() -> None:
+    w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
+    w.put_job_status(STATES.running)
+    w.clock.at(100.0, lambda: w.put_job_status(STATES.failed))
+    assert w.agent.run() == EXIT_ENDED
+    worker = w.status("worker-0")
+    assert worker is not None and (worker.state, worker.reason) == (STATES.failed, "the chief recorded the job FAILED")
+    assert w.launcher.children[0].stopped
+    assert w.clock.now < 100.0 + 15
+    assert w.releases == ["stop"]
+
+
+def test_a_failed_left_by_an_earlier_attempt_does_not_end_this_one() -> None:
+    w = world(settings(node="worker-0"), runs=[(30.0, 0)])
+    earlier = first_status("chief", STATES.failed, time="2026-11-22T10:00:00.000000Z", incarnation="cccc")
+    w.storage.objects[f"{JOB_DIR}/status/job.json"] = earlier.to_json().encode()
+    # The chief's heartbeat goes on, so only the old FAILED could end this node.
+    for second in range(10, 60, 10):
+        w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
+    assert w.agent.run() == 0
+
+
+def test_a_worker_ends_when_the_chief_falls_silent() -> None:
+    w = world(settings(node="worker-0", peer_timeout_seconds=300), runs=[(3600.0, 0)])
+    w.put_job_status(STATES.running)
+    assert w.agent.run() == EXIT_ENDED
+    worker = w.status("worker-0")
+    assert worker is not None and worker.reason == "no heartbeat from the chief for 300 s"
+    assert 300.0 <= w.clock.now <= 300.0 + 15
+
+
+def test_the_chief_refreshes_its_heartbeat_every_heartbeat_period() -> None:
+    w = world(settings(heartbeat_seconds=60), runs=[(600.0, 0)])
+    w.agent.run()
+    heartbeats = [uri for uri in w.storage.writes if uri.endswith("/status/job.json")]
+    # One at start, one a minute for ten minutes, and the final SUCCEEDED.
+    assert 10 <= len(heartbeats) <= 13
+
+
+def test_a_termination_signal_records_preempted_ends_the_children_and_applies_no_on_finish() -> None:
+    w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
+    w.preempted[0] = True
+    w.board.write_node(STATES.running)
+    assert w.agent.on_termination("SIGTERM") == EXIT_ENDED
+    worker = w.status("worker-0")
+    assert worker is not None and (worker.state, worker.reason) == (STATES.preempted, "SIGTERM")
+    assert w.launcher.stopped_all == 1 and w.releases == []
+
+
+def test_a_termination_signal_that_is_not_a_preemption_records_interrupted() -> None:
+    w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
+    assert w.agent.on_termination("SIGHUP") == EXIT_ENDED
+    worker = w.status("worker-0")
+    assert worker is not None and worker.state == STATES.interrupted
+
+
+def test_a_digest_mismatch_while_preparing_fails_naming_the_object_and_releases_the_node() -> None:
+    def prepare():  # type: ignore[no-untyped-def]
+        raise DigestMismatch("gs://test-bucket/trainstack/code/x.zip does not match the sha256 pinned in metadata")
+
+    w = world(settings(on_finish="keep"), runs=[(1.0, 0)], prepare=prepare)
+    assert w.agent.run() == 1
+    chief = w.status("chief")
+    assert chief is not None and chief.state == STATES.failed
+    assert "trainstack/code/x.zip does not match the sha256" in (chief.reason or "")
+    assert w.launcher.started == []
+    # on_finish=keep keeps a machine whose job ended; one that refused its code stops.
+    assert w.releases == ["stop"]
+
+
+def test_an_unexpected_error_records_failed_and_applies_on_finish() -> None:
+    w = world(settings(), runs=[(1.0, 0)])
+
+    def broken(command):  # type: ignore[no-untyped-def]
+        raise RuntimeError("no such file: python")
+
+    w.launcher.start = broken  # type: ignore[method-assign]
+    assert w.agent.run() == 1
+    chief = w.status("chief")
+    assert chief is not None and chief.state == STATES.failed and "RuntimeError" in (chief.reason or "")
+    assert w.releases == ["stop"]
+
+
+def test_a_status_write_that_fails_at_the_end_still_releases_the_machine() -> None:
+    w: World = world(settings(), runs=[(10.0, 0)])
+    w.clock.at(5.0, lambda: setattr(w.storage, "fail_writes", True))
+    assert w.agent.run() == 0
+    assert w.releases == ["stop"]
+    assert any("could not record SUCCEEDED" in line for line in w.log)

