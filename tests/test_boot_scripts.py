@@ -14,10 +14,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trainstack import scripts
 from trainstack.local import LocalRun, LocalRunResult, TrainerOverrides
-from trainstack.resolved import resolve_stack
 from trainstack.stackfile import STACKS_DIR, load_stack
 from trainstack_contract import LAYOUT
 
@@ -106,64 +106,9 @@ def test_after_a_failed_chief_the_other_nodes_stop_waiting(
     assert len(result.self_stops) == 4
 
 
-def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_the_node(
-    tmp_path: Path, probe_trainer: Path
-) -> None:
-    cfg = stack("dev")
-    # An empty wheelhouse and a requirement it cannot satisfy: the install fails.
-    kind = scripts.NodeKind(
-        requirements=("trainstack-absent==1.0",),
-        system_site_packages=False,
-        stop_command=scripts.ShellCode("true"),
-        delete_command=scripts.ShellCode("true"),
-    )
-    (tmp_path / "bucket" / resolve_stack(cfg).bucket_name / LAYOUT.wheelhouse).mkdir(parents=True)
-    result = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
-    assert result.job_status is not None and result.job_status["state"] == "FAILED"
-    assert result.job_status["exit_code"] != 0
-    assert result.job_status.get("reason") == "preparing the job (environment, code or image) failed"
-    assert len(result.self_stops) == 1
-
-
-def _status_functions(tmp_path: Path) -> Path:
-    """The rendered partials that define the status functions, without the script's main part."""
-    cfg = stack("paramserver")
-    library = tmp_path / "functions.sh"
-    library.write_text(
-        scripts.render("_common.sh.j2", resolve_stack(cfg)) + scripts.render("_job.sh.j2", resolve_stack(cfg))
-    )
-    return library
-
-
-@pytest.mark.parametrize(
-    ("failed_at", "attempt_started", "ends_this_attempt"),
-    [
-        ("2026-11-22T10:00:05.000000000Z", "2026-11-22T10:00:00.000000000Z", True),
-        # A FAILED left by an earlier attempt (the user fixed the data and booted again).
-        ("2026-11-21T09:00:00.000000000Z", "2026-11-22T10:00:00.000000000Z", False),
-    ],
-)
-def test_only_a_failure_of_this_attempt_ends_the_other_nodes(
-    tmp_path: Path, failed_at: str, attempt_started: str, ends_this_attempt: bool
-) -> None:
-    import subprocess
-
-    status = tmp_path / "job.json"
-    status.write_text(json.dumps({"state": "FAILED", "node": "chief", "exit_code": 1, "time": failed_at}) + "\n")
-    check = subprocess.run(
-        [
-            "bash",
-            "-c",
-            f'source "{_status_functions(tmp_path)}"; job_failed_since "$(cat "{status}")" "{attempt_started}"',
-        ],
-        check=False,
-    )
-    assert (check.returncode == 0) is ends_this_attempt
-
-
 def _probe_wheel(wheelhouse: Path) -> None:
     """A minimal valid wheel, so the install path needs no network and no build tools."""
-    wheelhouse.mkdir(parents=True)
+    wheelhouse.mkdir(parents=True, exist_ok=True)
     files = {
         "trainstack_probe/__init__.py": b"VALUE = 1\n",
         "trainstack_probe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: trainstack-probe\nVersion: 1.0\n",
@@ -180,28 +125,99 @@ def _probe_wheel(wheelhouse: Path) -> None:
         wheel.writestr("trainstack_probe-1.0.dist-info/RECORD", "\n".join(record) + "\n")
 
 
-def test_environment_installs_from_the_bucket_wheelhouse_once(
+def stack_with_wheelhouse(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The dev stack with a wheelhouse of one probe wheel (storage.wheelhouse)."""
+    _probe_wheel(tmp_path / "wheels")
+    document = yaml.safe_load((STACKS_DIR / "Pulumi.dev.yaml").read_text())
+    document["config"]["trainstack:storage"] = {"wheelhouse": str(tmp_path / "wheels")}
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_stack(path)[0]
+
+
+def probe_kind(requirement: str) -> scripts.NodeKind:
+    return scripts.NodeKind(
+        requirements=(requirement,), system_site_packages=False, stop_command=scripts.ShellCode("true")
+    )
+
+
+def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_the_node(
+    tmp_path: Path, probe_trainer: Path
+) -> None:
+    # The wheelhouse lacks the requirement: the install fails.
+    cfg = stack_with_wheelhouse(tmp_path)
+    result = run(
+        cfg, tmp_path / "run", probe_trainer, kind=probe_kind("trainstack-absent==1.0"), environment_installed=False
+    )
+    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert result.job_status["exit_code"] != 0
+    assert result.job_status.get("reason") == (
+        "preparing the job failed: installing the pinned requirements failed (exit 1)"
+    )
+    assert len(result.self_stops) == 1
+
+
+def test_environment_installs_from_the_stacks_wheelhouse_once(
     tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = stack("dev")
-    kind = scripts.NodeKind(
-        requirements=("trainstack-probe==1.0",),
-        system_site_packages=False,
-        stop_command=scripts.ShellCode("true"),
-        delete_command=scripts.ShellCode("true"),
-    )
-    _probe_wheel(tmp_path / "bucket" / resolve_stack(cfg).bucket_name / LAYOUT.wheelhouse)
+    cfg = stack_with_wheelhouse(tmp_path)
+    kind = probe_kind("trainstack-probe==1.0")
     monkeypatch.setenv("PROBE_IMPORTS", "trainstack_probe")
-    first = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
+    first = run(cfg, tmp_path / "run", probe_trainer, kind=kind, environment_installed=False)
     assert first.succeeded, "\n".join(first.logs["chief"])
     assert probe_records(first)["chief"]["imports"] == ["trainstack_probe"]
     assert any("installing the python environment" in line for line in first.logs["chief"])
     # A restart (after host maintenance, say) of an unfinished job reuses the environment.
     (first.job_dir / "status" / "job.json").unlink()
-    second = run(cfg, tmp_path, probe_trainer, kind=kind, environment_installed=False)
+    second = run(cfg, tmp_path / "run", probe_trainer, kind=kind, environment_installed=False)
     assert second.succeeded
     assert any("python environment ready" in line for line in second.logs["chief"])
     assert not any("installing" in line for line in second.logs["chief"])
+
+
+def test_a_wheel_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:
+    cfg = stack_with_wheelhouse(tmp_path)
+    local = LocalRun(
+        cfg,
+        tmp_path / "run",
+        TrainerOverrides(),
+        echo=False,
+        trainer_source=probe_trainer,
+        kind=probe_kind("trainstack-probe==1.0"),
+        environment_installed=False,
+    )
+    local.prepare()
+    # Someone with write access to the bucket swaps a wheel after `pulumi up`.
+    wheel = local.workdir / "bucket" / local.stack.bucket_name / LAYOUT.wheel("trainstack_probe-1.0-py3-none-any.whl")
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+    local.prepare = lambda: None  # type: ignore[method-assign]
+    result = local.start().wait(timeout=300)
+    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert (
+        "trainstack_probe-1.0-py3-none-any.whl does not match the sha256 pinned in metadata"
+        in result.job_status["reason"]
+    )
+    assert len(result.self_stops) == 1
+    assert not (local.workdir / "nodes" / "chief" / "state" / "venv" / ".trainstack-requirements").exists()
+
+
+def test_a_code_archive_replaced_in_the_bucket_is_refused_and_the_node_released(
+    tmp_path: Path, probe_trainer: Path
+) -> None:
+    local = LocalRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
+    local.prepare()
+    assert local.job is not None and local.job.package is not None
+    archive = local.workdir / "bucket" / local.stack.bucket_name / local.job.package.object_name
+    with zipfile.ZipFile(archive, "a") as bundle:
+        bundle.writestr("trainer/sitecustomize.py", "import os\n")
+    local.prepare = lambda: None  # type: ignore[method-assign]
+    result = local.start().wait(timeout=300)
+    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert (
+        f"{local.job.package.object_name} does not match the sha256 pinned in metadata" in result.job_status["reason"]
+    )
+    assert len(result.self_stops) == 1
+    assert not (tmp_path / "bucket" / local.stack.bucket_name / "jobs" / local.job.name / "probe").exists()
 
 
 @pytest.mark.slow

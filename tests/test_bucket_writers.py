@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stack_helpers import SHIPPED_STACKS, plan_for
 
+from stack_helpers import SHIPPED_STACKS, plan_for
 from trainstack.cli import main
 
 WRITE_ROLES = {

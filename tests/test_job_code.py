@@ -137,8 +137,11 @@ def test_a_package_is_uploaded_under_its_content_hash_and_every_node_names_that_
 
     def uploaded() -> tuple[str, set[str]]:
         plan = plan_of(write_stack(tmp_path, config))
-        [code] = plan.of_type("gcp:storage/bucketObject:BucketObject")
-        named = {vm.inputs["metadata"]["trainstack-code-archive"] for vm in plan.of_type(INSTANCE)}
+        [code] = [o for o in plan.of_type("gcp:storage/bucketObject:BucketObject") if o.name.endswith("-code")]
+        metadata = [vm.inputs["metadata"] for vm in plan.of_type(INSTANCE)]
+        named = {m["trainstack-code-archive"] for m in metadata}
+        # Each node checks the archive's bytes, as uploaded, against this digest.
+        assert {m["trainstack-code-archive-sha256"] for m in metadata} == {code.inputs["source"]["sha256"]}
         return code.inputs["name"], named
 
     first, named = uploaded()
@@ -195,9 +198,9 @@ def test_a_short_image_name_is_the_stacks_own_repository_on_every_node(tmp_path:
         assert metadata["trainstack-gpu-count"] == "2"
         assert json.loads(metadata["trainstack-trainer-args"]) == ["--epochs", "2"]
         assert "trainstack-code-archive" not in metadata
-        assert "exec docker run" in plan.scripts["cluster-node.sh"]
-    # No code object: the image is the code. The nodes read the stack's repository, which holds it.
-    assert plan.of_type("gcp:storage/bucketObject:BucketObject") == []
+    # No code object: the image is the code (the agent is all the bucket holds for the nodes).
+    # The nodes read the stack's repository, which holds the image.
+    assert [o.inputs["name"].split("/")[1] for o in plan.of_type("gcp:storage/bucketObject:BucketObject")] == ["agent"]
     assert ("test-project-123", "us-central1", "test-images") in {
         (p, loc, r.rsplit("/", 1)[-1]) for p, loc, r in readers(plan, "identity")
     }

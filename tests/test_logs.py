@@ -18,7 +18,6 @@ from trainstack.logs import (
     LogSource,
     log_query,
 )
-from trainstack.scripts import TEMPLATES_DIR
 from trainstack.stackfile import load_stack
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
@@ -77,11 +76,19 @@ def test_an_unknown_node_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]
     )
 
 
-def test_the_tags_are_the_ones_the_boot_scripts_log_under() -> None:
-    common = (TEMPLATES_DIR / "_common.sh.j2").read_text()
-    job = (TEMPLATES_DIR / "_job.sh.j2").read_text()
-    assert f"systemd-cat -t {SCRIPT_IDENTIFIER} " in common
-    assert f"systemd-cat -t {TRAINER_IDENTIFIER})" in job
+def test_the_tags_are_the_ones_the_node_agent_logs_under(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent hands its own lines and the job's to the journal (Cloud Logging collects it)
+    under two tags; the query asks for exactly those."""
+    import io
+
+    from trainstack_agent.processes import Log
+
+    calls = install_recording_command("systemd-cat", tmp_path, monkeypatch)
+    log = Log(stream=io.StringIO(), journal=True)
+    log("node chief starting")
+    log.job_line("Epoch 1/10")
+    log.close()
+    assert sorted(recorded_calls(calls)) == sorted([["-t", SCRIPT_IDENTIFIER], ["-t", TRAINER_IDENTIFIER]])
 
 
 # --- gcloud ---------------------------------------------------------------------------------------------

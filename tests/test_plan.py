@@ -287,7 +287,7 @@ def test_nodes_get_job_settings_in_metadata_not_baked_into_the_script() -> None:
         assert args[args.index("--strategy") + 1] == "multi_worker_mirrored"
         assert args[args.index("--epochs") + 1] == "10"
     assert len(scripts_seen) == 1, "one script serves every node; metadata tells them apart"
-    [package] = plan.of_type("gcp:storage/bucketObject:BucketObject")
+    [package] = [o for o in plan.of_type("gcp:storage/bucketObject:BucketObject") if o.name.endswith("-code")]
     # The built-in trainer ships as a package named by its content, and every node names it.
     assert re.fullmatch(r"trainstack/code/trainer-[0-9a-f]{16}\.zip", package.inputs["name"])
     for vm in plan.of_type(INSTANCE):

@@ -1,12 +1,11 @@
 """Job secrets: `pulumi config set --path --secret 'trainstack:secrets.NAME'`, stored in Secret
-Manager by the program, readable by the training accounts alone, fetched by the boot script at
-run time, and never in metadata, labels, logs, scripts or plan output."""
+Manager by the program, readable by the training accounts alone, fetched by the node agent at
+run time (tests/agent: the exact requests, and the job's environment), and never in metadata,
+labels, logs, scripts or plan output."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +14,9 @@ import pytest
 import trainstack.plan as plan_module
 from stack_helpers import base_config, plan_of, write_stack
 from trainstack.cli import main
-from trainstack.config import StackConfig
 from trainstack.plan import Plan, run_plan
 from trainstack.pulumi_internals import SECRET_SIGNATURE, SECRET_SIGNATURE_KEY
-from trainstack.resolved import resolve_stack
 from trainstack.rules import parse_and_check
-from trainstack.scripts import render
 
 CANARY = "canary-7f3e9d1c-token"
 SECRET_KEY = "trainstack:secrets"
@@ -156,70 +152,3 @@ def test_secrets_without_a_job_are_refused() -> None:
     config = config_with_secrets()
     config["trainstack:job"] = "none"
     assert "runs none" in problems_of(config)
-
-
-def _boot_library(tmp_path: Path) -> Path:
-    cfg: StackConfig = parse_and_check("sec", config_with_secrets())
-    stack = resolve_stack(cfg)
-    library = tmp_path / "functions.sh"
-    library.write_text("".join(render(t, stack, None) for t in ("_common.sh.j2", "_environment.sh.j2")))
-    return library
-
-
-def _fetch(
-    tmp_path: Path, gcloud_body: str, extra_env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    gcloud = tmp_path / "gcloud"
-    gcloud.write_text(f'#!/bin/bash\nprintf "%s\\n" "$*" >> "{tmp_path}/gcloud.calls"\n{gcloud_body}\n')
-    gcloud.chmod(0o755)
-    script = (
-        f'source "{_boot_library(tmp_path)}"\n'
-        'metadata_path() { [[ "$1" == project/project-id ]] && echo my-project; }\n'
-        'SECRETS_SPEC="HF_TOKEN=sec-HF_TOKEN WANDB_API_KEY=sec-WANDB_API_KEY"\n'
-        "fetch_job_secrets\n"
-        'printf "%s|%s|%s\\n" "${WANDB_API_KEY}" "${HF_TOKEN}" "${SECRET_ENV[*]}"\n'
-    )
-    return subprocess.run(
-        ["bash", "-c", script],
-        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", **(extra_env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def test_the_boot_script_fetches_each_secret_from_secret_manager_into_the_environment(tmp_path: Path) -> None:
-    result = _fetch(tmp_path, f'printf "{CANARY}-%s" "${{5#--secret=}}"')
-    assert result.returncode == 0, result.stderr
-    assert (tmp_path / "gcloud.calls").read_text().splitlines() == [
-        "secrets versions access latest --secret=sec-HF_TOKEN --project=my-project",
-        "secrets versions access latest --secret=sec-WANDB_API_KEY --project=my-project",
-    ]
-    assert result.stdout.strip() == (
-        f"{CANARY}-sec-WANDB_API_KEY|{CANARY}-sec-HF_TOKEN|--env HF_TOKEN --env WANDB_API_KEY"
-    )
-    assert CANARY not in result.stderr  # the boot log names the secrets, never their values
-
-
-def test_a_secret_that_cannot_be_read_fails_the_job(tmp_path: Path) -> None:
-    result = _fetch(tmp_path, "exit 1")
-    assert result.returncode != 0
-    assert "cannot read secret sec-HF_TOKEN (for HF_TOKEN) from Secret Manager" in result.stderr
-
-
-def test_a_local_run_takes_secrets_from_its_environment_and_fails_closed_without_them(tmp_path: Path) -> None:
-    local = {"TRAINSTACK_SECRETS_FROM_ENVIRONMENT": "1", "HF_TOKEN": "h", "WANDB_API_KEY": "w"}
-    result = _fetch(tmp_path, "exit 1", local)
-    assert result.returncode == 0 and result.stdout.strip() == "w|h|--env HF_TOKEN --env WANDB_API_KEY"
-    assert not (tmp_path / "gcloud.calls").exists()
-    result = _fetch(tmp_path, "exit 1", {**local, "WANDB_API_KEY": ""})
-    assert result.returncode != 0 and "secret WANDB_API_KEY is not set in the environment" in result.stderr
-
-
-def test_the_rendered_boot_scripts_fetch_secrets_before_the_job_starts(tmp_path: Path) -> None:
-    plan = plan_of(write_stack(tmp_path, config_with_secrets(), "sec"))
-    script = plan.scripts[next(iter(plan.scripts))]
-    start_job = script[script.index("start_job() {") :]
-    assert start_job.index("fetch_job_secrets || return 1") < start_job.index("exec ")
-    assert "gcloud secrets versions access latest" in script

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import trainstack_agent
 import trainstack_contract
-from trainstack.jobcode import PROJECT_ROOT, zip_bytes
+from trainstack.jobcode import PROJECT_ROOT, Wheelhouse, zip_bytes
 from trainstack_contract import LAYOUT
 
 # The agent's archive holds these packages, Python files only, and a __main__ that runs it.
@@ -90,3 +91,11 @@ def stage(name: str, data: bytes) -> Path:
         except OSError:
             continue
     raise OSError(f"cannot stage {name} for upload: neither {STAGING_DIR} nor the temporary directory is writable")
+
+
+def wheelhouse_manifest(wheelhouse: Wheelhouse) -> BuiltArtifact:
+    """The list of a wheelhouse's wheels with their digests, which a node checks each wheel
+    against; its own sha256 is pinned in the nodes' metadata."""
+    entries = [{"file": name, "sha256": digest} for name, digest in sorted(wheelhouse.digests.items())]
+    data = (json.dumps({"wheels": entries}, indent=1, sort_keys=True) + "\n").encode()
+    return BuiltArtifact(LAYOUT.wheelhouse_manifest(hashlib.sha256(data).hexdigest()[:NAME_DIGEST_CHARS]), data)

@@ -415,6 +415,10 @@ class Storage(_Strict):
     delete_on_destroy: bool = False
     # Noncurrent object versions (overwritten checkpoints) are removed after this many days.
     noncurrent_version_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    # A directory of wheels (`pip download -d DIR -r requirements-node.txt`) that `pulumi up`
+    # uploads; nodes install from it, each wheel checked against its digest, instead of from
+    # the package index (private nodes then need no internet access to boot).
+    wheelhouse: Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)] | None = None
 
 
 # IAM principals a stack may grant machine access to: people, groups and service accounts

@@ -140,6 +140,55 @@ class ExtraRequirements:
         return LAYOUT.code_requirements(self.digest)
 
 
+# A wheelhouse: wheel files only (pip runs no code to install a wheel, unlike a source
+# archive), named as wheels are, within bounds the nodes also enforce.
+WHEEL_FILE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,200}\.whl")
+MAX_WHEELS = 2000
+MAX_WHEELHOUSE_BYTES = 20 * 1024**3
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    """Wheels nodes install from, by file name."""
+
+    source: Path
+    wheels: dict[str, Path]
+
+    @functools.cached_property
+    def digests(self) -> dict[str, str]:
+        """Each wheel's sha256, read once (a wheelhouse of TensorFlow is gigabytes)."""
+        digests = {}
+        for name, path in self.wheels.items():
+            sha = hashlib.sha256()
+            with path.open("rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    sha.update(chunk)
+            digests[name] = sha.hexdigest()
+        return digests
+
+
+def load_wheelhouse(source: Path) -> Wheelhouse:
+    if not source.is_dir() or source.is_symlink():
+        raise CodeError(f"{source} is not a directory (a relative path starts at the project root, {PROJECT_ROOT})")
+    wheels: dict[str, Path] = {}
+    total = 0
+    for path in sorted(source.iterdir()):
+        if path.is_symlink() or not path.is_file():
+            raise CodeError(f"{path.name} is not a regular file; a wheelhouse holds wheel files only")
+        if WHEEL_FILE_PATTERN.fullmatch(path.name) is None:
+            raise CodeError(
+                f"{shorten(path.name)} is not a wheel (NAME-VERSION-TAGS.whl); a wheelhouse holds wheels only, "
+                "which install without running code: `pip download --only-binary=:all: -d DIR -r FILE` makes one"
+            )
+        total += path.stat().st_size
+        wheels[path.name] = path
+        if len(wheels) > MAX_WHEELS or total > MAX_WHEELHOUSE_BYTES:
+            raise CodeError(f"more than {MAX_WHEELS} wheels or {MAX_WHEELHOUSE_BYTES // 1024**3} GiB")
+    if not wheels:
+        raise CodeError(f"{source} holds no wheels")
+    return Wheelhouse(source, wheels)
+
+
 @dataclass(frozen=True)
 class ImageRef:
     uri: str

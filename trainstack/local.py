@@ -23,6 +23,7 @@ ports instead of internal DNS names.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import posixpath
@@ -481,7 +482,14 @@ class LocalRun:
             LocalNode(
                 node,
                 scripts.node_metadata(
-                    cluster, node, self.bucket.uri, self.job, args, gpu_count=gpu_count, kind=self.kind
+                    cluster,
+                    node,
+                    self.bucket.uri,
+                    self.job,
+                    args,
+                    gpu_count=gpu_count,
+                    kind=self.kind,
+                    wheelhouse=self.stack.wheelhouse,
                 ),
                 self.workdir / "nodes" / node.name / "state",
             )
@@ -517,6 +525,12 @@ class LocalRun:
         self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.stack, self.kind))
         agent = artifacts.agent_archive()
         self.bucket.put(agent.object_name, lambda destination: destination.write_bytes(agent.data))
+        wheelhouse = self.stack.wheelhouse
+        if wheelhouse is not None:
+            manifest = artifacts.wheelhouse_manifest(wheelhouse)
+            self.bucket.put(manifest.object_name, lambda destination: destination.write_bytes(manifest.data))
+            for filename, path in wheelhouse.wheels.items():
+                self.bucket.put(contract.LAYOUT.wheel(filename), functools.partial(_copy_into, path))
         job = self.job
         if job is not None and job.package is not None:
             self.bucket.put(job.package.object_name, job.package.write_archive)
@@ -739,6 +753,10 @@ def check_preemptible(cluster: ResolvedCluster, names: tuple[str, ...]) -> tuple
     if len(set(names)) != len(names):
         raise PreemptError(f"--preempt {','.join(names)}: a node is named twice")
     return names
+
+
+def _copy_into(source: Path, destination: Path) -> None:
+    shutil.copyfile(source, destination)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

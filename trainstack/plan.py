@@ -228,21 +228,18 @@ COMPUTED = "<computed>"
 
 def _archive_description(archive: pulumi.Archive | pulumi.Asset) -> Any:
     """An archive as its contents' paths and a hash of their bytes: stable across runs and
-    clones, and different when the code it uploads changes."""
+    clones, and different when the code it uploads changes. A single file shows its full
+    sha256: for what nodes run, the digest their metadata pins."""
     if isinstance(archive, pulumi.AssetArchive):
         return {"asset_archive": {name: _archive_description(inner) for name, inner in sorted(archive.assets.items())}}
     if isinstance(archive, (pulumi.FileArchive, pulumi.FileAsset)):
         path = Path(archive.path)
-        files = (
-            sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-            if path.is_dir()
-            else [path]
-        )
+        if path.is_file():
+            return {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         digest = hashlib.sha256()
         for file in files:
-            digest.update(
-                str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0" + file.read_bytes()
-            )
+            digest.update(str(file.relative_to(path)).encode() + b"\0" + file.read_bytes())
         return {"files": path.name, "sha256": digest.hexdigest()[:16]}
     return type(archive).__name__
 

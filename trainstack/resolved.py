@@ -19,9 +19,11 @@ from trainstack.jobcode import (
     CodePackage,
     ExtraRequirements,
     ImageRef,
+    Wheelhouse,
     builtin_package,
     load_package,
     load_requirements,
+    load_wheelhouse,
     project_path,
     resolve_image,
 )
@@ -159,6 +161,8 @@ class ResolvedStack:
     tpu: ResolvedTpu | None
     notebook: ResolvedNotebook | None
     costs: tuple[NodeCost, ...] = field(default=())
+    # Wheels the machines install from instead of the package index (storage.wheelhouse).
+    wheelhouse: Wheelhouse | None = None
 
     @property
     def bucket_uri(self) -> str:
@@ -470,6 +474,9 @@ def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None) -> ResolvedS
         tpu=tpu,
         notebook=notebook,
         costs=tuple(costs),
+        wheelhouse=(
+            load_wheelhouse(project_path(cfg.settings.storage.wheelhouse)) if cfg.settings.storage.wheelhouse else None
+        ),
     )
 
 

@@ -24,6 +24,7 @@ from trainstack.jobcode import (
     CodeError,
     load_package,
     load_requirements,
+    load_wheelhouse,
     missing_module,
     missing_package,
     module_file,
@@ -445,7 +446,26 @@ def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Proble
                 f"{NAMESPACE}:zone", f"zone {zone} is not in gcp:region {cfg.region}; zones look like {cfg.region}-a"
             )
         ]
-    return check_cluster(cfg, catalog) + check_tpu(cfg, catalog) + check_notebook(cfg, catalog) + check_job(cfg)
+    return (
+        check_cluster(cfg, catalog)
+        + check_tpu(cfg, catalog)
+        + check_notebook(cfg, catalog)
+        + check_job(cfg)
+        + check_wheelhouse(cfg)
+    )
+
+
+def check_wheelhouse(cfg: StackConfig) -> list[Problem]:
+    wheelhouse = cfg.settings.storage.wheelhouse
+    if wheelhouse is None:
+        return []
+    if cfg.settings.cluster is None and cfg.settings.tpu is None:
+        return [Problem(f"{NAMESPACE}:storage.wheelhouse", "only a cluster or a TPU VM installs from a wheelhouse")]
+    try:
+        load_wheelhouse(project_path(wheelhouse))
+    except CodeError as error:
+        return [Problem(f"{NAMESPACE}:storage.wheelhouse", str(error))]
+    return []
 
 
 def validate_stack(cfg: StackConfig, catalog: Catalog | None = None) -> StackConfig:

@@ -23,7 +23,7 @@ import jinja2
 from trainstack import artifacts
 from trainstack.config import NAMESPACE
 from trainstack.errors import Problem, StackConfigError
-from trainstack.jobcode import PROJECT_ROOT
+from trainstack.jobcode import PROJECT_ROOT, Wheelhouse
 from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, ResolvedStack, ResolvedTpu
 from trainstack_contract import (
     CHIEF,
@@ -137,15 +137,21 @@ def heartbeat_seconds(peer_timeout_seconds: int) -> int:
     return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
 
 
-def agent_metadata(bucket: str, kind: NodeKind) -> dict[str, str]:
-    """Where the node agent is and its digest, and the Python environment it installs."""
+def agent_metadata(bucket: str, kind: NodeKind, wheelhouse: Wheelhouse | None) -> dict[str, str]:
+    """Where the node agent is and its digest, and the Python environment it installs (from
+    the stack's wheelhouse, by its manifest's digest, when it declares one)."""
     agent = artifacts.agent_archive()
-    return {
+    metadata = {
         METADATA_KEYS.agent: agent.uri(bucket),
         METADATA_KEYS.agent_sha256: agent.sha256,
         METADATA_KEYS.python_requirements: "\n".join(kind.requirements),
         METADATA_KEYS.system_site_packages: "true" if kind.system_site_packages else "false",
     }
+    if wheelhouse is not None:
+        manifest = artifacts.wheelhouse_manifest(wheelhouse)
+        metadata[METADATA_KEYS.wheelhouse] = manifest.object_name
+        metadata[METADATA_KEYS.wheelhouse_sha256] = manifest.sha256
+    return metadata
 
 
 def job_metadata(job: ResolvedJob | None, bucket: str, args: tuple[str, ...]) -> dict[str, str]:
@@ -180,6 +186,7 @@ def node_metadata(
     args: tuple[str, ...] | None = None,
     gpu_count: int | None = None,
     kind: NodeKind | None = None,
+    wheelhouse: Wheelhouse | None = None,
 ) -> dict[str, str]:
     """Instance metadata a cluster node's agent reads; ``bucket`` is a gs:// URI or, locally, a
     path; ``gpu_count`` overrides the node's GPUs (a local run has none)."""
@@ -195,7 +202,7 @@ def node_metadata(
         METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(settings.heartbeat_timeout_seconds)),
         METADATA_KEYS.peer_timeout_seconds: str(settings.heartbeat_timeout_seconds),
         METADATA_KEYS.gpu_count: str(gpus if gpu_count is None else gpu_count),
-        **agent_metadata(bucket, kind or cluster_node_kind()),
+        **agent_metadata(bucket, kind or cluster_node_kind(), wheelhouse),
         **job_metadata(job, bucket, cluster.trainer_args if args is None else args),
     }
     if cluster.tf_cluster:
@@ -215,7 +222,7 @@ def tpu_metadata(stack: ResolvedStack, tpu: ResolvedTpu) -> dict[str, str]:
         METADATA_KEYS.bucket: stack.bucket_uri,
         METADATA_KEYS.on_finish: tpu.on_finish,
         METADATA_KEYS.max_run_seconds: str(tpu.max_run_seconds),
-        **agent_metadata(stack.bucket_uri, tpu_node_kind(tpu, stack.zone)),
+        **agent_metadata(stack.bucket_uri, tpu_node_kind(tpu, stack.zone), stack.wheelhouse),
         **job_metadata(stack.job, stack.bucket_uri, tpu.trainer_args),
     }
 
@@ -286,7 +293,10 @@ def boot_files(stack: ResolvedStack) -> BootFiles:
     """Render every script and metadata map once; raises when Compute Engine would refuse one."""
     cluster_script = render(CLUSTER_NODE, stack) if stack.cluster else None
     cluster_metadata = (
-        {n.name: node_metadata(stack.cluster, n, stack.bucket_uri, stack.job) for n in stack.cluster.nodes}
+        {
+            n.name: node_metadata(stack.cluster, n, stack.bucket_uri, stack.job, wheelhouse=stack.wheelhouse)
+            for n in stack.cluster.nodes
+        }
         if stack.cluster
         else {}
     )

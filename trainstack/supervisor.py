@@ -50,6 +50,33 @@ def free_loopback_ports(count: int) -> list[int]:
             handle.close()
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), read from /proc now.
+
+    A node's agent starts each child in a session of its own, as a VM's processes need no
+    common group; a VM's shutdown still signals every one of them, and so must a local run."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses; ppid follows the last ")".
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if child not in found:
+                found.append(child)
+                pending.append(child)
+    return found
+
+
 def wait_for(predicate: Callable[[], bool], deadline: float | None, poll_seconds: float = POLL_SECONDS) -> bool:
     """Polls ``predicate`` until it holds (True) or the ``time.monotonic()`` ``deadline``
     passes (False); ``None`` waits for ever. The predicate is always tried at least once."""
@@ -205,16 +232,24 @@ class Supervisor:
 
     # --- signals and ending -----------------------------------------------------------------
     def signal(self, name: str, signum: int) -> None:
-        """Sends ``signum`` to the process group of ``name`` if its leader still runs.
+        """Sends ``signum`` to the process group of ``name`` and to every process below it (in
+        sessions of their own), if its leader still runs, as a VM's shutdown reaches every
+        process of the VM.
 
         Until this supervisor reaps the leader, its pid (the group's id) cannot be reused, so
         the signal cannot reach a stranger; a group that has just emptied is ignored."""
         process = self._children[name].process
         if process.poll() is None:
+            below = descendants(process.pid)
             try:
                 os.killpg(process.pid, signum)
             except ProcessLookupError:
                 pass
+            for pid in below:
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
 
     def signal_all(self, signum: int) -> None:
         for name in self._children:

@@ -36,6 +36,7 @@ from trainstack_agent.environment import Prepared
 from trainstack_agent.job import JobCommand, job_command
 from trainstack_agent.recovery import POLL_SECONDS as RECOVER_POLL_SECONDS
 from trainstack_agent.recovery import SpotRecovery
+from trainstack_agent.secrets import SecretError
 from trainstack_agent.settings import NodeSettings
 from trainstack_contract import STATES
 from trainstack_contract.status import StatusDocument, StatusFormatError
@@ -233,6 +234,9 @@ class NodeAgent:
                 outcome, snapshot = self._run_code(prepared)
             except Ended as ended:
                 return Outcome(EXIT_ENDED, str(ended))
+            except SecretError as error:
+                # The job's code must not run without a secret it was promised.
+                return Outcome(1, str(error))
             if outcome.exit_code == 0 or outcome.reason is not None:
                 return outcome
             try:
@@ -369,8 +373,6 @@ class NodeAgent:
         secrets = self.services.secrets()
         self.starts += 1
         self.board.attempt = self.starts
-        if self.starts > 1:
-            self.board.write_node(STATES.running, reason="the job's code started again")
         command = job_command(
             self.settings, self.services.environment, prepared.python, prepared.code_dir, prepared.state_dir, secrets
         )

@@ -144,9 +144,11 @@ def test_storage_calls_carry_the_token_in_a_header_and_nowhere_else(server: Scri
     for request in api_calls:
         assert request["headers"]["Authorization"] == f"Bearer {TOKEN}"
         assert TOKEN not in request["path"]
-    assert (
-        "uploadType=media" in api_calls[1]["path"] and "name=jobs%2Ftrain%2Fstatus%2Fchief.json" in api_calls[1]["path"]
-    )
+    upload = api_calls[1]
+    assert upload["path"] == "/upload/storage/v1/b/bkt/o?uploadType=multipart"
+    assert upload["headers"]["Content-Type"].startswith("multipart/related; boundary=")
+    assert b'{"name": "jobs/train/status/chief.json", "contentType": "application/json"}' in upload["body"]
+    assert b'{"state": "RUNNING"}' in upload["body"] and TOKEN.encode() not in upload["body"]
     # One token request: the token is reused until it nears its expiry.
     assert sum(r["path"].endswith("/token") for r in server.requests) == 1
 

@@ -8,6 +8,7 @@ import pytest
 from agent_fakes import JOB_DIR, World, settings, world
 from trainstack_agent.artifacts import DigestMismatch
 from trainstack_agent.node import EXIT_ENDED, PEER_SETTLE_SECONDS, restart_limit
+from trainstack_agent.secrets import SecretError
 from trainstack_contract import STATES
 from trainstack_contract.status import first_status
 
@@ -226,3 +227,26 @@ def test_a_status_write_that_fails_at_the_end_still_releases_the_machine() -> No
     assert w.agent.run() == 0
     assert w.releases == ["stop"]
     assert any("could not record SUCCEEDED" in line for line in w.log)
+
+
+def test_secrets_reach_the_jobs_environment_and_never_its_arguments() -> None:
+    w = world(settings(), runs=[(1.0, 0)])
+    w.agent.services.secrets = lambda: {"WANDB_API_KEY": "canary-value"}
+    assert w.agent.run() == 0
+    [command] = w.launcher.started
+    assert command.env["WANDB_API_KEY"] == "canary-value"
+    assert not any("canary-value" in arg for arg in command.argv)
+    assert not any("canary-value" in line for line in w.log)
+
+
+def test_a_secret_that_cannot_be_read_fails_the_job_before_its_code_starts() -> None:
+    w = world(settings(), runs=[(1.0, 0)])
+
+    def unreadable() -> dict[str, str]:
+        raise SecretError("cannot read secret s-wandb (for WANDB_API_KEY) from Secret Manager: HTTP 403")
+
+    w.agent.services.secrets = unreadable
+    assert w.agent.run() == 1
+    chief = w.status("chief")
+    assert chief is not None and chief.state == STATES.failed and "WANDB_API_KEY" in (chief.reason or "")
+    assert w.launcher.started == [] and w.releases == ["stop"]

@@ -82,6 +82,7 @@ class TrainingStack(pulumi.ComponentResource):
                 job=stack.job if stack.cluster is not None or stack.tpu is not None else None,
                 stack_name=name,
                 runs_agent=stack.cluster is not None or stack.tpu is not None,
+                wheelhouse=stack.wheelhouse,
             ),
             opts=after_apis,
         )

@@ -9,7 +9,9 @@ import pulumi_gcp as gcp
 
 from trainstack import artifacts
 from trainstack.config import Storage
+from trainstack.jobcode import Wheelhouse
 from trainstack.resolved import ResolvedJob
+from trainstack_contract import LAYOUT
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class TrainingBucketArgs:
     stack_name: str
     # Whether machines boot the node agent from this bucket (a cluster or a TPU VM).
     runs_agent: bool = False
+    # Wheels those machines install from (storage.wheelhouse).
+    wheelhouse: Wheelhouse | None = None
 
 
 class TrainingBucket(pulumi.ComponentResource):
@@ -78,6 +82,27 @@ class TrainingBucket(pulumi.ComponentResource):
                 opts=child,
             )
             self.ready.append(self.agent)
+        if args.runs_agent and args.wheelhouse is not None:
+            manifest = artifacts.wheelhouse_manifest(args.wheelhouse)
+            self.ready.append(
+                gcp.storage.BucketObject(
+                    f"{args.stack_name}-wheelhouse",
+                    bucket=self.bucket.name,
+                    name=manifest.object_name,
+                    source=pulumi.FileAsset(str(manifest.staged())),
+                    opts=child,
+                )
+            )
+            for filename, path in args.wheelhouse.wheels.items():
+                self.ready.append(
+                    gcp.storage.BucketObject(
+                        f"{args.stack_name}-wheel-{filename}",
+                        bucket=self.bucket.name,
+                        name=LAYOUT.wheel(filename),
+                        source=pulumi.FileAsset(str(path)),
+                        opts=child,
+                    )
+                )
         job = args.job
         if job is not None and job.package is not None:
             # Named by content: a code change uploads a new object (and the nodes' metadata
