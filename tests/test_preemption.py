@@ -82,6 +82,56 @@ def test_a_preempted_multiworker_spot_worker_is_started_again_and_the_job_resume
     assert len(result.self_stops) == 3
 
 
+TEAM_PACKAGE = Path(__file__).resolve().parent / "fixtures" / "team_project" / "keras_team"
+EXAMPLE_PACKAGE = Path(__file__).resolve().parents[1] / "examples" / "tabular_mlp"
+
+
+def team_stack(directory: Path, package: Path, module: str, args: list[str]):  # type: ignore[no-untyped-def]
+    """A chief and one Spot worker running a team's own package."""
+    document = yaml.safe_load((STACKS_DIR / "Pulumi.ownpackage.yaml").read_text())
+    document["config"]["trainstack:job"] = {"name": "team", "package": str(package), "module": module, "args": args}
+    path = directory / "Pulumi.team.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_stack(path)[0]
+
+
+def second_epoch_began(run: LocalRun) -> bool:
+    """Keras prints "Epoch 2/N" once the first epoch's callbacks (BackupAndRestore's backup
+    among them) have run."""
+    return any(line.startswith("Epoch 2/") for line in run.supervisor.lines("chief"))
+
+
+@pytest.mark.parametrize(
+    ("package", "module", "args", "result"),
+    [
+        # A team's code that knows nothing of trainstack: MWMS and BackupAndRestore, nothing else.
+        (TEAM_PACKAGE, "keras_team.task", ["--epochs", "6", "--steps-per-epoch", "300"], "result.json"),
+        (EXAMPLE_PACKAGE, "tabular_mlp.task", ["--epochs", "6", "--steps-per-epoch", "300"], "summary.json"),
+    ],
+    ids=["team-package", "tabular-example"],
+)
+def test_a_teams_own_trainer_resumes_from_its_backup_after_a_preemption(
+    tmp_path: Path, package: Path, module: str, args: list[str], result: str
+) -> None:
+    """Defect: recovery hinged on the trainer exiting 75, a code no team's trainer knows; a
+    team's package ended FAILED after its worker was preempted and started again."""
+    cfg = team_stack(tmp_path, package, module, args)
+    run = LocalRun(cfg, tmp_path / "run", TrainerOverrides(), echo=False).start()
+    job_dir = Path(run.job_dir)
+    wait_until(run, "the first epoch's end", lambda: second_epoch_began(run))
+    run.preempt("worker-0")
+    outcome = run.wait(timeout=DEADLINE_SECONDS)
+
+    assert outcome.succeeded, "\n".join(outcome.logs["chief"])
+    assert history(outcome, "worker-0")[:3] == ["RUNNING", "PREEMPTED", "RUNNING"]
+    assert outcome.start_calls == ["POST team-worker-0/start"]
+    document = json.loads((job_dir / result).read_text())
+    first_epoch = document.get("first_epoch", document.get("epochs_resumed"))
+    assert first_epoch is not None and first_epoch >= 1, document
+    # The chief's code was started again after its peer was lost, whatever it exited with.
+    assert any("restart 1 of at most" in line for line in outcome.logs["chief"])
+
+
 def test_a_preempted_parameter_server_worker_is_started_again_and_the_job_succeeds(tmp_path: Path) -> None:
     cfg = stack_with("paramserver", tmp_path)
     overrides = {**SHORT_JOB, "--epochs": "6", "--steps-per-epoch": "200"}
