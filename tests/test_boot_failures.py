@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -365,7 +366,7 @@ def test_a_second_boot_of_the_same_node_leaves_the_job_to_the_first(
     wait_for(lambda: trainers_started(local), 60, "the trainer to start")
     chief = local.nodes[0]
     second = subprocess.run(
-        ["bash", str(local.script)],
+        local.boot_command(),
         env=local._environment(chief),
         cwd=chief.state_dir,
         capture_output=True,
@@ -457,3 +458,26 @@ def test_hostile_values_render_as_data_in_every_template(
         assert not marker.exists(), f"{filename} executed a rendered value:\n{run.stderr}"
     note = (tmp_path / "home" / "trainstack" / "README.txt").read_text()
     assert pattern.format(m=marker) in note, "the stack name is not shown as written"
+
+
+def test_a_local_runs_grpc_ports_are_reachable_from_loopback_inside_its_namespace_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TensorFlow's gRPC servers listen on 0.0.0.0 whatever TF_CONFIG says; its worker service
+    runs whatever graph it is sent. The probe listens on its TF_CONFIG port the same way: from
+    this machine's own network the port must not answer."""
+    monkeypatch.setenv("PROBE_LISTEN", "1")
+    monkeypatch.setenv("PROBE_CHIEF_SLEEP", "20")
+    local = start(stack("multiworker"), tmp_path)
+    assert local.network is not None, local.network_note
+    cluster = json.loads(next(iter(local.project_attributes.values())))
+    port = int(cluster["chief"][0].rsplit(":", 1)[1])
+    listening = local.job_dir / "listening" / "chief"
+    wait_for(listening.exists, 60, "the probe to listen on its TF_CONFIG port")
+    for address in ("127.0.0.1", socket.gethostbyname(socket.gethostname())):
+        with socket.socket() as client, pytest.raises(ConnectionRefusedError):
+            client.connect((address, port))
+    # Inside the namespace the nodes reach it (the probe chief connects to itself).
+    assert listening.read_text() == "reached"
+    local.signal_node("chief", signal.SIGTERM)
+    local.wait(timeout=60)

@@ -46,6 +46,7 @@ import trainstack_contract as contract
 from trainstack import artifacts, scripts
 from trainstack.config import StackConfig
 from trainstack.jobcode import BUILTIN_SOURCE, PROJECT_ROOT, builtin_package
+from trainstack.netns import LoopbackNetwork, NamespaceUnavailable
 from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, resolve_stack
 from trainstack.supervisor import Supervisor, free_loopback_ports
 
@@ -441,6 +442,7 @@ class LocalRun:
         bucket: StandInBucket | None = None,
         preempt: tuple[str, ...] = (),
         preempt_after: float = 0.0,
+        isolate_network: bool = True,
     ) -> None:
         """``preempt``: nodes to preempt ``preempt_after`` seconds after the start, as Compute
         Engine preempts a Spot VM (see :meth:`preempt`); :func:`check_preemptible` says
@@ -503,12 +505,34 @@ class LocalRun:
                 (node.role, f"127.0.0.1:{port}") for node, port in zip(cluster.nodes, ports, strict=True)
             )
             self.project_attributes[cluster.tf_cluster_metadata_key] = json.dumps(local_cluster)
-        self.server = MetadataServer({n.name: n.metadata for n in self.nodes}, self.project_attributes, self.stack.zone)
-        self.compute = ComputeApiServer(
-            self.stack.zone, self._instance_status, self._start_instance, self.workdir / "compute-api.log"
-        )
-        self._by_instance = {n.node.vm_name: n for n in self.nodes}
         self.preempt_nodes = check_preemptible(cluster, preempt)
+        # The nodes and the stand-ins they call share a namespace with nothing but loopback,
+        # when one can be made; not with a bucket or an image that lives in this machine's own
+        # network (an emulator, the Docker engine).
+        self.network: LoopbackNetwork | None = None
+        self.network_note: str | None = None
+        if (
+            isolate_network
+            and isinstance(self.bucket, DirectoryBucket)
+            and (self.job is None or self.job.image is None)
+        ):
+            try:
+                self.network = LoopbackNetwork.create()
+            except NamespaceUnavailable as reason:
+                self.network_note = (
+                    f"TensorFlow's gRPC servers of this run listen on every interface of this machine ({reason})"
+                )
+
+        def stand_ins() -> tuple[MetadataServer, ComputeApiServer]:
+            return (
+                MetadataServer({n.name: n.metadata for n in self.nodes}, self.project_attributes, self.stack.zone),
+                ComputeApiServer(
+                    self.stack.zone, self._instance_status, self._start_instance, self.workdir / "compute-api.log"
+                ),
+            )
+
+        self.server, self.compute = self.network.run_inside(stand_ins) if self.network else stand_ins()
+        self._by_instance = {n.node.vm_name: n for n in self.nodes}
         self.preempt_after = preempt_after
         self.preemptions: list[tuple[str, float]] = []
         # Held while a node is preempted or booted again, and while the run closes.
@@ -576,6 +600,8 @@ class LocalRun:
         return environment
 
     def start(self) -> LocalRun:
+        if self.network_note and self.echo:
+            print(f"[local] note: {self.network_note}", flush=True)
         self.prepare()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         threading.Thread(target=self.compute.serve_forever, daemon=True).start()
@@ -583,7 +609,7 @@ class LocalRun:
         for local_node in self.nodes:
             # Own process group: killing it takes the trainer down too, as a host restart does.
             local_node.process = self.supervisor.start(
-                local_node.name, ["bash", str(self.script)], env=self._environment(local_node), cwd=local_node.state_dir
+                local_node.name, self.boot_command(), env=self._environment(local_node), cwd=local_node.state_dir
             )
             local_node.lines = self.supervisor.lines(local_node.name)
         self._logs_done = threading.Event()
@@ -654,7 +680,7 @@ class LocalRun:
                 return True
             self.server.preempted.discard(local_node.name)
             local_node.process = self.supervisor.restart(
-                local_node.name, ["bash", str(self.script)], env=self._environment(local_node), cwd=local_node.state_dir
+                local_node.name, self.boot_command(), env=self._environment(local_node), cwd=local_node.state_dir
             )
         if self.echo:
             print(f"[local] {local_node.name} started again by a Compute Engine API call", flush=True)
@@ -693,6 +719,11 @@ class LocalRun:
         self.supervisor.kill_all()
         self._close()
 
+    def boot_command(self) -> list[str]:
+        """How a node boots: its boot script, inside the run's namespace when there is one."""
+        argv = ["bash", str(self.script)]
+        return self.network.command(argv) if self.network else argv
+
     def _close(self) -> None:
         with self._machines:
             self._closing.set()
@@ -702,6 +733,8 @@ class LocalRun:
         for server in (self.server, self.compute):
             server.shutdown()
             server.server_close()
+        if self.network is not None:
+            self.network.close()
 
     def wait(self, timeout: float | None = None) -> LocalRunResult:
         chief = self.nodes[0]
