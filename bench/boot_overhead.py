@@ -1,13 +1,15 @@
-"""What the boot scripts add to a training job, measured in one run on this machine.
+"""What a node's boot (its boot script and the node agent) adds to a training job, measured in
+one run on this machine.
 
 1. Start to first step. The `dev` stack (one node) is run by `trainstack local`, with the
-   environment already installed, from the boot script's start; the baseline starts
-   `python -m trainer.task` directly with the same flags and environment. Both run one
-   epoch of one step, and the first step is over when the trainer writes progress.json
-   (its "time" field). Target: the script adds under 2 s.
-2. Trainer exit to self-stop. The boot script runs a probe trainer that records the time
-   it exits; the script then writes its status objects and calls self-stop, which
-   `trainstack local` records with a timestamp. Target: under 5 s.
+   environment already installed, from the boot script's start (which fetches and checks the
+   agent, which reads its metadata, checks and unpacks the code and starts the trainer); the
+   baseline starts `python -m trainer.task` directly with the same flags and environment.
+   Both run one epoch of one step, and the first step is over when the trainer writes
+   progress.json (its "time" field). Target: the boot adds under 2 s.
+2. Trainer exit to self-stop. The agent runs a probe trainer that records the time it exits;
+   the agent then writes its status objects and calls self-stop, which `trainstack local`
+   records with a timestamp. Target: under 5 s.
 
     python bench/boot_overhead.py [--repeat 3]
 """

@@ -29,6 +29,9 @@ from trainstack_contract import (
     VERTEX_TENSORBOARD_DIR_ENV,
 )
 
+# Backups every this many steps (and at every epoch's end): a lost node costs at most this many.
+SAVE_EVERY_STEPS = 200
+
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 SWITCHES = ("auto", "on", "off")
 # Adam moves every weight by up to the learning rate per step; above 1 that is more than
@@ -167,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--save-every-steps",
         type=_positive_int,
-        default=200,
+        default=SAVE_EVERY_STEPS,
         help=(
             "Back up the training state every N steps and at every epoch's end, so a restart "
             "after a lost node trains again at most N steps, or what is left of the epoch if "

@@ -7,6 +7,9 @@ see ``trainer.roles``.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import sys
 import time
 from typing import Any
 
@@ -48,6 +51,25 @@ def peer_loss(error: BaseException) -> str | None:
             return f"{type(current).__name__}: {lines[0][:300] if lines else ''}"
         current = current.__cause__ or current.__context__
     return None
+
+
+def stop_on_sigterm(record: RunRecord) -> None:
+    """On SIGTERM (the node is shutting down, or its agent ends training because a peer is
+    lost) say how far training got and what the backup keeps, then exit at once: TensorFlow's
+    runtime otherwise catches SIGTERM and trains on until it is killed. The backup is written
+    atomically, so nothing is left half-saved; the next start resumes from it."""
+
+    def stop(signum: int, frame: Any) -> None:
+        print(
+            f"trainer: stopped by {signal.Signals(signum).name} after step {record.trained_to_step} of the job; "
+            f"the backup reaches step {record.backed_up_to_step}, so "
+            f"{record.trained_to_step - record.backed_up_to_step} steps will be trained again when it resumes",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def largest_divisor_at_most(number: int, limit: int) -> int:
@@ -112,6 +134,7 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         model = build_and_compile(config, source, steps_per_execution, use_xla)
 
     record = RunRecord(steps_per_epoch=steps)
+    stop_on_sigterm(record)
     save_freq = checkpointing.backup_save_frequency(
         config.save_every_steps, steps_per_execution, kind == strategies.PARAMETER_SERVER
     )

@@ -77,15 +77,26 @@ class Board:
         return self._own
 
     def _next(
-        self, previous: StatusDocument | None, state: str, exit_code: int | None, reason: str | None
+        self,
+        previous: StatusDocument | None,
+        state: str,
+        exit_code: int | None,
+        reason: str | None,
+        peers_down: tuple[str, ...] = (),
     ) -> StatusDocument:
         now, incarnation, attempt = self.now(), self.incarnation, self.attempt
         if previous is None:
-            return first_status(
+            previous = first_status(
                 self.node, state, time=now, incarnation=incarnation, attempt=attempt, exit_code=exit_code, reason=reason
             )
         return previous.then(
-            state, time=now, incarnation=incarnation, attempt=attempt, exit_code=exit_code, reason=reason
+            state,
+            time=now,
+            incarnation=incarnation,
+            attempt=attempt,
+            exit_code=exit_code,
+            reason=reason,
+            peers_down=peers_down,
         )
 
     def write_node(self, state: str, exit_code: int | None = None, reason: str | None = None) -> StatusDocument:
@@ -94,9 +105,12 @@ class Board:
         self._own = document
         return document
 
-    def write_job(self, state: str, exit_code: int | None = None, reason: str | None = None) -> StatusDocument:
-        """The job's status (the chief's); a RUNNING one written again is the heartbeat."""
-        document = self._next(self._job, state, exit_code, reason)
+    def write_job(
+        self, state: str, exit_code: int | None = None, reason: str | None = None, peers_down: tuple[str, ...] = ()
+    ) -> StatusDocument:
+        """The job's status (the chief's); a RUNNING one written again is the heartbeat, with
+        the peers the chief sees down."""
+        document = self._next(self._job, state, exit_code, reason, peers_down)
         self.storage.write(self.job_uri, document.to_json().encode())
         self._job = document
         return document

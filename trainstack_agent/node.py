@@ -42,10 +42,16 @@ from trainstack_contract import STATES
 from trainstack_contract.status import StatusDocument, StatusFormatError
 
 # How often the loops look at the job's code and at their duties.
-TICK_SECONDS = 1.0
+TICK_SECONDS = 0.25
 # Seconds between a non-chief node's reads of the job's status (one storage read each), so a
-# chief's recorded FAILED ends its peers within seconds, not a heartbeat period.
-PEER_POLL_SECONDS = 10.0
+# chief's recorded FAILED, or a peer it saw go down, reaches the other nodes within seconds.
+PEER_POLL_SECONDS = 5.0
+# Seconds between the chief's looks at its peers' status objects (one read per peer).
+PEER_WATCH_SECONDS = 3.0
+# How often the chief looks at a Spot peer it knows is down, to start it once it has stopped.
+RECOVER_FAST_POLL_SECONDS = 2.0
+# How long the job's code gets to end after SIGTERM when its peer is down (it cannot train).
+PEER_DOWN_GRACE_SECONDS = 5.0
 # Seconds between looks at the peers' status objects while waiting for the cluster.
 PEER_WAIT_POLL_SECONDS = 2.0
 # After the job's code exits non-zero, how long the node looks for the peer whose loss may
@@ -102,6 +108,8 @@ class Outcome:
     # The node refused what it was given to run (a digest mismatch): it stops whatever
     # on_finish says, since nothing it could still do there is trustworthy.
     refused: bool = False
+    # The node ended the job's code itself because a peer was lost (a synchronous cluster).
+    lost: str | None = None
 
 
 @dataclass
@@ -134,8 +142,14 @@ class Duties:
         self.next_heartbeat = now
         self.next_recovery = now
         self.next_watch = now
+        self.next_peer_watch = now
         self.last_seen: bytes | None = None
         self.seen_at = now
+        # The chief's last look at each peer's status, and the peers it saw down; on other
+        # nodes, the peers the chief's last heartbeat said were down.
+        self.peer_documents: dict[str, StatusDocument | None] = {}
+        self.peer_documents_at = float("-inf")
+        self.peers_down: tuple[str, ...] = ()
 
     def tick(self) -> None:
         """Raises :class:`Ended` when this node's work must end."""
@@ -144,16 +158,36 @@ class Duties:
         else:
             self._watch_chief()
 
+    def _watch_peers(self, now: float) -> None:
+        """The chief reads every peer's status; a change in who is down is written at once."""
+        if not self.settings.other_nodes or now < self.next_peer_watch:
+            return
+        self.next_peer_watch = now + PEER_WATCH_SECONDS
+        try:
+            self.peer_documents = {peer: self.services.board.peer(peer) for peer in self.settings.other_nodes}
+            self.peer_documents_at = now
+        except CloudError as error:
+            self.services.log(f"could not read the peers' status: {error}")
+            return
+        down = tuple(peer for peer, doc in self.peer_documents.items() if doc is not None and doc.state in DOWN_STATES)
+        if down != self.peers_down:
+            self.peers_down = down
+            self.next_heartbeat = now
+
     def _chief(self) -> None:
         services, now = self.services, self.services.clock.monotonic()
+        self._watch_peers(now)
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + self.settings.heartbeat_seconds
             try:
-                services.board.write_job(STATES.running)
+                services.board.write_job(STATES.running, peers_down=self.peers_down)
             except CloudError as error:
                 services.log(f"could not refresh the heartbeat in {services.board.job_uri}: {error}")
         if services.recovery is not None and now >= self.next_recovery:
-            self.next_recovery = now + RECOVER_POLL_SECONDS
+            # A Spot peer known to be down is looked at often: it is started the moment
+            # Compute Engine has stopped it.
+            recovering = any(node in self.peers_down for node, _ in self.settings.recover)
+            self.next_recovery = now + (RECOVER_FAST_POLL_SECONDS if recovering else RECOVER_POLL_SECONDS)
             reason = services.recovery.look()
             if reason is not None:
                 raise Ended(reason)
@@ -168,22 +202,23 @@ class Duties:
         except CloudError as error:
             services.log(f"could not read the job's status: {error}")
             raw = self.last_seen
-        if raw is not None and failed_since(raw, self.started_at):
+        document = _status(raw)
+        if document is not None and document.state == STATES.failed and document.moment > self.started_at:
             raise Ended("the chief recorded the job FAILED")
+        self.peers_down = tuple(peer for peer in document.peers_down if peer != self.settings.node) if document else ()
         if raw != self.last_seen:
             self.last_seen, self.seen_at = raw, now
         elif now - self.seen_at >= self.settings.peer_timeout_seconds:
             raise Ended(f"no heartbeat from the chief for {self.settings.peer_timeout_seconds} s")
 
 
-def failed_since(raw: bytes, started_at: datetime) -> bool:
-    """True when ``raw`` is a FAILED status written after ``started_at``: a FAILED left by an
-    earlier attempt (the user fixed the data and booted again) must not end this one."""
+def _status(raw: bytes | None) -> StatusDocument | None:
+    if raw is None:
+        return None
     try:
-        document = StatusDocument.from_json(raw)
-        return document.state == STATES.failed and document.moment > started_at
+        return StatusDocument.from_json(raw)
     except StatusFormatError:
-        return False
+        return None
 
 
 class NodeAgent:
@@ -237,10 +272,10 @@ class NodeAgent:
             except SecretError as error:
                 # The job's code must not run without a secret it was promised.
                 return Outcome(1, str(error))
-            if outcome.exit_code == 0 or outcome.reason is not None:
+            if (outcome.exit_code == 0 and outcome.lost is None) or outcome.reason is not None:
                 return outcome
             try:
-                lost = self._lost_peer(snapshot)
+                lost = outcome.lost or self._lost_peer(snapshot)
             except Ended as ended:
                 return Outcome(EXIT_ENDED, str(ended))
             if lost is None:
@@ -380,14 +415,54 @@ class NodeAgent:
         assert job is not None
         self.log(f"starting the job ({job.mode}): {' '.join(job.trainer_args)}")
         child = self.services.launcher.start(command)
+        started = self.services.clock.monotonic()
+        broken: list[str] = []
+
+        def done() -> bool:
+            if child.poll() is not None:
+                return True
+            lost = self._broken_peer(snapshot, started)
+            if lost is not None:
+                broken.append(lost)
+            return lost is not None
+
         try:
-            self._supervised(lambda: child.poll() is not None)
+            self._supervised(done)
         except Ended:
             child.stop()
             raise
+        if broken:
+            self.log(f"{broken[0]}: ending the job's code, which cannot train without it")
+            return Outcome(child.stop(PEER_DOWN_GRACE_SECONDS), lost=broken[0]), snapshot
         code = child.poll()
         assert code is not None
         return Outcome(code), snapshot
+
+    def _broken_peer(self, snapshot: dict[str, str], started: float) -> str | None:
+        """In a synchronous cluster (no parameter servers: every step needs every node), a
+        peer that is down, or has rebooted since the job's code started, breaks the code's
+        collectives: what says so, as the chief saw it (or, on other nodes, as its heartbeat
+        said and the peer's own status confirms)."""
+        if not self.settings.synchronous:
+            return None
+        duties = self.duties
+        if self.settings.is_chief:
+            # Only a look taken since the code started speaks of this run of it.
+            if duties.peer_documents_at < started:
+                return None
+            documents = duties.peer_documents
+        elif duties.peers_down:
+            documents = {peer: self.board.peer(peer) for peer in duties.peers_down}
+        else:
+            return None
+        for peer, document in documents.items():
+            if document is None:
+                continue
+            if document.state in DOWN_STATES:
+                return f"{peer} was {document.state}"
+            if peer in snapshot and document.incarnation != snapshot[peer]:
+                return f"{peer} rebooted"
+        return None
 
     def _lost_peer(self, snapshot: dict[str, str]) -> str | None:
         """What says a peer was lost while the job's code ran: a peer down now, or one that

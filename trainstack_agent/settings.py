@@ -24,6 +24,7 @@ from trainstack_contract import (
     NO_JOB,
     NODE_KINDS,
     PACKAGE_JOB,
+    PS,
     ROLES,
     TPU_NODE,
     TPU_NODE_KIND,
@@ -133,6 +134,12 @@ class NodeSettings:
     @property
     def other_nodes(self) -> tuple[str, ...]:
         return tuple(peer for peer in self.peers if peer != self.node)
+
+    @property
+    def synchronous(self) -> bool:
+        """A cluster without parameter servers trains in lockstep (MultiWorkerMirroredStrategy
+        is TensorFlow's only multi-machine strategy without them): every step needs every node."""
+        return len(self.peers) > 1 and not any(peer.startswith(f"{PS}-") for peer in self.peers)
 
 
 def _match(key: str, value: str, pattern: re.Pattern[str], what: str) -> str:

@@ -27,6 +27,8 @@ _INCARNATION_PATTERN: Final = re.compile(r"[0-9a-f]{0,32}")
 # 2026-11-23T10:00:05.123456Z; the shell wrote nanoseconds, which read as microseconds.
 _TIME_PATTERN: Final = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z")
 MAX_REASON_CHARS: Final = 500
+# A cluster has at most this many nodes (the stack's bound on workers, parameter servers and a chief).
+MAX_PEERS: Final = 4096
 # A status object is a few kilobytes at most (50 history entries of bounded size).
 MAX_STATUS_BYTES: Final = 256 * 1024
 
@@ -124,6 +126,10 @@ class StatusDocument:
     exit_code: int | None = None
     reason: str | None = None
     history: tuple[HistoryEntry, ...] = field(default=())
+    # The job's status only: the nodes the chief sees down (PREEMPTED or INTERRUPTED, not
+    # booted again yet). In a synchronous cluster every node then ends its trainer at once
+    # instead of waiting for TensorFlow to notice the lost peer.
+    peers_down: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         document: dict[str, Any] = {
@@ -138,6 +144,8 @@ class StatusDocument:
             document["reason"] = self.reason
         if self.history:
             document["history"] = [entry.to_dict() for entry in self.history]
+        if self.peers_down:
+            document["peers_down"] = list(self.peers_down)
         return json.dumps(document)
 
     @classmethod
@@ -167,6 +175,13 @@ class StatusDocument:
         history = document.get("history") or []
         if not isinstance(history, list) or len(history) > STATUS_HISTORY_LIMIT:
             raise StatusFormatError(f"history must be a list of at most {STATUS_HISTORY_LIMIT} entries")
+        peers_down = document.get("peers_down") or []
+        if (
+            not isinstance(peers_down, list)
+            or len(peers_down) > MAX_PEERS
+            or not all(isinstance(peer, str) and _NODE_PATTERN.fullmatch(peer) for peer in peers_down)
+        ):
+            raise StatusFormatError(f"peers_down must be a list of at most {MAX_PEERS} node names")
         return cls(
             state=_state(document),
             node=node,
@@ -176,6 +191,7 @@ class StatusDocument:
             exit_code=exit_code,
             reason=_text(document, "reason", required=False),
             history=tuple(HistoryEntry.from_dict(entry) for entry in history),
+            peers_down=tuple(peers_down),
         )
 
     @property
@@ -191,6 +207,7 @@ class StatusDocument:
         attempt: int,
         exit_code: int | None = None,
         reason: str | None = None,
+        peers_down: tuple[str, ...] = (),
     ) -> StatusDocument:
         """The node's next status: this one's history carried on, the new state added when it
         differs (state, reason or incarnation) from the last entry, the oldest dropped past
@@ -209,6 +226,7 @@ class StatusDocument:
             exit_code=exit_code,
             reason=reason,
             history=history[-STATUS_HISTORY_LIMIT:],
+            peers_down=peers_down,
         )
 
 

@@ -193,8 +193,9 @@ class World:
         document = first_status(node, state, time=self.clock.utc_text(), incarnation=incarnation, reason=reason)
         self.storage.objects[f"{JOB_DIR}/status/{node}.json"] = document.to_json().encode()
 
-    def put_job_status(self, state: str) -> None:
+    def put_job_status(self, state: str, peers_down: tuple[str, ...] = ()) -> None:
         document = first_status("chief", state, time=self.clock.utc_text(), incarnation="cccc")
+        document = document.then(state, time=document.time, incarnation="cccc", attempt=0, peers_down=peers_down)
         self.storage.objects[f"{JOB_DIR}/status/job.json"] = document.to_json().encode()
 
 

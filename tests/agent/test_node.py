@@ -74,11 +74,16 @@ def test_a_single_node_fails_at_once_without_looking_for_peers() -> None:
     assert w.clock.now < 30.0 + 3
 
 
+# A cluster with a parameter server trains asynchronously: the agent leaves the job's code
+# running when a worker is lost, and acts on how the code exits.
+ASYNC = ("chief", "worker-0", "ps-0")
+
+
 @pytest.mark.parametrize("exit_code", [1, 75, 137])
 def test_any_exit_after_a_peer_was_preempted_restarts_the_code_once_the_peer_is_back(exit_code: int) -> None:
     """Recovery does not depend on this project's exit code: a team's trainer exits 1 with a
     traceback when TensorFlow reports the lost peer."""
-    w = world(settings(), runs=[(30.0, exit_code), (40.0, 0)])
+    w = world(settings(peers=ASYNC), runs=[(30.0, exit_code), (40.0, 0)])
     w.put_status("worker-0", STATES.running, incarnation="aaaa")
     # worker-0 is preempted at 25 s, and its next boot writes RUNNING at 90 s.
     w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
@@ -93,7 +98,7 @@ def test_any_exit_after_a_peer_was_preempted_restarts_the_code_once_the_peer_is_
 
 
 def test_a_peer_that_rebooted_while_the_code_ran_counts_as_lost_even_when_it_is_up_again() -> None:
-    w = world(settings(), runs=[(30.0, 1), (10.0, 0)])
+    w = world(settings(peers=ASYNC), runs=[(30.0, 1), (10.0, 0)])
     w.put_status("worker-0", STATES.running, incarnation="aaaa")
     w.clock.at(20.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
     assert w.agent.run() == 0
@@ -102,9 +107,9 @@ def test_a_peer_that_rebooted_while_the_code_ran_counts_as_lost_even_when_it_is_
 
 def test_restarts_after_lost_peers_are_bounded() -> None:
     """A peer lost again and again (it reboots each time) ends the job at the bound."""
-    node_settings = settings(max_restarts=1)
+    node_settings = settings(peers=ASYNC, max_restarts=1)
     limit = restart_limit(node_settings)
-    assert limit == 2
+    assert limit == 3
     w = world(node_settings, runs=[(30.0, 1)])
     w.put_status("worker-0", STATES.running, incarnation="a0")
 
@@ -120,7 +125,7 @@ def test_restarts_after_lost_peers_are_bounded() -> None:
 
 
 def test_a_peer_that_stays_down_past_the_timeout_fails_the_node() -> None:
-    w = world(settings(peer_timeout_seconds=120), runs=[(30.0, 1)])
+    w = world(settings(peers=ASYNC, peer_timeout_seconds=120), runs=[(30.0, 1)])
     w.put_status("worker-0", STATES.running)
     w.clock.at(10.0, lambda: w.put_status("worker-0", STATES.preempted))
     assert w.agent.run() == EXIT_ENDED
@@ -250,3 +255,106 @@ def test_a_secret_that_cannot_be_read_fails_the_job_before_its_code_starts() -> 
     chief = w.status("chief")
     assert chief is not None and chief.state == STATES.failed and "WANDB_API_KEY" in (chief.reason or "")
     assert w.launcher.started == [] and w.releases == ["stop"]
+
+
+# --- A synchronous cluster (no parameter servers): the agent ends the code at once -----------
+
+
+def test_the_chief_ends_its_code_when_a_peer_goes_down_and_restarts_it_once_the_peer_is_back() -> None:
+    """Every step of a synchronous cluster needs every node: waiting for TensorFlow to notice a
+    lost peer took up to 36 s in a local run; the chief sees the peer's PREEMPTED itself."""
+    w = world(settings(), runs=[(3600.0, 0), (40.0, 0)])
+    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
+    w.clock.at(60.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    assert w.agent.run() == 0
+    first, second = w.launcher.children
+    assert first.stopped
+    assert 60.0 <= second.exits_at - 40.0 <= 60.0 + 5
+    assert any("worker-0 was PREEMPTED: ending the job's code" in line for line in w.log)
+    job = w.job_status()
+    assert job is not None and job.peers_down == ()
+
+
+def test_the_chiefs_heartbeat_says_which_peers_are_down_as_soon_as_it_sees_them() -> None:
+    w = world(settings(heartbeat_seconds=60), runs=[(3600.0, 0)])
+    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    seen: list[tuple[float, tuple[str, ...]]] = []
+
+    def look() -> None:
+        job = w.job_status()
+        if job is not None:
+            seen.append((w.clock.now, job.peers_down))
+
+    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
+    for second in range(26, 32):
+        w.clock.at(float(second), look)
+    w.clock.at(40.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.clock.at(45.0, look)
+    w.clock.at(50.0, lambda: w.launcher.children[-1].stop())
+    w.agent.run()
+    assert ("worker-0",) in {down for _, down in seen if _ <= 31.0}, seen
+    assert seen[-1][1] == ()
+
+
+def test_a_worker_ends_its_code_when_the_chief_says_a_peer_is_down_and_the_peer_confirms() -> None:
+    w = world(settings(node="worker-0", peers=("chief", "worker-0", "worker-1")), runs=[(3600.0, 0), (10.0, 0)])
+    w.put_job_status(STATES.running)
+    w.put_status("worker-1", STATES.running, incarnation="aaaa")
+
+    def worker_1_down() -> None:
+        w.put_status("worker-1", STATES.preempted, incarnation="aaaa")
+        w.put_job_status(STATES.running, peers_down=("worker-1",))
+
+    def worker_1_back() -> None:
+        w.put_status("worker-1", STATES.running, incarnation="bbbb")
+        w.put_job_status(STATES.running)
+
+    w.clock.at(30.0, worker_1_down)
+    w.clock.at(70.0, worker_1_back)
+    for second in range(80, 200, 5):
+        w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
+    assert w.agent.run() == 0
+    assert w.launcher.children[0].stopped and len(w.launcher.started) == 2
+
+
+def test_a_stale_word_from_the_chief_does_not_end_a_workers_code() -> None:
+    """The chief's heartbeat lags the peers' own status: the peer's own word decides."""
+    w = world(settings(node="worker-0", peers=("chief", "worker-0", "worker-1")), runs=[(60.0, 0)])
+    w.put_status("worker-1", STATES.running, incarnation="aaaa")
+    w.put_job_status(STATES.running, peers_down=("worker-1",))
+    for second in range(5, 80, 5):
+        w.clock.at(float(second), lambda: w.put_job_status(STATES.running, peers_down=("worker-1",)))
+    assert w.agent.run() == 0
+    assert len(w.launcher.started) == 1 and not w.launcher.children[0].stopped
+
+
+def test_with_parameter_servers_the_chief_carries_on_when_a_worker_is_lost() -> None:
+    """ParameterServerStrategy's coordinator takes a restarted worker back by itself."""
+    w = world(settings(peers=ASYNC), runs=[(100.0, 0)])
+    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
+    assert w.agent.run() == 0
+    assert len(w.launcher.started) == 1 and not w.launcher.children[0].stopped
+
+
+def test_the_chief_looks_often_at_a_spot_peer_it_knows_is_down() -> None:
+    looks: list[float] = []
+
+    class CountingRecovery:
+        def look(self) -> None:
+            looks.append(w.clock.now)
+
+    w = world(
+        settings(recover=(("worker-0", "s-worker-0"),)),
+        runs=[(3600.0, 0), (10.0, 0)],
+        recovery_factory=lambda board, clock, log: CountingRecovery(),
+    )
+    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
+    w.clock.at(45.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.agent.run()
+    before = [b - a for a, b in zip(looks, looks[1:], strict=False) if b <= 25.0]
+    during = [b - a for a, b in zip(looks, looks[1:], strict=False) if 30.0 <= a and b <= 45.0]
+    assert before and set(before) == {10.0}
+    assert during and max(during) <= 2.0
