@@ -167,11 +167,16 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
         nat_gateway = round(per_vm * all_vms, 4)
     processing = catalog.regional_rates.get(("nat", "data_processing", region))
     download_gib = node_download_bytes() / BYTES_PER_GIB
-    first_boot = _times(processing, download_gib * training_vms) if training_vms else 0.0
-    if training_vms:
+    first_boot = _times(processing, download_gib * training_vms) if training_vms and not stack.wheelhouse else 0.0
+    if training_vms and stack.wheelhouse:
+        notes.append(
+            "first boot: each cluster node installs its Python packages from the stack's wheelhouse "
+            "(storage.wheelhouse), through Private Google Access: no Cloud NAT data processing"
+        )
+    elif training_vms:
         notes.append(
             f"first boot: each cluster node downloads {download_gib:.1f} GiB of Python packages through Cloud NAT "
-            "(none with a wheelhouse in the bucket)"
+            "(none with storage.wheelhouse)"
         )
 
     storage_rate = catalog.regional_rates.get(("storage", "standard", region))

@@ -212,6 +212,18 @@ class Duties:
             raise Ended(f"no heartbeat from the chief for {self.settings.peer_timeout_seconds} s")
 
 
+def peer_lost(peer: str, document: StatusDocument | None, snapshot: dict[str, str]) -> str | None:
+    """What says ``peer`` was lost to code started at ``snapshot`` (peers' incarnations then):
+    it is down now, or it has rebooted since; None otherwise."""
+    if document is None:
+        return None
+    if document.state in DOWN_STATES:
+        return f"{peer} was {document.state}"
+    if peer in snapshot and document.incarnation != snapshot[peer]:
+        return f"{peer} rebooted"
+    return None
+
+
 def _status(raw: bytes | None) -> StatusDocument | None:
     if raw is None:
         return None
@@ -456,12 +468,9 @@ class NodeAgent:
         else:
             return None
         for peer, document in documents.items():
-            if document is None:
-                continue
-            if document.state in DOWN_STATES:
-                return f"{peer} was {document.state}"
-            if peer in snapshot and document.incarnation != snapshot[peer]:
-                return f"{peer} rebooted"
+            lost = peer_lost(peer, document, snapshot)
+            if lost is not None:
+                return lost
         return None
 
     def _lost_peer(self, snapshot: dict[str, str]) -> str | None:
@@ -475,13 +484,10 @@ class NodeAgent:
         while True:
             for peer in self.settings.other_nodes:
                 document = self.board.peer(peer)
-                if document is None:
-                    continue
-                if document.state in DOWN_STATES:
-                    return f"{peer} was {document.state}"
-                if peer in snapshot and document.incarnation != snapshot[peer]:
-                    return f"{peer} rebooted"
-                if document.state == STATES.failed and document.moment > self.started_at:
+                lost = peer_lost(peer, document, snapshot)
+                if lost is not None:
+                    return lost
+                if document is not None and document.state == STATES.failed and document.moment > self.started_at:
                     return None
             if clock.monotonic() >= deadline:
                 return None
