@@ -163,8 +163,11 @@ def test_no_primitive_role_anywhere(shipped_plan: Plan) -> None:
 
 def test_training_account_bindings_are_scoped_to_the_stack_bucket_and_repository(shipped_plan: Plan) -> None:
     [bucket] = shipped_plan.of_type(BUCKET)
-    [bucket_binding] = shipped_plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
-    assert bucket_binding.inputs["bucket"] == bucket.inputs["name"]
+    writer, reader = sorted(
+        shipped_plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember"), key=lambda r: r.inputs["role"]
+    )
+    assert reader.inputs["bucket"] == writer.inputs["bucket"] == bucket.inputs["name"]
+    assert (reader.inputs["role"], writer.inputs["role"]) == ("roles/storage.objectViewer", "roles/storage.objectUser")
     [repo] = shipped_plan.of_type("gcp:artifactregistry/repository:Repository")
     [repo_binding] = shipped_plan.of_type("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember")
     assert repo_binding.inputs["repository"] == repo.inputs["repositoryId"]
@@ -481,11 +484,15 @@ def test_data_in_another_bucket_is_granted_read_only(tmp_path: Path) -> None:
     config = json.loads(json.dumps(BASE_CONFIG))
     config["trainstack:job"]["data"] = "gs://shared-datasets/flowers/"
     plan = plan_of(write_stack(tmp_path, config))
-    grants = {r.inputs["bucket"]: r.inputs["role"] for r in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")}
-    assert grants == {
-        "test-project-123-test": "roles/storage.objectUser",
-        "shared-datasets": "roles/storage.objectViewer",
-    }
+    grants = sorted(
+        (r.inputs["bucket"], r.inputs["role"], bool(r.inputs.get("condition")))
+        for r in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    )
+    assert grants == [
+        ("shared-datasets", "roles/storage.objectViewer", False),
+        ("test-project-123-test", "roles/storage.objectUser", True),
+        ("test-project-123-test", "roles/storage.objectViewer", False),
+    ]
 
 
 def test_budget_amount_and_its_quota_project() -> None:

@@ -417,7 +417,8 @@ def test_checkov_fails_each_broken_resource_by_name(checkov: Path, tmp_path: Pat
     assert outcome("CKV_GCP_40", worker) == outcome("CKV_GCP_35", worker) == outcome("CKV_GCP_39", worker) == "PASSED"
     assert outcome("CKV_GCP_29", "google_storage_bucket.test-storage-bucket") == "FAILED"  # CIS 5.2
     assert outcome("CKV_GCP_2", "google_compute_firewall.test-net-iap-ssh") == "FAILED"  # CIS 3.6
-    assert outcome("CKV_GCP_28", "google_storage_bucket_iam_member.test-identity-bucket-objects") == "FAILED"  # 5.1
+    assert outcome("CKV_GCP_28", "google_storage_bucket_iam_member.test-identity-bucket-reader") == "FAILED"  # 5.1
+    assert outcome("CKV_GCP_28", "google_storage_bucket_iam_member.test-identity-bucket-jobs-writer") == "FAILED"
     assert outcome("CKV_GCP_42", "google_project_iam_member.test-identity-logging-logWriter") == "FAILED"  # 1.5
     assert outcome("CKV_GCP_42", "google_project_iam_member.test-identity-monitoring-metricWriter") == "PASSED"
 
