@@ -1,23 +1,26 @@
-"""``trainstack local``: a stack's training cluster run on this machine by its own boot script.
+"""``trainstack local``: a stack's training cluster run on this machine by its own boot script
+and node agent.
 
-Each node (chief, workers, parameter servers) is one ``bash cluster-node.sh`` process, the
-script ``pulumi up`` would put on the VM, rendered the same way. Only the three cloud touch
-points the script names are bound to local stand-ins:
+Each node (chief, workers, parameter servers) is one ``bash cluster-node.sh`` process: the
+script ``pulumi up`` would put on the VM, rendered the same way, which fetches and runs the
+same node agent (``trainstack_agent``). Only the agent's cloud is bound to local stand-ins,
+through its ``TRAINSTACK_*`` variables:
 
-- metadata: an HTTP server on loopback answering as the metadata server does, with the
-  attributes :func:`trainstack.scripts.node_metadata` gives the Pulumi program;
-- storage: a local directory stands in for the stack's bucket (the script uses plain
-  paths as they are), holding the trainer package, the job directory and status objects
+- metadata: an HTTP server answering as the metadata server does, with the attributes
+  :func:`trainstack.scripts.node_metadata` gives the Pulumi program;
+- storage: a local directory stands in for the stack's bucket (plain paths are used as they
+  are), holding the agent, the trainer package, the job directory and status objects
   (:class:`DirectoryBucket`; the tests can name a real bucket instead, :class:`GcsBucket`);
 - self-stop: recorded in ``self-stop.log`` instead of shutting the machine down;
-- compute: an HTTP server on loopback answering the Compute Engine API calls the chief
-  makes for its Spot peers (get an instance, start it), each recorded in
-  ``compute-api.log``; a start boots the stopped node again through the same boot script
-  (:class:`ComputeApiServer`). ``--preempt`` stops a node as Compute Engine preempts a
-  Spot VM: its metadata says preempted, SIGTERM, then SIGKILL after a grace period.
+- compute: an HTTP server answering the Compute Engine API calls the chief makes for its
+  Spot peers (get an instance, start it), each recorded in ``compute-api.log``; a start
+  boots the stopped node again through the same boot script (:class:`ComputeApiServer`).
+  ``--preempt`` stops a node as Compute Engine preempts a Spot VM: its metadata says
+  preempted, SIGTERM to every process of the node, then SIGKILL after a grace period.
 
-Everything runs on the CPU whatever GPUs the stack names; TF_CONFIG addresses are loopback
-ports instead of internal DNS names.
+The nodes and these servers share a network namespace whose only interface is loopback
+(:mod:`trainstack.netns`), where one can be made. Everything runs on the CPU whatever GPUs
+the stack names; TF_CONFIG addresses are loopback ports instead of internal DNS names.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ WORKDIR_MARKER = ".trainstack-local-workdir"
 # the guest turns into SIGTERM) and being stopped
 # (https://cloud.google.com/compute/docs/instances/spot#preemption-process).
 PREEMPT_GRACE_SECONDS = 30.0
-# The boot script's line when it starts the job's code (templates/_job.sh.j2, run_job).
+# The node agent's line when it starts the job's code (trainstack_agent/node.py).
 JOB_STARTED = "trainstack: starting the job"
 # What the metadata server stand-in answers for the project id and the VM's token, and the
 # Compute Engine stand-in accepts.

@@ -1,8 +1,8 @@
 """``trainstack logs``: the trainer's output from the stack's VMs, or from a `trainstack local` run.
 
-On a VM the boot script sends its own lines to the journal as ``systemd-cat -t trainstack``
+On a VM the node agent sends its own lines to the journal as ``systemd-cat -t trainstack``
 and the trainer's output as ``systemd-cat -t trainstack-trainer``
-(``templates/_common.sh.j2``, ``templates/_job.sh.j2``). Cloud Logging holds journal entries
+(``trainstack_agent/processes.py``). Cloud Logging holds journal entries
 when the VM runs Google's Ops Agent with a ``systemd_journald`` receiver: the agent's Fluent
 Bit ``systemd`` input keeps every journal field as a field of the entry's ``jsonPayload``
 (``jsonPayload.SYSLOG_IDENTIFIER``, ``jsonPayload.MESSAGE``, ``jsonPayload._HOSTNAME``), names
