@@ -307,10 +307,50 @@ def boot_files(stack: ResolvedStack) -> BootFiles:
         tpu_metadata=tpu_metadata(stack, stack.tpu) if stack.tpu else {},
         notebook_script=render(WORKBENCH, stack) if stack.notebook else None,
     )
-    problems = metadata_problems(stack, boot)
+    problems = metadata_problems(stack, boot) + wheelhouse_problems(stack)
     if problems:
         raise StackConfigError(problems)
     return boot
+
+
+def wheelhouse_problems(stack: ResolvedStack) -> list[Problem]:
+    """A wheelhouse must hold a wheel for every requirement the machines pin (`pip install
+    --no-index` finds nothing else): each one missing, named, before anything is created.
+    Their dependencies are not resolved here; the nodes' pip says which one is missing."""
+    if stack.wheelhouse is None:
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    offered: dict[str, set[str]] = {}
+    for filename in stack.wheelhouse.wheels:
+        try:
+            name, version, _, _ = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            continue
+        offered.setdefault(str(name), set()).add(str(version))
+    kinds = ([cluster_node_kind()] if stack.cluster else []) + (
+        [tpu_node_kind(stack.tpu, stack.zone)] if stack.tpu else []
+    )
+    missing = []
+    for line in dict.fromkeys(line for kind in kinds for line in kind.requirements):
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        versions = offered.get(canonicalize_name(requirement.name), set())
+        if not any(requirement.specifier.contains(version, prereleases=True) for version in versions):
+            missing.append(line)
+    if not missing:
+        return []
+    return [
+        Problem(
+            f"{NAMESPACE}:storage.wheelhouse",
+            f"no wheel for {', '.join(missing)}, which the machines install; fill it with `pip download "
+            "--only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.12 -d DIR -r "
+            "requirements-node.txt` (the Python of the machines' image)",
+        )
+    ]
 
 
 def metadata_problems(stack: ResolvedStack, boot: BootFiles) -> list[Problem]:

@@ -8,6 +8,7 @@ and code archive are fetched at every boot, checked against their pinned digests
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -84,7 +85,7 @@ class Environment:
             return
         self.log(f"installing the python environment into {self.venv}")
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        if self.processes.run([sys.executable, "-c", "import ensurepip"], 60) != 0:
+        if importlib.util.find_spec("ensurepip") is None:
             # Stock Debian and Ubuntu images (parameter servers boot from one) lack venv support.
             self.log("installing python3-venv")
             self._run(["apt-get", "update", "-qq"], APT_SECONDS, "apt-get update")

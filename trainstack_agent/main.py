@@ -120,7 +120,9 @@ def start_run_time_cap(agent: Agent) -> None:
     boot's process group, so a reboot ends it and the next boot starts a new one."""
     import subprocess
 
-    subprocess.Popen([sys.executable, sys.argv[0], "cap", str(os.getpid())], stdin=subprocess.DEVNULL)
+    # The archive the boot script ran (python3 -I ARCHIVE), or the package (python -m trainstack_agent).
+    entry = [sys.argv[0]] if not sys.argv[0].endswith("__main__.py") else ["-m", "trainstack_agent"]
+    subprocess.Popen([sys.executable, *entry, "cap", str(os.getpid())], stdin=subprocess.DEVNULL)
 
 
 def run_cap(agent: Agent, agent_pid: int) -> int:
