@@ -373,11 +373,15 @@ def _check_job_args(job: Job) -> list[Problem]:
     problems = []
     for index, arg in enumerate(job.args):
         flag = arg.split("=", 1)[0]
-        if flag in reserved:
+        # argparse takes an unambiguous prefix for the whole flag (--job-d for --job-dir),
+        # unless the parser forbids it; a team's parser may not, so every prefix is refused.
+        meant = [name for name in reserved if flag.startswith("--") and len(flag) > 2 and name.startswith(flag)]
+        if meant:
+            shown = flag if flag in reserved else f"{flag} (a prefix of {', '.join(meant)}, which argparse expands)"
             problems.append(
                 Problem(
                     f"{NAMESPACE}:job.args[{index}]",
-                    f"{flag} is set by the stack, not by job.args; use {reserved[flag]}",
+                    f"{shown} is set by the stack, not by job.args; use {'; '.join(reserved[name] for name in meant)}",
                 )
             )
     return problems

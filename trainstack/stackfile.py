@@ -57,19 +57,21 @@ class _StackFileLoader(yaml.SafeLoader):
                 self._depth -= 1
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
+        # By position (line and column): two keys on one line ({a: 1, a: 2}) are two keys.
+        seen: dict[Any, tuple[int, int]] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-            line = key_node.start_mark.line + 1
+            position = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             try:
-                first = seen.setdefault(key, line)
+                first = seen.setdefault(key, position)
             except TypeError:  # an unhashable key; the base class reports it
                 continue
-            if first != line:
+            if first != position:
                 raise _Refused(
                     None,
                     None,
-                    f"duplicate key {shorten(key)} (lines {first} and {line}); YAML would silently keep the last",
+                    f"duplicate key {shorten(key)} (line {first[0]} column {first[1]}, and line {position[0]} "
+                    f"column {position[1]}); YAML would silently keep the last",
                     key_node.start_mark,
                 )
         return super().construct_mapping(node, deep=deep)

@@ -31,7 +31,10 @@ SUMMARY = "summary.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tabular_mlp.task", description=__doc__.splitlines()[0])
+    # allow_abbrev=False: only the whole --job-dir is the job directory trainstack passes.
+    parser = argparse.ArgumentParser(
+        prog="python -m tabular_mlp.task", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     parser.add_argument("--job-dir", required=True, help="where checkpoints, the model and the summary go")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=20)
