@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 from trainer_test_helpers import REPOSITORY_ROOT, trainer_env
@@ -13,7 +12,6 @@ from trainer.config import parse_args
 
 
 def test_help_answers_without_loading_tensorflow() -> None:
-    started = time.monotonic()
     result = subprocess.run(
         [
             sys.executable,
@@ -31,7 +29,6 @@ def test_help_answers_without_loading_tensorflow() -> None:
     assert result.returncode == 0, result.stderr
     assert "--job-dir" in result.stdout and "--strategy" in result.stdout
     assert "TF_NOT_LOADED" in result.stdout
-    assert time.monotonic() - started < 30
 
 
 def test_defaults_suit_a_real_run() -> None:

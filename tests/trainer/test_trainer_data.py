@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -122,13 +121,12 @@ def test_tfrecord_files_with_the_documented_feature_spec(tmp_path: Path, job_dir
     assert metrics["loss_history"][-1] < metrics["loss_history"][0]
 
 
-def test_missing_data_path_fails_fast_with_one_line(job_dir: Path) -> None:
-    started = time.monotonic()
-    result = run_trainer(["--job-dir", str(job_dir), "--data", str(job_dir / "nowhere")])
-    assert result.returncode == 2
+def test_missing_data_path_fails_fast_with_one_line(job_dir: Path, without_tensorflow: dict[str, str]) -> None:
+    # Answered before TensorFlow is imported: there is none to import here.
+    result = run_trainer(["--job-dir", str(job_dir), "--data", str(job_dir / "nowhere")], env=without_tensorflow)
+    assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("trainer: error: --data ")
     assert "no such file or directory" in result.stderr
-    assert time.monotonic() - started < 20
     assert not job_dir.exists()
 
 
