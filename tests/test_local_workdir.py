@@ -78,3 +78,31 @@ def test_local_overrides_replace_every_occurrence_of_a_flag() -> None:
     """Defect: `local --epochs` replaced only the first of several --epochs in the arguments."""
     args = ["--epochs", "500", "--model", "cnn", "--epochs=7", "--seed", "1"]
     assert TrainerOverrides({"--epochs": "2"}).apply(args) == ["--model", "cnn", "--seed", "1", "--epochs", "2"]
+
+
+def test_a_non_empty_directory_it_did_not_make_is_never_adopted(repo_copy: Path, tmp_path: Path) -> None:
+    """Defect: the first run planted its marker in a user's non-empty directory, and a later
+    --fresh then deleted the user's files in it."""
+    mine = tmp_path / "my-notes"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("months of work\n")
+    result = trainstack(repo_copy, "local", "--stack", "dev", "--workdir", str(mine))
+    assert result.returncode == 1, result.stderr
+    assert "is not empty and trainstack local did not make it" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["thesis.tex"]
+    again = trainstack(repo_copy, "local", "--stack", "dev", "--workdir", str(mine), "--fresh")
+    assert again.returncode == 1 and (mine / "thesis.tex").read_text() == "months of work\n"
+
+
+def test_an_empty_or_new_directory_is_adopted(tmp_path: Path) -> None:
+    from trainstack.local import check_adoptable
+
+    (tmp_path / "empty").mkdir()
+    check_adoptable(tmp_path / "empty")
+    check_adoptable(tmp_path / "new")
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / WORKDIR_MARKER).write_text("")
+    (made / "bucket").mkdir()
+    check_adoptable(made)

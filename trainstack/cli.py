@@ -219,6 +219,7 @@ def _preempt_after(text: str) -> float:
 
 def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.local import (
+        LocalRunInterrupted,
         PreemptError,
         TrainerOverrides,
         WorkdirError,
@@ -313,8 +314,17 @@ def cmd_local(args: argparse.Namespace) -> int:
             preempt_after=args.preempt_after or 0.0,
         )
     except WorkdirError as error:
-        print(f"trainstack: --fresh: {error}", file=sys.stderr)
+        print(f"trainstack: {'--fresh' if args.fresh else '--workdir'}: {error}", file=sys.stderr)
         return 1
+    except LocalRunInterrupted as interrupted:
+        report(interrupted.result)
+        again = f"trainstack local --stack {cfg.stack}" + (f" --workdir {workdir}" if args.workdir else "")
+        print(
+            f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded INTERRUPTED; "
+            f"the job resumes from its backup with `{again}` (--fresh starts it over)",
+            file=sys.stderr,
+        )
+        return 130
     report(result)
     return exit_code(result)
 

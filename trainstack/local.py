@@ -53,6 +53,9 @@ from trainstack.netns import LoopbackNetwork, NamespaceUnavailable
 from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, resolve_stack
 from trainstack.supervisor import Supervisor, free_loopback_ports
 
+# After SIGINT or SIGTERM, how long the nodes get to record INTERRUPTED and end their
+# trainers (each agent gives its trainer 10 s) before what is left is killed.
+INTERRUPT_GRACE_SECONDS = 15.0
 # After the chief's script exits, how long the other nodes may take to end on their own
 # (parameter servers notice the finished job by polling the job directory).
 GRACE_SECONDS = 90.0
@@ -717,6 +720,16 @@ class LocalRun:
         if local_node.process is not None:
             self.supervisor.signal(local_node.name, signum)
 
+    def interrupt(self) -> LocalRunResult:
+        """Stops every node as a shutdown stops a VM (SIGTERM to all its processes: its agent
+        records INTERRUPTED and ends its trainer; SIGKILL to what is left after a grace), and
+        closes the run: no node is booted again, no process outlives it."""
+        with self._machines:
+            self._closing.set()
+        self.supervisor.stop(timeout=INTERRUPT_GRACE_SECONDS)
+        self._close()
+        return self.result()
+
     def kill_all(self) -> None:
         """SIGKILL every node's whole process tree: what a host restart does to a VM."""
         self.supervisor.kill_all()
@@ -827,6 +840,27 @@ def clear_workdir(workdir: Path) -> None:
     shutil.rmtree(resolved)
 
 
+def check_adoptable(workdir: Path) -> None:
+    """A work directory `trainstack local` may write into: absent, empty, or one it made. A
+    non-empty directory it did not make is refused, so that a later --fresh never deletes a
+    user's files (--fresh deletes only a directory holding the marker)."""
+    if workdir.is_symlink() or (workdir.exists() and not workdir.is_dir()):
+        raise WorkdirError(f"{workdir} is not a directory; choose another --workdir")
+    if workdir.is_dir() and not (workdir / WORKDIR_MARKER).is_file() and any(workdir.iterdir()):
+        raise WorkdirError(
+            f"{workdir} is not empty and trainstack local did not make it; choose an empty or new --workdir"
+        )
+
+
+class LocalRunInterrupted(Exception):
+    """The run was stopped by SIGINT (Ctrl-C) or SIGTERM; every node has been stopped."""
+
+    def __init__(self, signal_name: str, result: LocalRunResult) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        self.result = result
+
+
 def run_local(
     cfg: StackConfig,
     workdir: Path,
@@ -838,10 +872,30 @@ def run_local(
     preempt: tuple[str, ...] = (),
     preempt_after: float = 0.0,
 ) -> LocalRunResult:
+    """Runs the stack's cluster to its end. On SIGINT or SIGTERM every node is stopped as a
+    VM's shutdown stops it (its agent records INTERRUPTED; SIGKILL after a grace), and
+    :class:`LocalRunInterrupted` carries what they recorded: the job stays resumable."""
     if fresh:
         clear_workdir(workdir)
+    check_adoptable(workdir)
     run = LocalRun(cfg, workdir, overrides, echo, verbose=verbose, preempt=preempt, preempt_after=preempt_after)
-    return run.start().wait(timeout)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        try:
+            return run.start().wait(timeout)
+        except KeyboardInterrupt as interrupt:
+            # Further signals may not cut the stopping short.
+            for each in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(each, signal.SIG_IGN)
+            name = str(interrupt) or "SIGINT"
+            raise LocalRunInterrupted(name, run.interrupt()) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def report(result: LocalRunResult, out: Any = None) -> None:

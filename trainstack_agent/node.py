@@ -244,6 +244,10 @@ class NodeAgent:
         # The starts of the job's code by this boot (the first included).
         self.starts = 0
         self._terminating = False
+        # Whether this boot recorded the job RUNNING, and whether it has recorded its end: a
+        # termination signal after the end (the shutdown on_finish asked for) records nothing.
+        self._running = False
+        self._finished = False
 
     # --- the life of a boot ----------------------------------------------------------------
     def run(self) -> int:
@@ -258,6 +262,7 @@ class NodeAgent:
             return 0
         try:
             self.board.write_node(STATES.running)
+            self._running = True
             outcome = self.run_job()
         except Exception as error:  # noqa: BLE001 - a node must record and release, whatever failed
             if self._terminating:
@@ -306,6 +311,7 @@ class NodeAgent:
             self.board.write_node(STATES.running, reason=f"{lost}; restarting the job's code")
 
     def finish(self, outcome: Outcome) -> int:
+        self._finished = True
         state = STATES.succeeded if outcome.exit_code == 0 else STATES.failed
         reason = f" ({outcome.reason})" if outcome.reason else ""
         self.log(f"job step ended with status {outcome.exit_code}: {state}{reason}")
@@ -332,6 +338,11 @@ class NodeAgent:
     def on_termination(self, signal_name: str) -> int:
         """A termination signal: record why, end every child, and leave the job resumable."""
         self._terminating = True
+        if self._finished:
+            # The job's end is recorded; this is the shutdown that ends the machine.
+            self.log(f"received {signal_name} after the job's end was recorded")
+            self.services.launcher.stop_all()
+            return EXIT_ENDED
         state, why = STATES.interrupted, "a guest shutdown, reboot or host maintenance"
         if self.services.preempted():
             state, why = STATES.preempted, "Compute Engine preempted this Spot VM"
@@ -339,10 +350,13 @@ class NodeAgent:
             f"received {signal_name} ({why}): the job stays RUNNING, on_finish is not applied, and the next boot resumes it"
         )
         # The status first: a preempted VM has about 30 s, and its peers look for this state.
-        try:
-            self.board.write_node(state, reason=signal_name)
-        except CloudError as error:
-            self.log(f"could not record {state}: {error}")
+        # The chief's also says so of the job (`trainstack status`): resumable, not running.
+        writes = [self.board.write_node] + ([self.board.write_job] if self.settings.is_chief and self._running else [])
+        for write in writes:
+            try:
+                write(state, None, signal_name)
+            except CloudError as error:
+                self.log(f"could not record {state}: {error}")
         self.services.launcher.stop_all()
         return EXIT_ENDED
 

@@ -358,3 +358,28 @@ def test_the_chief_looks_often_at_a_spot_peer_it_knows_is_down() -> None:
     during = [b - a for a, b in zip(looks, looks[1:], strict=False) if 30.0 <= a and b <= 45.0]
     assert before and set(before) == {10.0}
     assert during and max(during) <= 2.0
+
+
+def test_the_chiefs_termination_says_so_of_the_job_too() -> None:
+    w = world(settings(), runs=[(3600.0, 0)])
+    w.agent._running = True
+    w.board.write_node(STATES.running)
+    assert w.agent.on_termination("SIGTERM") == EXIT_ENDED
+    job = w.job_status()
+    assert job is not None and (job.state, job.reason) == (STATES.interrupted, "SIGTERM")
+
+
+def test_the_shutdown_that_on_finish_asked_for_records_nothing_over_the_jobs_end() -> None:
+    """Defect: on_finish=stop shuts the guest down, whose SIGTERM reached the agent after it
+    recorded SUCCEEDED, and would have recorded INTERRUPTED over it."""
+    w = world(settings(), runs=[(10.0, 0)])
+
+    def shutdown(action: str) -> None:
+        w.releases.append(action)
+        w.agent.on_termination("SIGTERM")
+
+    w.agent.services.release = shutdown
+    assert w.agent.run() == 0
+    chief, job = w.status("chief"), w.job_status()
+    assert chief is not None and chief.state == STATES.succeeded
+    assert job is not None and job.state == STATES.succeeded
