@@ -74,3 +74,12 @@ def test_a_bad_place_is_refused_naming_it(capsys: pytest.CaptureFixture[str], ar
     assert code == 2
     err = capsys.readouterr().err
     assert ("unknown region" in err or "is not a" in err) and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["gpus", "tpus"])
+def test_a_zone_that_does_not_exist_is_named_and_exits_1(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: `gpus --zone us-central1-z` exited 0 listing nothing."""
+    assert main([command, "--zone", "us-central1-z"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "--zone us-central1-z: no such zone in us-central1; its zones: us-central1-a" in captured.err

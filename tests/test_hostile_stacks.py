@@ -179,6 +179,8 @@ CASES: list[tuple[str, str, str]] = [
     ),
     ("reserved_label", with_base("  trainstack:labels: {trainstack-stack: other}\n"), "set by trainstack"),
     ("unknown_region", replacing("gcp:region", "us-moon1") + "", "unknown region us-moon1"),
+    # A CPU-only stack's zone is checked too (a GPU's zone was the only one checked).
+    ("zone_that_does_not_exist", replacing("trainstack:zone", "us-central1-z"), "no zone us-central1-z in us-central1"),
 ]
 # Shell metacharacters in every text field a user writes.
 for i, meta in enumerate(METACHARACTERS):

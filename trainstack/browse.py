@@ -155,19 +155,26 @@ def _print_json(region: str, zone: str | None, key: str, listings: list[GpuListi
     print(json.dumps(document, indent=2, sort_keys=True))
 
 
-def _place(args: argparse.Namespace) -> tuple[Catalog, str, str | None] | None:
-    """The catalog and the region and zone the arguments name; None (said why) for an unknown region."""
+def _place(args: argparse.Namespace) -> tuple[Catalog, str, str | None] | int:
+    """The catalog and the region and zone the arguments name; the exit status (said why) for
+    an unknown region (2) or zone (1)."""
     catalog = load_catalog()
     region, zone = _where(args)
     if (problem := _check_region(catalog, region)) is not None:
         print(problem, file=sys.stderr)
-        return None
+        return 2
+    if zone is not None and zone not in catalog.zones:
+        print(
+            f"trainstack: --zone {zone}: no such zone in {region}; its zones: {', '.join(catalog.zones_of(region))}",
+            file=sys.stderr,
+        )
+        return 1
     return catalog, region, zone
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
-    if (place_of := _place(args)) is None:
-        return 2
+    if isinstance(place_of := _place(args), int):
+        return place_of
     catalog, region, zone = place_of
     listings = gpu_listings(catalog, region, zone)
     if not args.all:
@@ -190,8 +197,8 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_tpus(args: argparse.Namespace) -> int:
-    if (place_of := _place(args)) is None:
-        return 2
+    if isinstance(place_of := _place(args), int):
+        return place_of
     catalog, region, zone = place_of
     listings = tpu_listings(catalog, region, zone)
     if args.json:

@@ -450,6 +450,13 @@ def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Proble
                 f"{NAMESPACE}:zone", f"zone {zone} is not in gcp:region {cfg.region}; zones look like {cfg.region}-a"
             )
         ]
+    if zone not in catalog.zones:
+        # Every stack, CPU-only ones included: a zone that does not exist fails only at `pulumi up`.
+        return [
+            Problem(
+                f"{NAMESPACE}:zone", f"no zone {zone} in {cfg.region}; its zones: {_join(catalog.zones_of(cfg.region))}"
+            )
+        ]
     return (
         check_cluster(cfg, catalog)
         + check_tpu(cfg, catalog)

@@ -135,6 +135,8 @@ class Catalog:
     images: dict[str, Image] = field(default_factory=dict)
     disk_usd_gb_month: dict[str, float | None] = field(default_factory=dict)
     regions: frozenset[str] = frozenset()
+    # Every zone of every region (zones.csv).
+    zones: frozenset[str] = frozenset()
     # (kind, name, region) -> price; kinds "machine", "gpu", "tpu_chip".
     regional_prices: dict[tuple[str, str, str], HourlyPrice] = field(default_factory=dict)
     # (kind, name, region) -> USD per unit; kinds "disk" (GB-month), "storage", "nat", ...
@@ -170,6 +172,9 @@ class Catalog:
         if monthly is None and region == BASE_PRICE_REGION:
             monthly = self.disk_usd_gb_month.get(disk_type)
         return None if monthly is None else monthly / HOURS_PER_MONTH
+
+    def zones_of(self, region: str) -> list[str]:
+        return sorted(zone for zone in self.zones if zone.rsplit("-", 1)[0] == region)
 
     def tpu_zones_for(self, generation: str, size: int) -> list[str]:
         """The zones that offer this slice size (availability is per size, not per generation)."""
@@ -290,6 +295,7 @@ def load_catalog() -> Catalog:
         images=images,
         disk_usd_gb_month={row["disk_type"]: _optional_float(row["usd_gb_month"]) for row in _rows("disks.csv")},
         regions=frozenset(row["region"] for row in _rows("regions.csv")),
+        zones=frozenset(row["zone"] for row in _rows("zones.csv")),
         regional_prices=_regional_prices(),
         regional_rates=_regional_rates(),
     )
