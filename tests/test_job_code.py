@@ -16,7 +16,7 @@ import pytest
 from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, plan_of, write_stack
 from trainstack.cli import main
-from trainstack.jobcode import PROJECT_ROOT, load_package
+from trainstack.jobcode import MAX_WALKED_ENTRIES, PROJECT_ROOT, load_package
 from trainstack.local import LocalRun, TrainerOverrides
 from trainstack.stackfile import load_stack
 from trainstack_contract import LAYOUT
@@ -126,6 +126,55 @@ def test_a_symlink_in_a_package_is_refused(tmp_path: Path, capsys: pytest.Captur
     (package / "secrets.txt").symlink_to("/etc/passwd")
     err = problems_for(tmp_path, single_node({"package": str(package), "module": "probe_pkg.main"}), capsys)
     assert "trainstack:job.package" in err and "symlink" in err
+
+
+def test_requirements_that_are_a_symlink_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: a requirements "file" linking to application_default_credentials.json was uploaded."""
+    package = probe_package(tmp_path / "code")
+    secret = tmp_path / "application_default_credentials.json"
+    secret.write_text('{"refresh_token": "x"}')
+    (tmp_path / "requirements.txt").symlink_to(secret)
+    job = {"package": str(package), "module": "probe_pkg.main", "requirements": str(tmp_path / "requirements.txt")}
+    err = problems_for(tmp_path, single_node(job), capsys)
+    assert "trainstack:job.requirements" in err and "is a symlink" in err
+
+
+def test_a_package_that_is_a_symlink_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    package = probe_package(tmp_path / "code")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "probe_pkg").symlink_to(package, target_is_directory=True)
+    job = {"package": str(tmp_path / "linked" / "probe_pkg"), "module": "probe_pkg.main"}
+    err = problems_for(tmp_path, single_node(job), capsys)
+    assert "trainstack:job.package" in err and "is a symlink" in err
+
+
+def test_hidden_trees_of_a_package_are_never_walked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: a package's .git of 150,000 files was walked in full (10 s) before being left out."""
+    package = probe_package(tmp_path / "code")
+    objects = package / ".git" / "objects"
+    objects.mkdir(parents=True)
+    for index in range(MAX_WALKED_ENTRIES + 10):
+        (objects / f"o{index}").touch()
+    assert (
+        main(
+            [
+                "validate",
+                "--stack-file",
+                str(write_stack(tmp_path, single_node({"package": str(package), "module": "probe_pkg.main"}))),
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
+
+
+def test_a_package_tree_past_the_bound_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    package = probe_package(tmp_path / "code")
+    data = package / "data"
+    data.mkdir()
+    for index in range(MAX_WALKED_ENTRIES + 10):
+        (data / f"d{index}.bin").touch()
+    err = problems_for(tmp_path, single_node({"package": str(package), "module": "probe_pkg.main"}), capsys)
+    assert "trainstack:job.package" in err and f"more than {MAX_WALKED_ENTRIES} files and directories" in err
 
 
 # --- Shipped by content --------------------------------------------------------------------------

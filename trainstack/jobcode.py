@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import os
 import re
 import zipfile
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_
 MAX_PACKAGE_FILES = 5000
 MAX_PACKAGE_BYTES = 100 * 1024 * 1024
 MAX_REQUIREMENTS_BYTES = 64 * 1024
+# Entries a package's tree may have for trainstack to look at (hidden trees are not entered).
+MAX_WALKED_ENTRIES = 20_000
 # Left out of an archive: caches and hidden files (.git, .venv, editor state).
 _SKIPPED_SUFFIXES = (".pyc", ".pyo")
 # Hex characters of the content hash in object names and image tags: 64 bits.
@@ -216,26 +219,36 @@ def _is_shipped(relative: Path) -> bool:
 def package_members(source: Path, python_only: bool = False) -> dict[str, Path]:
     """Archive name -> file, in a stable order; names start with the package's own name.
 
-    Raises CodeError for a symlink (it could point anywhere on the machine that runs
-    `pulumi up`) and for a package past the size bounds."""
+    Hidden trees (.git, .venv) and caches are not entered at all: a checkout's .git alone
+    held 150,000 files. Raises CodeError for a symlink (it could point anywhere on the
+    machine that runs `pulumi up`), for a package past the size bounds, and for a tree with
+    more than :data:`MAX_WALKED_ENTRIES` entries to look at."""
     members: dict[str, Path] = {}
-    total = 0
-    for path in sorted(source.rglob("*")):
-        relative = path.relative_to(source)
-        if not _is_shipped(relative):
-            continue
-        if path.is_symlink():
-            raise CodeError(f"{relative} is a symlink; a package ships regular files only")
-        if not path.is_file() or (python_only and path.suffix != ".py"):
-            continue
-        total += path.stat().st_size
-        members[(Path(source.name) / relative).as_posix()] = path
-        if len(members) > MAX_PACKAGE_FILES or total > MAX_PACKAGE_BYTES:
-            raise CodeError(
-                f"more than {MAX_PACKAGE_FILES} files or {MAX_PACKAGE_BYTES // 2**20} MiB; "
-                "ship data through the bucket, not the package"
-            )
-    return members
+    total = walked = 0
+    for directory, subdirectories, files in os.walk(source):
+        # Pruned in place: os.walk then never descends into them.
+        subdirectories[:] = sorted(d for d in subdirectories if _is_shipped(Path(d)))
+        walked += len(subdirectories) + len(files)
+        if walked > MAX_WALKED_ENTRIES:
+            raise CodeError(f"more than {MAX_WALKED_ENTRIES} files and directories to look at; a package is code")
+        for name in [*subdirectories, *sorted(files)]:
+            path = Path(directory) / name
+            relative = path.relative_to(source)
+            if not _is_shipped(relative):
+                continue
+            if path.is_symlink():
+                raise CodeError(f"{relative} is a symlink; a package ships regular files only")
+            if name in subdirectories or not path.is_file() or (python_only and path.suffix != ".py"):
+                continue
+            total += path.stat().st_size
+            members[(Path(source.name) / relative).as_posix()] = path
+            if len(members) > MAX_PACKAGE_FILES or total > MAX_PACKAGE_BYTES:
+                raise CodeError(
+                    f"more than {MAX_PACKAGE_FILES} files or {MAX_PACKAGE_BYTES // 2**20} MiB; "
+                    "ship data through the bucket, not the package"
+                )
+    # In path order (by parts: "a/b" before "a-b"), as archives and digests were always made.
+    return dict(sorted(members.items(), key=lambda member: Path(member[0]).parts))
 
 
 def module_file(source: Path, module: str) -> Path | None:
@@ -266,6 +279,8 @@ def load_package(
 ) -> CodePackage:
     """The package at ``source``; ``companions`` are other packages shipped beside it in the
     same archive (the built-in trainer's contract)."""
+    if source.is_symlink():
+        raise CodeError(f"{source} is a symlink; name the package directory itself")
     if not source.is_dir():
         raise CodeError(missing_package(source))
     if module_file(source, module) is None:
@@ -283,6 +298,8 @@ def builtin_package(source: Path = BUILTIN_SOURCE) -> CodePackage:
 
 
 def load_requirements(path: Path) -> ExtraRequirements:
+    if path.is_symlink():
+        raise CodeError(f"{path} is a symlink; name the file itself (a link could point at any file of this machine)")
     if not path.is_file():
         raise CodeError(f"{path} is not a file (a relative path starts at the project root, {PROJECT_ROOT})")
     data = path.read_bytes()
