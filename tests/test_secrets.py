@@ -152,3 +152,29 @@ def test_secrets_without_a_job_are_refused() -> None:
     config = config_with_secrets()
     config["trainstack:job"] = "none"
     assert "runs none" in problems_of(config)
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        # `pulumi config set --path --secret 'trainstack:job.args[1]' TOKEN`, as the stack file keeps it.
+        {"name": "j", "args": ["--token", {"secure": "v1:AAAA"}]},
+        # `pulumi config set --secret trainstack:job '{...}'`: the whole value.
+        {"secure": "v1:BBBB"},
+    ],
+)
+def test_a_setting_set_as_a_secret_other_than_secrets_is_refused_naming_the_right_place(job: Any) -> None:
+    """Defect: a token set with --secret in trainstack:job's args became plain text in the
+    machines' metadata and in the boot log."""
+    config = base_config()
+    config["trainstack:job"] = job
+    report = problems_of(config)
+    assert "trainstack:job: is set as a secret" in report and "trainstack:secrets.<NAME>" in report
+
+
+def test_the_engine_marking_a_setting_secret_is_refused_too() -> None:
+    """With the Pulumi CLI the program gets decrypted values and the list of secret keys."""
+    config = base_config()
+    config["trainstack:job"] = json.dumps({"name": "j", "args": ["--token", CANARY]})
+    report = problems_of(config, secret_keys=frozenset({"trainstack:job"}))
+    assert "trainstack:job: is set as a secret" in report and CANARY not in report

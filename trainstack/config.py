@@ -166,6 +166,29 @@ class JobSecret:
         raise ValueError("a secret set with pulumi config set --path --secret 'trainstack:secrets.<NAME>' VALUE")
 
 
+SECRET_ELSEWHERE = (
+    "is set as a secret (pulumi config set --secret), but this setting reaches the machines' metadata and boot "
+    "log in clear text; keep secret values in trainstack:secrets (pulumi config set --path --secret "
+    "'trainstack:secrets.<NAME>' VALUE): the job's code reads $NAME from its environment"
+)
+# How the Pulumi CLI writes an encrypted value in a stack file.
+_SECURE = "secure"
+
+
+def holds_secure_value(value: Any, depth: int = 0) -> bool:
+    """Whether a stack file's value holds a ``{secure: ...}`` value anywhere (``--path --secret``
+    encrypts one leaf of a structured value)."""
+    if depth > 32:
+        return False
+    if isinstance(value, Mapping):
+        if set(value) == {_SECURE}:
+            return True
+        return any(holds_secure_value(item, depth + 1) for item in value.values())
+    if isinstance(value, list):
+        return any(holds_secure_value(item, depth + 1) for item in value)
+    return False
+
+
 def engine_secrets(value: Any) -> Any:
     """The engine's decrypted ``trainstack:secrets`` (a key it marks secret), each value wrapped
     so that nothing downstream can print it."""
@@ -655,6 +678,10 @@ def parse_stack_config(stack: str, config: Mapping[str, Any], secret_keys: froze
             continue
         namespace, _, name = key.partition(":")
         if namespace == NAMESPACE:
+            if name != "secrets" and (key in secret_keys or holds_secure_value(value)):
+                # Every other setting reaches the machines' metadata and boot log as it is.
+                problems.append(Problem(key, SECRET_ELSEWHERE))
+                continue
             settings_raw[name] = decode_config_value(value)
             if name == "secrets" and key in secret_keys:
                 settings_raw[name] = engine_secrets(settings_raw[name])
