@@ -579,3 +579,14 @@ def test_children_moved_under_a_component_keep_an_alias_to_their_old_parent() ->
     assert options.parent is component
     assert options.aliases is not None and [a.parent for a in options.aliases] == [stack]  # type: ignore[union-attr]
     assert moved_here(component, None).aliases is None
+
+
+def test_plan_says_why_the_tpu_release_grant_cannot_be_narrowed_to_the_stacks_node() -> None:
+    """The TPU release role is bound on the project (no per-node IAM, no IAM Conditions on
+    tpu.googleapis.com): a stack may stop another stack's TPU, and the plan says so."""
+    plan = plan_for("tpu")
+    [note] = [n for n in plan.notes if "every TPU node of the project" in n]
+    assert "cannot be narrowed" in note and "conditions-resource-attributes" in note
+    release = [r for r in plan.of_type("gcp:projects/iAMMember:IAMMember") if "tpu_release" in str(r.inputs["role"])]
+    assert len(release) == 1 and "condition" not in release[0].inputs
+    assert all("every TPU node" not in n for n in plan_for("multiworker").notes)

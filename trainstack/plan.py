@@ -365,6 +365,15 @@ def placeholder_notes(stack: ResolvedStack) -> list[str]:
     ]
 
 
+# Why the TPU VM's release role is bound on the project, not on its own node.
+TPU_RELEASE_SCOPE = (
+    "the TPU VM's account can get, stop and delete every TPU node of the project, not only its own: Cloud TPU "
+    "has no per-node IAM policy, and IAM Conditions' resource attributes (resource.name) are not recognised by "
+    "tpu.googleapis.com (https://cloud.google.com/iam/docs/conditions-resource-attributes lists the services "
+    "that do), so the grant cannot be narrowed to this node; no other machine runs as this account"
+)
+
+
 def plan_notes(stack: ResolvedStack) -> list[str]:
     notes = placeholder_notes(stack) + [f"warning: {w}" for w in stack_warnings(stack)]
     tpu = stack.config.settings.tpu
@@ -393,6 +402,8 @@ def plan_notes(stack: ResolvedStack) -> list[str]:
             f"the job runs `python -m {stack.job.package.module}` from {stack.job.package.display_source} "
             f"(uploaded as {stack.job.package.object_name})"
         )
+    if stack.tpu is not None:
+        notes.append(TPU_RELEASE_SCOPE)
     access = stack.config.settings.access
     if access is not None and access.members and stack.tpu is not None:
         notes.append(
