@@ -134,7 +134,7 @@ def test_a_stack_without_a_run_time_cap_is_refused(tmp_path: Path, capsys: pytes
         "test-cluster-worker-0",
         "test-cluster-worker-1",
     }
-    assert out[-1].startswith("test: 16 policies over ") and out[-1].endswith(": 3 mandatory, 0 advisory violation(s)")
+    assert out[-1].startswith("test: 17 policies over ") and out[-1].endswith(": 3 mandatory, 0 advisory violation(s)")
 
 
 def test_a_long_notebook_idle_timeout_is_advisory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

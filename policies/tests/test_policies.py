@@ -414,3 +414,58 @@ def test_offline_module_reads_stdin_and_refuses_bad_requests_in_one_line() -> No
             check=False,
         )
         assert run.returncode == 2 and words in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_notebook_account_may_not_hold_an_impersonation_role() -> None:
+    """Defect: Workbench inputs carry no scopes, so the rule skipped the notebook's account; a
+    Workbench instance always runs with the cloud-platform scope."""
+    notebook_email = "team-nb@my-project.iam.gserviceaccount.com"
+    resources = [r for r in compliant_stack() if r["type"] not in (VM, TPU)]
+    [nb] = [r for r in resources if r["type"] == NB]
+    nb["inputs"]["gceSetup"]["serviceAccounts"] = [{"email": notebook_email}]
+    resources.append(
+        {"type": ACCOUNT, "name": "team-nb-sa", "inputs": {"accountId": "team-nb", "project": "my-project"}}
+    )
+    resources.append(
+        {
+            "type": PROJECT_MEMBER,
+            "name": "nb-token-creator",
+            "inputs": member("roles/iam.serviceAccountTokenCreator", f"serviceAccount:{notebook_email}"),
+        }
+    )
+    found = [v for v in violations(resources) if v.policy == "broad-scope-least-privilege"]
+    assert len(found) == 1 and "nb-token-creator" in found[0].message and "notebook team-notebook" in found[0].message
+
+
+CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
+
+
+def custom_role(role_id: str, permissions: list[str]) -> dict[str, Any]:
+    return {
+        "type": CUSTOM_ROLE,
+        "name": role_id,
+        "inputs": {"project": "my-project", "roleId": role_id, "permissions": permissions, "title": role_id},
+    }
+
+
+@pytest.mark.parametrize("permission", ["iam.serviceAccounts.actAs", "resourcemanager.projects.setIamPolicy"])
+def test_a_custom_role_that_escalates_may_not_be_bound_on_the_project(permission: str) -> None:
+    resources = compliant_stack() + [
+        custom_role("team_helper", ["compute.instances.get", permission]),
+        {
+            "type": PROJECT_MEMBER,
+            "name": "helper-binding",
+            "inputs": member("projects/my-project/roles/team_helper", "user:someone@example.com"),
+        },
+    ]
+    found = [v for v in violations(resources) if v.policy == "custom-role-escalation"]
+    assert len(found) == 1 and permission in found[0].message and "helper-binding" in found[0].message
+
+
+def test_a_narrow_custom_role_on_the_project_and_an_unbound_escalating_one_pass() -> None:
+    resources = compliant_stack() + [
+        custom_role("team_release", ["tpu.nodes.get", "tpu.nodes.stop", "tpu.nodes.delete"]),
+        {"type": PROJECT_MEMBER, "name": "release", "inputs": member("projects/my-project/roles/team_release")},
+        custom_role("team_unused", ["iam.serviceAccounts.actAs"]),
+    ]
+    assert [v for v in violations(resources) if v.policy == "custom-role-escalation"] == []

@@ -58,6 +58,14 @@ POLICIES: tuple[Policy, ...] = (
         enforcement_level=MANDATORY,
         framework=_cis("4.2", "1.5", "1.6"),
     ),
+    StackValidationPolicy(
+        name="custom-role-escalation",
+        description="No custom role bound on the project carries a permission to act as other accounts, mint "
+        "their tokens or keys, or rewrite IAM.",
+        validate=rules.custom_role_escalation,
+        enforcement_level=MANDATORY,
+        framework=_cis("1.5", "1.6"),
+    ),
     ResourceValidationPolicy(
         name="no-primitive-roles",
         description="No IAM binding grants roles/owner, roles/editor or roles/viewer.",

@@ -17,6 +17,9 @@ NOTEBOOK = "gcp:workbench/instance:Instance"
 BUCKET = "gcp:storage/bucket:Bucket"
 FIREWALL = "gcp:compute/firewall:Firewall"
 ACCOUNT = "gcp:serviceaccount/account:Account"
+CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
+# Project-level IAM resources: IAMMember, IAMBinding, IAMPolicy.
+PROJECT_IAM_PREFIX = "gcp:projects/iAM"
 MACHINES = (VM, TPU_VM, NOTEBOOK)
 
 CLOUD_PLATFORM_SCOPES = frozenset({"cloud-platform", "https://www.googleapis.com/auth/cloud-platform"})

@@ -16,9 +16,11 @@ from typing import Any
 from trainstack_policies.resources import (
     ACCOUNT,
     BUCKET,
+    CUSTOM_ROLE,
     FIREWALL,
     MACHINES,
     NOTEBOOK,
+    PROJECT_IAM_PREFIX,
     TPU_VM,
     VM,
     accounts,
@@ -326,6 +328,50 @@ def _is_escalation_role(role: str) -> bool:
     return role in PRIMITIVE_ROLES or role in ACCOUNT_ESCALATION_ROLES or admin
 
 
+# Permissions that let whoever holds them on a project become someone else or grant
+# themselves anything: act as or mint tokens for service accounts, make keys, rewrite IAM.
+ESCALATION_PERMISSIONS = frozenset(
+    {
+        "iam.serviceAccounts.actAs",
+        "iam.serviceAccounts.getAccessToken",
+        "iam.serviceAccounts.getOpenIdToken",
+        "iam.serviceAccounts.implicitDelegation",
+        "iam.serviceAccounts.signBlob",
+        "iam.serviceAccounts.signJwt",
+        "iam.serviceAccountKeys.create",
+        "iam.roles.create",
+        "iam.roles.update",
+        "resourcemanager.projects.setIamPolicy",
+    }
+)
+
+
+def custom_role_escalation(args: Any, report: Report) -> None:
+    """A custom role the stack defines may not carry an escalation permission if it is bound on
+    the project (CIS Google Cloud 1.5, 1.6): a custom role is not checked by name like the
+    predefined ones, so its permissions are. A stack validation: roles and bindings together."""
+    escalating: dict[str, list[str]] = {}
+    for resource in args.resources:
+        if resource.resource_type != CUSTOM_ROLE:
+            continue
+        permissions = [p for p in sequence(resource.props.get("permissions")) if p in ESCALATION_PERMISSIONS]
+        role_id = resource.props.get("roleId")
+        if permissions and isinstance(role_id, str):
+            escalating[role_id] = sorted(permissions)
+    for resource in args.resources:
+        if not resource.resource_type.startswith(PROJECT_IAM_PREFIX):
+            continue
+        for role, members in _binding_roles(resource.props):
+            role_id = role.rsplit("/roles/", 1)[-1] if "/roles/" in role else None
+            if role_id in escalating and members:
+                report(
+                    f"{resource.resource_type} {resource.name}: binds the custom role {role_id} on the project, and it "
+                    f"carries {', '.join(escalating[role_id])}: its members ({', '.join(members)}) could act as other "
+                    "accounts or rewrite the project's IAM",
+                    None,
+                )
+
+
 def broad_scope_least_privilege(args: Any, report: Report) -> None:
     """The cloud-platform scope hands every decision to IAM, which is right only when the
     account is the stack's own and every role it is granted is narrow (CIS Google Cloud 4.2
@@ -342,7 +388,10 @@ def broad_scope_least_privilege(args: Any, report: Report) -> None:
             continue
         for account in accounts(resource.resource_type, resource.props):
             email = account.get("email")
-            if isinstance(email, str) and has_broad_scope(account) and not is_default_account(email):
+            # A Workbench instance takes no scopes: it always runs with the cloud-platform scope
+            # (Vertex AI Workbench, "service account" of an instance), so its account is broad.
+            broad_by_scope = resource.resource_type == NOTEBOOK or has_broad_scope(account)
+            if isinstance(email, str) and broad_by_scope and not is_default_account(email):
                 broad.setdefault(email, f"{_machine(resource.resource_type)} {resource.name}")
     for email, machine in sorted(broad.items()):
         if email.split("@", 1)[0] not in created:
