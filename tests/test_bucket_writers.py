@@ -74,6 +74,6 @@ def test_every_machine_account_reads_the_whole_bucket(stack: str) -> None:
 def test_plan_says_who_can_write_the_bucket(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["plan", "--stack", "multiworker"]) == 0
     out = capsys.readouterr().out
-    assert "Who can write gs://your-gcp-project-multiworker (besides `pulumi up`):" in out
+    assert "Who can write gs://your-gcp-project_multiworker (besides `pulumi up`):" in out
     assert "serviceAccount:multiworker-train@your-gcp-project.iam.gserviceaccount.com: jobs/*" in out
     assert "is written by `pulumi up` alone" in out and "WARNING" not in out

@@ -59,7 +59,7 @@ def test_an_interrupted_local_run_stops_every_node_and_leaves_the_job_resumable(
     assert "Traceback" not in err
     assert f"interrupted ({signum.name})" in err and "trainstack local --stack multiworker" in err
     assert processes_of(workdir) == []
-    status_dir = workdir / "bucket" / "your-gcp-project-multiworker" / "jobs" / "flowers_mwms" / "status"
+    status_dir = workdir / "bucket" / "your-gcp-project_multiworker" / "jobs" / "flowers_mwms" / "status"
     for node in ("chief", "worker-0", "worker-1", "job"):
         status = json.loads((status_dir / f"{node}.json").read_text())
         assert status["state"] == "INTERRUPTED", (node, status)

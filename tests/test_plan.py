@@ -270,7 +270,7 @@ def test_the_plan_prices_every_node_from_the_catalog_rows() -> None:
 
 def test_outputs_give_a_user_what_they_need(shipped_plan: Plan) -> None:
     outputs = shipped_plan.outputs
-    assert outputs["bucket_url"].startswith("gs://your-gcp-project-")
+    assert outputs["bucket_url"].startswith("gs://your-gcp-project_")
     assert outputs["registry_url"].endswith(f"-docker.pkg.dev/your-gcp-project/{shipped_plan.stack}-images")
     assert outputs["vm_names"]
     for vm_name in outputs["vm_names"]:
@@ -284,7 +284,7 @@ def test_nodes_get_job_settings_in_metadata_not_baked_into_the_script() -> None:
     for vm in plan.of_type(INSTANCE):
         metadata = vm.inputs["metadata"]
         scripts_seen.add(metadata["startup-script"])
-        assert metadata["trainstack-job-dir"] == "gs://your-gcp-project-multiworker/jobs/flowers_mwms"
+        assert metadata["trainstack-job-dir"] == "gs://your-gcp-project_multiworker/jobs/flowers_mwms"
         assert metadata["trainstack-on-finish"] == "stop"
         args = json.loads(metadata["trainstack-trainer-args"])
         assert args[args.index("--strategy") + 1] == "multi_worker_mirrored"
@@ -490,8 +490,8 @@ def test_data_in_another_bucket_is_granted_read_only(tmp_path: Path) -> None:
     )
     assert grants == [
         ("shared-datasets", "roles/storage.objectViewer", False),
-        ("test-project-123-test", "roles/storage.objectUser", True),
-        ("test-project-123-test", "roles/storage.objectViewer", False),
+        ("test-project-123_test", "roles/storage.objectUser", True),
+        ("test-project-123_test", "roles/storage.objectViewer", False),
     ]
 
 

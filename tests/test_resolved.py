@@ -13,6 +13,7 @@ import trainstack_contract as contract
 from stack_helpers import base_config
 from trainer.strategy import ClusterInfo, choose_strategy
 from trainstack.config import parse_stack_config
+from trainstack.errors import StackConfigError
 from trainstack.resolved import ResolvedStack, resolve_stack
 from trainstack.rules import validate_stack
 
@@ -46,8 +47,8 @@ def test_nodes_are_named_once_for_status_objects_logs_and_vms() -> None:
         ("worker", 0, "worker-0", "test-worker-0"),
         ("worker", 1, "worker-1", "test-worker-1"),
     ]
-    assert stack.bucket_name == "test-project-123-test"
-    assert stack.job_dir == "gs://test-project-123-test/jobs/flowers_mwms"
+    assert stack.bucket_name == "test-project-123_test"
+    assert stack.job_dir == "gs://test-project-123_test/jobs/flowers_mwms"
     assert stack.vm_names == ["test-chief", "test-worker-0", "test-worker-1"]
 
 
@@ -157,3 +158,31 @@ def test_auto_means_the_same_strategy_to_the_stack_and_to_the_trainer(
     info = ClusterInfo(cluster=tf_config["cluster"], task_type="chief" if stack.cluster.tf_cluster else None, task_id=0)
     assert choose_strategy(contract.AUTO, info, num_gpus=gpus, tpu=None) == stack.cluster.strategy
     assert json.loads(contract.tf_config(stack.cluster.tf_cluster, "chief", 0))["task"] == {"type": "chief", "index": 0}
+
+
+def test_bucket_names_are_unique_per_project_and_stack() -> None:
+    """Defect: project team-a-project + stack prod and project team-a + stack project-prod
+    both made the global bucket name team-a-project-prod."""
+    from trainstack.resolved import default_bucket_name
+
+    assert default_bucket_name("team-a-project", "prod") != default_bucket_name("team-a", "project-prod")
+    for project, name in (("team-a-project", "prod"), ("team-a", "project-prod")):
+        config = base_config()
+        config["gcp:project"] = project
+        stack = resolve_stack(parse_stack_config(name, config))
+        assert stack.bucket_name == f"{project}_{name}"
+
+
+def test_an_existing_stack_keeps_its_bucket_by_naming_it() -> None:
+    config = base_config()
+    config["trainstack:storage"] = {"bucket": "test-project-123-test"}
+    stack = resolve_stack(parse_stack_config("test", config))
+    assert stack.bucket_name == "test-project-123-test" and stack.bucket_uri == "gs://test-project-123-test"
+
+
+@pytest.mark.parametrize("bucket", ["ab", "Upper-case", "has.dots.in.it", "goog-thing", "my-google-bucket", "a" * 64])
+def test_a_bucket_name_cloud_storage_refuses_is_refused(bucket: str) -> None:
+    config = base_config()
+    config["trainstack:storage"] = {"bucket": bucket}
+    with pytest.raises(StackConfigError, match="trainstack:storage.bucket"):
+        parse_stack_config("test", config)

@@ -26,7 +26,7 @@ from trainstack_contract import LAYOUT, STATES
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
 # base_config(): project test-project-123, stack "test", job flowers_mwms, chief and two workers.
-BUCKET = "test-project-123-test"
+BUCKET = "test-project-123_test"
 JOB = "flowers_mwms"
 PREFIX = f"{LAYOUT.jobs}/{JOB}"
 NODES = ["chief", "worker-0", "worker-1"]

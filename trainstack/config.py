@@ -432,16 +432,35 @@ class Budget(_Strict):
         )
 
 
+# Cloud Storage bucket names: 3-63 lowercase letters, digits, "-" and "_", starting and ending
+# with a letter or digit, no "goog" prefix; dots are left out (they make a domain-named bucket,
+# which needs domain verification). https://cloud.google.com/storage/docs/buckets#naming
+BUCKET_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]")
+
+
 class Storage(_Strict):
     # The bucket holds a user's data, checkpoints and models. By default `pulumi destroy`
     # leaves it (and its contents) in place and only forgets it; set this to true to delete it.
     delete_on_destroy: bool = False
     # Noncurrent object versions (overwritten checkpoints) are removed after this many days.
     noncurrent_version_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    # The bucket's name, when it must not be the default `<project>_<name>`: a stack made before
+    # that default keeps its bucket (`<project>-<name>`) by naming it here.
+    bucket: str | None = None
     # A directory of wheels (`pip download -d DIR -r requirements-node.txt`) that `pulumi up`
     # uploads; nodes install from it, each wheel checked against its digest, instead of from
     # the package index (private nodes then need no internet access to boot).
     wheelhouse: Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)] | None = None
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_name(cls, bucket: str | None) -> str | None:
+        if bucket is None:
+            return None
+        _full_match(BUCKET_NAME_PATTERN, bucket, "a bucket name: 3-63 lowercase letters, digits, '-' and '_'")
+        if bucket.startswith("goog") or "google" in bucket:
+            raise ValueError(f"{bucket} is not a bucket name Cloud Storage allows: none begins with goog or holds google")
+        return bucket
 
 
 # IAM principals a stack may grant machine access to: people, groups and service accounts

@@ -450,10 +450,17 @@ def secret_id(stack_name: str, env: str) -> str:
     return f"{stack_name}-{env}"
 
 
+def default_bucket_name(project: str, name: str) -> str:
+    """The stack's bucket: ``<project>_<name>``. Bucket names are global, and neither a project
+    id nor a stack's name holds "_", so no other (project, stack) pair gives the same name
+    (with "-", project team-a-project + stack prod and team-a + project-prod collided)."""
+    return f"{project}_{name}"
+
+
 def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None) -> ResolvedStack:
     """The resolved model of a stack that passed :func:`trainstack.rules.check_stack`."""
     catalog = catalog or load_catalog()
-    bucket_name = f"{cfg.project}-{cfg.name}"
+    bucket_name = cfg.settings.storage.bucket or default_bucket_name(cfg.project, cfg.name)
     cluster = _resolve_cluster(cfg, catalog)
     tpu = _resolve_tpu(cfg, catalog)
     notebook = _resolve_notebook(cfg, catalog)

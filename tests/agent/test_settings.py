@@ -87,7 +87,7 @@ def test_the_tpu_vms_metadata_reads_back() -> None:
         (KEYS.on_finish, "never"),
         (KEYS.heartbeat_seconds, "0"),
         (KEYS.job_dir, "gs://other-teams-bucket/jobs/x"),
-        (KEYS.job_dir, "gs://your-gcp-project-multiworker/jobs/../x"),
+        (KEYS.job_dir, "gs://your-gcp-project_multiworker/jobs/../x"),
         (KEYS.trainer_args, '["--a", 1]'),
         (KEYS.trainer_args, '{"a": 1}'),
         (KEYS.code_archive, "trainstack/code/../../etc/passwd.zip"),
