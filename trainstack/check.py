@@ -59,17 +59,14 @@ def read_policy_config(path: Path | None) -> dict[str, Any]:
     """A `pulumi preview --policy-pack-config` document: {policy: level | {enforcementLevel, ...}}."""
     if path is None:
         return {}
+    from trainstack.files import FileProblem, load_json, read_bounded
+
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as error:
-        raise CheckProblem(f"--policy-config {path}: {error.strerror or error}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise CheckProblem(f"--policy-config {path}: larger than {MAX_CONFIG_BYTES} bytes")
-    try:
-        document = json.loads(data)
-    except ValueError as error:
-        raise CheckProblem(f"--policy-config {path}: not JSON ({error})") from None
+        document = load_json(read_bounded(path, MAX_CONFIG_BYTES))
+    except FileNotFoundError:
+        raise CheckProblem(f"--policy-config {path}: no such file") from None
+    except FileProblem as problem:
+        raise CheckProblem(f"--policy-config {path}: {problem}") from None
     if not isinstance(document, dict):
         raise CheckProblem(f"--policy-config {path}: a JSON object of policy names")
     return document

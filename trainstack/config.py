@@ -459,7 +459,9 @@ class Storage(_Strict):
             return None
         _full_match(BUCKET_NAME_PATTERN, bucket, "a bucket name: 3-63 lowercase letters, digits, '-' and '_'")
         if bucket.startswith("goog") or "google" in bucket:
-            raise ValueError(f"{bucket} is not a bucket name Cloud Storage allows: none begins with goog or holds google")
+            raise ValueError(
+                f"{bucket} is not a bucket name Cloud Storage allows: none begins with goog or holds google"
+            )
         return bucket
 
 

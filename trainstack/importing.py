@@ -46,26 +46,31 @@ def gpu_name(enum_or_name: str) -> str:
 
 
 def read_text(path: Path) -> str:
+    """A job file (or a file a saved command line names), through the command line's one bounded
+    reader: a regular file (never a FIFO or a device) of at most :data:`MAX_IMPORT_BYTES`."""
+    from trainstack.files import FileProblem
+    from trainstack.files import read_text as read_bounded_text
+
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ImportProblem(f"{path}: {error.strerror or error}") from None
-    if len(data) > MAX_IMPORT_BYTES:
-        raise ImportProblem(f"{path}: larger than {MAX_IMPORT_BYTES // 1024} KiB")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ImportProblem(f"{path}: not UTF-8 text") from None
+        return read_bounded_text(path, MAX_IMPORT_BYTES)
+    except FileNotFoundError:
+        raise ImportProblem(f"{path}: no such file") from None
+    except FileProblem as problem:
+        raise ImportProblem(f"{path}: {problem}") from None
 
 
 def parse_document(text: str, path: Path) -> Any:
-    import yaml
+    """YAML or JSON (JSON is YAML), through the bounded loader: no anchors or aliases, no deep
+    nesting, no duplicate keys; the safe loader builds no objects."""
+    from trainstack.files import FileProblem, load_yaml
 
     try:
-        # JSON is YAML; the safe loader builds no objects.
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ImportProblem(f"{path}: neither YAML nor JSON ({str(error).splitlines()[0]})") from None
+        return load_yaml(text)
+    except FileProblem as problem:
+        text = str(problem)
+        if text.startswith("not valid YAML: "):
+            text = f"neither YAML nor JSON ({text.removeprefix('not valid YAML: ')})"
+        raise ImportProblem(f"{path}: {text}") from None
 
 
 def read_document(path: Path) -> Any:

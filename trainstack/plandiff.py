@@ -10,7 +10,6 @@ job, for the bucket that is a new, empty bucket. Comparing a new plan with an ea
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,15 +73,15 @@ class Change:
 
 def read_plan_json(path: Path) -> dict[str, Any]:
     """An earlier ``plan --json``; problems with the file are one StackConfigError."""
+    from trainstack.files import FileProblem, load_json, read_bounded
+
     where = f"--against {path}"
     try:
-        if not path.is_file():
-            raise StackConfigError([Problem(where, "not a file; give the output of an earlier `plan --json`")])
-        if path.stat().st_size > MAX_PLAN_BYTES:
-            raise StackConfigError([Problem(where, f"larger than {MAX_PLAN_BYTES} bytes; not a trainstack plan")])
-        document: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise StackConfigError([Problem(where, f"cannot read it as JSON: {str(error)[:200]}")]) from None
+        document: Any = load_json(read_bounded(path, MAX_PLAN_BYTES))
+    except FileNotFoundError:
+        raise StackConfigError([Problem(where, "no such file; give the output of an earlier `plan --json`")]) from None
+    except FileProblem as problem:
+        raise StackConfigError([Problem(where, f"not a trainstack plan: {str(problem)[:200]}")]) from None
     resources = document.get("resources") if isinstance(document, dict) else None
     if not isinstance(resources, list) or not all(
         isinstance(r, dict) and {"type", "name", "inputs"} <= set(r) for r in resources

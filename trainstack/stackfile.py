@@ -1,80 +1,24 @@
 """Reading ``stacks/Pulumi.<stack>.yaml`` files for the offline commands.
 
-A stack file is untrusted input: it is read only when it is a regular file of at most
-:data:`MAX_STACK_FILE_BYTES`, and parsed by a YAML loader that refuses anchors and aliases
-(a few lines of aliases expand to gigabytes), nesting deeper than :data:`MAX_DEPTH`, and
-duplicate keys (where YAML would silently keep the last one).
+A stack file is untrusted input: it is read by the one bounded reader every file of the command
+line goes through (:mod:`trainstack.files`): a regular file of at most
+:data:`MAX_STACK_FILE_BYTES`, parsed by a YAML loader that refuses anchors and aliases, nesting
+deeper than :data:`trainstack.files.MAX_DEPTH`, and duplicate keys.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
-import yaml
-from yaml.events import AliasEvent, CollectionStartEvent, NodeEvent
-from yaml.nodes import MappingNode, Node
-
 from trainstack.config import STACK_FILE_TOP_LEVEL_KEYS, StackConfig, stack_name_problem
 from trainstack.errors import Problem, StackConfigError, shorten
+from trainstack.files import FileProblem, load_yaml, read_text
 from trainstack.rules import parse_and_check
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 # A generous stack file is a few kilobytes.
 MAX_STACK_FILE_BYTES = 1024 * 1024
-# config > trainstack:cluster > workers > accelerator > type is five levels deep.
-MAX_DEPTH = 16
-
-
-class _Refused(yaml.MarkedYAMLError):
-    """Valid YAML that a stack file may not use."""
-
-
-class _StackFileLoader(yaml.SafeLoader):
-    """SafeLoader without anchors, aliases, deep nesting or duplicate keys."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        event = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, AliasEvent) or (isinstance(event, NodeEvent) and event.anchor is not None):
-            raise _Refused(
-                None, None, "anchors and aliases (&name, *name) are not allowed in a stack file", event.start_mark
-            )
-        nested = isinstance(event, CollectionStartEvent)
-        if nested:
-            self._depth += 1
-            if self._depth > MAX_DEPTH:
-                raise _Refused(None, None, f"nesting deeper than {MAX_DEPTH} levels", event.start_mark)
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            if nested:
-                self._depth -= 1
-
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        # By position (line and column): two keys on one line ({a: 1, a: 2}) are two keys.
-        seen: dict[Any, tuple[int, int]] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-            position = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            try:
-                first = seen.setdefault(key, position)
-            except TypeError:  # an unhashable key; the base class reports it
-                continue
-            if first != position:
-                raise _Refused(
-                    None,
-                    None,
-                    f"duplicate key {shorten(key)} (line {first[0]} column {first[1]}, and line {position[0]} "
-                    f"column {position[1]}); YAML would silently keep the last",
-                    key_node.start_mark,
-                )
-        return super().construct_mapping(node, deep=deep)
 
 
 def stack_file_path(stack: str) -> Path:
@@ -93,60 +37,23 @@ def stack_name_from_path(path: Path) -> str:
     return path.stem
 
 
-def _read_bounded(path: Path) -> bytes:
-    """The file's bytes, refusing anything but a regular file of bounded size.
-
-    Opened non-blocking and checked with fstat on the open descriptor: a FIFO would block
-    the open or the read forever, and /dev/zero never ends."""
+def read_stack_config_map(path: Path) -> dict[str, Any]:
+    """The ``config:`` map of a stack file; problems with the file itself raise StackConfigError."""
     where = str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        document = load_yaml(read_text(path, MAX_STACK_FILE_BYTES))
     except FileNotFoundError:
         available = ", ".join(sorted(stack_name_from_path(p) for p in STACKS_DIR.glob("Pulumi.*.yaml")))
         raise StackConfigError(
             [Problem(where, f"no such stack file; stacks in {STACKS_DIR.name}/: {available}")]
         ) from None
-    except OSError as error:
-        raise StackConfigError([Problem(where, f"cannot open the file: {error.strerror}")]) from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise StackConfigError([Problem(where, "not a regular file; a stack file is a YAML file")])
-        if info.st_size > MAX_STACK_FILE_BYTES:
-            raise StackConfigError(
-                [Problem(where, f"{info.st_size} bytes; a stack file may hold at most {MAX_STACK_FILE_BYTES}")]
-            )
-        try:
-            data = handle.read(MAX_STACK_FILE_BYTES + 1)
-        except OSError as error:
-            raise StackConfigError([Problem(where, f"cannot read the file: {error.strerror}")]) from None
-    if len(data) > MAX_STACK_FILE_BYTES:  # grew while being read
-        raise StackConfigError([Problem(where, f"a stack file may hold at most {MAX_STACK_FILE_BYTES} bytes")])
-    return data
-
-
-def read_stack_config_map(path: Path) -> dict[str, Any]:
-    """The ``config:`` map of a stack file; problems with the file itself raise StackConfigError."""
-    where = str(path)
-    try:
-        text = _read_bounded(path).decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise StackConfigError([Problem(where, f"not UTF-8 text (byte {error.start})")]) from None
-    try:
-        document = yaml.load(text, Loader=_StackFileLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.MarkedYAMLError as error:
-        what = "not accepted in a stack file" if isinstance(error, _Refused) else "not valid YAML"
-        mark = error.problem_mark
-        where_in_file = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        # The context says what was open ("while parsing a flow sequence ... line 3, column 19").
-        opened = ""
-        if error.context and error.context_mark:
-            opened = f" ({error.context} at line {error.context_mark.line + 1}, column {error.context_mark.column + 1})"
-        raise StackConfigError([Problem(where, f"{what}: {where_in_file}{error.problem}{opened}")]) from None
-    except yaml.YAMLError as error:
-        raise StackConfigError([Problem(where, f"not valid YAML: {str(error).splitlines()[0]}")]) from None
-    except RecursionError:
-        raise StackConfigError([Problem(where, f"nesting deeper than {MAX_DEPTH} levels")]) from None
+    except FileProblem as problem:
+        text = str(problem)
+        if text == "not a regular file":
+            text = "not a regular file; a stack file is a YAML file"
+        elif text.startswith("not accepted"):
+            text = text.replace("not accepted", "not accepted in a stack file", 1)
+        raise StackConfigError([Problem(where, text)]) from None
     if document is None:
         document = {}
     if not isinstance(document, dict):
