@@ -244,3 +244,61 @@ def test_an_image_command_line_runs_the_image_with_its_args(tmp_path: Path, caps
     code, out = run_import(tmp_path, source, "nightly")
     assert code == 0, capsys.readouterr().err
     assert config_of(out)["trainstack:job"] == {"name": "nightly_1", "image": image, "args": ["--epochs", "3"]}
+
+
+def test_a_line_break_in_a_copied_value_stays_inside_its_comment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defect: a newline in jobDir left the `# notice:` comment and added a top-level
+    `secretsprovider:` line to the written stack file, which validate then called valid."""
+    hostile = "gs://b/x\nsecretsprovider: gcpkms://projects/attacker-proj/locations/global/keyRings/k/cryptoKeys/c"
+    source = write(
+        tmp_path,
+        yaml.safe_dump({"trainingInput": {"scaleTier": "BASIC", "region": "us-central1", "jobDir": hostile}}),
+    )
+    code, out = run_import(tmp_path, source, "hostile", "--project", "team-proj-1")
+    assert code == 0, capsys.readouterr().err
+    document = yaml.safe_load(out.read_text())
+    assert set(document) == {"config"}
+    assert not any(line.startswith("secretsprovider") for line in out.read_text().splitlines())
+    assert "jobDir gs://b/x\\nsecretsprovider" in out.read_text()
+
+
+@pytest.mark.parametrize("variable", ["PULUMI_CONFIG_PASSPHRASE", "WANDB_API_KEY", "HF_TOKEN", "DB_PASSWORD"])
+def test_a_variable_that_holds_a_secret_is_refused_not_written_into_the_stack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """Defect: a saved command using $PULUMI_CONFIG_PASSPHRASE put the passphrase into the
+    stack file and the trainer-args metadata with only a notice."""
+    monkeypatch.setenv(variable, "s3cr3t-value")
+    source = write(
+        tmp_path,
+        f"gcloud ai-platform jobs submit training j --scale-tier basic --master-image-uri "
+        f"us-central1-docker.pkg.dev/p-1/r/t:1 -- --key ${variable}\n",
+        "submit.txt",
+    )
+    code, out = run_import(tmp_path, source, "leaky")
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert f"${variable} looks like a secret" in err
+    assert f"trainstack:secrets.{variable}" in err
+    assert "s3cr3t-value" not in err
+
+
+def test_every_unset_variable_is_reported_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: the import stopped at the first unset variable, so a user fixed them one run at a time."""
+    for name in ("MACHINE", "EPOCHS", "LR"):
+        monkeypatch.delenv(name, raising=False)
+    source = write(
+        tmp_path,
+        "gcloud ai-platform jobs submit training j --scale-tier custom --master-machine-type $MACHINE "
+        "--master-image-uri us-central1-docker.pkg.dev/p-1/r/t:1 -- --epochs $EPOCHS --lr ${LR}\n",
+        "submit.txt",
+    )
+    code, _ = run_import(tmp_path, source, "unset")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "--master-machine-type $MACHINE: the variable is not set here" in err
+    assert "the job's arguments use variables not set here ($EPOCHS, ${LR})" in err

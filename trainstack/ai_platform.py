@@ -384,14 +384,32 @@ def _expand(value: str, environment: Mapping[str, str]) -> str | None:
     return None if missing else expanded
 
 
+# Variable names that hold secrets (WANDB_API_KEY, HF_TOKEN, PULUMI_CONFIG_PASSPHRASE, ...): their
+# values would land in the stack file, in the machines' metadata and in their boot log.
+SECRET_VARIABLE = re.compile(
+    r"(?i).*(PASSWORD|PASSPHRASE|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE|APIKEY|(^|_)(API_)?KEYS?(_|$)|(^|_)AUTH(_|$)).*"
+)
+
+
 def expand_variables(command: CommandLine, environment: Mapping[str, str], notices: list[str]) -> CommandLine:
     """The command with its shell variables' values, as the shell that ran it would have had them.
 
-    A variable the environment lacks is fine where a stack does not use the value (--job-dir, the
-    job name) and for the code's location (reported: the stack then has no job); anywhere else the
-    import stops, naming the flag."""
+    A variable whose name says it holds a secret is refused: its value would be written into the
+    stack file and the machines' metadata (trainstack:secrets is where secrets go). A variable the
+    environment lacks is fine where a stack does not use the value (--job-dir, the job name) and
+    for the code's location (reported: the stack then has no job); anywhere else the import stops.
+    Every such problem is reported at once."""
     named = sorted({match.group(0) for value in [*command.flags.values(), *command.args, command.job_name or ""]
                     for match in SHELL_VARIABLE.finditer(value)})  # fmt: skip
+    problems: list[str] = []
+    for variable in named:
+        name = variable.strip("${}")
+        if SECRET_VARIABLE.fullmatch(name):
+            problems.append(
+                f"{variable} looks like a secret: its value would be written into the stack file and the machines' "
+                f"metadata; pass it with `pulumi config set --path --secret 'trainstack:secrets.{name}' \"${name}\"` "
+                f"(the job's code then reads ${name} from its environment) and drop it from the command"
+            )
     if named:
         notices.append(f"shell variables in the command ({', '.join(named)}): values taken from this environment")
     flags: dict[str, str] = {}
@@ -403,7 +421,7 @@ def expand_variables(command: CommandLine, environment: Mapping[str, str], notic
         elif flag in ("--package-path", "--module-name"):
             unset_code.append(f"{flag} {value}")
         elif flag not in ("--job-dir",):
-            raise ImportProblem(f"{flag} {value}: the variable is not set here; export it, or write its value")
+            problems.append(f"{flag} {value}: the variable is not set here; export it, or write its value")
     if unset_code:
         notices.append(
             f"{' and '.join(unset_code)}: not set in this environment, so the stack has no job; export the "
@@ -412,11 +430,22 @@ def expand_variables(command: CommandLine, environment: Mapping[str, str], notic
         flags.pop("--package-path", None)
         flags.pop("--module-name", None)
     args = [_expand(arg, environment) for arg in command.args]
-    if any(arg is None for arg in args):
-        raise ImportProblem(
-            f"the job's arguments hold variables not set here ({shlex.join(command.args)}); export them, or write "
+    unset_args = [arg for arg, value in zip(command.args, args, strict=True) if value is None]
+    unset_names = sorted(
+        {
+            m.group(0)
+            for arg in unset_args
+            for m in SHELL_VARIABLE.finditer(arg)
+            if _expand(m.group(0), environment) is None
+        }
+    )
+    if unset_names:
+        problems.append(
+            f"the job's arguments use variables not set here ({', '.join(unset_names)}); export them, or write "
             "their values"
         )
+    if problems:
+        raise ImportProblem("; ".join(problems))
     job_name = _expand(command.job_name, environment) if command.job_name else None
     return CommandLine(job_name, flags, command.switches, [arg for arg in args if arg is not None])
 

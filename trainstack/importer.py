@@ -221,15 +221,49 @@ def cmd_import(args: argparse.Namespace) -> int:
     destination.parent.mkdir(parents=True, exist_ok=True)
     # The notices stay with the stack: what was mapped, inferred or left behind.
     header = "".join(
-        f"# {line}\n"
+        f"# {comment_line(line)}\n"
         for line in [
             f"Imported from {args.file.name} by `trainstack import`; check it with `trainstack validate`.",
             *(f"notice: {notice}" for notice in imported.notices),
         ]
     )
-    destination.write_text(header + yaml.safe_dump({"config": imported.config}, sort_keys=False), encoding="utf-8")
+    try:
+        write_checked(
+            destination, header + yaml.safe_dump({"config": imported.config}, sort_keys=False), imported.config
+        )
+    except ImportProblem as problem:
+        print(f"trainstack: import {args.file}: {problem}", file=sys.stderr)
+        return 1
     print(f"wrote {destination}{'' if checked else ' (it does not validate yet: see above)'}")
     return 0 if checked else 1
+
+
+def comment_line(text: str) -> str:
+    """``text`` as one line of a YAML comment: a line break (or any character that is not
+    printable, U+2028 and NEL included, which YAML also reads as line breaks) is written as its
+    escape, so a value copied from the job file can never start a line of its own."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def write_checked(destination: Path, text: str, config: dict[str, Any]) -> None:
+    """Writes the stack file beside ``destination`` and keeps it only when the stack-file loader
+    reads back exactly ``{"config": config}``: nothing a copied value held became YAML of its own."""
+    from trainstack.files import FileProblem, load_yaml
+    from trainstack.files import read_text as read_bounded_text
+    from trainstack.stackfile import MAX_STACK_FILE_BYTES
+
+    temporary = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        try:
+            document = load_yaml(read_bounded_text(temporary, MAX_STACK_FILE_BYTES))
+        except FileProblem as problem:
+            raise ImportProblem(f"the stack file would not read back ({problem}); nothing was written") from None
+        if document != {"config": config}:
+            raise ImportProblem("the stack file would not read back as written; nothing was written")
+        os.replace(temporary, destination)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _name(text: str) -> str:
