@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import inspect
 import json
 import subprocess
@@ -199,3 +200,43 @@ def test_an_all_spot_cluster_runs_on_spot_and_a_mixed_one_says_why_not(
     code, out, err = export(capsys, "--stack", "multiworker")
     assert spec_of(out).scheduling.strategy.name == "STRATEGY_UNSPECIFIED"
     assert "some nodes are Spot, so the job is on demand" in err
+
+
+def test_the_source_distribution_is_built_without_running_the_teams_code(tmp_path: Path) -> None:
+    """Defect: a team package named `setuptools` was imported by the build in place of
+    setuptools (the build ran from the staging directory), so exporting ran the team's code."""
+    from trainstack.jobcode import CodePackage
+    from trainstack.sdist import build_sdist
+
+    marker = tmp_path / "ran"
+    source = tmp_path / "team" / "setuptools"
+    source.mkdir(parents=True)
+    (source / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('the team code ran')\n")
+    (source / "build_meta.py").write_text(f"open({str(marker)!r}, 'w').write('the team code ran')\n")
+    (source / "task.py").write_text("print('train')\n")
+    package = CodePackage(
+        source=source,
+        module="setuptools.task",
+        members={f"setuptools/{f.name}": f for f in sorted(source.iterdir())},
+        digest="0123456789abcdef",
+    )
+    out = tmp_path / "dist"
+    built = build_sdist(package, None, out)
+    assert not marker.exists(), marker.read_text()
+    assert built.parent == out and built.is_file()
+    # Only the archive lands in the output directory.
+    assert [p.name for p in out.iterdir()] == [built.name]
+
+
+def test_a_stack_with_secrets_says_they_are_not_in_the_vertex_job(capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: export vertex dropped trainstack:secrets without a word."""
+    from trainstack.vertex_export import custom_job_spec
+
+    resolved = stack("multiworker")
+    assert resolved.job is not None
+    job = dataclasses.replace(resolved.job, secrets=(("WANDB_API_KEY", "multiworker-WANDB_API_KEY"),))
+    with_secrets = dataclasses.replace(resolved, job=job)
+    _, notes = custom_job_spec(with_secrets)
+    said = [note for note in notes if "trainstack:secrets" in note]
+    assert len(said) == 1
+    assert "WANDB_API_KEY" in said[0] and "multiworker-WANDB_API_KEY" in said[0] and "Secret Manager" in said[0]

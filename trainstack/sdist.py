@@ -64,10 +64,16 @@ def pyproject(package: CodePackage, requires: list[str]) -> str:
 
 
 def build_sdist(package: CodePackage, requirements: ExtraRequirements | None, out_dir: Path) -> Path:
-    """Build ``<name>-0.0.0+<digest>.tar.gz`` into ``out_dir`` from exactly the files a stack ships."""
+    """Build ``<name>-0.0.0+<digest>.tar.gz`` into ``out_dir`` from exactly the files a stack ships.
+
+    None of the team's code runs: the backend is imported by an isolated interpreter (``-I``: no
+    current directory or PYTHON* variables on its path, so a package named ``setuptools`` in the
+    staging directory is never imported), and it writes into a directory of its own, from which
+    only the one archive is copied out."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="trainstack-sdist-") as staging_name:
-        staging = Path(staging_name)
+    with tempfile.TemporaryDirectory(prefix="trainstack-sdist-") as scratch_name:
+        staging, built_dir = Path(scratch_name) / "source", Path(scratch_name) / "dist"
+        built_dir.mkdir()
         for archive_name, source in package.members.items():
             target = staging / archive_name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -75,11 +81,17 @@ def build_sdist(package: CodePackage, requirements: ExtraRequirements | None, ou
         (staging / "pyproject.toml").write_text(pyproject(package, dependencies(requirements)), encoding="utf-8")
         # The backend runs in its own process, from the staging directory, as a build frontend runs it.
         completed = subprocess.run(
-            [sys.executable, "-c", "import sys, setuptools.build_meta as b; print(b.build_sdist(sys.argv[1]))",
-             str(out_dir.resolve())],
+            [sys.executable, "-I", "-c",
+             "import sys, setuptools.build_meta as b; print(b.build_sdist(sys.argv[1]))", str(built_dir)],
             cwd=staging, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS, check=False,
         )  # fmt: skip
         if completed.returncode != 0:
             last = (completed.stderr.strip().splitlines() or ["no message"])[-1]
             raise SdistProblem(f"setuptools could not build {package.name}: {last}")
-        return out_dir / completed.stdout.strip().splitlines()[-1]
+        name = completed.stdout.strip().splitlines()[-1]
+        archive = built_dir / name
+        if Path(name).name != name or not archive.is_file():
+            raise SdistProblem(f"setuptools did not build {package.name}'s source distribution")
+        destination = out_dir / name
+        shutil.copyfile(archive, destination)
+        return destination

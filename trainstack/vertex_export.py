@@ -180,6 +180,16 @@ def custom_job_spec(stack: ResolvedStack, package_uri: str | None = None) -> tup
         f"the job runs as {spec['serviceAccount']} (created by `pulumi up`); whoever submits it needs "
         "iam.serviceAccounts.actAs on it"
     )
+    if stack.job.secrets:
+        # A CustomJobSpec has no field that reads Secret Manager: the job's code must do it.
+        names = ", ".join(env for env, _ in stack.job.secrets)
+        ids = ", ".join(secret for _, secret in stack.job.secrets)
+        notes.append(
+            f"trainstack:secrets ({names}) are not in this job: Vertex AI does not put Secret Manager secrets into "
+            f"a custom job's environment. Have the job's code read them with the Secret Manager client "
+            f"(secrets {ids} in project {stack.project}: `pulumi up` creates them and lets "
+            f"{spec['serviceAccount']} read them)"
+        )
     return spec, notes
 
 
