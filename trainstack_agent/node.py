@@ -347,7 +347,7 @@ class NodeAgent:
         if self.services.preempted():
             state, why = STATES.preempted, "Compute Engine preempted this Spot VM"
         self.log(
-            f"received {signal_name} ({why}): the job stays RUNNING, on_finish is not applied, and the next boot resumes it"
+            f"received {signal_name} ({why}): recording {state}; on_finish is not applied, and the next boot resumes the job"
         )
         # The status first: a preempted VM has about 30 s, and its peers look for this state.
         # The chief's also says so of the job (`trainstack status`): resumable, not running.
