@@ -251,6 +251,7 @@ def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, te
             code_archive=package.object_name if package else "",
             code_sha256=package.sha256 if package else "",
             code_module=package.module if package else "",
+            gpu_count=stack.notebook.accelerator.count if stack.notebook and stack.notebook.accelerator else 0,
         )
     )
 

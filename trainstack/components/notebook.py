@@ -93,12 +93,8 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                     # OS Login and no project-wide SSH keys, as on every other machine of the stack.
                     "enable-oslogin": "TRUE",
                     "block-project-ssh-keys": "TRUE",
-                    # The Workbench API installs the GPU driver when gceSetup.gpuDriverConfig.
-                    # enableGpuDriver is true (gcloud: --install-gpu-driver); pulumi-gcp 10.2 has
-                    # no field for it. This metadata key is one the service itself manages on
-                    # Workbench instances (the provider ignores its diffs); that setting it
-                    # installs the driver is unverified. See the README.
-                    "install-nvidia-driver": "True",
+                    # No install-nvidia-driver key: Workbench protects it and overwrites what is
+                    # set there. The post-startup script installs a GPU notebook's driver.
                 },
             ),
             labels=args.labels,
