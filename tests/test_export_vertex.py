@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import tarfile
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -101,22 +102,30 @@ def test_the_python_snippet_builds_the_same_pools_with_the_sdk(capsys: pytest.Ca
     compile(snippet, "job.py", "exec")
 
 
-def test_a_teams_package_exports_as_a_python_package_on_googles_tensorflow_container(
+def test_a_teams_package_runs_on_the_stacks_own_image_not_a_container_past_its_end_of_availability(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    """Defect: a package job was put on Google's prebuilt tf-gpu.2-17 container, past its end
+    of availability (2026-07-11)."""
     code, out, err = export(capsys, "--stack", "ownpackage", "--sdist-dir", str(tmp_path / "dist"))
     assert code == 0, err
     pools = spec_of(out).worker_pool_specs
-    gpu_container = next(c.uri for c in vertex_training_containers() if c.accelerator == "gpu")
     resolved = stack("ownpackage")
     assert resolved.job is not None and resolved.job.package is not None
+    expired = {c.uri for c in vertex_training_containers()}
     for pool in pools:
-        package = pool.python_package_spec
-        assert package.executor_image_uri == gpu_container
-        assert package.python_module == resolved.job.package.module
-    uri = pools[0].python_package_spec.package_uris[0]
+        container = pool.container_spec
+        assert container.image_uri.startswith(resolved.registry_url + "/trainer:")
+        assert container.image_uri not in expired and not pool.python_package_spec.executor_image_uri
+        assert list(container.command[:2]) == ["sh", "-c"]
+        assert list(container.args[1:2]) == [resolved.job.package.module]
+        assert list(container.args[-2:]) == ["--job-dir", resolved.job.job_dir]
+    assert "past their end of availability" in err and "trainstack build --stack ownpackage" in err
+    # The source distribution the spec names is the one built; the replicas read it through
+    # Vertex AI's Cloud Storage mount.
+    mounted = pools[0].container_spec.args[0]
+    uri = "gs://" + mounted.removeprefix("/gcs/")
     assert uri.startswith(f"gs://{resolved.bucket_name}/trainstack/code/vertex/")
-    # The source distribution the spec names is the one built, and pip installs it as a package.
     built = tmp_path / "dist" / uri.rsplit("/", 1)[1]
     assert built.is_file() and f"gcloud storage cp {built} {uri}" in err
     with tarfile.open(built) as archive:
@@ -130,6 +139,41 @@ def test_a_teams_package_exports_as_a_python_package_on_googles_tensorflow_conta
         check=True, timeout=300,
     )  # fmt: skip
     assert (target / "tabular_mlp" / "task.py").is_file()
+
+
+def test_the_replicas_command_installs_the_package_then_runs_its_module_with_every_argument(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The container's command, run as the replica would with a `python` that records its
+    calls: values (a path with a space, an argument with a quote) reach it as they are."""
+    container = spec_of(export(capsys, "--stack", "ownpackage")[1]).worker_pool_specs[0].container_spec
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    calls = tmp_path / "calls"
+    (stubs / "python").write_text(f'#!/bin/sh\nprintf "%s|" "$@" >> {calls}\necho >> {calls}\n')
+    (stubs / "python").chmod(0o755)
+    args = ["/gcs/b b/x.tar.gz", "tabular_mlp.task", "--note", "it's $(here)", "--job-dir", "gs://b/jobs/x"]
+    completed = subprocess.run(
+        [*container.command, *args],
+        env={"PATH": f"{stubs}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert calls.read_text().splitlines() == [
+        "-m|pip|install|--quiet|--user|/gcs/b b/x.tar.gz|",
+        "-m|tabular_mlp.task|--note|it's $(here)|--job-dir|gs://b/jobs/x|",
+    ]
+
+
+def test_a_prebuilt_container_is_used_only_while_it_is_available() -> None:
+    from trainstack.vertex_export import code_spec
+
+    resolved = stack("ownpackage")
+    [gpu] = [c for c in vertex_training_containers() if c.accelerator == "gpu"]
+    notes: list[str] = []
+    key, spec = code_spec(resolved, None, notes, today=gpu.available_until)
+    assert (key, spec["executorImageUri"]) == ("pythonPackageSpec", gpu.uri)
+    key, spec = code_spec(resolved, None, notes, today=gpu.available_until + timedelta(days=1))
+    assert key == "containerSpec" and spec["imageUri"].startswith(resolved.registry_url)
 
 
 def test_round_trip_import_of_the_export_gives_the_same_nodes(

@@ -14,11 +14,13 @@ import json
 import pprint
 import re
 import sys
+from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from trainstack.cliargs import add_stack_arguments, load_config
 
 if TYPE_CHECKING:
+    from trainstack.catalog import TrainingContainer
     from trainstack.resolved import ClusterNode, ResolvedStack
 
 FORMATS = ("gcloud", "python", "json")
@@ -76,9 +78,27 @@ def _check_same_gpus(stack: ResolvedStack, pools: dict[str, list[ClusterNode]]) 
         )
 
 
-def code_spec(stack: ResolvedStack, package_uri: str | None, notes: list[str]) -> tuple[str, dict[str, Any]]:
-    """The pools' code: ("containerSpec", ...) for the built-in trainer and images, or
-    ("pythonPackageSpec", ...) for a team's package on Google's prebuilt TensorFlow container."""
+# Run from the stack's own image: pip installs the package's source distribution, which
+# Vertex AI's Cloud Storage mount shows under /gcs/BUCKET/OBJECT, then the module runs. The
+# values come as positional parameters ("$1", "$@"), never as part of the script's text.
+PACKAGE_RUNNER = 'set -eu; python -m pip install --quiet --user "$1"; shift; exec python -m "$@"'
+PACKAGE_RUNNER_NAME = "trainstack-package"
+GCS_MOUNT = "/gcs"
+
+
+def gcs_mount_path(uri: str) -> str:
+    """gs://BUCKET/OBJECT as a Vertex AI training replica sees it through Cloud Storage FUSE
+    (https://cloud.google.com/vertex-ai/docs/training/cloud-storage-file-system)."""
+    bucket_and_object = uri.removeprefix("gs://")
+    return f"{GCS_MOUNT}/{bucket_and_object}"
+
+
+def code_spec(
+    stack: ResolvedStack, package_uri: str | None, notes: list[str], today: date | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The pools' code: ("containerSpec", ...) on the stack's own image (`trainstack build`) for
+    the built-in trainer and a team's package, the job's image otherwise; ("pythonPackageSpec",
+    ...) on Google's prebuilt TensorFlow container only while one is still available."""
     from trainstack.build import IMAGE_NAME, content_tag, image_uri
     from trainstack_contract import FLAGS
 
@@ -86,37 +106,54 @@ def code_spec(stack: ResolvedStack, package_uri: str | None, notes: list[str]) -
     args = [*stack.cluster.trainer_args, FLAGS.job_dir, stack.job.job_dir]
     if stack.job.image is not None:
         return "containerSpec", {"imageUri": stack.job.image.uri, "args": args}
+    own_image = image_uri(stack, content_tag())
+    build = f"`.venv/bin/trainstack build --stack {stack.name}` builds and pushes it"
     if stack.job.builtin:
-        uri = image_uri(stack, content_tag())
-        notes.append(
-            f"the built-in trainer runs from {IMAGE_NAME} in the stack's registry: `trainstack build` pushes it"
-        )
-        return "containerSpec", {"imageUri": uri, "args": args}
+        notes.append(f"the built-in trainer runs from {IMAGE_NAME} in the stack's registry: {build}")
+        return "containerSpec", {"imageUri": own_image, "args": args}
     package = stack.job.package
     assert package is not None
-    executor = prebuilt_container(any(node.accelerator for node in stack.cluster.nodes), notes)
     uri = package_uri or f"gs://{stack.bucket_name}/{sdist_object(package.name, package.digest)}"
     if package_uri is None:
         notes.append(
             f"{uri} is the package as a Python source distribution: build it with --sdist-dir DIR and copy it there "
             "(gcloud storage cp)"
         )
-    return "pythonPackageSpec", {
-        "executorImageUri": executor,
-        "packageUris": [uri],
-        "pythonModule": package.module,
-        "args": args,
+    executor = prebuilt_container(any(node.accelerator for node in stack.cluster.nodes), today or date.today())
+    if executor is not None:
+        notes.append(f"Google's prebuilt container runs TensorFlow {executor.version} ({executor.note})")
+        return "pythonPackageSpec", {
+            "executorImageUri": executor.uri,
+            "packageUris": [uri],
+            "pythonModule": package.module,
+            "args": args,
+        }
+    notes.append(
+        "Google's prebuilt TensorFlow training containers are past their end of availability, so the package "
+        f"runs on the stack's own image {own_image} (the project's Dockerfile, the TensorFlow of the stack's "
+        f"nodes), installed with pip when each replica starts: {build}"
+    )
+    return "containerSpec", {
+        "imageUri": own_image,
+        "command": ["sh", "-c", PACKAGE_RUNNER, PACKAGE_RUNNER_NAME],
+        "args": [gcs_mount_path(uri), package.module, *args],
     }
 
 
-def prebuilt_container(gpu: bool, notes: list[str]) -> str:
+def prebuilt_container(gpu: bool, today: date) -> TrainingContainer | None:
+    """The newest of Google's prebuilt TensorFlow training containers still available on
+    ``today`` (catalog: vertex_training_containers.csv), or None."""
     from trainstack.catalog import vertex_training_containers
 
     wanted = "gpu" if gpu else "cpu"
-    containers = [c for c in vertex_training_containers() if c.framework == "tensorflow" and c.accelerator == wanted]
-    newest = max(containers, key=lambda c: tuple(int(part) for part in c.version.split(".")))
-    notes.append(f"Google's prebuilt container runs TensorFlow {newest.version} ({newest.note})")
-    return newest.uri
+    containers = [
+        c
+        for c in vertex_training_containers()
+        if c.framework == "tensorflow" and c.accelerator == wanted and today <= c.available_until
+    ]
+    if not containers:
+        return None
+    return max(containers, key=lambda c: tuple(int(part) for part in c.version.split(".")))
 
 
 def sdist_object(package: str, digest: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import date
 from functools import cache
 from importlib import resources
 
@@ -372,6 +373,8 @@ class TrainingContainer:
     version: str
     accelerator: str  # "cpu" or "gpu"
     uri: str
+    # Google's end of availability: after it, a job naming the container is refused.
+    available_until: date
     note: str
 
 
@@ -379,6 +382,13 @@ class TrainingContainer:
 def vertex_training_containers() -> list[TrainingContainer]:
     """Google's prebuilt training containers for Vertex AI's python_package_spec."""
     return [
-        TrainingContainer(row["framework"], row["version"], row["accelerator"], row["uri"], row["note"])
+        TrainingContainer(
+            row["framework"],
+            row["version"],
+            row["accelerator"],
+            row["uri"],
+            date.fromisoformat(row["available_until"]),
+            row["note"],
+        )  # fmt: skip
         for row in _rows("vertex_training_containers.csv")
     ]
