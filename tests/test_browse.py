@@ -83,3 +83,57 @@ def test_a_zone_that_does_not_exist_is_named_and_exits_1(command: str, capsys: p
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "--zone us-central1-z: no such zone in us-central1; its zones: us-central1-a" in captured.err
+
+
+def test_gpus_are_listed_cheapest_first_with_unknown_prices_last(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gpus", "--json"]) == 0
+    prices = [g["on_demand_usd_hr"] for g in json.loads(capsys.readouterr().out)["gpus"]]
+    known = [p for p in prices if p is not None]
+    assert known == sorted(known) and prices[: len(known)] == known
+
+
+@pytest.mark.parametrize(("name", "expected"), [("A100", {"nvidia-tesla-a100", "nvidia-a100-80gb"}),
+                                                ("nvidia-l4", {"nvidia-l4"}), ("h100 mega", {"nvidia-h100-mega-80gb"})])  # fmt: skip
+def test_a_name_narrows_the_gpus_listed(capsys: pytest.CaptureFixture[str], name: str, expected: set[str]) -> None:
+    assert set(gpus_json(capsys, name)) == expected
+
+
+def test_a_name_that_matches_nothing_exits_1_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gpus", "k99\n$(x)"]) == 1
+    err = capsys.readouterr().err
+    assert "no GPU matches 'k99\\n$(x)'" in err and "nvidia-tesla-t4" in err
+    assert main(["tpus", "v99"]) == 1
+    assert "no TPU generation matches 'v99'" in capsys.readouterr().err
+
+
+def test_all_regions_lists_every_region_that_offers_a_gpu_cheapest_first(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainstack.catalog import load_catalog
+
+    assert main(["gpus", "nvidia-tesla-a100", "--all-regions", "--json"]) == 0
+    offers = [o for o in json.loads(capsys.readouterr().out)["gpus"] if o["name"] == "nvidia-tesla-a100"]
+    catalog = load_catalog()
+    offering = {z.rsplit("-", 1)[0] for z in catalog.gpu_zones["nvidia-tesla-a100"]}
+    assert {o["region"] for o in offers} == offering & set(catalog.regions)
+    for offer in offers:
+        assert offer["zones"] == sorted(
+            z for z in catalog.gpu_zones["nvidia-tesla-a100"] if z.startswith(offer["region"] + "-")
+        )
+        assert offer["on_demand_usd_hr"] == catalog.gpu_usd_hr("nvidia-tesla-a100", offer["region"], spot=False)
+    known = [o["on_demand_usd_hr"] for o in offers if o["on_demand_usd_hr"] is not None]
+    assert known == sorted(known) and offers[0]["region"] == "us-central1"
+    assert main(["gpus", "nvidia-tesla-a100", "--all-regions"]) == 0
+    assert "nvidia-tesla-a100       us-central1                     2.93" in capsys.readouterr().out
+
+
+def test_all_regions_lists_tpu_generations_by_region(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tpus", "v5p", "--all-regions", "--json"]) == 0
+    offers = json.loads(capsys.readouterr().out)["tpus"]
+    assert offers and {o["name"] for o in offers} == {"v5p"}
+    assert "us-central1" in {o["region"] for o in offers}
+
+
+def test_all_regions_cannot_be_combined_with_a_place(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["gpus", "--all-regions", "--zone", "us-central1-a"])
+    assert exit_.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err

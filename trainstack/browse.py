@@ -2,8 +2,10 @@
 
 Every GPU type with the counts each machine type takes, the zones that offer it and its hourly
 price in one region; every TPU generation with its single-host slices, zones, runtimes and
-prices. Prices are the region's list prices from the catalog, or "unknown" where the catalog
-has none for that region (never another region's figure).
+prices; cheapest first. A name narrows the list (``gpus a100``), and ``--all-regions`` lists
+every region that offers what is named, cheapest first. Prices are the region's list prices
+from the catalog, or "unknown" where the catalog has none for that region (never another
+region's figure).
 """
 
 from __future__ import annotations
@@ -120,6 +122,32 @@ def tpu_listings(catalog: Catalog, region: str, zone: str | None = None) -> list
     return listings
 
 
+def _cheapest_first(price: float | None) -> tuple[bool, float]:
+    """A sort key: known prices in increasing order, unknown ones last."""
+    return (price is None, price or 0.0)
+
+
+def _named(listings: list[Any], name: str | None, key: str, what: str) -> list[Any] | str:
+    """The listings whose ``key`` (or display name) contains ``name``, case and '-'/' ' aside;
+    a message naming every choice when none does."""
+    if not name:
+        return listings
+
+    def folded(text: str) -> str:
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+
+    wanted = folded(name)
+    matches = [
+        listing
+        for listing in listings
+        if wanted and (wanted in folded(getattr(listing, key)) or wanted in folded(getattr(listing, "name", "")))
+    ]
+    if matches:
+        return matches
+    choices = ", ".join(getattr(listing, key) for listing in listings)
+    return f"trainstack: no {what} matches {name[:60]!r}; the catalog's {what}s: {choices}"
+
+
 def _price(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.2f}"
 
@@ -179,11 +207,18 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     listings = gpu_listings(catalog, region, zone)
     if not args.all:
         listings = [g for g in listings if g.status != "retired"]
+    named = _named(listings, args.name, "gpu", "GPU")
+    if isinstance(named, str):
+        print(named, file=sys.stderr)
+        return 1
+    listings = sorted(named, key=lambda g: _cheapest_first(g.on_demand_usd_hr))
+    if args.all_regions:
+        return _all_regions(catalog, [g.gpu for g in listings], "gpus", args.json)
     if args.json:
         _print_json(region, zone, "gpus", listings)
         return 0
     place = zone or region
-    print(f"GPUs in {place}: per-GPU hourly list prices in {region} (USD; the machine is extra)")
+    print(f"GPUs in {place}, cheapest first: per-GPU hourly list prices in {region} (USD; the machine is extra)")
     print(f"{'GPU':<24}{'memory':>8}{'on-demand':>11}{'spot':>8}  zones / machine types and GPU counts")
     for g in listings:
         memory = "-" if g.memory_gb is None else f"{g.memory_gb:.0f} GB"
@@ -200,12 +235,18 @@ def cmd_tpus(args: argparse.Namespace) -> int:
     if isinstance(place_of := _place(args), int):
         return place_of
     catalog, region, zone = place_of
-    listings = tpu_listings(catalog, region, zone)
+    named = _named(tpu_listings(catalog, region, zone), args.name, "generation", "TPU generation")
+    if isinstance(named, str):
+        print(named, file=sys.stderr)
+        return 1
+    listings = sorted(named, key=lambda t: _cheapest_first(t.on_demand_usd_chip_hr))
+    if args.all_regions:
+        return _all_regions(catalog, [t.generation for t in listings], "tpus", args.json)
     if args.json:
         _print_json(region, zone, "tpus", listings)
         return 0
     place = zone or region
-    print(f"TPU VMs (single host) in {place}: hourly list prices in {region} (USD)")
+    print(f"TPU VMs (single host) in {place}, cheapest first: hourly list prices in {region} (USD)")
     print(f"{'generation':<12}{'per chip':>10}{'spot':>8}  slices (chips, on-demand per slice) / zones / runtimes")
     for t in listings:
         slices = ", ".join(
@@ -218,20 +259,76 @@ def cmd_tpus(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_place(parser: argparse.ArgumentParser) -> None:
+@dataclass(frozen=True)
+class RegionOffer:
+    """Where one GPU type or TPU generation is offered: a region, its zones and prices
+    (per GPU, or per TPU chip)."""
+
+    name: str
+    region: str
+    zones: list[str]
+    on_demand_usd_hr: float | None
+    spot_usd_hr: float | None
+
+
+def region_offers(catalog: Catalog, kind: str, names: list[str]) -> list[RegionOffer]:
+    """Every region offering each of ``names`` (GPU types, or TPU generations), cheapest first."""
+    offers = []
+    for region in sorted(catalog.regions):
+        listings: list[Any] = gpu_listings(catalog, region) if kind == "gpus" else tpu_listings(catalog, region)
+        for listing in listings:
+            name = listing.gpu if kind == "gpus" else listing.generation
+            if name not in names or not listing.zones:
+                continue
+            prices = (
+                (listing.on_demand_usd_hr, listing.spot_usd_hr)
+                if kind == "gpus"
+                else (listing.on_demand_usd_chip_hr, listing.spot_usd_chip_hr)
+            )
+            offers.append(RegionOffer(name, region, listing.zones, *prices))
+    return sorted(offers, key=lambda o: (names.index(o.name), _cheapest_first(o.on_demand_usd_hr), o.region))
+
+
+def _all_regions(catalog: Catalog, names: list[str], kind: str, as_json: bool) -> int:
+    offers = region_offers(catalog, kind, names)
+    if as_json:
+        print(json.dumps({"regions": "all", kind: [asdict(offer) for offer in offers]}, indent=2, sort_keys=True))
+        return 0
+    unit = "per GPU, the machine is extra" if kind == "gpus" else "per TPU chip"
+    print(f"Regions that offer each, cheapest first: hourly list prices (USD, {unit})")
+    print(f"{'name':<24}{'region':<26}{'on-demand':>10}{'spot':>8}  zones")
+    for offer in offers:
+        print(
+            f"{offer.name:<24}{offer.region:<26}{_price(offer.on_demand_usd_hr):>10}{_price(offer.spot_usd_hr):>8}  "
+            f"{', '.join(offer.zones)}"
+        )
+    offered = {offer.name for offer in offers}
+    for name in names:
+        if name not in offered:
+            print(f"{name:<24}offered in no region the catalog knows")
+    return 0
+
+
+def _add_place(parser: argparse.ArgumentParser, example: str) -> None:
+    parser.add_argument(
+        "name", nargs="?", help=f"only these: a name or part of one, case and '-' aside (e.g. {example})"
+    )
     place = parser.add_mutually_exclusive_group()
     place.add_argument(
         "--region", type=region_argument, default=BASE_PRICE_REGION, help="prices and zones of this region"
     )
     place.add_argument("--zone", type=zone_argument, help="only this zone (prices of its region)")
+    place.add_argument(
+        "--all-regions", action="store_true", help="every region that offers each, with its zones and prices"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def register(subparsers: Any) -> None:
     gpus = subparsers.add_parser("gpus", help="GPU types: machine types and counts, zones, hourly prices")
-    _add_place(gpus)
+    _add_place(gpus, "a100, nvidia-l4")
     gpus.add_argument("--all", action="store_true", help="include retired GPUs")
     gpus.set_defaults(func=cmd_gpus)
     tpus = subparsers.add_parser("tpus", help="TPU generations: single-host slices, zones, runtimes, hourly prices")
-    _add_place(tpus)
+    _add_place(tpus, "v5e")
     tpus.set_defaults(func=cmd_tpus)
