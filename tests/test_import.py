@@ -132,7 +132,9 @@ def test_an_existing_stack_file_is_not_overwritten_without_force(
     assert out.read_text() != "# mine\n"
 
 
-@pytest.mark.parametrize("args", [["--name", "Bad_Name"], ["--name", "ok", "--zone", "us-central1-a\n"]])
+@pytest.mark.parametrize(
+    "args", [["--name", "Bad Name"], ["--name", "../up"], ["--name", "ok", "--zone", "us-central1-a\n"]]
+)
 def test_bad_names_are_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["import", str(FIXTURES / "seed004_worker_pools.json"), *args])
@@ -208,3 +210,11 @@ def test_the_second_seed_000_config_maps_legacy_k80_machines_to_t4(
     assert "it carried nvidia-tesla-k80, retired, so the nearest current GPU at the same count" in printed.out
     # The notices stay in the stack file, for whoever reads it next.
     assert "# notice: masterType complex_model_m_gpu (AI Platform's own type) becomes n1-standard-16" in out.read_text()
+
+
+@pytest.mark.parametrize("name", ["Vision_Team", "team.v2"])
+def test_a_stack_name_validate_takes_is_one_import_takes(tmp_path: Path, name: str) -> None:
+    """Defect: `validate --stack Vision_Team` was valid, `import --stack Vision_Team` refused the name."""
+    code, out = run_import(tmp_path, FIXTURES / "seed004_worker_pools.json", name, "--project", "my-project-123")
+    assert code == 0
+    assert main(["validate", "--stack-file", str(out)]) == 0

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.catalog import legacy_machine_types, load_catalog, scale_tiers
-from trainstack.importing import ImportProblem, get, gpu_name, whole_number, without_job_dir
+from trainstack.importing import ImportProblem, get, gpu_name, job_name_of_stack, whole_number, without_job_dir
 
 TPU_WORKER = "cloud_tpu"
 # "type TPU_V2 and count 8: no other number of TPU v2 cores can be attached" (seed 001); a TPU VM
@@ -510,7 +510,7 @@ def shape_of_command_line(
         notices.append(
             f"the job name {command.job_name!r} is not a valid job name here; the job is named after the stack"
         )
-    name = job_name or stack.replace("-", "_")
+    name = job_name or job_name_of_stack(stack)
     training_input = training_input_of(command, base, notices)
     package_job = _package_job(command, base, name, notices)
     if package_job is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from trainstack.importing import (
     choose_zone,
     get,
     gpu_name,
+    job_name_of_stack,
     parse_document,
     read_text,
     whole_number,
@@ -105,7 +105,7 @@ def _job(pools: list[Any], project: str, stack: str, notices: list[str]) -> dict
                 notices.append(f"the image URI named the project as {placeholder}: now {project}")
                 break
         # Job names are letters, digits and underscores: the stack's name, spelled so.
-        job: dict[str, Any] = {"name": stack.replace("-", "_"), "image": image}
+        job: dict[str, Any] = {"name": job_name_of_stack(stack), "image": image}
         args = get(container, "args")
         if isinstance(args, list) and all(isinstance(a, str) for a in args):
             if kept := without_job_dir(args, notices):
@@ -158,7 +158,7 @@ def import_file(path: Path, stack: str, project: str, zone: str | None) -> Impor
     else:
         document = parse_document(text, path)
         if isinstance(document, dict) and get(document, "trainingInput", "training_input") is not None:
-            shape = shape_of(document, stack.replace("-", "_"), notices)
+            shape = shape_of(document, job_name_of_stack(stack), notices)
         else:
             shape = worker_pools_shape(document, project, stack, notices)
     if zone is None:
@@ -181,9 +181,6 @@ def import_file(path: Path, stack: str, project: str, zone: str | None) -> Impor
     if shape.job is not None:
         settings["trainstack:job"] = shape.job
     return Imported(settings, notices)
-
-
-STACK_NAME = re.compile(r"[a-z][-a-z0-9]{0,22}[a-z0-9]")
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -267,10 +264,11 @@ def write_checked(destination: Path, text: str, config: dict[str, Any]) -> None:
 
 
 def _name(text: str) -> str:
-    if not STACK_NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: a stack name here is lowercase letters, digits and hyphens, at most 24, starting with a letter"
-        )
+    """The stack name, by the one rule every command uses (Pulumi's own)."""
+    from trainstack.config import stack_name_problem
+
+    if (problem := stack_name_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

@@ -3,6 +3,7 @@ and choosing a zone that offers its accelerators."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,13 @@ def whole_number(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
+
+
+def job_name_of_stack(stack: str) -> str:
+    """A job name (letters, digits and '_', starting with a letter) for an imported job that
+    names none: the stack's name, with every other character as '_'."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", stack)
+    return name if name[:1].isalpha() else f"job_{name}"
 
 
 def gpu_name(enum_or_name: str) -> str:
