@@ -263,6 +263,22 @@ def test_missing_credentials_say_how_to_log_in(
     assert "run `gcloud auth application-default login`" in captured.err
 
 
+def test_a_failed_cloud_read_points_at_the_local_run_when_one_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: `status` without --local failed on credentials and did not say a local run was there."""
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-key.json"))
+    path = stack_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".trainstack-local" / "test" / "bucket" / BUCKET).mkdir(parents=True)
+    assert main(["status", "--stack-file", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[1] == (
+        "trainstack: a local run of stack test exists: `.venv/bin/trainstack status --stack test --local` reads it"
+    )
+
+
 def test_an_unreachable_endpoint_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -376,6 +376,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         report = build_report(stack, objects, source, job_dir)
     except StatusReadError as error:
         print(f"trainstack: {error}", file=sys.stderr)
+        if source == "gcs" and local_bucket(default_workdir(stack.config.stack), stack).is_dir():
+            print(
+                f"trainstack: a local run of stack {stack.config.stack} exists: "
+                f"`.venv/bin/trainstack status --stack {stack.config.stack} --local` reads it",
+                file=sys.stderr,
+            )
         return 1
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2, sort_keys=True)
