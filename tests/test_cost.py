@@ -96,3 +96,22 @@ def test_the_nat_gateway_is_priced_per_vm_up_to_32_then_flat(
     config["trainstack:cluster"]["workers"]["count"] = 40
     # The catalog's flat rate for us-central1 (regional_rates.csv, nat gateway_flat).
     assert cost_json(capsys, "--stack-file", str(write_stack(tmp_path, config)))["nat_gateway_usd_hr"] == 0.044
+
+
+@pytest.mark.parametrize(("suffix", "magic"), [("svg", b"<?xml"), ("pdf", b"%PDF"), ("PNG", b"\x89PNG")])
+def test_the_charts_format_follows_the_files_suffix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str, magic: bytes
+) -> None:
+    """Defect: `cost --chart cost.svg` wrote PNG bytes into the .svg file."""
+    chart = tmp_path / f"cost.{suffix}"
+    assert main(["cost", "--stack", "multiworker", "--chart", str(chart)]) == 0
+    assert chart.read_bytes().startswith(magic)
+
+
+def test_a_chart_suffix_that_names_no_format_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart = tmp_path / "cost.jpg"
+    assert main(["cost", "--stack", "multiworker", "--chart", str(chart)]) == 2
+    err = capsys.readouterr().err
+    assert "the file name's suffix says the format: .png, .svg, .pdf" in err and not chart.exists()

@@ -263,8 +263,18 @@ def format_report(report: CostReport) -> list[str]:
     return lines
 
 
-def write_chart(report: CostReport, path: str) -> None:
-    """A PNG bar chart of the three columns; an unknown one is drawn as an empty, labelled slot."""
+# The chart's format follows the file's suffix; matplotlib writes each of these itself.
+CHART_FORMATS = ("png", "svg", "pdf")
+
+
+def chart_format(path: Path) -> str | None:
+    """The format a chart file's suffix names, or None for a suffix that names none of CHART_FORMATS."""
+    suffix = path.suffix.lower().removeprefix(".")
+    return suffix if suffix in CHART_FORMATS else None
+
+
+def write_chart(report: CostReport, path: str, format: str = "png") -> None:  # noqa: A002 - matplotlib's name
+    """A bar chart of the three columns; an unknown one is drawn as an empty, labelled slot."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -281,13 +291,21 @@ def write_chart(report: CostReport, path: str) -> None:
     axes.set_title(f"{report.stack}: one job of {hours} ({report.region} list prices)")
     axes.set_ylabel("USD")
     figure.tight_layout()
-    figure.savefig(path, format="png")
+    figure.savefig(path, format=format)
     pyplot.close(figure)
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
     from trainstack.resolved import resolve_stack
 
+    chart = None if args.chart is None else chart_format(args.chart)
+    if args.chart is not None and chart is None:
+        print(
+            f"trainstack: --chart {args.chart}: the file name's suffix says the format: "
+            f"{', '.join('.' + f for f in CHART_FORMATS)}",
+            file=sys.stderr,
+        )
+        return 2
     report = cost_report(resolve_stack(load_config(args)), run_hours=args.run_hours)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
@@ -298,7 +316,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
             print("trainstack: --chart: the stack has no job machines to chart", file=sys.stderr)
             return 1
         try:
-            write_chart(report, str(args.chart))
+            write_chart(report, str(args.chart), chart or "png")
         except OSError as error:
             print(f"trainstack: --chart {args.chart}: {error.strerror or error}", file=sys.stderr)
             return 1
@@ -325,6 +343,11 @@ def register(subparsers: Any) -> None:
     cost.add_argument(
         "--run-hours", type=_hours, help="the job's length for the three columns (default: the run-time cap)"
     )
-    cost.add_argument("--chart", type=Path, metavar="FILE.png", help="write a bar chart of the three columns")
+    cost.add_argument(
+        "--chart",
+        type=Path,
+        metavar="FILE",
+        help=f"write a bar chart of the three columns, in the format the suffix names ({', '.join(CHART_FORMATS)})",
+    )
     cost.add_argument("--json", action="store_true", help="print JSON")
     cost.set_defaults(func=cmd_cost)
