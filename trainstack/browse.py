@@ -127,11 +127,31 @@ def _cheapest_first(price: float | None) -> tuple[bool, float]:
     return (price is None, price or 0.0)
 
 
+def _on_demand_price(listing: GpuListing | TpuListing) -> tuple[bool, float]:
+    price = listing.on_demand_usd_hr if isinstance(listing, GpuListing) else listing.on_demand_usd_chip_hr
+    return _cheapest_first(price)
+
+
+def _answer(
+    catalog: Catalog, listings: list[Any] | str, args: argparse.Namespace, region: str, zone: str | None, kind: str
+) -> int:
+    """What `gpus` and `tpus` print other than their table: a name matching nothing (exit 1),
+    every region (--all-regions), or JSON."""
+    if isinstance(listings, str):
+        print(listings, file=sys.stderr)
+        return 1
+    if args.all_regions:
+        names = [listing.gpu if kind == "gpus" else listing.generation for listing in listings]
+        return _all_regions(catalog, names, kind, args.json)
+    _print_json(region, zone, kind, listings)
+    return 0
+
+
 def _named(listings: list[Any], name: str | None, key: str, what: str) -> list[Any] | str:
-    """The listings whose ``key`` (or display name) contains ``name``, case and '-'/' ' aside;
-    a message naming every choice when none does."""
+    """The listings whose ``key`` (or display name) contains ``name``, case and '-'/' ' aside,
+    cheapest first; a message naming every choice when none does."""
     if not name:
-        return listings
+        return sorted(listings, key=_on_demand_price)
 
     def folded(text: str) -> str:
         return "".join(ch for ch in text.lower() if ch.isalnum())
@@ -143,7 +163,7 @@ def _named(listings: list[Any], name: str | None, key: str, what: str) -> list[A
         if wanted and (wanted in folded(getattr(listing, key)) or wanted in folded(getattr(listing, "name", "")))
     ]
     if matches:
-        return matches
+        return sorted(matches, key=_on_demand_price)
     choices = ", ".join(getattr(listing, key) for listing in listings)
     return f"trainstack: no {what} matches {name[:60]!r}; the catalog's {what}s: {choices}"
 
@@ -204,19 +224,10 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if isinstance(place_of := _place(args), int):
         return place_of
     catalog, region, zone = place_of
-    listings = gpu_listings(catalog, region, zone)
-    if not args.all:
-        listings = [g for g in listings if g.status != "retired"]
-    named = _named(listings, args.name, "gpu", "GPU")
-    if isinstance(named, str):
-        print(named, file=sys.stderr)
-        return 1
-    listings = sorted(named, key=lambda g: _cheapest_first(g.on_demand_usd_hr))
-    if args.all_regions:
-        return _all_regions(catalog, [g.gpu for g in listings], "gpus", args.json)
-    if args.json:
-        _print_json(region, zone, "gpus", listings)
-        return 0
+    current = [g for g in gpu_listings(catalog, region, zone) if args.all or g.status != "retired"]
+    listings = _named(current, args.name, "gpu", "GPU")
+    if isinstance(listings, str) or args.all_regions or args.json:
+        return _answer(catalog, listings, args, region, zone, "gpus")
     place = zone or region
     print(f"GPUs in {place}, cheapest first: per-GPU hourly list prices in {region} (USD; the machine is extra)")
     print(f"{'GPU':<24}{'memory':>8}{'on-demand':>11}{'spot':>8}  zones / machine types and GPU counts")
@@ -235,16 +246,9 @@ def cmd_tpus(args: argparse.Namespace) -> int:
     if isinstance(place_of := _place(args), int):
         return place_of
     catalog, region, zone = place_of
-    named = _named(tpu_listings(catalog, region, zone), args.name, "generation", "TPU generation")
-    if isinstance(named, str):
-        print(named, file=sys.stderr)
-        return 1
-    listings = sorted(named, key=lambda t: _cheapest_first(t.on_demand_usd_chip_hr))
-    if args.all_regions:
-        return _all_regions(catalog, [t.generation for t in listings], "tpus", args.json)
-    if args.json:
-        _print_json(region, zone, "tpus", listings)
-        return 0
+    listings = _named(tpu_listings(catalog, region, zone), args.name, "generation", "TPU generation")
+    if isinstance(listings, str) or args.all_regions or args.json:
+        return _answer(catalog, listings, args, region, zone, "tpus")
     place = zone or region
     print(f"TPU VMs (single host) in {place}, cheapest first: hourly list prices in {region} (USD)")
     print(f"{'generation':<12}{'per chip':>10}{'spot':>8}  slices (chips, on-demand per slice) / zones / runtimes")
