@@ -104,3 +104,44 @@ def test_a_policy_config_fifo_is_not_waited_on(tmp_path: Path) -> None:
     fifo = tmp_path / "policy.json"
     os.mkfifo(fifo)
     assert_refused(trainstack("check", "--stack", "dev", "--policy-config", str(fifo)), "not a regular file")
+
+
+# Found by a hostile suite kept outside the project: each ended in a traceback, a hang past a
+# minute, or a hostile value written into a stack that validated.
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8, workerType: n1-standard-8, workerCount: "
+         + "9" * 5000 + "}\n", "a number of 5000"),
+        ('[{"replica_count": 1, "machine_spec": {"machine_type": "n1-standard-4"}, "container_spec": {"image_uri": '
+         '"us-central1-docker.pkg.dev/team-proj-1/v/t:3"}}, {"replica_count": "\u00b2", "machine_spec": '
+         '{"machine_type": "n1-standard-4"}}]\n', "replica_count"),
+        ("trainingInput: {scaleTier: BASIC, args: 5}\n", "args must be a list of strings"),
+        ("trainingInput: {scaleTier: BASIC, masterConfig: {imageUri: 'us-central1-docker.pkg.dev/p-12345/v/t:3'}, "
+         "args: '--lr 0.1 --job-dir gs://other-team/x'}\n", "args must be a list of strings"),
+        ("gcloud ai-platform jobs submit training j --scale-tier custom --master-machine-type n1-standard-8 "
+         "--master-accelerator count=\u00b9,type=nvidia-tesla-t4\n", "expected count=N,type=GPU"),
+        ("gcloud ai-platform jobs submit training j --scale-tier basic -- --x=" + "$HOME" * 20000 + "\n",
+         "a saved command line of"),
+    ],
+    ids=["integer_of_5000_digits", "superscript_digit", "args_not_a_list", "args_a_string",
+         "superscript_accelerator_count", "megabyte_command_line"],
+)  # fmt: skip
+def test_a_hostile_job_file_found_outside_is_refused(tmp_path: Path, text: str, words: str) -> None:
+    source = tmp_path / ("submit.txt" if text.startswith("gcloud") else "job.yaml")
+    source.write_text(text)
+    assert_refused(imported(tmp_path, source), words)
+    assert not (tmp_path / "Pulumi.hostile.yaml").exists()
+
+
+def test_a_directory_is_refused_as_a_job_file_and_as_a_stack_file(tmp_path: Path) -> None:
+    assert_refused(imported(tmp_path, tmp_path), "not a regular file")
+    assert_refused(trainstack("validate", "--stack-file", str(tmp_path)), "not a regular file")
+
+
+def test_control_characters_from_a_job_file_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    source = tmp_path / "job.yaml"
+    source.write_text('trainingInput: {scaleTier: "BASIC\\nwrote stacks/Pulumi.prod.yaml\\e[2K"}\n')
+    result = imported(tmp_path, source)
+    assert result.returncode == 1 and "\x1b" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -181,6 +181,25 @@ CASES: list[tuple[str, str, str]] = [
     ("unknown_region", replacing("gcp:region", "us-moon1") + "", "unknown region us-moon1"),
     # A CPU-only stack's zone is checked too (a GPU's zone was the only one checked).
     ("zone_that_does_not_exist", replacing("trainstack:zone", "us-central1-z"), "no zone us-central1-z in us-central1"),
+    # Found by a hostile suite kept outside the project: each was a traceback or a silent acceptance.
+    (
+        "integer_of_5000_digits",
+        with_base(f"  trainstack:job: {{name: j1, epochs: {'9' * 5000}}}\n"),
+        "a number of 5000",
+    ),
+    (
+        "hex_integer_too_long_to_show",
+        with_base(f"  trainstack:job: {{name: j1, epochs: 0x{'f' * 4000}}}\n"),
+        "a number of",
+    ),
+    ("base_60_number", with_base("  trainstack:job: {name: j1, epochs: 1:30}\n"), "1:30 is a base-60 number"),
+    (
+        "key_after_a_line_separator_in_a_comment",
+        with_base("  # reviewed\u2028  trainstack:access: {members: ['user:m@example.com']}\n"),
+        "U+2028, a line break to YAML",
+    ),
+    ("misspelt_namespace", with_base("  trainstck:budget: {monthly_usd: 50}\n"), "did you mean trainstack:budget?"),
+    ("look_alike_namespace", with_base("  tr\u0430instack:budget: {monthly_usd: 50}\n"), "a look-alike letter"),
 ]
 # Shell metacharacters in every text field a user writes.
 for i, meta in enumerate(METACHARACTERS):

@@ -264,7 +264,9 @@ def test_a_line_break_in_a_copied_value_stays_inside_its_comment(
     assert "jobDir gs://b/x\\nsecretsprovider" in out.read_text()
 
 
-@pytest.mark.parametrize("variable", ["PULUMI_CONFIG_PASSPHRASE", "WANDB_API_KEY", "HF_TOKEN", "DB_PASSWORD"])
+@pytest.mark.parametrize(
+    "variable", ["PULUMI_CONFIG_PASSPHRASE", "WANDB_API_KEY", "HF_TOKEN", "DB_PASSWORD", "DB_PASS", "GH_PAT"]
+)
 def test_a_variable_that_holds_a_secret_is_refused_not_written_into_the_stack(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.catalog import legacy_machine_types, load_catalog, scale_tiers
+from trainstack.errors import shorten
 from trainstack.importing import ImportProblem, get, gpu_name, job_name_of_stack, whole_number, without_job_dir
 
 TPU_WORKER = "cloud_tpu"
@@ -215,8 +216,8 @@ def _job_from_training_input(
     image = get(get(training_input, "masterConfig"), "imageUri")
     args = get(training_input, "args")
     module = get(training_input, "pythonModule")
-    if isinstance(args, list) and not all(isinstance(arg, str) for arg in args):
-        raise ImportProblem("args must be a list of strings")
+    if args is not None and not (isinstance(args, list) and all(isinstance(arg, str) for arg in args)):
+        raise ImportProblem(f"args must be a list of strings (got {shorten(args)})")
     if isinstance(image, str) and image:
         job: dict[str, Any] = {"name": name, "image": image}
         if args and (kept := without_job_dir(args, notices)):
@@ -314,6 +315,9 @@ def is_command_line(text: str) -> bool:
 
 def parse_command_line(text: str) -> CommandLine:
     """The words of a saved ``gcloud ai-platform jobs submit training`` command, as a shell reads them."""
+    # A submit command is a few hundred characters; shlex reads about 50 KB a second.
+    if len(text) > MAX_COMMAND_LINE_CHARS:
+        raise ImportProblem(f"a saved command line of {len(text)} characters (at most {MAX_COMMAND_LINE_CHARS})")
     # An import reads the command; it never runs any part of it.
     if "$(" in text or "`" in text:
         raise ImportProblem("the command holds a command substitution ($(...) or `...`): an import runs nothing; "
@@ -363,7 +367,7 @@ def parse_command_line(text: str) -> CommandLine:
 def _accelerator_flag(flag: str, value: str) -> dict[str, Any]:
     """``count=4,type=nvidia-tesla-t4`` as an acceleratorConfig."""
     parts = dict(part.partition("=")[::2] for part in value.split(","))
-    if set(parts) != {"count", "type"} or not parts["count"].isdigit():
+    if set(parts) != {"count", "type"} or whole_number(parts["count"]) is None:
         raise ImportProblem(f"{flag} {value!r}: expected count=N,type=GPU (e.g. count=4,type=nvidia-tesla-t4)")
     return {"acceleratorConfig": {"count": int(parts["count"]), "type": parts["type"]}}
 
@@ -381,14 +385,22 @@ def _expand(value: str, environment: Mapping[str, str]) -> str | None:
         return environment[name]
 
     expanded = SHELL_VARIABLE.sub(substitute, value)
+    if len(expanded) > MAX_EXPANDED_CHARS:
+        raise ImportProblem(
+            f"{shorten(value)} expands to {len(expanded)} characters with this environment's variables "
+            f"(at most {MAX_EXPANDED_CHARS})"
+        )
     return None if missing else expanded
 
 
 # Variable names that hold secrets (WANDB_API_KEY, HF_TOKEN, PULUMI_CONFIG_PASSPHRASE, ...): their
 # values would land in the stack file, in the machines' metadata and in their boot log.
 SECRET_VARIABLE = re.compile(
-    r"(?i).*(PASSWORD|PASSPHRASE|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE|APIKEY|(^|_)(API_)?KEYS?(_|$)|(^|_)AUTH(_|$)).*"
+    r"(?i).*(PASS|SECRET|TOKEN|CREDENTIAL|PRIVATE|APIKEY|(^|_)(API_)?KEYS?(_|$)|(^|_)(AUTH|PAT|PWD|CERT)(_|$)).*"
 )
+# The most characters a saved command line may hold, as written and with its variables expanded.
+MAX_COMMAND_LINE_CHARS = 64 * 1024
+MAX_EXPANDED_CHARS = 256 * 1024
 
 
 def expand_variables(command: CommandLine, environment: Mapping[str, str], notices: list[str]) -> CommandLine:
@@ -465,7 +477,8 @@ def training_input_of(command: CommandLine, base: Path, notices: list[str]) -> d
     for flag, key in FIELD_FLAGS.items():
         if flag in command.flags:
             value: Any = command.flags[flag]
-            training_input[key] = int(value) if key.endswith("Count") and value.isdigit() else value
+            count = whole_number(value) if key.endswith("Count") else None
+            training_input[key] = value if count is None else count
     for flag, key in ACCELERATOR_FLAGS.items():
         if flag in command.flags:
             training_input[key] = {**(training_input.get(key) or {}), **_accelerator_flag(flag, command.flags[flag])}

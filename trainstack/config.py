@@ -684,6 +684,24 @@ def _salvage(
 STACK_FILE_TOP_LEVEL_KEYS = frozenset({"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"})
 
 
+# Config namespaces are Pulumi project and provider names: ASCII, lowercase.
+CONFIG_NAMESPACE_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+# The namespaces a stack file's keys belong to: a key in a near miss of one is a typo that
+# would otherwise leave its setting at the default in silence.
+KNOWN_NAMESPACES = (NAMESPACE, "gcp")
+
+
+def namespace_problem(namespace: str, name: str) -> str | None:
+    """Why ``namespace`` cannot be meant as written, or None."""
+    import difflib
+
+    if not CONFIG_NAMESPACE_PATTERN.fullmatch(namespace):
+        return "a config namespace is lowercase ASCII letters, digits, '-' and '_' (a look-alike letter is not one)"
+    if namespace not in KNOWN_NAMESPACES and (close := difflib.get_close_matches(namespace, KNOWN_NAMESPACES, 1, 0.75)):
+        return f"namespace {namespace!r} is not {close[0]!r}: did you mean {close[0]}:{shorten(name).strip(chr(39))}?"
+    return None
+
+
 def parse_stack_config(stack: str, config: Mapping[str, Any], secret_keys: frozenset[str] = frozenset()) -> StackConfig:
     """Turn the ``config:`` mapping of a stack file into a :class:`StackConfig`.
 
@@ -698,6 +716,9 @@ def parse_stack_config(stack: str, config: Mapping[str, Any], secret_keys: froze
             problems.append(Problem(str(key), "config keys are namespaced, e.g. 'trainstack:zone' or 'gcp:project'"))
             continue
         namespace, _, name = key.partition(":")
+        if (misspelt := namespace_problem(namespace, name)) is not None:
+            problems.append(Problem(shorten(key).strip("'"), misspelt))
+            continue
         if namespace == NAMESPACE:
             if name != "secrets" and (key in secret_keys or holds_secure_value(value)):
                 # Every other setting reaches the machines' metadata and boot log as it is.

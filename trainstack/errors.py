@@ -17,7 +17,10 @@ def shorten(value: Any, limit: int = MAX_QUOTED_CHARS) -> str:
         return f"{value[:limit]!r}... ({len(value)} characters)"
     if isinstance(value, (dict, list, tuple, set)) and len(value) > 8:
         return f"a {type(value).__name__} of {len(value)} items"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to show (Python's 4300-digit limit)
+        return f"a {type(value).__name__} too long to show"
     return text if len(text) <= limit else f"{text[:limit]}..."
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 from yaml.events import AliasEvent, CollectionStartEvent, NodeEvent
-from yaml.nodes import MappingNode, Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from trainstack.errors import shorten
 
@@ -41,10 +41,12 @@ def read_bounded(path: Path, max_bytes: int) -> bytes:
         raise
     except OSError as error:
         raise FileProblem(f"cannot open the file: {error.strerror}") from None
+    # Checked on the descriptor before it becomes a file object (a directory opens, then fails).
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise FileProblem("not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise FileProblem("not a regular file")
         if info.st_size > max_bytes:
             raise FileProblem(f"{info.st_size} bytes; at most {max_bytes} are read")
         try:
@@ -68,8 +70,39 @@ class Refused(yaml.MarkedYAMLError):
     """Valid YAML that a stack file may not use."""
 
 
+# The longest number a file may write. Python refuses to convert decimal strings of more than
+# 4300 digits (and cannot show a hex one that long); a shorter one still reaches the checks,
+# which name the key and its bounds.
+MAX_NUMBER_CHARS = 1000
+# Characters YAML reads as line breaks that editors and terminals show inside a line: a key
+# after one looks like part of a comment, and is applied.
+HIDDEN_LINE_BREAKS = {"\u2028": "U+2028", "\u2029": "U+2029", "\x85": "U+0085"}
+
+
 class BoundedLoader(yaml.SafeLoader):
-    """SafeLoader without anchors, aliases, deep nesting or duplicate keys."""
+    """SafeLoader without anchors, aliases, deep nesting, duplicate keys, numbers past
+    :data:`MAX_NUMBER_CHARS` or YAML 1.1's base-60 numbers (``1:30`` is 90, not a time)."""
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        self._check_number(node)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        self._check_number(node)
+        return super().construct_yaml_float(node)
+
+    @staticmethod
+    def _check_number(node: Node) -> None:
+        text = str(node.value)
+        if len(text) > MAX_NUMBER_CHARS:
+            raise Refused(
+                None, None, f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})", node.start_mark
+            )
+        if ":" in text:
+            raise Refused(
+                None, None, f"{text} is a base-60 number in YAML ({text} reads as a number, not a time); "
+                "write the plain number, or quote it", node.start_mark,
+            )  # fmt: skip
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -113,8 +146,26 @@ class BoundedLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
+
+
+def hidden_line_break(text: str) -> str | None:
+    """Where ``text`` holds a character YAML takes for a line break but a screen does not show
+    as one, or None."""
+    for character, name in HIDDEN_LINE_BREAKS.items():
+        index = text.find(character)
+        if index >= 0:
+            line = text.count("\n", 0, index) + 1
+            column = index - (text.rfind("\n", 0, index) + 1) + 1
+            return f"line {line}, column {column}: {name}, a line break to YAML that editors show inside a line"
+    return None
+
+
 def load_yaml(text: str) -> Any:
     """YAML (or JSON, which is YAML) through :class:`BoundedLoader`."""
+    if (where := hidden_line_break(text)) is not None:
+        raise FileProblem(f"not accepted: {where}")
     try:
         return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.MarkedYAMLError as error:

@@ -203,10 +203,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         imported = import_file(args.file, args.stack, args.project, args.zone)
     except ImportProblem as problem:
-        print(f"trainstack: import {args.file}: {problem}", file=sys.stderr)
+        print(f"trainstack: import {comment_line(str(args.file))}: {comment_line(str(problem))}", file=sys.stderr)
         return 1
     for notice in imported.notices:
-        print(f"notice: {notice}")
+        print(f"notice: {comment_line(notice)}")
     try:
         parse_and_check(args.stack, imported.config)
     except StackConfigError as error:
@@ -229,7 +229,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             destination, header + yaml.safe_dump({"config": imported.config}, sort_keys=False), imported.config
         )
     except ImportProblem as problem:
-        print(f"trainstack: import {args.file}: {problem}", file=sys.stderr)
+        print(f"trainstack: import {comment_line(str(args.file))}: {comment_line(str(problem))}", file=sys.stderr)
         return 1
     print(f"wrote {destination}{'' if checked else ' (it does not validate yet: see above)'}")
     return 0 if checked else 1

@@ -32,11 +32,17 @@ def get(mapping: Any, *names: str) -> Any:
     return None
 
 
+# The most digits a count in a job file has; larger ones are no count a stack takes.
+MAX_DIGITS = 9
+DECIMAL = re.compile(rf"[0-9]{{1,{MAX_DIGITS}}}")
+
+
 def whole_number(value: Any) -> int | None:
     """An int, or the decimal string the REST APIs write int64 fields as; None for anything else."""
-    if isinstance(value, str) and value.isdigit():
+    # ASCII digits only (str.isdigit also takes '²', which int() refuses), and bounded.
+    if isinstance(value, str) and DECIMAL.fullmatch(value):
         return int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**MAX_DIGITS:
         return value
     return None
 
