@@ -112,7 +112,7 @@ def test_a_policy_config_fifo_is_not_waited_on(tmp_path: Path) -> None:
     ("text", "words"),
     [
         ("trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8, workerType: n1-standard-8, workerCount: "
-         + "9" * 5000 + "}\n", "a number of 5000"),
+         + "9" * 5000 + "}\n", "trainingInput.workerCount: a number of 5000"),
         ('[{"replica_count": 1, "machine_spec": {"machine_type": "n1-standard-4"}, "container_spec": {"image_uri": '
          '"us-central1-docker.pkg.dev/team-proj-1/v/t:3"}}, {"replica_count": "\u00b2", "machine_spec": '
          '{"machine_type": "n1-standard-4"}}]\n', "replica_count"),

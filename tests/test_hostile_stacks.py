@@ -185,14 +185,18 @@ CASES: list[tuple[str, str, str]] = [
     (
         "integer_of_5000_digits",
         with_base(f"  trainstack:job: {{name: j1, epochs: {'9' * 5000}}}\n"),
-        "a number of 5000",
+        "trainstack:job.epochs: a number of 5000",
     ),
     (
         "hex_integer_too_long_to_show",
         with_base(f"  trainstack:job: {{name: j1, epochs: 0x{'f' * 4000}}}\n"),
-        "a number of",
+        "trainstack:job.epochs: a number of",
     ),
-    ("base_60_number", with_base("  trainstack:job: {name: j1, epochs: 1:30}\n"), "1:30 is a base-60 number"),
+    (
+        "base_60_number",
+        with_base("  trainstack:job: {name: j1, epochs: 1:30}\n"),
+        "trainstack:job.epochs: 1:30 is a base-60 number",
+    ),
     (
         "key_after_a_line_separator_in_a_comment",
         with_base("  # reviewed\u2028  trainstack:access: {members: ['user:m@example.com']}\n"),

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 from yaml.events import AliasEvent, CollectionStartEvent, NodeEvent
-from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from trainstack.errors import shorten
 
@@ -91,18 +91,40 @@ class BoundedLoader(yaml.SafeLoader):
         self._check_number(node)
         return super().construct_yaml_float(node)
 
-    @staticmethod
-    def _check_number(node: Node) -> None:
-        text = str(node.value)
+    def _check_number(self, node: Node) -> None:
+        text, key = str(node.value), self._key_of(node)
         if len(text) > MAX_NUMBER_CHARS:
             raise Refused(
-                None, None, f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})", node.start_mark
+                None, None, f"{key}a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})", node.start_mark
             )
         if ":" in text:
             raise Refused(
-                None, None, f"{text} is a base-60 number in YAML ({text} reads as a number, not a time); "
-                "write the plain number, or quote it", node.start_mark,
+                None, None, f"{key}{text} is a base-60 number in YAML, not a time; write the plain number, or quote it",
+                node.start_mark,
             )  # fmt: skip
+
+    def construct_document(self, node: Node) -> Any:
+        # Where each value sits (config > trainstack:job > epochs), so a value refused while
+        # loading is named by its key, as the checks after loading name theirs.
+        self._paths: dict[int, str] = {}
+        self._index_paths(node, "")
+        return super().construct_document(node)  # type: ignore[no-untyped-call]
+
+    def _index_paths(self, node: Node, path: str) -> None:
+        if isinstance(node, MappingNode):
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, ScalarNode) else "?"
+                self._index_paths(value_node, f"{path}.{key}" if path else str(key))
+        elif isinstance(node, SequenceNode):
+            for index, item in enumerate(node.value):
+                self._index_paths(item, f"{path}[{index}]")
+        else:
+            self._paths[id(node)] = path
+
+    def _key_of(self, node: Node) -> str:
+        path = getattr(self, "_paths", {}).get(id(node), "")
+        # A stack file's keys are named as the checks name them: trainstack:job.epochs.
+        return f"{shorten(path.removeprefix('config.'), 120).strip(chr(39))}: " if path else ""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
