@@ -202,6 +202,7 @@ CASES: list[tuple[str, str, str]] = [
         with_base("  # reviewed\u2028  trainstack:access: {members: ['user:m@example.com']}\n"),
         "U+2028, a line break to YAML",
     ),
+    ("nul_byte_in_a_value", with_base("  trainstack:labels: {team: vis\x00ion}\n"), "control character U+0000"),
     ("misspelt_namespace", with_base("  trainstck:budget: {monthly_usd: 50}\n"), "did you mean trainstack:budget?"),
     ("look_alike_namespace", with_base("  tr\u0430instack:budget: {monthly_usd: 50}\n"), "a look-alike letter"),
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -172,16 +173,23 @@ BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_y
 BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
 
 
+# Control characters YAML refuses, found first with their position (PyYAML's reader gives none).
+CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def hidden_line_break(text: str) -> str | None:
     """Where ``text`` holds a character YAML takes for a line break but a screen does not show
-    as one, or None."""
-    for character, name in HIDDEN_LINE_BREAKS.items():
-        index = text.find(character)
-        if index >= 0:
-            line = text.count("\n", 0, index) + 1
-            column = index - (text.rfind("\n", 0, index) + 1) + 1
-            return f"line {line}, column {column}: {name}, a line break to YAML that editors show inside a line"
-    return None
+    as one, or a control character, or None."""
+    found = [(text.find(c), f"{name}, a line break to YAML that editors show inside a line")
+             for c, name in HIDDEN_LINE_BREAKS.items()]  # fmt: skip
+    if (control := CONTROL_CHARACTER.search(text)) is not None:
+        found.append((control.start(), f"control character U+{ord(control.group()):04X}, not allowed"))
+    index, what = min(((i, w) for i, w in found if i >= 0), default=(-1, ""))
+    if index < 0:
+        return None
+    line = text.count("\n", 0, index) + 1
+    column = index - (text.rfind("\n", 0, index) + 1) + 1
+    return f"line {line}, column {column}: {what}"
 
 
 def load_yaml(text: str) -> Any:
