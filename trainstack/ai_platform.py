@@ -18,7 +18,15 @@ from typing import Any
 
 from trainstack.catalog import legacy_machine_types, load_catalog, scale_tiers
 from trainstack.errors import shorten
-from trainstack.importing import ImportProblem, get, gpu_name, job_name_of_stack, whole_number, without_job_dir
+from trainstack.importing import (
+    MAX_DIGITS,
+    ImportProblem,
+    get,
+    gpu_name,
+    job_name_of_stack,
+    whole_number,
+    without_job_dir,
+)
 
 TPU_WORKER = "cloud_tpu"
 # "type TPU_V2 and count 8: no other number of TPU v2 cores can be attached" (seed 001); a TPU VM
@@ -183,7 +191,7 @@ def _count(training_input: dict[str, Any], key: str) -> int:
     value = get(training_input, key)
     count = 0 if value is None else whole_number(value)
     if count is None:
-        raise ImportProblem(f"{key} must be a whole number, not {value!r}")
+        raise ImportProblem(f"{key} must be a whole number of at most {MAX_DIGITS} digits, not {shorten(value)}")
     return count
 
 

@@ -26,8 +26,10 @@ from trainstack.ai_platform import (
     shape_of_command_line,
     strategy_for,
 )
+from trainstack.errors import shorten
 from trainstack.importing import (
     DEFAULT_REGION,
+    MAX_DIGITS,
     Imported,
     ImportProblem,
     choose_zone,
@@ -81,7 +83,9 @@ def _replicas(pool: Any, index: int) -> int:
     value = get(pool, "replica_count", "replicaCount")
     count = 1 if value is None else whole_number(value)
     if count is None:
-        raise ImportProblem(f"worker pool {index}: replica_count must be a whole number, not {value!r}")
+        raise ImportProblem(
+            f"worker pool {index}: replica_count must be a whole number of at most {MAX_DIGITS} digits, not {shorten(value)}"
+        )
     return count
 
 
