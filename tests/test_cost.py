@@ -112,6 +112,8 @@ def test_a_chart_suffix_that_names_no_format_is_refused_before_anything_is_writt
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     chart = tmp_path / "cost.jpg"
-    assert main(["cost", "--stack", "multiworker", "--chart", str(chart)]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["cost", "--stack", "multiworker", "--chart", str(chart)])
     err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
     assert "the file name's suffix says the format: .png, .svg, .pdf" in err and not chart.exists()

@@ -450,15 +450,10 @@ def expand_variables(command: CommandLine, environment: Mapping[str, str], notic
         flags.pop("--package-path", None)
         flags.pop("--module-name", None)
     args = [_expand(arg, environment) for arg in command.args]
-    unset_args = [arg for arg, value in zip(command.args, args, strict=True) if value is None]
     unset_names = sorted(
-        {
-            m.group(0)
-            for arg in unset_args
-            for m in SHELL_VARIABLE.finditer(arg)
-            if _expand(m.group(0), environment) is None
-        }
-    )
+        {match.group(0) for arg in command.args for match in SHELL_VARIABLE.finditer(arg)
+         if (match.group(1) or match.group(2)) not in environment}
+    )  # fmt: skip
     if unset_names:
         problems.append(
             f"the job's arguments use variables not set here ({', '.join(unset_names)}); export them, or write "

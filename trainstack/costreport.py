@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainstack.catalog import HOURS_PER_MONTH, Catalog, load_catalog
 from trainstack.cliargs import add_stack_arguments, load_config
+from trainstack.errors import shorten
 
 if TYPE_CHECKING:
     from trainstack.resolved import NodeCost, ResolvedStack
@@ -267,14 +268,19 @@ def format_report(report: CostReport) -> list[str]:
 CHART_FORMATS = ("png", "svg", "pdf")
 
 
-def chart_format(path: Path) -> str | None:
-    """The format a chart file's suffix names, or None for a suffix that names none of CHART_FORMATS."""
-    suffix = path.suffix.lower().removeprefix(".")
-    return suffix if suffix in CHART_FORMATS else None
+def chart_path(text: str) -> Path:
+    """argparse type for ``--chart``: a file whose suffix names one of CHART_FORMATS."""
+    path = Path(text)
+    if path.suffix.lower().removeprefix(".") not in CHART_FORMATS:
+        raise argparse.ArgumentTypeError(
+            f"{shorten(text)}: the file name's suffix says the format: {', '.join('.' + f for f in CHART_FORMATS)}"
+        )
+    return path
 
 
-def write_chart(report: CostReport, path: str, format: str = "png") -> None:  # noqa: A002 - matplotlib's name
-    """A bar chart of the three columns; an unknown one is drawn as an empty, labelled slot."""
+def write_chart(report: CostReport, path: Path) -> None:
+    """A bar chart of the three columns, in the format ``path``'s suffix names; an unknown
+    column is drawn as an empty, labelled slot."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -291,21 +297,13 @@ def write_chart(report: CostReport, path: str, format: str = "png") -> None:  # 
     axes.set_title(f"{report.stack}: one job of {hours} ({report.region} list prices)")
     axes.set_ylabel("USD")
     figure.tight_layout()
-    figure.savefig(path, format=format)
+    figure.savefig(path, format=path.suffix.lower().removeprefix("."))
     pyplot.close(figure)
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
     from trainstack.resolved import resolve_stack
 
-    chart = None if args.chart is None else chart_format(args.chart)
-    if args.chart is not None and chart is None:
-        print(
-            f"trainstack: --chart {args.chart}: the file name's suffix says the format: "
-            f"{', '.join('.' + f for f in CHART_FORMATS)}",
-            file=sys.stderr,
-        )
-        return 2
     report = cost_report(resolve_stack(load_config(args)), run_hours=args.run_hours)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
@@ -316,7 +314,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
             print("trainstack: --chart: the stack has no job machines to chart", file=sys.stderr)
             return 1
         try:
-            write_chart(report, str(args.chart), chart or "png")
+            write_chart(report, args.chart)
         except OSError as error:
             print(f"trainstack: --chart {args.chart}: {error.strerror or error}", file=sys.stderr)
             return 1
@@ -345,7 +343,7 @@ def register(subparsers: Any) -> None:
     )
     cost.add_argument(
         "--chart",
-        type=Path,
+        type=chart_path,
         metavar="FILE",
         help=f"write a bar chart of the three columns, in the format the suffix names ({', '.join(CHART_FORMATS)})",
     )

@@ -32,11 +32,13 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{_printable(self.key)[:MAX_KEY_CHARS]}: {_printable(self.message)[:MAX_MESSAGE_CHARS]}"
+        return f"{one_line(self.key)[:MAX_KEY_CHARS]}: {one_line(self.message)[:MAX_MESSAGE_CHARS]}"
 
 
-def _printable(text: str) -> str:
-    """Escape control characters so one problem stays on one line, whatever a file holds."""
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable (control characters, and U+2028 and
+    NEL, which YAML reads as line breaks) written as its escape: one line on a terminal or in a
+    YAML comment, whatever a file holds."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

@@ -107,7 +107,7 @@ class BoundedLoader(yaml.SafeLoader):
     def construct_document(self, node: Node) -> Any:
         # Where each value sits (config > trainstack:job > epochs), so a value refused while
         # loading is named by its key, as the checks after loading name theirs.
-        self._paths: dict[int, str] = {}
+        self._paths.clear()
         self._index_paths(node, "")
         return super().construct_document(node)  # type: ignore[no-untyped-call]
 
@@ -123,13 +123,15 @@ class BoundedLoader(yaml.SafeLoader):
             self._paths[id(node)] = path
 
     def _key_of(self, node: Node) -> str:
-        path = getattr(self, "_paths", {}).get(id(node), "")
+        path = self._paths.get(id(node), "")
         # A stack file's keys are named as the checks name them: trainstack:job.epochs.
         return f"{shorten(path.removeprefix('config.'), 120).strip(chr(39))}: " if path else ""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        # id(value node) -> its key path, for the document being constructed.
+        self._paths: dict[int, str] = {}
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event = self.peek_event()  # type: ignore[no-untyped-call]
@@ -177,7 +179,7 @@ BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct
 CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-def hidden_line_break(text: str) -> str | None:
+def invisible_character(text: str) -> str | None:
     """Where ``text`` holds a character YAML takes for a line break but a screen does not show
     as one, or a control character, or None."""
     found = [(text.find(c), f"{name}, a line break to YAML that editors show inside a line")
@@ -194,7 +196,7 @@ def hidden_line_break(text: str) -> str | None:
 
 def load_yaml(text: str) -> Any:
     """YAML (or JSON, which is YAML) through :class:`BoundedLoader`."""
-    if (where := hidden_line_break(text)) is not None:
+    if (where := invisible_character(text)) is not None:
         raise FileProblem(f"not accepted: {where}")
     try:
         return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader subclass)

@@ -26,7 +26,7 @@ from trainstack.ai_platform import (
     shape_of_command_line,
     strategy_for,
 )
-from trainstack.errors import shorten
+from trainstack.errors import one_line, shorten
 from trainstack.importing import (
     DEFAULT_REGION,
     MAX_DIGITS,
@@ -207,10 +207,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         imported = import_file(args.file, args.stack, args.project, args.zone)
     except ImportProblem as problem:
-        print(f"trainstack: import {comment_line(str(args.file))}: {comment_line(str(problem))}", file=sys.stderr)
+        print(f"trainstack: import {one_line(str(args.file))}: {one_line(str(problem))}", file=sys.stderr)
         return 1
     for notice in imported.notices:
-        print(f"notice: {comment_line(notice)}")
+        print(f"notice: {one_line(notice)}")
     try:
         parse_and_check(args.stack, imported.config)
     except StackConfigError as error:
@@ -222,7 +222,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     destination.parent.mkdir(parents=True, exist_ok=True)
     # The notices stay with the stack: what was mapped, inferred or left behind.
     header = "".join(
-        f"# {comment_line(line)}\n"
+        f"# {one_line(line)}\n"
         for line in [
             f"Imported from {args.file.name} by `trainstack import`; check it with `trainstack validate`.",
             *(f"notice: {notice}" for notice in imported.notices),
@@ -233,17 +233,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             destination, header + yaml.safe_dump({"config": imported.config}, sort_keys=False), imported.config
         )
     except ImportProblem as problem:
-        print(f"trainstack: import {comment_line(str(args.file))}: {comment_line(str(problem))}", file=sys.stderr)
+        print(f"trainstack: import {one_line(str(args.file))}: {one_line(str(problem))}", file=sys.stderr)
         return 1
     print(f"wrote {destination}{'' if checked else ' (it does not validate yet: see above)'}")
     return 0 if checked else 1
-
-
-def comment_line(text: str) -> str:
-    """``text`` as one line of a YAML comment: a line break (or any character that is not
-    printable, U+2028 and NEL included, which YAML also reads as line breaks) is written as its
-    escape, so a value copied from the job file can never start a line of its own."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def write_checked(destination: Path, text: str, config: dict[str, Any]) -> None:
