@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, plan_of, write_stack
@@ -71,8 +72,14 @@ def problems_for(tmp_path: Path, config: dict[str, Any], capsys: pytest.CaptureF
 @pytest.mark.parametrize(
     ("job", "key", "words"),
     [
-        ({"package": "examples/tabular_mlp", "module": "tabular_mlp.train"}, "job.module", "has no module"),
-        ({"package": "examples/tabular_mlp", "module": "other.task"}, "job.module", "named after its import name"),
+        (
+            {"package": "examples/tabular_mlp", "module": "tabular_mlp.train"},
+            "job.module",
+            "has no module tabular_mlp.train; its modules: tabular_mlp.task",
+        ),
+        ({"package": "examples/tabular_mlp", "module": "task"}, "job.module", "it is job.module: tabular_mlp.task"),
+        ({"package": "examples/tabular_mlp", "module": "other.task"}, "job.module", "its modules: tabular_mlp.task"),
+        ({"package": "examples", "module": "other.task"}, "job.package", "a project root with pyproject.toml"),
         ({"package": "examples/no_such_dir", "module": "no_such_dir.task"}, "job.package", "not a directory"),
         ({"package": "examples/tabular_mlp"}, "job.module", "required with job.package"),
         ({"module": "tabular_mlp.task"}, "job.package", "needs job.package"),
@@ -376,9 +383,131 @@ def test_the_example_package_trains_on_a_chief_and_a_worker_with_multi_worker_mi
     assert summary["epochs"] == 3
 
 
+TEAM_PROJECT = Path(__file__).resolve().parent / "fixtures" / "team_project"
+
+
+def test_a_teams_project_with_requirements_trains_on_a_chief_and_a_worker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defects: job.requirements made every node of `local` exit 127 (its environment had no
+    pip), and a project root holding pyproject.toml was refused as a package."""
+    document = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.ownpackage.yaml").read_text())
+    document["config"]["trainstack:job"] = {
+        "name": "team",
+        "package": str(TEAM_PROJECT),
+        "module": "keras_team.task",
+        "requirements": str(TEAM_PROJECT / "requirements.txt"),
+        "args": ["--epochs", "2", "--steps-per-epoch", "5"],
+    }
+    stack = tmp_path / "Pulumi.team.yaml"
+    stack.write_text(yaml.safe_dump(document))
+    workdir = tmp_path / "work"
+    code = main(["local", "--stack-file", str(stack), "--workdir", str(workdir)])
+    out = capsys.readouterr().out
+    assert code == 0 and "job SUCCEEDED" in out, out[-4000:]
+    assert "fetched tabulate==0.9.0" in out
+    for node in ("chief", "worker-0"):
+        # Installed on each node by its agent: the requirement, and the project with pip.
+        versions = subprocess.run(
+            [
+                str(workdir / "nodes" / node / "state" / "venv" / "bin" / "python"),
+                "-c",
+                "import importlib.metadata as m; print(m.version('tabulate'), m.version('keras-team'))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert versions == ["0.9.0", "1.0.0"], node
+    [result] = workdir.glob("bucket/*/jobs/team/result.json")
+    assert json.loads(result.read_text())["epochs"] == 2
+
+
 def test_the_example_package_is_a_package_trainstack_can_ship() -> None:
     package = load_package(EXAMPLE, "tabular_mlp.task")
     assert set(package.members) == {"tabular_mlp/__init__.py", "tabular_mlp/task.py"}
+
+
+# --- Layouts: AI Platform's, a directory holding the package, a project root -------------------
+def team_layout(root: Path, layout: str) -> Path:
+    """A team's code laid out one way; returns the path job.package names."""
+    if layout == "package":
+        return probe_package(root)
+    if layout == "directory":
+        probe_package(root / "code")
+        probe_package(root / "code", "helpers")
+        return root / "code"
+    project = root / "project"
+    if layout == "src":
+        probe_package(project / "src")
+        (project / "pyproject.toml").write_text('[project]\nname = "probe"\nversion = "1"\n')
+    else:
+        probe_package(project)
+        (project / "setup.py").write_text("from setuptools import setup\nsetup(name='probe')\n")
+        # An earlier build's leftovers: never shipped.
+        probe_package(project / "build" / "lib")
+    (project / "README.md").write_text("a team's project\n")
+    return project
+
+
+@pytest.mark.parametrize(
+    ("layout", "install", "members"),
+    [
+        ("package", None, {"probe_pkg/__init__.py", "probe_pkg/main.py"}),
+        (
+            "directory",
+            None,
+            {"probe_pkg/__init__.py", "probe_pkg/main.py", "helpers/__init__.py", "helpers/main.py"},
+        ),
+        ("src", "project", {"pyproject.toml", "README.md", "src/probe_pkg/__init__.py", "src/probe_pkg/main.py"}),
+        ("setup.py", "project", {"setup.py", "README.md", "probe_pkg/__init__.py", "probe_pkg/main.py"}),
+    ],
+)
+def test_every_layout_a_team_uses_ships_and_tells_the_node_how_to_install_it(
+    tmp_path: Path, layout: str, install: str | None, members: set[str]
+) -> None:
+    source = team_layout(tmp_path, layout)
+    package = load_package(source, "probe_pkg.main")
+    assert set(package.members) == members
+    plan = plan_of(
+        write_stack(tmp_path, single_node({"name": "j", "package": str(source), "module": "probe_pkg.main"}))
+    )
+    [instance] = [r for r in plan.resources if r.type == INSTANCE]
+    metadata = instance.inputs["metadata"]
+    assert metadata.get("trainstack-code-install") == install
+    assert metadata["trainstack-code-archive"].startswith("trainstack/code/probe_pkg-")
+
+
+def test_the_same_files_as_a_directory_and_as_a_project_are_two_archives(tmp_path: Path) -> None:
+    source = team_layout(tmp_path, "directory")
+    as_directory = load_package(source, "probe_pkg.main")
+    (source / "pyproject.toml").write_text('[project]\nname = "probe"\nversion = "1"\n')
+    as_project = load_package(source, "probe_pkg.main")
+    (source / "pyproject.toml").unlink()
+    as_directory_again = load_package(source, "probe_pkg.main")
+    assert as_directory.digest == as_directory_again.digest != as_project.digest
+
+
+@pytest.mark.parametrize(
+    ("given", "module", "key", "answer"),
+    [
+        # The folder above the project, a misspelt project, a path inside the package.
+        ("teams", "keras_team.task", "job.package", "job.package: {root}/teams/acme does"),
+        ("teams/acmee", "keras_team.task", "job.package", "(job.package: {root}/teams/acme holds keras_team.task)"),
+        ("teams/acme/src/keras_team/models", "keras_team.task", "job.package", "job.package: {root}/teams/acme does"),
+        ("teams/acme/src/keras_team", "task", "job.module", "it is job.module: keras_team.task"),
+    ],
+)
+def test_a_wrong_package_path_is_answered_with_the_path_that_would_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str, module: str, key: str, answer: str
+) -> None:
+    project = tmp_path / "teams" / "acme"
+    (project / "src" / "keras_team" / "models").mkdir(parents=True)
+    (project / "src" / "keras_team" / "__init__.py").write_text("")
+    (project / "src" / "keras_team" / "task.py").write_text("")
+    (project / "pyproject.toml").write_text('[project]\nname = "acme"\nversion = "1"\n')
+    err = problems_for(tmp_path, single_node({"name": "j", "package": str(tmp_path / given), "module": module}), capsys)
+    assert f"trainstack:{key}: " in err and answer.format(root=tmp_path) in err, err
 
 
 # --- No job: a dev box -----------------------------------------------------------------------------

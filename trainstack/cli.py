@@ -228,6 +228,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         report,
         run_local,
     )
+    from trainstack.local_pip import FetchError
     from trainstack.resolved import resolve_stack
 
     cfg = load_config(args)
@@ -315,6 +316,9 @@ def cmd_local(args: argparse.Namespace) -> int:
         )
     except WorkdirError as error:
         print(f"trainstack: {'--fresh' if args.fresh else '--workdir'}: {error}", file=sys.stderr)
+        return 1
+    except FetchError as error:
+        print(f"trainstack: {error}; the nodes of `local` install from what this machine fetches", file=sys.stderr)
         return 1
     except LocalRunInterrupted as interrupted:
         report(interrupted.result)

@@ -1,7 +1,16 @@
 """The code a job runs: a Python package (the built-in trainer is one) or a container image.
 
-A package is a directory whose name is its top-level import name (``examples/digits_mlp``
-holds ``digits_mlp``), run on every node as ``python -m MODULE``. It ships as a zip archive
+``job.package`` names one of three layouts, found from the files alone (none of the team's
+code runs at plan time), and every node runs ``python -m MODULE``:
+
+- AI Platform's ``--package-path``: the top-level package directory itself
+  (``examples/tabular_mlp`` for ``tabular_mlp.task``);
+- a directory holding the top-level package (``team/`` with ``team/trainer/task.py``):
+  shipped whole, so sibling packages import too;
+- a project root with ``pyproject.toml`` or ``setup.py`` (the package beside it or under
+  ``src/``): shipped whole and installed with pip on the node, its dependencies with it.
+
+A package ships as a zip archive
 named by the hash of its content, so a code change is a new bucket object and a node can
 never run the code of an earlier `pulumi up`. An image is run with Docker on every node;
 it must live in an Artifact Registry Docker repository, so that the nodes' account can be
@@ -62,6 +71,19 @@ SHORT_IMAGE_PATTERN = re.compile(rf"(?P<image>{_IMAGE_PATH}){_IMAGE_REFERENCE}")
 MAX_IMAGE_CHARS = 1024
 
 
+# The layouts job.package may name (see the module docstring).
+PACKAGE_LAYOUT = "package"
+DIRECTORY_LAYOUT = "directory"
+PROJECT_LAYOUT = "project"
+# Files that make a directory a Python project pip can install.
+PROJECT_FILES = ("pyproject.toml", "setup.py")
+# Left out of a project's archive at its root: what an earlier build of it left behind.
+_BUILD_OUTPUTS = ("build", "dist")
+# How far around a wrong job.package path to look for the one that would work.
+_SEARCH_DEPTH = 3
+_SEARCH_ENTRIES = 5000
+
+
 class CodeError(ValueError):
     """The job's code cannot be used as given; the message says why."""
 
@@ -83,10 +105,19 @@ class CodePackage:
     module: str
     members: dict[str, Path]
     digest: str
+    layout: str = PACKAGE_LAYOUT
 
     @property
     def name(self) -> str:
-        return self.source.name
+        """The module's top-level package: names the archive whatever the layout."""
+        return self.module.split(".", 1)[0]
+
+    @property
+    def install(self) -> str:
+        """How a node makes the module importable (trainstack_contract.CODE_INSTALLS)."""
+        return (
+            trainstack_contract.PROJECT_INSTALL if self.layout == PROJECT_LAYOUT else trainstack_contract.PATH_INSTALL
+        )
 
     @property
     def object_name(self) -> str:
@@ -216,8 +247,12 @@ def _is_shipped(relative: Path) -> bool:
     return relative.suffix not in _SKIPPED_SUFFIXES
 
 
-def package_members(source: Path, python_only: bool = False) -> dict[str, Path]:
-    """Archive name -> file, in a stable order; names start with the package's own name.
+def package_members(
+    source: Path, python_only: bool = False, prefixed: bool = True, skipped: tuple[str, ...] = ()
+) -> dict[str, Path]:
+    """Archive name -> file, in a stable order; names start with the package's own name when
+    ``prefixed`` (a package directory), else they are relative to ``source`` (a directory
+    or project shipped whole, leaving out the top-level entries named in ``skipped``).
 
     Hidden trees (.git, .venv) and caches are not entered at all: a checkout's .git alone
     held 150,000 files. Raises CodeError for a symlink (it could point anywhere on the
@@ -227,7 +262,10 @@ def package_members(source: Path, python_only: bool = False) -> dict[str, Path]:
     total = walked = 0
     for directory, subdirectories, files in os.walk(source):
         # Pruned in place: os.walk then never descends into them.
-        subdirectories[:] = sorted(d for d in subdirectories if _is_shipped(Path(d)))
+        at_top = Path(directory) == source
+        subdirectories[:] = sorted(
+            d for d in subdirectories if _is_shipped(Path(d)) and not (at_top and _is_skipped(d, skipped))
+        )
         walked += len(subdirectories) + len(files)
         if walked > MAX_WALKED_ENTRIES:
             raise CodeError(f"more than {MAX_WALKED_ENTRIES} files and directories to look at; a package is code")
@@ -241,7 +279,7 @@ def package_members(source: Path, python_only: bool = False) -> dict[str, Path]:
             if name in subdirectories or not path.is_file() or (python_only and path.suffix != ".py"):
                 continue
             total += path.stat().st_size
-            members[(Path(source.name) / relative).as_posix()] = path
+            members[((Path(source.name) / relative) if prefixed else relative).as_posix()] = path
             if len(members) > MAX_PACKAGE_FILES or total > MAX_PACKAGE_BYTES:
                 raise CodeError(
                     f"more than {MAX_PACKAGE_FILES} files or {MAX_PACKAGE_BYTES // 2**20} MiB; "
@@ -249,6 +287,10 @@ def package_members(source: Path, python_only: bool = False) -> dict[str, Path]:
                 )
     # In path order (by parts: "a/b" before "a-b"), as archives and digests were always made.
     return dict(sorted(members.items(), key=lambda member: Path(member[0]).parts))
+
+
+def _is_skipped(name: str, skipped: tuple[str, ...]) -> bool:
+    return name in skipped or (bool(skipped) and name.endswith(".egg-info"))
 
 
 def module_file(source: Path, module: str) -> Path | None:
@@ -263,14 +305,121 @@ def module_file(source: Path, module: str) -> Path | None:
     return None
 
 
-def missing_package(source: Path) -> str:
-    return f"{source} is not a directory (a relative path starts at the project root, {PROJECT_ROOT})"
+def is_project(source: Path) -> bool:
+    return any((source / name).is_file() for name in PROJECT_FILES)
 
 
-def missing_module(source: Path, module: str) -> str:
-    return (
-        f"package {source.name} at {source} has no module {module}: a package directory is named after its "
-        f"import name, so the module is {source.name}.<file> for a <file>.py in it, or {source.name} with a __main__.py"
+def package_layout(source: Path, module: str) -> str | None:
+    """Which layout of job.package ``source`` is for ``module``, or None when the module
+    is not where any of them puts it. Looks at files only."""
+    top = module.split(".", 1)[0]
+    if source.name == top and module_file(source, module) is not None:
+        return PACKAGE_LAYOUT
+    if is_project(source):
+        found = any(module_file(where / top, module) is not None for where in (source, source / "src"))
+        return PROJECT_LAYOUT if found else None
+    return DIRECTORY_LAYOUT if module_file(source / top, module) is not None else None
+
+
+def _directories_below(root: Path) -> list[Path]:
+    """Directories under ``root`` down to _SEARCH_DEPTH levels, hidden trees left out, bounded."""
+    found: list[Path] = []
+    level = [root]
+    for _ in range(_SEARCH_DEPTH):
+        below = []
+        for directory in level:
+            try:
+                entries = sorted(directory.iterdir())
+            except OSError:
+                continue
+            below += [e for e in entries if e.is_dir() and not e.is_symlink() and _is_shipped(Path(e.name))]
+            if len(found) + len(below) > _SEARCH_ENTRIES:
+                return found + below
+        found += below
+        level = below
+    return found
+
+
+def package_that_works(source: Path, module: str) -> Path | None:
+    """The job.package path that holds ``module``, near the ``source`` given: the project or
+    directory around it, or the one below it; None when none is found."""
+    top = module.split(".", 1)[0]
+    nearest = next((p for p in [source, *source.parents] if p.is_dir()), None)
+    if nearest is None:
+        return None
+    around = {
+        ancestor: layout
+        for ancestor in [nearest, *nearest.parents][: _SEARCH_DEPTH + 1]
+        if ancestor != source and (layout := package_layout(ancestor, module)) is not None
+    }
+    if around:
+        # A project root (its dependencies install with it) over the package inside it.
+        projects = [ancestor for ancestor, layout in around.items() if layout == PROJECT_LAYOUT]
+        return (projects or list(around))[0]
+    for directory in _directories_below(nearest):
+        if directory.name == top and module_file(directory, module) is not None:
+            # A src/ layout's project root, else the directory that holds the package.
+            parent = directory.parent
+            if parent.name == "src" and parent != nearest and is_project(parent.parent):
+                return parent.parent
+            return parent
+    return None
+
+
+def _shown(path: Path) -> str:
+    """A path as a stack file may give it: relative to the project root when inside it."""
+    try:
+        return path.relative_to(PROJECT_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def missing_package(source: Path, module: str | None = None) -> str:
+    hint = f"a relative path starts at the project root, {PROJECT_ROOT}"
+    better = package_that_works(source, module) if module is not None else None
+    if better is not None:
+        hint = f"job.package: {_shown(better)} holds {module}"
+    return f"{source} is not a directory ({hint})"
+
+
+def module_meant(source: Path, module: str) -> str | None:
+    """The module name ``module`` stands for when given relative to the package at ``source``
+    (``task`` for ``trainer.task``), or None."""
+    meant = f"{source.name}.{module}"
+    if MODULE_PATTERN.fullmatch(meant) and module_file(source, meant) is not None:
+        return meant
+    return None
+
+
+def modules_of(package: Path) -> list[str]:
+    """The modules `python -m` can run from the package directory ``package`` (its top level)."""
+    names = [package.name] if (package / "__main__.py").is_file() else []
+    names += sorted(
+        f"{package.name}.{path.stem}"
+        for path in package.glob("*.py")
+        if path.stem not in ("__init__", "__main__") and MODULE_PATTERN.fullmatch(f"{package.name}.{path.stem}")
+    )
+    return names[:10]
+
+
+def misplaced_module(source: Path, module: str) -> tuple[str, str]:
+    """Which of job.package and job.module is wrong when ``source`` does not hold ``module``
+    in any layout ("package" or "module"), and what would work instead."""
+    top = module.split(".", 1)[0]
+    better = package_that_works(source, module)
+    if better is not None:
+        return "package", f"{source} does not hold module {module}; job.package: {_shown(better)} does"
+    meant = module_meant(source, module)
+    if meant is not None:
+        return "module", f"{source} holds no module {module}; it is job.module: {meant}"
+    if source.name == top or (source / "__init__.py").is_file():
+        found = modules_of(source)
+        listed = f"its modules: {', '.join(found)}" if found else "it holds no module to run (no .py file)"
+        return "module", f"package {source.name} at {source} has no module {module}; {listed}"
+    return "package", (
+        f"{source} does not hold module {module}: job.package names the package directory {top} itself "
+        f"(AI Platform's --package-path), a directory holding {top}/, or a project root with pyproject.toml or "
+        f"setup.py holding {top}/ or src/{top}/"
     )
 
 
@@ -282,14 +431,24 @@ def load_package(
     if source.is_symlink():
         raise CodeError(f"{source} is a symlink; name the package directory itself")
     if not source.is_dir():
-        raise CodeError(missing_package(source))
-    if module_file(source, module) is None:
-        raise CodeError(missing_module(source, module))
-    members = package_members(source, python_only)
+        raise CodeError(missing_package(source, module))
+    layout = package_layout(source, module)
+    if layout is None:
+        raise CodeError(misplaced_module(source, module)[1])
+    members = package_members(
+        source,
+        python_only,
+        prefixed=layout == PACKAGE_LAYOUT,
+        skipped=_BUILD_OUTPUTS if layout == PROJECT_LAYOUT else (),
+    )
     for companion in companions:
         members.update(package_members(companion, python_only))
-    digest = digest_of([(name, path.read_bytes()) for name, path in members.items()])
-    return CodePackage(source=source, module=module, members=members, digest=digest)
+    chunks = [(name, path.read_bytes()) for name, path in members.items()]
+    if layout != PACKAGE_LAYOUT:
+        # The same files shipped whole as a directory or installed as a project are two archives.
+        chunks.insert(0, ("layout", layout.encode()))
+    digest = digest_of(chunks)
+    return CodePackage(source=source, module=module, members=members, digest=digest, layout=layout)
 
 
 def builtin_package(source: Path = BUILTIN_SOURCE) -> CodePackage:

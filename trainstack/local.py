@@ -49,6 +49,7 @@ import trainstack_contract as contract
 from trainstack import artifacts, scripts
 from trainstack.config import StackConfig
 from trainstack.jobcode import BUILTIN_SOURCE, PROJECT_ROOT, builtin_package
+from trainstack.local_pip import fetch_for_nodes
 from trainstack.netns import LoopbackNetwork, NamespaceUnavailable
 from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, resolve_stack
 from trainstack.supervisor import Supervisor, free_loopback_ports
@@ -569,14 +570,39 @@ class LocalRun:
             self.bucket.put(
                 job.requirements.object_name, lambda destination: shutil.copyfile(requirements, destination)
             )
-        shared_env = self.workdir / "env"
-        if self.environment_installed:
-            prepare_local_environment(shared_env, self.kind.requirements_stamp)
         for local_node in self.nodes:
             local_node.state_dir.mkdir(parents=True, exist_ok=True)
             venv = local_node.state_dir / "venv"
-            if self.environment_installed and not venv.exists():
-                venv.symlink_to(shared_env.resolve(), target_is_directory=True)
+            if venv.is_symlink():
+                # A work directory of an earlier version, whose nodes shared one environment.
+                venv.unlink()
+            if self.environment_installed:
+                # One per node, as each machine has its own: the job's requirements and project
+                # are then installed by every node's agent, as on the cloud.
+                prepare_local_environment(venv, self.kind.requirements_stamp)
+        self._fetch_for_pip()
+
+    def _fetch_for_pip(self) -> None:
+        """What the nodes' pip installs (the job's requirements and project), fetched here
+        first: the nodes reach no package index (:mod:`trainstack.local_pip`)."""
+        job = self.job
+        if job is None or job.package is None:
+            return
+        project = job.package.source if job.package.install == contract.PROJECT_INSTALL else None
+        requirements = job.requirements.path if job.requirements is not None else None
+        if project is None and requirements is None:
+            return
+        if self.echo:
+            print("[local] fetching what the nodes install with pip (they reach no package index)", flush=True)
+        venv_python = self.nodes[0].state_dir / "venv" / "bin" / "python"
+        python = venv_python if venv_python.exists() else Path(sys.executable)
+        fetched = fetch_for_nodes(python, self.pip_find_links, requirements, project)
+        if self.echo and fetched:
+            print(f"[local] fetched {', '.join(fetched)}", flush=True)
+
+    @property
+    def pip_find_links(self) -> Path:
+        return self.workdir / "pip-find-links"
 
     def _environment(self, local_node: LocalNode) -> dict[str, str]:
         environment = dict(os.environ)
@@ -588,6 +614,8 @@ class LocalRun:
             TRAINSTACK_PROFILE_DIR=str(local_node.state_dir),
             # The local Docker engine pulls with the credentials its user set up.
             TRAINSTACK_SKIP_REGISTRY_LOGIN="1",
+            # pip on a node installs from what _fetch_for_pip put there: nodes reach no index.
+            TRAINSTACK_PIP_FIND_LINKS=str(self.pip_find_links),
             # A job's secrets come from this environment, as the caller exported them.
             TRAINSTACK_SECRETS_FROM_ENVIRONMENT="1",
             # gs:// objects (a test's GcsBucket) go to the emulator the client library uses.

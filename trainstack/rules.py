@@ -25,9 +25,9 @@ from trainstack.jobcode import (
     load_package,
     load_requirements,
     load_wheelhouse,
-    missing_module,
+    misplaced_module,
     missing_package,
-    module_file,
+    package_layout,
     project_path,
 )
 from trainstack_contract import AUTO, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, auto_strategy
@@ -421,9 +421,10 @@ def check_job(cfg: StackConfig) -> list[Problem]:
         else:
             source = project_path(job.package)
             if not source.is_dir():
-                problems.append(Problem(f"{key}.package", missing_package(source)))
-            elif module_file(source, job.module) is None:
-                problems.append(Problem(f"{key}.module", missing_module(source, job.module)))
+                problems.append(Problem(f"{key}.package", missing_package(source, job.module)))
+            elif package_layout(source, job.module) is None:
+                wrong, message = misplaced_module(source, job.module)
+                problems.append(Problem(f"{key}.{wrong}", message))
             else:
                 try:
                     load_package(source, job.module)

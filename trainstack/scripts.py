@@ -31,6 +31,7 @@ from trainstack_contract import (
     LAYOUT,
     METADATA_KEYS,
     NO_JOB,
+    PATH_INSTALL,
     TPU_NODE_KIND,
     requirements_stamp,
 )
@@ -168,6 +169,8 @@ def job_metadata(job: ResolvedJob | None, bucket: str, args: tuple[str, ...]) ->
         metadata[METADATA_KEYS.code_archive] = job.package.object_name
         metadata[METADATA_KEYS.code_archive_sha256] = job.package.sha256
         metadata[METADATA_KEYS.module] = job.package.module
+        if job.package.install != PATH_INSTALL:
+            metadata[METADATA_KEYS.code_install] = job.package.install
     if job.requirements is not None:
         metadata[METADATA_KEYS.requirements] = job.requirements.object_name
         metadata[METADATA_KEYS.requirements_sha256] = job.requirements.sha256

@@ -38,6 +38,9 @@ class Host:
     skip_registry_login: bool = False
     # Set locally: the job's secrets are already in the environment `trainstack local` ran in.
     secrets_from_environment: bool = False
+    # Set locally: pip installs the job's requirements and project from this directory of
+    # wheels and archives, fetched before the nodes start (they reach no package index).
+    pip_find_links: Path | None = None
 
 
 def from_environment(environment: Mapping[str, str]) -> tuple[Endpoints, Host]:
@@ -58,5 +61,8 @@ def from_environment(environment: Mapping[str, str]) -> tuple[Endpoints, Host]:
         self_stop_log=Path(stop_log) if stop_log else None,
         skip_registry_login=bool(environment.get("TRAINSTACK_SKIP_REGISTRY_LOGIN")),
         secrets_from_environment=bool(environment.get("TRAINSTACK_SECRETS_FROM_ENVIRONMENT")),
+        pip_find_links=Path(environment["TRAINSTACK_PIP_FIND_LINKS"])
+        if environment.get("TRAINSTACK_PIP_FIND_LINKS")
+        else None,
     )
     return endpoints, host

@@ -19,7 +19,7 @@ from trainstack_agent import artifacts
 from trainstack_agent.processes import Log, Processes
 from trainstack_agent.settings import Artifact, NodeSettings
 from trainstack_agent.storage import Storage
-from trainstack_contract import requirements_stamp
+from trainstack_contract import PROJECT_INSTALL, requirements_stamp
 
 # Bounds on each install step: a hung mirror must not keep a node billing.
 APT_SECONDS = 900
@@ -50,6 +50,7 @@ class Environment:
         processes: Processes,
         log: Log,
         skip_registry_login: bool = False,
+        find_links: Path | None = None,
     ) -> None:
         self.settings = settings
         self.state_dir = state_dir
@@ -59,6 +60,9 @@ class Environment:
         self.processes = processes
         self.log = log
         self.skip_registry_login = skip_registry_login
+        # Where pip finds what the job installs instead of a package index: `trainstack local`
+        # fetches it there first, as its nodes reach no network.
+        self.find_links = find_links
 
     @property
     def python(self) -> Path:
@@ -70,9 +74,12 @@ class Environment:
             raise PreparationError(f"{what} failed (exit {code})")
 
     def _pip(self, *arguments: str, what: str) -> None:
-        source = (
-            ["--no-index", "--find-links", str(self.wheelhouse)] if self.wheelhouse.is_dir() else ["--timeout", "60"]
-        )
+        if self.wheelhouse.is_dir():
+            source = ["--no-index", "--find-links", str(self.wheelhouse)]
+        elif self.find_links is not None:
+            source = ["--no-index", "--find-links", str(self.find_links)]
+        else:
+            source = ["--timeout", "60"]
         self._run([str(self.python), "-m", "pip", "install", "--quiet", *source, *arguments], PIP_SECONDS, what)
 
     def python_environment(self) -> None:
@@ -118,6 +125,16 @@ class Environment:
         self._pip("-r", str(path), what="installing the job's requirements")
         marker.write_text(requirements.sha256 + "\n")
 
+    def project(self, code_dir: Path, archive: Artifact) -> None:
+        """The job's project (pyproject.toml or setup.py), installed with pip with its
+        dependencies, once per archive: a restart reuses it."""
+        marker = self.venv / ".trainstack-job-project"
+        if marker.is_file() and marker.read_text().strip() == archive.sha256:
+            return
+        self.log(f"installing the job's project ({archive.name})")
+        self._pip(str(code_dir), what="installing the job's project")
+        marker.write_text(archive.sha256 + "\n")
+
     def code(self, archive: Artifact) -> Path:
         """The job's code archive, verified and unpacked afresh at every boot into a
         directory named after it."""
@@ -161,4 +178,9 @@ class Environment:
         self.python_environment()
         if job.requirements is not None:
             self.job_requirements(job.requirements)
-        return Prepared(self.python, self.code(job.code), self.state_dir)
+        code_dir = self.code(job.code)
+        if job.install == PROJECT_INSTALL:
+            self.project(code_dir, job.code)
+            # Installed: run from the environment, not from the unpacked tree.
+            return Prepared(self.python, None, self.state_dir)
+        return Prepared(self.python, code_dir, self.state_dir)

@@ -59,8 +59,9 @@ def job_command(
     env["NODE_NAME"] = settings.node
     env.update(secrets)
     if job.module is not None:
-        assert code_dir is not None
-        env["PYTHONPATH"] = str(code_dir)
+        # An installed project is importable from the environment; other code from its tree.
+        if code_dir is not None:
+            env["PYTHONPATH"] = str(code_dir)
         # From the state directory, so nothing in the boot directory shadows the job's code.
         argv = (str(python), "-m", job.module, FLAGS.job_dir, job.job_dir, *job.trainer_args)
         return JobCommand(argv, env, state_dir)

@@ -177,7 +177,9 @@ def run_node(agent: Agent) -> int:
     board = Board(agent.storage, job_dir, settings.node, incarnation)
     processes = Processes(log, keep_fds=(lock,))
     launcher = JobLauncher(processes)
-    environment = Environment(settings, host.state_dir, agent.storage, processes, log, host.skip_registry_login)
+    environment = Environment(
+        settings, host.state_dir, agent.storage, processes, log, host.skip_registry_login, host.pip_find_links
+    )
     recovery = None
     if settings.recover:
         compute = ComputeApi(agent.http, agent.metadata, agent.endpoints.compute, Place.of_this_vm(agent.metadata))

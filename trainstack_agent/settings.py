@@ -17,6 +17,7 @@ from typing import Final
 from trainstack_agent.metadata import Metadata
 from trainstack_contract import (
     CLUSTER_NODE_KIND,
+    CODE_INSTALLS,
     IMAGE_JOB,
     JOB_MODES,
     LAYOUT,
@@ -24,6 +25,7 @@ from trainstack_contract import (
     NO_JOB,
     NODE_KINDS,
     PACKAGE_JOB,
+    PATH_INSTALL,
     PS,
     ROLES,
     TPU_NODE,
@@ -87,6 +89,8 @@ class JobSettings:
     code: Artifact | None = None
     module: str | None = None
     requirements: Artifact | None = None
+    # CODE_INSTALLS: on PYTHONPATH, or installed with pip as a project.
+    install: str = PATH_INSTALL
     # An image job.
     image: str | None = None
     # (ENV_NAME, SECRET_ID) pairs.
@@ -241,7 +245,10 @@ def _job(reader: _Reader, bucket: str) -> JobSettings | None:
             requirements = reader.artifact(
                 KEYS.requirements, KEYS.requirements_sha256, bucket, _REQUIREMENTS, "a requirements object"
             )
-        return JobSettings(mode, job_dir, args, code=code, module=module, requirements=requirements, secrets=secrets)
+        install = _choice(KEYS.code_install, reader.optional(KEYS.code_install) or PATH_INSTALL, CODE_INSTALLS)
+        return JobSettings(
+            mode, job_dir, args, code=code, module=module, requirements=requirements, install=install, secrets=secrets
+        )
     assert mode == IMAGE_JOB
     image = _match(KEYS.image, reader.required(KEYS.image), _IMAGE, "an image name")
     return JobSettings(mode, job_dir, args, image=image, secrets=secrets)

@@ -264,6 +264,13 @@ PACKAGE_JOB: Final = "package"
 IMAGE_JOB: Final = "image"
 NO_JOB: Final = "none"
 JOB_MODES: Final[tuple[JobMode, ...]] = (PACKAGE_JOB, IMAGE_JOB, NO_JOB)
+# How a package job's archive becomes importable on a node: unpacked and put on PYTHONPATH
+# (a package directory, or a directory holding one), or unpacked and installed with pip with
+# its dependencies (a project root with pyproject.toml or setup.py).
+CodeInstall = Literal["path", "project"]
+PATH_INSTALL: Final = "path"
+PROJECT_INSTALL: Final = "project"
+CODE_INSTALLS: Final[tuple[CodeInstall, ...]] = (PATH_INSTALL, PROJECT_INSTALL)
 BUILTIN_PACKAGE: Final = "trainer"
 # This package: the built-in trainer imports it, so it ships beside the trainer.
 CONTRACT_PACKAGE: Final = "trainstack_contract"
@@ -308,6 +315,8 @@ class MetadataKeys:
     code_archive: str = "trainstack-code-archive"
     code_archive_sha256: str = "trainstack-code-archive-sha256"
     module: str = "trainstack-module"
+    # CODE_INSTALLS; absent means on PYTHONPATH.
+    code_install: str = "trainstack-code-install"
     requirements: str = "trainstack-requirements"
     requirements_sha256: str = "trainstack-requirements-sha256"
     image: str = "trainstack-image"

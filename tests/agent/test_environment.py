@@ -1,0 +1,84 @@
+"""Preparing a package job's code on a node: what pip installs, from where, and how the
+code becomes importable, with the pip commands recorded rather than run."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from agent_fakes import BUCKET, MemoryStorage, settings
+from trainstack.jobcode import zip_bytes
+from trainstack_agent.environment import Environment, Prepared
+from trainstack_agent.job import job_command
+from trainstack_agent.settings import Artifact
+from trainstack_contract import PATH_INSTALL, PROJECT_INSTALL, requirements_stamp
+
+ARCHIVE = f"{BUCKET}/trainstack/code/keras_team-0123456789abcdef.zip"
+
+
+class RecordingProcesses:
+    """Records each command the environment runs; every one succeeds."""
+
+    def __init__(self) -> None:
+        self.commands: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], timeout: float) -> int:
+        self.commands.append(list(argv))
+        return 0
+
+
+def prepared(tmp_path: Path, install: str, find_links: Path | None = None) -> tuple[Prepared, RecordingProcesses]:
+    storage = MemoryStorage()
+    storage.objects[ARCHIVE] = zip_bytes({"pyproject.toml": b"[project]\n", "keras_team/task.py": b""})
+    code = Artifact(ARCHIVE, hashlib.sha256(storage.objects[ARCHIVE]).hexdigest())
+    node = settings()
+    assert node.job is not None
+    node = replace(node, job=replace(node.job, code=code, module="keras_team.task", install=install))
+    processes = RecordingProcesses()
+    state = tmp_path / "state"
+    (state / "venv").mkdir(parents=True, exist_ok=True)
+    # The environment is already installed for these (empty) pinned requirements.
+    (state / "venv" / ".trainstack-requirements").write_text(requirements_stamp(()) + "\n")
+    environment = Environment(node, state, storage, processes, lambda line: None, find_links=find_links)  # type: ignore[arg-type]
+    return environment.prepare(), processes
+
+
+def test_a_project_is_installed_with_pip_and_runs_from_the_environment(tmp_path: Path) -> None:
+    result, processes = prepared(tmp_path, PROJECT_INSTALL)
+    unpacked = tmp_path / "state" / "code" / "keras_team-0123456789abcdef"
+    assert (unpacked / "pyproject.toml").is_file()
+    [install] = processes.commands
+    assert install[1:4] == ["-m", "pip", "install"] and install[-1] == str(unpacked)
+    assert result.code_dir is None
+    node = settings()
+    assert node.job is not None
+    node = replace(node, job=replace(node.job, module="keras_team.task", install=PROJECT_INSTALL))
+    command = job_command(node, {"PATH": "/bin"}, result.python, result.code_dir, result.state_dir, {})
+    assert "PYTHONPATH" not in command.env
+
+
+def test_a_project_is_installed_once_per_archive(tmp_path: Path) -> None:
+    prepared(tmp_path, PROJECT_INSTALL)
+    _, again = prepared(tmp_path, PROJECT_INSTALL)
+    assert again.commands == [], "a restart after a preemption reuses the installed project"
+
+
+def test_a_package_directory_goes_on_the_path_and_nothing_is_installed(tmp_path: Path) -> None:
+    result, processes = prepared(tmp_path, PATH_INSTALL)
+    assert processes.commands == []
+    assert result.code_dir == tmp_path / "state" / "code" / "keras_team-0123456789abcdef"
+
+
+@pytest.mark.parametrize("find_links", [True, False])
+def test_pip_uses_the_given_find_links_directory_and_no_index(tmp_path: Path, find_links: bool) -> None:
+    links = tmp_path / "links" if find_links else None
+    _, processes = prepared(tmp_path, PROJECT_INSTALL, find_links=links)
+    [install] = processes.commands
+    if find_links:
+        assert ["--no-index", "--find-links", str(links)] == install[5:8]
+    else:
+        assert "--no-index" not in install and "--timeout" in install

@@ -1,0 +1,102 @@
+"""What a local run's nodes install with pip, fetched on this machine before they start.
+
+The nodes of `trainstack local` run in a network namespace that reaches loopback alone (the
+TensorFlow servers must bind nowhere else), so no node reaches a package index. A real node
+installs the job's requirements file and project (pyproject.toml or setup.py) with pip from
+the index or the stack's wheelhouse; a local node runs the same agent, the same pip
+commands, with ``--no-index --find-links DIR``, and this module fills DIR first: with what
+a node's environment lacks (it sees this interpreter's packages), found by pip's own
+resolver in a dry run, and with the build backend an isolated build of the project needs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import tomllib
+from pathlib import Path
+
+# Bounds on each pip call: a hung index must not hang the run.
+PIP_SECONDS = 900
+# What pip builds a project with when its pyproject.toml names no backend (PEP 517's fallback).
+DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0",)
+
+
+class FetchError(Exception):
+    """pip could not fetch what the nodes install; the message says what and why."""
+
+
+def _pip(python: Path, arguments: list[str], what: str) -> None:
+    try:
+        completed = subprocess.run(
+            [str(python), "-m", "pip", *arguments],
+            capture_output=True,
+            text=True,
+            timeout=PIP_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise FetchError(f"{what}: pip did not finish within {PIP_SECONDS} s") from None
+    if completed.returncode != 0:
+        lines = [line for line in completed.stderr.splitlines() if line.strip()]
+        said = lines[-1].strip() if lines else f"exit {completed.returncode}"
+        raise FetchError(f"{what}: {said}")
+
+
+def build_requirements(project: Path) -> list[str]:
+    """The build backend's requirements a project declares (PEP 518), else PEP 517's default."""
+    pyproject = project / "pyproject.toml"
+    if not pyproject.is_file():
+        return list(DEFAULT_BUILD_REQUIRES)
+    try:
+        document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise FetchError(f"{pyproject} is not TOML pip can read: {error}") from None
+    requires = document.get("build-system", {}).get("requires")
+    if requires is None:
+        return list(DEFAULT_BUILD_REQUIRES)
+    if not isinstance(requires, list) or not all(isinstance(item, str) for item in requires):
+        raise FetchError(f"{pyproject}: build-system.requires is not a list of requirements")
+    return requires
+
+
+def missing_distributions(python: Path, targets: list[str]) -> list[str]:
+    """``NAME==VERSION`` of each distribution pip would install for ``targets`` into the
+    environment of ``python``, the targets' own local projects left out."""
+    with tempfile.TemporaryDirectory(prefix="trainstack-pip-report-") as scratch:
+        report = Path(scratch) / "report.json"
+        _pip(
+            python,
+            ["install", "--dry-run", "--quiet", "--report", str(report), *targets],
+            "finding what the nodes' environment lacks",
+        )
+        document = json.loads(report.read_text(encoding="utf-8"))
+    missing = []
+    for item in document.get("install", []):
+        if "dir_info" in item.get("download_info", {}):
+            continue
+        metadata = item["metadata"]
+        missing.append(f"{metadata['name']}=={metadata['version']}")
+    return missing
+
+
+def fetch_for_nodes(python: Path, destination: Path, requirements: Path | None, project: Path | None) -> list[str]:
+    """Fills ``destination`` with what the nodes' pip installs for the job's ``requirements``
+    file and ``project``; returns the distributions fetched, by NAME==VERSION."""
+    destination.mkdir(parents=True, exist_ok=True)
+    targets = [*(["-r", str(requirements)] if requirements is not None else []), *([str(project)] if project else [])]
+    missing = missing_distributions(python, targets) if targets else []
+    if missing:
+        _pip(
+            python,
+            ["download", "--quiet", "--no-deps", "--dest", str(destination), *missing],
+            "fetching the job's requirements",
+        )
+    if project is not None:
+        _pip(
+            python,
+            ["download", "--quiet", "--dest", str(destination), *build_requirements(project)],
+            f"fetching the build backend of {project}",
+        )
+    return missing
