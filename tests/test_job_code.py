@@ -383,7 +383,7 @@ def test_the_example_package_trains_on_a_chief_and_a_worker_with_multi_worker_mi
     assert summary["epochs"] == 3
 
 
-TEAM_PROJECT = Path(__file__).resolve().parent / "fixtures" / "team_project"
+TEAM_PROJECT = PROJECT_ROOT / "examples" / "team_project"
 
 
 def test_a_teams_project_with_requirements_trains_on_a_chief_and_a_worker(

@@ -82,7 +82,7 @@ def test_a_preempted_multiworker_spot_worker_is_started_again_and_the_job_resume
     assert len(result.self_stops) == 3
 
 
-TEAM_PACKAGE = Path(__file__).resolve().parent / "fixtures" / "team_project" / "keras_team"
+TEAM_PACKAGE = Path(__file__).resolve().parents[1] / "examples" / "team_project" / "keras_team"
 EXAMPLE_PACKAGE = Path(__file__).resolve().parents[1] / "examples" / "tabular_mlp"
 
 
