@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tarfile
 from datetime import timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -284,3 +284,34 @@ def test_a_stack_with_secrets_says_they_are_not_in_the_vertex_job(capsys: pytest
     said = [note for note in notes if "trainstack:secrets" in note]
     assert len(said) == 1
     assert "WANDB_API_KEY" in said[0] and "multiworker-WANDB_API_KEY" in said[0] and "Secret Manager" in said[0]
+
+
+def test_a_directory_layouts_source_distribution_holds_every_package_it_ships(tmp_path: Path) -> None:
+    """A directory holding the module's package and a sibling the module imports: both install."""
+    from trainstack.jobcode import load_package
+    from trainstack.sdist import build_sdist
+
+    for name in ("trainer", "helpers"):
+        (tmp_path / "code" / name).mkdir(parents=True)
+        (tmp_path / "code" / name / "__init__.py").write_text("")
+    (tmp_path / "code" / "trainer" / "task.py").write_text("import helpers\n")
+    built = build_sdist(load_package(tmp_path / "code", "trainer.task"), None, tmp_path / "dist")
+    with tarfile.open(built) as archive:
+        shipped = {
+            PurePosixPath(name).relative_to(PurePosixPath(name).parts[0]).as_posix() for name in archive.getnames()
+        }
+    assert {"trainer/task.py", "helpers/__init__.py"} <= shipped
+
+
+def test_a_project_is_built_by_its_own_backend_not_by_trainstack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainstack.jobcode import PROJECT_ROOT
+
+    config = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.ownpackage.yaml").read_text())
+    config["config"]["trainstack:job"].update(package="examples/team_project", module="keras_team.task")
+    path = tmp_path / "Pulumi.proj.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["export", "vertex", "--stack-file", str(path), "--sdist-dir", str(tmp_path / "dist")]) == 1
+    assert "python -m build --sdist examples/team_project" in capsys.readouterr().err
+    assert not (tmp_path / "dist").exists()

@@ -41,6 +41,13 @@ def dependencies(requirements: ExtraRequirements | None) -> list[str]:
     return lines
 
 
+def _top_level_patterns(package: CodePackage) -> list[str]:
+    """setuptools' find patterns for every top-level package the code ships (a directory
+    layout may hold several beside the module's own)."""
+    tops = sorted({name.split("/", 1)[0] for name in package.members if "/" in name})
+    return [pattern for top in tops for pattern in (top, f"{top}.*")]
+
+
 def pyproject(package: CodePackage, requires: list[str]) -> str:
     from trainstack.vertex_export import sdist_version
 
@@ -57,9 +64,18 @@ def pyproject(package: CodePackage, requires: list[str]) -> str:
             f"dependencies = {json.dumps(requires)}",
             "",
             "[tool.setuptools.packages.find]",
-            f"include = [{json.dumps(package.name)}, {json.dumps(package.name + '.*')}]",
+            f"include = {json.dumps(_top_level_patterns(package))}",
             "",
         ]
+    )
+
+
+def project_build_hint(package: CodePackage) -> str:
+    """What to do with a project's own build: trainstack builds no code it would have to run."""
+    return (
+        f"{package.display_source} is a project with its own build (pyproject.toml or setup.py), which trainstack "
+        f"does not run: build it with `python -m build --sdist {package.display_source}`, copy dist/*.tar.gz beside "
+        "the stack's other objects (gcloud storage cp) and name that object in the job's package URI"
     )
 
 
@@ -70,6 +86,10 @@ def build_sdist(package: CodePackage, requirements: ExtraRequirements | None, ou
     current directory or PYTHON* variables on its path, so a package named ``setuptools`` in the
     staging directory is never imported), and it writes into a directory of its own, from which
     only the one archive is copied out."""
+    from trainstack.jobcode import PROJECT_LAYOUT
+
+    if package.layout == PROJECT_LAYOUT:
+        raise SdistProblem(project_build_hint(package))
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="trainstack-sdist-") as scratch_name:
         staging, built_dir = Path(scratch_name) / "source", Path(scratch_name) / "dist"

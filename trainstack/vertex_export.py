@@ -100,6 +100,7 @@ def code_spec(
     the built-in trainer and a team's package, the job's image otherwise; ("pythonPackageSpec",
     ...) on Google's prebuilt TensorFlow container only while one is still available."""
     from trainstack.build import IMAGE_NAME, content_tag, image_uri
+    from trainstack.jobcode import PROJECT_LAYOUT
     from trainstack_contract import FLAGS
 
     assert stack.job is not None and stack.cluster is not None
@@ -114,7 +115,12 @@ def code_spec(
     package = stack.job.package
     assert package is not None
     uri = package_uri or f"gs://{stack.bucket_name}/{sdist_object(package.name, package.digest)}"
-    if package_uri is None:
+    if package_uri is None and package.layout == PROJECT_LAYOUT:
+        from trainstack.sdist import project_build_hint
+
+        uri = f"gs://{stack.bucket_name}/{sdist_object(package.name, 'VERSION').replace('0.0.0+VERSION', 'VERSION')}"
+        notes.append(f"{uri}: {project_build_hint(package)}")
+    elif package_uri is None:
         notes.append(
             f"{uri} is the package as a Python source distribution: build it with --sdist-dir DIR and copy it there "
             "(gcloud storage cp)"
