@@ -59,7 +59,7 @@ def test_each_node_gets_its_tf_config_from_metadata(stack_name: str, tmp_path: P
     assert set(records) == {n.name for n in local.nodes}
     for local_node in local.nodes:
         tf_config = json.loads(records[local_node.name]["tf_config"])
-        assert tf_config == {"cluster": cluster, "task": {"type": local_node.node.role, "index": local_node.node.index}}
+        assert tf_config == {"cluster": cluster, "task": {"type": local_node.role, "index": local_node.index}}
         argv = records[local_node.name]["argv"]
         assert argv[argv.index("--job-dir") + 1] == str(result.job_dir)
         assert argv[argv.index("--strategy") + 1] == cfg.settings.cluster.strategy  # type: ignore[union-attr]

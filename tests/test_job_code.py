@@ -527,7 +527,7 @@ def test_a_cluster_without_a_job_boots_ready_with_tf_config_and_starts_nothing(t
     assert result.ready and not result.succeeded, result.logs
     for node in local.nodes:
         tf_config = json.loads((node.state_dir / "tf_config.json").read_text())
-        assert tf_config == {"cluster": cluster, "task": {"type": node.node.role, "index": node.node.index}}
+        assert tf_config == {"cluster": cluster, "task": {"type": node.role, "index": node.index}}
         profile = (node.state_dir / "trainstack-tf-config.sh").read_text()
         exported = subprocess.run(
             [

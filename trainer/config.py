@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="Train again even if the job directory holds a finished job."
     )
     parser.add_argument(
-        "--logical-cpus",
+        FLAGS.logical_cpus,
         type=_positive_int,
         default=1,
         help=(

@@ -232,9 +232,11 @@ def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.resolved import resolve_stack
 
     cfg = load_config(args)
-    if cfg.settings.cluster is None:
+    if cfg.settings.cluster is None and cfg.settings.tpu is None:
         print(
-            f"trainstack: stack {cfg.stack} has no trainstack:cluster; `local` runs a training cluster", file=sys.stderr
+            f"trainstack: stack {cfg.stack} has neither trainstack:cluster nor trainstack:tpu; `local` runs a "
+            "training cluster or a TPU VM (a notebook runs on Workbench alone)",
+            file=sys.stderr,
         )
         return 1
     overrides = {
@@ -292,7 +294,12 @@ def cmd_local(args: argparse.Namespace) -> int:
             print(f"trainstack: --preempt: stack {cfg.stack} has no job to interrupt", file=sys.stderr)
             return 2
         resolved_cluster = resolve_stack(cfg).cluster
-        assert resolved_cluster is not None
+        if resolved_cluster is None:
+            print(
+                f"trainstack: --preempt: stack {cfg.stack} is a TPU VM; `local` preempts the Spot VMs of a cluster",
+                file=sys.stderr,
+            )
+            return 2
         try:
             check_preemptible(resolved_cluster, preempt)
         except PreemptError as error:
@@ -300,9 +307,8 @@ def cmd_local(args: argparse.Namespace) -> int:
             return 2
     workdir = args.workdir or Path(".trainstack-local") / cfg.stack
     cluster = cfg.settings.cluster
-    print(
-        f"trainstack local: stack {cfg.stack}, {1 + cluster.worker_count + cluster.ps_count} nodes, work directory {workdir}"
-    )
+    nodes = "1 TPU VM" if cluster is None else f"{1 + cluster.worker_count + cluster.ps_count} nodes"
+    print(f"trainstack local: stack {cfg.stack}, {nodes}, work directory {workdir}")
     try:
         result = run_local(
             cfg,
@@ -358,7 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="an earlier `plan --json`: list what `pulumi up` would delete, replace, update or create, and warn for the bucket and machines",
     )
     plan.set_defaults(func=cmd_plan)
-    local = sub.add_parser("local", help="run the stack's cluster on this machine with its own boot scripts (CPU only)")
+    local = sub.add_parser(
+        "local", help="run the stack's cluster or TPU VM on this machine with its own boot scripts (CPU only)"
+    )
     add_stack_arguments(local)
     local.add_argument(
         "--workdir", type=Path, help="where the stand-in bucket and node state live (default .trainstack-local/<stack>)"

@@ -51,7 +51,7 @@ from trainstack.config import StackConfig
 from trainstack.jobcode import BUILTIN_SOURCE, PROJECT_ROOT, builtin_package
 from trainstack.local_pip import fetch_for_nodes
 from trainstack.netns import LoopbackNetwork, NamespaceUnavailable
-from trainstack.resolved import ClusterNode, ResolvedCluster, ResolvedJob, resolve_stack
+from trainstack.resolved import ResolvedCluster, ResolvedJob, resolve_stack
 from trainstack.supervisor import Supervisor, free_loopback_ports
 
 # After SIGINT or SIGTERM, how long the nodes get to record INTERRUPTED and end their
@@ -113,9 +113,9 @@ class TrainerOverrides:
     # More arguments for the job's code, after the stack's own (`local --args`).
     extra: tuple[str, ...] = ()
 
-    def apply(self, args: list[str]) -> list[str]:
+    def apply(self, args: list[str], dropped: tuple[str, ...] = ()) -> list[str]:
         """``args`` with every occurrence of each overridden flag (``--f V`` and ``--f=V``)
-        replaced by one ``--f value`` at the end."""
+        replaced by one ``--f value`` at the end, and the ``dropped`` flags left out."""
         result: list[str] = []
         skip_value = False
         for arg in args:
@@ -123,7 +123,7 @@ class TrainerOverrides:
                 skip_value = False
                 continue
             flag = arg.split("=", 1)[0]
-            if flag in self.values:
+            if flag in self.values or flag in dropped:
                 skip_value = "=" not in arg
                 continue
             result.append(arg)
@@ -134,15 +134,15 @@ class TrainerOverrides:
 
 @dataclass
 class LocalNode:
-    node: ClusterNode
+    # The contract's node name (chief, worker-0, tpu), its TF_CONFIG task, its instance name.
+    name: str
+    role: str
+    index: int
+    vm_name: str
     metadata: dict[str, str]
     state_dir: Path
     process: subprocess.Popen[str] | None = None
     lines: list[str] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.node.name
 
 
 class MetadataServer(ThreadingHTTPServer):
@@ -465,17 +465,19 @@ class LocalRun:
         ``gcloud storage``: the code archive and requirements are then uploaded there, the
         metadata names ``gs://NAME``, :meth:`result` reads the status objects from there, and
         ``job_dir`` is a gs:// URI; node state and ``self-stop.log`` stay in ``workdir``."""
-        if cfg.settings.cluster is None:
-            raise ValueError(f"stack {cfg.stack} has no trainstack:cluster to run locally")
+        if cfg.settings.cluster is None and cfg.settings.tpu is None:
+            raise ValueError(f"stack {cfg.stack} has no trainstack:cluster or trainstack:tpu to run locally")
         self.stack = resolve_stack(cfg)
         cluster = self.stack.cluster
-        assert cluster is not None
+        tpu = self.stack.tpu
         self.job: ResolvedJob | None = self.stack.job
         if self.job is not None and self.job.builtin and trainer_source != BUILTIN_SOURCE:
             self.job = dataclasses.replace(self.job, package=builtin_package(trainer_source))
         self.workdir = workdir.resolve()
         self.echo = echo
-        self.kind = kind or scripts.cluster_node_kind()
+        if kind is None:
+            kind = scripts.tpu_node_kind(tpu, self.stack.zone) if tpu is not None else scripts.cluster_node_kind()
+        self.kind = kind
         self.environment_installed = environment_installed
         # The bucket's stand-in: a directory of the same name; the layout inside is the bucket's.
         self.bucket: StandInBucket = bucket or DirectoryBucket(self.workdir / "bucket" / self.stack.bucket_name)
@@ -485,34 +487,61 @@ class LocalRun:
         job_dir = contract.LAYOUT.job_dir(self.bucket.uri, job_name)
         self.job_dir: Path | str = Path(job_dir) if isinstance(self.bucket, DirectoryBucket) else job_dir
         self.self_stop_log = self.workdir / "self-stop.log"
-        self.script = self.workdir / "cluster-node.sh"
-        args = tuple(overrides.apply(list(cluster.trainer_args)))
-        self.nodes = [
-            LocalNode(
-                node,
-                scripts.node_metadata(
-                    cluster,
-                    node,
-                    self.bucket.uri,
-                    self.job,
-                    args,
-                    gpu_count=gpu_count,
-                    kind=self.kind,
-                    wheelhouse=self.stack.wheelhouse,
-                ),
-                self.workdir / "nodes" / node.name / "state",
-            )
-            for node in cluster.nodes
-        ]
         self.project_attributes: dict[str, str] = {}
-        if cluster.tf_cluster:
-            # The same cluster as on the cloud, with loopback ports for internal DNS names.
-            ports = free_loopback_ports(len(cluster.nodes))
-            local_cluster = contract.tf_cluster(
-                (node.role, f"127.0.0.1:{port}") for node, port in zip(cluster.nodes, ports, strict=True)
+        # What differs from the cloud, said once the run starts (a TPU's stand-in).
+        self.notes: list[str] = []
+        if tpu is not None:
+            self.template = scripts.TPU_VM
+            self.script = self.workdir / "tpu-vm.sh"
+            args, self.notes = tpu_stand_in(
+                list(tpu.trainer_args), overrides, self.job is not None and self.job.builtin, tpu.accelerator_type
             )
-            self.project_attributes[cluster.tf_cluster_metadata_key] = json.dumps(local_cluster)
-        self.preempt_nodes = check_preemptible(cluster, preempt)
+            self.nodes = [
+                LocalNode(
+                    contract.TPU_NODE,
+                    contract.CHIEF,
+                    0,
+                    tpu.vm_name,
+                    scripts.tpu_metadata(self.stack, tpu, self.bucket.uri, tuple(args), self.kind, self.job),
+                    self.workdir / "nodes" / contract.TPU_NODE / "state",
+                )
+            ]
+            self.preempt_nodes: tuple[str, ...] = ()
+            if preempt:
+                raise PreemptError("--preempt: a TPU stack has no Compute Engine Spot VM for `local` to preempt")
+        else:
+            assert cluster is not None
+            self.template = scripts.CLUSTER_NODE
+            self.script = self.workdir / "cluster-node.sh"
+            args = overrides.apply(list(cluster.trainer_args))
+            self.nodes = [
+                LocalNode(
+                    node.name,
+                    node.role,
+                    node.index,
+                    node.vm_name,
+                    scripts.node_metadata(
+                        cluster,
+                        node,
+                        self.bucket.uri,
+                        self.job,
+                        tuple(args),
+                        gpu_count=gpu_count,
+                        kind=self.kind,
+                        wheelhouse=self.stack.wheelhouse,
+                    ),
+                    self.workdir / "nodes" / node.name / "state",
+                )
+                for node in cluster.nodes
+            ]
+            if cluster.tf_cluster:
+                # The same cluster as on the cloud, with loopback ports for internal DNS names.
+                ports = free_loopback_ports(len(cluster.nodes))
+                local_cluster = contract.tf_cluster(
+                    (node.role, f"127.0.0.1:{port}") for node, port in zip(cluster.nodes, ports, strict=True)
+                )
+                self.project_attributes[cluster.tf_cluster_metadata_key] = json.dumps(local_cluster)
+            self.preempt_nodes = check_preemptible(cluster, preempt)
         # The nodes and the stand-ins they call share a namespace with nothing but loopback,
         # when one can be made; not with a bucket or an image that lives in this machine's own
         # network (an emulator, the Docker engine).
@@ -539,7 +568,7 @@ class LocalRun:
             )
 
         self.server, self.compute = self.network.run_inside(stand_ins) if self.network else stand_ins()
-        self._by_instance = {n.node.vm_name: n for n in self.nodes}
+        self._by_instance = {n.vm_name: n for n in self.nodes}
         self.preempt_after = preempt_after
         self.preemptions: list[tuple[str, float]] = []
         # Held while a node is preempted or booted again, and while the run closes.
@@ -553,7 +582,7 @@ class LocalRun:
         (self.workdir / WORKDIR_MARKER).write_text(
             f"trainstack local work directory of stack {self.stack.config.stack}\n"
         )
-        self.script.write_text(scripts.render(scripts.CLUSTER_NODE, self.stack, self.kind))
+        self.script.write_text(scripts.render(self.template, self.stack, self.kind))
         agent = artifacts.agent_archive()
         self.bucket.put(agent.object_name, lambda destination: destination.write_bytes(agent.data))
         wheelhouse = self.stack.wheelhouse
@@ -634,8 +663,9 @@ class LocalRun:
         return environment
 
     def start(self) -> LocalRun:
-        if self.network_note and self.echo:
-            print(f"[local] note: {self.network_note}", flush=True)
+        if self.echo:
+            for note in [*self.notes, *([self.network_note] if self.network_note else [])]:
+                print(f"[local] note: {note}", flush=True)
         self.prepare()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         threading.Thread(target=self.compute.serve_forever, daemon=True).start()
@@ -782,7 +812,7 @@ class LocalRun:
 
     def wait(self, timeout: float | None = None) -> LocalRunResult:
         chief = self.nodes[0]
-        assert chief.node.role == contract.CHIEF and chief.process is not None
+        assert chief.role == contract.CHIEF and chief.process is not None
         deadline = None if timeout is None else time.monotonic() + timeout
         self.supervisor.wait_for(lambda: not self.supervisor.running(chief.name), deadline)
         # No node boots again once the chief is done: it would find the job over.
@@ -812,6 +842,51 @@ class LocalRun:
 
 class PreemptError(ValueError):
     """A ``--preempt`` that names no Spot node of the stack's cluster."""
+
+
+# What a local run of a TPU stack's built-in trainer trains unless the command line says
+# otherwise: a TPU's work (ResNet-50 on 224-pixel images, 128 per core) would take this CPU
+# hours; this is minutes, enough to run every step of the job's life.
+TPU_STAND_IN_WORK = {
+    contract.FLAGS.epochs: "2",
+    contract.FLAGS.steps_per_epoch: "5",
+    contract.FLAGS.image_size: "64",
+    contract.FLAGS.batch_size_per_replica: "8",
+}
+# Replicas of the stand-in: logical devices the CPU is split into, as a TPU's cores are.
+TPU_STAND_IN_REPLICAS = 2
+
+
+def tpu_stand_in(
+    args: list[str], overrides: TrainerOverrides, builtin: bool, accelerator_type: str
+) -> tuple[list[str], list[str]]:
+    """The TPU VM's trainer arguments for this machine, and what differs from a real TPU.
+
+    The built-in trainer trains with MirroredStrategy over logical CPU devices in place of
+    TPUStrategy over the TPU's cores (no TPU answers --tpu local here); a team's own code
+    runs as it is, and fails where it asks for a TPU."""
+    if not builtin:
+        return overrides.apply(args), [
+            f"no TPU here: the job's own code runs on this machine's CPU as it is; where it connects to the "
+            f"{accelerator_type} (TPUClusterResolver) it fails"
+        ]
+    flags = contract.FLAGS
+    stand_in = TrainerOverrides(
+        {
+            **{flag: value for flag, value in TPU_STAND_IN_WORK.items() if flag not in overrides.values},
+            **overrides.values,
+            flags.strategy: contract.MIRRORED,
+            flags.logical_cpus: str(TPU_STAND_IN_REPLICAS),
+        },
+        overrides.extra,
+    )
+    shrunk = ", ".join(f"{flag} {value}" for flag, value in TPU_STAND_IN_WORK.items() if flag not in overrides.values)
+    notes = [
+        f"no TPU here: MirroredStrategy over {TPU_STAND_IN_REPLICAS} logical CPU devices stands in for TPUStrategy "
+        f"over the {accelerator_type}'s cores; the TPU runtime, XLA's compilation for it, bfloat16 and its memory "
+        "are not exercised" + (f"; the work is cut to what a CPU trains in minutes ({shrunk})" if shrunk else "")
+    ]
+    return stand_in.apply(args, dropped=(flags.tpu,)), notes
 
 
 def check_preemptible(cluster: ResolvedCluster, names: tuple[str, ...]) -> tuple[str, ...]:

@@ -218,15 +218,25 @@ def node_metadata(
     return metadata
 
 
-def tpu_metadata(stack: ResolvedStack, tpu: ResolvedTpu) -> dict[str, str]:
+def tpu_metadata(
+    stack: ResolvedStack,
+    tpu: ResolvedTpu,
+    bucket: str | None = None,
+    args: tuple[str, ...] | None = None,
+    kind: NodeKind | None = None,
+    job: ResolvedJob | None = None,
+) -> dict[str, str]:
+    """The TPU VM's metadata; ``trainstack local`` gives its own bucket, arguments, kind and
+    job (the stack's otherwise)."""
+    bucket = bucket or stack.bucket_uri
     return {
         METADATA_KEYS.node_kind: TPU_NODE_KIND,
         METADATA_KEYS.tpu_name: tpu.vm_name,
-        METADATA_KEYS.bucket: stack.bucket_uri,
+        METADATA_KEYS.bucket: bucket,
         METADATA_KEYS.on_finish: tpu.on_finish,
         METADATA_KEYS.max_run_seconds: str(tpu.max_run_seconds),
-        **agent_metadata(stack.bucket_uri, tpu_node_kind(tpu, stack.zone), stack.wheelhouse),
-        **job_metadata(stack.job, stack.bucket_uri, tpu.trainer_args),
+        **agent_metadata(bucket, kind or tpu_node_kind(tpu, stack.zone), stack.wheelhouse),
+        **job_metadata(job or stack.job, bucket, tpu.trainer_args if args is None else args),
     }
 
 

@@ -115,6 +115,9 @@ class TrainerFlags:
     steps_per_epoch: str = "--steps-per-epoch"
     strategy: str = "--strategy"
     tpu: str = "--tpu"
+    # Logical devices the CPU is split into: replicas for MirroredStrategy where no GPU or TPU
+    # is (`trainstack local`'s stand-in for a TPU, the tests).
+    logical_cpus: str = "--logical-cpus"
 
 
 FLAGS: Final = TrainerFlags()
