@@ -27,6 +27,7 @@ from trainstack.importing import (
     whole_number,
     without_job_dir,
 )
+from trainstack_contract import EXTERNAL_JOB_DIR
 
 TPU_WORKER = "cloud_tpu"
 # "type TPU_V2 and count 8: no other number of TPU v2 cores can be attached" (seed 001); a TPU VM
@@ -241,10 +242,28 @@ def _job_from_training_input(
     return None
 
 
-def _unported(training_input: dict[str, Any], notices: list[str]) -> None:
+def _job_dir(training_input: dict[str, Any], job: dict[str, Any] | None, notices: list[str]) -> None:
+    """AI Platform's jobDir kept as job.job_dir: the job goes on writing where the team's models are."""
     job_dir = get(training_input, "jobDir")
-    if job_dir:
-        notices.append(f"jobDir {job_dir} is not used: a stack's job writes under its own bucket (trainstack status)")
+    if not job_dir:
+        return
+    trimmed = job_dir.removesuffix("/") if isinstance(job_dir, str) else None
+    if trimmed is None or EXTERNAL_JOB_DIR.fullmatch(trimmed) is None:
+        notices.append(
+            f"jobDir {shorten(job_dir)} is not used: trainstack:job.job_dir takes a folder gs://BUCKET/PREFIX (not a "
+            "bucket's root), so the job writes under jobs/<name> of the stack's own bucket"
+        )
+    elif job is None:
+        notices.append(f"jobDir {trimmed}: set trainstack:job.job_dir to it once the stack has a job")
+    else:
+        job["job_dir"] = trimmed
+        notices.append(
+            f"jobDir {trimmed} is kept as trainstack:job.job_dir: the job writes there, and its machines may write "
+            "under that folder of the bucket alone"
+        )
+
+
+def _unported(training_input: dict[str, Any], notices: list[str]) -> None:
     runtime = get(training_input, "runtimeVersion")
     if runtime:
         notices.append(f"runtimeVersion {runtime} is not used: a stack's nodes run the TensorFlow of its environment")
@@ -272,6 +291,7 @@ def shape_of(
     shape.job = job if job is not None else _job_from_training_input(training_input, name, notices, no_code)
     region = get(training_input, "region")
     shape.region = region if isinstance(region, str) else None
+    _job_dir(training_input, shape.job, notices)
     _unported(training_input, notices)
     return shape
 
@@ -440,7 +460,12 @@ def expand_variables(command: CommandLine, environment: Mapping[str, str], notic
             flags[flag] = expanded
         elif flag in ("--package-path", "--module-name"):
             unset_code.append(f"{flag} {value}")
-        elif flag not in ("--job-dir",):
+        elif flag == "--job-dir":
+            notices.append(
+                f"--job-dir {value}: not set in this environment, so the job writes under jobs/<name> of the stack's "
+                "bucket; export it and import again to keep it as trainstack:job.job_dir"
+            )
+        else:
             problems.append(f"{flag} {value}: the variable is not set here; export it, or write its value")
     if unset_code:
         notices.append(

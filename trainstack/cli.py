@@ -91,6 +91,10 @@ def _print_bucket_access(access: dict[str, Any]) -> None:
         print(f"  WARNING: a machine can rewrite what nodes run: {', '.join(access['writable_executed_objects'])}")
     elif access["executed_objects"]:
         print(f"  what nodes run ({', '.join(access['executed_objects'])}) is written by `pulumi up` alone")
+    if "job_dir" in access:
+        print(f"Who can write the job directory {access['job_dir']['uri']}/ (job.job_dir, under it alone):")
+        for member in access["job_dir"]["writers"]:
+            print(f"  {member}")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from trainstack_contract import (
     BATCH_SIZE_PER_REPLICA,
     CNN,
     EPOCHS,
+    EXTERNAL_JOB_DIR,
     FLAGS,
     IMAGE_JOB,
     IMAGE_SIZE,
@@ -78,7 +79,10 @@ TPU_SERVICE_AGENT_ROLES = ("roles/tpu.serviceAgent", "roles/ml.serviceAgent")
 # Trainer flags that the stack sets through its own keys (job.*, cluster.strategy, the job
 # directory); `job.args` may not set them again, or they would bypass validation and IAM.
 STACK_SET_FLAGS = {
-    FLAGS.job_dir: f"trainstack:job.name (the job directory is {LAYOUT.job_dir('gs://<bucket>', '<name>')})",
+    FLAGS.job_dir: (
+        f"trainstack:job.name (the job directory is {LAYOUT.job_dir('gs://<bucket>', '<name>')}) or "
+        "trainstack:job.job_dir (gs://BUCKET/PREFIX, a bucket of the team's own)"
+    ),
     FLAGS.model: "trainstack:job.model",
     FLAGS.data: "trainstack:job.data",
     FLAGS.epochs: "trainstack:job.epochs",
@@ -344,6 +348,9 @@ class Job(_Strict):
     requirements: str | None = None
     image: str | None = None
     args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
+    # Where the job writes, when not under jobs/<name> of the stack's bucket: a folder of a
+    # bucket the team already has (AI Platform's --job-dir).
+    job_dir: str | None = None
 
     @property
     def mode(self) -> JobMode:
@@ -384,6 +391,20 @@ class Job(_Strict):
                 f"{shorten(data)} is not a data source: use '{SYNTHETIC_DATA}' or a gs://BUCKET/PATH readable by the training service account"
             )
         return data
+
+    @field_validator("job_dir")
+    @classmethod
+    def _job_dir(cls, job_dir: str | None) -> str | None:
+        if job_dir is None:
+            return None
+        trimmed = job_dir.removesuffix("/")
+        if EXTERNAL_JOB_DIR.fullmatch(trimmed) is None:
+            raise ValueError(
+                f"{shorten(job_dir)} is not a job directory: use gs://BUCKET/PREFIX, a folder (not the bucket's root: "
+                "the nodes may write under it alone) of folder names of letters, digits and '._=-'; or leave it out "
+                "for jobs/<name> in the stack's own bucket"
+            )
+        return trimmed
 
     @field_validator("package", "requirements")
     @classmethod

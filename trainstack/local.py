@@ -482,9 +482,19 @@ class LocalRun:
         # The bucket's stand-in: a directory of the same name; the layout inside is the bucket's.
         self.bucket: StandInBucket = bucket or DirectoryBucket(self.workdir / "bucket" / self.stack.bucket_name)
         job_name = self.job.name if self.job else "none"
-        # The job directory's object prefix in the bucket (jobs/<job>), and the job directory.
+        # The bucket of the job directory, its object prefix there (jobs/<job>), and the directory.
+        self.job_bucket: StandInBucket = self.bucket
         self.job_prefix = posixpath.join(contract.LAYOUT.jobs, job_name)
         job_dir = contract.LAYOUT.job_dir(self.bucket.uri, job_name)
+        if self.job is not None and self.job.job_dir_bucket and self.job.job_dir_prefix:
+            if isinstance(self.bucket, DirectoryBucket):
+                # job.job_dir in a team's own bucket: a directory of that name stands in for it too.
+                self.job_bucket = DirectoryBucket(self.workdir / "bucket" / self.job.job_dir_bucket)
+                self.job_prefix = self.job.job_dir_prefix
+                job_dir = str(self.job_bucket.root / self.job_prefix)
+                self.job = dataclasses.replace(self.job, job_dir=job_dir)
+            else:
+                raise ValueError("job.job_dir in another bucket runs locally with the directory stand-in only")
         self.job_dir: Path | str = Path(job_dir) if isinstance(self.bucket, DirectoryBucket) else job_dir
         self.self_stop_log = self.workdir / "self-stop.log"
         self.project_attributes: dict[str, str] = {}
@@ -826,7 +836,7 @@ class LocalRun:
 
     def result(self) -> LocalRunResult:
         layout = contract.LAYOUT
-        read = self.bucket.read_json
+        read = self.job_bucket.read_json
         return LocalRunResult(
             job_status=read(posixpath.join(self.job_prefix, layout.job_status)),
             node_status={n.name: read(posixpath.join(self.job_prefix, layout.node_status(n.name))) for n in self.nodes},

@@ -129,7 +129,25 @@ class Plan:
                 if grant["objects"] in ("*", "* (conditional)") or name.startswith(grant["objects"].rstrip("*"))
             }
         )
-        return {"bucket": bucket, "executed_objects": executed, "grants": grants, "writable_executed_objects": exposed}
+        access: dict[str, Any] = {
+            "bucket": bucket,
+            "executed_objects": executed,
+            "grants": grants,
+            "writable_executed_objects": exposed,
+        }
+        job = self.resolved.job
+        if job is not None and job.job_dir_bucket:
+            # job.job_dir: who writes there, in a bucket of the team's own (under its folder alone).
+            access["job_dir"] = {
+                "uri": job.job_dir,
+                "writers": sorted(
+                    grant.inputs["member"]
+                    for grant in self.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+                    if grant.inputs.get("bucket") == job.job_dir_bucket
+                    and grant.inputs["role"] in STORAGE_WRITE_ROLES
+                ),
+            }
+        return access
 
     def resource_documents(self) -> list[dict[str, Any]]:
         """Each resource as type, name and inputs, boot scripts by digest: what `plan --json`

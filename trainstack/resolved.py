@@ -10,6 +10,7 @@ catalog, so they cannot disagree about what a stack means.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import trainstack_contract as contract
@@ -52,6 +53,14 @@ class ResolvedJob:
     job_dir: str
     # (environment variable, Secret Manager secret id) for each secret the job needs.
     secrets: tuple[tuple[str, str], ...] = ()
+    # The bucket of a job directory the stack names itself (job.job_dir), not its own.
+    job_dir_bucket: str | None = None
+
+    @property
+    def job_dir_prefix(self) -> str | None:
+        """The folder of job.job_dir in its bucket (``flowers/run1``), None for jobs/<name>."""
+        match = contract.EXTERNAL_JOB_DIR.fullmatch(self.job_dir) if self.job_dir_bucket else None
+        return match["prefix"] if match else None
 
     @property
     def code_objects(self) -> tuple[str, ...]:
@@ -440,9 +449,14 @@ def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str) -> ResolvedJo
         package=package,
         requirements=load_requirements(project_path(job.requirements)) if job.requirements else None,
         image=resolve_image(job.image, registry) if job.image is not None else None,
-        job_dir=contract.LAYOUT.job_dir(bucket_uri, job.name),
+        job_dir=job.job_dir or contract.LAYOUT.job_dir(bucket_uri, job.name),
         secrets=tuple((env, secret_id(cfg.name, env)) for env in sorted(cfg.settings.secrets)),
+        job_dir_bucket=external["bucket"] if (external := _external_job_dir(job.job_dir)) else None,
     )
+
+
+def _external_job_dir(job_dir: str | None) -> re.Match[str] | None:
+    return contract.EXTERNAL_JOB_DIR.fullmatch(job_dir) if job_dir is not None else None
 
 
 def secret_id(stack_name: str, env: str) -> str:

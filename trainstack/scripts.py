@@ -162,7 +162,8 @@ def job_metadata(job: ResolvedJob | None, bucket: str, args: tuple[str, ...]) ->
         return {METADATA_KEYS.job_mode: NO_JOB}
     metadata = {
         METADATA_KEYS.job_mode: job.mode,
-        METADATA_KEYS.job_dir: LAYOUT.job_dir(bucket, job.name),
+        # The stack's own job directory in ``bucket`` (a local run's stand-in), or job.job_dir.
+        METADATA_KEYS.job_dir: job.job_dir if job.job_dir_bucket else LAYOUT.job_dir(bucket, job.name),
         METADATA_KEYS.trainer_args: json.dumps(list(args)),
     }
     if job.package is not None:

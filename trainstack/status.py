@@ -255,7 +255,8 @@ def build_report(
     timeout = stack.cluster.settings.heartbeat_timeout_seconds if stack.cluster else None
     if job is None:
         return StatusReport(stack.config.stack, None, None, source, None, (), None, timeout, None)
-    prefix = posixpath.join(LAYOUT.jobs, job.name)
+    # jobs/<name> of the stack's bucket, or job.job_dir's folder in the team's own bucket.
+    prefix = job.job_dir_prefix or posixpath.join(LAYOUT.jobs, job.name)
     job_status = read_json(objects, posixpath.join(prefix, LAYOUT.job_status))
     nodes = tuple(
         NodeStatus(name, read_json(objects, posixpath.join(prefix, LAYOUT.node_status(name))))
@@ -365,11 +366,18 @@ def cmd_status(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        objects = LocalObjects(bucket)
-        job_dir = str(bucket / LAYOUT.jobs / stack.job.name) if stack.job else None
+        job = stack.job
+        if job is not None and job.job_dir_bucket and job.job_dir_prefix:
+            # job.job_dir: `local` stands in for the team's bucket beside the stack's.
+            objects = LocalObjects(bucket.parent / job.job_dir_bucket)
+            job_dir: str | None = str(bucket.parent / job.job_dir_bucket / job.job_dir_prefix)
+        else:
+            objects = LocalObjects(bucket)
+            job_dir = str(bucket / LAYOUT.jobs / job.name) if job else None
         source = "local"
     else:
-        objects = GcsObjects(stack.project, stack.bucket_name)
+        job = stack.job
+        objects = GcsObjects(stack.project, (job.job_dir_bucket if job else None) or stack.bucket_name)
         job_dir = stack.job_dir
         source = "gcs"
     try:

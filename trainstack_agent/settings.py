@@ -18,6 +18,7 @@ from trainstack_agent.metadata import Metadata
 from trainstack_contract import (
     CLUSTER_NODE_KIND,
     CODE_INSTALLS,
+    EXTERNAL_JOB_DIR,
     IMAGE_JOB,
     JOB_MODES,
     LAYOUT,
@@ -44,6 +45,7 @@ SHA256: Final = re.compile(r"[0-9a-f]{64}")
 # (any printable path: it is only ever used as a path, never by a shell).
 _BUCKET: Final = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^\x00-\x1f\x7f]{1,4000}")
 _JOB_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
+_LOCAL_PATH: Final = re.compile(r"(/[^\x00-\x1f\x7f/]{1,255}){1,64}")
 _CODE_ARCHIVE: Final = re.compile(re.escape(LAYOUT.code_dir) + r"/[A-Za-z0-9_][A-Za-z0-9_.-]{0,150}\.zip")
 _REQUIREMENTS: Final = re.compile(re.escape(LAYOUT.code_dir) + r"/requirements-[0-9a-f]{16}\.txt")
 _WHEELHOUSE: Final = re.compile(re.escape(LAYOUT.wheelhouse) + r"/manifest-[0-9a-f]{16}\.json")
@@ -223,14 +225,30 @@ def _python(reader: _Reader, bucket: str) -> PythonSettings:
     return PythonSettings(lines, system == "true", wheelhouse)
 
 
+def _is_job_dir(job_dir: str, bucket: str) -> bool:
+    """jobs/<name> of the stack's bucket, or a folder of a team's own bucket (job.job_dir);
+    in `trainstack local` (a bucket that is a directory), the directory standing in for it."""
+    prefix = f"{bucket}/{LAYOUT.jobs}/"
+    if job_dir.startswith(prefix) and _JOB_NAME.fullmatch(job_dir[len(prefix) :]) is not None:
+        return True
+    if EXTERNAL_JOB_DIR.fullmatch(job_dir) is not None:
+        return True
+    return (
+        bucket.startswith("/")
+        and _LOCAL_PATH.fullmatch(job_dir) is not None
+        and not ({".", ".."} & set(job_dir.split("/")))
+    )
+
+
 def _job(reader: _Reader, bucket: str) -> JobSettings | None:
     mode = _choice(KEYS.job_mode, reader.required(KEYS.job_mode), JOB_MODES)
     if mode == NO_JOB:
         return None
     job_dir = reader.required(KEYS.job_dir)
-    prefix = f"{bucket}/{LAYOUT.jobs}/"
-    if not job_dir.startswith(prefix) or _JOB_NAME.fullmatch(job_dir[len(prefix) :]) is None:
-        raise SettingsError(f"metadata {KEYS.job_dir} is not a job directory of the bucket {bucket}")
+    if not _is_job_dir(job_dir, bucket):
+        raise SettingsError(
+            f"metadata {KEYS.job_dir} is neither a job directory of the bucket {bucket} nor gs://BUCKET/PREFIX"
+        )
     args = _trainer_args(reader.required(KEYS.trainer_args))
     secrets_text = reader.optional(KEYS.secrets)
     secrets: tuple[tuple[str, str], ...] = ()

@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import posixpath
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, Literal, TypeVar, get_args
@@ -223,6 +224,13 @@ class BucketLayout:
 
 
 LAYOUT: Final = BucketLayout()
+# A job directory a stack names itself (job.job_dir, AI Platform's --job-dir) in place of
+# jobs/<name> in its own bucket: gs://BUCKET/PREFIX, PREFIX one or more folder names of
+# letters, digits and "._=-" (never "." or ".." alone); the nodes get write access under it alone.
+EXTERNAL_JOB_DIR: Final = re.compile(
+    r"gs://(?P<bucket>[a-z0-9][a-z0-9_-]{1,61}[a-z0-9])"
+    r"/(?P<prefix>(?!\.{1,2}(?:/|$))[A-Za-z0-9_.=-]{1,200}(?:/(?!\.{1,2}(?:/|$))[A-Za-z0-9_.=-]{1,200}){0,15})"
+)
 # The ``status`` of a finished job's metrics file.
 FINISHED: Final = "finished"
 

@@ -86,7 +86,10 @@ def test_the_tpu_vms_metadata_reads_back() -> None:
         (KEYS.node_name, "../etc"),
         (KEYS.on_finish, "never"),
         (KEYS.heartbeat_seconds, "0"),
-        (KEYS.job_dir, "gs://other-teams-bucket/jobs/x"),
+        (KEYS.job_dir, "gs://other-teams-bucket"),
+        (KEYS.job_dir, "gs://other-teams-bucket/runs/../../x"),
+        (KEYS.job_dir, "jobs/x"),
+        (KEYS.code_install, "editable"),
         (KEYS.job_dir, "gs://your-gcp-project_multiworker/jobs/../x"),
         (KEYS.trainer_args, '["--a", 1]'),
         (KEYS.trainer_args, '{"a": 1}'),
@@ -141,3 +144,11 @@ def test_the_recover_list_belongs_to_the_chief_alone() -> None:
     metadata.instance[KEYS.recover] = "worker-1=multiworker-worker-1"
     with pytest.raises(SettingsError, match="not the chief"):
         read_settings(metadata)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("job_dir", ["gs://acme-ml-models/vision/run1", "gs://your-gcp-project_multiworker/jobs/x"])
+def test_a_job_dir_of_the_stacks_bucket_or_a_folder_of_a_teams_own_is_read_as_given(job_dir: str) -> None:
+    metadata = cluster_metadata()
+    metadata.instance[KEYS.job_dir] = job_dir
+    job = read_settings(metadata).job  # type: ignore[arg-type]
+    assert job is not None and job.job_dir == job_dir

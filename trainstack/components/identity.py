@@ -41,6 +41,16 @@ def writable_objects_condition(bucket: str) -> str:
     return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{WRITABLE_PREFIX}")'
 
 
+def job_dir_condition(bucket: str, prefix: str) -> str:
+    """The CEL expression that limits a grant on a team's own ``bucket`` to its job directory
+    ``prefix``, and to listing the bucket: Cloud Storage checks objects.list on the bucket
+    itself, and TensorFlow lists the job directory (checkpoints, backups)."""
+    return (
+        'resource.type == "storage.googleapis.com/Bucket" || '
+        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}/")'
+    )
+
+
 REGISTRY_ROLE = "roles/artifactregistry.reader"
 DATA_BUCKET_ROLE = "roles/storage.objectViewer"
 # OAuth scope for the VM: access is governed by the IAM roles above, as Google recommends.
@@ -78,6 +88,9 @@ class NodeIdentityArgs:
     data_bucket: str | None = None
     # The job's image when it lives in another Artifact Registry repository.
     image: ImageRef | None = None
+    # job.job_dir: the team's own bucket and the folder the job writes in.
+    job_dir_bucket: str | None = None
+    job_dir_prefix: str | None = None
 
 
 class NodeIdentity(pulumi.ComponentResource):
@@ -133,6 +146,22 @@ class NodeIdentity(pulumi.ComponentResource):
                     bucket=args.data_bucket,
                     role=DATA_BUCKET_ROLE,
                     member=self.member,
+                    opts=child,
+                )
+            )
+        if args.job_dir_bucket and args.job_dir_prefix:
+            # The job's directory in a bucket of the team's own: read and write under it alone.
+            self.bindings.append(
+                gcp.storage.BucketIAMMember(
+                    f"{name}-job-dir-writer",
+                    bucket=args.job_dir_bucket,
+                    role=BUCKET_WRITE_ROLE,
+                    member=self.member,
+                    condition=gcp.storage.BucketIAMMemberConditionArgs(
+                        title="the job directory only",
+                        description=f"read and write objects under {args.job_dir_prefix}/ only",
+                        expression=job_dir_condition(args.job_dir_bucket, args.job_dir_prefix),
+                    ),
                     opts=child,
                 )
             )

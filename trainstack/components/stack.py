@@ -102,8 +102,10 @@ class TrainingStack(pulumi.ComponentResource):
                 repository_location=self.registry.repository.location,
                 repository_name=self.registry.repository.name,
                 data_bucket=stack.external_data_bucket,
-                # Only machines that run the job pull its image.
+                # Only machines that run the job pull its image, and write its own job directory.
                 image=stack.external_image if runs_job else None,
+                job_dir_bucket=stack.job.job_dir_bucket if runs_job and stack.job else None,
+                job_dir_prefix=stack.job.job_dir_prefix if runs_job and stack.job else None,
             )
             return NodeIdentity(f"{name}-{suffix}", identity_args, opts=after_apis)
 

@@ -1,0 +1,117 @@
+"""job.job_dir: a job that writes into a folder of a bucket the team already has (AI Platform's
+--job-dir), with write access under that folder alone, run by `local`, read by `status`, and
+kept by `import`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stack_helpers import base_config, plan_of, write_stack
+from trainstack.cli import main
+from trainstack.local import LocalRun, TrainerOverrides
+from trainstack.stackfile import load_stack
+
+JOB_DIR = "gs://acme-ml-models/vision/run1"
+INSTANCE = "gcp:compute/instance:Instance"
+BUCKET_GRANT = "gcp:storage/bucketIAMMember:BucketIAMMember"
+# Records where it was told to write, without TensorFlow.
+PROBE = """
+import json, os, sys
+job_dir = sys.argv[sys.argv.index("--job-dir") + 1]
+os.makedirs(job_dir, exist_ok=True)
+with open(os.path.join(job_dir, "probe.json"), "w") as out:
+    json.dump({"job_dir": job_dir, "model_dir": os.environ["AIP_MODEL_DIR"]}, out)
+"""
+
+
+def stack_with_job_dir(tmp_path: Path, job_dir: str = JOB_DIR, **job: Any) -> Path:
+    package = tmp_path / "probe_pkg"
+    package.mkdir(exist_ok=True)
+    (package / "__init__.py").write_text("")
+    (package / "main.py").write_text(PROBE)
+    config = base_config()
+    config["trainstack:cluster"] = {"chief": {"machine_type": "n1-standard-4"}, "strategy": "one_device"}
+    config["trainstack:job"] = {
+        "name": "vision",
+        "package": str(package),
+        "module": "probe_pkg.main",
+        "job_dir": job_dir,
+        **job,
+    }
+    return write_stack(tmp_path, config)
+
+
+@pytest.mark.parametrize(
+    "job_dir",
+    ["gs://acme-ml-models", "gs://acme-ml-models/", "gs://acme-ml-models/a/../b", "s3://acme/x", "gs://Acme/x"],
+)
+def test_a_job_dir_that_is_not_a_folder_of_a_bucket_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], job_dir: str
+) -> None:
+    assert main(["validate", "--stack-file", str(stack_with_job_dir(tmp_path, job_dir))]) == 1
+    err = capsys.readouterr().err
+    assert "trainstack:job.job_dir" in err and "gs://BUCKET/PREFIX" in err, err
+
+
+def test_the_nodes_write_the_job_dir_under_its_folder_alone(tmp_path: Path) -> None:
+    plan = plan_of(stack_with_job_dir(tmp_path, JOB_DIR + "/"))
+    [instance] = plan.of_type(INSTANCE)
+    assert instance.inputs["metadata"]["trainstack-job-dir"] == JOB_DIR
+    [grant] = [g for g in plan.of_type(BUCKET_GRANT) if g.inputs["bucket"] == "acme-ml-models"]
+    assert grant.inputs["role"] == "roles/storage.objectUser"
+    assert grant.inputs["member"] == instance.inputs["serviceAccount"]["email"].join(["serviceAccount:", ""])
+    expression = grant.inputs["condition"]["expression"]
+    assert 'startsWith("projects/_/buckets/acme-ml-models/objects/vision/run1/")' in expression
+    assert plan.bucket_access()["job_dir"] == {"uri": JOB_DIR, "writers": [grant.inputs["member"]]}
+
+
+def test_a_stack_without_a_job_dir_grants_nothing_beyond_its_own_bucket(tmp_path: Path) -> None:
+    path = stack_with_job_dir(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    del document["config"]["trainstack:job"]["job_dir"]
+    path.write_text(yaml.safe_dump(document))
+    plan = plan_of(path)
+    assert {g.inputs["bucket"] for g in plan.of_type(BUCKET_GRANT)} == {plan.resolved.bucket_name}
+    assert "job_dir" not in plan.bucket_access()
+
+
+def test_local_writes_the_job_dir_into_a_stand_in_of_the_teams_bucket_and_status_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = stack_with_job_dir(tmp_path)
+    cfg, _ = load_stack(path)
+    result = LocalRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False).start().wait(timeout=300)
+    assert result.succeeded, "\n".join(result.logs["chief"])
+    stand_in = tmp_path / "work" / "bucket" / "acme-ml-models" / "vision" / "run1"
+    assert result.job_dir == stand_in
+    probe = json.loads((stand_in / "probe.json").read_text())
+    assert probe == {"job_dir": str(stand_in), "model_dir": f"{stand_in}/model"}
+    assert main(["status", "--local", "--stack-file", str(path), "--workdir", str(tmp_path / "work"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["job_dir"] == str(stand_in) and report["job_status"]["state"] == "SUCCEEDED"
+
+
+def test_import_keeps_ai_platforms_job_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "config.yaml"
+    source.write_text(
+        yaml.safe_dump(
+            {
+                "trainingInput": {
+                    "scaleTier": "BASIC",
+                    "region": "us-central1",
+                    "jobDir": "gs://acme-ml-models/flowers/",
+                    "masterConfig": {"imageUri": "us-docker.pkg.dev/acme-project/repo/trainer:v1"},
+                }
+            }
+        )
+    )
+    out = tmp_path / "Pulumi.flowers.yaml"
+    assert main(["import", str(source), "--stack", "flowers", "--out", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["config"]["trainstack:job"]["job_dir"] == "gs://acme-ml-models/flowers"
+    captured = capsys.readouterr()
+    assert "kept as trainstack:job.job_dir" in captured.out + captured.err
