@@ -1,5 +1,5 @@
 """What a stack costs, the whole truth the catalog knows: running, one run at most, left running,
-stopped, storage and the first boot, and three ways to pay for the same job.
+stopped, storage and the first boot, and two ways to pay for the same job.
 
 Every figure is at the stack's own region's list prices from the catalog; a figure with a part
 the catalog has no price for there is None ("unknown"), never another region's price.
@@ -202,11 +202,6 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
                 _times(_on_demand_hourly(stack, catalog), None if hours is None else hours + LEFT_RUNNING_HOURS),
                 f"the same machines on demand, still running {LEFT_RUNNING_HOURS} h after the job",
             ),
-            Column(
-                "Vertex AI custom training",
-                None,
-                "unknown: the catalog has no Vertex AI training prices yet",
-            ),
         ]
 
     budget = stack.config.settings.budget
@@ -256,7 +251,7 @@ def format_report(report: CostReport) -> list[str]:
     lines.append(f"  first boot, Cloud NAT data processing:        {_usd(report.first_boot_network_usd)}")
     lines.append(f"  Cloud NAT gateway, per hour while running:    {_usd(report.nat_gateway_usd_hr)}")
     if report.columns:
-        lines.append("  the job, three ways:")
+        lines.append("  the job, two ways:")
         for column in report.columns:
             lines.append(f"    {column.name:<32} {_usd(column.usd):>12}  {column.how}")
     lines += [f"  warning: {w}" for w in report.warnings]
@@ -335,7 +330,7 @@ def _hours(text: str) -> float:
 
 def register(subparsers: Any) -> None:
     cost = subparsers.add_parser(
-        "cost", help="what the stack costs: running, one run, left running, stopped, storage, three ways to pay"
+        "cost", help="what the stack costs: running, one run, left running, stopped, storage, two ways to pay"
     )
     add_stack_arguments(cost)
     cost.add_argument(
