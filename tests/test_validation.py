@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from stack_helpers import SHIPPED_STACKS, base_config, write_stack
 from trainstack.cli import main
+from trainstack.stackfile import STACKS_DIR
 
 DELETE = object()
 
@@ -505,3 +507,17 @@ def test_plan_names_no_placeholder_in_a_real_stack(tmp_path: Path, capsys: pytes
     assert main(["plan", "--stack-file", str(write_stack(tmp_path, base_config())), "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert not [note for note in notes if note.startswith("placeholder:")]
+
+
+def test_a_value_left_empty_is_named_as_yaml_spells_it_never_as_python_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defect: "got None" reached the user for a key left empty in the stack file."""
+    document = yaml.safe_load((STACKS_DIR / "Pulumi.multiworker.yaml").read_text())
+    document["config"]["trainstack:cluster"]["workers"]["count"] = None
+    document["config"]["gcp:project"] = None
+    path = tmp_path / "Pulumi.nulls.yaml"
+    path.write_text(yaml.safe_dump(document))
+    assert main(["validate", "--stack-file", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "got null" in err and "None" not in err, err

@@ -250,7 +250,7 @@ def _job_dir(training_input: dict[str, Any], job: dict[str, Any] | None, notices
     trimmed = job_dir.removesuffix("/") if isinstance(job_dir, str) else None
     if trimmed is None or EXTERNAL_JOB_DIR.fullmatch(trimmed) is None:
         notices.append(
-            f"jobDir {shorten(job_dir)} is not used: trainstack:job.job_dir takes a folder gs://BUCKET/PREFIX (not a "
+            f"jobDir {job_dir} is not used: trainstack:job.job_dir takes a folder gs://BUCKET/PREFIX (not a "
             "bucket's root), so the job writes under jobs/<name> of the stack's own bucket"
         )
     elif job is None:

@@ -13,6 +13,11 @@ MAX_MESSAGE_CHARS = 2000
 
 def shorten(value: Any, limit: int = MAX_QUOTED_CHARS) -> str:
     """``repr(value)`` cut to ``limit`` characters, without building the repr of a huge value."""
+    # Values come from YAML and JSON files: spelled as there, never as Python's None and True.
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, (str, bytes)) and len(value) > limit:
         return f"{value[:limit]!r}... ({len(value)} characters)"
     if isinstance(value, (dict, list, tuple, set)) and len(value) > 8:

@@ -1011,6 +1011,11 @@ def run_local(
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _exit_text(code: int | None) -> str:
+    """An exit status for the terminal: a node or job that has not exited has none yet."""
+    return "not exited" if code is None else f"exit {code}"
+
+
 def report(result: LocalRunResult, out: Any = None) -> None:
     from trainstack.status import history_text
 
@@ -1031,9 +1036,9 @@ def report(result: LocalRunResult, out: Any = None) -> None:
         )
     for node, status in result.node_status.items():
         if status is None:
-            print(f"  {node:<10} no status written (exit {result.exit_codes[node]})", file=out)
+            print(f"  {node:<10} no status written ({_exit_text(result.exit_codes[node])})", file=out)
         else:
-            print(f"  {node:<10} {status['state']:<10} exit {status['exit_code']}  at {status['time']}", file=out)
+            print(f"  {node:<10} {status['state']:<10} {_exit_text(status['exit_code'])}  at {status['time']}", file=out)
             history = history_text(status)
             if history:
                 print(f"  {'':<10} history: {history}", file=out)
