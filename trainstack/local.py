@@ -1038,7 +1038,9 @@ def report(result: LocalRunResult, out: Any = None) -> None:
         if status is None:
             print(f"  {node:<10} no status written ({_exit_text(result.exit_codes[node])})", file=out)
         else:
-            print(f"  {node:<10} {status['state']:<10} {_exit_text(status['exit_code'])}  at {status['time']}", file=out)
+            print(
+                f"  {node:<10} {status['state']:<10} {_exit_text(status['exit_code'])}  at {status['time']}", file=out
+            )
             history = history_text(status)
             if history:
                 print(f"  {'':<10} history: {history}", file=out)

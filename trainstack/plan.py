@@ -143,8 +143,7 @@ class Plan:
                 "writers": sorted(
                     grant.inputs["member"]
                     for grant in self.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
-                    if grant.inputs.get("bucket") == job.job_dir_bucket
-                    and grant.inputs["role"] in STORAGE_WRITE_ROLES
+                    if grant.inputs.get("bucket") == job.job_dir_bucket and grant.inputs["role"] in STORAGE_WRITE_ROLES
                 ),
             }
         return access
