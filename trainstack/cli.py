@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainstack import browse, check, costreport, importer, logs, machines, status, tfplan, vertex_export
+from trainstack import browse, check, costreport, importer, logs, machines, stackinit, status, tfplan, vertex_export
 from trainstack.build import BUILDERS, docker_tag, run_build
 from trainstack.cliargs import add_stack_arguments, load_config, read_stack
 from trainstack.errors import ProgramExit, StackConfigError
@@ -428,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     costreport.register(sub)
     importer.register(sub)
     check.register(sub)
+    stackinit.register(sub)
     export = sub.add_parser(
         "export",
         help="the stack in another tool's format: `export vertex` (a Vertex AI custom job), "
