@@ -4,6 +4,7 @@ a job, with its package, module and arguments."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -304,3 +305,72 @@ def test_every_unset_variable_is_reported_at_once(
     assert code == 1
     assert "--master-machine-type $MACHINE: the variable is not set here" in err
     assert "the job's arguments use variables not set here ($EPOCHS, ${LR})" in err
+
+
+def test_every_retired_gpu_of_every_pool_is_named_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: an import named the master's K80s, and the workers' only on the next try."""
+    source = write(
+        tmp_path,
+        yaml.safe_dump(
+            {
+                "trainingInput": {
+                    "scaleTier": "CUSTOM",
+                    "masterType": "n1-standard-8",
+                    "masterConfig": {"acceleratorConfig": {"type": "NVIDIA_TESLA_K80", "count": 2}},
+                    "workerType": "n1-standard-8",
+                    "workerCount": 2,
+                    "workerConfig": {"acceleratorConfig": {"type": "NVIDIA_TESLA_K80", "count": 2}},
+                }
+            }
+        ),
+    )
+    code, out = run_import(tmp_path, source, "k80")
+    err = capsys.readouterr().err
+    assert code != 0 and not out.exists()
+    assert "masterConfig.acceleratorConfig names NVIDIA_TESLA_K80" in err
+    assert "workerConfig.acceleratorConfig names NVIDIA_TESLA_K80" in err
+
+
+def test_every_field_left_behind_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: pythonVersion (and any field the import did not know) vanished without a word."""
+    source = write(
+        tmp_path,
+        yaml.safe_dump(
+            {
+                "trainingInput": {
+                    "scaleTier": "BASIC",
+                    "region": "us-central1",
+                    "pythonVersion": "3.7",
+                    "runtime_version": "2.1",
+                    "scheduling": {"maxRunningTime": "7200s"},
+                    "network": "projects/p/global/networks/n",
+                }
+            }
+        ),
+    )
+    code, out = run_import(tmp_path, source, "dropped")
+    assert code == 0
+    text = out.read_text()
+    for words in (
+        "pythonVersion 3.7 is not used",
+        "runtimeVersion 2.1 is not used",
+        "no key for them: network, scheduling",
+    ):
+        assert words in text, words
+
+
+def test_a_worker_pools_boot_disk_type_is_named_when_left_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pools = [
+        {
+            "machine_spec": {"machine_type": "n1-standard-8"},
+            "replica_count": 1,
+            "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 200},
+            "container_spec": {"image_uri": "us-docker.pkg.dev/acme-project/repo/trainer:v1"},
+        }
+    ]
+    code, out = run_import(tmp_path, write(tmp_path, json.dumps(pools), "pools.json"), "disks")
+    assert code == 0
+    assert "worker pool 0: disk_spec.boot_disk_type pd-ssd is not imported" in out.read_text()
+    assert yaml.safe_load(out.read_text())["config"]["trainstack:cluster"]["chief"]["disk_gb"] == 200

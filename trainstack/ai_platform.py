@@ -202,13 +202,25 @@ def _cluster(training_input: dict[str, Any], notices: list[str]) -> TrainingShap
     if get(training_input, "workerType") == TPU_WORKER:
         shape.tpu = _tpu(training_input, workers, servers, notices)
         return shape
-    chief = _node(training_input, "master", notices)
+    # Every pool is read before anything is refused: one import names every problem at once.
+    problems: list[str] = []
+
+    def node(role: str) -> Node:
+        try:
+            return _node(training_input, role, notices)
+        except ImportProblem as problem:
+            problems.append(str(problem))
+            return Node("", None)
+
+    chief = node("master")
+    worker = node("worker") if workers else None
+    server = node("parameterServer") if servers else None
+    if problems:
+        raise ImportProblem("; ".join(problems))
     cluster: dict[str, Any] = {"chief": chief.as_config()}
-    if workers:
-        worker = _node(training_input, "worker", notices)
+    if worker is not None:
         cluster["workers"] = {"count": workers, **worker.as_config()}
-    if servers:
-        server = _node(training_input, "parameterServer", notices)
+    if server is not None:
         if server.accelerator:
             notices.append("parameter servers take no GPUs in a stack: the parameter servers' GPUs are dropped")
         cluster["parameter_servers"] = {"count": servers, "machine_type": server.machine_type}
@@ -244,7 +256,7 @@ def _job_from_training_input(
 
 def _job_dir(training_input: dict[str, Any], job: dict[str, Any] | None, notices: list[str]) -> None:
     """AI Platform's jobDir kept as job.job_dir: the job goes on writing where the team's models are."""
-    job_dir = get(training_input, "jobDir")
+    job_dir = get(training_input, "jobDir", "job_dir")
     if not job_dir:
         return
     trimmed = job_dir.removesuffix("/") if isinstance(job_dir, str) else None
@@ -263,10 +275,30 @@ def _job_dir(training_input: dict[str, Any], job: dict[str, Any] | None, notices
         )
 
 
+# trainingInput fields the import reads, maps or explains; any other is named as not imported.
+READ_FIELDS = frozenset(
+    {
+        "scaleTier", "masterType", "workerType", "parameterServerType", "evaluatorType", "workerCount",
+        "parameterServerCount", "evaluatorCount", "masterConfig", "workerConfig", "parameterServerConfig",
+        "evaluatorConfig", "region", "jobDir", "runtimeVersion", "pythonVersion", "hyperparameters", "args",
+        "pythonModule", "packageUris",
+    }
+)  # fmt: skip
+
+
 def _unported(training_input: dict[str, Any], notices: list[str]) -> None:
-    runtime = get(training_input, "runtimeVersion")
+    runtime = get(training_input, "runtimeVersion", "runtime_version")
     if runtime:
         notices.append(f"runtimeVersion {runtime} is not used: a stack's nodes run the TensorFlow of its environment")
+    python = get(training_input, "pythonVersion", "python_version")
+    if python:
+        notices.append(f"pythonVersion {python} is not used: a stack's nodes run the Python of their image")
+    # Fields come camelCase or snake_case (as in the REST and Python clients).
+    others = sorted(
+        str(key) for key in training_input if re.sub(r"_([a-z])", lambda m: m[1].upper(), str(key)) not in READ_FIELDS
+    )
+    if others:
+        notices.append(f"not imported, a stack has no key for them: {', '.join(others)}")
     if get(training_input, "hyperparameters"):
         notices.append("hyperparameters (tuning) are not imported: a stack runs one trial")
 

@@ -76,6 +76,12 @@ def _node(pool: Any, index: int, notices: list[str]) -> dict[str, Any]:
     disk_gb = get(disk, "boot_disk_size_gb", "bootDiskSizeGb")
     if isinstance(disk_gb, int) and not isinstance(disk_gb, bool):
         node["disk_gb"] = disk_gb
+    disk_type = get(disk, "boot_disk_type", "bootDiskType")
+    if disk_type:
+        notices.append(
+            f"worker pool {index}: disk_spec.boot_disk_type {disk_type} is not imported: a stack's nodes boot from "
+            "pd-balanced, or the disk type their machine type requires"
+        )
     return node
 
 
