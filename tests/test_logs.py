@@ -10,7 +10,7 @@ import pytest
 from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, write_stack
 from trainstack.cli import main
-from trainstack.local import LocalRun, TrainerOverrides, node_log
+from trainstack.local import LocalRun, TrainerOverrides, node_log, run_heading
 from trainstack.logs import (
     GCLOUD_FORMAT,
     SCRIPT_IDENTIFIER,
@@ -141,7 +141,11 @@ def test_without_gcloud_it_says_so_and_prints_the_query_to_paste(
 
 
 # --- trainstack local ------------------------------------------------------------------------------------
-def test_local_prints_each_nodes_log_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_local_prints_each_run_under_one_heading_node_after_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defect: `logs --local` ran successive runs together, with TensorFlow's start-up noise
+    that `local` hides."""
     config = base_config()
     config["trainstack:cluster"]["workers"]["count"] = 1
     path = write_stack(tmp_path, config)
@@ -151,27 +155,44 @@ def test_local_prints_each_nodes_log_of_a_run(tmp_path: Path, capsys: pytest.Cap
     assert result.succeeded, result.logs
     for node in ("chief", "worker-0"):
         assert result.logs[node], node
-        assert node_log(workdir, node).read_text().splitlines() == result.logs[node]
+        assert node_log(workdir, node).read_text().splitlines() == [run_heading(run.started_at), *result.logs[node]]
+    # A line of TensorFlow's native chatter, as every CPU-only node prints one.
+    noise = "E0000 00:00:1732000000.000000   12345 cuda_platform.cc:52] failed call to cuInit: INTERNAL"
+    with node_log(workdir, "chief").open("a") as log:
+        log.write(noise + "\n")
 
     assert main(["logs", "--stack-file", str(path), "--local", "--workdir", str(workdir)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == [f"[chief] {line}" for line in result.logs["chief"]] + [
-        f"[worker-0] {line}" for line in result.logs["worker-0"]
+    assert out == [
+        run_heading(run.started_at),
+        *(f"[chief] {line}" for line in result.logs["chief"]),
+        *(f"[worker-0] {line}" for line in result.logs["worker-0"]),
     ]
-    assert any("trainstack:" in line for line in out)
+    assert main(["logs", "--stack-file", str(path), "--local", "--workdir", str(workdir), "--verbose"]) == 0
+    assert f"[chief] {noise}" in capsys.readouterr().out.splitlines()
 
     assert main(["logs", "--stack-file", str(path), "--local", "--workdir", str(workdir), "--node", "worker-0"]) == 0
-    assert capsys.readouterr().out.splitlines() == [f"[worker-0] {line}" for line in result.logs["worker-0"]]
+    assert capsys.readouterr().out.splitlines() == [
+        run_heading(run.started_at),
+        *(f"[worker-0] {line}" for line in result.logs["worker-0"]),
+    ]
 
-    # A second boot adds to the log, as a VM's journal keeps its earlier boots.
+    # A second run adds to the logs, as a VM's journal keeps its earlier boots, under its own heading.
     second = LocalRun(load_stack(path)[0], workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
     again = second.start().wait(timeout=300)
-    assert node_log(workdir, "chief").read_text().splitlines() == result.logs["chief"] + again.logs["chief"]
+    assert main(["logs", "--stack-file", str(path), "--local", "--workdir", str(workdir), "--node", "chief"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        run_heading(run.started_at),
+        *(f"[chief] {line}" for line in result.logs["chief"]),
+        run_heading(second.started_at),
+        *(f"[chief] {line}" for line in again.logs["chief"]),
+    ]
 
 
 def test_local_without_a_run_says_how_to_make_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_stack(tmp_path, base_config())
     assert main(["logs", "--stack-file", str(path), "--local", "--workdir", str(tmp_path / "none")]) == 1
     assert "run `trainstack local --stack test` first" in capsys.readouterr().err
-    assert main(["logs", "--stack", "tpu", "--local"]) == 1
-    assert "has no cluster whose boot script logs" in capsys.readouterr().err
+    assert main(["logs", "--stack", "tpu", "--local", "--workdir", str(tmp_path / "none")]) == 1
+    assert "run `trainstack local --stack tpu` first" in capsys.readouterr().err

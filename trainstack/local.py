@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
@@ -77,6 +78,15 @@ LOCAL_PROJECT = "trainstack-local"
 LOCAL_TOKEN = "trainstack-local-token"
 # Compute Engine's instance statuses, as the stand-in reports a node's.
 RUNNING, STOPPING, TERMINATED = "RUNNING", "STOPPING", "TERMINATED"
+
+
+# The first line each run writes to every node's log: `trainstack logs --local` shows one
+# heading per run from it, instead of running successive runs together.
+RUN_HEADING = "=== trainstack local run started "
+
+
+def run_heading(started: float) -> str:
+    return f"{RUN_HEADING}{datetime.fromtimestamp(started, UTC).strftime('%Y-%m-%d %H:%M:%S')} UTC ==="
 
 
 def node_log(workdir: Path, node: str) -> Path:
@@ -765,6 +775,8 @@ class LocalRun:
         and the last ones once the run is closed."""
         written = {n.name: 0 for n in self.nodes}
         handles = {n.name: node_log(self.workdir, n.name).open("a", encoding="utf-8") for n in self.nodes}
+        for handle in handles.values():
+            handle.write(run_heading(self.started_at) + "\n")
         try:
             while True:
                 closing = self._logs_done.is_set()

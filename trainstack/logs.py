@@ -132,38 +132,80 @@ def gcloud_argv(query: str, project: str, follow: bool, freshness: str, limit: i
 
 
 # --- trainstack local ------------------------------------------------------------------------------
-def _print_new(node: str, path: Path, offset: int, out: IO[str], final: bool) -> int:
-    """Prints the complete lines of ``path`` after byte ``offset`` as ``[node] line`` (with
-    ``final``, a last line without its newline too); returns the offset read up to."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            data = handle.read()
-    except FileNotFoundError:
-        return offset
-    end = len(data) if final else data.rfind(b"\n") + 1
-    for line in data[:end].splitlines():
-        print(f"[{node}] {line.decode('utf-8', errors='replace')}", file=out)
-    out.flush()
-    return offset + end
+def _shown_lines(data: bytes, verbose: bool) -> list[str]:
+    lines = [line.decode("utf-8", errors="replace") for line in data.splitlines()]
+    from trainstack.local import is_runtime_noise
+
+    return lines if verbose else [line for line in lines if not is_runtime_noise(line)]
 
 
-def print_local_logs(workdir: Path, nodes: list[str], follow: bool, out: IO[str] | None = None) -> None:
-    """Each node's output from its log file, node after node; with ``follow``, then every new
-    line as it is written, until interrupted."""
+def _runs(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """A node log's lines by run: (heading, lines), in order; lines before any heading (a
+    work directory of an earlier version) form a run of their own."""
+    from trainstack.local import RUN_HEADING
+
+    runs: list[tuple[str, list[str]]] = []
+    for line in lines:
+        if line.startswith(RUN_HEADING):
+            runs.append((line, []))
+        elif runs:
+            runs[-1][1].append(line)
+        else:
+            runs.append(("=== trainstack local run (an earlier one) ===", [line]))
+    return runs
+
+
+def print_local_logs(
+    workdir: Path, nodes: list[str], follow: bool, verbose: bool = False, out: IO[str] | None = None
+) -> None:
+    """Every run's output in the work directory, one heading per run and then each node's
+    lines, node after node, without TensorFlow's native start-up chatter unless ``verbose``
+    (as `local` shows a run); with ``follow``, then every new line as it is written."""
     out = out or sys.stdout
-    from trainstack.local import node_log
+    from trainstack.local import RUN_HEADING, is_runtime_noise, node_log
 
-    offsets = {}
+    offsets: dict[str, int] = {}
+    by_node: dict[str, list[tuple[str, list[str]]]] = {}
     for node in nodes:
         path = node_log(workdir, node)
+        data = path.read_bytes() if path.exists() else b""
+        # Complete lines only when following: the rest is printed once it is whole.
+        end = data.rfind(b"\n") + 1 if follow else len(data)
+        offsets[node] = end
+        by_node[node] = _runs(_shown_lines(data[:end], verbose=True))
         if not path.exists():
             print(f"[{node}] no log yet ({path})", file=out)
-        offsets[node] = _print_new(node, path, 0, out, final=not follow)
+    headings = list(dict.fromkeys(heading for runs in by_node.values() for heading, _ in runs))
+    for heading in headings:
+        print(heading, file=out)
+        for node in nodes:
+            for run_heading, lines in by_node[node]:
+                if run_heading == heading:
+                    for line in lines:
+                        if verbose or not is_runtime_noise(line):
+                            print(f"[{node}] {line}", file=out)
+    out.flush()
+    shown_headings = set(headings)
     while follow:
         time.sleep(FOLLOW_POLL_SECONDS)
         for node in nodes:
-            offsets[node] = _print_new(node, node_log(workdir, node), offsets[node], out, final=False)
+            path = node_log(workdir, node)
+            try:
+                with path.open("rb") as handle:
+                    handle.seek(offsets[node])
+                    data = handle.read()
+            except FileNotFoundError:
+                continue
+            end = data.rfind(b"\n") + 1
+            offsets[node] += end
+            for line in _shown_lines(data[:end], verbose):
+                if line.startswith(RUN_HEADING):
+                    if line not in shown_headings:
+                        shown_headings.add(line)
+                        print(line, file=out)
+                else:
+                    print(f"[{node}] {line}", file=out)
+            out.flush()
 
 
 # --- The command -----------------------------------------------------------------------------------
@@ -195,11 +237,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     stack = resolve_stack(load_config(args))
     sources = log_sources(stack)
-    if args.local:
-        sources = [s for s in sources if s.resource_type == GCE_RESOURCE]
     if not sources:
-        where = "cluster" if args.local else "cluster or TPU VM"
-        print(f"trainstack: stack {stack.config.stack} has no {where} whose boot script logs", file=sys.stderr)
+        print(
+            f"trainstack: stack {stack.config.stack} has no cluster or TPU VM whose boot script logs", file=sys.stderr
+        )
         return 1
     try:
         chosen = select(sources, args.node)
@@ -216,7 +257,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             )
             return 1
         try:
-            print_local_logs(workdir, [s.node for s in chosen], args.follow)
+            print_local_logs(workdir, [s.node for s in chosen], args.follow, args.verbose)
         except KeyboardInterrupt:
             pass
         return 0
@@ -253,6 +294,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--freshness", type=freshness, default=DEFAULT_FRESHNESS, help="how far back (default 1d)")
     parser.add_argument("--limit", type=limit, default=DEFAULT_LIMIT, help="at most this many lines (default 1000)")
     parser.add_argument("--local", action="store_true", help="the node logs of a `trainstack local` run")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="with --local: TensorFlow's native start-up messages too, as `local --verbose`",
+    )
     parser.add_argument(
         "--workdir", type=Path, help="with --local: the run's work directory (default .trainstack-local/<stack>)"
     )
