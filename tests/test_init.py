@@ -87,7 +87,7 @@ def test_every_key_it_sets_is_explained_and_the_file_names_how_to_check_it(tmp_p
         (("--tpu", "tpu-9000"), "not a TPU type; e.g. v2-8"),
         (("--tpu", "v3-8", "--workers", "2"), "a TPU VM runs alone"),
         (("--notebook", "--workers", "2"), "a notebook is one machine"),
-        (("--region", "us-central9"), "--region us-central9: not a region"),
+        (("--region", "us-central9"), "--region 'us-central9': not a region"),
         (("--gpu", "nvidia-h100-80gb:8", "--region", "southamerica-east1"), "--all-regions"),
     ],
 )
@@ -111,3 +111,21 @@ def test_an_existing_file_is_never_overwritten(tmp_path: Path, capsys: pytest.Ca
 def test_a_stack_name_pulumi_would_refuse_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["init", "--stack", "a/b", "--out", str(tmp_path / "x.yaml")]) == 2
     assert "--stack a/b" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (("--project", "a; rm -rf /"), "--project 'a; rm -rf /': not a Google Cloud project id"),
+        (("--project", "my-project\n  trainstack:evil: 1"), "not a Google Cloud project id"),
+        (("--gpu", "nvidia-tesla-t4:1\n"), "--gpu 'nvidia-tesla-t4:1\\n'"),
+        (("--region", "a" * 5000), "(5000 characters)"),
+    ],
+)
+def test_a_hostile_value_writes_nothing_and_is_echoed_on_one_short_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: tuple[str, ...], words: str
+) -> None:
+    code, out = init(tmp_path, *options)
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert words in err and len(err.splitlines()) == 1 and len(err) < 400, err

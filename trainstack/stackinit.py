@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.catalog import Catalog, load_catalog
+from trainstack.config import PROJECT_ID_PATTERN
+from trainstack.errors import shorten
 from trainstack.importing import choose_zone, job_name_of_stack
 
 PLACEHOLDER_PROJECT = "your-gcp-project"
@@ -44,11 +46,11 @@ def parse_gpu(text: str, catalog: Catalog) -> tuple[str, int]:
     name, colon, count_text = text.partition(":")
     available = sorted(g.name for g in catalog.gpus.values() if not g.retired)
     if name not in catalog.gpus or catalog.gpus[name].retired:
-        raise InitProblem(f"--gpu {text}: no such GPU type to create; types: {', '.join(available)}")
+        raise InitProblem(f"--gpu {shorten(text)}: no such GPU type to create; types: {', '.join(available)}")
     if not colon:
         count_text = "1"
     if not (count_text.isascii() and count_text.isdigit() and 0 < len(count_text) <= 2 and int(count_text) > 0):
-        raise InitProblem(f"--gpu {text}: the count after ':' is a whole number from 1 (e.g. {name}:2)")
+        raise InitProblem(f"--gpu {shorten(text)}: the count after ':' is a whole number from 1 (e.g. {name}:2)")
     return name, int(count_text)
 
 
@@ -108,16 +110,21 @@ def render(args: argparse.Namespace, catalog: Catalog, named: str | None = None)
         found = catalog.tpu_generation_for(args.tpu)
         if found is None:
             kinds = ", ".join(f"{g.prefix}-{g.valid_suffixes[0]}" for g in catalog.tpu_generations.values())
-            raise InitProblem(f"--tpu {args.tpu}: not a TPU type; e.g. {kinds}")
+            raise InitProblem(f"--tpu {shorten(args.tpu)}: not a TPU type; e.g. {kinds}")
         generation, size = found
         if size not in generation.valid_suffixes:
             sizes = ", ".join(f"{generation.prefix}-{n}" for n in generation.valid_suffixes)
             raise InitProblem(f"--tpu {args.tpu}: {generation.generation} slices are {sizes}")
         tpu = (generation.generation, size)
+    if args.project is not None and PROJECT_ID_PATTERN.fullmatch(args.project) is None:
+        raise InitProblem(
+            f"--project {shorten(args.project)}: not a Google Cloud project id (6-30 lowercase letters, digits and "
+            "hyphens, starting with a letter)"
+        )
     region = args.region or DEFAULT_REGION
     if region not in catalog.regions:
         raise InitProblem(
-            f"--region {region}: not a region of the catalog (`trainstack gpus --all-regions` lists them)"
+            f"--region {shorten(region)}: not a region of the catalog (`trainstack gpus --all-regions` lists them)"
         )
     zone = choose_zone(region, {gpu.type} if gpu else set(), tpu)
     if zone is None:

@@ -124,19 +124,29 @@ class NodeIdentity(pulumi.ComponentResource):
                 f"{name}-bucket-reader", bucket=args.bucket_name, role=BUCKET_READ_ROLE, member=self.member, opts=child
             )
         )
-        self.bindings.append(
-            gcp.storage.BucketIAMMember(
-                f"{name}-bucket-jobs-writer",
-                bucket=args.bucket_name,
-                role=BUCKET_WRITE_ROLE,
-                member=self.member,
-                condition=gcp.storage.BucketIAMMemberConditionArgs(
-                    title="job directories only",
-                    description=f"write objects under {WRITABLE_PREFIX} only; what nodes run is written by pulumi up",
-                    expression=writable_objects_condition(args.bucket),
-                ),
-                opts=child,
+
+        def writer(suffix: str, bucket: pulumi.Input[str], title: str, description: str, expression: str) -> None:
+            """Object writes on ``bucket``, limited by an IAM condition on the object names."""
+            condition = gcp.storage.BucketIAMMemberConditionArgs(
+                title=title, description=description, expression=expression
             )
+            self.bindings.append(
+                gcp.storage.BucketIAMMember(
+                    f"{name}-{suffix}",
+                    bucket=bucket,
+                    role=BUCKET_WRITE_ROLE,
+                    member=self.member,
+                    condition=condition,
+                    opts=child,
+                )
+            )
+
+        writer(
+            "bucket-jobs-writer",
+            args.bucket_name,
+            "job directories only",
+            f"write objects under {WRITABLE_PREFIX} only; what nodes run is written by pulumi up",
+            writable_objects_condition(args.bucket),
         )
         if args.data_bucket:
             # Training data in another bucket: read-only access to that bucket alone.
@@ -151,19 +161,12 @@ class NodeIdentity(pulumi.ComponentResource):
             )
         if args.job_dir_bucket and args.job_dir_prefix:
             # The job's directory in a bucket of the team's own: read and write under it alone.
-            self.bindings.append(
-                gcp.storage.BucketIAMMember(
-                    f"{name}-job-dir-writer",
-                    bucket=args.job_dir_bucket,
-                    role=BUCKET_WRITE_ROLE,
-                    member=self.member,
-                    condition=gcp.storage.BucketIAMMemberConditionArgs(
-                        title="the job directory only",
-                        description=f"read and write objects under {args.job_dir_prefix}/ only",
-                        expression=job_dir_condition(args.job_dir_bucket, args.job_dir_prefix),
-                    ),
-                    opts=child,
-                )
+            writer(
+                "job-dir-writer",
+                args.job_dir_bucket,
+                "the job directory only",
+                f"read and write objects under {args.job_dir_prefix}/ only",
+                job_dir_condition(args.job_dir_bucket, args.job_dir_prefix),
             )
         self.bindings.append(
             gcp.artifactregistry.RepositoryIamMember(
