@@ -497,14 +497,15 @@ class LocalRun:
         self.job_prefix = posixpath.join(contract.LAYOUT.jobs, job_name)
         job_dir = contract.LAYOUT.job_dir(self.bucket.uri, job_name)
         if self.job is not None and self.job.job_dir_bucket and self.job.job_dir_prefix:
-            if isinstance(self.bucket, DirectoryBucket):
-                # job.job_dir in a team's own bucket: a directory of that name stands in for it too.
-                self.job_bucket = DirectoryBucket(self.workdir / "bucket" / self.job.job_dir_bucket)
-                self.job_prefix = self.job.job_dir_prefix
-                job_dir = str(self.job_bucket.root / self.job_prefix)
-                self.job = dataclasses.replace(self.job, job_dir=job_dir)
-            else:
+            if not isinstance(self.bucket, DirectoryBucket):
                 raise ValueError("job.job_dir in another bucket runs locally with the directory stand-in only")
+            # job.job_dir in a team's own bucket: a directory of that name stands in for it too.
+            self.job_bucket = DirectoryBucket(self.workdir / "bucket" / self.job.job_dir_bucket)
+            self.job_prefix = self.job.job_dir_prefix
+            job_dir = str(self.job_bucket.root / self.job_prefix)
+        if self.job is not None:
+            # The nodes' metadata names the stand-in, not the cloud's job directory.
+            self.job = dataclasses.replace(self.job, job_dir=job_dir)
         self.job_dir: Path | str = Path(job_dir) if isinstance(self.bucket, DirectoryBucket) else job_dir
         self.self_stop_log = self.workdir / "self-stop.log"
         self.project_attributes: dict[str, str] = {}

@@ -155,15 +155,15 @@ def agent_metadata(bucket: str, kind: NodeKind, wheelhouse: Wheelhouse | None) -
     return metadata
 
 
-def job_metadata(job: ResolvedJob | None, bucket: str, args: tuple[str, ...]) -> dict[str, str]:
+def job_metadata(job: ResolvedJob | None, args: tuple[str, ...]) -> dict[str, str]:
     """What a node runs: the job's mode and code (with the sha256 the agent checks), its
     directory and arguments."""
     if job is None:
         return {METADATA_KEYS.job_mode: NO_JOB}
     metadata = {
         METADATA_KEYS.job_mode: job.mode,
-        # The stack's own job directory in ``bucket`` (a local run's stand-in), or job.job_dir.
-        METADATA_KEYS.job_dir: job.job_dir if job.job_dir_bucket else LAYOUT.job_dir(bucket, job.name),
+        # jobs/<name> in the stack's bucket, or job.job_dir (`trainstack local` gives its stand-in).
+        METADATA_KEYS.job_dir: job.job_dir,
         METADATA_KEYS.trainer_args: json.dumps(list(args)),
     }
     if job.package is not None:
@@ -207,7 +207,7 @@ def node_metadata(
         METADATA_KEYS.peer_timeout_seconds: str(settings.heartbeat_timeout_seconds),
         METADATA_KEYS.gpu_count: str(gpus if gpu_count is None else gpu_count),
         **agent_metadata(bucket, kind or cluster_node_kind(), wheelhouse),
-        **job_metadata(job, bucket, cluster.trainer_args if args is None else args),
+        **job_metadata(job, cluster.trainer_args if args is None else args),
     }
     if cluster.tf_cluster:
         metadata[METADATA_KEYS.cluster_key] = cluster.tf_cluster_metadata_key
@@ -237,7 +237,7 @@ def tpu_metadata(
         METADATA_KEYS.on_finish: tpu.on_finish,
         METADATA_KEYS.max_run_seconds: str(tpu.max_run_seconds),
         **agent_metadata(bucket, kind or tpu_node_kind(tpu, stack.zone), stack.wheelhouse),
-        **job_metadata(job or stack.job, bucket, tpu.trainer_args if args is None else args),
+        **job_metadata(job or stack.job, tpu.trainer_args if args is None else args),
     }
 
 
