@@ -374,9 +374,9 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def missing_package(source: Path, module: str | None = None) -> str:
+def missing_package(source: Path, module: str) -> str:
     hint = f"a relative path starts at the project root, {PROJECT_ROOT}"
-    better = package_that_works(source, module) if module is not None else None
+    better = package_that_works(source, module)
     if better is not None:
         hint = f"job.package: {_shown(better)} holds {module}"
     return f"{source} is not a directory ({hint})"

@@ -162,7 +162,7 @@ def print_local_logs(
     lines, node after node, without TensorFlow's native start-up chatter unless ``verbose``
     (as `local` shows a run); with ``follow``, then every new line as it is written."""
     out = out or sys.stdout
-    from trainstack.local import RUN_HEADING, is_runtime_noise, node_log
+    from trainstack.local import RUN_HEADING, node_log
 
     offsets: dict[str, int] = {}
     by_node: dict[str, list[tuple[str, list[str]]]] = {}
@@ -172,7 +172,7 @@ def print_local_logs(
         # Complete lines only when following: the rest is printed once it is whole.
         end = data.rfind(b"\n") + 1 if follow else len(data)
         offsets[node] = end
-        by_node[node] = _runs(_shown_lines(data[:end], verbose=True))
+        by_node[node] = _runs(_shown_lines(data[:end], verbose))
         if not path.exists():
             print(f"[{node}] no log yet ({path})", file=out)
     headings = list(dict.fromkeys(heading for runs in by_node.values() for heading, _ in runs))
@@ -182,8 +182,7 @@ def print_local_logs(
             for run_heading, lines in by_node[node]:
                 if run_heading == heading:
                     for line in lines:
-                        if verbose or not is_runtime_noise(line):
-                            print(f"[{node}] {line}", file=out)
+                        print(f"[{node}] {line}", file=out)
     out.flush()
     shown_headings = set(headings)
     while follow:
