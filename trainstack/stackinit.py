@@ -40,6 +40,9 @@ class Gpu:
     count: int
     machine_type: str
     how: str  # why this machine type
+    # True for GPUs attached to an N1 machine (the stack names them); False for the ones a
+    # machine type comes with (the machine type alone says them).
+    attached: bool
 
 
 def parse_gpu(text: str, catalog: Catalog) -> tuple[str, int]:
@@ -66,7 +69,9 @@ def gpu_machine(name: str, count: int, catalog: Catalog) -> Gpu:
             key=lambda m: m.vcpus,
         )
         machine = next((m for m in standard if m.vcpus >= vcpus), standard[-1])
-        return Gpu(name, count, machine.name, f"an N1 machine with {machine.vcpus} vCPUs, {count} {name} attached")
+        return Gpu(
+            name, count, machine.name, f"an N1 machine with {machine.vcpus} vCPUs, {count} {name} attached", True
+        )
     builtin = sorted(
         (m for m in catalog.machine_types.values() if m.builtin_gpu == name and m.on_demand_allowed),
         key=lambda m: (m.builtin_gpu_count, m.vcpus),
@@ -77,7 +82,7 @@ def gpu_machine(name: str, count: int, catalog: Catalog) -> Gpu:
             f"--gpu {name}:{count}: {name} comes with its machine type, in counts of "
             f"{_counts(m.builtin_gpu_count for m in builtin)}"
         )
-    return Gpu(name, count, fitting[0].name, f"the machine type that comes with {count} {name}")
+    return Gpu(name, count, fitting[0].name, f"the machine type that comes with {count} {name}", False)
 
 
 def _counts(by_count: Iterable[int]) -> str:
@@ -160,14 +165,12 @@ def render(args: argparse.Namespace, catalog: Catalog, named: str | None = None)
     elif args.notebook:
         w.key(2, "trainstack:notebook:", "a Vertex AI Workbench instance")
         w.key(4, f"machine_type: {gpu.machine_type if gpu else NOTEBOOK_CPU_MACHINE}", gpu.how if gpu else "4 vCPUs")
-        if gpu and gpu.how.startswith("an N1"):
+        if gpu and gpu.attached:
             w.key(4, f"accelerator: {{type: {gpu.type}, count: {gpu.count}}}", "its driver installs at first boot")
         w.key(4, "idle_timeout_minutes: 60", "Workbench stops it after an hour idle: it stops billing")
     else:
         machine = gpu.machine_type if gpu else CPU_MACHINE
-        accelerator = (
-            f", accelerator: {{type: {gpu.type}, count: {gpu.count}}}" if gpu and gpu.how.startswith("an N1") else ""
-        )
+        accelerator = f", accelerator: {{type: {gpu.type}, count: {gpu.count}}}" if gpu and gpu.attached else ""
         chief_spot = args.spot and not args.workers
         w.key(2, "trainstack:cluster:", "the training machines")
         w.key(
