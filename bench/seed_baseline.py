@@ -66,6 +66,7 @@ def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int, see
     import tf_keras as keras
 
     from trainer.data import SYNTHETIC_EVAL_EXAMPLES, SYNTHETIC_EVAL_OFFSET, synthetic_examples
+    from trainer.kernels import onednn_enabled
 
     keras.utils.set_random_seed(seed)
     strategy = tf.distribute.MirroredStrategy()
@@ -117,6 +118,8 @@ def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int, see
         "eval_loss": float(eval_loss),
         "eval_accuracy": float(eval_accuracy),
         "replicas": strategy.num_replicas_in_sync,
+        # Reported, not set: the seed runs with whatever TensorFlow chooses on this CPU.
+        "onednn": onednn_enabled(),
     }
 
 

@@ -164,38 +164,6 @@ def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int, tpu: st
     raise StrategyError(f"unknown strategy {requested!r}")
 
 
-def cpu_has_bf16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU computes bfloat16 natively (AVX512_BF16 or AMX).
-
-    Without these instructions oneDNN emulates bfloat16 and mixed precision
-    becomes a slowdown, so the flag decides.
-    """
-    try:
-        with open(cpuinfo_path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
-
-
-def default_precision(kind: str, num_gpus: int, cpu_bf16: bool = False) -> str:
-    """Mixed precision where the hardware has fast half-precision units.
-
-    On a CPU with native bfloat16 the flowers CNN trains about 1.6x faster in
-    mixed_bfloat16 (measured, docs/trainer.md); elsewhere the CPU stays float32.
-    """
-    if kind == TPU:
-        return "mixed_bfloat16"
-    if num_gpus > 0:
-        return "mixed_float16"
-    if cpu_bf16:
-        return "mixed_bfloat16"
-    return "float32"
-
-
 def configure_logical_cpus(count: int) -> None:
     """Splits the CPU into logical devices; must run before TensorFlow initialises."""
     if count <= 1:

@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from trainer import kernels
 from trainer.config import TrainerConfig, parse_args
 from trainstack_contract import AUTO, EXIT_PEER_LOST, FINISHED, LAYOUT, SYNTHETIC_DATA
 
@@ -143,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("absl").setLevel(logging.WARNING)
     # MultiWorkerMirroredStrategy logs every all-reduce it builds at INFO.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    kernels.prefer_onednn(os.environ)
     return run(config)
 
 

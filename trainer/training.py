@@ -13,7 +13,8 @@ import sys
 import time
 from typing import Any
 
-from trainer import checkpointing, data, jobdir
+from trainer import checkpointing, data, jobdir, kernels
+from trainer import precision as precisions
 from trainer import strategy as strategies
 from trainer.checkpointing import RunRecord
 from trainer.config import TrainerConfig
@@ -98,14 +99,10 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     strategies.configure_logical_cpus(config.logical_cpus)
     num_gpus = len(tf.config.list_physical_devices("GPU"))
     kind = strategies.choose_strategy(config.strategy, cluster, num_gpus, config.tpu, config.logical_cpus)
-    precision = (
-        strategies.default_precision(kind, num_gpus, strategies.cpu_has_bf16())
-        if config.precision == "auto"
-        else config.precision
-    )
-    keras.mixed_precision.set_global_policy(precision)
     keras.utils.set_random_seed(config.seed)
     strategy = strategies.build_strategy(kind, config.tpu)
+    precision = precisions.auto_precision(kind, num_gpus) if config.precision == "auto" else config.precision
+    keras.mixed_precision.set_global_policy(precision)
     task_type, task_id = strategies.task_identity(strategy)
     # Not before: counting runs TensorFlow ops, which must follow the strategy's set-up.
     source = data.count_records(config, source)
@@ -119,8 +116,10 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     # strategies would put the all-reduce inside the compiled step, and TPUs
     # compile with XLA anyway.
     use_xla = config.xla == "on" or (config.xla == "auto" and kind == strategies.ONE_DEVICE and num_gpus > 0)
+    onednn = kernels.onednn_enabled()
     log.info(
-        "strategy=%s replicas=%d global_batch=%d steps_per_epoch=%d steps_per_execution=%d precision=%s xla=%s",
+        "strategy=%s replicas=%d global_batch=%d steps_per_epoch=%d steps_per_execution=%d precision=%s xla=%s "
+        "onednn=%s",
         kind,
         replicas,
         global_batch,
@@ -128,6 +127,7 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         steps_per_execution,
         precision,
         use_xla,
+        onednn,
     )
 
     with strategy.scope():
@@ -195,6 +195,7 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         "steps_per_execution": steps_per_execution,
         "precision": precision,
         "xla": use_xla,
+        "onednn": onednn,
         "epochs": config.epochs,
         "epochs_run": len(record.epoch_losses),
         # Epochs that a previous, interrupted run had completed and the backup restored.

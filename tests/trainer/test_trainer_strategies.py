@@ -46,6 +46,8 @@ def test_one_device(job_dir: Path, without_tensorflow: dict[str, str]) -> None:
     metrics = read_metrics(job_dir)
     assert_trained(metrics, "one_device", replicas=1)
     assert metrics["xla"] is False  # XLA is slower than oneDNN on this CPU
+    # TensorFlow leaves oneDNN off on CPUs without AVX512_VNNI/BF16 or AMX; the trainer turns it on.
+    assert metrics["onednn"] is True
     assert_job_dir_layout(job_dir)
 
     # A finished job is not trained again: quick exit 0, metrics untouched.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,6 @@ from trainer.strategy import (
     ClusterInfo,
     StrategyError,
     choose_strategy,
-    cpu_has_bf16,
-    default_precision,
     parse_tf_config,
 )
 
@@ -96,26 +93,6 @@ def test_tf_config_roles_are_parsed() -> None:
 def test_broken_tf_config_is_rejected(raw: str) -> None:
     with pytest.raises(StrategyError):
         parse_tf_config({"TF_CONFIG": raw})
-
-
-def test_mixed_precision_where_hardware_has_it() -> None:
-    assert default_precision(TPU, 0) == "mixed_bfloat16"
-    assert default_precision(MIRRORED, 2) == "mixed_float16"
-    assert default_precision(ONE_DEVICE, 1) == "mixed_float16"
-    assert default_precision(ONE_DEVICE, 0) == "float32"
-    assert default_precision(MULTI_WORKER_MIRRORED, 0) == "float32"
-    assert default_precision(ONE_DEVICE, 0, cpu_bf16=True) == "mixed_bfloat16"
-    assert default_precision(ONE_DEVICE, 2, cpu_bf16=True) == "mixed_float16"
-
-
-def test_bf16_detection_reads_cpu_flags(tmp_path: Path) -> None:
-    with_bf16 = tmp_path / "bf16"
-    with_bf16.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 avx512vl\n")
-    without = tmp_path / "plain"
-    without.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n")
-    assert cpu_has_bf16(str(with_bf16))
-    assert not cpu_has_bf16(str(without))
-    assert not cpu_has_bf16(str(tmp_path / "missing"))
 
 
 def test_cluster_info_counts_chief_as_worker() -> None:
