@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/profile_trainer.py                       # the benchmark's job: seed CNN, 180 px, batch 32
     .venv/bin/python bench/profile_trainer.py --trainer-flags --precision mixed_bfloat16
+    TF_ENABLE_ONEDNN_OPTS=0 .venv/bin/python bench/profile_trainer.py   # TensorFlow's own kernels
 
 It builds the model and the input pipeline with the trainer's own code
 (``trainer.config``, ``trainer.data``, ``trainer.training``), trains one
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import tempfile
 import time
@@ -58,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trainer-flags", nargs=argparse.REMAINDER, default=[], help="extra flags for the trainer")
     args = parser.parse_args(argv)
 
+    from trainer import kernels
+
+    kernels.prefer_onednn(os.environ)  # as trainer.task does, before TensorFlow loads
     import tensorflow as tf
     import tf_keras as keras
 
