@@ -168,17 +168,26 @@ def measure_ceiling(workdir: Path) -> dict[str, float]:
 RUNS = ("baseline", "trainer, auto precision", "trainer, float32")
 
 
+def _at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Seed-style baseline vs trainer.task throughput, against the CPU's ceiling."
     )
-    parser.add_argument("--image-size", type=int, default=180)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps-per-epoch", type=int, default=50)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--image-size", type=_at_least_one, default=180)
+    parser.add_argument("--batch-size", type=_at_least_one, default=32)
+    parser.add_argument("--steps-per-epoch", type=_at_least_one, default=50)
+    parser.add_argument("--epochs", type=_at_least_one, default=4)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument(
-        "--rounds", type=int, default=2, help="alternating rounds of the three runs; the best of each is compared"
+        "--rounds",
+        type=_at_least_one,
+        default=2,
+        help="alternating rounds of the three runs; the best of each is compared",
     )
     parser.add_argument(
         "--trainer-flags",
