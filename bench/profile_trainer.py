@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainer import data, precision, training
     from trainer.config import parse_args
+    from trainstack_contract import ONE_DEVICE
 
     with tempfile.TemporaryDirectory(prefix="trainer-profile-") as scratch:
         config = parse_args(
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             ],
             environ={},
         )
-        chosen = precision.auto_precision("one_device", 0) if config.precision == "auto" else config.precision
+        chosen = precision.auto_precision(ONE_DEVICE, 0) if config.precision == "auto" else config.precision
         keras.mixed_precision.set_global_policy(chosen)
         source = data.count_records(config, data.describe_data(config))
         steps_per_execution = training.largest_divisor_at_most(args.steps, config.steps_per_execution)

@@ -33,6 +33,7 @@ from typing import Any
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY_ROOT))
 
+from trainer.kernels import prefer_onednn  # noqa: E402
 from trainstack_contract import LAYOUT  # noqa: E402
 
 
@@ -148,8 +149,12 @@ def matmul_gflops(dtype_name: str, size: int = 2048, runs: int = 5) -> float:
 
 
 def measure_ceiling(workdir: Path) -> dict[str, float]:
-    """The matmul probe in its own process, so the training runs start from a fresh TensorFlow."""
+    """The matmul probe in its own process, with oneDNN's kernels asked for as the trainer asks
+    (the faster kernels give the ceiling), while this process's environment, which the baseline
+    inherits, stays as the user left it."""
     output = workdir / "ceiling.json"
+    environment = _environment()
+    prefer_onednn(environment)
     subprocess.run(
         [
             sys.executable,
@@ -158,14 +163,19 @@ def measure_ceiling(workdir: Path) -> dict[str, float]:
             f"json.dump({{d: bench.matmul_gflops(d) for d in ('float32', 'bfloat16')}}, open({str(output)!r}, 'w'))",
         ],
         cwd=REPOSITORY_ROOT,
-        env=_environment(),
+        env=environment,
         check=True,
     )
     ceiling: dict[str, float] = json.loads(output.read_text())
     return ceiling
 
 
-RUNS = ("baseline", "trainer, auto precision", "trainer, float32")
+# Each run by name, with the trainer's flags; None is the baseline.
+RUNS: dict[str, list[str] | None] = {
+    "baseline": None,
+    "trainer, auto precision": ["--precision", "auto"],
+    "trainer, float32": ["--precision", "float32"],
+}
 
 
 def _at_least_one(text: str) -> int:
@@ -205,15 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     # Alternating rounds, best of each: other work on a shared machine slows
     # single runs by up to half, and it slows a run, never speeds it up.
     for round_number in range(1, args.rounds + 1):
-        for name in RUNS:
+        for name, flags in RUNS.items():
             with tempfile.TemporaryDirectory(prefix="trainer-bench-") as scratch:
                 workdir = Path(scratch)
                 print(f"== round {round_number}: {name}", flush=True)
-                if name == "baseline":
-                    results[name].append(run_baseline(args, workdir))
-                else:
-                    precision = "auto" if "auto" in name else "float32"
-                    results[name].append(run_trainer(args, workdir, ["--precision", precision]))
+                run = run_baseline(args, workdir) if flags is None else run_trainer(args, workdir, flags)
+                results[name].append(run)
     elapsed = time.monotonic() - started
     best = {name: max(runs, key=lambda result: result["examples_per_second"]) for name, runs in results.items()}
 
