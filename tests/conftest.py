@@ -6,6 +6,18 @@ import pytest
 
 from stack_helpers import SHIPPED_STACKS, plan_for
 from trainstack.plan import Plan
+from trainstack_agent.timings import TIME_SCALE_VARIABLE
+
+# The node agent's waits are sized for Compute Engine (a 20 s settle window after a failed
+# step, 10 s between looks at Spot peers, 30 s before a second start call). The local runs
+# here talk to stand-ins that answer at once, so they run the same agent with every wait at a
+# quarter; tests/agent checks the waits themselves at their real values, against a fake clock.
+AGENT_TIME_SCALE = "0.25"
+
+
+@pytest.fixture(autouse=True)
+def quicker_agent_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TIME_SCALE_VARIABLE, AGENT_TIME_SCALE)
 
 
 @pytest.fixture(params=SHIPPED_STACKS)

@@ -34,6 +34,7 @@ from trainstack_agent.cloud import Http, Retry
 from trainstack_agent.endpoints import Endpoints
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.release import Release
+from trainstack_agent.timings import TIME_SCALE_VARIABLE
 from trainstack_contract import LAYOUT, METADATA_KEYS
 
 
@@ -171,6 +172,19 @@ def test_an_unknown_on_finish_stops_the_node_before_anything_runs(tmp_path: Path
     status = result.node_status["chief"]
     assert status is not None and status["state"] == "FAILED" and METADATA_KEYS.on_finish in status["reason"]
     assert [line.split()[1] for line in result.self_stops] == ["stop"]
+
+
+def test_an_agent_time_scale_that_is_not_a_factor_stops_the_node_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait longer than Compute Engine's, or none at all, is never what was meant."""
+    monkeypatch.setenv(TIME_SCALE_VARIABLE, "5")
+    local = LocalRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    result = local.start().wait(timeout=60)
+    status = result.node_status["chief"]
+    assert status is not None and status["state"] == "FAILED" and TIME_SCALE_VARIABLE in status["reason"]
+    assert [line.split()[1] for line in result.self_stops] == ["stop"]
+    assert not any("starting the job" in line for line in result.logs["chief"])
 
 
 def test_no_access_token_appears_on_any_command_line_during_a_local_run(

@@ -228,6 +228,7 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
         "--image-size": "32",
         "--batch-size-per-replica": "8",
         "--save-every-steps": "10",
+        "--eval-steps": "2",
     }
     first = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start()
     progress = first.job_dir / "progress.json"
@@ -277,7 +278,13 @@ def test_a_failing_trainer_ends_failed_with_its_exit_code_and_still_releases_the
 
 @pytest.mark.slow
 def test_local_paramserver_stack_trains_to_completion(tmp_path: Path) -> None:
-    overrides = {"--epochs": "2", "--steps-per-epoch": "5", "--image-size": "32", "--batch-size-per-replica": "8"}
+    overrides = {
+        "--epochs": "2",
+        "--steps-per-epoch": "5",
+        "--image-size": "32",
+        "--batch-size-per-replica": "8",
+        "--eval-steps": "2",
+    }
     result = run(stack("paramserver"), tmp_path, overrides=overrides)
     assert result.succeeded, "\n".join(result.logs["chief"])
     metrics = json.loads((result.job_dir / "metrics.json").read_text())

@@ -204,3 +204,14 @@ def test_local_preempt_refuses_what_cannot_be_preempted_before_starting_anything
     error = capsys.readouterr().err
     assert message in error and "Traceback" not in error
     assert not workdir.exists(), "nothing may start for a refused --preempt"
+
+
+def test_local_refuses_an_agent_time_scale_that_is_not_a_factor_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINSTACK_AGENT_TIME_SCALE", "10")
+    workdir = tmp_path / "run"
+    assert main(["local", "--stack", "multiworker", "--workdir", str(workdir)]) == 2
+    error = capsys.readouterr().err
+    assert "TRAINSTACK_AGENT_TIME_SCALE must be a factor from 0.05 to 1" in error and "Traceback" not in error
+    assert not workdir.exists()

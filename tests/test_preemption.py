@@ -28,6 +28,8 @@ SHORT_JOB = {
     "--image-size": "32",
     "--batch-size-per-replica": "8",
     "--save-every-steps": "10",
+    # Two held-out batches: evaluation is checked elsewhere, the resumption here.
+    "--eval-steps": "2",
 }
 DEADLINE_SECONDS = 600
 
@@ -105,8 +107,8 @@ def second_epoch_began(run: LocalRun) -> bool:
     ("package", "module", "args", "result"),
     [
         # A team's code that knows nothing of trainstack: MWMS and BackupAndRestore, nothing else.
-        (TEAM_PACKAGE, "keras_team.task", ["--epochs", "6", "--steps-per-epoch", "300"], "result.json"),
-        (EXAMPLE_PACKAGE, "tabular_mlp.task", ["--epochs", "6", "--steps-per-epoch", "300"], "summary.json"),
+        (TEAM_PACKAGE, "keras_team.task", ["--epochs", "4", "--steps-per-epoch", "100"], "result.json"),
+        (EXAMPLE_PACKAGE, "tabular_mlp.task", ["--epochs", "4", "--steps-per-epoch", "100"], "summary.json"),
     ],
     ids=["team-package", "tabular-example"],
 )
@@ -134,7 +136,7 @@ def test_a_teams_own_trainer_resumes_from_its_backup_after_a_preemption(
 
 def test_a_preempted_parameter_server_worker_is_started_again_and_the_job_succeeds(tmp_path: Path) -> None:
     cfg = stack_with("paramserver", tmp_path)
-    overrides = {**SHORT_JOB, "--epochs": "6", "--steps-per-epoch": "200"}
+    overrides = {**SHORT_JOB, "--epochs": "4", "--steps-per-epoch": "100"}
     run = LocalRun(cfg, tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")

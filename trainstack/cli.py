@@ -234,6 +234,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     )
     from trainstack.local_pip import FetchError
     from trainstack.resolved import resolve_stack
+    from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, parse_time_scale
 
     cfg = load_config(args)
     if cfg.settings.cluster is None and cfg.settings.tpu is None:
@@ -309,6 +310,11 @@ def cmd_local(args: argparse.Namespace) -> int:
         except PreemptError as error:
             print(f"trainstack: {error}", file=sys.stderr)
             return 2
+    try:
+        parse_time_scale(os.environ.get(TIME_SCALE_VARIABLE))
+    except TimeScaleError as error:
+        print(f"trainstack: {error}", file=sys.stderr)
+        return 2
     workdir = args.workdir or Path(".trainstack-local") / cfg.stack
     cluster = cfg.settings.cluster
     nodes = "1 TPU VM" if cluster is None else f"{1 + cluster.worker_count + cluster.ps_count} nodes"
@@ -369,7 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.set_defaults(func=cmd_plan)
     local = sub.add_parser(
-        "local", help="run the stack's cluster or TPU VM on this machine with its own boot scripts (CPU only)"
+        "local",
+        help="run the stack's cluster or TPU VM on this machine with its own boot scripts (CPU only)",
+        epilog=(
+            "The node agent waits as it would on Compute Engine (its polls, the settle window after a failed "
+            "step, the back-off between start calls). TRAINSTACK_AGENT_TIME_SCALE=0.25 in the environment "
+            "shortens every one of those waits to a quarter for a quicker rehearsal (0.05 to 1)."
+        ),
     )
     add_stack_arguments(local)
     local.add_argument(

@@ -35,6 +35,7 @@ from trainstack_agent.release import Release
 from trainstack_agent.secrets import read_secrets
 from trainstack_agent.settings import KEYS, NodeSettings, SettingsError, known_identity, read_settings
 from trainstack_agent.storage import Storage
+from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
 from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE_KIND
 
 EXIT_ABORTED = 1
@@ -162,9 +163,11 @@ def run_cap(agent: Agent, agent_pid: int) -> int:
 def run_node(agent: Agent) -> int:
     try:
         settings = read_settings(agent.metadata)
-    except (SettingsError, CloudError) as error:
+        time_scale = parse_time_scale(agent.environment.get(TIME_SCALE_VARIABLE))
+    except (SettingsError, CloudError, TimeScaleError) as error:
         return abort(agent, str(error))
     host, log = agent.host, agent.log
+    timings = Timings().scaled(time_scale)
     if settings.kind == TPU_NODE_KIND:
         start_run_time_cap(agent)
     lock = take_boot_lock(host.state_dir)
@@ -175,7 +178,7 @@ def run_node(agent: Agent) -> int:
     started_at = datetime.now(timezone.utc)
     job_dir = settings.job.job_dir if settings.job else LAYOUT.job_dir(settings.bucket, NO_JOB)
     board = Board(agent.storage, job_dir, settings.node, incarnation)
-    processes = Processes(log, keep_fds=(lock,))
+    processes = Processes(log, keep_fds=(lock,), stop_grace=timings.stop_grace)
     launcher = JobLauncher(processes)
     environment = Environment(
         settings, host.state_dir, agent.storage, processes, log, host.skip_registry_login, host.pip_find_links
@@ -183,7 +186,9 @@ def run_node(agent: Agent) -> int:
     recovery = None
     if settings.recover:
         compute = ComputeApi(agent.http, agent.metadata, agent.endpoints.compute, Place.of_this_vm(agent.metadata))
-        recovery = SpotRecovery(settings.recover, settings.max_restarts, compute, board, time.monotonic, log)
+        recovery = SpotRecovery(
+            settings.recover, settings.max_restarts, compute, board, time.monotonic, log, timings.start_backoff
+        )
     job = settings.job
     services = Services(
         board=board,
@@ -203,6 +208,7 @@ def run_node(agent: Agent) -> int:
         clock=SystemClock(),
         log=log,
         environment=dict(agent.environment),
+        timings=timings,
     )
     node = NodeAgent(settings, services, started_at)
 
@@ -215,6 +221,8 @@ def run_node(agent: Agent) -> int:
         signal.signal(each, on_signal)
     if job is not None:
         log(f"node {settings.node} starting; job dir {job_dir}")
+    if time_scale != 1:
+        log(f"{TIME_SCALE_VARIABLE}={time_scale:g}: every wait of this agent is that share of Compute Engine's")
     return node.run()
 
 

@@ -34,29 +34,16 @@ from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError
 from trainstack_agent.environment import Prepared
 from trainstack_agent.job import JobCommand, job_command
-from trainstack_agent.recovery import POLL_SECONDS as RECOVER_POLL_SECONDS
 from trainstack_agent.recovery import SpotRecovery
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.settings import NodeSettings
+from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
 from trainstack_contract.status import StatusDocument, StatusFormatError
 
-# How often the loops look at the job's code and at their duties.
+# How often the loops look at the job's code and at their duties (every other wait is in
+# :class:`Timings`).
 TICK_SECONDS = 0.25
-# Seconds between a non-chief node's reads of the job's status (one storage read each), so a
-# chief's recorded FAILED, or a peer it saw go down, reaches the other nodes within seconds.
-PEER_POLL_SECONDS = 5.0
-# Seconds between the chief's looks at its peers' status objects (one read per peer).
-PEER_WATCH_SECONDS = 3.0
-# How often the chief looks at a Spot peer it knows is down, to start it once it has stopped.
-RECOVER_FAST_POLL_SECONDS = 2.0
-# How long the job's code gets to end after SIGTERM when its peer is down (it cannot train).
-PEER_DOWN_GRACE_SECONDS = 5.0
-# Seconds between looks at the peers' status objects while waiting for the cluster.
-PEER_WAIT_POLL_SECONDS = 2.0
-# After the job's code exits non-zero, how long the node looks for the peer whose loss may
-# have caused it: TensorFlow can notice a lost peer before that peer's agent has said so.
-PEER_SETTLE_SECONDS = 20.0
 # The exit status of a node ended by a signal or by one of its duties (128 + SIGTERM).
 EXIT_ENDED = 143
 DOWN_STATES = (STATES.preempted, STATES.interrupted)
@@ -79,7 +66,7 @@ class SystemClock:
 class RunningChild(Protocol):
     def poll(self) -> int | None: ...
 
-    def stop(self, grace: float = ...) -> int: ...
+    def stop(self, grace: float | None = ...) -> int: ...
 
 
 class Launcher(Protocol):
@@ -129,6 +116,7 @@ class Services:
     log: Callable[[str], None]
     # The environment the job's code starts from.
     environment: Mapping[str, str]
+    timings: Timings = Timings()
 
 
 class Duties:
@@ -162,7 +150,7 @@ class Duties:
         """The chief reads every peer's status; a change in who is down is written at once."""
         if not self.settings.other_nodes or now < self.next_peer_watch:
             return
-        self.next_peer_watch = now + PEER_WATCH_SECONDS
+        self.next_peer_watch = now + self.services.timings.peer_watch
         try:
             self.peer_documents = {peer: self.services.board.peer(peer) for peer in self.settings.other_nodes}
             self.peer_documents_at = now
@@ -187,7 +175,8 @@ class Duties:
             # A Spot peer known to be down is looked at often: it is started the moment
             # Compute Engine has stopped it.
             recovering = any(node in self.peers_down for node, _ in self.settings.recover)
-            self.next_recovery = now + (RECOVER_FAST_POLL_SECONDS if recovering else RECOVER_POLL_SECONDS)
+            timings = services.timings
+            self.next_recovery = now + (timings.recover_fast_poll if recovering else timings.recover_poll)
             reason = services.recovery.look()
             if reason is not None:
                 raise Ended(reason)
@@ -196,7 +185,7 @@ class Duties:
         services, now = self.services, self.services.clock.monotonic()
         if now < self.next_watch:
             return
-        self.next_watch = now + min(PEER_POLL_SECONDS, self.settings.heartbeat_seconds)
+        self.next_watch = now + min(services.timings.peer_poll, self.settings.heartbeat_seconds)
         try:
             raw = services.board.read_raw(services.board.job_uri)
         except CloudError as error:
@@ -416,7 +405,7 @@ class NodeAgent:
                     announced = True
                 if now - started >= timeout:
                     raise Ended(f"{' '.join(down)} did not come back within {timeout} s")
-                next_look = now + PEER_WAIT_POLL_SECONDS
+                next_look = now + self.services.timings.peer_wait_poll
             self.duties.tick()
             clock.sleep(TICK_SECONDS)
 
@@ -459,7 +448,7 @@ class NodeAgent:
             raise
         if broken:
             self.log(f"{broken[0]}: ending the job's code, which cannot train without it")
-            return Outcome(child.stop(PEER_DOWN_GRACE_SECONDS), lost=broken[0]), snapshot
+            return Outcome(child.stop(self.services.timings.peer_down_grace), lost=broken[0]), snapshot
         code = child.poll()
         assert code is not None
         return Outcome(code), snapshot
@@ -490,11 +479,11 @@ class NodeAgent:
     def _lost_peer(self, snapshot: dict[str, str]) -> str | None:
         """What says a peer was lost while the job's code ran: a peer down now, or one that
         has rebooted since (its incarnation changed); None when no peer was lost within
-        :data:`PEER_SETTLE_SECONDS`. A single node has no peers to lose."""
+        :attr:`Timings.peer_settle`. A single node has no peers to lose."""
         if not self.settings.other_nodes:
             return None
         clock = self.services.clock
-        deadline = clock.monotonic() + PEER_SETTLE_SECONDS
+        deadline = clock.monotonic() + self.services.timings.peer_settle
         while True:
             for peer in self.settings.other_nodes:
                 document = self.board.peer(peer)

@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import IO, TextIO
 
 from trainstack_agent.job import JobCommand
+from trainstack_agent.timings import Timings
 
 # The journal tags Cloud Logging collects on Deep Learning VM and TPU VM images
 # (`trainstack logs` queries both).
 AGENT_TAG = "trainstack"
 JOB_TAG = "trainstack-trainer"
 JOURNAL_SOCKET = Path("/run/systemd/journal/stdout")
-# After SIGTERM, how long a child gets before SIGKILL.
-STOP_GRACE_SECONDS = 10.0
+# After SIGTERM, how long a child gets before SIGKILL (Timings.stop_grace by default).
+STOP_GRACE_SECONDS = Timings().stop_grace
 
 
 class Log:
@@ -120,8 +121,9 @@ class Child:
 class Processes:
     """Starts children, streams their output to the log, and ends them all on demand."""
 
-    def __init__(self, log: Log, keep_fds: Sequence[int] = ()) -> None:
+    def __init__(self, log: Log, keep_fds: Sequence[int] = (), stop_grace: float = STOP_GRACE_SECONDS) -> None:
         self.log = log
+        self.stop_grace = stop_grace
         # File descriptors every child inherits (the boot lock: held while anything of this
         # boot still runs).
         self.keep_fds = tuple(keep_fds)
@@ -177,14 +179,16 @@ class Processes:
         deadline = time.monotonic() + timeout
         while child.poll() is None:
             if time.monotonic() >= deadline:
-                child.stop()
+                child.stop(self.stop_grace)
                 return 124
             time.sleep(0.2)
         child.reader.join(timeout=5)
         return child.popen.returncode
 
-    def stop_all(self, grace: float = STOP_GRACE_SECONDS) -> None:
-        """Ends every child still running; none starts after this."""
+    def stop_all(self, grace: float | None = None) -> None:
+        """Ends every child still running (SIGKILL after ``grace``, by default this boot's
+        stop grace); none starts after this."""
+        grace = self.stop_grace if grace is None else grace
         with self._lock:
             self._closed = True
             children = list(self._children)
@@ -205,15 +209,16 @@ def remove_container(name: str) -> None:
 class JobChild:
     """The job's code: a child process, and its container for an image job."""
 
-    def __init__(self, child: Child, container: str | None) -> None:
+    def __init__(self, child: Child, container: str | None, stop_grace: float = STOP_GRACE_SECONDS) -> None:
         self.child = child
         self.container = container
+        self.stop_grace = stop_grace
 
     def poll(self) -> int | None:
         return self.child.poll()
 
-    def stop(self, grace: float = STOP_GRACE_SECONDS) -> int:
-        code = self.child.stop(grace)
+    def stop(self, grace: float | None = None) -> int:
+        code = self.child.stop(self.stop_grace if grace is None else grace)
         if self.container is not None:
             remove_container(self.container)
         return code
@@ -229,7 +234,8 @@ class JobLauncher:
     def start(self, command: JobCommand) -> JobChild:
         if command.container is not None:
             self._containers.append(command.container)
-        return JobChild(self.processes.start(command.argv, command.env, command.cwd), command.container)
+        child = self.processes.start(command.argv, command.env, command.cwd)
+        return JobChild(child, command.container, self.processes.stop_grace)
 
     def stop_all(self) -> None:
         """Every child of this boot (installs included), and the job's containers."""

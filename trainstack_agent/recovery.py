@@ -2,7 +2,7 @@
 
 A Spot VM that Compute Engine preempts stops (its termination action is STOP) and keeps its
 disk; started again, it boots its agent, which resumes the node's work. The chief looks at each
-Spot peer every :data:`POLL_SECONDS`. A peer that is TERMINATED while its status says it was at
+Spot peer every ``Timings.recover_poll``. A peer that is TERMINATED while its status says it was at
 work (PREEMPTED, or RUNNING when it had no time to say) is started again; the start call is
 repeated with back-off while the peer stays stopped (no Spot capacity yet). A peer that
 stopped at the end of its own work (SUCCEEDED, FAILED) or was shut down on purpose
@@ -19,12 +19,9 @@ from typing import Protocol
 
 from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError
+from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
 
-# How often the chief looks at its Spot peers (one Compute Engine read each).
-POLL_SECONDS = 10.0
-# Between two start calls for one outage: the first wait, doubling up to the last.
-START_BACKOFF_SECONDS = (30.0, 600.0)
 # A stopped instance, as Compute Engine reports it.
 TERMINATED = "TERMINATED"
 
@@ -43,7 +40,7 @@ class _Outage:
     # The time of the peer's status when this outage was counted.
     counted_at: str | None = None
     next_start: float = 0.0
-    backoff: float = START_BACKOFF_SECONDS[0]
+    backoff: float = 0.0
 
 
 class SpotRecovery:
@@ -57,7 +54,7 @@ class SpotRecovery:
         board: Board,
         clock: Callable[[], float],
         log: Callable[[str], None],
-        backoff: tuple[float, float] = START_BACKOFF_SECONDS,
+        backoff: tuple[float, float] = Timings().start_backoff,
     ) -> None:
         self.peers = peers
         self.max_restarts = max_restarts

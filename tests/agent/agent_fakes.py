@@ -22,6 +22,7 @@ from trainstack_agent.environment import Prepared
 from trainstack_agent.job import JobCommand
 from trainstack_agent.node import NodeAgent, Services
 from trainstack_agent.settings import JobSettings, NodeSettings, PythonSettings
+from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
 from trainstack_contract.status import StatusDocument, first_status, format_time
 
@@ -204,6 +205,7 @@ def world(
     runs: list[tuple[float, int]],
     prepare: Callable[[], Prepared] | None = None,
     recovery_factory: Callable[[Board, FakeClock, Callable[[str], None]], object] | None = None,
+    timings: Timings | None = None,
 ) -> World:
     clock = FakeClock()
     storage = MemoryStorage()
@@ -225,6 +227,7 @@ def world(
         clock=clock,
         log=log.append,
         environment={},
+        timings=timings or Timings(),
     )
     agent = NodeAgent(node_settings, services, clock.utc())
     return World(clock, storage, launcher, releases, log, agent, board, preempted)

@@ -7,8 +7,9 @@ import pytest
 
 from agent_fakes import JOB_DIR, World, settings, world
 from trainstack_agent.artifacts import DigestMismatch
-from trainstack_agent.node import EXIT_ENDED, PEER_SETTLE_SECONDS, restart_limit
+from trainstack_agent.node import EXIT_ENDED, restart_limit
 from trainstack_agent.secrets import SecretError
+from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
 from trainstack_contract.status import first_status
 
@@ -64,7 +65,7 @@ def test_a_failure_with_no_lost_peer_is_failed_after_the_settle_window_and_not_r
     assert chief is not None and (chief.state, chief.exit_code) == (STATES.failed, 3)
     assert len(w.launcher.started) == 1
     # It looked for a lost peer for the settle window, and no longer.
-    assert 30.0 + PEER_SETTLE_SECONDS <= w.clock.now <= 30.0 + PEER_SETTLE_SECONDS + 5
+    assert 30.0 + Timings().peer_settle <= w.clock.now <= 30.0 + Timings().peer_settle + 5
     assert w.releases == ["stop"]
 
 

@@ -7,7 +7,8 @@ import pytest
 from agent_fakes import JOB_DIR, FakeClock, MemoryStorage
 from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError
-from trainstack_agent.recovery import START_BACKOFF_SECONDS, TERMINATED, SpotRecovery
+from trainstack_agent.recovery import TERMINATED, SpotRecovery
+from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
 from trainstack_contract.status import first_status
 
@@ -82,7 +83,7 @@ def test_the_start_call_is_repeated_with_doubling_back_off_while_the_peer_stays_
         clock.sleep(1.0)
     times = [when for when, _ in instances.starts]
     gaps = [round(b - a) for a, b in zip(times, times[1:], strict=False)]
-    first, last = START_BACKOFF_SECONDS
+    first, last = Timings().start_backoff
     assert gaps[:5] == [first, first * 2, first * 4, first * 8, first * 16]
     assert max(gaps) == last and set(gaps[5:]) == {last}
 

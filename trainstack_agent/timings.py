@@ -1,0 +1,69 @@
+"""How long the agent waits between looks, and how long it gives things to settle or end.
+
+The defaults are for Compute Engine: API reads cost quota and latency, and a preempted VM has
+about 30 s before it is stopped. ``trainstack local`` runs the same agent against stand-ins
+that answer in milliseconds; there ``TRAINSTACK_AGENT_TIME_SCALE`` (a factor from 0.05 to 1)
+shortens every one of these waits alike, so that a rehearsal or a test of a preemption does not
+sit idle for what a real VM's API needs. On a VM nothing sets it: the factor is 1.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from typing import Final
+
+TIME_SCALE_VARIABLE: Final = "TRAINSTACK_AGENT_TIME_SCALE"
+# 0.05 to 1, at most three decimals: a factor, never a duration in disguise.
+_SCALE: Final = re.compile(r"0\.[0-9]{1,3}|1(\.0{1,3})?")
+MIN_TIME_SCALE: Final = 0.05
+
+
+class TimeScaleError(ValueError):
+    """TRAINSTACK_AGENT_TIME_SCALE is not a factor from 0.05 to 1."""
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds; every one of them scales with :meth:`scaled`."""
+
+    # Between a non-chief node's reads of the job's status (one storage read each), so a
+    # chief's recorded FAILED, or a peer it saw go down, reaches the other nodes within seconds.
+    peer_poll: float = 5.0
+    # Between the chief's looks at its peers' status objects (one read per peer).
+    peer_watch: float = 3.0
+    # Between the chief's looks at its Spot peers (one Compute Engine read each).
+    recover_poll: float = 10.0
+    # The same, while a Spot peer is known to be down: it is started once it has stopped.
+    recover_fast_poll: float = 2.0
+    # How long the job's code gets to end after SIGTERM when its peer is down (it cannot train).
+    peer_down_grace: float = 5.0
+    # After SIGTERM, how long a child (the job's code, an install) gets before SIGKILL: within a
+    # preempted VM's 30 s, after the node has recorded why it stops.
+    stop_grace: float = 10.0
+    # Between looks at the peers' status objects while waiting for the cluster.
+    peer_wait_poll: float = 2.0
+    # After the job's code exits non-zero, how long the node looks for the peer whose loss may
+    # have caused it: TensorFlow can notice a lost peer before that peer's agent has said so.
+    peer_settle: float = 20.0
+    # Between two start calls for one preempted peer: the first wait, and the most it doubles to.
+    start_backoff_first: float = 30.0
+    start_backoff_last: float = 600.0
+
+    @property
+    def start_backoff(self) -> tuple[float, float]:
+        return self.start_backoff_first, self.start_backoff_last
+
+    def scaled(self, factor: float) -> Timings:
+        return replace(self, **{each.name: getattr(self, each.name) * factor for each in fields(self)})
+
+
+def parse_time_scale(text: str | None) -> float:
+    """The factor in ``TRAINSTACK_AGENT_TIME_SCALE``; 1 when unset. A value that is not a
+    factor from 0.05 to 1 raises: a longer wait than Compute Engine's is never what was meant,
+    and zero would spin."""
+    if text is None or text == "":
+        return 1.0
+    if _SCALE.fullmatch(text) is None or float(text) < MIN_TIME_SCALE:
+        raise TimeScaleError(f"{TIME_SCALE_VARIABLE} must be a factor from {MIN_TIME_SCALE} to 1, such as 0.25")
+    return float(text)
