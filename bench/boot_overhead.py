@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPOSITORY))
 from trainstack.local import THREADS_PER_NODE, LocalRun, TrainerOverrides  # noqa: E402
 from trainstack.resolved import resolve_stack  # noqa: E402
 from trainstack.stackfile import STACKS_DIR, load_stack  # noqa: E402
+from trainstack_agent.timings import TIME_SCALE_VARIABLE  # noqa: E402
 from trainstack_contract import LAYOUT  # noqa: E402
 
 PROBE_TRAINER = REPOSITORY / "tests" / "fixtures" / "probe_trainer" / "trainer"
@@ -93,6 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    # Measured with the agent's waits as on Compute Engine, whatever the caller's shell says.
+    os.environ.pop(TIME_SCALE_VARIABLE, None)
     scripted, direct, stop = [], [], []
     with tempfile.TemporaryDirectory() as scratch:
         for attempt in range(args.repeat):

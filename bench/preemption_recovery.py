@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -42,6 +43,7 @@ from trainer.config import SAVE_EVERY_STEPS  # noqa: E402
 from trainer.training import largest_divisor_at_most  # noqa: E402
 from trainstack.local import LocalRun, TrainerOverrides  # noqa: E402
 from trainstack.stackfile import STACKS_DIR, load_stack  # noqa: E402
+from trainstack_agent.timings import TIME_SCALE_VARIABLE  # noqa: E402
 from trainstack_contract import LAYOUT  # noqa: E402
 
 PREEMPTED = "worker-0"
@@ -88,6 +90,8 @@ def main() -> int:
     parser.add_argument("--mid-epoch-seconds", type=float, default=0.5, help="how long after an epoch's end to preempt")
     parser.add_argument("--workdir", type=Path, help="keep the run here (default: a temporary directory)")
     options = parser.parse_args()
+    # Measured with the agent's waits as on Compute Engine, whatever the caller's shell says.
+    os.environ.pop(TIME_SCALE_VARIABLE, None)
     overrides = {
         "--epochs": str(options.epochs),
         "--steps-per-epoch": str(options.steps_per_epoch),

@@ -78,6 +78,7 @@ def test_sigterm_leaves_the_job_resumable_and_applies_no_on_finish(
     assert len(resumed.self_stops) == 1
 
 
+@pytest.mark.slow
 def test_after_the_chief_is_killed_the_other_nodes_end_after_the_heartbeat_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,6 +150,7 @@ def test_an_agent_archive_that_does_not_match_its_digest_never_runs(tmp_path: Pa
     assert [line.split()[1:] for line in result.self_stops] == [["stop", "boot-script"]]
 
 
+@pytest.mark.slow
 def test_an_optional_key_the_metadata_server_cannot_serve_fails_closed(tmp_path: Path) -> None:
     """Defect: a 503 on an optional key read as "absent": a job ran without its secret, and a
     worker started its trainer with no TF_CONFIG. Now the read is retried, then the node
@@ -187,6 +189,7 @@ def test_an_agent_time_scale_that_is_not_a_factor_stops_the_node_before_anything
     assert not any("starting the job" in line for line in result.logs["chief"])
 
 
+@pytest.mark.slow
 def test_no_access_token_appears_on_any_command_line_during_a_local_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -365,6 +365,7 @@ def test_local_explains_that_an_image_needs_a_running_docker_engine(
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_the_example_package_trains_on_a_chief_and_a_worker_with_multi_worker_mirrored(tmp_path: Path) -> None:
     """The README's example, as a user runs it: `trainstack local --stack ownpackage`."""
     workdir = tmp_path / "work"
@@ -386,6 +387,7 @@ def test_the_example_package_trains_on_a_chief_and_a_worker_with_multi_worker_mi
 TEAM_PROJECT = PROJECT_ROOT / "examples" / "team_project"
 
 
+@pytest.mark.slow
 def test_a_teams_project_with_requirements_trains_on_a_chief_and_a_worker(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -36,6 +36,7 @@ def processes_of(workdir: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupted_local_run_stops_every_node_and_leaves_the_job_resumable(
     tmp_path: Path, signum: signal.Signals

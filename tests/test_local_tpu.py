@@ -48,6 +48,7 @@ def test_local_refuses_to_preempt_a_tpu_vm(tmp_path: Path, capsys: pytest.Captur
     assert code == 2 and "is a TPU VM" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_shipped_tpu_stacks_job_runs_to_succeeded_through_the_tpu_vms_boot_script(tmp_path: Path) -> None:
     cfg, _ = load_stack(STACKS_DIR / "Pulumi.tpu.yaml")
     # The stack's job with a smaller model: ResNet-50 takes minutes to build on this CPU

@@ -156,6 +156,7 @@ def test_status_reads_the_job_a_real_boot_script_wrote_to_the_emulator(
         assert record["argv"][record["argv"].index("--job-dir") + 1] == JOB_DIR
 
 
+@pytest.mark.slow
 def test_status_reports_a_failed_job_with_the_chiefs_exit_code(
     tmp_path: Path, emulator_bucket: storage.Bucket, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -121,32 +121,3 @@ def test_parameter_server_with_chief_worker_and_ps(job_dir: Path) -> None:
     assert_trained(metrics, "parameter_server", replicas=1)
     assert metrics["workers"] == 1 and metrics["parameter_servers"] == 1
     assert (job_dir / "model" / "saved_model.pb").exists()
-
-
-@pytest.mark.slow
-def test_resnet50_builds_trains_and_exports(job_dir: Path) -> None:
-    """A smoke run: Keras' ResNet50 with no downloaded weights goes through the same path."""
-    result = run_trainer(
-        [
-            "--job-dir",
-            str(job_dir),
-            "--data",
-            "synthetic",
-            "--model",
-            "resnet50",
-            "--image-size",
-            "32",
-            "--epochs",
-            "1",
-            "--steps-per-epoch",
-            "2",
-            "--batch-size-per-replica",
-            "4",
-            "--eval-steps",
-            "1",
-        ]
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    metrics = read_metrics(job_dir)
-    assert metrics["model"] == "resnet50" and metrics["epochs_run"] == 1
-    assert (job_dir / "model" / "saved_model.pb").exists()

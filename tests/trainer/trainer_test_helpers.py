@@ -27,6 +27,9 @@ FAST_ARGS = [
     "16",
     "--learning-rate",
     "0.002",
+    # Two held-out batches: enough to check evaluation runs; test_trainer_data checks its figures.
+    "--eval-steps",
+    "2",
 ]
 
 
