@@ -216,6 +216,15 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "unknown key",
     ),
     ("unknown_machine_type", {f"{C}.chief.machine_type": "n1-standard-7"}, f"{C}.chief.machine_type", "did you mean"),
+    (
+        "parameter_servers_on_a_machine_with_built_in_gpus",
+        {
+            f"{C}.strategy": "parameter_server",
+            f"{C}.parameter_servers": {"count": 1, "machine_type": "a2-highgpu-1g"},
+        },
+        f"{C}.parameter_servers.machine_type",
+        "a2-highgpu-1g carries GPUs that parameter servers do not use",
+    ),
     ("chief_missing", {f"{C}.chief": DELETE}, f"{C}.chief", "required key is missing"),
     ("missing_project", {"gcp:project": DELETE}, "gcp:project", "project id is required"),
     ("missing_zone", {"trainstack:zone": DELETE}, "trainstack:zone", "required key is missing"),
@@ -290,6 +299,12 @@ INVALID_TPU: list[tuple[str, dict[str, Any], str, str]] = [
         {"trainstack:tpu.runtime_version": "tpu-vm-tf-9.9"},
         "trainstack:tpu.runtime_version",
         "TensorFlow runtimes for v2",
+    ),
+    (
+        "tpu_runtime_for_another_generation",
+        {"trainstack:tpu.runtime_version": "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6"},
+        "trainstack:tpu.runtime_version",
+        "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6 does not support TPU v2; TensorFlow runtimes for v2:",
     ),
     (
         "multi_host_slice",

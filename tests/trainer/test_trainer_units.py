@@ -34,8 +34,13 @@ def test_each_node_gets_its_own_task_in_one_cluster() -> None:
 
 
 def test_parameter_servers_need_a_chief() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^parameter-server training needs a chief \(the coordinator\)$"):
         LocalCluster(workers=2, ps=1, chief=False)
+
+
+def test_a_cluster_needs_a_worker_or_a_chief() -> None:
+    with pytest.raises(ValueError, match=r"^a cluster needs at least one worker or a chief$"):
+        LocalCluster(workers=0, ps=0, chief=False)
 
 
 def test_layout_follows_job_dir_and_vertex_overrides() -> None:
@@ -187,6 +192,7 @@ def test_a_lost_peer_exits_75_with_one_line_and_no_traceback(
         assert "before training began" in error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("overwrite", "ends"), [(False, True), (True, False)])
 def test_a_parameter_server_node_started_after_the_job_finished_ends_at_once(
     overwrite: bool, ends: bool, tmp_path: Path
