@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
+import zipapp
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -37,10 +41,86 @@ def test_plan_text_shows_machines_accelerators_and_cost(capsys: pytest.CaptureFi
     assert "total" in out
 
 
-def test_plan_out_writes_the_rendered_scripts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--stack", "multiworker", "--out", str(tmp_path)]) == 0
+def serve_metadata(attributes: dict[str, str]) -> tuple[ThreadingHTTPServer, str]:
+    """A metadata server answering instance attributes, 404 for the rest, as Compute Engine's does."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            prefix = "/computeMetadata/v1/instance/attributes/"
+            name = self.path[len(prefix) :] if self.path.startswith(prefix) else ""
+            if self.headers.get("Metadata-Flavor") != "Google" or name not in attributes:
+                self.send_error(404)
+                return
+            body = attributes[name].encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/computeMetadata/v1"
+
+
+def stand_in_agent(directory: Path) -> tuple[Path, str]:
+    """An agent archive at the path shape nodes accept, that only reports it ran."""
+    source = directory / "agent-source"
+    source.mkdir()
+    (source / "__main__.py").write_text("print('stand-in agent ran')\n")
+    archive = directory / "trainstack" / "agent" / "trainstack-agent-0123456789abcdef.pyz"
+    archive.parent.mkdir(parents=True)
+    zipapp.create_archive(source, archive)
+    return archive, hashlib.sha256(archive.read_bytes()).hexdigest()
+
+
+def test_plan_out_writes_each_boot_script_the_plan_sets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainstack.plan import text_digest
+
+    for stack, names in [("multiworker", ["cluster-node.sh"]), ("tpu", ["tpu-vm.sh"])]:
+        out = tmp_path / stack
+        assert main(["plan", "--stack", stack, "--out", str(out), "--json"]) == 0
+        scripts = json.loads(capsys.readouterr().out)["scripts"]
+        assert sorted(p.name for p in out.iterdir()) == names
+        # The files are the scripts the plan hashes, byte for byte.
+        assert {name: text_digest((out / name).read_text()) for name in names} == {
+            name: scripts[name] for name in names
+        }
+
+
+@pytest.mark.parametrize("digest_matches", [True, False])
+def test_the_script_plan_out_writes_runs_only_a_verified_agent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], digest_matches: bool
+) -> None:
+    """The written cluster-node.sh, run as a VM runs it: it fetches the agent its metadata
+    names, runs it when its sha256 matches, and otherwise stops the machine without running it."""
+    assert main(["plan", "--stack", "multiworker", "--out", str(tmp_path / "out")]) == 0
     capsys.readouterr()
-    assert (tmp_path / "cluster-node.sh").read_text().startswith("#!/bin/bash")
+    archive, digest = stand_in_agent(tmp_path)
+    served = {"trainstack-agent": str(archive), "trainstack-agent-sha256": digest if digest_matches else "0" * 64}
+    server, root = serve_metadata(served)
+    stops = tmp_path / "self-stops.log"
+    env = {
+        "PATH": os.environ["PATH"],
+        "TRAINSTACK_METADATA_ROOT": root,
+        "TRAINSTACK_STATE_DIR": str(tmp_path / "state"),
+        "TRAINSTACK_SELF_STOP_LOG": str(stops),
+    }
+    try:
+        result = subprocess.run(
+            ["bash", str(tmp_path / "out" / "cluster-node.sh")], env=env, capture_output=True, text=True, timeout=60
+        )
+    finally:
+        server.shutdown()
+    if digest_matches:
+        assert (result.returncode, result.stdout) == (0, "stand-in agent ran\n"), result.stderr
+        assert not stops.exists()
+    else:
+        assert result.returncode == 1 and "stand-in agent ran" not in result.stdout
+        assert "does not match its sha256 in metadata" in result.stderr
+        assert stops.read_text().endswith(" stop boot-script\n")
 
 
 def test_validate_runs_as_a_module_with_no_credentials(tmp_path: Path) -> None:
