@@ -31,6 +31,7 @@ from trainstack_contract import (
     LAYOUT,
     NO_JOB,
     PACKAGE_JOB,
+    STACK_LABEL,
     STEPS_PER_EPOCH,
     SYNTHETIC_DATA,
     ClusterStrategy,
@@ -58,8 +59,6 @@ LABEL_KEY_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")
 # Labels the program sets itself on every resource; a stack may not set or override them.
 RESERVED_LABEL_PREFIX = "trainstack-"
-# The label naming the stack on every resource: what the billing budget filters on.
-STACK_LABEL = "trainstack-stack"
 # Compute Engine allows 64 labels per resource; the program adds at most two of its own.
 MAX_USER_LABELS = 62
 PROJECT_ID_PATTERN = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")

@@ -356,6 +356,10 @@ class MetadataKeys:
 
 METADATA_KEYS: Final = MetadataKeys()
 
+# The label naming the stack on every resource the program creates: what the billing budget
+# filters on and what the policy pack's cost-labels rule requires by default.
+STACK_LABEL: Final = "trainstack-stack"
+
 # What kind of machine a node is: a Compute Engine VM of a training cluster, or a TPU VM.
 NodeKind = Literal["cluster", "tpu"]
 CLUSTER_NODE_KIND: Final = "cluster"

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from trainstack_policies.contract import MAX_RUN_SECONDS_KEY, STACK_LABEL
 from trainstack_policies.resources import (
     ACCOUNT,
     BUCKET,
@@ -54,7 +55,7 @@ ACCOUNT_ESCALATION_ROLES = frozenset(
         "roles/resourcemanager.projectIamAdmin",
     }
 )
-DEFAULT_REQUIRED_LABELS = ("trainstack-stack",)
+DEFAULT_REQUIRED_LABELS = (STACK_LABEL,)
 DEFAULT_MAX_NOTEBOOK_IDLE_HOURS = 4
 
 
@@ -227,8 +228,8 @@ def run_time_bound(args: Any, report: Report) -> None:
             report("no scheduling.maxRunDuration: nothing stops it if its job never ends", None)
     elif args.resource_type == TPU_VM:
         # The TPU API has no run-time cap; trainstack's boot script enforces this one.
-        if not _positive_whole(metadata(TPU_VM, props).get("trainstack-max-run-seconds")):
-            report("no metadata trainstack-max-run-seconds: nothing stops it if its job never ends", None)
+        if not _positive_whole(metadata(TPU_VM, props).get(MAX_RUN_SECONDS_KEY)):
+            report(f"no metadata {MAX_RUN_SECONDS_KEY}: nothing stops it if its job never ends", None)
     elif args.resource_type == NOTEBOOK:
         if not _positive_whole(metadata(NOTEBOOK, props).get("idle-timeout-seconds")):
             report("no gceSetup.metadata idle-timeout-seconds: it bills until someone stops it", None)

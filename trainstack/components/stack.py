@@ -26,9 +26,9 @@ from trainstack.components.services import (
 )
 from trainstack.components.storage import TrainingBucket, TrainingBucketArgs
 from trainstack.components.tpu_vm import TpuVm, TpuVmArgs
-from trainstack.config import STACK_LABEL
 from trainstack.resolved import TRAINING_ACCOUNT_SUFFIX, ResolvedStack
 from trainstack.scripts import BootFiles
+from trainstack_contract import STACK_LABEL
 
 
 def ssh_command(vm_name: str, zone: str, project: str, tpu: bool = False) -> str:

@@ -1,0 +1,23 @@
+"""The keys the policies check, from trainstack's contract rather than copies of its strings.
+
+The pack ships inside the trainstack checkout and runs in its own environment (its protobuf
+pin cannot share the project's). ``trainstack_contract`` is standard-library Python, so the
+pack reads it from the checkout it lives in.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+if not (CHECKOUT / "trainstack_contract" / "__init__.py").is_file():
+    raise ImportError(f"trainstack_policies: no trainstack_contract in {CHECKOUT}; run the pack from its checkout")
+if str(CHECKOUT) not in sys.path:
+    sys.path.append(str(CHECKOUT))
+
+from trainstack_contract import METADATA_KEYS, STACK_LABEL  # noqa: E402
+
+MAX_RUN_SECONDS_KEY = METADATA_KEYS.max_run_seconds
+
+__all__ = ["MAX_RUN_SECONDS_KEY", "STACK_LABEL"]
