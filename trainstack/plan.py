@@ -23,6 +23,7 @@ import pulumi
 
 from trainstack.costreport import CostReport, cost_report
 from trainstack.errors import ProgramExit
+from trainstack.program import runs_observed
 from trainstack.pulumi_internals import (
     SECRET_SIGNATURE,
     SECRET_SIGNATURE_KEY,
@@ -53,6 +54,8 @@ class Plan:
     # notes and `plan --out` scripts come from, with no second parse.
     resolved: ResolvedStack
     boot: BootFiles
+    # The cost report `trainstack cost` prints, worked out once per plan.
+    cost: CostReport
     outputs: dict[str, Any] = field(default_factory=dict)
     # What the program chose for the user where the stack file is silent.
     notes: list[str] = field(default_factory=list)
@@ -152,11 +155,6 @@ class Plan:
         """Each resource as type, name and inputs, boot scripts by digest: what `plan --json`
         lists and what `check` hands the policy pack."""
         return [{"type": r.type, "name": r.name, "inputs": _scripts_as_hashes(r.inputs)} for r in self.resources]
-
-    @property
-    def cost(self) -> CostReport:
-        """The cost report `trainstack cost` prints, from the stack the program resolved."""
-        return cost_report(self.resolved)
 
 
 # Objects under this prefix are what nodes run (trainstack_contract.BucketLayout).
@@ -319,7 +317,7 @@ def run_plan(stack: str, raw_config: Mapping[str, Any], secret_keys: frozenset[s
 
     The program parses, validates, resolves and prices the stack as `pulumi up` would; the
     plan takes the resources it registers, its outputs, and the resolved stack and boot
-    files it built (the program's own globals). ``secret_keys`` are the config keys the
+    files it built (handed over by :func:`trainstack.program.runs_observed`). ``secret_keys`` are the config keys the
     engine would mark secret (`pulumi config set --secret`), their values given decrypted.
     Invalid config ends the program as it ends `pulumi up`: its problems on stderr, then
     :class:`ProgramExit`."""
@@ -327,10 +325,9 @@ def run_plan(stack: str, raw_config: Mapping[str, Any], secret_keys: frozenset[s
     mocks = PlanMocks(project if isinstance(project, str) else "")
     pulumi.runtime.set_mocks(mocks, project="trainstack", stack=stack, preview=True)
     set_program_config(engine_config(raw_config), secret_keys)
-    globals_after: dict[str, Any] = {}
 
     def program() -> None:
-        globals_after.update(runpy.run_path(str(PROGRAM), run_name="__pulumi__"))
+        runpy.run_path(str(PROGRAM), run_name="__pulumi__")
 
     # A plan allocates many small, long-lived objects (every Output of every resource);
     # the cyclic collector rescanned them all again and again, which made a 512-worker
@@ -338,21 +335,23 @@ def run_plan(stack: str, raw_config: Mapping[str, Any], secret_keys: frozenset[s
     collecting = gc.isenabled()
     gc.disable()
     try:
-        run_until_settled(program)
+        with runs_observed() as runs:
+            run_until_settled(program)
     except SystemExit as exit_:
         raise ProgramExit(exit_.code if isinstance(exit_.code, int) else 1) from None
     finally:
         if collecting:
             gc.enable()
-    resolved, boot = globals_after["stack"], globals_after["boot"]
-    assert isinstance(resolved, ResolvedStack) and isinstance(boot, BootFiles)
+    [run] = runs
+    resolved = run.stack
     # Registration order depends on the event loop; a sorted plan reads and diffs the same every run.
     resources = sorted(mocks.resources, key=lambda r: (r.type, r.name))
     return Plan(
         stack=stack,
         resources=resources,
         resolved=resolved,
-        boot=boot,
+        boot=run.boot,
+        cost=cost_report(resolved),
         outputs=_resolved_outputs(),
         notes=plan_notes(resolved),
     )

@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
 import pulumi
 
 from trainstack.components.stack import TrainingStack, TrainingStackArgs
+from trainstack.errors import StackConfigError
 from trainstack.prepare import prepare
 from trainstack.pulumi_internals import program_config, program_secret_keys
 from trainstack.resolved import ResolvedStack
 from trainstack.rules import parse_and_check
 from trainstack.scripts import BootFiles
+
+
+@dataclass(frozen=True)
+class ProgramRun:
+    """What one run of the program built from: the resolved stack and its rendered boot files."""
+
+    stack: ResolvedStack
+    boot: BootFiles
+    training: TrainingStack
+
+
+# Who is told of each run: `plan` listens while it runs the program under mocks.
+_listeners: list[Callable[[ProgramRun], None]] = []
+
+
+@contextmanager
+def runs_observed() -> Iterator[list[ProgramRun]]:
+    """Collects every :class:`ProgramRun` that :func:`main` completes inside the block."""
+    runs: list[ProgramRun] = []
+    _listeners.append(runs.append)
+    try:
+        yield runs
+    finally:
+        _listeners.remove(runs.append)
 
 
 def stack_from_pulumi() -> tuple[ResolvedStack, BootFiles]:
@@ -27,3 +57,17 @@ def build(stack: ResolvedStack, boot: BootFiles) -> TrainingStack:
     pulumi.export("hourly_usd", training.hourly_usd)
     pulumi.export("costs", training.costs)
     return training
+
+
+def main() -> ProgramRun:
+    """`pulumi up`'s entry: invalid config ends the program before any resource is registered,
+    one line per problem and no traceback."""
+    try:
+        stack, boot = stack_from_pulumi()
+    except StackConfigError as error:
+        print(error.report(), file=sys.stderr)
+        sys.exit(1)
+    run = ProgramRun(stack, boot, build(stack, boot))
+    for listener in list(_listeners):
+        listener(run)
+    return run
