@@ -8,12 +8,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import zipapp
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from http_stand_in import scripted_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,30 +38,6 @@ def test_plan_text_shows_machines_accelerators_and_cost(capsys: pytest.CaptureFi
     assert "guestAccelerators=1 x nvidia-tesla-t4" in out
     assert "onHostMaintenance=TERMINATE" in out
     assert "total" in out
-
-
-def serve_metadata(attributes: dict[str, str]) -> tuple[ThreadingHTTPServer, str]:
-    """A metadata server answering instance attributes, 404 for the rest, as Compute Engine's does."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            prefix = "/computeMetadata/v1/instance/attributes/"
-            name = self.path[len(prefix) :] if self.path.startswith(prefix) else ""
-            if self.headers.get("Metadata-Flavor") != "Google" or name not in attributes:
-                self.send_error(404)
-                return
-            body = attributes[name].encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/computeMetadata/v1"
 
 
 def stand_in_agent(directory: Path) -> tuple[Path, str]:
@@ -99,21 +74,23 @@ def test_the_script_plan_out_writes_runs_only_a_verified_agent(
     assert main(["plan", "--stack", "multiworker", "--out", str(tmp_path / "out")]) == 0
     capsys.readouterr()
     archive, digest = stand_in_agent(tmp_path)
-    served = {"trainstack-agent": str(archive), "trainstack-agent-sha256": digest if digest_matches else "0" * 64}
-    server, root = serve_metadata(served)
+    attributes = "/computeMetadata/v1/instance/attributes"
     stops = tmp_path / "self-stops.log"
-    env = {
-        "PATH": os.environ["PATH"],
-        "TRAINSTACK_METADATA_ROOT": root,
-        "TRAINSTACK_STATE_DIR": str(tmp_path / "state"),
-        "TRAINSTACK_SELF_STOP_LOG": str(stops),
-    }
-    try:
+    with scripted_server() as metadata:
+        metadata.answer(f"{attributes}/trainstack-agent", (200, str(archive).encode()))
+        metadata.answer(
+            f"{attributes}/trainstack-agent-sha256", (200, (digest if digest_matches else "0" * 64).encode())
+        )
+        env = {
+            "PATH": os.environ["PATH"],
+            "TRAINSTACK_METADATA_ROOT": f"{metadata.root}/computeMetadata/v1",
+            "TRAINSTACK_STATE_DIR": str(tmp_path / "state"),
+            "TRAINSTACK_SELF_STOP_LOG": str(stops),
+        }
         result = subprocess.run(
             ["bash", str(tmp_path / "out" / "cluster-node.sh")], env=env, capture_output=True, text=True, timeout=60
         )
-    finally:
-        server.shutdown()
+    assert metadata.requests and all(r["headers"].get("Metadata-Flavor") == "Google" for r in metadata.requests)
     if digest_matches:
         assert (result.returncode, result.stdout) == (0, "stand-in agent ran\n"), result.stderr
         assert not stops.exists()

@@ -4,12 +4,10 @@ how often, and that the token travels in a header and nowhere else."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
+from http_stand_in import Scripted, scripted_server
 
 from trainstack_agent.cloud import CloudError, Http, NotFound, Request, Retry, TooLarge, Unavailable
 from trainstack_agent.metadata import Metadata
@@ -19,53 +17,10 @@ from trainstack_agent.storage import Storage
 TOKEN = "ya29.secret-token-value"
 
 
-class Scripted(ThreadingHTTPServer):
-    """Answers each path with the next (status, body) of its script, the last one for ever;
-    records every request's method, path and headers."""
-
-    def __init__(self) -> None:
-        self.scripts: dict[str, list[tuple[int, bytes]]] = {}
-        self.requests: list[dict[str, Any]] = []
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def answer(self, path: str, *answers: tuple[int, bytes]) -> None:
-        self.scripts[path] = list(answers)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Scripted
-
-    def _serve(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.server.requests.append(
-            {"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body}
-        )
-        path = self.path.split("?")[0]
-        script = self.server.scripts.get(path, [(404, b"")])
-        status, data = script.pop(0) if len(script) > 1 else script[0]
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_DELETE = _serve  # noqa: N815 (http.server's naming)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-
 @pytest.fixture
 def server() -> Iterator[Scripted]:
-    scripted = Scripted()
-    thread = threading.Thread(target=scripted.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield scripted
-    scripted.shutdown()
-    scripted.server_close()
+    with scripted_server() as scripted:
+        yield scripted
 
 
 def http(attempts: int = 4) -> tuple[Http, list[float]]:
