@@ -19,6 +19,7 @@ from trainstack import browse, check, costreport, importer, logs, machines, stac
 from trainstack.build import BUILDERS, docker_tag, run_build
 from trainstack.cliargs import add_stack_arguments, load_config, read_stack
 from trainstack.errors import ProgramExit, StackConfigError
+from trainstack_agent.timings import MIN_TIME_SCALE, TIME_SCALE_VARIABLE
 from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
 
 # The parser is built for every command, so this module and those it imports at the top load
@@ -234,7 +235,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     )
     from trainstack.local_pip import FetchError
     from trainstack.resolved import resolve_stack
-    from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, parse_time_scale
+    from trainstack_agent.timings import TimeScaleError, parse_time_scale
 
     cfg = load_config(args)
     if cfg.settings.cluster is None and cfg.settings.tpu is None:
@@ -379,8 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the stack's cluster or TPU VM on this machine with its own boot scripts (CPU only)",
         epilog=(
             "The node agent waits as it would on Compute Engine (its polls, the settle window after a failed "
-            "step, the back-off between start calls). TRAINSTACK_AGENT_TIME_SCALE=0.25 in the environment "
-            "shortens every one of those waits to a quarter for a quicker rehearsal (0.05 to 1)."
+            f"step, the back-off between start calls). {TIME_SCALE_VARIABLE}=0.25 in the environment "
+            f"shortens every one of those waits to a quarter for a quicker rehearsal ({MIN_TIME_SCALE} to 1)."
         ),
     )
     add_stack_arguments(local)
