@@ -1,5 +1,5 @@
 """Pulumi entry point: `pulumi up` runs this with the selected stack's config."""
 
-from trainstack.program import main
+from trainstack.cloud.program import main
 
 main()

@@ -29,9 +29,9 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
-from trainstack.local import THREADS_PER_NODE, LocalRun, TrainerOverrides  # noqa: E402
-from trainstack.resolved import resolve_stack  # noqa: E402
-from trainstack.stackfile import STACKS_DIR, load_stack  # noqa: E402
+from trainstack.localrun.run import THREADS_PER_NODE, LocalRun, TrainerOverrides  # noqa: E402
+from trainstack.stackmodel.resolved import resolve_stack  # noqa: E402
+from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack  # noqa: E402
 from trainstack_agent.timings import TIME_SCALE_VARIABLE  # noqa: E402
 from trainstack_contract import LAYOUT  # noqa: E402
 

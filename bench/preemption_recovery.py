@@ -41,8 +41,8 @@ sys.path.insert(0, str(REPOSITORY))
 from trainer.checkpointing import backup_save_frequency  # noqa: E402
 from trainer.config import SAVE_EVERY_STEPS  # noqa: E402
 from trainer.training import largest_divisor_at_most  # noqa: E402
-from trainstack.local import LocalRun, TrainerOverrides  # noqa: E402
-from trainstack.stackfile import STACKS_DIR, load_stack  # noqa: E402
+from trainstack.localrun.run import LocalRun, TrainerOverrides  # noqa: E402
+from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack  # noqa: E402
 from trainstack_agent.timings import TIME_SCALE_VARIABLE  # noqa: E402
 from trainstack_contract import LAYOUT  # noqa: E402
 

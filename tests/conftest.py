@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stack_helpers import SHIPPED_STACKS, plan_for
-from trainstack.plan import Plan
+from trainstack.cloud.planning import Plan
 from trainstack_agent.timings import TIME_SCALE_VARIABLE
 
 # The node agent's waits are sized for Compute Engine (a 20 s settle window after a failed

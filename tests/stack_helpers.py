@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from trainstack.plan import Plan, run_plan
-from trainstack.stackfile import STACKS_DIR, read_stack_config_map, stack_name_from_path
+from trainstack.cloud.planning import Plan, run_plan
+from trainstack.stackmodel.stackfile import STACKS_DIR, read_stack_config_map, stack_name_from_path
 
 SHIPPED_STACKS = sorted(stack_name_from_path(p) for p in STACKS_DIR.glob("Pulumi.*.yaml"))
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from stack_helpers import base_config, plan_of, write_stack
-from trainstack.cli import main
+from trainstack.commands.main import main
 
 MEMBERS = ["user:ana@example.com", "group:ml-team@example.com"]
 PROJECT_BINDING = "gcp:projects/iAMMember:IAMMember"

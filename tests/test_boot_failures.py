@@ -25,11 +25,11 @@ import pytest
 
 from test_boot_scripts import PROBE_TRAINER, stack
 from test_scripts import shellcheck
-from trainstack import scripts
-from trainstack.config import Settings, StackConfig, Tpu
-from trainstack.jobcode import PROJECT_ROOT
-from trainstack.local import LOCAL_TOKEN, LocalRun, TrainerOverrides
-from trainstack.resolved import resolve_stack
+from trainstack.base.project import PROJECT_ROOT
+from trainstack.cloud import bootscripts
+from trainstack.localrun.run import LOCAL_TOKEN, LocalRun, TrainerOverrides
+from trainstack.stackmodel.resolved import resolve_stack
+from trainstack.stackmodel.schema import Settings, StackConfig, Tpu
 from trainstack_agent.cloud import Http, Retry
 from trainstack_agent.endpoints import Endpoints
 from trainstack_agent.metadata import Metadata
@@ -325,12 +325,12 @@ def test_a_delete_the_api_refuses_still_stops_the_machine(tmp_path: Path) -> Non
 
 def test_the_tpu_run_time_cap_ends_the_agent_records_failed_and_stops(tmp_path: Path) -> None:
     """Defect: the TPU VM had no run-time cap at all (the TPU API has none)."""
-    from trainstack.local import MetadataServer
+    from trainstack.localrun.run import MetadataServer
 
     stack_ = resolve_stack(stack("tpu"))
     assert stack_.tpu is not None
     bucket = tmp_path / "bucket"
-    metadata = {**scripts.tpu_metadata(stack_, stack_.tpu), METADATA_KEYS.max_run_seconds: "2"}
+    metadata = {**bootscripts.tpu_metadata(stack_, stack_.tpu), METADATA_KEYS.max_run_seconds: "2"}
     metadata[METADATA_KEYS.bucket] = str(bucket)
     metadata[METADATA_KEYS.job_dir] = LAYOUT.job_dir(str(bucket), stack_.job.name)  # type: ignore[union-attr]
     server = MetadataServer({"tpu": metadata}, {}, stack_.zone)
@@ -372,7 +372,7 @@ def test_the_tpu_run_time_cap_ends_the_agent_records_failed_and_stops(tmp_path: 
 def test_the_tpu_vms_cap_comes_from_the_stack() -> None:
     cfg = stack("tpu")
     assert cfg.settings.tpu is not None
-    boot = scripts.boot_files(resolve_stack(cfg))
+    boot = bootscripts.boot_files(resolve_stack(cfg))
     assert boot.tpu_metadata[METADATA_KEYS.max_run_seconds] == str(round(cfg.settings.tpu.max_run_hours * 3600))
 
 
@@ -451,7 +451,7 @@ def test_hostile_values_render_as_data_in_every_template(
     post-startup script: command execution as root."""
     marker = tmp_path / "executed"
     cfg = hostile_config(pattern.format(m=marker))
-    rendered = scripts.boot_files(resolve_stack(cfg)).by_filename()
+    rendered = bootscripts.boot_files(resolve_stack(cfg)).by_filename()
     assert set(rendered) == {"cluster-node.sh", "tpu-vm.sh", "workbench-post-startup.sh"}
     stubs = tmp_path / "stubs"
     stubs.mkdir()

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainstack import scripts
-from trainstack.local import LocalRun, LocalRunResult, TrainerOverrides
-from trainstack.stackfile import STACKS_DIR, load_stack
+from trainstack.cloud import bootscripts
+from trainstack.localrun.run import LocalRun, LocalRunResult, TrainerOverrides
+from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 from trainstack_contract import LAYOUT
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
@@ -134,9 +134,9 @@ def stack_with_wheelhouse(tmp_path: Path):  # type: ignore[no-untyped-def]
     return load_stack(path)[0]
 
 
-def probe_kind(requirement: str) -> scripts.NodeKind:
-    return scripts.NodeKind(
-        requirements=(requirement,), system_site_packages=False, stop_command=scripts.ShellCode("true")
+def probe_kind(requirement: str) -> bootscripts.NodeKind:
+    return bootscripts.NodeKind(
+        requirements=(requirement,), system_site_packages=False, stop_command=bootscripts.ShellCode("true")
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.cli import main
+from trainstack.commands.main import main
 
 CATALOG = Path(__file__).resolve().parent.parent / "trainstack" / "catalog"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from stack_helpers import SHIPPED_STACKS, plan_for
-from trainstack.cli import main
+from trainstack.commands.main import main
 
 WRITE_ROLES = {
     "roles/storage.objectUser",

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from trainstack import build
-from trainstack.build import CLOUD_BUILD, DOCKER, build_commands, content_tag, context_files, docker_tag
-from trainstack.cli import main
-from trainstack.resolved import ResolvedStack, resolve_stack
-from trainstack.stackfile import load_stack
+from trainstack.commands import build
+from trainstack.commands.build import CLOUD_BUILD, DOCKER, build_commands, content_tag, context_files, docker_tag
+from trainstack.commands.main import main
+from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
+from trainstack.stackmodel.stackfile import load_stack
 
 REPO = Path(__file__).resolve().parent.parent
 MULTIWORKER = REPO / "stacks" / "Pulumi.multiworker.yaml"

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from stack_helpers import SHIPPED_STACKS, base_config, plan_for, plan_of, write_stack
-from trainstack import check
-from trainstack.cli import main
+from trainstack.commands import check
+from trainstack.commands.main import main
 
 VM, TPU, NB = "gcp:compute/instance:Instance", "gcp:tpu/v2Vm:V2Vm", "gcp:workbench/instance:Instance"
 BUCKET, FW = "gcp:storage/bucket:Bucket", "gcp:compute/firewall:Firewall"

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stack_helpers import BASE_CONFIG, write_stack
-from trainstack.cli import main
+from trainstack.commands.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ def stand_in_agent(directory: Path) -> tuple[Path, str]:
 
 
 def test_plan_out_writes_each_boot_script_the_plan_sets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from trainstack.plan import text_digest
+    from trainstack.cloud.planning import text_digest
 
     for stack, names in [("multiworker", ["cluster-node.sh"]), ("tpu", ["tpu-vm.sh"])]:
         out = tmp_path / stack

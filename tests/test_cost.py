@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from stack_helpers import base_config, plan_of, write_stack
-from trainstack.cli import main
+from trainstack.commands.main import main
 
 
 def cost_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:

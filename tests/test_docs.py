@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 import yaml
 
-import trainstack.local
-import trainstack.stackfile
-from trainstack.cli import build_parser, main
+import trainstack.localrun.run
+import trainstack.stackmodel.stackfile
+from trainstack.commands.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -264,8 +264,8 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         shutil.copy(stack_file, stacks / stack_file.name)
     for name in READ_ONLY_INPUTS:
         (tmp_path / name).symlink_to(ROOT / name)
-    monkeypatch.setattr(trainstack.stackfile, "STACKS_DIR", stacks)
-    monkeypatch.setattr(trainstack.local, "run_local", _local_would_start)
+    monkeypatch.setattr(trainstack.stackmodel.stackfile, "STACKS_DIR", stacks)
+    monkeypatch.setattr(trainstack.localrun.run, "run_local", _local_would_start)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -20,9 +20,9 @@ import yaml
 from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJobSpec, WorkerPoolSpec
 
 from trainstack.catalog import vertex_training_containers
-from trainstack.cli import main
-from trainstack.resolved import resolve_stack
-from trainstack.stackfile import load_stack, stack_file_path
+from trainstack.commands.main import main
+from trainstack.stackmodel.resolved import resolve_stack
+from trainstack.stackmodel.stackfile import load_stack, stack_file_path
 
 
 def export(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -165,7 +165,7 @@ def test_the_replicas_command_installs_the_package_then_runs_its_module_with_eve
 
 
 def test_a_prebuilt_container_is_used_only_while_it_is_available() -> None:
-    from trainstack.vertex_export import code_spec
+    from trainstack.interop.vertex import code_spec
 
     resolved = stack("ownpackage")
     [gpu] = [c for c in vertex_training_containers() if c.accelerator == "gpu"]
@@ -249,8 +249,8 @@ def test_an_all_spot_cluster_runs_on_spot_and_a_mixed_one_says_why_not(
 def test_the_source_distribution_is_built_without_running_the_teams_code(tmp_path: Path) -> None:
     """Defect: a team package named `setuptools` was imported by the build in place of
     setuptools (the build ran from the staging directory), so exporting ran the team's code."""
-    from trainstack.jobcode import CodePackage
-    from trainstack.sdist import build_sdist
+    from trainstack.jobcode.package import CodePackage
+    from trainstack.jobcode.sdist import build_sdist
 
     marker = tmp_path / "ran"
     source = tmp_path / "team" / "setuptools"
@@ -274,7 +274,7 @@ def test_the_source_distribution_is_built_without_running_the_teams_code(tmp_pat
 
 def test_a_stack_with_secrets_says_they_are_not_in_the_vertex_job(capsys: pytest.CaptureFixture[str]) -> None:
     """Defect: export vertex dropped trainstack:secrets without a word."""
-    from trainstack.vertex_export import custom_job_spec
+    from trainstack.interop.vertex import custom_job_spec
 
     resolved = stack("multiworker")
     assert resolved.job is not None
@@ -288,8 +288,8 @@ def test_a_stack_with_secrets_says_they_are_not_in_the_vertex_job(capsys: pytest
 
 def test_a_directory_layouts_source_distribution_holds_every_package_it_ships(tmp_path: Path) -> None:
     """A directory holding the module's package and a sibling the module imports: both install."""
-    from trainstack.jobcode import load_package
-    from trainstack.sdist import build_sdist
+    from trainstack.jobcode.package import load_package
+    from trainstack.jobcode.sdist import build_sdist
 
     for name in ("trainer", "helpers"):
         (tmp_path / "code" / name).mkdir(parents=True)
@@ -306,7 +306,7 @@ def test_a_directory_layouts_source_distribution_holds_every_package_it_ships(tm
 def test_a_project_is_built_by_its_own_backend_not_by_trainstack(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainstack.jobcode import PROJECT_ROOT
+    from trainstack.base.project import PROJECT_ROOT
 
     config = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.ownpackage.yaml").read_text())
     config["config"]["trainstack:job"].update(package="examples/team_project", module="keras_team.task")

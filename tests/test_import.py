@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainstack.cli import main
-from trainstack.stackfile import load_stack
+from trainstack.commands.main import main
+from trainstack.stackmodel.stackfile import load_stack
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from trainstack.catalog import legacy_machine_types, load_catalog, scale_tiers
-from trainstack.cli import main
-from trainstack.stackfile import load_stack
+from trainstack.commands.main import main
+from trainstack.stackmodel.stackfile import load_stack
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainstack.cli import main
-from trainstack.stackfile import load_stack
+from trainstack.commands.main import main
+from trainstack.stackmodel.stackfile import load_stack
 
 
 def init(tmp_path: Path, *options: str, stack: str = "team") -> tuple[int, Path]:

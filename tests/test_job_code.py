@@ -16,10 +16,11 @@ import yaml
 
 from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, plan_of, write_stack
-from trainstack.cli import main
-from trainstack.jobcode import MAX_WALKED_ENTRIES, PROJECT_ROOT, load_package
-from trainstack.local import LocalRun, TrainerOverrides
-from trainstack.stackfile import load_stack
+from trainstack.base.project import PROJECT_ROOT
+from trainstack.commands.main import main
+from trainstack.jobcode.package import MAX_WALKED_ENTRIES, load_package
+from trainstack.localrun.run import LocalRun, TrainerOverrides
+from trainstack.stackmodel.stackfile import load_stack
 from trainstack_contract import LAYOUT
 
 EXAMPLE = PROJECT_ROOT / "examples" / "tabular_mlp"

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from stack_helpers import base_config, plan_of, write_stack
-from trainstack.cli import main
-from trainstack.local import LocalRun, TrainerOverrides
-from trainstack.stackfile import load_stack
+from trainstack.commands.main import main
+from trainstack.localrun.run import LocalRun, TrainerOverrides
+from trainstack.stackmodel.stackfile import load_stack
 
 JOB_DIR = "gs://acme-ml-models/vision/run1"
 INSTANCE = "gcp:compute/instance:Instance"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.cli import main
-from trainstack.local import TPU_STAND_IN_WORK, LocalRun, TrainerOverrides, tpu_stand_in
-from trainstack.stackfile import STACKS_DIR, load_stack
+from trainstack.commands.main import main
+from trainstack.localrun.run import TPU_STAND_IN_WORK, LocalRun, TrainerOverrides, tpu_stand_in
+from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 from trainstack_contract import FLAGS, LAYOUT, MIRRORED, TPU_NODE
 
 TPU_ARGS = ["--model", "resnet50", "--epochs", "10", "--strategy", "tpu", "--tpu", "local", "--image-size", "224"]

@@ -9,16 +9,16 @@ import pytest
 
 from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, write_stack
-from trainstack.cli import main
-from trainstack.local import LocalRun, TrainerOverrides, node_log, run_heading
-from trainstack.logs import (
+from trainstack.commands.logs import (
     GCLOUD_FORMAT,
     SCRIPT_IDENTIFIER,
     TRAINER_IDENTIFIER,
     LogSource,
     log_query,
 )
-from trainstack.stackfile import load_stack
+from trainstack.commands.main import main
+from trainstack.localrun.run import LocalRun, TrainerOverrides, node_log, run_heading
+from trainstack.stackmodel.stackfile import load_stack
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
 IDENTIFIERS = 'jsonPayload.SYSLOG_IDENTIFIER=("trainstack-trainer" OR "trainstack")'

@@ -28,9 +28,9 @@ from google.cloud import compute_v1
 
 from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, write_stack
-from trainstack import machines
-from trainstack.cli import main
-from trainstack.stackfile import STACKS_DIR
+from trainstack.commands import machines
+from trainstack.commands.main import main
+from trainstack.stackmodel.stackfile import STACKS_DIR
 
 PROJECT = "your-gcp-project"
 ZONE = "us-central1-a"

@@ -13,9 +13,9 @@ import pytest
 
 from stack_helpers import plan_for
 from test_scripts import shellcheck
-from trainstack import scripts
-from trainstack.resolved import resolve_stack
-from trainstack.stackfile import load_stack, stack_file_path
+from trainstack.cloud import bootscripts
+from trainstack.stackmodel.resolved import resolve_stack
+from trainstack.stackmodel.stackfile import load_stack, stack_file_path
 
 WORKBENCH = "gcp:workbench/instance:Instance"
 
@@ -27,7 +27,7 @@ def post_startup_script(tmp_path: Path, gpus: bool) -> Path:
         notebook = cfg.settings.notebook.model_copy(update={"accelerator": None})
         cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"notebook": notebook})})
     path = tmp_path / "post-startup.sh"
-    path.write_text(scripts.render(scripts.WORKBENCH, resolve_stack(cfg)))
+    path.write_text(bootscripts.render(bootscripts.WORKBENCH, resolve_stack(cfg)))
     assert shellcheck(path).returncode == 0
     return path
 

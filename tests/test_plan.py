@@ -13,9 +13,9 @@ import pulumi_gcp as gcp
 import pytest
 
 from stack_helpers import SHIPPED_STACKS, base_config, plan_for, plan_of, write_stack
-from trainstack.cli import main
-from trainstack.plan import Plan, PlannedResource
-from trainstack.stackfile import STACKS_DIR, read_stack_config_map
+from trainstack.cloud.planning import Plan, PlannedResource
+from trainstack.commands.main import main
+from trainstack.stackmodel.stackfile import STACKS_DIR, read_stack_config_map
 
 INSTANCE = "gcp:compute/instance:Instance"
 TPU_VM = "gcp:tpu/v2Vm:V2Vm"
@@ -574,9 +574,9 @@ def test_the_bucket_is_protected_unless_the_stack_lets_destroy_delete_it() -> No
     new empty one; protect makes that fail instead."""
     import pulumi
 
-    from trainstack.components.storage import TrainingBucket, TrainingBucketArgs
-    from trainstack.config import Storage
-    from trainstack.plan import PlanMocks
+    from trainstack.cloud.components.bucket import TrainingBucket, TrainingBucketArgs
+    from trainstack.cloud.planning import PlanMocks
+    from trainstack.stackmodel.schema import Storage
 
     pulumi.runtime.set_mocks(PlanMocks("test-project-123"), preview=True)
     kept = TrainingBucket(
@@ -596,9 +596,9 @@ def test_the_renamed_role_component_keeps_aliases_to_its_former_type() -> None:
     for 7 days. A former parent the caller gives (moved_here) is kept, also under the old type."""
     import pulumi
 
-    from trainstack.components import moved_here, with_former_type
-    from trainstack.components.identity import FORMER_ROLE_TYPE
-    from trainstack.plan import PlanMocks
+    from trainstack.cloud.components import moved_here, with_former_type
+    from trainstack.cloud.components.identity import FORMER_ROLE_TYPE
+    from trainstack.cloud.planning import PlanMocks
 
     assert FORMER_ROLE_TYPE == "trainstack:index:ReleaseRole"
     pulumi.runtime.set_mocks(PlanMocks("test-project-123"), preview=True)
@@ -634,8 +634,8 @@ def test_children_moved_under_a_component_keep_an_alias_to_their_old_parent() ->
     their own: without the alias an update would delete and recreate them."""
     import pulumi
 
-    from trainstack.components import moved_here
-    from trainstack.plan import PlanMocks
+    from trainstack.cloud.components import moved_here
+    from trainstack.cloud.planning import PlanMocks
 
     pulumi.runtime.set_mocks(PlanMocks("test-project-123"), preview=True)
     stack = pulumi.ComponentResource("trainstack:index:TrainingStack", "s")

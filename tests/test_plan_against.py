@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stack_helpers import base_config, write_stack
-from trainstack.cli import main
+from trainstack.commands.main import main
 
 
 def plan_json(path: Path, capsys: pytest.CaptureFixture[str]) -> Path:

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from trainstack.local import LocalRun, LocalRunResult, TrainerOverrides
-from trainstack.stackfile import STACKS_DIR, load_stack
+from trainstack.localrun.run import LocalRun, LocalRunResult, TrainerOverrides
+from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ import jinja2
 import pytest
 
 from stack_helpers import SHIPPED_STACKS
-from trainstack import scripts
-from trainstack.resolved import resolve_stack
-from trainstack.stackfile import STACKS_DIR, load_stack
+from trainstack.cloud import bootscripts
+from trainstack.stackmodel.resolved import resolve_stack
+from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 
 
 def shellcheck(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
@@ -28,7 +28,7 @@ def shellcheck(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_rendered_scripts_pass_shellcheck(stack: str, tmp_path: Path) -> None:
     cfg, _ = load_stack(STACKS_DIR / f"Pulumi.{stack}.yaml")
-    rendered = scripts.boot_files(resolve_stack(cfg)).by_filename()
+    rendered = bootscripts.boot_files(resolve_stack(cfg)).by_filename()
     assert rendered
     for filename, text in rendered.items():
         path = tmp_path / filename
@@ -47,7 +47,9 @@ def test_shellcheck_catches_a_bad_script(tmp_path: Path) -> None:
 def render_text(tmp_path: Path, template: str) -> str:
     """``template`` rendered by the project's own renderer, with the dev stack's values."""
     (tmp_path / "t.sh.j2").write_text(template)
-    return scripts.render("t.sh.j2", resolve_stack(load_stack(STACKS_DIR / "Pulumi.dev.yaml")[0]), templates=tmp_path)
+    return bootscripts.render(
+        "t.sh.j2", resolve_stack(load_stack(STACKS_DIR / "Pulumi.dev.yaml")[0]), templates=tmp_path
+    )
 
 
 def test_a_template_naming_a_value_the_program_does_not_pass_fails_to_render(tmp_path: Path) -> None:
@@ -76,11 +78,13 @@ def test_a_node_whose_script_and_metadata_exceed_512_kb_is_refused() -> None:
     import dataclasses
 
     stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.dev.yaml")[0])
-    boot = scripts.boot_files(stack)
-    assert scripts.metadata_problems(stack, boot) == []
+    boot = bootscripts.boot_files(stack)
+    assert bootscripts.metadata_problems(stack, boot) == []
     assert boot.cluster_script is not None
-    padded = dataclasses.replace(boot, cluster_script=boot.cluster_script + "#" * scripts.MAX_INSTANCE_METADATA_BYTES)
-    [problem] = scripts.metadata_problems(stack, padded)
+    padded = dataclasses.replace(
+        boot, cluster_script=boot.cluster_script + "#" * bootscripts.MAX_INSTANCE_METADATA_BYTES
+    )
+    [problem] = bootscripts.metadata_problems(stack, padded)
     assert problem.key == "trainstack:job.args" and "Compute Engine allows" in problem.message
 
 
@@ -88,8 +92,10 @@ def test_only_the_chief_is_told_which_spot_peers_to_start_again() -> None:
     stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.paramserver.yaml")[0])
     cluster = stack.cluster
     assert cluster is not None
-    metadata = {node.name: scripts.node_metadata(cluster, node, stack.bucket_uri, stack.job) for node in cluster.nodes}
-    keys = scripts.METADATA_KEYS
+    metadata = {
+        node.name: bootscripts.node_metadata(cluster, node, stack.bucket_uri, stack.job) for node in cluster.nodes
+    }
+    keys = bootscripts.METADATA_KEYS
     # Both workers are Spot; the parameter server and the chief are not.
     assert metadata["chief"][keys.recover] == "worker-0=paramserver-worker-0 worker-1=paramserver-worker-1"
     assert all(keys.recover not in metadata[name] for name in ("worker-0", "worker-1", "ps-0"))

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-import trainstack.plan as plan_module
+import trainstack.cloud.planning as plan_module
 from stack_helpers import base_config, plan_of, write_stack
-from trainstack.cli import main
-from trainstack.plan import Plan, run_plan
-from trainstack.pulumi_internals import SECRET_SIGNATURE, SECRET_SIGNATURE_KEY
-from trainstack.rules import parse_and_check
+from trainstack.cloud.planning import Plan, run_plan
+from trainstack.cloud.pulumi_internals import SECRET_SIGNATURE, SECRET_SIGNATURE_KEY
+from trainstack.commands.main import main
+from trainstack.stackmodel.feasibility import parse_and_check
 
 CANARY = "canary-7f3e9d1c-token"
 SECRET_KEY = "trainstack:secrets"

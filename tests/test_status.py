@@ -17,11 +17,11 @@ from gcp_storage_emulator.server import create_server
 from google.cloud import storage
 
 from stack_helpers import base_config, write_stack
-from trainstack import status
-from trainstack.cli import main
-from trainstack.local import LocalRun, TrainerOverrides
-from trainstack.resolved import resolve_stack
-from trainstack.stackfile import load_stack
+from trainstack.commands import status
+from trainstack.commands.main import main
+from trainstack.localrun.run import LocalRun, TrainerOverrides
+from trainstack.stackmodel.resolved import resolve_stack
+from trainstack.stackmodel.stackfile import load_stack
 from trainstack_contract import LAYOUT, STATES
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"

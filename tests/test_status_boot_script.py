@@ -2,7 +2,7 @@
 wrote there.
 
 A two-node probe job runs through `trainstack local` (LocalRun) with its bucket named
-``gs://BUCKET`` (:class:`trainstack.local.GcsBucket`): the rendered boot script then reaches it
+``gs://BUCKET`` (:class:`trainstack.localrun.run.GcsBucket`): the rendered boot script then reaches it
 through `gcloud storage`, here a stand-in (fixtures/gcloud_storage_shim.py) that implements only
 the calls the scripts make, against the emulator, through the real client library. Nothing is
 copied up afterwards: what `status` reads is what the nodes wrote.
@@ -25,11 +25,11 @@ from google.cloud import storage
 import test_status
 from recording_commands import recorded_calls
 from test_status import BUCKET, PREFIX, PROBE_TRAINER, stack_file
-from trainstack import artifacts
-from trainstack.jobcode import PROJECT_ROOT
-from trainstack.local import GcsBucket, LocalRun, LocalRunResult, TrainerOverrides
-from trainstack.resolved import resolve_stack
-from trainstack.stackfile import load_stack
+from trainstack.base.project import PROJECT_ROOT
+from trainstack.jobcode import artifacts
+from trainstack.localrun.run import GcsBucket, LocalRun, LocalRunResult, TrainerOverrides
+from trainstack.stackmodel.resolved import resolve_stack
+from trainstack.stackmodel.stackfile import load_stack
 from trainstack_contract import LAYOUT
 
 SHIM = Path(__file__).resolve().parent / "fixtures" / "gcloud_storage_shim.py"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.supervisor import Supervisor, wait_for
+from trainstack.localrun.supervisor import Supervisor, wait_for
 
 # A bound for a stuck test; a passing one never comes near it.
 DEADLINE_SECONDS = 60.0

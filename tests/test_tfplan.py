@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from stack_helpers import SHIPPED_STACKS, base_config, plan_for, plan_of, write_stack
-from trainstack import cli, tfplan
-from trainstack.plan import SECRET_MASK, PlannedResource, text_digest
-from trainstack.pulumi_internals import SECRET_SIGNATURE, SECRET_SIGNATURE_KEY
-from trainstack.tfplan import ConversionError, terraform_name, terraform_plan, terraform_type
+from trainstack.cloud.planning import SECRET_MASK, PlannedResource, text_digest
+from trainstack.cloud.pulumi_internals import SECRET_SIGNATURE, SECRET_SIGNATURE_KEY
+from trainstack.commands import main as cli_main
+from trainstack.interop import tfplan
+from trainstack.interop.tfplan import ConversionError, terraform_name, terraform_plan, terraform_type
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
@@ -289,8 +290,8 @@ def test_unknown_type_is_one_clear_error() -> None:
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
     """`python -m trainstack export tfplan ...` in this process, with the target registered
-    whether or not cli.py registers it yet."""
-    build = cli.build_parser
+    whether or not the command line registers it yet."""
+    build = cli_main.build_parser
 
     def parser_with_tfplan() -> argparse.ArgumentParser:
         parser = build()
@@ -301,8 +302,8 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
             tfplan.register(targets)
         return parser
 
-    monkeypatch.setattr(cli, "build_parser", parser_with_tfplan)
-    return cli.main(list(argv))
+    monkeypatch.setattr(cli_main, "build_parser", parser_with_tfplan)
+    return cli_main.main(list(argv))
 
 
 def test_cli_prints_the_plan_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from stack_helpers import SHIPPED_STACKS, base_config, write_stack
-from trainstack.cli import main
-from trainstack.stackfile import STACKS_DIR
+from trainstack.commands.main import main
+from trainstack.stackmodel.stackfile import STACKS_DIR
 
 DELETE = object()
 
@@ -420,7 +420,7 @@ def test_base_stack_of_these_tests_is_valid(tmp_path: Path, capsys: pytest.Captu
 def test_max_restarts_defaults_to_ten_and_takes_0_to_100(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: Any, expected: int
 ) -> None:
-    from trainstack.stackfile import load_stack
+    from trainstack.stackmodel.stackfile import load_stack
 
     path = write_stack(tmp_path, mutated({f"{C}.max_restarts": value}))
     assert run_validate(path, capsys)[0] == 0
@@ -445,8 +445,8 @@ def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Defect: a default the user did not write (on_finish: stop) made a Spot TPU stack invalid."""
-    from trainstack.prepare import prepare
-    from trainstack.stackfile import load_stack
+    from trainstack.cloud.prepare import prepare
+    from trainstack.stackmodel.stackfile import load_stack
     from trainstack_contract import METADATA_KEYS
 
     path = write_stack(tmp_path, mutated({"trainstack:tpu.spot": True}, TPU_STACK))
@@ -458,7 +458,7 @@ def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(
 def test_stack_names_that_share_their_first_24_characters_get_different_resource_names() -> None:
     """Defect: two stacks whose names shared their first 24 characters got the same VM,
     service-account and bucket names, and both validated."""
-    from trainstack.config import RESOURCE_NAME_PATTERN, default_resource_name
+    from trainstack.stackmodel.schema import RESOURCE_NAME_PATTERN, default_resource_name
 
     names = {
         stack: default_resource_name(stack)

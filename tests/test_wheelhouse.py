@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stack_helpers import base_config, plan_of, write_stack
-from trainstack.cli import main
+from trainstack.commands.main import main
 from trainstack_contract import LAYOUT
 
 INSTANCE = "gcp:compute/instance:Instance"

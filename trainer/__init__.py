@@ -12,7 +12,7 @@ The package is split by concern so each part can be tested on its own:
 * ``task``          - the thin entry point, ``python -m trainer.task``
 
 The whole package ships to every node. The loopback cluster launcher for tests and local
-runs is a development tool and lives outside it: ``python -m trainstack.trainer_cluster``.
+runs is a development tool and lives outside it: ``python -m trainstack.localrun.bare_trainers``.
 
 Nothing here imports TensorFlow at package import time, so ``--help`` stays fast.
 """

@@ -1,3 +1,3 @@
-from trainstack.cli import run_and_exit
+from trainstack.commands.main import run_and_exit
 
 run_and_exit()

@@ -1,6 +1,6 @@
 """Instance metadata read once into typed settings; every value matched whole.
 
-The Pulumi program writes these values (``trainstack.scripts.node_metadata``), but a node
+The Pulumi program writes these values (``trainstack.cloud.bootscripts.node_metadata``), but a node
 treats them as input: each is matched against a full pattern and a bound before any of it
 reaches a path, a process or an API call. A value that does not match ends the boot
 (:class:`SettingsError` names the key): a node that cannot tell what to do must stop billing,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_fakes import BUCKET, MemoryStorage, settings
-from trainstack.jobcode import zip_bytes
+from trainstack.jobcode.package import zip_bytes
 from trainstack_agent.environment import Environment, Prepared
 from trainstack_agent.job import job_command
 from trainstack_agent.settings import Artifact

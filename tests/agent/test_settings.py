@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from trainstack import scripts
-from trainstack.resolved import ResolvedStack, resolve_stack
-from trainstack.stackfile import STACKS_DIR, load_stack
+from trainstack.cloud import bootscripts
+from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
+from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 from trainstack_agent.cloud import Unavailable
 from trainstack_agent.settings import SettingsError, read_settings
 from trainstack_contract import METADATA_KEYS
@@ -41,7 +41,7 @@ def cluster_metadata(name: str = "multiworker", node: str = "chief") -> DictMeta
     stack = resolved(name)
     assert stack.cluster is not None
     [cluster_node] = [n for n in stack.cluster.nodes if n.name == node]
-    instance = scripts.node_metadata(stack.cluster, cluster_node, stack.bucket_uri, stack.job)
+    instance = bootscripts.node_metadata(stack.cluster, cluster_node, stack.bucket_uri, stack.job)
     project = (
         {stack.cluster.tf_cluster_metadata_key: json.dumps(stack.cluster.tf_cluster)}
         if stack.cluster.tf_cluster
@@ -71,7 +71,7 @@ def test_every_shipped_cluster_nodes_metadata_reads_back_as_the_program_meant(na
 def test_the_tpu_vms_metadata_reads_back() -> None:
     stack = resolved("tpu")
     assert stack.tpu is not None
-    settings = read_settings(DictMetadata(scripts.tpu_metadata(stack, stack.tpu)))  # type: ignore[arg-type]
+    settings = read_settings(DictMetadata(bootscripts.tpu_metadata(stack, stack.tpu)))  # type: ignore[arg-type]
     assert (settings.kind, settings.node, settings.tpu_name) == ("tpu", "tpu", stack.tpu.vm_name)
     assert settings.max_run_seconds == stack.tpu.max_run_seconds
     assert settings.python.system_site_packages and settings.python.requirements[0].startswith("tf-keras==")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from trainer_test_helpers import REPOSITORY_ROOT, png_bytes, read_metrics, run_trainer, trainer_env
 
-from trainstack.trainer_cluster import run_local_cluster
+from trainstack.localrun.bare_trainers import run_local_cluster
 
 DIGIT_CLASSES = 10
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, trainer_env
 
-from trainstack.trainer_cluster import LocalCluster, run_local_cluster
+from trainstack.localrun.bare_trainers import LocalCluster, run_local_cluster
 
 EPOCHS = 5
 # The default backup interval (200 steps) is longer than an epoch: only the backup at every

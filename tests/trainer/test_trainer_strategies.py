@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from trainer_test_helpers import FAST_ARGS, read_metrics, run_trainer, trainer_env
 
-from trainstack.trainer_cluster import run_local_cluster
+from trainstack.localrun.bare_trainers import run_local_cluster
 
 EPOCH_ARGS = ["--epochs", "3", "--steps-per-epoch", "12", "--save-every-steps", "6"]
 

@@ -12,8 +12,8 @@ from trainer.checkpointing import backup_save_frequency
 from trainer.config import parse_args
 from trainer.jobdir import JobLayout
 from trainer.training import largest_divisor_at_most
-from trainstack.supervisor import free_loopback_ports
-from trainstack.trainer_cluster import LocalCluster, cluster_nodes, tf_configs
+from trainstack.localrun.bare_trainers import LocalCluster, cluster_nodes, tf_configs
+from trainstack.localrun.supervisor import free_loopback_ports
 
 
 def test_ports_are_distinct_loopback_ports() -> None:
@@ -117,7 +117,7 @@ def test_launcher_cli_prefixes_logs_and_returns_the_chiefs_status(tmp_path: Path
         [
             sys.executable,
             "-m",
-            "trainstack.trainer_cluster",
+            "trainstack.localrun.bare_trainers",
             "--workers",
             "2",
             "--timeout",

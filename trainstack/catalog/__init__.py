@@ -2,7 +2,7 @@
 
 The figures (machine shapes, GPU limits, zones, prices, TPU runtimes, images) live in data,
 each row with its source and date; this module only loads them into typed records.
-The rules that use them are in :mod:`trainstack.rules`.
+The rules that use them are in :mod:`trainstack.stackmodel.feasibility`.
 """
 
 from __future__ import annotations

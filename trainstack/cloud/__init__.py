@@ -1,0 +1,1 @@
+"""The Pulumi program: components, boot scripts rendered from templates/, and the offline plan."""

@@ -1,0 +1,407 @@
+"""Boot scripts rendered from the Jinja2 templates in ``templates/``, and the metadata nodes read.
+
+A boot script only fetches the node agent, checks its sha256 and runs it; everything a node
+does and every value it needs (role, index, job, code and its digests, on_finish, peers)
+travels in instance metadata under :data:`METADATA_KEYS`, built by :func:`node_metadata` and
+:func:`tpu_metadata` for both the Pulumi program and ``trainstack local``, so a change of job
+settings updates metadata in place.
+
+Every value a template renders is shell-quoted (``shlex.quote``) unless the program marks
+it as :class:`ShellCode` it wrote itself: a stack value can never become shell syntax.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from trainstack.base.errors import Problem, StackConfigError
+from trainstack.base.project import PROJECT_ROOT
+from trainstack.jobcode import artifacts
+from trainstack.jobcode.package import Wheelhouse
+from trainstack.stackmodel.resolved import ClusterNode, ResolvedCluster, ResolvedJob, ResolvedStack, ResolvedTpu
+from trainstack.stackmodel.schema import NAMESPACE
+from trainstack_contract import (
+    CHIEF,
+    CLUSTER_NODE_KIND,
+    LAYOUT,
+    METADATA_KEYS,
+    NO_JOB,
+    PATH_INSTALL,
+    TPU_NODE_KIND,
+    requirements_stamp,
+)
+
+TEMPLATES_DIR = PROJECT_ROOT / "templates"
+NODE_REQUIREMENTS = PROJECT_ROOT / "requirements-node.txt"
+
+
+class ShellCode(str):
+    """Shell code the program wrote itself; rendered as it is. Every other value is quoted."""
+
+
+def _shell_finalize(value: Any) -> str:
+    """Jinja's finalize hook: how each ``{{ ... }}`` lands in a script."""
+    if isinstance(value, ShellCode):
+        return str(value)
+    if isinstance(value, jinja2.Undefined):
+        # A value the program did not pass: StrictUndefined raises here, naming it.
+        return str(value)
+    if isinstance(value, bool) or value is None:
+        # A template must decide with {% if %}, never print a Python True/None into bash.
+        raise TypeError(f"{value!r} cannot be rendered into a shell script")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return shlex.quote(value)
+    raise TypeError(f"a {type(value).__name__} cannot be rendered into a shell script")
+
+
+# Heartbeats: a few chances to be seen within the timeout, at most one object write a
+# minute (Cloud Storage allows one write per second to one object), at least one every
+# second locally.
+HEARTBEATS_PER_TIMEOUT = 5
+MAX_HEARTBEAT_SECONDS = 60
+
+CLUSTER_NODE = "cluster-node.sh.j2"
+TPU_VM = "tpu-vm.sh.j2"
+WORKBENCH = "workbench-post-startup.sh.j2"
+# What the boot script accepts as the agent's location: a gs:// object or a local path, ending
+# in the agent's content-named object (a bash ERE; the value is matched whole).
+AGENT_PATTERN = (
+    r"^(gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^[:cntrl:]]+)/"
+    + LAYOUT.agent_dir
+    + r"/trainstack-agent-[0-9a-f]{16}\.pyz$"
+)
+
+
+@dataclass(frozen=True)
+class NodeKind:
+    """What differs between a Compute Engine node and a TPU VM: the Python environment the agent
+    installs for the job's code, and how a boot that cannot start the agent stops the machine."""
+
+    requirements: tuple[str, ...]
+    system_site_packages: bool
+    # Shell code run by the boot script's release().
+    stop_command: ShellCode
+
+    @property
+    def requirements_stamp(self) -> str:
+        return requirements_stamp(self.requirements)
+
+
+def _pinned_requirements() -> tuple[str, ...]:
+    lines = NODE_REQUIREMENTS.read_text(encoding="utf-8").splitlines()
+    return tuple(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+def cluster_node_kind() -> NodeKind:
+    return NodeKind(
+        requirements=_pinned_requirements(),
+        system_site_packages=False,
+        # A guest shutdown leaves a Compute Engine VM TERMINATED: no vCPU or GPU billing,
+        # and it needs no permission at all.
+        stop_command=ShellCode("shutdown -h now"),
+    )
+
+
+def tpu_node_kind(tpu: ResolvedTpu, zone: str) -> NodeKind:
+    stop = f"gcloud compute tpus tpu-vm stop {shlex.quote(tpu.vm_name)} --zone {shlex.quote(zone)} --async --quiet"
+    return NodeKind(
+        # The TPU runtime brings TensorFlow built for the TPU; only the matching Keras 2
+        # line is added (Keras 3 cannot train the trainer's multi-worker paths).
+        requirements=(f"tf-keras=={tpu.tensorflow_minor}.*",),
+        system_site_packages=True,
+        # A TPU VM keeps its TPU (and bills) through a guest shutdown: stop it by API.
+        # --async: the call returns once accepted, so only tpu.nodes.stop is needed.
+        stop_command=ShellCode(stop),
+    )
+
+
+def _environment(templates: Path = TEMPLATES_DIR) -> jinja2.Environment:
+    # StrictUndefined: a template naming a value the program does not pass fails at render
+    # time, in tests, instead of producing a script with an empty string in it.
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        finalize=_shell_finalize,
+    )
+
+
+def heartbeat_seconds(peer_timeout_seconds: int) -> int:
+    return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
+
+
+def agent_metadata(bucket: str, kind: NodeKind, wheelhouse: Wheelhouse | None) -> dict[str, str]:
+    """Where the node agent is and its digest, and the Python environment it installs (from
+    the stack's wheelhouse, by its manifest's digest, when it declares one)."""
+    agent = artifacts.agent_archive()
+    metadata = {
+        METADATA_KEYS.agent: agent.uri(bucket),
+        METADATA_KEYS.agent_sha256: agent.sha256,
+        METADATA_KEYS.python_requirements: "\n".join(kind.requirements),
+        METADATA_KEYS.system_site_packages: "true" if kind.system_site_packages else "false",
+    }
+    if wheelhouse is not None:
+        manifest = artifacts.wheelhouse_manifest(wheelhouse)
+        metadata[METADATA_KEYS.wheelhouse] = manifest.object_name
+        metadata[METADATA_KEYS.wheelhouse_sha256] = manifest.sha256
+    return metadata
+
+
+def job_metadata(job: ResolvedJob | None, args: tuple[str, ...]) -> dict[str, str]:
+    """What a node runs: the job's mode and code (with the sha256 the agent checks), its
+    directory and arguments."""
+    if job is None:
+        return {METADATA_KEYS.job_mode: NO_JOB}
+    metadata = {
+        METADATA_KEYS.job_mode: job.mode,
+        # jobs/<name> in the stack's bucket, or job.job_dir (`trainstack local` gives its stand-in).
+        METADATA_KEYS.job_dir: job.job_dir,
+        METADATA_KEYS.trainer_args: json.dumps(list(args)),
+    }
+    if job.package is not None:
+        metadata[METADATA_KEYS.code_archive] = job.package.object_name
+        metadata[METADATA_KEYS.code_archive_sha256] = job.package.sha256
+        metadata[METADATA_KEYS.module] = job.package.module
+        if job.package.install != PATH_INSTALL:
+            metadata[METADATA_KEYS.code_install] = job.package.install
+    if job.requirements is not None:
+        metadata[METADATA_KEYS.requirements] = job.requirements.object_name
+        metadata[METADATA_KEYS.requirements_sha256] = job.requirements.sha256
+    if job.image is not None:
+        metadata[METADATA_KEYS.image] = job.image.uri
+    if job.secrets:
+        metadata[METADATA_KEYS.secrets] = " ".join(f"{env}={secret}" for env, secret in job.secrets)
+    return metadata
+
+
+def node_metadata(
+    cluster: ResolvedCluster,
+    node: ClusterNode,
+    bucket: str,
+    job: ResolvedJob | None,
+    args: tuple[str, ...] | None = None,
+    gpu_count: int | None = None,
+    kind: NodeKind | None = None,
+    wheelhouse: Wheelhouse | None = None,
+) -> dict[str, str]:
+    """Instance metadata a cluster node's agent reads; ``bucket`` is a gs:// URI or, locally, a
+    path; ``gpu_count`` overrides the node's GPUs (a local run has none)."""
+    settings = cluster.settings
+    gpus = node.accelerator.count if node.accelerator is not None else 0
+    metadata = {
+        METADATA_KEYS.node_kind: CLUSTER_NODE_KIND,
+        METADATA_KEYS.role: node.role,
+        METADATA_KEYS.index: str(node.index),
+        METADATA_KEYS.node_name: node.name,
+        METADATA_KEYS.bucket: bucket,
+        METADATA_KEYS.on_finish: settings.on_finish,
+        METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(settings.heartbeat_timeout_seconds)),
+        METADATA_KEYS.peer_timeout_seconds: str(settings.heartbeat_timeout_seconds),
+        METADATA_KEYS.gpu_count: str(gpus if gpu_count is None else gpu_count),
+        **agent_metadata(bucket, kind or cluster_node_kind(), wheelhouse),
+        **job_metadata(job, cluster.trainer_args if args is None else args),
+    }
+    if cluster.tf_cluster:
+        metadata[METADATA_KEYS.cluster_key] = cluster.tf_cluster_metadata_key
+    if len(cluster.nodes) > 1:
+        metadata[METADATA_KEYS.peers] = " ".join(peer.name for peer in cluster.nodes)
+        metadata[METADATA_KEYS.max_restarts] = str(settings.max_restarts)
+    if node.role == CHIEF and cluster.recoverable_nodes:
+        metadata[METADATA_KEYS.recover] = " ".join(f"{peer.name}={peer.vm_name}" for peer in cluster.recoverable_nodes)
+    return metadata
+
+
+def tpu_metadata(
+    stack: ResolvedStack,
+    tpu: ResolvedTpu,
+    bucket: str | None = None,
+    args: tuple[str, ...] | None = None,
+    kind: NodeKind | None = None,
+    job: ResolvedJob | None = None,
+) -> dict[str, str]:
+    """The TPU VM's metadata; ``trainstack local`` gives its own bucket, arguments, kind and
+    job (the stack's otherwise)."""
+    bucket = bucket or stack.bucket_uri
+    return {
+        METADATA_KEYS.node_kind: TPU_NODE_KIND,
+        METADATA_KEYS.tpu_name: tpu.vm_name,
+        METADATA_KEYS.bucket: bucket,
+        METADATA_KEYS.on_finish: tpu.on_finish,
+        METADATA_KEYS.max_run_seconds: str(tpu.max_run_seconds),
+        **agent_metadata(bucket, kind or tpu_node_kind(tpu, stack.zone), stack.wheelhouse),
+        **job_metadata(job or stack.job, tpu.trainer_args if args is None else args),
+    }
+
+
+def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, templates: Path = TEMPLATES_DIR) -> str:
+    """One boot script; every value it names comes from here (StrictUndefined), quoted."""
+    if kind is None:
+        kind = (
+            tpu_node_kind(stack.tpu, stack.zone)
+            if template == TPU_VM and stack.tpu is not None
+            else cluster_node_kind()
+        )
+    # The package's archive is in the bucket only where machines run the job.
+    package = stack.job.package if stack.job and (stack.cluster or stack.tpu) else None
+    return (
+        _environment(templates)
+        .get_template(template)
+        .render(
+            stack=stack.config.stack,
+            keys=METADATA_KEYS,
+            layout=LAYOUT,
+            stop_command=kind.stop_command,
+            agent_pattern=AGENT_PATTERN,
+            bucket_uri=stack.bucket_uri,
+            idle_timeout_minutes=stack.notebook.idle_timeout_minutes if stack.notebook else 0,
+            code_archive=package.object_name if package else "",
+            code_sha256=package.sha256 if package else "",
+            code_module=package.module if package else "",
+            gpu_count=stack.notebook.accelerator.count if stack.notebook and stack.notebook.accelerator else 0,
+        )
+    )
+
+
+# Compute Engine metadata limits: each value at most 256 KiB, all keys and values of one
+# instance together under 512 KB
+# (https://cloud.google.com/compute/docs/reference/rest/v1/instances, Metadata.items).
+MAX_METADATA_VALUE_BYTES = 256 * 1024
+MAX_INSTANCE_METADATA_BYTES = 512 * 1000
+# What TrainingCluster and TpuVm add beside the script and node metadata (OS Login, SSH keys).
+_FIXED_METADATA_BYTES = 200
+
+
+def _metadata_bytes(metadata: dict[str, str]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in metadata.items()) + _FIXED_METADATA_BYTES
+
+
+@dataclass(frozen=True)
+class BootFiles:
+    """The scripts and metadata a stack's machines boot with, as the program sets them."""
+
+    cluster_script: str | None
+    # By node name (chief, worker-0, ...).
+    cluster_metadata: dict[str, dict[str, str]]
+    tpu_script: str | None
+    tpu_metadata: dict[str, str]
+    notebook_script: str | None
+
+    def by_filename(self) -> dict[str, str]:
+        """Every script, by file name (what `plan --out DIR` writes)."""
+        named = {
+            "cluster-node.sh": self.cluster_script,
+            "tpu-vm.sh": self.tpu_script,
+            "workbench-post-startup.sh": self.notebook_script,
+        }
+        return {filename: text for filename, text in named.items() if text is not None}
+
+
+def boot_files(stack: ResolvedStack) -> BootFiles:
+    """Render every script and metadata map once; raises when Compute Engine would refuse one."""
+    cluster_script = render(CLUSTER_NODE, stack) if stack.cluster else None
+    cluster_metadata = (
+        {
+            n.name: node_metadata(stack.cluster, n, stack.bucket_uri, stack.job, wheelhouse=stack.wheelhouse)
+            for n in stack.cluster.nodes
+        }
+        if stack.cluster
+        else {}
+    )
+    boot = BootFiles(
+        cluster_script=cluster_script,
+        cluster_metadata=cluster_metadata,
+        tpu_script=render(TPU_VM, stack) if stack.tpu else None,
+        tpu_metadata=tpu_metadata(stack, stack.tpu) if stack.tpu else {},
+        notebook_script=render(WORKBENCH, stack) if stack.notebook else None,
+    )
+    problems = metadata_problems(stack, boot) + wheelhouse_problems(stack)
+    if problems:
+        raise StackConfigError(problems)
+    return boot
+
+
+def wheelhouse_problems(stack: ResolvedStack) -> list[Problem]:
+    """A wheelhouse must hold a wheel for every requirement the machines pin (`pip install
+    --no-index` finds nothing else): each one missing, named, before anything is created.
+    Their dependencies are not resolved here; the nodes' pip says which one is missing."""
+    if stack.wheelhouse is None:
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    offered: dict[str, set[str]] = {}
+    for filename in stack.wheelhouse.wheels:
+        try:
+            name, version, _, _ = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            continue
+        offered.setdefault(str(name), set()).add(str(version))
+    kinds = ([cluster_node_kind()] if stack.cluster else []) + (
+        [tpu_node_kind(stack.tpu, stack.zone)] if stack.tpu else []
+    )
+    missing = []
+    for line in dict.fromkeys(line for kind in kinds for line in kind.requirements):
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        versions = offered.get(canonicalize_name(requirement.name), set())
+        if not any(requirement.specifier.contains(version, prereleases=True) for version in versions):
+            missing.append(line)
+    if not missing:
+        return []
+    return [
+        Problem(
+            f"{NAMESPACE}:storage.wheelhouse",
+            f"no wheel for {', '.join(missing)}, which the machines install; fill it with `pip download "
+            "--only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.12 -d DIR -r "
+            "requirements-node.txt` (the Python of the machines' image)",
+        )
+    ]
+
+
+def metadata_problems(stack: ResolvedStack, boot: BootFiles) -> list[Problem]:
+    """Metadata the program would set that Compute Engine would refuse, named by the stack key
+    that makes it too large (job.args, or the worker count for the TF_CONFIG cluster)."""
+    problems: list[Problem] = []
+    cluster = stack.cluster
+    if cluster is not None and boot.cluster_script is not None:
+        tf_cluster = json.dumps(cluster.tf_cluster, separators=(",", ":")).encode()
+        if len(tf_cluster) > MAX_METADATA_VALUE_BYTES:
+            per_node = len(tf_cluster) / len(cluster.nodes)
+            problems.append(
+                Problem(
+                    f"{NAMESPACE}:cluster.workers.count",
+                    f"the TF_CONFIG cluster of {len(cluster.nodes)} nodes is {len(tf_cluster)} bytes, more than a metadata value holds "
+                    f"({MAX_METADATA_VALUE_BYTES}); at most about {int(MAX_METADATA_VALUE_BYTES / per_node) - 1 - cluster.settings.ps_count} workers",
+                )
+            )
+        # Every node carries the same script and job metadata; only role, index and name
+        # differ, by a few bytes, so the chief's size stands for all.
+        size = _metadata_bytes({"startup-script": boot.cluster_script, **boot.cluster_metadata[cluster.chief.name]})
+        if size > MAX_INSTANCE_METADATA_BYTES:
+            problems.append(
+                Problem(
+                    f"{NAMESPACE}:job.args",
+                    f"a node's metadata would be {size} bytes; Compute Engine allows {MAX_INSTANCE_METADATA_BYTES}",
+                )
+            )
+    if boot.tpu_script is not None:
+        size = _metadata_bytes({"startup-script": boot.tpu_script, **boot.tpu_metadata})
+        if size > MAX_INSTANCE_METADATA_BYTES:
+            problems.append(
+                Problem(
+                    f"{NAMESPACE}:job.args",
+                    f"the TPU VM's metadata would be {size} bytes; at most {MAX_INSTANCE_METADATA_BYTES}",
+                )
+            )
+    return problems

@@ -1,0 +1,129 @@
+"""The stack's bucket: training data, checkpoints, the job directory and exported models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from trainstack.jobcode import artifacts
+from trainstack.jobcode.package import Wheelhouse
+from trainstack.stackmodel.resolved import ResolvedJob
+from trainstack.stackmodel.schema import Storage
+from trainstack_contract import LAYOUT
+
+
+@dataclass(frozen=True)
+class TrainingBucketArgs:
+    bucket_name: str
+    location: str
+    settings: Storage
+    labels: dict[str, str]
+    # The job whose code the machines fetch at boot (stacks with training machines).
+    job: ResolvedJob | None
+    stack_name: str
+    # Whether machines boot the node agent from this bucket (a cluster or a TPU VM).
+    runs_agent: bool = False
+    # Wheels those machines install from (storage.wheelhouse).
+    wheelhouse: Wheelhouse | None = None
+
+
+class TrainingBucket(pulumi.ComponentResource):
+    """The bucket, and what machines run from it: the node agent and the job's code, each
+    uploaded as the exact bytes whose sha256 the nodes' metadata pins."""
+
+    name: pulumi.Output[str]
+    url: pulumi.Output[str]
+    # What training machines must wait for: the code they fetch at boot.
+    ready: list[pulumi.Resource]
+
+    def __init__(self, name: str, args: TrainingBucketArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("trainstack:index:TrainingBucket", name, None, opts)
+        settings = args.settings
+        # A user's checkpoints and models must survive `pulumi destroy` unless they asked
+        # otherwise: by default the bucket is only dropped from the stack, never deleted, and
+        # even when deletion is asked for, a bucket that still holds objects is not emptied.
+        self.bucket = gcp.storage.Bucket(
+            f"{name}-bucket",
+            name=args.bucket_name,
+            location=args.location.upper(),
+            uniform_bucket_level_access=True,
+            public_access_prevention="enforced",
+            versioning=gcp.storage.BucketVersioningArgs(enabled=True),
+            lifecycle_rules=[
+                gcp.storage.BucketLifecycleRuleArgs(
+                    action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
+                    condition=gcp.storage.BucketLifecycleRuleConditionArgs(
+                        days_since_noncurrent_time=settings.noncurrent_version_days,
+                        with_state="ARCHIVED",
+                    ),
+                )
+            ],
+            force_destroy=False,
+            labels=args.labels,
+            # protect: a `pulumi up` that would delete or replace the bucket (a renamed stack, a
+            # changed name) fails instead; `pulumi destroy --exclude-protected` leaves it.
+            opts=pulumi.ResourceOptions(
+                parent=self, protect=not settings.delete_on_destroy, retain_on_delete=not settings.delete_on_destroy
+            ),
+        )
+        self.name = self.bucket.name
+        self.url = self.bucket.url
+        self.ready = []
+        child = pulumi.ResourceOptions(parent=self)
+        if args.runs_agent:
+            agent = artifacts.agent_archive()
+            self.agent = gcp.storage.BucketObject(
+                f"{args.stack_name}-agent",
+                bucket=self.bucket.name,
+                name=agent.object_name,
+                source=pulumi.FileAsset(str(agent.staged())),
+                opts=child,
+            )
+            self.ready.append(self.agent)
+        if args.runs_agent and args.wheelhouse is not None:
+            manifest = artifacts.wheelhouse_manifest(args.wheelhouse)
+            self.ready.append(
+                gcp.storage.BucketObject(
+                    f"{args.stack_name}-wheelhouse",
+                    bucket=self.bucket.name,
+                    name=manifest.object_name,
+                    source=pulumi.FileAsset(str(manifest.staged())),
+                    opts=child,
+                )
+            )
+            for filename, path in args.wheelhouse.wheels.items():
+                self.ready.append(
+                    gcp.storage.BucketObject(
+                        f"{args.stack_name}-wheel-{filename}",
+                        bucket=self.bucket.name,
+                        name=LAYOUT.wheel(filename),
+                        source=pulumi.FileAsset(str(path)),
+                        opts=child,
+                    )
+                )
+        job = args.job
+        if job is not None and job.package is not None:
+            # Named by content: a code change uploads a new object (and the nodes' metadata
+            # names it), so no node runs the code of an earlier `pulumi up`.
+            self.code = gcp.storage.BucketObject(
+                f"{args.stack_name}-code",
+                bucket=self.bucket.name,
+                name=job.package.object_name,
+                source=pulumi.FileAsset(
+                    str(artifacts.stage(job.package.object_name.rsplit("/", 1)[-1], job.package.archive))
+                ),
+                opts=child,
+            )
+            self.ready.append(self.code)
+        if job is not None and job.requirements is not None:
+            self.requirements = gcp.storage.BucketObject(
+                f"{args.stack_name}-code-requirements",
+                bucket=self.bucket.name,
+                name=job.requirements.object_name,
+                source=pulumi.FileAsset(str(job.requirements.path)),
+                opts=child,
+            )
+            self.ready.append(self.requirements)
+        self.register_outputs({"name": self.name, "url": self.url})

@@ -1,0 +1,197 @@
+"""The VMs of one training job: chief, workers and parameter servers, with or without GPUs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from trainstack.cloud.components.identity import (
+    CLOUD_PLATFORM_SCOPE,
+    INSTANCE_RECOVER_PERMISSIONS,
+    INSTANCE_RELEASE_PERMISSIONS,
+    RELEASE_DESCRIPTION,
+    NodeActionRole,
+    NodeActionRoleArgs,
+)
+from trainstack.stackmodel.resolved import ClusterNode, ResolvedCluster
+
+
+def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.InstanceSchedulingArgs:
+    """Maintenance, spot and the run-time cap for one node."""
+    # At the run-time cap the VM stops, or is deleted when the stack asks for on_finish:
+    # delete; either way it no longer bills for its CPUs and GPUs.
+    termination = "DELETE" if cluster.settings.on_finish == "delete" else "STOP"
+    seconds = cluster.max_run_seconds
+    max_run = None if seconds is None else gcp.compute.InstanceSchedulingMaxRunDurationArgs(seconds=seconds)
+    if node.spot:
+        return gcp.compute.InstanceSchedulingArgs(
+            provisioning_model="SPOT",
+            preemptible=True,
+            automatic_restart=False,
+            on_host_maintenance="TERMINATE",
+            # A preempted Spot VM stops, whatever on_finish says: it keeps its name, disk and
+            # place in TF_CONFIG and can be started again (`trainstack start`, or the next
+            # `pulumi up`), resuming from its backup. Compute Engine applies the same action at
+            # the run-time cap, so there a Spot node stops rather than is deleted (its disk
+            # bills until `pulumi destroy`). The end-of-job delete is the boot script's.
+            instance_termination_action="STOP",
+            max_run_duration=max_run,
+        )
+    return gcp.compute.InstanceSchedulingArgs(
+        provisioning_model="STANDARD",
+        automatic_restart=True,
+        # "VMs with attached GPUs can't be live migrated"
+        # (https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance): a GPU VM stops
+        # for host maintenance, and the trainer resumes from its backup when it restarts.
+        on_host_maintenance="TERMINATE" if node.accelerator is not None else "MIGRATE",
+        # The termination action is what happens at the cap; a standard VM without one has
+        # nothing for it to act on (an acknowledged, uncapped cluster).
+        instance_termination_action=termination if max_run is not None else None,
+        max_run_duration=max_run,
+    )
+
+
+@dataclass(frozen=True)
+class TrainingClusterArgs:
+    project: str
+    zone: str
+    cluster: ResolvedCluster
+    startup_script: str
+    # Instance metadata by node name (see trainstack.cloud.bootscripts.node_metadata).
+    node_metadata: dict[str, dict[str, str]]
+    service_account_email: pulumi.Input[str]
+    subnetwork: pulumi.Input[str]
+    labels: dict[str, str]
+    # The stack's resource-name prefix, for the custom roles' ids and titles.
+    stack_name: str
+
+
+class TrainingCluster(pulumi.ComponentResource):
+    """Chief, workers and parameter servers of one job; GPUs attached where the stack asks.
+
+    Owns what only the cluster needs: the TF_CONFIG cluster in project metadata; with
+    on_finish: delete, the custom role each node uses to delete itself, granted per node;
+    and, when a node other than the chief is Spot, the custom role the chief uses to start
+    such a node again after a preemption, granted on each of those nodes alone."""
+
+    instances: dict[str, gcp.compute.Instance]
+    names: list[str]
+    # VM names of the Spot nodes other than the chief: the ones the chief may start again.
+    recoverable_names: list[str]
+
+    def __init__(self, name: str, args: TrainingClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("trainstack:index:TrainingCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        cluster, labels = args.cluster, args.labels
+        # Every node needs every address: stored once as project metadata (the metadata
+        # server serves it to each VM) rather than copied into each of N VMs, which would
+        # grow as N squared. Single-machine strategies need no cluster at all.
+        depends_on: list[pulumi.Resource] = []
+        if cluster.tf_cluster:
+            self.tf_cluster = gcp.compute.ProjectMetadataItem(
+                f"{name}-tf-cluster",
+                project=args.project,
+                key=cluster.tf_cluster_metadata_key,
+                value=json.dumps(cluster.tf_cluster, separators=(",", ":")),
+                opts=child,
+            )
+            depends_on.append(self.tf_cluster)
+        release_role: pulumi.Output[str] | None = None
+        if cluster.settings.on_finish == "delete":
+            release_role = NodeActionRole(
+                f"{name}-node-release",
+                NodeActionRoleArgs(
+                    args.project,
+                    args.stack_name,
+                    "node_release",
+                    "cluster node releases itself",
+                    INSTANCE_RELEASE_PERMISSIONS,
+                    RELEASE_DESCRIPTION,
+                ),
+                opts=child,
+            ).role_name
+        # The chief watches its Spot peers and starts a preempted one again. Not itself: a
+        # preempted chief ends the job. Not an on-demand node: it restarts by itself.
+        recoverable = {node.name for node in cluster.recoverable_nodes}
+        self.recoverable_names = [node.vm_name for node in cluster.recoverable_nodes]
+        recover_role: pulumi.Output[str] | None = None
+        if recoverable:
+            recover_role = NodeActionRole(
+                f"{name}-node-recover",
+                NodeActionRoleArgs(
+                    args.project,
+                    args.stack_name,
+                    "node_recover",
+                    "cluster chief starts its preempted Spot peers",
+                    INSTANCE_RECOVER_PERMISSIONS,
+                    "trainstack: the cluster's chief starts a preempted Spot node of its job again",
+                ),
+                opts=child,
+            ).role_name
+        self.instances = {}
+        for node in cluster.nodes:
+            accelerators = []
+            if node.attach_accelerator and node.accelerator is not None:
+                accelerators.append(
+                    gcp.compute.InstanceGuestAcceleratorArgs(type=node.accelerator.type, count=node.accelerator.count)
+                )
+            instance = gcp.compute.Instance(
+                f"{name}-{node.name}",
+                project=args.project,
+                name=node.vm_name,
+                zone=args.zone,
+                machine_type=node.machine_type,
+                guest_accelerators=accelerators,
+                scheduling=scheduling_for(node, cluster),
+                boot_disk=gcp.compute.InstanceBootDiskArgs(
+                    auto_delete=True,
+                    initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
+                        image=node.image.uri, size=node.disk_gb, type=node.boot_disk_type, labels=labels
+                    ),
+                ),
+                # No access_configs: the node has no public IP; it reaches Google APIs through
+                # Private Google Access and the internet through Cloud NAT.
+                network_interfaces=[
+                    gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=args.subnetwork, nic_type=node.nic_type)
+                ],
+                service_account=gcp.compute.InstanceServiceAccountArgs(
+                    email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
+                ),
+                shielded_instance_config=gcp.compute.InstanceShieldedInstanceConfigArgs(
+                    enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True
+                ),
+                metadata={
+                    "enable-oslogin": "TRUE",
+                    "block-project-ssh-keys": "TRUE",
+                    # Updated in place on change (metadata_startup_script would replace the VM).
+                    "startup-script": args.startup_script,
+                    **args.node_metadata[node.name],
+                },
+                labels={**labels, "trainstack-role": node.role},
+                allow_stopping_for_update=True,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            )
+            self.instances[node.name] = instance
+            # Each grant is on this instance alone. The nodes share one account, so a grant
+            # is what any node holds: the release role lets a node get, stop or delete any
+            # node of this cluster; the recover role reaches only the Spot peers (never the
+            # chief, an on-demand node, or anything outside this cluster).
+            grants = {"self-delete": release_role}
+            if node.name in recoverable:
+                grants["recover"] = recover_role
+            for purpose, role in grants.items():
+                if role is not None:
+                    gcp.compute.InstanceIAMMember(
+                        f"{name}-{node.name}-{purpose}",
+                        project=args.project,
+                        zone=args.zone,
+                        instance_name=instance.name,
+                        role=role,
+                        member=pulumi.Output.concat("serviceAccount:", args.service_account_email),
+                        opts=child,
+                    )
+        self.names = [node.vm_name for node in cluster.nodes]
+        self.register_outputs({"names": self.names, "recoverable_names": self.recoverable_names})

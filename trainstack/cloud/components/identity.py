@@ -1,0 +1,262 @@
+"""Who the stack's machines act as, and the least each needs.
+
+Three service accounts, one per kind of machine, so that none can act on another's:
+the cluster nodes share the training account, the TPU VM has its own, and so does the
+Workbench notebook. Each gets log and metric writing, read access to the stack's bucket and
+write access under its jobs/ alone, read access on its registry (and on an external data
+bucket). Releasing a machine at the
+end of a job uses custom roles that hold only get/stop/delete: on each cluster instance,
+and project-wide for TPU nodes, which have no per-node IAM. Starting a preempted Spot node
+again uses one that holds only get/start, on each Spot node other than the chief. No
+primitive roles, never the default compute service account.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from trainstack.cloud.components import with_former_type
+from trainstack.jobcode.package import ImageRef
+from trainstack_contract import LAYOUT
+
+# Project-wide roles every machine needs: write logs (Cloud Logging collects the trainer's
+# journal) and metrics. Everything else is granted on the one bucket and repository.
+PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
+# Every object of the stack's bucket may be read (and listed: TensorFlow lists job
+# directories); objects may be written and deleted under jobs/ alone. What nodes run (the
+# agent, the code, requirements, wheels, the notebook's script) lives under trainstack/,
+# which only `pulumi up` writes: a node or a notebook that could rewrite it could run code
+# as root on every other node. A condition on the object name is how Cloud Storage limits
+# a role to a prefix (IAM Conditions, resource.name "projects/_/buckets/B/objects/NAME").
+BUCKET_READ_ROLE = "roles/storage.objectViewer"
+BUCKET_WRITE_ROLE = "roles/storage.objectUser"
+WRITABLE_PREFIX = f"{LAYOUT.jobs}/"
+
+
+def writable_objects_condition(bucket: str) -> str:
+    """The CEL expression that limits a grant on ``bucket`` to objects under jobs/."""
+    return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{WRITABLE_PREFIX}")'
+
+
+def job_dir_condition(bucket: str, prefix: str) -> str:
+    """The CEL expression that limits a grant on a team's own ``bucket`` to its job directory
+    ``prefix``, and to listing the bucket: Cloud Storage checks objects.list on the bucket
+    itself, and TensorFlow lists the job directory (checkpoints, backups)."""
+    return (
+        'resource.type == "storage.googleapis.com/Bucket" || '
+        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}/")'
+    )
+
+
+REGISTRY_ROLE = "roles/artifactregistry.reader"
+DATA_BUCKET_ROLE = "roles/storage.objectViewer"
+# OAuth scope for the VM: access is governed by the IAM roles above, as Google recommends.
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+# What a cluster node may do to an instance it is granted on: its own at the end of a job.
+# Stop is a guest shutdown and needs none of these; delete is one API call (get is what
+# any client reads first).
+INSTANCE_RELEASE_PERMISSIONS = ("compute.instances.get", "compute.instances.stop", "compute.instances.delete")
+# What the chief may do to a Spot peer it is granted on: see that it was preempted (get:
+# status TERMINATED) and start it again (start). Nothing that changes the instance (no
+# setMetadata, no stop or delete, no setServiceAccount): a chief that could rewrite a peer's
+# startup script or account could run anything as it.
+INSTANCE_RECOVER_PERMISSIONS = ("compute.instances.get", "compute.instances.start")
+# The TPU VM stops or deletes itself through the TPU API (a guest shutdown keeps the TPU
+# billing); gcloud's --async keeps tpu.operations.get out of it.
+TPU_RELEASE_PERMISSIONS = ("tpu.nodes.get", "tpu.nodes.stop", "tpu.nodes.delete")
+
+
+def custom_role_id(stack_name: str, purpose: str) -> str:
+    """Custom role ids are letters, digits, "_" and "." (3-64); unique per stack and purpose."""
+    return f"trainstack_{stack_name.replace('-', '_')}_{purpose}"
+
+
+@dataclass(frozen=True)
+class NodeIdentityArgs:
+    project: str
+    account_id: str
+    display_name: str
+    bucket_name: pulumi.Input[str]
+    # The bucket's name as the program chose it: the write grant's condition names it.
+    bucket: str
+    repository_location: pulumi.Input[str]
+    repository_name: pulumi.Input[str]
+    data_bucket: str | None = None
+    # The job's image when it lives in another Artifact Registry repository.
+    image: ImageRef | None = None
+    # job.job_dir: the team's own bucket and the folder the job writes in.
+    job_dir_bucket: str | None = None
+    job_dir_prefix: str | None = None
+
+
+class NodeIdentity(pulumi.ComponentResource):
+    """One service account and the bindings a machine of the stack needs to do its job."""
+
+    email: pulumi.Output[str]
+    member: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NodeIdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("trainstack:index:NodeIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.account = gcp.serviceaccount.Account(
+            f"{name}-sa", project=args.project, account_id=args.account_id, display_name=args.display_name, opts=child
+        )
+        self.email = self.account.email
+        self.member = self.account.member
+        # projects/PROJECT/serviceAccounts/EMAIL: what IAM bindings on the account take.
+        self.account_name = self.account.name
+        self.bindings: list[pulumi.Resource] = [
+            gcp.projects.IAMMember(
+                f"{name}-{role.split('/')[1].replace('.', '-')}",
+                project=args.project,
+                role=role,
+                member=self.member,
+                opts=child,
+            )
+            for role in PROJECT_ROLES
+        ]
+        self.bindings.append(
+            gcp.storage.BucketIAMMember(
+                f"{name}-bucket-reader", bucket=args.bucket_name, role=BUCKET_READ_ROLE, member=self.member, opts=child
+            )
+        )
+
+        def writer(suffix: str, bucket: pulumi.Input[str], title: str, description: str, expression: str) -> None:
+            """Object writes on ``bucket``, limited by an IAM condition on the object names."""
+            condition = gcp.storage.BucketIAMMemberConditionArgs(
+                title=title, description=description, expression=expression
+            )
+            self.bindings.append(
+                gcp.storage.BucketIAMMember(
+                    f"{name}-{suffix}",
+                    bucket=bucket,
+                    role=BUCKET_WRITE_ROLE,
+                    member=self.member,
+                    condition=condition,
+                    opts=child,
+                )
+            )
+
+        writer(
+            "bucket-jobs-writer",
+            args.bucket_name,
+            "job directories only",
+            f"write objects under {WRITABLE_PREFIX} only; what nodes run is written by pulumi up",
+            writable_objects_condition(args.bucket),
+        )
+        if args.data_bucket:
+            # Training data in another bucket: read-only access to that bucket alone.
+            self.bindings.append(
+                gcp.storage.BucketIAMMember(
+                    f"{name}-data-reader",
+                    bucket=args.data_bucket,
+                    role=DATA_BUCKET_ROLE,
+                    member=self.member,
+                    opts=child,
+                )
+            )
+        if args.job_dir_bucket and args.job_dir_prefix:
+            # The job's directory in a bucket of the team's own: read and write under it alone.
+            writer(
+                "job-dir-writer",
+                args.job_dir_bucket,
+                "the job directory only",
+                f"read and write objects under {args.job_dir_prefix}/ only",
+                job_dir_condition(args.job_dir_bucket, args.job_dir_prefix),
+            )
+        self.bindings.append(
+            gcp.artifactregistry.RepositoryIamMember(
+                f"{name}-registry-reader",
+                project=args.project,
+                location=args.repository_location,
+                repository=args.repository_name,
+                role=REGISTRY_ROLE,
+                member=self.member,
+                opts=child,
+            )
+        )
+        if args.image is not None:
+            # Read access to the one other repository the job's image comes from.
+            self.bindings.append(
+                gcp.artifactregistry.RepositoryIamMember(
+                    f"{name}-image-reader",
+                    project=args.image.project,
+                    location=args.image.location,
+                    repository=args.image.repository,
+                    role=REGISTRY_ROLE,
+                    member=self.member,
+                    opts=child,
+                )
+            )
+        self.register_outputs({"email": self.email})
+
+
+# NodeActionRole's type before it served more than releases.
+FORMER_ROLE_TYPE = "trainstack:index:ReleaseRole"
+
+
+# The description of the roles a machine uses to stop or delete itself.
+RELEASE_DESCRIPTION = "trainstack: a machine stops or deletes itself when its job is over"
+
+
+@dataclass(frozen=True)
+class NodeActionRoleArgs:
+    project: str
+    stack_name: str
+    # What the role is for, part of its id: node_release, tpu_release, node_recover.
+    purpose: str
+    # The end of its title: "cluster node releases itself".
+    what: str
+    permissions: tuple[str, ...]
+    # The role's description in IAM: what a machine does with it.
+    description: str
+
+
+class NodeActionRole(pulumi.ComponentResource):
+    """A custom role holding only the permissions a machine needs for one action on a
+    machine of the stack: release itself, or start a preempted peer again."""
+
+    role_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NodeActionRoleArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("trainstack:index:NodeActionRole", name, None, with_former_type(opts, FORMER_ROLE_TYPE))
+        self.role = gcp.projects.IAMCustomRole(
+            f"{name}-role",
+            project=args.project,
+            role_id=custom_role_id(args.stack_name, args.purpose),
+            title=f"trainstack {args.stack_name}: {args.what}",
+            description=args.description,
+            permissions=list(args.permissions),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # projects/<project>/roles/<role_id>, the name bindings take.
+        self.role_name = self.role.name
+        self.register_outputs({"role_name": self.role_name, "permissions": list(args.permissions)})
+
+
+@dataclass(frozen=True)
+class TpuServiceAgentArgs:
+    project: str
+    role: str
+
+
+class TpuServiceAgent(pulumi.ComponentResource):
+    """The project's Cloud TPU service agent and its service-agent role."""
+
+    member: pulumi.Output[str]
+
+    def __init__(self, name: str, args: TpuServiceAgentArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("trainstack:index:TpuServiceAgent", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.identity = gcp.projects.ServiceIdentity(
+            f"{name}-identity", project=args.project, service="tpu.googleapis.com", opts=child
+        )
+        self.binding = gcp.projects.IAMMember(
+            f"{name}-role", project=args.project, role=args.role, member=self.identity.member, opts=child
+        )
+        self.member = self.identity.member
+        self.register_outputs({"member": self.member, "role": args.role})

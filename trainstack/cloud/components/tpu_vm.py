@@ -1,0 +1,103 @@
+"""A Cloud TPU VM running the trainer with TPUStrategy, and the IAM only it needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+from trainstack.cloud.components import moved_here
+from trainstack.cloud.components.identity import (
+    CLOUD_PLATFORM_SCOPE,
+    RELEASE_DESCRIPTION,
+    TPU_RELEASE_PERMISSIONS,
+    NodeActionRole,
+    NodeActionRoleArgs,
+    TpuServiceAgent,
+    TpuServiceAgentArgs,
+)
+from trainstack.stackmodel.resolved import ResolvedTpu
+
+
+@dataclass(frozen=True)
+class TpuVmArgs:
+    project: str
+    zone: str
+    tpu: ResolvedTpu
+    startup_script: str
+    metadata: dict[str, str]
+    service_account_email: pulumi.Input[str]
+    service_account_member: pulumi.Input[str]
+    network: pulumi.Input[str]
+    subnetwork: pulumi.Input[str]
+    labels: dict[str, str]
+    # The stack's resource-name prefix: names the TPU's IAM resources as before (see aliases).
+    stack_name: str
+
+
+class TpuVm(pulumi.ComponentResource):
+    """The TPU VM, the Cloud TPU service agent's role, and the custom role the VM's own
+    account uses to stop or delete it when the job ends."""
+
+    name: str
+    state: pulumi.Output[str]
+
+    def __init__(self, name: str, args: TpuVmArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("trainstack:index:TpuVm", name, None, opts)
+        stack = args.stack_name
+        moved = moved_here(self, opts)
+        agent = TpuServiceAgent(
+            f"{stack}-tpu-agent", TpuServiceAgentArgs(args.project, args.tpu.service_agent_role), opts=moved
+        )
+        # TPU nodes have no per-node IAM: the TPU VM's own account holds this role on the
+        # project, which is why no other machine of the stack runs as that account. It is
+        # granted even with on_finish: keep, because the run-time cap stops the TPU too.
+        release = NodeActionRole(
+            f"{stack}-tpu-release",
+            NodeActionRoleArgs(
+                args.project,
+                stack,
+                "tpu_release",
+                "TPU VM releases itself",
+                TPU_RELEASE_PERMISSIONS,
+                RELEASE_DESCRIPTION,
+            ),
+            opts=moved,
+        )
+        release_binding = gcp.projects.IAMMember(
+            f"{stack}-tpu-identity-release",
+            project=args.project,
+            role=release.role_name,
+            member=args.service_account_member,
+            opts=moved,
+        )
+        tpu = args.tpu
+        self.vm = gcp.tpu.V2Vm(
+            f"{name}-vm",
+            project=args.project,
+            name=tpu.vm_name,
+            zone=args.zone,
+            accelerator_type=tpu.accelerator_type,
+            runtime_version=tpu.runtime_version,
+            network_config=gcp.tpu.V2VmNetworkConfigArgs(
+                network=args.network, subnetwork=args.subnetwork, enable_external_ips=False
+            ),
+            service_account=gcp.tpu.V2VmServiceAccountArgs(
+                email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
+            ),
+            scheduling_config=gcp.tpu.V2VmSchedulingConfigArgs(spot=tpu.spot),
+            shielded_instance_config=gcp.tpu.V2VmShieldedInstanceConfigArgs(enable_secure_boot=True),
+            metadata={
+                "startup-script": args.startup_script,
+                "enable-oslogin": "TRUE",
+                "block-project-ssh-keys": "TRUE",
+                **args.metadata,
+            },
+            labels=args.labels,
+            # The VM boots into its job: the agent's role and its own release role come first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[agent.binding, release_binding]),
+        )
+        self.name = tpu.vm_name
+        self.state = self.vm.state
+        self.register_outputs({"name": self.name, "state": self.state})

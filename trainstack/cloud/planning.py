@@ -1,0 +1,441 @@
+"""An offline plan: the real Pulumi program run under Pulumi's mock runtime.
+
+Pulumi's mock monitor stands in for the engine and the gcp provider. The program is the same
+``__main__.py`` that ``pulumi up`` runs, fed the stack file's config the way the engine feeds
+it; each resource it registers is recorded with the inputs the provider would receive.
+The mocks answer only what the provider would compute on create (ids, a service account's
+e-mail, a bucket's URL), derived from the inputs by Google's naming rules.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import re
+import runpy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from trainstack.base.errors import ProgramExit
+from trainstack.base.project import PROJECT_ROOT
+from trainstack.cloud.bootscripts import BootFiles
+from trainstack.cloud.program import runs_observed
+from trainstack.cloud.pulumi_internals import (
+    SECRET_SIGNATURE,
+    SECRET_SIGNATURE_KEY,
+    run_until_settled,
+    set_program_config,
+    sync_await,
+)
+from trainstack.commands.cost import CostReport, cost_report
+from trainstack.stackmodel.resolved import NodeCost, ResolvedStack, stack_warnings
+
+PROGRAM = PROJECT_ROOT / "__main__.py"
+# A stand-in project number for the mocked getProject call (budgets filter by project number).
+MOCK_PROJECT_NUMBER = "123456789012"
+
+
+@dataclass(frozen=True)
+class PlannedResource:
+    type: str
+    name: str
+    inputs: dict[str, Any]
+
+
+@dataclass
+class Plan:
+    stack: str
+    resources: list[PlannedResource]
+    # The stack as the program resolved it, and the boot files it set: what the costs,
+    # notes and `plan --out` scripts come from, with no second parse.
+    resolved: ResolvedStack
+    boot: BootFiles
+    # The cost report `trainstack cost` prints, worked out once per plan.
+    cost: CostReport
+    outputs: dict[str, Any] = field(default_factory=dict)
+    # What the program chose for the user where the stack file is silent.
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def costs(self) -> tuple[NodeCost, ...]:
+        return self.resolved.costs
+
+    @property
+    def hourly_usd(self) -> float | None:
+        return self.resolved.hourly_usd
+
+    @property
+    def region(self) -> str:
+        """Whose list prices the costs are: the stack's own region."""
+        return self.resolved.region
+
+    @property
+    def scripts(self) -> dict[str, str]:
+        """Every boot script the program set, by file name (what `plan --out DIR` writes)."""
+        return self.boot.by_filename()
+
+    def of_type(self, type_token: str) -> list[PlannedResource]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON values: scripts by hash and size (their text is `--out`'s), so
+        the document stays readable and two plans of one stack are byte-identical."""
+        return {
+            "stack": self.stack,
+            "resources": self.resource_documents(),
+            "hourly_usd": self.hourly_usd,
+            "price_region": self.region,
+            "nodes": [{"name": c.name, "description": c.description, "hourly_usd": c.usd_per_hour} for c in self.costs],
+            "outputs": self.outputs,
+            "notes": self.notes,
+            "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
+            "cost": self.cost.to_json(),
+            "bucket_access": self.bucket_access(),
+        }
+
+    def bucket_access(self) -> dict[str, Any]:
+        """Who may write what in the stack's bucket, from the planned grants, beside the objects
+        nodes run: none of those may fall in what a grant lets a machine write."""
+        bucket = self.resolved.bucket_name
+        executed = sorted(
+            r.inputs["name"]
+            for r in self.of_type("gcp:storage/bucketObject:BucketObject")
+            if r.inputs.get("bucket") == bucket and str(r.inputs.get("name", "")).startswith(EXECUTED_PREFIX)
+        )
+        grants = []
+        for grant in self.of_type("gcp:storage/bucketIAMMember:BucketIAMMember"):
+            if grant.inputs.get("bucket") != bucket:
+                continue
+            condition = grant.inputs.get("condition")
+            prefix = object_prefix(bucket, condition["expression"]) if isinstance(condition, dict) else ""
+            grants.append(
+                {
+                    "member": grant.inputs["member"],
+                    "role": grant.inputs["role"],
+                    # "" is every object; None a condition this report cannot read (taken as every object).
+                    "objects": "*" if prefix == "" else (f"{prefix}*" if prefix is not None else "* (conditional)"),
+                    "writes": grant.inputs["role"] in STORAGE_WRITE_ROLES,
+                }
+            )
+        grants.sort(key=lambda g: (g["member"], g["role"]))
+        # What a machine could rewrite and another then run: must be empty.
+        exposed = sorted(
+            {
+                f"{name} ({grant['member']})"
+                for grant in grants
+                if grant["writes"]
+                for name in executed
+                if grant["objects"] in ("*", "* (conditional)") or name.startswith(grant["objects"].rstrip("*"))
+            }
+        )
+        access: dict[str, Any] = {
+            "bucket": bucket,
+            "executed_objects": executed,
+            "grants": grants,
+            "writable_executed_objects": exposed,
+        }
+        job = self.resolved.job
+        if job is not None and job.job_dir_bucket:
+            # job.job_dir: who writes there, in a bucket of the team's own (under its folder alone).
+            access["job_dir"] = {
+                "uri": job.job_dir,
+                "writers": sorted(
+                    grant.inputs["member"]
+                    for grant in self.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+                    if grant.inputs.get("bucket") == job.job_dir_bucket and grant.inputs["role"] in STORAGE_WRITE_ROLES
+                ),
+            }
+        return access
+
+    def resource_documents(self) -> list[dict[str, Any]]:
+        """Each resource as type, name and inputs, boot scripts by digest: what `plan --json`
+        lists and what `check` hands the policy pack."""
+        return [{"type": r.type, "name": r.name, "inputs": _scripts_as_hashes(r.inputs)} for r in self.resources]
+
+
+# Objects under this prefix are what nodes run (trainstack_contract.BucketLayout).
+EXECUTED_PREFIX = "trainstack/"
+# Cloud Storage roles that can create, replace or delete objects
+# (https://cloud.google.com/storage/docs/access-control/iam-roles).
+STORAGE_WRITE_ROLES = frozenset(
+    {
+        "roles/storage.admin",
+        "roles/storage.objectAdmin",
+        "roles/storage.objectCreator",
+        "roles/storage.objectUser",
+        "roles/storage.legacyBucketOwner",
+        "roles/storage.legacyBucketWriter",
+        "roles/storage.legacyObjectOwner",
+    }
+)
+_PREFIX_CONDITION = re.compile(
+    r'resource\.name\.startsWith\("projects/_/buckets/(?P<bucket>[^"/]+)/objects/(?P<prefix>[^"]*)"\)'
+)
+
+
+def object_prefix(bucket: str, expression: str) -> str | None:
+    """The object-name prefix a grant's condition limits it to, when the condition is exactly
+    one ``resource.name.startsWith(...)`` on this bucket's objects; else None."""
+    match = _PREFIX_CONDITION.fullmatch(expression.strip())
+    if match is None or match["bucket"] != bucket:
+        return None
+    return match["prefix"]
+
+
+# Inputs that hold a whole boot script: shown in JSON by digest.
+SCRIPT_INPUTS = frozenset({"startup-script", "content"})
+
+
+def text_digest(text: str) -> str:
+    data = text.encode()
+    return f"<{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}>"
+
+
+def _scripts_as_hashes(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: text_digest(v) if k in SCRIPT_INPUTS and isinstance(v, str) else _scripts_as_hashes(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_scripts_as_hashes(v) for v in value]
+    return value
+
+
+def _computed_state(type_token: str, inputs: dict[str, Any], project: str) -> dict[str, Any]:
+    """What the provider reports after create that the program reads back."""
+    name = inputs.get("name", "")
+    if type_token == "gcp:serviceaccount/account:Account":
+        email = f"{inputs['accountId']}@{inputs.get('project', project)}.iam.gserviceaccount.com"
+        return {
+            "email": email,
+            "member": f"serviceAccount:{email}",
+            "name": f"projects/{project}/serviceAccounts/{email}",
+        }
+    if type_token == "gcp:storage/bucket:Bucket":
+        return {"url": f"gs://{name}", "selfLink": f"https://www.googleapis.com/storage/v1/b/{name}"}
+    if type_token == "gcp:projects/serviceIdentity:ServiceIdentity":
+        service = inputs["service"].split(".")[0]
+        email = f"service-{MOCK_PROJECT_NUMBER}@cloud-{service}.iam.gserviceaccount.com"
+        return {"email": email, "member": f"serviceAccount:{email}"}
+    if type_token == "gcp:artifactregistry/repository:Repository":
+        return {"name": inputs["repositoryId"]}
+    if type_token in ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router"):
+        return {
+            "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/{type_token.split(':')[-1].lower()}s/{name}"
+        }
+    if type_token == "gcp:projects/iAMCustomRole:IAMCustomRole":
+        return {"name": f"projects/{inputs.get('project', project)}/roles/{inputs['roleId']}"}
+    if type_token == "gcp:tpu/v2Vm:V2Vm":
+        return {"state": "READY"}
+    if type_token == "gcp:workbench/instance:Instance":
+        return {"proxyUri": f"{name}.notebooks.googleusercontent.com"}
+    return {}
+
+
+# What a plan shows for a value the provider computes on create (an id, a generated name).
+COMPUTED = "<computed>"
+
+
+def _archive_description(archive: pulumi.Archive | pulumi.Asset) -> Any:
+    """An archive as its contents' paths and a hash of their bytes: stable across runs and
+    clones, and different when the code it uploads changes. A single file shows its full
+    sha256: for what nodes run, the digest their metadata pins."""
+    if isinstance(archive, pulumi.AssetArchive):
+        return {"asset_archive": {name: _archive_description(inner) for name, inner in sorted(archive.assets.items())}}
+    if isinstance(archive, (pulumi.FileArchive, pulumi.FileAsset)):
+        path = Path(archive.path)
+        if path.is_file():
+            return {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        files = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(str(file.relative_to(path)).encode() + b"\0" + file.read_bytes())
+        return {"files": path.name, "sha256": digest.hexdigest()[:16]}
+    return type(archive).__name__
+
+
+# What a plan shows for a secret input: the mock monitor hands a secret Output's value over
+# wrapped in Pulumi's secret signature (as the engine would encrypt it), never shown.
+SECRET_MASK = "[secret]"
+
+
+def is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(SECRET_SIGNATURE_KEY) == SECRET_SIGNATURE
+
+
+def _plain(value: Any) -> Any:
+    """Inputs as JSON values: the engine carries every number as a double (a GPU count shows
+    as 2, not 2.0), unknowns and archives become stable descriptions, so that two plans of
+    the same stack are equal and plans can be compared (`plan --against`)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if is_secret(value):
+        return SECRET_MASK
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, (pulumi.Archive, pulumi.Asset)):
+        return _archive_description(value)
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        return COMPUTED
+    return value
+
+
+class PlanMocks(pulumi.runtime.Mocks):
+    """Records every custom resource the program registers."""
+
+    def __init__(self, project: str) -> None:
+        self.project = project
+        self.resources: list[PlannedResource] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
+        inputs = _plain(dict(args.inputs))
+        if getattr(args, "custom", True):
+            self.resources.append(PlannedResource(args.typ, args.name, inputs))
+        state = {**inputs, **_computed_state(args.typ, inputs, self.project)}
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+        if args.token == "gcp:organizations/getProject:getProject":
+            return {"number": MOCK_PROJECT_NUMBER, "projectId": args.args.get("projectId", self.project)}, []
+        return {}, []
+
+
+def engine_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """Config values as the Pulumi engine hands them to a program: strings, objects as JSON."""
+    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()}
+
+
+def run_plan(stack: str, raw_config: Mapping[str, Any], secret_keys: frozenset[str] = frozenset()) -> Plan:
+    """Run ``__main__.py`` once for ``stack`` under mocks, with the stack file's ``config`` map.
+
+    The program parses, validates, resolves and prices the stack as `pulumi up` would; the
+    plan takes the resources it registers, its outputs, and the resolved stack and boot
+    files it built (handed over by :func:`trainstack.cloud.program.runs_observed`). ``secret_keys`` are the config keys the
+    engine would mark secret (`pulumi config set --secret`), their values given decrypted.
+    Invalid config ends the program as it ends `pulumi up`: its problems on stderr, then
+    :class:`ProgramExit`."""
+    project = raw_config.get("gcp:project")
+    mocks = PlanMocks(project if isinstance(project, str) else "")
+    pulumi.runtime.set_mocks(mocks, project="trainstack", stack=stack, preview=True)
+    set_program_config(engine_config(raw_config), secret_keys)
+
+    def program() -> None:
+        runpy.run_path(str(PROGRAM), run_name="__pulumi__")
+
+    # A plan allocates many small, long-lived objects (every Output of every resource);
+    # the cyclic collector rescanned them all again and again, which made a 512-worker
+    # plan grow faster than linearly. Nothing here needs collecting before the plan ends.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with runs_observed() as runs:
+            run_until_settled(program)
+    except SystemExit as exit_:
+        raise ProgramExit(exit_.code if isinstance(exit_.code, int) else 1) from None
+    finally:
+        if collecting:
+            gc.enable()
+    [run] = runs
+    resolved = run.stack
+    # Registration order depends on the event loop; a sorted plan reads and diffs the same every run.
+    resources = sorted(mocks.resources, key=lambda r: (r.type, r.name))
+    return Plan(
+        stack=stack,
+        resources=resources,
+        resolved=resolved,
+        boot=run.boot,
+        cost=cost_report(resolved),
+        outputs=_resolved_outputs(),
+        notes=plan_notes(resolved),
+    )
+
+
+# Google's monthly estimates count 730 hours a month.
+HOURS_PER_MONTH = 730
+
+
+# The shipped stacks' stand-ins for a user's own values: fine offline, refused by Google.
+PLACEHOLDERS = {
+    "gcp:project": "your-gcp-project",
+    "trainstack:budget.billing_account": "012345-6789AB-CDEF01",
+}
+
+
+def placeholder_notes(stack: ResolvedStack) -> list[str]:
+    budget = stack.config.settings.budget
+    values = {
+        "gcp:project": stack.project,
+        "trainstack:budget.billing_account": budget.billing_account if budget else None,
+    }
+    return [
+        f"placeholder: {key} is {placeholder}, an example value; replace it with your own before `pulumi up`"
+        for key, placeholder in PLACEHOLDERS.items()
+        if values[key] == placeholder
+    ]
+
+
+# Why the TPU VM's release role is bound on the project, not on its own node.
+TPU_RELEASE_SCOPE = (
+    "the TPU VM's account can get, stop and delete every TPU node of the project, not only its own: Cloud TPU "
+    "has no per-node IAM policy, and IAM Conditions' resource attributes (resource.name) are not recognised by "
+    "tpu.googleapis.com (https://cloud.google.com/iam/docs/conditions-resource-attributes lists the services "
+    "that do), so the grant cannot be narrowed to this node; no other machine runs as this account"
+)
+
+
+def plan_notes(stack: ResolvedStack) -> list[str]:
+    notes = placeholder_notes(stack) + [f"warning: {w}" for w in stack_warnings(stack)]
+    tpu = stack.config.settings.tpu
+    if tpu is not None and tpu.on_finish is None:
+        why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"
+        notes.append(
+            f"tpu.on_finish is not set: the TPU VM will {tpu.effective_on_finish} itself when the job ends ({why})"
+        )
+    machines = stack.cluster is not None or stack.tpu is not None
+    monthly = None if stack.hourly_usd is None else f"${stack.hourly_usd * HOURS_PER_MONTH:,.0f}"
+    if machines and stack.job is None:
+        notes.append(
+            "no job: the machines boot ready (python environment installed, TF_CONFIG in "
+            "/var/lib/trainstack/tf_config.json and login shells) and start no trainer; "
+            f"left running, the stack costs {monthly or 'an unknown amount'} a month ({HOURS_PER_MONTH} h)"
+        )
+    if stack.cluster is not None and stack.cluster.max_run_seconds is None:
+        notes.append(
+            "cluster.max_run_hours is null (acknowledged): no run-time cap; the cluster bills until it is stopped "
+            f"or `pulumi destroy` runs: {monthly or 'an unknown amount'} a month at the hourly total below"
+        )
+    if stack.job is not None and stack.job.image is not None:
+        notes.append(f"the job runs the image {stack.job.image.uri} with Docker on every node")
+    elif stack.job is not None and stack.job.package is not None and not stack.job.builtin:
+        notes.append(
+            f"the job runs `python -m {stack.job.package.module}` from {stack.job.package.display_source} "
+            f"(uploaded as {stack.job.package.object_name})"
+        )
+    if stack.tpu is not None:
+        notes.append(TPU_RELEASE_SCOPE)
+    access = stack.config.settings.access
+    if access is not None and access.members and stack.tpu is not None:
+        notes.append(
+            "access: TPU VMs have no per-VM IAM, so access.members get no login to the TPU VM (that would be "
+            "project-wide); grant roles/tpu.viewer, roles/compute.osLogin and roles/iap.tunnelResourceAccessor "
+            "on the project yourself if you accept that"
+        )
+    if not stack.config.settings.storage.delete_on_destroy:
+        notes.append(
+            "the bucket is protected: `pulumi destroy --exclude-protected` removes everything else and leaves it"
+        )
+    return notes
+
+
+def _resolved_outputs() -> dict[str, Any]:
+    root = pulumi.runtime.get_root_resource()
+    exported = getattr(root, "outputs", {}) if root is not None else {}
+    return {key: _plain(sync_await(pulumi.Output.from_input(value).future())) for key, value in exported.items()}

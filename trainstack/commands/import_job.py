@@ -1,0 +1,308 @@
+"""``trainstack import``: a stack file from a job a team already has.
+
+Reads Vertex AI ``worker_pool_specs`` (a list, or a CustomJob spec holding one, in YAML or
+JSON, snake_case or camelCase): pool 0 is the chief, pool 1 the workers, pool 2 the parameter
+servers (https://cloud.google.com/vertex-ai/docs/training/distributed-training); or an AI
+Platform ``config.yaml`` (``trainingInput``) of the CUSTOM tier with Compute Engine machine
+types, or a ``cloud_tpu`` worker. The stack it writes is checked like any other; what the old
+service allowed and a stack cannot say is reported, never dropped in silence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainstack.base.errors import one_line, shorten
+from trainstack.base.names import zone_argument
+from trainstack.interop.ai_platform import (
+    TPU_GENERATION,
+    TPU_SIZE,
+    TPU_SLICE,
+    TrainingShape,
+    is_command_line,
+    shape_of,
+    shape_of_command_line,
+    strategy_for,
+)
+from trainstack.interop.jobfile_reading import (
+    DEFAULT_REGION,
+    MAX_DIGITS,
+    Imported,
+    ImportProblem,
+    choose_zone,
+    get,
+    gpu_name,
+    job_name_of_stack,
+    parse_document,
+    read_text,
+    whole_number,
+    without_job_dir,
+)
+
+CHIEF_POOL, WORKER_POOL, PS_POOL, EVALUATOR_POOL = range(4)
+# The project placeholder of the shipped stacks: `plan` names it as one to replace.
+PLACEHOLDER_PROJECT = "your-gcp-project"
+# Vertex AI's samples write the project into image URIs as {PROJECT_ID} or PROJECT_ID.
+PROJECT_PLACEHOLDERS = ("{PROJECT_ID}", "PROJECT_ID")
+
+
+def _pools(document: Any) -> list[Any]:
+    if isinstance(document, list):
+        return document
+    spec = get(document, "job_spec", "jobSpec") or document
+    pools = get(spec, "worker_pool_specs", "workerPoolSpecs")
+    if isinstance(pools, list):
+        return pools
+    raise ImportProblem("no worker_pool_specs found: expected a list of worker pools or a CustomJob spec holding one")
+
+
+def _node(pool: Any, index: int, notices: list[str]) -> dict[str, Any]:
+    spec = get(pool, "machine_spec", "machineSpec")
+    machine_type = get(spec, "machine_type", "machineType")
+    if not isinstance(machine_type, str):
+        raise ImportProblem(f"worker pool {index}: machine_spec.machine_type is missing")
+    node: dict[str, Any] = {"machine_type": machine_type}
+    accelerator = get(spec, "accelerator_type", "acceleratorType")
+    count = whole_number(get(spec, "accelerator_count", "acceleratorCount"))
+    if accelerator is not None:
+        if not isinstance(accelerator, str) or count is None:
+            raise ImportProblem(f"worker pool {index}: accelerator_type needs an accelerator_count (a whole number)")
+        node["accelerator"] = {"type": gpu_name(accelerator), "count": count}
+    disk = get(pool, "disk_spec", "diskSpec")
+    disk_gb = get(disk, "boot_disk_size_gb", "bootDiskSizeGb")
+    if isinstance(disk_gb, int) and not isinstance(disk_gb, bool):
+        node["disk_gb"] = disk_gb
+    disk_type = get(disk, "boot_disk_type", "bootDiskType")
+    if disk_type:
+        notices.append(
+            f"worker pool {index}: disk_spec.boot_disk_type {disk_type} is not imported: a stack's nodes boot from "
+            "pd-balanced, or the disk type their machine type requires"
+        )
+    return node
+
+
+def _replicas(pool: Any, index: int) -> int:
+    value = get(pool, "replica_count", "replicaCount")
+    count = 1 if value is None else whole_number(value)
+    if count is None:
+        raise ImportProblem(
+            f"worker pool {index}: replica_count must be a whole number of at most {MAX_DIGITS} digits, not {shorten(value)}"
+        )
+    return count
+
+
+def _job(pools: list[Any], project: str, stack: str, notices: list[str]) -> dict[str, Any] | None:
+    def code(pool: Any) -> Any:
+        return get(pool, "container_spec", "containerSpec") or get(pool, "python_package_spec", "pythonPackageSpec")
+
+    chief = pools[CHIEF_POOL]
+    container = get(chief, "container_spec", "containerSpec")
+    package = get(chief, "python_package_spec", "pythonPackageSpec")
+    for index, pool in enumerate(pools[1:], start=1):
+        if pool and code(pool) is not None and code(pool) != code(chief):
+            notices.append(f"worker pool {index} runs other code than pool 0; a stack runs pool 0's on every node")
+    if container is not None:
+        image = get(container, "image_uri", "imageUri")
+        if not isinstance(image, str):
+            raise ImportProblem("worker pool 0: container_spec.image_uri is missing")
+        for placeholder in PROJECT_PLACEHOLDERS:
+            if placeholder in image:
+                image = image.replace(placeholder, project)
+                notices.append(f"the image URI named the project as {placeholder}: now {project}")
+                break
+        # Job names are letters, digits and underscores: the stack's name, spelled so.
+        job: dict[str, Any] = {"name": job_name_of_stack(stack), "image": image}
+        args = get(container, "args")
+        if isinstance(args, list) and all(isinstance(a, str) for a in args):
+            if kept := without_job_dir(args, notices):
+                job["args"] = kept
+        if get(container, "command"):
+            notices.append("container_spec.command is not imported: a stack runs the image's own entry point")
+        return job
+    if package is not None:
+        module = get(package, "python_module", "pythonModule")
+        notices.append(
+            "python_package_spec: the package is in a bucket (package_uris), and a stack ships a local package "
+            f"directory: set trainstack:job.package to its source directory{f' (module {module})' if module else ''}"
+        )
+        return None
+    notices.append("worker pool 0 names no code (container_spec or python_package_spec): the stack has no job")
+    return None
+
+
+def worker_pools_shape(document: Any, project: str, name: str, notices: list[str]) -> TrainingShape:
+    pools = _pools(document)
+    if not pools or not pools[CHIEF_POOL]:
+        raise ImportProblem("worker pool 0 (the chief) is missing")
+    if len(pools) > EVALUATOR_POOL + 1:
+        raise ImportProblem(f"{len(pools)} worker pools: Vertex AI has at most four")
+    if _replicas(pools[CHIEF_POOL], CHIEF_POOL) != 1:
+        raise ImportProblem("worker pool 0 is the chief: its replica_count must be 1")
+    cluster: dict[str, Any] = {"chief": _node(pools[CHIEF_POOL], CHIEF_POOL, notices)}
+    workers = _replicas(pools[WORKER_POOL], WORKER_POOL) if len(pools) > WORKER_POOL and pools[WORKER_POOL] else 0
+    if workers:
+        cluster["workers"] = {"count": workers, **_node(pools[WORKER_POOL], WORKER_POOL, notices)}
+    servers = _replicas(pools[PS_POOL], PS_POOL) if len(pools) > PS_POOL and pools[PS_POOL] else 0
+    if servers:
+        ps = _node(pools[PS_POOL], PS_POOL, notices)
+        if "accelerator" in ps:
+            notices.append("parameter servers take no GPUs in a stack: pool 2's accelerator is dropped")
+            del ps["accelerator"]
+        cluster["parameter_servers"] = {"count": servers, **ps}
+    if len(pools) > EVALUATOR_POOL and pools[EVALUATOR_POOL]:
+        notices.append("worker pool 3 (evaluator) is not imported: a stack has no evaluator pool")
+    cluster["strategy"] = strategy_for(workers, servers)
+    return TrainingShape(cluster=cluster, job=_job(pools, project, name, notices))
+
+
+def import_file(path: Path, stack: str, project: str, zone: str | None) -> Imported:
+    """Any of the three kinds of file: a saved gcloud command line, a trainingInput, or worker pools."""
+    text = read_text(path)
+    notices: list[str] = []
+    if is_command_line(text):
+        shape = shape_of_command_line(text, path.parent, stack, os.environ, notices)
+    else:
+        document = parse_document(text, path)
+        if isinstance(document, dict) and get(document, "trainingInput", "training_input") is not None:
+            shape = shape_of(document, job_name_of_stack(stack), notices)
+        else:
+            shape = worker_pools_shape(document, project, stack, notices)
+    if zone is None:
+        region = shape.region or DEFAULT_REGION
+        tpu = (TPU_GENERATION, TPU_SIZE) if shape.tpu else None
+        zone = choose_zone(region, shape.gpus, tpu)
+        wanted = " and ".join([*sorted(shape.gpus), *([TPU_SLICE] if tpu else [])]) or "these machines"
+        if zone is None:
+            zone = f"{region}-a"
+            notices.append(f"no zone of {region} in the catalog offers {wanted}: {zone} written; pass --zone")
+        else:
+            notices.append(f"zone {zone}: the first zone of {region} that offers {wanted} (--zone to choose)")
+    elif shape.region and zone.rsplit("-", 1)[0] != shape.region:
+        notices.append(f"the job ran in {shape.region}; the stack is in {zone}, as --zone says")
+    settings: dict[str, Any] = {"gcp:project": project, "gcp:region": zone.rsplit("-", 1)[0], "trainstack:zone": zone}
+    if shape.cluster is not None:
+        settings["trainstack:cluster"] = shape.cluster
+    if shape.tpu is not None:
+        settings["trainstack:tpu"] = shape.tpu
+    if shape.job is not None:
+        settings["trainstack:job"] = shape.job
+    return Imported(settings, notices)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    import yaml
+
+    from trainstack.base.errors import StackConfigError
+    from trainstack.stackmodel.feasibility import parse_and_check
+    from trainstack.stackmodel.stackfile import STACKS_DIR
+
+    destination = args.out or STACKS_DIR / f"Pulumi.{args.stack}.yaml"
+    if args.out is not None and args.out.name != f"Pulumi.{args.stack}.yaml":
+        print(
+            f"trainstack: --out: name the file Pulumi.{args.stack}.yaml (Pulumi takes the stack name from it)",
+            file=sys.stderr,
+        )
+        return 2
+    if destination.exists() and not args.force:
+        print(f"trainstack: {destination} exists; not overwriting it (--force to replace it)", file=sys.stderr)
+        return 1
+    try:
+        imported = import_file(args.file, args.stack, args.project, args.zone)
+    except ImportProblem as problem:
+        print(f"trainstack: import {one_line(str(args.file))}: {one_line(str(problem))}", file=sys.stderr)
+        return 1
+    for notice in imported.notices:
+        print(f"notice: {one_line(notice)}")
+    try:
+        parse_and_check(args.stack, imported.config)
+    except StackConfigError as error:
+        # Written anyway: the user fixes what the new machines cannot do, named key by key.
+        print(error.report(), file=sys.stderr)
+        checked = False
+    else:
+        checked = True
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    # The notices stay with the stack: what was mapped, inferred or left behind.
+    header = "".join(
+        f"# {one_line(line)}\n"
+        for line in [
+            f"Imported from {args.file.name} by `trainstack import`; check it with `trainstack validate`.",
+            *(f"notice: {notice}" for notice in imported.notices),
+        ]
+    )
+    try:
+        write_checked(
+            destination, header + yaml.safe_dump({"config": imported.config}, sort_keys=False), imported.config
+        )
+    except ImportProblem as problem:
+        print(f"trainstack: import {one_line(str(args.file))}: {one_line(str(problem))}", file=sys.stderr)
+        return 1
+    print(f"wrote {destination}{'' if checked else ' (it does not validate yet: see above)'}")
+    return 0 if checked else 1
+
+
+def write_checked(destination: Path, text: str, config: dict[str, Any]) -> None:
+    """Writes the stack file beside ``destination`` and keeps it only when the stack-file loader
+    reads back exactly ``{"config": config}``: nothing a copied value held became YAML of its own."""
+    from trainstack.base.files import FileProblem, load_yaml
+    from trainstack.base.files import read_text as read_bounded_text
+    from trainstack.stackmodel.stackfile import MAX_STACK_FILE_BYTES
+
+    temporary = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        try:
+            document = load_yaml(read_bounded_text(temporary, MAX_STACK_FILE_BYTES))
+        except FileProblem as problem:
+            raise ImportProblem(f"the stack file would not read back ({problem}); nothing was written") from None
+        if document != {"config": config}:
+            raise ImportProblem("the stack file would not read back as written; nothing was written")
+        os.replace(temporary, destination)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _name(text: str) -> str:
+    """The stack name, by the one rule every command uses (Pulumi's own)."""
+    from trainstack.stackmodel.schema import stack_name_problem
+
+    if (problem := stack_name_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "import",
+        help="write a stack from an AI Platform job (config.yaml or the gcloud command line) or Vertex AI worker pools",
+        description="Write stacks/Pulumi.<STACK>.yaml from an AI Platform Training config.yaml (trainingInput, any "
+        "scale tier, legacy machine types), a saved `gcloud ai-platform jobs submit training` command line, or "
+        "Vertex AI worker_pool_specs (YAML or JSON). What cannot carry over is printed, and kept as comments.",
+    )
+    parser.add_argument(
+        "file",
+        type=Path,
+        help="config.yaml (trainingInput), a file holding the gcloud command, or worker_pool_specs",
+    )
+    parser.add_argument(
+        "--stack",
+        "--name",
+        dest="stack",
+        type=_name,
+        required=True,
+        help="the stack to write: stacks/Pulumi.<STACK>.yaml",
+    )
+    parser.add_argument(
+        "--zone",
+        type=zone_argument,
+        help="the zone of the machines (default: the first zone of the job's region, else us-central1, "
+        "that offers its GPUs or TPU)",
+    )
+    parser.add_argument("--project", default=PLACEHOLDER_PROJECT, help="the Google Cloud project")
+    parser.add_argument("--out", type=Path, help="write here instead of stacks/Pulumi.<STACK>.yaml")
+    parser.add_argument("--force", action="store_true", help="replace an existing stack file")
+    parser.set_defaults(func=cmd_import)

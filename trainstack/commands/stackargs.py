@@ -1,0 +1,42 @@
+"""The command line's shared arguments: which stack a command acts on, and loading it.
+
+Light on purpose: every command's parser is built at start-up, so nothing here imports the
+stack schema (pydantic) until a command loads a stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainstack.stackmodel.schema import StackConfig
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--stack", help="stack name: reads stacks/Pulumi.<NAME>.yaml")
+    which.add_argument("--stack-file", type=Path, help="path to a stack file")
+
+
+def stack_path(args: argparse.Namespace) -> Path:
+    from trainstack.stackmodel.stackfile import stack_file_path
+
+    return Path(args.stack_file) if args.stack_file else stack_file_path(args.stack)
+
+
+def read_stack(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The stack's name and its file's config map, as the Pulumi program receives it: read
+    here (bounded, strict YAML); parsing, validation and prices happen inside the program."""
+    from trainstack.stackmodel.stackfile import read_stack_config_map, stack_name_for
+
+    path = stack_path(args)
+    return stack_name_for(path, None if args.stack_file else args.stack), read_stack_config_map(path)
+
+
+def load_config(args: argparse.Namespace) -> StackConfig:
+    """The stack the arguments name, parsed and checked against the catalog (as `validate`)."""
+    from trainstack.stackmodel.stackfile import load_stack
+
+    return load_stack(stack_path(args), None if args.stack_file else args.stack)[0]

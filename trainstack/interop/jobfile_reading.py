@@ -1,0 +1,127 @@
+"""What every kind of imported job file shares: reading it, naming its keys in either spelling,
+and choosing a zone that offers its accelerators."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAX_IMPORT_BYTES = 1024 * 1024
+DEFAULT_REGION = "us-central1"
+
+
+class ImportProblem(ValueError):
+    """The file cannot become a stack; the message says why."""
+
+
+@dataclass
+class Imported:
+    config: dict[str, Any]
+    notices: list[str] = field(default_factory=list)
+
+
+def get(mapping: Any, *names: str) -> Any:
+    """A key in any spelling the service accepts (replica_count / replicaCount)."""
+    if not isinstance(mapping, dict):
+        return None
+    for name in names:
+        if name in mapping:
+            return mapping[name]
+    return None
+
+
+# The most digits a count in a job file has; larger ones are no count a stack takes.
+MAX_DIGITS = 9
+DECIMAL = re.compile(rf"[0-9]{{1,{MAX_DIGITS}}}")
+
+
+def whole_number(value: Any) -> int | None:
+    """An int, or the decimal string the REST APIs write int64 fields as; None for anything else."""
+    # ASCII digits only (str.isdigit also takes '²', which int() refuses), and bounded.
+    if isinstance(value, str) and DECIMAL.fullmatch(value):
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**MAX_DIGITS:
+        return value
+    return None
+
+
+def job_name_of_stack(stack: str) -> str:
+    """A job name (letters, digits and '_', starting with a letter) for an imported job that
+    names none: the stack's name, with every other character as '_'."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", stack)
+    return name if name[:1].isalpha() else f"job_{name}"
+
+
+def gpu_name(enum_or_name: str) -> str:
+    """A GPU as Compute Engine names it (nvidia-tesla-t4), from either spelling (NVIDIA_TESLA_T4)."""
+    return enum_or_name.strip().lower().replace("_", "-")
+
+
+def read_text(path: Path) -> str:
+    """A job file (or a file a saved command line names), through the command line's one bounded
+    reader: a regular file (never a FIFO or a device) of at most :data:`MAX_IMPORT_BYTES`."""
+    from trainstack.base.files import FileProblem
+    from trainstack.base.files import read_text as read_bounded_text
+
+    try:
+        return read_bounded_text(path, MAX_IMPORT_BYTES)
+    except FileNotFoundError:
+        raise ImportProblem(f"{path}: no such file") from None
+    except FileProblem as problem:
+        raise ImportProblem(f"{path}: {problem}") from None
+
+
+def parse_document(text: str, path: Path) -> Any:
+    """YAML or JSON (JSON is YAML), through the bounded loader: no anchors or aliases, no deep
+    nesting, no duplicate keys; the safe loader builds no objects."""
+    from trainstack.base.files import FileProblem, load_yaml
+
+    try:
+        return load_yaml(text)
+    except FileProblem as problem:
+        text = str(problem)
+        if text.startswith("not valid YAML: "):
+            text = f"neither YAML nor JSON ({text.removeprefix('not valid YAML: ')})"
+        raise ImportProblem(f"{path}: {text}") from None
+
+
+def read_document(path: Path) -> Any:
+    return parse_document(read_text(path), path)
+
+
+def choose_zone(region: str, gpus: set[str], tpu: tuple[str, int] | None) -> str | None:
+    """The first zone of ``region`` (by name) that offers every GPU type and the TPU slice, per the catalog."""
+    from trainstack.catalog import load_catalog
+
+    catalog = load_catalog()
+    known = {zone for zones in catalog.gpu_zones.values() for zone in zones}
+    known |= {zone for zones in catalog.tpu_zones.values() for zone in zones}
+    candidates = {zone for zone in known if zone.rsplit("-", 1)[0] == region}
+    for gpu in gpus:
+        candidates &= catalog.gpu_zones.get(gpu, frozenset())
+    if tpu is not None:
+        candidates &= set(catalog.tpu_zones_for(*tpu))
+    return min(candidates) if candidates else None
+
+
+def without_job_dir(args: list[str], notices: list[str]) -> list[str]:
+    """The job's arguments less ``--job-dir``: a stack gives its job a directory in its own bucket."""
+    kept: list[str] = []
+    dropped: str | None = None
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        if arg == "--job-dir" and position + 1 < len(args):
+            dropped = args[position + 1]
+            position += 2
+            continue
+        if arg.startswith("--job-dir="):
+            dropped = arg.partition("=")[2]
+        else:
+            kept.append(arg)
+        position += 1
+    if dropped is not None:
+        notices.append(f"--job-dir {dropped} is left out of the job's args: the stack passes its own job directory")
+    return kept

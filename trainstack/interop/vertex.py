@@ -1,0 +1,359 @@
+"""``trainstack export vertex``: the stack's cluster as a Vertex AI custom job.
+
+The same machines, GPUs, replica counts, code and arguments, as the ``CustomJobSpec`` that
+``gcloud ai custom-jobs create --config`` reads (REST field names), or as a Vertex AI SDK
+``CustomJob`` snippet. Pool 0 is the chief, pool 1 the workers, pool 2 the parameter servers
+(https://cloud.google.com/vertex-ai/docs/training/distributed-training); Vertex AI writes each
+replica's TF_CONFIG from them, which the built-in trainer and a team's code already read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pprint
+import re
+import sys
+from datetime import date
+from typing import TYPE_CHECKING, Any
+
+from trainstack.commands.stackargs import add_stack_arguments, load_config
+
+if TYPE_CHECKING:
+    from trainstack.catalog import TrainingContainer
+    from trainstack.stackmodel.resolved import ClusterNode, ResolvedStack
+
+FORMATS = ("gcloud", "python", "json")
+# Vertex AI's pool order: the chief, the workers, the parameter servers.
+POOL_ROLES = ("chief", "worker", "ps")
+MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
+# The boot disk types a Vertex AI training replica takes (DiskSpec.boot_disk_type).
+VERTEX_BOOT_DISKS = ("pd-ssd", "pd-standard")
+
+
+class ExportProblem(ValueError):
+    """The stack cannot be sent to Vertex AI as it is; the message says why."""
+
+
+def _machine_spec(node: ClusterNode) -> dict[str, Any]:
+    from trainstack.catalog import workbench_enum as accelerator_enum
+
+    spec: dict[str, Any] = {"machineType": node.machine_type}
+    if node.accelerator is not None:
+        spec.update(acceleratorType=accelerator_enum(node.accelerator.type), acceleratorCount=node.accelerator.count)
+    return spec
+
+
+def _disk_spec(node: ClusterNode, notes: list[str]) -> dict[str, Any]:
+    disk_type = node.boot_disk_type if node.boot_disk_type in VERTEX_BOOT_DISKS else "pd-ssd"
+    if disk_type != node.boot_disk_type:
+        note = f"Vertex AI boots replicas from pd-ssd or pd-standard: {node.boot_disk_type} becomes pd-ssd"
+        if note not in notes:
+            notes.append(note)
+    return {"bootDiskType": disk_type, "bootDiskSizeGb": node.disk_gb}
+
+
+def _pools_by_role(stack: ResolvedStack) -> dict[str, list[ClusterNode]]:
+    assert stack.cluster is not None
+    pools: dict[str, list[ClusterNode]] = {role: [] for role in POOL_ROLES}
+    for node in stack.cluster.nodes:
+        pools[node.role].append(node)
+    return pools
+
+
+def _check_same_gpus(stack: ResolvedStack, pools: dict[str, list[ClusterNode]]) -> None:
+    """MultiWorkerMirroredStrategy runs one replica per GPU on every machine alike (seed 004's warning)."""
+    assert stack.cluster is not None
+    if stack.cluster.strategy != MULTI_WORKER_MIRRORED:
+        return
+    shapes = {
+        role: None if nodes[0].accelerator is None else (nodes[0].accelerator.type, nodes[0].accelerator.count)
+        for role, nodes in pools.items()
+        if nodes and role != "ps"
+    }
+    if len(set(shapes.values())) > 1:
+        raise ExportProblem(
+            f"{MULTI_WORKER_MIRRORED} needs the same GPUs in every pool, and the chief and workers differ ({shapes}): "
+            "give trainstack:cluster.chief and .workers the same accelerator"
+        )
+
+
+# Run from the stack's own image: pip installs the package's source distribution, which
+# Vertex AI's Cloud Storage mount shows under /gcs/BUCKET/OBJECT, then the module runs. The
+# values come as positional parameters ("$1", "$@"), never as part of the script's text.
+PACKAGE_RUNNER = 'set -eu; python -m pip install --quiet --user "$1"; shift; exec python -m "$@"'
+PACKAGE_RUNNER_NAME = "trainstack-package"
+GCS_MOUNT = "/gcs"
+
+
+def gcs_mount_path(uri: str) -> str:
+    """gs://BUCKET/OBJECT as a Vertex AI training replica sees it through Cloud Storage FUSE
+    (https://cloud.google.com/vertex-ai/docs/training/cloud-storage-file-system)."""
+    bucket_and_object = uri.removeprefix("gs://")
+    return f"{GCS_MOUNT}/{bucket_and_object}"
+
+
+def code_spec(
+    stack: ResolvedStack, package_uri: str | None, notes: list[str], today: date | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The pools' code: ("containerSpec", ...) on the stack's own image (`trainstack build`) for
+    the built-in trainer and a team's package, the job's image otherwise; ("pythonPackageSpec",
+    ...) on Google's prebuilt TensorFlow container only while one is still available."""
+    from trainstack.commands.build import IMAGE_NAME, content_tag, image_uri
+    from trainstack.jobcode.package import PROJECT_LAYOUT
+    from trainstack_contract import FLAGS
+
+    assert stack.job is not None and stack.cluster is not None
+    args = [*stack.cluster.trainer_args, FLAGS.job_dir, stack.job.job_dir]
+    if stack.job.image is not None:
+        return "containerSpec", {"imageUri": stack.job.image.uri, "args": args}
+    own_image = image_uri(stack, content_tag())
+    build = f"`.venv/bin/trainstack build --stack {stack.name}` builds and pushes it"
+    if stack.job.builtin:
+        notes.append(f"the built-in trainer runs from {IMAGE_NAME} in the stack's registry: {build}")
+        return "containerSpec", {"imageUri": own_image, "args": args}
+    package = stack.job.package
+    assert package is not None
+    uri = package_uri or f"gs://{stack.bucket_name}/{sdist_object(package.name, package.digest)}"
+    if package_uri is None and package.layout == PROJECT_LAYOUT:
+        from trainstack.jobcode.sdist import project_build_hint
+
+        uri = f"gs://{stack.bucket_name}/{sdist_object(package.name, 'VERSION').replace('0.0.0+VERSION', 'VERSION')}"
+        notes.append(f"{uri}: {project_build_hint(package)}")
+    elif package_uri is None:
+        notes.append(
+            f"{uri} is the package as a Python source distribution: build it with --sdist-dir DIR and copy it there "
+            "(gcloud storage cp)"
+        )
+    executor = prebuilt_container(any(node.accelerator for node in stack.cluster.nodes), today or date.today())
+    if executor is not None:
+        notes.append(f"Google's prebuilt container runs TensorFlow {executor.version} ({executor.note})")
+        return "pythonPackageSpec", {
+            "executorImageUri": executor.uri,
+            "packageUris": [uri],
+            "pythonModule": package.module,
+            "args": args,
+        }
+    notes.append(
+        "Google's prebuilt TensorFlow training containers are past their end of availability, so the package "
+        f"runs on the stack's own image {own_image} (the project's Dockerfile, the TensorFlow of the stack's "
+        f"nodes), installed with pip when each replica starts: {build}"
+    )
+    return "containerSpec", {
+        "imageUri": own_image,
+        "command": ["sh", "-c", PACKAGE_RUNNER, PACKAGE_RUNNER_NAME],
+        "args": [gcs_mount_path(uri), package.module, *args],
+    }
+
+
+def prebuilt_container(gpu: bool, today: date) -> TrainingContainer | None:
+    """The newest of Google's prebuilt TensorFlow training containers still available on
+    ``today`` (catalog: vertex_training_containers.csv), or None."""
+    from trainstack.catalog import vertex_training_containers
+
+    wanted = "gpu" if gpu else "cpu"
+    containers = [
+        c
+        for c in vertex_training_containers()
+        if c.framework == "tensorflow" and c.accelerator == wanted and today <= c.available_until
+    ]
+    if not containers:
+        return None
+    return max(containers, key=lambda c: tuple(int(part) for part in c.version.split(".")))
+
+
+def sdist_object(package: str, digest: str) -> str:
+    from trainstack_contract import LAYOUT
+
+    return f"{LAYOUT.code_dir}/vertex/{sdist_filename(package, digest)}"
+
+
+def sdist_filename(package: str, digest: str) -> str:
+    """The file name setuptools gives the package's source distribution (PEP 625: normalised name)."""
+    return f"{re.sub(r'[-_.]+', '_', package).lower()}-{sdist_version(digest)}.tar.gz"
+
+
+def sdist_version(digest: str) -> str:
+    # A local version label carries the content hash: another content, another file.
+    return f"0.0.0+{digest}"
+
+
+def custom_job_spec(stack: ResolvedStack, package_uri: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The stack's cluster and job as a CustomJobSpec in Vertex AI's REST (JSON) field names."""
+    if stack.cluster is None:
+        what = "a TPU VM" if stack.tpu else "no cluster"
+        raise ExportProblem(f"stack {stack.name} has {what}: `export vertex` sends a cluster (trainstack:cluster)")
+    if stack.job is None:
+        raise ExportProblem(f"stack {stack.name} has no job: a Vertex AI custom job runs one (trainstack:job)")
+    notes: list[str] = []
+    pools = _pools_by_role(stack)
+    _check_same_gpus(stack, pools)
+    code_key, code = code_spec(stack, package_uri, notes)
+    specs = []
+    for role in POOL_ROLES:
+        nodes = pools[role]
+        if not nodes:
+            if role == "worker" and pools["ps"]:
+                raise ExportProblem("parameter servers without workers: Vertex AI's pool 2 needs a pool 1")
+            continue
+        specs.append(
+            {
+                "replicaCount": len(nodes),
+                "machineSpec": _machine_spec(nodes[0]),
+                "diskSpec": _disk_spec(nodes[0], notes),
+                code_key: code,
+            }
+        )
+    spec: dict[str, Any] = {
+        "workerPoolSpecs": specs,
+        "baseOutputDirectory": {"outputUriPrefix": stack.job.job_dir},
+        "serviceAccount": stack.training_account_email,
+    }
+    scheduling: dict[str, Any] = {}
+    if stack.cluster.max_run_seconds is not None:
+        scheduling["timeout"] = f"{stack.cluster.max_run_seconds}s"
+    spot = [node.spot for node in stack.cluster.nodes]
+    if all(spot):
+        scheduling["strategy"] = "SPOT"
+    elif any(spot):
+        notes.append("Vertex AI runs a whole job on Spot or none of it: some nodes are Spot, so the job is on demand")
+    if scheduling:
+        spec["scheduling"] = scheduling
+    notes.append(
+        f"the job runs as {spec['serviceAccount']} (created by `pulumi up`); whoever submits it needs "
+        "iam.serviceAccounts.actAs on it"
+    )
+    if stack.job.secrets:
+        # A CustomJobSpec has no field that reads Secret Manager: the job's code must do it.
+        names = ", ".join(env for env, _ in stack.job.secrets)
+        ids = ", ".join(secret for _, secret in stack.job.secrets)
+        notes.append(
+            f"trainstack:secrets ({names}) are not in this job: Vertex AI does not put Secret Manager secrets into "
+            f"a custom job's environment. Have the job's code read them with the Secret Manager client "
+            f"(secrets {ids} in project {stack.project}: `pulumi up` creates them and lets "
+            f"{spec['serviceAccount']} read them)"
+        )
+    return spec, notes
+
+
+def display_name(stack: ResolvedStack) -> str:
+    return f"{stack.name}-{stack.job.name}" if stack.job else stack.name
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def snake_case(value: Any) -> Any:
+    """REST field names (replicaCount) as the client library's (replica_count)."""
+    if isinstance(value, dict):
+        return {_snake(key): snake_case(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [snake_case(item) for item in value]
+    return value
+
+
+def python_snippet(stack: ResolvedStack, spec: dict[str, Any]) -> str:
+    """A Vertex AI SDK program that submits the job (google-cloud-aiplatform)."""
+    pools = pprint.pformat(snake_case(spec["workerPoolSpecs"]), indent=1, width=110, sort_dicts=False)
+    timeout = spec.get("scheduling", {}).get("timeout")
+    run_args = [f"service_account={spec['serviceAccount']!r}"]
+    if timeout:
+        run_args.append(f"timeout={int(timeout.removesuffix('s'))}")
+    if spec.get("scheduling", {}).get("strategy") == "SPOT":
+        run_args.append("scheduling_strategy=aiplatform.compat.types.custom_job.Scheduling.Strategy.SPOT")
+    return "\n".join(
+        [
+            f'"""Vertex AI custom job for stack {stack.name}, written by `trainstack export vertex --format python`."""',
+            "",
+            "from google.cloud import aiplatform",
+            "",
+            f"WORKER_POOL_SPECS = {pools}",
+            "",
+            f"aiplatform.init(project={stack.project!r}, location={stack.region!r})",
+            "job = aiplatform.CustomJob(",
+            f"    display_name={display_name(stack)!r},",
+            "    worker_pool_specs=WORKER_POOL_SPECS,",
+            f"    base_output_dir={spec['baseOutputDirectory']['outputUriPrefix']!r},",
+            ")",
+            f"job.run({', '.join(run_args)})",
+            "",
+        ]
+    )
+
+
+def render(stack: ResolvedStack, spec: dict[str, Any], output: str) -> str:
+    if output == "json":
+        return json.dumps(spec, indent=2) + "\n"
+    if output == "python":
+        return python_snippet(stack, spec)
+    import yaml
+
+    header = (
+        f"# Vertex AI CustomJobSpec for stack {stack.name}:\n"
+        f"#   gcloud ai custom-jobs create --project {stack.project} --region {stack.region} "
+        f"--display-name {display_name(stack)} --config FILE\n"
+    )
+
+    class PlainDumper(yaml.SafeDumper):
+        """Every pool spelled out: YAML anchors and aliases read badly in a job file."""
+
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return header + yaml.dump(spec, Dumper=PlainDumper, sort_keys=False)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from trainstack.stackmodel.resolved import resolve_stack
+
+    stack = resolve_stack(load_config(args))
+    package_uri = None
+    if args.sdist_dir is not None:
+        from trainstack.jobcode.sdist import SdistProblem, build_sdist
+
+        if stack.job is None or stack.job.package is None or stack.job.builtin:
+            print("trainstack: --sdist-dir: the stack's job is not a team's package", file=sys.stderr)
+            return 2
+        try:
+            built = build_sdist(stack.job.package, stack.job.requirements, args.sdist_dir)
+        except SdistProblem as problem:
+            print(f"trainstack: export vertex: {problem}", file=sys.stderr)
+            return 1
+        package_uri = f"gs://{stack.bucket_name}/{sdist_object(stack.job.package.name, stack.job.package.digest)}"
+        print(f"built {built}; copy it: gcloud storage cp {built} {package_uri}", file=sys.stderr)
+    try:
+        spec, notes = custom_job_spec(stack, package_uri)
+    except ExportProblem as problem:
+        print(f"trainstack: export vertex: {problem}", file=sys.stderr)
+        return 1
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    sys.stdout.write(render(stack, spec, args.format))
+    return 0
+
+
+def register(targets: Any) -> None:
+    """`export vertex`, one target of `trainstack export`."""
+    from pathlib import Path
+
+    vertex = targets.add_parser(
+        "vertex",
+        help="the cluster as a Vertex AI custom job (worker_pool_specs)",
+        description="Print the stack's cluster and job as a Vertex AI CustomJobSpec: pool 0 the chief, pool 1 the "
+        "workers, pool 2 the parameter servers, with the job's code and arguments. Notes go to stderr.",
+    )
+    add_stack_arguments(vertex)
+    vertex.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="gcloud",
+        help="gcloud: YAML for `gcloud ai custom-jobs create --config`; python: a Vertex AI SDK CustomJob; "
+        "json: the REST request's jobSpec",
+    )
+    vertex.add_argument(
+        "--sdist-dir",
+        type=Path,
+        help="for a team's package: build its Python source distribution here (Vertex AI installs it with pip)",
+    )
+    vertex.set_defaults(func=cmd_export)

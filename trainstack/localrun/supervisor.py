@@ -1,0 +1,284 @@
+"""Supervises the local processes of a cluster run on this machine.
+
+Two tools run a cluster as processes on one machine: ``trainstack local`` (one boot script
+per node, :mod:`trainstack.localrun.run`) and the trainer's loopback cluster
+(:mod:`trainstack.localrun.bare_trainers`). Both start, watch and end their processes through
+:class:`Supervisor`:
+
+- every process starts in its own session, so its process group holds everything it
+  starts, and a signal to the group reaches all of it, as a VM restart would;
+- stdout and stderr are merged and read line by line in one thread per process; the
+  lines are kept per name and, with ``echo``, printed as ``[name] line``;
+- :meth:`Supervisor.stop` sends SIGTERM to each group, waits, then sends SIGKILL.
+
+The policy (who waits for whom, and for how long) stays with the callers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TextIO
+
+# How long stop() waits after SIGTERM before it sends SIGKILL.
+STOP_SECONDS = 10.0
+# How often wait_for() looks at its predicate.
+POLL_SECONDS = 0.1
+# How long close() waits for each reader thread to see the end of its output.
+READER_JOIN_SECONDS = 10.0
+
+
+def free_loopback_ports(count: int) -> list[int]:
+    """Ports the kernel reports free, all held open together so none repeats."""
+    sockets = []
+    try:
+        for _ in range(count):
+            handle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            handle.bind(("127.0.0.1", 0))
+            sockets.append(handle)
+        return [handle.getsockname()[1] for handle in sockets]
+    finally:
+        for handle in sockets:
+            handle.close()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), read from /proc now.
+
+    A node's agent starts each child in a session of its own, as a VM's processes need no
+    common group; a VM's shutdown still signals every one of them, and so must a local run."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses; ppid follows the last ")".
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if child not in found:
+                found.append(child)
+                pending.append(child)
+    return found
+
+
+def wait_for(predicate: Callable[[], bool], deadline: float | None, poll_seconds: float = POLL_SECONDS) -> bool:
+    """Polls ``predicate`` until it holds (True) or the ``time.monotonic()`` ``deadline``
+    passes (False); ``None`` waits for ever. The predicate is always tried at least once."""
+    while not predicate():
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_seconds)
+    return True
+
+
+@dataclass
+class _Child:
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
+    # The readers of the processes this name ran before (Supervisor.restart).
+    earlier_readers: list[threading.Thread | None] = field(default_factory=list)
+
+
+class Supervisor:
+    """A named set of processes, each in its own process group, with their output lines.
+
+    Not meant to be shared between threads except through :meth:`signal` and the read-only
+    queries; the reader threads only append to the line lists and print."""
+
+    def __init__(
+        self,
+        echo: bool = True,
+        out: TextIO | None = None,
+        poll_seconds: float = POLL_SECONDS,
+        shown: Callable[[str], bool] | None = None,
+    ) -> None:
+        """``echo`` prints every line as ``[name] line`` to ``out`` (``sys.stdout`` at the
+        time of printing when None), or only the lines ``shown`` accepts; every line is kept."""
+        self.echo = echo
+        self.shown = shown
+        self.out = out
+        self.poll_seconds = poll_seconds
+        self._children: dict[str, _Child] = {}
+        self._echo_lock = threading.Lock()
+
+    # --- starting and reading -------------------------------------------------------------
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """Starts ``argv`` as ``name`` in a new session, stdout and stderr merged into one
+        stream that a reader thread collects. ``env`` is the whole environment (None: this
+        process's)."""
+        if name in self._children:
+            raise ValueError(f"a process named {name!r} was already started")
+        child = _Child(self._spawn(argv, env, cwd))
+        self._children[name] = child
+        self._follow(name, child)
+        return child.process
+
+    def restart(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """Starts ``name`` again once its process has exited (a stopped VM booted again): its
+        new output lines are added to the same list."""
+        old = self._children[name]
+        if old.process.poll() is None:
+            raise ValueError(f"{name!r} is still running")
+        child = _Child(self._spawn(argv, env, cwd), lines=old.lines, earlier_readers=[*old.earlier_readers, old.reader])
+        self._children[name] = child
+        self._follow(name, child)
+        return child.process
+
+    @staticmethod
+    def _spawn(
+        argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None
+    ) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            list(argv),
+            env=None if env is None else dict(env),
+            cwd=None if cwd is None else Path(cwd),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            # Own session and process group: a signal to the group reaches anything the
+            # process started.
+            start_new_session=True,
+        )
+
+    def _follow(self, name: str, child: _Child) -> None:
+        assert child.process.stdout is not None
+        child.reader = threading.Thread(
+            target=self._read,
+            args=(name, child.lines, child.process.stdout),
+            name=f"supervisor-reader-{name}",
+            daemon=True,
+        )
+        child.reader.start()
+
+    def _read(self, name: str, lines: list[str], stream: IO[str]) -> None:
+        with stream:
+            for raw in stream:
+                line = raw.rstrip("\n")
+                lines.append(line)
+                if self.echo and (self.shown is None or self.shown(line)):
+                    with self._echo_lock:
+                        print(f"[{name}] {line}", file=self.out or sys.stdout, flush=True)
+
+    # --- queries ----------------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        """Names in the order they were started."""
+        return list(self._children)
+
+    def process(self, name: str) -> subprocess.Popen[str]:
+        return self._children[name].process
+
+    def lines(self, name: str) -> list[str]:
+        """The output lines of ``name`` read so far; the list grows while the process runs."""
+        return self._children[name].lines
+
+    @property
+    def logs(self) -> dict[str, list[str]]:
+        """Every process's lines so far, by name."""
+        return {name: child.lines for name, child in self._children.items()}
+
+    def poll(self, name: str) -> int | None:
+        """The exit code (negative: the signal that ended it), or None while it runs."""
+        return self._children[name].process.poll()
+
+    def returncode(self, name: str) -> int | None:
+        """The exit code known so far, without checking again (see :meth:`poll`)."""
+        return self._children[name].process.returncode
+
+    def running(self, name: str) -> bool:
+        return self.poll(name) is None
+
+    def returncodes(self) -> dict[str, int | None]:
+        return {name: self.poll(name) for name in self._children}
+
+    def wait_for(self, predicate: Callable[[], bool], deadline: float | None) -> bool:
+        """:func:`wait_for` at this supervisor's polling interval."""
+        return wait_for(predicate, deadline, self.poll_seconds)
+
+    def all_exited(self, names: Iterable[str]) -> bool:
+        return all(self.poll(name) is not None for name in names)
+
+    # --- signals and ending -----------------------------------------------------------------
+    def signal(self, name: str, signum: int) -> None:
+        """Sends ``signum`` to the process group of ``name`` and to every process below it (in
+        sessions of their own), if its leader still runs, as a VM's shutdown reaches every
+        process of the VM.
+
+        Until this supervisor reaps the leader, its pid (the group's id) cannot be reused, so
+        the signal cannot reach a stranger; a group that has just emptied is ignored."""
+        process = self._children[name].process
+        if process.poll() is None:
+            below = descendants(process.pid)
+            try:
+                os.killpg(process.pid, signum)
+            except ProcessLookupError:
+                pass
+            for pid in below:
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    def signal_all(self, signum: int) -> None:
+        for name in self._children:
+            self.signal(name, signum)
+
+    def stop(self, names: Iterable[str] | None = None, timeout: float = STOP_SECONDS) -> None:
+        """SIGTERM to each named group (default: all), up to ``timeout`` seconds for them all
+        to exit, then SIGKILL to those left; returns once every named process has exited."""
+        selected = list(self._children if names is None else names)
+        for name in selected:
+            self.signal(name, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        self.wait_for(lambda: self.all_exited(selected), deadline)
+        for name in selected:
+            self.signal(name, signal.SIGKILL)
+        for name in selected:
+            self._children[name].process.wait()
+
+    def kill_all(self) -> None:
+        """SIGKILL to every group, as a host restart does, and wait for every process."""
+        self.signal_all(signal.SIGKILL)
+        for child in self._children.values():
+            child.process.wait()
+
+    def close(self, timeout: float = READER_JOIN_SECONDS) -> None:
+        """Waits for the reader threads to reach the end of their output (each up to
+        ``timeout`` seconds: a process that left a child holding its stdout keeps its reader
+        going)."""
+        for child in self._children.values():
+            for reader in (*child.earlier_readers, child.reader):
+                if reader is not None:
+                    reader.join(timeout=timeout)

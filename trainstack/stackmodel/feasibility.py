@@ -1,0 +1,510 @@
+"""Checks of a parsed stack against what Google Cloud offers (the catalog).
+
+Each check returns problems that name the config key, the bad value and the valid choices,
+so a user can fix the stack file before anything is created or billed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from trainstack.base.errors import Problem, StackConfigError
+from trainstack.catalog import Catalog, N1GpuLimit, load_catalog
+from trainstack.jobcode.package import (
+    CodeError,
+    load_package,
+    load_requirements,
+    load_wheelhouse,
+    misplaced_module,
+    missing_package,
+    package_layout,
+    project_path,
+)
+from trainstack.stackmodel.schema import (
+    NAMESPACE,
+    Accelerator,
+    Cluster,
+    Job,
+    StackConfig,
+    parse_stack_config,
+)
+from trainstack_contract import AUTO, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, auto_strategy
+
+
+def _join(items: Iterable[object]) -> str:
+    return ", ".join(str(i) for i in items)
+
+
+def _region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def resolved_strategy(cluster: Cluster, catalog: Catalog) -> str:
+    """The cluster's strategy, ``auto`` resolved by the contract's rule."""
+    if cluster.strategy != AUTO:
+        return cluster.strategy
+    chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
+    return auto_strategy(
+        tpu=False,
+        parameter_servers=cluster.ps_count,
+        training_machines=1 + cluster.worker_count,
+        devices_per_machine=chief_gpus.count if chief_gpus else 0,
+    )
+
+
+def effective_accelerator(machine_type: str, declared: Accelerator | None, catalog: Catalog) -> Accelerator | None:
+    """The GPUs a VM really gets: the declared ones, or those built into an A2/A3/G2 machine type."""
+    if declared is not None:
+        return declared
+    machine = catalog.machine_types.get(machine_type)
+    if machine is not None and machine.builtin_gpu:
+        return Accelerator(type=machine.builtin_gpu, count=machine.builtin_gpu_count)
+    return None
+
+
+def check_machine(
+    key: str, machine_type: str, accelerator: Accelerator | None, zone: str, catalog: Catalog, spot: bool = False
+) -> list[Problem]:
+    """A machine type with its GPUs: known, attachable in that count, offered in the zone."""
+    machine = catalog.machine_types.get(machine_type)
+    if machine is None:
+        close = difflib.get_close_matches(machine_type, list(catalog.machine_types), n=5, cutoff=0.5)
+        hint = (
+            f"did you mean: {_join(close)}"
+            if close
+            else f"known series: {_join(sorted({m.series for m in catalog.machine_types.values()}))}"
+        )
+        return [Problem(f"{key}.machine_type", f"unknown machine type {machine_type!r}; {hint}")]
+    if not spot and not machine.on_demand_allowed:
+        return [
+            Problem(
+                f"{key}.spot",
+                f"{machine_type} cannot be created on demand, only as Spot (or with a reservation); set spot: true or pick another machine type",
+            )
+        ]
+
+    if accelerator is None:
+        return []
+    accel_key = f"{key}.accelerator"
+    gpu = catalog.gpus.get(accelerator.type)
+    available = sorted(name for name, g in catalog.gpus.items() if not g.retired)
+    if gpu is None:
+        return [Problem(f"{accel_key}.type", f"unknown GPU type {accelerator.type!r}; valid types: {_join(available)}")]
+    if gpu.retired:
+        return [
+            Problem(
+                f"{accel_key}.type",
+                f"{gpu.name} ({gpu.display_name}) is retired and no zone offers it ({gpu.note}); valid types: {_join(available)}",
+            )
+        ]
+
+    problems: list[Problem] = []
+    if gpu.attach == "n1":
+        problems += _check_n1_attachment(key, machine_type, accelerator, catalog)
+    else:
+        offering = sorted(
+            (m for m in catalog.machine_types.values() if m.builtin_gpu == gpu.name),
+            key=lambda m: (m.builtin_gpu_count, m.name),
+        )
+        if machine.builtin_gpu != gpu.name or machine.builtin_gpu_count != accelerator.count:
+            choices = _join(f"{m.name} ({m.builtin_gpu_count})" for m in offering)
+            problems.append(
+                Problem(
+                    accel_key,
+                    f"{gpu.name} x{accelerator.count} does not fit {machine_type}: {gpu.name} comes built into its own machine types, "
+                    f"pick the one with the count you want: {choices}",
+                )
+            )
+    zones = catalog.gpu_zones.get(gpu.name, frozenset())
+    if zone not in zones:
+        same_region = sorted(z for z in zones if _region_of(z) == _region_of(zone))
+        where = (
+            f"zones in {_region_of(zone)} that offer it: {_join(same_region)}"
+            if same_region
+            else f"zones that offer it: {_join(sorted(zones))}"
+        )
+        problems.append(Problem(f"{accel_key}.type", f"{gpu.name} is not offered in zone {zone}; {where}"))
+    return problems
+
+
+def _check_n1_attachment(key: str, machine_type: str, accelerator: Accelerator, catalog: Catalog) -> list[Problem]:
+    machine = catalog.machine_types[machine_type]
+    gpu = accelerator.type
+    limits = catalog.n1_gpu_limits.get(gpu, {})
+    if machine.series != "n1":
+        n1_fits = [
+            m.name
+            for m in catalog.machine_types.values()
+            if m.series == "n1" and _fits(m.vcpus, m.memory_gb, limits.get(accelerator.count))
+        ]
+        return [
+            Problem(
+                f"{key}.machine_type",
+                f"{gpu} attaches only to N1 machine types, not {machine_type}; N1 types that take {accelerator.count} of it: {_join(n1_fits) or 'none'}",
+            )
+        ]
+    if accelerator.count not in limits:
+        return [
+            Problem(
+                f"{key}.accelerator.count",
+                f"{accelerator.count} x {gpu} is not a valid count; valid counts: {_join(sorted(limits))}",
+            )
+        ]
+    if not _fits(machine.vcpus, machine.memory_gb, limits[accelerator.count]):
+        valid = sorted(c for c, limit in limits.items() if _fits(machine.vcpus, machine.memory_gb, limit))
+        limit = limits[accelerator.count]
+        return [
+            Problem(
+                f"{key}.accelerator.count",
+                f"{machine_type} ({machine.vcpus} vCPUs, {machine.memory_gb:g} GB) is too large for {accelerator.count} x {gpu} "
+                f"(at most {limit.max_vcpus} vCPUs and {limit.max_memory_gb:g} GB); valid counts for {machine_type}: {_join(valid) or 'none'}",
+            )
+        ]
+    return []
+
+
+def _fits(vcpus: int, memory_gb: float, limit: N1GpuLimit | None) -> bool:
+    return limit is not None and vcpus <= limit.max_vcpus and memory_gb <= limit.max_memory_gb
+
+
+def check_cluster(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
+    cluster = cfg.settings.cluster
+    if cluster is None:
+        return []
+    zone = cfg.settings.zone
+    key = f"{NAMESPACE}:cluster"
+    chief, workers = cluster.chief, cluster.workers
+    problems = check_machine(f"{key}.chief", chief.machine_type, chief.accelerator, zone, catalog, chief.spot)
+    if workers is not None:
+        problems += check_machine(
+            f"{key}.workers", workers.machine_type, workers.accelerator, zone, catalog, workers.spot
+        )
+    if cluster.parameter_servers is not None:
+        ps = cluster.parameter_servers
+        problems += check_machine(f"{key}.parameter_servers", ps.machine_type, None, zone, catalog, ps.spot)
+        machine = catalog.machine_types.get(ps.machine_type)
+        if machine is not None and machine.builtin_gpu:
+            problems.append(
+                Problem(
+                    f"{key}.parameter_servers.machine_type",
+                    f"{ps.machine_type} carries GPUs that parameter servers do not use; choose a CPU machine type such as n1-highmem-8",
+                )
+            )
+
+    # One cluster, one zone: every GPU type it uses must be offered there, as AI Platform
+    # Training required (https://cloud.google.com/ai-platform/training/docs/using-gpus).
+    gpu_types = sorted(
+        {
+            a.type
+            for a in (cluster.chief.accelerator, cluster.workers.accelerator if cluster.workers else None)
+            if a is not None and a.type in catalog.gpus
+        }
+    )
+    if len(gpu_types) > 1 and any(zone not in catalog.gpu_zones.get(g, frozenset()) for g in gpu_types):
+        shared = sorted(frozenset.intersection(*(catalog.gpu_zones.get(g, frozenset()) for g in gpu_types)))
+        problems.append(
+            Problem(
+                f"{NAMESPACE}:zone",
+                f"all GPU types of one cluster ({_join(gpu_types)}) must be offered in its zone {zone}; zones offering all of them: {_join(shared) or 'none'}",
+            )
+        )
+
+    problems += _check_strategy(cluster, catalog)
+    return problems
+
+
+def _check_strategy(cluster: Cluster, catalog: Catalog) -> list[Problem]:
+    key = f"{NAMESPACE}:cluster"
+    strategy = resolved_strategy(cluster, catalog)
+    problems: list[Problem] = []
+    if strategy in (ONE_DEVICE, MIRRORED) and cluster.worker_count:
+        problems.append(
+            Problem(
+                f"{key}.strategy",
+                f"{strategy} trains on one machine but the cluster has {cluster.worker_count} workers; use {MULTI_WORKER_MIRRORED}, {PARAMETER_SERVER} or {AUTO}",
+            )
+        )
+    if strategy != PARAMETER_SERVER and cluster.ps_count:
+        problems.append(
+            Problem(
+                f"{key}.parameter_servers.count",
+                f"strategy {strategy} does not use parameter servers; set strategy: {PARAMETER_SERVER} (or {AUTO}) or remove them",
+            )
+        )
+    if strategy == PARAMETER_SERVER:
+        if cluster.ps_count < 1:
+            problems.append(
+                Problem(
+                    f"{key}.parameter_servers.count", f"strategy {PARAMETER_SERVER} needs at least 1 parameter server"
+                )
+            )
+        if cluster.worker_count < 1:
+            problems.append(Problem(f"{key}.workers.count", f"strategy {PARAMETER_SERVER} needs at least 1 worker"))
+    if strategy == MULTI_WORKER_MIRRORED and cluster.worker_count < 1:
+        problems.append(
+            Problem(
+                f"{key}.workers.count",
+                f"{MULTI_WORKER_MIRRORED} needs at least 1 worker besides the chief; for one machine use {MIRRORED} (or {AUTO})",
+            )
+        )
+    if strategy == MULTI_WORKER_MIRRORED and cluster.workers is not None:
+        chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
+        worker_gpus = effective_accelerator(cluster.workers.machine_type, cluster.workers.accelerator, catalog)
+        chief_count = chief_gpus.count if chief_gpus else 0
+        worker_count = worker_gpus.count if worker_gpus else 0
+        if chief_count != worker_count:
+            # "All workers need to use the same number of devices, otherwise the behavior is
+            # undefined" (https://www.tensorflow.org/api_docs/python/tf/distribute/MultiWorkerMirroredStrategy).
+            problems.append(
+                Problem(
+                    f"{key}.workers.accelerator.count",
+                    f"{MULTI_WORKER_MIRRORED} needs the same GPU count on the chief and every worker: chief has {chief_count}, workers have {worker_count}",
+                )
+            )
+    if strategy == ONE_DEVICE:
+        chief_gpus = effective_accelerator(cluster.chief.machine_type, cluster.chief.accelerator, catalog)
+        if chief_gpus is not None and chief_gpus.count > 1:
+            problems.append(
+                Problem(
+                    f"{key}.strategy",
+                    f"{ONE_DEVICE} trains on one GPU but the chief has {chief_gpus.count}; use {MIRRORED} or {AUTO} so none sits idle",
+                )
+            )
+    return problems
+
+
+def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
+    tpu = cfg.settings.tpu
+    if tpu is None:
+        return []
+    key = f"{NAMESPACE}:tpu"
+    zone = cfg.settings.zone
+    problems: list[Problem] = []
+    found = catalog.tpu_generation_for(tpu.accelerator_type)
+    if found is None:
+        examples = _join(f"{g.prefix}-{g.valid_suffixes[0]}" for g in catalog.tpu_generations.values())
+        return [
+            Problem(
+                f"{key}.accelerator_type", f"unknown TPU type {tpu.accelerator_type!r}; types look like: {examples}"
+            )
+        ]
+    generation, size = found
+    if size not in generation.valid_suffixes:
+        problems.append(
+            Problem(
+                f"{key}.accelerator_type",
+                f"{tpu.accelerator_type} is not a valid {generation.generation} slice; valid: {_join(f'{generation.prefix}-{s}' for s in generation.valid_suffixes)}",
+            )
+        )
+    zones = catalog.tpu_zones_for(generation.generation, size)
+    if size in generation.valid_suffixes and zone not in zones:
+        problems.append(
+            Problem(
+                f"{key}.accelerator_type",
+                f"{tpu.accelerator_type} is not offered in zone {zone}; zones that offer it: {_join(zones) or 'none known'}",
+            )
+        )
+    runtime = catalog.tpu_runtimes.get(tpu.runtime_version)
+    fitting = sorted(
+        r.version
+        for r in catalog.tpu_runtimes.values()
+        if generation.generation in r.generations and r.tensorflow_version
+    )
+    if runtime is None:
+        problems.append(
+            Problem(
+                f"{key}.runtime_version",
+                f"unknown TPU runtime {tpu.runtime_version!r}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}",
+            )
+        )
+    elif generation.generation not in runtime.generations:
+        problems.append(
+            Problem(
+                f"{key}.runtime_version",
+                f"{tpu.runtime_version} does not support TPU {generation.generation}; TensorFlow runtimes for {generation.generation}: {_join(fitting)}",
+            )
+        )
+    if size in generation.valid_suffixes and generation.is_multi_host(size):
+        # The boot script runs the trainer with TPUClusterResolver("local"): one host. A pod
+        # slice runs the script on every host and needs a launcher this project lacks.
+        single_host = [f"{generation.prefix}-{s}" for s in generation.valid_suffixes if not generation.is_multi_host(s)]
+        problems.append(
+            Problem(
+                f"{key}.accelerator_type",
+                f"{tpu.accelerator_type} spans several hosts; trainstack runs single-host TPU VMs: {_join(single_host)}",
+            )
+        )
+    if tpu.spot and tpu.effective_on_finish == "stop":
+        # Google: a Spot TPU cannot be restarted once stopped or preempted, only recreated.
+        problems.append(
+            Problem(
+                f"{key}.on_finish",
+                "a Spot TPU cannot be started again after it stops; use on_finish: delete (or keep), or spot: false",
+            )
+        )
+    cluster = cfg.settings.cluster
+    if cluster is not None and cluster.ps_count:
+        # TPUStrategy has no parameter servers; AI Platform Training rejected TPU jobs with them
+        # (https://cloud.google.com/ai-platform/training/docs/using-tpus).
+        problems.append(
+            Problem(
+                f"{NAMESPACE}:cluster.parameter_servers.count",
+                "parameter servers cannot be combined with a TPU; remove them or the trainstack:tpu section",
+            )
+        )
+    return problems
+
+
+def check_notebook(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
+    notebook = cfg.settings.notebook
+    if notebook is None:
+        return []
+    return check_machine(
+        f"{NAMESPACE}:notebook", notebook.machine_type, notebook.accelerator, cfg.settings.zone, catalog
+    )
+
+
+def _check_job_args(job: Job) -> list[Problem]:
+    """Flags the stack sets itself may not come again through job.args: for the built-in
+    trainer every flag a job key sets, for a team's code only the job directory."""
+    reserved = job.reserved_flags
+    problems = []
+    for index, arg in enumerate(job.args):
+        flag = arg.split("=", 1)[0]
+        # argparse takes an unambiguous prefix for the whole flag (--job-d for --job-dir),
+        # unless the parser forbids it; a team's parser may not, so every prefix is refused.
+        meant = [name for name in reserved if flag.startswith("--") and len(flag) > 2 and name.startswith(flag)]
+        if meant:
+            shown = flag if flag in reserved else f"{flag} (a prefix of {', '.join(meant)}, which argparse expands)"
+            problems.append(
+                Problem(
+                    f"{NAMESPACE}:job.args[{index}]",
+                    f"{shown} is set by the stack, not by job.args; use {'; '.join(reserved[name] for name in meant)}",
+                )
+            )
+    return problems
+
+
+def check_job(cfg: StackConfig) -> list[Problem]:
+    """Which code the job runs, and that it is there: before any VM exists, not at boot."""
+    job = cfg.settings.job
+    if job is None:
+        return []
+    key = f"{NAMESPACE}:job"
+    problems = _check_job_args(job)
+    if job.package is not None and job.image is not None:
+        return [
+            *problems,
+            Problem(f"{key}.image", "a job runs either job.package (with job.module) or job.image, not both"),
+        ]
+    if not job.builtin:
+        own_code = "job.image" if job.image is not None else "job.package"
+        problems += [
+            Problem(
+                f"{key}.{setting}",
+                f"configures the built-in trainer, which this job does not run; {own_code} takes its own flags in job.args",
+            )
+            for setting in job.builtin_settings_set
+        ]
+    if job.module is not None and job.package is None:
+        problems.append(Problem(f"{key}.package", "job.module needs job.package, the directory that holds it"))
+    if job.requirements is not None and job.package is None:
+        hint = "an image brings its own" if job.image is not None else "they are installed for job.package"
+        problems.append(Problem(f"{key}.requirements", f"extra requirements go with job.package; {hint}"))
+    if job.package is not None:
+        if job.module is None:
+            problems.append(
+                Problem(f"{key}.module", "required with job.package: the module to run as `python -m MODULE`")
+            )
+        else:
+            source = project_path(job.package)
+            if not source.is_dir():
+                problems.append(Problem(f"{key}.package", missing_package(source, job.module)))
+            elif package_layout(source, job.module) is None:
+                wrong, message = misplaced_module(source, job.module)
+                problems.append(Problem(f"{key}.{wrong}", message))
+            else:
+                try:
+                    load_package(source, job.module)
+                except CodeError as error:
+                    problems.append(Problem(f"{key}.package", str(error)))
+    if job.requirements is not None and job.package is not None:
+        try:
+            load_requirements(project_path(job.requirements))
+        except CodeError as error:
+            problems.append(Problem(f"{key}.requirements", str(error)))
+    return problems
+
+
+def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Problem]:
+    catalog = catalog or load_catalog()
+    zone = cfg.settings.zone
+    if cfg.region not in catalog.regions:
+        close = difflib.get_close_matches(cfg.region, sorted(catalog.regions), n=3, cutoff=0.6)
+        hint = f"did you mean: {_join(close)}" if close else f"regions: {_join(sorted(catalog.regions))}"
+        return [Problem("gcp:region", f"unknown region {cfg.region}; {hint}")]
+    if _region_of(zone) != cfg.region:
+        return [
+            Problem(
+                f"{NAMESPACE}:zone", f"zone {zone} is not in gcp:region {cfg.region}; zones look like {cfg.region}-a"
+            )
+        ]
+    if zone not in catalog.zones:
+        # Every stack, CPU-only ones included: a zone that does not exist fails only at `pulumi up`.
+        return [
+            Problem(
+                f"{NAMESPACE}:zone", f"no zone {zone} in {cfg.region}; its zones: {_join(catalog.zones_of(cfg.region))}"
+            )
+        ]
+    return (
+        check_cluster(cfg, catalog)
+        + check_tpu(cfg, catalog)
+        + check_notebook(cfg, catalog)
+        + check_job(cfg)
+        + check_wheelhouse(cfg)
+    )
+
+
+def check_wheelhouse(cfg: StackConfig) -> list[Problem]:
+    wheelhouse = cfg.settings.storage.wheelhouse
+    if wheelhouse is None:
+        return []
+    if cfg.settings.cluster is None and cfg.settings.tpu is None:
+        return [Problem(f"{NAMESPACE}:storage.wheelhouse", "only a cluster or a TPU VM installs from a wheelhouse")]
+    try:
+        load_wheelhouse(project_path(wheelhouse))
+    except CodeError as error:
+        return [Problem(f"{NAMESPACE}:storage.wheelhouse", str(error))]
+    return []
+
+
+def validate_stack(cfg: StackConfig, catalog: Catalog | None = None) -> StackConfig:
+    """Return ``cfg`` when it fits the catalog, else raise with every problem found."""
+    problems = check_stack(cfg, catalog)
+    if problems:
+        raise StackConfigError(problems)
+    return cfg
+
+
+def parse_and_check(
+    stack: str, config: Mapping[str, Any], catalog: Catalog | None = None, secret_keys: frozenset[str] = frozenset()
+) -> StackConfig:
+    """Parse a stack's config map and check it against the catalog, reporting every problem
+    in one pass: a section that fails to parse (a bad job name, say) is left out and the
+    catalog's rules still check the others (the cluster's GPUs)."""
+    try:
+        cfg = parse_stack_config(stack, config, secret_keys)
+    except StackConfigError as error:
+        if error.partial is None:
+            raise
+        more = [
+            p
+            for p in check_stack(error.partial, catalog)
+            if not any(
+                p.key == section or p.key.startswith((f"{section}.", f"{section}[")) for section in error.dropped
+            )
+        ]
+        raise StackConfigError([*error.problems, *more]) from None
+    return validate_stack(cfg, catalog)

@@ -1,0 +1,514 @@
+"""The stack resolved once: every fact its consumers need, derived from config and catalog.
+
+A validated :class:`~trainstack.stackmodel.schema.StackConfig` says what the user asked for; a
+:class:`ResolvedStack` says what that means on Google Cloud: each node's name, effective
+GPUs (built-in ones included), image, NIC, boot disk type and price, the cluster's strategy
+and TF_CONFIG cluster, the bucket and job directory. The components, the boot scripts, the
+cost report and the plan read this model; none of them calls back into the rules or the
+catalog, so they cannot disagree about what a stack means.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import trainstack_contract as contract
+from trainstack.catalog import Catalog, Image, load_catalog
+from trainstack.jobcode.package import (
+    CodePackage,
+    ExtraRequirements,
+    ImageRef,
+    Wheelhouse,
+    builtin_package,
+    load_package,
+    load_requirements,
+    load_wheelhouse,
+    project_path,
+    resolve_image,
+)
+from trainstack.stackmodel.feasibility import effective_accelerator, resolved_strategy
+from trainstack.stackmodel.schema import Accelerator, Cluster, NodeSpec, OnFinish, StackConfig
+
+SECONDS_PER_HOUR = 3600
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    name: str
+    description: str
+    usd_per_hour: float | None  # None: the catalog has no price for some part of it
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    """The job's code and where it writes: a package (the built-in trainer is one) or an image."""
+
+    name: str
+    mode: contract.JobMode
+    builtin: bool
+    package: CodePackage | None
+    requirements: ExtraRequirements | None
+    image: ImageRef | None
+    job_dir: str
+    # (environment variable, Secret Manager secret id) for each secret the job needs.
+    secrets: tuple[tuple[str, str], ...] = ()
+    # The bucket of a job directory the stack names itself (job.job_dir), not its own.
+    job_dir_bucket: str | None = None
+
+    @property
+    def job_dir_prefix(self) -> str | None:
+        """The folder of job.job_dir in its bucket (``flowers/run1``), None for jobs/<name>."""
+        match = contract.EXTERNAL_JOB_DIR.fullmatch(self.job_dir) if self.job_dir_bucket else None
+        return match["prefix"] if match else None
+
+    @property
+    def code_objects(self) -> tuple[str, ...]:
+        """What the nodes fetch from the bucket at boot."""
+        objects = [self.package.object_name] if self.package else []
+        return (*objects, *([self.requirements.object_name] if self.requirements else []))
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """One VM of the training cluster: the chief, a worker or a parameter server."""
+
+    role: str
+    index: int
+    name: str  # the contract's node name: chief, worker-0, ps-1
+    vm_name: str
+    machine_type: str
+    accelerator: Accelerator | None  # what the VM really gets, built-in GPUs included
+    # True for N1, which takes attached GPUs; A2/A3/G2 machine types bring theirs.
+    attach_accelerator: bool
+    spot: bool
+    disk_gb: int
+    boot_disk_type: str
+    nic_type: str | None
+    image: Image
+    cost: NodeCost
+
+
+@dataclass(frozen=True)
+class ResolvedCluster:
+    settings: Cluster
+    strategy: str
+    nodes: tuple[ClusterNode, ...]
+    # TF_CONFIG's cluster; empty for single-machine strategies, which need none.
+    tf_cluster: dict[str, list[str]]
+    # Project metadata key holding tf_cluster; unique per stack in a project.
+    tf_cluster_metadata_key: str
+    trainer_args: tuple[str, ...]
+
+    @property
+    def chief(self) -> ClusterNode:
+        return self.nodes[0]
+
+    @property
+    def recoverable_nodes(self) -> tuple[ClusterNode, ...]:
+        """The nodes the chief starts again when Compute Engine preempts them: its Spot peers
+        (a Spot chief has no one to watch it)."""
+        return tuple(node for node in self.nodes[1:] if node.spot)
+
+    @property
+    def training_port(self) -> int | None:
+        """The port nodes talk on, only where they talk (a TF_CONFIG cluster)."""
+        return self.settings.port if self.tf_cluster else None
+
+    @property
+    def max_run_seconds(self) -> int | None:
+        """Compute Engine's run-time cap; None only when the stack acknowledged running unbounded."""
+        hours = self.settings.max_run_hours
+        return None if hours is None else int(hours * SECONDS_PER_HOUR)
+
+
+@dataclass(frozen=True)
+class ResolvedTpu:
+    name: str
+    vm_name: str
+    accelerator_type: str
+    runtime_version: str
+    # The runtime's TensorFlow, major.minor: the tf-keras line the boot script adds.
+    tensorflow_minor: str
+    spot: bool
+    on_finish: OnFinish
+    max_run_seconds: int
+    service_agent_role: str
+    trainer_args: tuple[str, ...]
+    cost: NodeCost
+
+
+@dataclass(frozen=True)
+class ResolvedNotebook:
+    instance_name: str
+    machine_type: str
+    accelerator: Accelerator | None  # built-in GPUs included, as for cluster nodes
+    # Workbench names GPUs by enum (NVIDIA_TESLA_T4) where Compute Engine uses nvidia-tesla-t4.
+    workbench_accelerator_type: str | None
+    image: Image
+    disk_gb: int
+    # Compute Engine's name (pd-balanced, what the price is for); Workbench takes it as an enum.
+    boot_disk_type: str
+    idle_timeout_minutes: int
+    cost: NodeCost
+
+
+@dataclass(frozen=True)
+class ResolvedStack:
+    config: StackConfig
+    name: str
+    project: str
+    region: str
+    zone: str
+    labels: dict[str, str]
+    bucket_name: str
+    # None: the machines boot ready and run no job.
+    job: ResolvedJob | None
+    # The bucket of job.data when it is not the stack's own (the nodes get read access).
+    external_data_bucket: str | None
+    cluster: ResolvedCluster | None
+    tpu: ResolvedTpu | None
+    notebook: ResolvedNotebook | None
+    costs: tuple[NodeCost, ...] = field(default=())
+    # Wheels the machines install from instead of the package index (storage.wheelhouse).
+    wheelhouse: Wheelhouse | None = None
+
+    @property
+    def bucket_uri(self) -> str:
+        return f"gs://{self.bucket_name}"
+
+    @property
+    def job_dir(self) -> str | None:
+        return self.job.job_dir if self.job else None
+
+    @property
+    def repository_id(self) -> str:
+        """The stack's own Artifact Registry Docker repository."""
+        return repository_id(self.name)
+
+    @property
+    def training_account_email(self) -> str:
+        return f"{self.name}-{TRAINING_ACCOUNT_SUFFIX}@{self.project}.iam.gserviceaccount.com"
+
+    @property
+    def registry_url(self) -> str:
+        """Where the stack's images live: LOCATION-docker.pkg.dev/PROJECT/REPOSITORY."""
+        return registry_url(self.region, self.project, self.repository_id)
+
+    @property
+    def external_image(self) -> ImageRef | None:
+        """The job's image when it lives outside the stack's repository (the nodes need a
+        reader binding on that repository too)."""
+        image = self.job.image if self.job else None
+        if image is None or (image.location, image.project, image.repository) == (
+            self.region,
+            self.project,
+            self.repository_id,
+        ):
+            return None
+        return image
+
+    @property
+    def hourly_usd(self) -> float | None:
+        """The whole stack's price per running hour; None when any part has no price."""
+        if any(c.usd_per_hour is None for c in self.costs):
+            return None
+        return round(sum(c.usd_per_hour or 0.0 for c in self.costs), 4)
+
+    @property
+    def vm_names(self) -> list[str]:
+        names = [n.vm_name for n in self.cluster.nodes] if self.cluster else []
+        names += [self.tpu.vm_name] if self.tpu else []
+        names += [self.notebook.instance_name] if self.notebook else []
+        return names
+
+
+# --- Prices ------------------------------------------------------------------------------
+def machine_hourly_usd(
+    catalog: Catalog,
+    machine_type: str,
+    accelerator: Accelerator | None,
+    spot: bool,
+    disk_gb: int,
+    disk_type: str,
+    region: str,
+) -> float | None:
+    """Machine, GPUs and boot disk per hour at ``region``'s list prices; None when a part has none there."""
+    price = catalog.machine_usd_hr(machine_type, region, spot)
+    if price is None:
+        return None
+    # Built-in GPUs are priced per GPU like attached ones (the machine row is without them).
+    if accelerator is not None:
+        gpu_price = catalog.gpu_usd_hr(accelerator.type, region, spot)
+        if gpu_price is None:
+            return None
+        price += accelerator.count * gpu_price
+    disk_price = catalog.disk_usd_gb_hour(disk_type, region)
+    return None if disk_price is None else price + disk_gb * disk_price
+
+
+def tpu_hourly_usd(catalog: Catalog, accelerator_type: str, spot: bool, region: str) -> float | None:
+    found = catalog.tpu_generation_for(accelerator_type)
+    if found is None:
+        return None
+    generation, size = found
+    per_chip = catalog.tpu_chip_usd_hr(generation.generation, region, spot)
+    return None if per_chip is None else per_chip * generation.chips(size)
+
+
+def describe_machine(machine_type: str, accelerator: Accelerator | None, spot: bool) -> str:
+    gpus = f" + {accelerator.count} x {accelerator.type}" if accelerator else ""
+    return f"{machine_type}{gpus}{' (spot)' if spot else ''}"
+
+
+# --- Names and arguments ---------------------------------------------------------------------
+# The training nodes' service account is <stack>-train (components.stack creates it; `export
+# vertex` runs Vertex AI jobs as it).
+TRAINING_ACCOUNT_SUFFIX = "train"
+
+
+def repository_id(stack_name: str) -> str:
+    return f"{stack_name}-images"
+
+
+def registry_url(location: str, project: str, repository_id: str) -> str:
+    """An Artifact Registry Docker repository's address
+    (https://cloud.google.com/artifact-registry/docs/docker/names)."""
+    return f"{location}-docker.pkg.dev/{project}/{repository_id}"
+
+
+def internal_hostname(vm_name: str, zone: str, project: str) -> str:
+    """Compute Engine's zonal internal DNS name, resolvable from every VM of the network."""
+    return f"{vm_name}.{zone}.c.{project}.internal"
+
+
+def trainer_args(cfg: StackConfig, strategy: str) -> tuple[str, ...]:
+    """The flags for this stack's job (the boot script adds the job directory): the built-in
+    trainer's from the job keys, a team's code only its own job.args."""
+    job = cfg.settings.job
+    if job is None:
+        return ()
+    if not job.builtin:
+        return tuple(job.args)
+    flags = contract.FLAGS
+    args = [
+        flags.model, job.model,
+        flags.data, job.data,
+        flags.epochs, str(job.epochs),
+        flags.batch_size_per_replica, str(job.batch_size_per_replica),
+        flags.image_size, str(job.image_size),
+        flags.strategy, strategy,
+    ]  # fmt: skip
+    if job.steps_per_epoch is not None:
+        args += [flags.steps_per_epoch, str(job.steps_per_epoch)]
+    if strategy == contract.TPU:
+        args += [flags.tpu, contract.LOCAL_TPU]
+    return (*args, *job.args)
+
+
+def _external_data_bucket(cfg: StackConfig, own_bucket: str) -> str | None:
+    job = cfg.settings.job
+    if job is None or not job.builtin:
+        return None
+    data = job.data
+    if not data.startswith("gs://"):
+        return None
+    bucket = data.removeprefix("gs://").split("/", 1)[0]
+    return None if bucket == own_bucket else bucket
+
+
+# --- Resolution ----------------------------------------------------------------------------------
+def _cluster_node(
+    cfg: StackConfig,
+    catalog: Catalog,
+    role: str,
+    index: int,
+    spec: NodeSpec | None,
+    machine_type: str,
+    spot: bool,
+    disk_gb: int,
+) -> ClusterNode:
+    machine = catalog.machine_types[machine_type]
+    accelerator = effective_accelerator(machine_type, spec.accelerator if spec else None, catalog)
+    name = contract.node_name(role, index)
+    vm_name = contract.vm_name(cfg.name, name)
+    price = machine_hourly_usd(catalog, machine_type, accelerator, spot, disk_gb, machine.boot_disk_type, cfg.region)
+    return ClusterNode(
+        role=role,
+        index=index,
+        name=name,
+        vm_name=vm_name,
+        machine_type=machine_type,
+        accelerator=accelerator,
+        attach_accelerator=accelerator is not None and not machine.builtin_gpu,
+        spot=spot,
+        disk_gb=disk_gb,
+        boot_disk_type=machine.boot_disk_type,
+        nic_type=machine.nic_type,
+        image=catalog.images["gpu" if accelerator is not None else "cpu"],
+        cost=NodeCost(vm_name, describe_machine(machine_type, accelerator, spot), price),
+    )
+
+
+def _resolve_cluster(cfg: StackConfig, catalog: Catalog) -> ResolvedCluster | None:
+    cluster = cfg.settings.cluster
+    if cluster is None:
+        return None
+    chief = cluster.chief
+    nodes = [_cluster_node(cfg, catalog, contract.CHIEF, 0, chief, chief.machine_type, chief.spot, chief.disk_gb)]
+    if cluster.workers is not None:
+        pool = cluster.workers
+        nodes += [
+            _cluster_node(cfg, catalog, contract.WORKER, i, pool, pool.machine_type, pool.spot, pool.disk_gb)
+            for i in range(pool.count)
+        ]
+    if cluster.parameter_servers is not None:
+        ps = cluster.parameter_servers
+        nodes += [
+            _cluster_node(cfg, catalog, contract.PS, i, None, ps.machine_type, ps.spot, ps.disk_gb)
+            for i in range(ps.count)
+        ]
+    strategy = resolved_strategy(cluster, catalog)
+    tf_cluster: dict[str, list[str]] = {}
+    if strategy not in contract.SINGLE_MACHINE_STRATEGIES:
+        zone, project = cfg.settings.zone, cfg.project
+        tf_cluster = contract.tf_cluster(
+            (n.role, f"{internal_hostname(n.vm_name, zone, project)}:{cluster.port}") for n in nodes
+        )
+    return ResolvedCluster(
+        settings=cluster,
+        strategy=strategy,
+        nodes=tuple(nodes),
+        tf_cluster=tf_cluster,
+        tf_cluster_metadata_key=f"trainstack-{cfg.name}-cluster",
+        trainer_args=trainer_args(cfg, strategy),
+    )
+
+
+def _resolve_tpu(cfg: StackConfig, catalog: Catalog) -> ResolvedTpu | None:
+    tpu = cfg.settings.tpu
+    if tpu is None:
+        return None
+    runtime = catalog.tpu_runtimes[tpu.runtime_version]
+    vm_name = contract.vm_name(cfg.name, contract.TPU_NODE)
+    description = f"{tpu.accelerator_type}{' (spot)' if tpu.spot else ''}"
+    return ResolvedTpu(
+        name=contract.TPU_NODE,
+        vm_name=vm_name,
+        accelerator_type=tpu.accelerator_type,
+        runtime_version=tpu.runtime_version,
+        tensorflow_minor=".".join(runtime.tensorflow_version.split(".")[:2]),
+        spot=tpu.spot,
+        on_finish=tpu.effective_on_finish,
+        max_run_seconds=round(tpu.max_run_hours * SECONDS_PER_HOUR),
+        service_agent_role=tpu.service_agent_role,
+        trainer_args=trainer_args(cfg, contract.TPU),
+        cost=NodeCost(vm_name, description, tpu_hourly_usd(catalog, tpu.accelerator_type, tpu.spot, cfg.region)),
+    )
+
+
+# The notebook's boot disk type, the one the stack's other machines boot from.
+WORKBENCH_DISK_TYPE = "pd-balanced"
+
+
+def _resolve_notebook(cfg: StackConfig, catalog: Catalog) -> ResolvedNotebook | None:
+    notebook = cfg.settings.notebook
+    if notebook is None:
+        return None
+    accelerator = effective_accelerator(notebook.machine_type, notebook.accelerator, catalog)
+    instance_name = contract.vm_name(cfg.name, contract.NOTEBOOK_NODE)
+    price = machine_hourly_usd(
+        catalog, notebook.machine_type, accelerator, False, notebook.disk_gb, WORKBENCH_DISK_TYPE, cfg.region
+    )
+    return ResolvedNotebook(
+        instance_name=instance_name,
+        machine_type=notebook.machine_type,
+        accelerator=accelerator,
+        workbench_accelerator_type=catalog.gpus[accelerator.type].workbench_type if accelerator else None,
+        image=catalog.images["workbench"],
+        disk_gb=notebook.disk_gb,
+        boot_disk_type=WORKBENCH_DISK_TYPE,
+        idle_timeout_minutes=notebook.idle_timeout_minutes,
+        cost=NodeCost(instance_name, describe_machine(notebook.machine_type, accelerator, False), price),
+    )
+
+
+def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str) -> ResolvedJob | None:
+    job = cfg.settings.job
+    if job is None:
+        return None
+    package = None
+    if job.package is not None and job.module is not None:
+        package = load_package(project_path(job.package), job.module)
+    elif job.builtin:
+        package = builtin_package()
+    return ResolvedJob(
+        name=job.name,
+        mode=job.mode,
+        builtin=job.builtin,
+        package=package,
+        requirements=load_requirements(project_path(job.requirements)) if job.requirements else None,
+        image=resolve_image(job.image, registry) if job.image is not None else None,
+        job_dir=job.job_dir or contract.LAYOUT.job_dir(bucket_uri, job.name),
+        secrets=tuple((env, secret_id(cfg.name, env)) for env in sorted(cfg.settings.secrets)),
+        job_dir_bucket=external["bucket"] if (external := _external_job_dir(job.job_dir)) else None,
+    )
+
+
+def _external_job_dir(job_dir: str | None) -> re.Match[str] | None:
+    return contract.EXTERNAL_JOB_DIR.fullmatch(job_dir) if job_dir is not None else None
+
+
+def secret_id(stack_name: str, env: str) -> str:
+    """A job secret's Secret Manager id: letters, digits, '_' and '-', unique per stack."""
+    return f"{stack_name}-{env}"
+
+
+def default_bucket_name(project: str, name: str) -> str:
+    """The stack's bucket: ``<project>_<name>``. Bucket names are global, and neither a project
+    id nor a stack's name holds "_", so no other (project, stack) pair gives the same name
+    (with "-", project team-a-project + stack prod and team-a + project-prod collided)."""
+    return f"{project}_{name}"
+
+
+def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None) -> ResolvedStack:
+    """The resolved model of a stack that passed :func:`trainstack.stackmodel.feasibility.check_stack`."""
+    catalog = catalog or load_catalog()
+    bucket_name = cfg.settings.storage.bucket or default_bucket_name(cfg.project, cfg.name)
+    cluster = _resolve_cluster(cfg, catalog)
+    tpu = _resolve_tpu(cfg, catalog)
+    notebook = _resolve_notebook(cfg, catalog)
+    costs = [n.cost for n in cluster.nodes] if cluster else []
+    costs += [tpu.cost] if tpu else []
+    costs += [notebook.cost] if notebook else []
+    return ResolvedStack(
+        config=cfg,
+        name=cfg.name,
+        project=cfg.project,
+        region=cfg.region,
+        zone=cfg.settings.zone,
+        labels=cfg.labels,
+        bucket_name=bucket_name,
+        job=_resolve_job(cfg, f"gs://{bucket_name}", registry_url(cfg.region, cfg.project, repository_id(cfg.name))),
+        external_data_bucket=_external_data_bucket(cfg, bucket_name),
+        cluster=cluster,
+        tpu=tpu,
+        notebook=notebook,
+        costs=tuple(costs),
+        wheelhouse=(
+            load_wheelhouse(project_path(cfg.settings.storage.wheelhouse)) if cfg.settings.storage.wheelhouse else None
+        ),
+    )
+
+
+def stack_warnings(stack: ResolvedStack) -> list[str]:
+    """Valid choices a user should know the cost of: `validate` and `plan` both show them."""
+    warnings = []
+    if stack.cluster is not None and len(stack.cluster.nodes) > 1:
+        chief = next(n for n in stack.cluster.nodes if n.role == "chief")
+        if chief.spot:
+            warnings.append(
+                "cluster.chief.spot is true: when the chief is preempted the whole job ends (the other nodes take it "
+                "for dead after heartbeat_timeout_seconds); keep the chief on demand and put the workers on Spot"
+            )
+    return warnings

@@ -1,0 +1,789 @@
+"""Typed stack configuration: the one place raw stack-file values are read.
+
+A stack file (``stacks/Pulumi.<stack>.yaml``) is parsed once into :class:`StackConfig`.
+Structure and value ranges are checked here by pydantic (unknown keys are errors, so a
+typo never falls back to a default); cloud facts (which GPU fits which machine, which zone
+offers what) are checked afterwards by :mod:`trainstack.stackmodel.feasibility` against the catalog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trainstack.base.errors import Problem, StackConfigError, shorten
+from trainstack.base.names import REGION_PATTERN, ZONE_PATTERN
+from trainstack.jobcode.package import MODULE_PATTERN, check_image_syntax
+from trainstack_contract import (
+    AUTO,
+    BATCH_SIZE_PER_REPLICA,
+    CNN,
+    EPOCHS,
+    EXTERNAL_JOB_DIR,
+    FLAGS,
+    IMAGE_JOB,
+    IMAGE_SIZE,
+    LAYOUT,
+    NO_JOB,
+    PACKAGE_JOB,
+    STACK_LABEL,
+    STEPS_PER_EPOCH,
+    SYNTHETIC_DATA,
+    ClusterStrategy,
+    JobMode,
+    Model,
+)
+
+NAMESPACE = "trainstack"
+
+OnFinish = Literal["stop", "delete", "keep"]
+
+# Every pattern below is applied with re.fullmatch: with re.match and "$", a trailing
+# newline passes ("j1\n"), and a value that reaches a shell or a resource name must not.
+# Job names as AI Platform Training named jobs: letters, digits and underscores, starting with
+# a letter, at most 128 characters (https://cloud.google.com/ai-platform/training/docs/managing-models-jobs).
+JOB_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
+# Resource names derive from the stack name (VMs, bucket, service account id "<name>-train"),
+# so it must be a lowercase RFC 1035 label short enough that the longest derived name fits:
+# service account ids are limited to 30 characters.
+RESOURCE_NAME_MAX = 24
+RESOURCE_NAME_PATTERN = re.compile(r"[a-z]([-a-z0-9]{0,22}[a-z0-9])?")
+# Pulumi's stack names: letters, digits, "-", "_" and "."; at most 100 characters.
+STACK_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+LABEL_KEY_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")
+# Labels the program sets itself on every resource; a stack may not set or override them.
+RESERVED_LABEL_PREFIX = "trainstack-"
+# Compute Engine allows 64 labels per resource; the program adds at most two of its own.
+MAX_USER_LABELS = 62
+PROJECT_ID_PATTERN = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
+BILLING_ACCOUNT_PATTERN = re.compile(r"[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}")
+# gs://BUCKET[/PATH]: bucket names are 3-63 lowercase letters, digits, "-", "_" and ".";
+# object paths are printable and bounded.
+GCS_URI_PATTERN = re.compile(r"gs://(?P<bucket>[a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(/[^\x00-\x1f\x7f]{0,1000})?")
+PRIMITIVE_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
+# The Cloud TPU service agent (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com)
+# holds roles/tpu.serviceAgent (https://cloud.google.com/iam/docs/service-agents).
+# AI Platform Training had it granted roles/ml.serviceAgent
+# (https://cloud.google.com/ai-platform/training/docs/using-tpus); that service shut down on
+# 2025-01-31 (https://cloud.google.com/ai-platform/training/docs/deprecations). The role stays
+# accepted for stacks that still need it, but is no longer the default.
+TPU_SERVICE_AGENT_ROLES = ("roles/tpu.serviceAgent", "roles/ml.serviceAgent")
+
+# Trainer flags that the stack sets through its own keys (job.*, cluster.strategy, the job
+# directory); `job.args` may not set them again, or they would bypass validation and IAM.
+STACK_SET_FLAGS = {
+    FLAGS.job_dir: (
+        f"trainstack:job.name (the job directory is {LAYOUT.job_dir('gs://<bucket>', '<name>')}) or "
+        "trainstack:job.job_dir (gs://BUCKET/PREFIX, a bucket of the team's own)"
+    ),
+    FLAGS.model: "trainstack:job.model",
+    FLAGS.data: "trainstack:job.data",
+    FLAGS.epochs: "trainstack:job.epochs",
+    FLAGS.batch_size_per_replica: "trainstack:job.batch_size_per_replica",
+    FLAGS.image_size: "trainstack:job.image_size",
+    FLAGS.steps_per_epoch: "trainstack:job.steps_per_epoch",
+    FLAGS.strategy: "trainstack:cluster.strategy",
+    FLAGS.tpu: "trainstack:tpu",
+}
+# The job settings only the built-in trainer reads; a team's package or image takes its
+# own flags through job.args.
+BUILTIN_TRAINER_KEYS = ("model", "data", "epochs", "batch_size_per_replica", "steps_per_epoch", "image_size")
+# Trainer flags every job's code receives from the stack: job.args may not set them.
+ALWAYS_STACK_SET_FLAGS = (FLAGS.job_dir,)
+MAX_PATH_CHARS = 4096
+# Bounds on job.args: they travel in instance metadata (Compute Engine: 256 KB per value,
+# 512 KB per instance, startup script included).
+MAX_ARGS = 256
+MAX_ARG_CHARS = 4096
+MAX_ARGS_TOTAL_CHARS = 32 * 1024
+
+PositiveInt = Annotated[int, Field(gt=0)]
+# The job settings take the contract's ranges, the ones the trainer's flags enforce.
+Epochs = Annotated[int, Field(ge=EPOCHS.low, le=EPOCHS.high)]
+BatchSize = Annotated[int, Field(ge=BATCH_SIZE_PER_REPLICA.low, le=BATCH_SIZE_PER_REPLICA.high)]
+Steps = Annotated[int, Field(ge=STEPS_PER_EPOCH.low, le=STEPS_PER_EPOCH.high)]
+ImageSize = Annotated[int, Field(ge=IMAGE_SIZE.low, le=IMAGE_SIZE.high)]
+# Compute Engine accepts run-time limits from 30 seconds up to 120 days.
+MaxRunHours = Annotated[float, Field(ge=0.01, le=24 * 120)]
+
+
+def _full_match(pattern: re.Pattern[str], value: str, what: str) -> str:
+    """``value`` when the whole of it matches ``pattern``; else a message quoting it (shortened)."""
+    if not pattern.fullmatch(value):
+        raise ValueError(f"{shorten(value)} is not {what}")
+    return value
+
+
+class _Strict(BaseModel):
+    # allow_inf_nan=False: ".inf" or ".nan" in YAML is a float too, and passes ge/le checks.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+# A job's secret is handed to its code as an environment variable of this name.
+SECRET_NAME_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+# Names the boot script or the trainer already set, or that change how programs load.
+RESERVED_SECRET_PREFIXES = ("AIP_", "TF_", "TRAINSTACK_", "CLOUDSDK_", "GOOGLE_", "LD_", "PYTHON", "CUDA_", "NVIDIA_")
+RESERVED_SECRET_NAMES = frozenset({"PATH", "HOME", "USER", "SHELL", "IFS", "PS4", "BASH_ENV", "ENV"})
+MAX_SECRETS = 20
+# Secret Manager's limit on one version's payload.
+MAX_SECRET_BYTES = 64 * 1024
+SECRET_COMMAND = "pulumi config set --path --secret 'trainstack:secrets.{name}' VALUE"
+
+
+class JobSecret:
+    """One secret value the job needs. ``value`` is None offline, where the stack file holds
+    only Pulumi's ciphertext; under `pulumi up` it is the decrypted value. Its repr never
+    shows the value, so no error message, log or plan can."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "JobSecret(<set>)" if self.value is None else "JobSecret(<value>)"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_plain_validator_function(cls._validate)
+
+    @classmethod
+    def _validate(cls, value: Any) -> JobSecret:
+        if isinstance(value, JobSecret):
+            return value
+        if isinstance(value, Mapping) and set(value) == {"secure"} and isinstance(value["secure"], str):
+            return cls(None)
+        if isinstance(value, str):
+            raise ValueError(
+                "is written in clear text; set it as a secret: pulumi config set --path --secret "
+                "'trainstack:secrets.<NAME>' VALUE"
+            )
+        raise ValueError("a secret set with pulumi config set --path --secret 'trainstack:secrets.<NAME>' VALUE")
+
+
+SECRET_ELSEWHERE = (
+    "is set as a secret (pulumi config set --secret), but this setting reaches the machines' metadata and boot "
+    "log in clear text; keep secret values in trainstack:secrets (pulumi config set --path --secret "
+    "'trainstack:secrets.<NAME>' VALUE): the job's code reads $NAME from its environment"
+)
+# How the Pulumi CLI writes an encrypted value in a stack file.
+_SECURE = "secure"
+
+
+def holds_secure_value(value: Any, depth: int = 0) -> bool:
+    """Whether a stack file's value holds a ``{secure: ...}`` value anywhere (``--path --secret``
+    encrypts one leaf of a structured value)."""
+    if depth > 32:
+        return False
+    if isinstance(value, Mapping):
+        if set(value) == {_SECURE}:
+            return True
+        return any(holds_secure_value(item, depth + 1) for item in value.values())
+    if isinstance(value, list):
+        return any(holds_secure_value(item, depth + 1) for item in value)
+    return False
+
+
+def engine_secrets(value: Any) -> Any:
+    """The engine's decrypted ``trainstack:secrets`` (a key it marks secret), each value wrapped
+    so that nothing downstream can print it."""
+    if not isinstance(value, Mapping):
+        return value
+    return {
+        name: JobSecret(secret) if isinstance(secret, str) and len(secret.encode()) <= MAX_SECRET_BYTES else secret
+        for name, secret in value.items()
+    }
+
+
+def check_secret_names(secrets: dict[str, JobSecret]) -> dict[str, JobSecret]:
+    if len(secrets) > MAX_SECRETS:
+        raise ValueError(f"{len(secrets)} secrets: at most {MAX_SECRETS}")
+    for name in secrets:
+        if not isinstance(name, str) or not SECRET_NAME_PATTERN.fullmatch(name):
+            raise ValueError(
+                f"secret name {shorten(name)}: an environment variable name, capital letters, digits and '_', "
+                "starting with a letter, at most 64 characters"
+            )
+        if name in RESERVED_SECRET_NAMES or name.startswith(RESERVED_SECRET_PREFIXES):
+            raise ValueError(
+                f"secret name {name}: reserved (names {', '.join(sorted(RESERVED_SECRET_NAMES))} and names starting "
+                f"{', '.join(RESERVED_SECRET_PREFIXES)} are set by the system, trainstack or TensorFlow)"
+            )
+    return secrets
+
+
+class Accelerator(_Strict):
+    type: str
+    count: PositiveInt
+
+
+class NodeSpec(_Strict):
+    """One VM shape: the chief, or each VM of a pool."""
+
+    machine_type: str
+    accelerator: Accelerator | None = None
+    spot: bool = False
+    disk_gb: Annotated[int, Field(ge=50, le=65536)] = 200
+
+
+class WorkerPool(NodeSpec):
+    # Every node takes an address of the stack's /20 subnet (4092 usable).
+    count: Annotated[int, Field(ge=0, le=3790)]
+
+
+class ParameterServerPool(_Strict):
+    """Parameter servers hold variables on CPU and RAM; they take no accelerator."""
+
+    count: Annotated[int, Field(ge=0, le=200)]
+    machine_type: str
+    spot: bool = False
+    disk_gb: Annotated[int, Field(ge=50, le=65536)] = 100
+
+
+class Cluster(_Strict):
+    chief: NodeSpec
+    workers: WorkerPool | None = None
+    parameter_servers: ParameterServerPool | None = None
+    strategy: ClusterStrategy = AUTO
+    # A hard cap on billing if a job hangs: Compute Engine stops (or deletes) the VM after this long.
+    # null turns it off, and only together with acknowledge_bills_until_stopped: true.
+    max_run_hours: MaxRunHours | None = 24
+    acknowledge_bills_until_stopped: bool = False
+    on_finish: OnFinish = "stop"
+    # TF_CONFIG port on every node; the firewall opens exactly this port between cluster nodes.
+    port: Annotated[int, Field(ge=1024, le=65535)] = 2222
+    # The chief's boot script refreshes a heartbeat in the job status while the job runs; any
+    # other node that sees no new heartbeat for this long takes the chief for dead, ends its
+    # trainer, records FAILED and applies on_finish instead of billing until max_run_hours.
+    heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=24 * 3600)] = 600
+    # The chief starts a preempted Spot peer again at most this many times (per node) before
+    # it ends the job FAILED; 0 never restarts one.
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 10
+
+    @model_validator(mode="after")
+    def _uncapped_only_when_acknowledged(self) -> Cluster:
+        if self.max_run_hours is None and not self.acknowledge_bills_until_stopped:
+            raise ValueError(
+                "max_run_hours: null turns off the run-time cap, and the machines then bill until someone stops "
+                "them (pulumi destroy); say so with acknowledge_bills_until_stopped: true, or set max_run_hours"
+            )
+        if self.max_run_hours is not None and self.acknowledge_bills_until_stopped:
+            raise ValueError(
+                f"acknowledge_bills_until_stopped: true, but max_run_hours is {self.max_run_hours}: the cap stays on; "
+                "remove the acknowledgement, or set max_run_hours: null"
+            )
+        return self
+
+    @property
+    def worker_count(self) -> int:
+        return self.workers.count if self.workers else 0
+
+    @property
+    def ps_count(self) -> int:
+        return self.parameter_servers.count if self.parameter_servers else 0
+
+
+class Tpu(_Strict):
+    accelerator_type: str
+    runtime_version: str
+    spot: bool = False
+    # None: not set by the user; see effective_on_finish.
+    on_finish: OnFinish | None = None
+    # The TPU API has no run-time limit for TPU VMs: the boot script enforces this one.
+    max_run_hours: MaxRunHours = 24
+    service_agent_role: str = TPU_SERVICE_AGENT_ROLES[0]
+
+    @field_validator("service_agent_role")
+    @classmethod
+    def _service_agent_roles_only(cls, role: str) -> str:
+        if role not in TPU_SERVICE_AGENT_ROLES:
+            raise ValueError(
+                f"the Cloud TPU service agent may be granted only a service-agent role: {', '.join(TPU_SERVICE_AGENT_ROLES)}"
+            )
+        return role
+
+    @property
+    def effective_on_finish(self) -> OnFinish:
+        """What the TPU VM does when the job ends: the user's choice, else a default that fits.
+
+        A Spot TPU cannot be started again after it stops (only recreated), so an unset
+        on_finish means delete for Spot and stop otherwise."""
+        if self.on_finish is not None:
+            return self.on_finish
+        return "delete" if self.spot else "stop"
+
+
+class Notebook(_Strict):
+    machine_type: str
+    accelerator: Accelerator | None = None
+    idle_timeout_minutes: Annotated[int, Field(ge=10, le=10080)] = 180
+    disk_gb: Annotated[int, Field(ge=150, le=65536)] = 150
+
+
+class Job(_Strict):
+    """What the cluster or TPU VM runs: the built-in trainer (``model`` and the settings after
+    it), a team's Python package (``package`` and ``module``), or a container ``image``."""
+
+    name: str = "train"
+    # The built-in trainer's settings.
+    model: Model = CNN
+    data: str = SYNTHETIC_DATA
+    epochs: Epochs = EPOCHS.default
+    batch_size_per_replica: BatchSize = BATCH_SIZE_PER_REPLICA.default
+    steps_per_epoch: Steps | None = STEPS_PER_EPOCH.default
+    image_size: ImageSize = IMAGE_SIZE.default
+    # A team's own code: a package directory run as `python -m module`, with extra
+    # requirements, or a container image. Checked against the files by trainstack.stackmodel.feasibility.
+    package: str | None = None
+    module: str | None = None
+    requirements: str | None = None
+    image: str | None = None
+    args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
+    # Where the job writes, when not under jobs/<name> of the stack's bucket: a folder of a
+    # bucket the team already has (AI Platform's --job-dir).
+    job_dir: str | None = None
+
+    @property
+    def mode(self) -> JobMode:
+        return IMAGE_JOB if self.image is not None else PACKAGE_JOB
+
+    @property
+    def builtin(self) -> bool:
+        """True when the job runs the built-in trainer, not a team's package or image."""
+        return self.package is None and self.image is None
+
+    @property
+    def reserved_flags(self) -> dict[str, str]:
+        """Flags the stack sets for this job's code, each with the key to use instead: every
+        flag a job key sets for the built-in trainer, only the job directory for a team's code."""
+        if self.builtin:
+            return STACK_SET_FLAGS
+        return {flag: STACK_SET_FLAGS[flag] for flag in ALWAYS_STACK_SET_FLAGS}
+
+    @property
+    def builtin_settings_set(self) -> list[str]:
+        """The built-in trainer's settings the stack file names (they mean nothing to a team's code)."""
+        return [key for key in BUILTIN_TRAINER_KEYS if key in self.model_fields_set]
+
+    @field_validator("name")
+    @classmethod
+    def _job_name_rules(cls, name: str) -> str:
+        return _full_match(
+            JOB_NAME_PATTERN,
+            name,
+            "a valid job name: use letters, digits and underscores, start with a letter, at most 128 characters",
+        )
+
+    @field_validator("data")
+    @classmethod
+    def _data_source(cls, data: str) -> str:
+        if data != SYNTHETIC_DATA and not GCS_URI_PATTERN.fullmatch(data):
+            raise ValueError(
+                f"{shorten(data)} is not a data source: use '{SYNTHETIC_DATA}' or a gs://BUCKET/PATH readable by the training service account"
+            )
+        return data
+
+    @field_validator("job_dir")
+    @classmethod
+    def _job_dir(cls, job_dir: str | None) -> str | None:
+        if job_dir is None:
+            return None
+        trimmed = job_dir.removesuffix("/")
+        if EXTERNAL_JOB_DIR.fullmatch(trimmed) is None:
+            raise ValueError(
+                f"{shorten(job_dir)} is not a job directory: use gs://BUCKET/PREFIX, a folder (not the bucket's root: "
+                "the nodes may write under it alone) of folder names of letters, digits and '._=-'; or leave it out "
+                "for jobs/<name> in the stack's own bucket"
+            )
+        return trimmed
+
+    @field_validator("package", "requirements")
+    @classmethod
+    def _path_text(cls, path: str | None) -> str | None:
+        if path is not None and (not path or len(path) > MAX_PATH_CHARS or any(not c.isprintable() for c in path)):
+            raise ValueError(f"{shorten(path)} is not a path: printable text of at most {MAX_PATH_CHARS} characters")
+        return path
+
+    @field_validator("module")
+    @classmethod
+    def _module_name(cls, module: str | None) -> str | None:
+        what = "a Python module name (dotted identifiers, as `python -m` takes: mypackage.task)"
+        return None if module is None else _full_match(MODULE_PATTERN, module, what)
+
+    @field_validator("image")
+    @classmethod
+    def _image_name(cls, image: str | None) -> str | None:
+        return None if image is None else check_image_syntax(image)
+
+    @field_validator("args")
+    @classmethod
+    def _args_bounded(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            if len(arg) > MAX_ARG_CHARS or any(not c.isprintable() for c in arg):
+                raise ValueError(
+                    f"{shorten(arg)}: each argument is printable text of at most {MAX_ARG_CHARS} characters"
+                )
+        if sum(len(arg) for arg in args) > MAX_ARGS_TOTAL_CHARS:
+            raise ValueError(f"the arguments add up to more than {MAX_ARGS_TOTAL_CHARS} characters")
+        return args
+
+
+class Budget(_Strict):
+    billing_account: str
+    # In the billing account's own currency (the budget names none, so Google uses the account's).
+    monthly_usd: Annotated[float, Field(gt=0, le=100_000_000)]
+    thresholds: list[Annotated[float, Field(gt=0, le=2)]] = Field(
+        default_factory=lambda: [0.5, 0.9, 1.0], max_length=20
+    )
+
+    @field_validator("billing_account")
+    @classmethod
+    def _billing_account_format(cls, account: str) -> str:
+        return _full_match(
+            BILLING_ACCOUNT_PATTERN, account, "a billing account id: expected the form 012345-6789AB-CDEF01"
+        )
+
+
+# Cloud Storage bucket names: 3-63 lowercase letters, digits, "-" and "_", starting and ending
+# with a letter or digit, no "goog" prefix; dots are left out (they make a domain-named bucket,
+# which needs domain verification). https://cloud.google.com/storage/docs/buckets#naming
+BUCKET_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]")
+
+
+class Storage(_Strict):
+    # The bucket holds a user's data, checkpoints and models. By default `pulumi destroy`
+    # leaves it (and its contents) in place and only forgets it; set this to true to delete it.
+    delete_on_destroy: bool = False
+    # Noncurrent object versions (overwritten checkpoints) are removed after this many days.
+    noncurrent_version_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    # The bucket's name, when it must not be the default `<project>_<name>`: a stack made before
+    # that default keeps its bucket (`<project>-<name>`) by naming it here.
+    bucket: str | None = None
+    # A directory of wheels (`pip download -d DIR -r requirements-node.txt`) that `pulumi up`
+    # uploads; nodes install from it, each wheel checked against its digest, instead of from
+    # the package index (private nodes then need no internet access to boot).
+    wheelhouse: Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)] | None = None
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_name(cls, bucket: str | None) -> str | None:
+        if bucket is None:
+            return None
+        _full_match(BUCKET_NAME_PATTERN, bucket, "a bucket name: 3-63 lowercase letters, digits, '-' and '_'")
+        if bucket.startswith("goog") or "google" in bucket:
+            raise ValueError(
+                f"{bucket} is not a bucket name Cloud Storage allows: none begins with goog or holds google"
+            )
+        return bucket
+
+
+# IAM principals a stack may grant machine access to: people, groups and service accounts
+# by email (https://cloud.google.com/iam/docs/principal-identifiers).
+MEMBER_PATTERN = re.compile(
+    r"(user|group|serviceAccount):[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63}){1,8}"
+)
+MAX_ACCESS_MEMBERS = 50
+
+
+class Access(_Strict):
+    """Teammates who may reach the stack's machines: IAP SSH through OS Login on the cluster
+    VMs, and the Workbench notebook."""
+
+    members: list[str] = Field(max_length=MAX_ACCESS_MEMBERS)
+
+    @field_validator("members")
+    @classmethod
+    def _principals(cls, members: list[str]) -> list[str]:
+        for member in members:
+            _full_match(MEMBER_PATTERN, member, "an IAM principal: user:EMAIL, group:EMAIL or serviceAccount:EMAIL")
+        duplicates = sorted({m for m in members if members.count(m) > 1})
+        if duplicates:
+            raise ValueError(f"listed more than once: {', '.join(duplicates)}")
+        return members
+
+
+class Settings(_Strict):
+    """The ``trainstack:`` namespace of a stack file."""
+
+    zone: str
+    name: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    cluster: Cluster | None = None
+    tpu: Tpu | None = None
+    notebook: Notebook | None = None
+    # None (omitted, or `job: none`): the machines boot ready and start no trainer.
+    job: Job | None = None
+    budget: Budget | None = None
+    storage: Storage = Field(default_factory=Storage)
+    access: Access | None = None
+    # Tokens the job needs (an experiment-tracking key): stored in Secret Manager by the
+    # program, readable by the training accounts alone, fetched by the boot script at run time.
+    secrets: dict[str, JobSecret] = Field(default_factory=dict)
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, secrets: dict[str, JobSecret]) -> dict[str, JobSecret]:
+        return check_secret_names(secrets)
+
+    @model_validator(mode="after")
+    def _secrets_need_a_job(self) -> Settings:
+        if self.secrets and (self.job is None or (self.cluster is None and self.tpu is None)):
+            raise ValueError(
+                "trainstack:secrets are handed to a job on the cluster or TPU VM, and this stack runs none"
+            )
+        return self
+
+    @field_validator("job", mode="before")
+    @classmethod
+    def _no_job(cls, job: Any) -> Any:
+        return None if job == NO_JOB else job
+
+    @field_validator("zone")
+    @classmethod
+    def _zone_name(cls, zone: str) -> str:
+        return _full_match(ZONE_PATTERN, zone, "a zone name: zones look like us-central1-a")
+
+    @field_validator("name")
+    @classmethod
+    def _resource_name(cls, name: str | None) -> str | None:
+        what = f"a valid name: lowercase letters, digits and hyphens, starting with a letter, at most {RESOURCE_NAME_MAX} characters"
+        return None if name is None else _full_match(RESOURCE_NAME_PATTERN, name, what)
+
+    @field_validator("labels")
+    @classmethod
+    def _label_rules(cls, labels: dict[str, str]) -> dict[str, str]:
+        if len(labels) > MAX_USER_LABELS:
+            raise ValueError(
+                f"{len(labels)} labels: Google Cloud allows 64 per resource and trainstack sets 2, so at most {MAX_USER_LABELS}"
+            )
+        for key, value in labels.items():
+            if not LABEL_KEY_PATTERN.fullmatch(key):
+                raise ValueError(
+                    f"label key {shorten(key)}: lowercase letters, digits, '_' and '-', starting with a letter, at most 63 characters"
+                )
+            if key.startswith(RESERVED_LABEL_PREFIX):
+                raise ValueError(f"label key {key}: keys starting with {RESERVED_LABEL_PREFIX!r} are set by trainstack")
+            if not LABEL_VALUE_PATTERN.fullmatch(value):
+                raise ValueError(
+                    f"label {key}={shorten(value)}: values are lowercase letters, digits, '_' and '-', at most 63 characters"
+                )
+        return labels
+
+
+class StackConfig(BaseModel):
+    """Everything the Pulumi program needs, validated."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stack: str
+    project: str
+    region: str
+    settings: Settings
+
+    @property
+    def name(self) -> str:
+        """Prefix of every cloud resource name of this stack."""
+        return self.settings.name or default_resource_name(self.stack)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {**self.settings.labels, STACK_LABEL: default_resource_name(self.stack)}
+
+
+# Characters of the stack-name hash that keep two stacks' derived names apart.
+NAME_HASH_CHARS = 5
+
+
+def default_resource_name(stack: str) -> str:
+    """The stack name as a valid resource-name prefix ("dev" -> "dev", "Team_A" -> "team-a-3f1c2").
+
+    When the name must change to fit (case, characters, length), a short hash of the whole
+    stack name is appended, so two stacks whose names differ only in what was dropped
+    ("Team_A" and "team-a", or two long names sharing their first 24 characters) still get
+    different VMs, buckets and service accounts."""
+    name = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = f"ts-{name}".rstrip("-")
+    if name == stack and len(name) <= RESOURCE_NAME_MAX:
+        return name
+    digest = hashlib.sha256(stack.encode()).hexdigest()[:NAME_HASH_CHARS]
+    return f"{name[: RESOURCE_NAME_MAX - NAME_HASH_CHARS - 1].rstrip('-')}-{digest}"
+
+
+def stack_name_problem(stack: str) -> str | None:
+    """Why ``stack`` is not a Pulumi stack name, or None when it is one."""
+    if not STACK_NAME_PATTERN.fullmatch(stack) or stack in (".", ".."):
+        return (
+            f"{shorten(stack)} is not a stack name: letters, digits, '-', '_' and '.', "
+            "at most 100 characters, not '.' or '..'"
+        )
+    return None
+
+
+# Pulumi passes each config value as a string; no sensible stack value comes near this.
+MAX_CONFIG_VALUE_CHARS = 1024 * 1024
+
+
+def decode_config_value(value: Any) -> Any:
+    """Pulumi hands config values to the program as strings; objects and numbers arrive as JSON text."""
+    if not isinstance(value, str) or len(value) > MAX_CONFIG_VALUE_CHARS:
+        return value
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+
+
+def _key_for(loc: tuple[int | str, ...]) -> str:
+    if not loc:
+        return f"{NAMESPACE}:"
+    head, *rest = loc
+    path = f"{NAMESPACE}:{head}"
+    for part in rest:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _valid_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names allowed at ``loc`` (for the 'unknown key' message)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if isinstance(current, type) and issubclass(current, BaseModel) else None
+        if field is None:
+            return []
+        annotation = field.annotation
+        candidates = getattr(annotation, "__args__", (annotation,))
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if current is None:
+            return []
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(current.model_fields)
+    return []
+
+
+def problems_from_validation_error(error: ValidationError) -> list[Problem]:
+    problems = []
+    for detail in error.errors():
+        loc = tuple(detail["loc"])
+        kind = detail["type"]
+        if kind == "extra_forbidden":
+            valid = _valid_keys(Settings, loc)
+            message = f"unknown key; valid keys here: {', '.join(valid)}" if valid else "unknown key"
+        elif kind == "missing":
+            message = "required key is missing"
+        else:
+            message = str(detail["msg"]).removeprefix("Value error, ")
+            if "input" in detail and kind not in {"model_type", "dict_type", "value_error"}:
+                message = f"{message} (got {shorten(detail['input'])})"
+        problems.append(Problem(_key_for(loc), message))
+    return problems
+
+
+def _salvage(
+    stack: str, project: str, region: str, settings_raw: dict[str, Any], failing: frozenset[str]
+) -> StackConfig | None:
+    """The stack without its failing sections, when that much is valid (for the catalog's
+    rules to check the rest in the same pass); None when a required section failed."""
+    try:
+        settings = Settings.model_validate({k: v for k, v in settings_raw.items() if k not in failing})
+    except ValidationError:
+        return None
+    return StackConfig(stack=stack, project=project, region=region, settings=settings)
+
+
+STACK_FILE_TOP_LEVEL_KEYS = frozenset({"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"})
+
+
+# Config namespaces are Pulumi project and provider names: ASCII, lowercase.
+CONFIG_NAMESPACE_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+# The namespaces a stack file's keys belong to: a key in a near miss of one is a typo that
+# would otherwise leave its setting at the default in silence.
+KNOWN_NAMESPACES = (NAMESPACE, "gcp")
+
+
+def namespace_problem(namespace: str, name: str) -> str | None:
+    """Why ``namespace`` cannot be meant as written, or None."""
+    import difflib
+
+    if not CONFIG_NAMESPACE_PATTERN.fullmatch(namespace):
+        return "a config namespace is lowercase ASCII letters, digits, '-' and '_' (a look-alike letter is not one)"
+    if namespace not in KNOWN_NAMESPACES and (close := difflib.get_close_matches(namespace, KNOWN_NAMESPACES, 1, 0.75)):
+        return f"namespace {namespace!r} is not {close[0]!r}: did you mean {close[0]}:{shorten(name).strip(chr(39))}?"
+    return None
+
+
+def parse_stack_config(stack: str, config: Mapping[str, Any], secret_keys: frozenset[str] = frozenset()) -> StackConfig:
+    """Turn the ``config:`` mapping of a stack file into a :class:`StackConfig`.
+
+    ``config`` keys are namespaced (``gcp:project``, ``trainstack:cluster``); values may be
+    already-decoded YAML or the JSON strings Pulumi passes to a running program.
+    Raises :class:`StackConfigError` listing every problem found.
+    """
+    problems: list[Problem] = []
+    settings_raw: dict[str, Any] = {}
+    for key, value in config.items():
+        if not isinstance(key, str) or ":" not in key:
+            problems.append(Problem(str(key), "config keys are namespaced, e.g. 'trainstack:zone' or 'gcp:project'"))
+            continue
+        namespace, _, name = key.partition(":")
+        if (misspelt := namespace_problem(namespace, name)) is not None:
+            problems.append(Problem(shorten(key).strip("'"), misspelt))
+            continue
+        if namespace == NAMESPACE:
+            if name != "secrets" and (key in secret_keys or holds_secure_value(value)):
+                # Every other setting reaches the machines' metadata and boot log as it is.
+                problems.append(Problem(key, SECRET_ELSEWHERE))
+                continue
+            settings_raw[name] = decode_config_value(value)
+            if name == "secrets" and key in secret_keys:
+                settings_raw[name] = engine_secrets(settings_raw[name])
+
+    if (stack_problem := stack_name_problem(stack)) is not None:
+        problems.append(Problem("stack", stack_problem))
+    project = config.get("gcp:project")
+    region = config.get("gcp:region")
+    if not isinstance(project, str) or not PROJECT_ID_PATTERN.fullmatch(project):
+        problems.append(
+            Problem(
+                "gcp:project",
+                f"a Google Cloud project id is required (6-30 lowercase letters, digits, hyphens), got {shorten(project)}",
+            )
+        )
+    if not isinstance(region, str) or not REGION_PATTERN.fullmatch(region):
+        problems.append(Problem("gcp:region", f"a region such as us-central1 is required, got {shorten(region)}"))
+
+    # Salvage only when the stack name, project and region are sound: the rules need them.
+    salvageable = not problems
+    settings: Settings | None = None
+    partial: StackConfig | None = None
+    dropped: frozenset[str] = frozenset()
+    try:
+        settings = Settings.model_validate(settings_raw)
+    except ValidationError as error:
+        problems.extend(problems_from_validation_error(error))
+        if salvageable and isinstance(project, str) and isinstance(region, str):
+            failing = frozenset(str(detail["loc"][0]) for detail in error.errors() if detail["loc"])
+            partial = _salvage(stack, project, region, settings_raw, failing)
+            dropped = frozenset(f"{NAMESPACE}:{name}" for name in failing)
+
+    if settings is not None and not (settings.cluster or settings.tpu or settings.notebook):
+        problems.append(
+            Problem(
+                f"{NAMESPACE}:cluster",
+                "a stack needs at least one of trainstack:cluster, trainstack:tpu, trainstack:notebook",
+            )
+        )
+    if problems or settings is None:
+        raise StackConfigError(problems, partial, dropped)
+    assert isinstance(project, str) and isinstance(region, str)
+    return StackConfig(stack=stack, project=project, region=region, settings=settings)
