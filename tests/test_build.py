@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from trainstack.commands import build
-from trainstack.commands.build import CLOUD_BUILD, DOCKER, build_commands, content_tag, context_files, docker_tag
+from trainstack.commands.build import CLOUD_BUILD, DOCKER, build_commands, docker_tag
 from trainstack.commands.main import main
+from trainstack.jobcode.image import content_tag, context_files
 from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 
@@ -169,7 +170,7 @@ def test_dry_run_prints_the_commands_and_runs_nothing(
 def test_dry_run_quotes_what_a_shell_would_split(
     monkeypatch: pytest.MonkeyPatch, multiworker: ResolvedStack, capsys: pytest.CaptureFixture[str], no_subprocess: None
 ) -> None:
-    monkeypatch.setattr(build, "image_uri", lambda stack, tag: "registry/with space:v1")
+    monkeypatch.setattr(build, "image_uri", lambda registry_url, tag: "registry/with space:v1")
     assert build.run_build(multiworker, tag="v1", builder=DOCKER, dry_run=True) == 0
     assert capsys.readouterr().out.splitlines()[0] == "docker build --file Dockerfile --tag 'registry/with space:v1' ."
 

@@ -17,8 +17,8 @@ from gcp_storage_emulator.server import create_server
 from google.cloud import storage
 
 from stack_helpers import base_config, write_stack
-from trainstack.commands import status
 from trainstack.commands.main import main
+from trainstack.jobstate import report as status_report
 from trainstack.localrun.run import LocalRun, TrainerOverrides
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
@@ -187,7 +187,7 @@ def test_a_stack_without_a_job_says_so(tmp_path: Path, capsys: pytest.CaptureFix
         (b'{"state": "RUNNING", ', "is not valid JSON (Expecting property name enclosed in double quotes at line 1"),
         (b'["RUNNING"]', "holds JSON, but not an object"),
         (b"\xff\xfe{}", "is not UTF-8 text"),
-        (b" " * (status.MAX_OBJECT_BYTES + 1), f"is larger than {status.MAX_OBJECT_BYTES} bytes"),
+        (b" " * (status_report.MAX_OBJECT_BYTES + 1), f"is larger than {status_report.MAX_OBJECT_BYTES} bytes"),
     ],
     ids=["bad-json", "not-an-object", "not-utf8", "oversized"],
 )
@@ -283,7 +283,7 @@ def test_an_unreachable_endpoint_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
-    monkeypatch.setattr(status, "RETRY_SECONDS", 1.0)
+    monkeypatch.setattr(status_report, "RETRY_SECONDS", 1.0)
     assert main(["status", "--stack-file", str(stack_file(tmp_path))]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"trainstack: cannot read gs://{BUCKET}/") and err.count("\n") == 1, err
@@ -304,9 +304,9 @@ def test_a_nodes_history_is_shown_oldest_first_and_cleaned() -> None:
         {"state": "RUNNING", "time": "t2"},
         {"state": "SUCCEEDED\x1b[2J", "time": "t3"},
     ]
-    assert status.history_text({"state": "SUCCEEDED", "history": entries}) == (
+    assert status_report.history_text({"state": "SUCCEEDED", "history": entries}) == (
         "RUNNING -> PREEMPTED (SIGTERM) -> RUNNING -> SUCCEEDED?[2J"
     )
-    assert status.history_text({"state": "RUNNING", "history": entries[:1]}) is None
-    long = [{"state": f"S{i}"} for i in range(status.HISTORY_SHOWN + 3)]
-    assert status.history_text({"history": long}).startswith("... -> S3 -> ")  # type: ignore[union-attr]
+    assert status_report.history_text({"state": "RUNNING", "history": entries[:1]}) is None
+    long = [{"state": f"S{i}"} for i in range(status_report.HISTORY_SHOWN + 3)]
+    assert status_report.history_text({"history": long}).startswith("... -> S3 -> ")  # type: ignore[union-attr]

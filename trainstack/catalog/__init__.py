@@ -1,9 +1,8 @@
-"""What Google Cloud offers, read from the CSV files beside this module.
+"""What Google Cloud offers, read from the CSV files beside this module."""
 
-The figures (machine shapes, GPU limits, zones, prices, TPU runtimes, images) live in data,
-each row with its source and date; this module only loads them into typed records.
-The rules that use them are in :mod:`trainstack.stackmodel.feasibility`.
-"""
+# The figures (machine shapes, GPU limits, zones, prices, TPU runtimes, images) live in data,
+# each row with its source and date; this module only loads them into typed records.
+# The checks that use them are in trainstack.stackmodel.feasibility.
 
 from __future__ import annotations
 

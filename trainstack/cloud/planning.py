@@ -32,7 +32,7 @@ from trainstack.cloud.pulumi_internals import (
     set_program_config,
     sync_await,
 )
-from trainstack.commands.cost import CostReport, cost_report
+from trainstack.stackmodel.cost import CostReport, cost_report
 from trainstack.stackmodel.resolved import NodeCost, ResolvedStack, stack_warnings
 
 PROGRAM = PROJECT_ROOT / "__main__.py"

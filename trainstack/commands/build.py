@@ -14,17 +14,15 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainstack.base.project import PROJECT_ROOT
-from trainstack.jobcode.package import digest_of
-from trainstack_contract import BUILTIN_PACKAGE, CONTRACT_PACKAGE
+from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack.jobcode.image import DOCKERFILE, content_tag, image_uri
 
 if TYPE_CHECKING:
     from trainstack.stackmodel.resolved import ResolvedStack
 
-DOCKERFILE = "Dockerfile"
-IMAGE_NAME = "trainer"
 
 DOCKER = "docker"
 CLOUD_BUILD = "cloud-build"
@@ -44,32 +42,10 @@ def docker_tag(text: str) -> str:
     return text
 
 
-def context_files(root: Path = PROJECT_ROOT) -> list[Path]:
-    """What the image is made of: the Dockerfile and the sources of the trainer and of the
-    contract it imports, in a fixed order."""
-    sources = sorted(
-        (path for package in (BUILTIN_PACKAGE, CONTRACT_PACKAGE) for path in (root / package).rglob("*.py")),
-        key=lambda path: path.relative_to(root).as_posix(),
-    )
-    return [root / DOCKERFILE, *sources]
-
-
-def content_tag(root: Path = PROJECT_ROOT) -> str:
-    """A tag that changes exactly when the image's inputs change, so a tag is never reused
-    for different code and rebuilding unchanged code pushes nothing new."""
-    # Names and sizes go in with the bytes (as for package archives): renaming a file, or
-    # moving bytes from one file to the next, gives another tag.
-    return digest_of([(path.relative_to(root).as_posix(), path.read_bytes()) for path in context_files(root)])
-
-
-def image_uri(stack: ResolvedStack, tag: str) -> str:
-    return f"{stack.registry_url}/{IMAGE_NAME}:{tag}"
-
-
 def build_commands(stack: ResolvedStack, tag: str, builder: str) -> list[list[str]]:
     """The commands that build the image and push it to the stack's registry, run from the
     repository root in order."""
-    uri = image_uri(stack, tag)
+    uri = image_uri(stack.registry_url, tag)
     if builder == DOCKER:
         registry_host = stack.registry_url.split("/", 1)[0]
         return [
@@ -130,7 +106,7 @@ def run_build(
     chosen = builder or default_builder()
     tag = tag or content_tag(root)
     commands = build_commands(stack, tag, chosen)
-    uri = image_uri(stack, tag)
+    uri = image_uri(stack.registry_url, tag)
     if dry_run:
         for argv in commands:
             print(shlex.join(argv))
@@ -153,3 +129,22 @@ def run_build(
     )
     print(f"  image: {uri}")
     return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from trainstack.stackmodel.resolved import resolve_stack
+
+    # _load applies the catalog's checks, as `validate` does; the boot scripts are not needed.
+    resolved = resolve_stack(load_config(args))
+    return run_build(resolved, tag=args.tag, builder=args.builder, dry_run=args.dry_run)
+
+
+def register(subparsers: Any) -> None:
+    build = subparsers.add_parser("build", help="build the trainer image and push it to the stack's Artifact Registry")
+    add_stack_arguments(build)
+    build.add_argument("--tag", type=docker_tag, help="image tag (default: a hash of the Dockerfile and trainer/)")
+    build.add_argument("--dry-run", action="store_true", help="print the commands and run nothing")
+    build.add_argument(
+        "--builder", choices=BUILDERS, help="default: docker when it is installed, else cloud-build (gcloud)"
+    )
+    build.set_defaults(func=cmd_build)

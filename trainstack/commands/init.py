@@ -240,10 +240,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     with out.open("x", encoding="utf-8") as handle:
         handle.write(text)
     print(f"wrote {out}")
-    from trainstack.commands.main import main
+    from trainstack.commands.validate import validate_file
 
     # What `validate` says of it, as a user would run it next.
-    return main(["validate", "--stack-file", str(out)])
+    return validate_file(out)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

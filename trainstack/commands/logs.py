@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from trainstack.commands.stackargs import add_stack_arguments, load_config
-from trainstack.commands.status import default_workdir
+from trainstack.jobstate.report import default_workdir
 
 if TYPE_CHECKING:
     from trainstack.stackmodel.resolved import ResolvedStack

@@ -25,16 +25,12 @@ This module imports nothing heavy: the CLI builds every parser at start-up.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from trainstack.commands.stackargs import add_stack_arguments, read_stack
 
 if TYPE_CHECKING:
     from trainstack.cloud.planning import PlannedResource
@@ -364,48 +360,3 @@ def terraform_plan(resources: Iterable[PlannedResource]) -> dict[str, Any]:
         "resource_changes": changes,
         "configuration": {"provider_config": _provider_config(resources), "root_module": {"resources": configured}},
     }
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from trainstack.base.errors import ProgramExit
-    from trainstack.cloud.planning import run_plan
-
-    stack, raw = read_stack(args)
-    if args.out is not None and args.out.is_dir():
-        print(f"trainstack: --out {args.out}: is a directory; give a file name", file=sys.stderr)
-        return 1
-    try:
-        plan = run_plan(stack, raw)
-    except ProgramExit as exit_:
-        return exit_.code
-    try:
-        document = terraform_plan(plan.resources)
-    except ConversionError as problem:
-        print(f"trainstack: export tfplan: {problem}", file=sys.stderr)
-        return 1
-    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
-    if args.out is None:
-        sys.stdout.write(text)
-        return 0
-    try:
-        args.out.write_text(text, encoding="utf-8")
-    except OSError as error:
-        print(f"trainstack: --out {args.out}: {error.strerror or error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def register(targets: Any) -> None:
-    """`export tfplan`, one target of `trainstack export`."""
-    from pathlib import Path
-
-    tfplan = targets.add_parser(
-        "tfplan",
-        help="the planned resources as a Terraform plan (terraform show -json), for scanners such as checkov",
-        description="Print the stack's planned resources as the JSON `terraform show -json` prints for a plan that "
-        "creates them, in the Terraform google-beta provider's names, for IaC scanners (checkov --framework "
-        "terraform_plan). Boot scripts appear by digest, secrets masked.",
-    )
-    add_stack_arguments(tfplan)
-    tfplan.add_argument("--out", type=Path, metavar="FILE", help="write the JSON to FILE instead of stdout")
-    tfplan.set_defaults(func=cmd_export)

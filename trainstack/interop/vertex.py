@@ -1,4 +1,4 @@
-"""``trainstack export vertex``: the stack's cluster as a Vertex AI custom job.
+"""The stack's cluster as a Vertex AI custom job (``trainstack export vertex``).
 
 The same machines, GPUs, replica counts, code and arguments, as the ``CustomJobSpec`` that
 ``gcloud ai custom-jobs create --config`` reads (REST field names), or as a Vertex AI SDK
@@ -9,15 +9,13 @@ replica's TF_CONFIG from them, which the built-in trainer and a team's code alre
 
 from __future__ import annotations
 
-import argparse
 import json
 import pprint
 import re
-import sys
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack.jobcode.sdist import sdist_filename
 
 if TYPE_CHECKING:
     from trainstack.catalog import TrainingContainer
@@ -99,7 +97,7 @@ def code_spec(
     """The pools' code: ("containerSpec", ...) on the stack's own image (`trainstack build`) for
     the built-in trainer and a team's package, the job's image otherwise; ("pythonPackageSpec",
     ...) on Google's prebuilt TensorFlow container only while one is still available."""
-    from trainstack.commands.build import IMAGE_NAME, content_tag, image_uri
+    from trainstack.jobcode.image import IMAGE_NAME, content_tag, image_uri
     from trainstack.jobcode.package import PROJECT_LAYOUT
     from trainstack_contract import FLAGS
 
@@ -107,7 +105,7 @@ def code_spec(
     args = [*stack.cluster.trainer_args, FLAGS.job_dir, stack.job.job_dir]
     if stack.job.image is not None:
         return "containerSpec", {"imageUri": stack.job.image.uri, "args": args}
-    own_image = image_uri(stack, content_tag())
+    own_image = image_uri(stack.registry_url, content_tag())
     build = f"`.venv/bin/trainstack build --stack {stack.name}` builds and pushes it"
     if stack.job.builtin:
         notes.append(f"the built-in trainer runs from {IMAGE_NAME} in the stack's registry: {build}")
@@ -166,16 +164,6 @@ def sdist_object(package: str, digest: str) -> str:
     from trainstack_contract import LAYOUT
 
     return f"{LAYOUT.code_dir}/vertex/{sdist_filename(package, digest)}"
-
-
-def sdist_filename(package: str, digest: str) -> str:
-    """The file name setuptools gives the package's source distribution (PEP 625: normalised name)."""
-    return f"{re.sub(r'[-_.]+', '_', package).lower()}-{sdist_version(digest)}.tar.gz"
-
-
-def sdist_version(digest: str) -> str:
-    # A local version label carries the content hash: another content, another file.
-    return f"0.0.0+{digest}"
 
 
 def custom_job_spec(stack: ResolvedStack, package_uri: str | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -302,58 +290,3 @@ def render(stack: ResolvedStack, spec: dict[str, Any], output: str) -> str:
             return True
 
     return header + yaml.dump(spec, Dumper=PlainDumper, sort_keys=False)
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from trainstack.stackmodel.resolved import resolve_stack
-
-    stack = resolve_stack(load_config(args))
-    package_uri = None
-    if args.sdist_dir is not None:
-        from trainstack.jobcode.sdist import SdistProblem, build_sdist
-
-        if stack.job is None or stack.job.package is None or stack.job.builtin:
-            print("trainstack: --sdist-dir: the stack's job is not a team's package", file=sys.stderr)
-            return 2
-        try:
-            built = build_sdist(stack.job.package, stack.job.requirements, args.sdist_dir)
-        except SdistProblem as problem:
-            print(f"trainstack: export vertex: {problem}", file=sys.stderr)
-            return 1
-        package_uri = f"gs://{stack.bucket_name}/{sdist_object(stack.job.package.name, stack.job.package.digest)}"
-        print(f"built {built}; copy it: gcloud storage cp {built} {package_uri}", file=sys.stderr)
-    try:
-        spec, notes = custom_job_spec(stack, package_uri)
-    except ExportProblem as problem:
-        print(f"trainstack: export vertex: {problem}", file=sys.stderr)
-        return 1
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
-    sys.stdout.write(render(stack, spec, args.format))
-    return 0
-
-
-def register(targets: Any) -> None:
-    """`export vertex`, one target of `trainstack export`."""
-    from pathlib import Path
-
-    vertex = targets.add_parser(
-        "vertex",
-        help="the cluster as a Vertex AI custom job (worker_pool_specs)",
-        description="Print the stack's cluster and job as a Vertex AI CustomJobSpec: pool 0 the chief, pool 1 the "
-        "workers, pool 2 the parameter servers, with the job's code and arguments. Notes go to stderr.",
-    )
-    add_stack_arguments(vertex)
-    vertex.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="gcloud",
-        help="gcloud: YAML for `gcloud ai custom-jobs create --config`; python: a Vertex AI SDK CustomJob; "
-        "json: the REST request's jobSpec",
-    )
-    vertex.add_argument(
-        "--sdist-dir",
-        type=Path,
-        help="for a team's package: build its Python source distribution here (Vertex AI installs it with pip)",
-    )
-    vertex.set_defaults(func=cmd_export)

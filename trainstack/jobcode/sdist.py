@@ -4,6 +4,7 @@ what Vertex AI's python_package_spec installs with pip on its prebuilt container
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -49,7 +50,6 @@ def _top_level_patterns(package: CodePackage) -> list[str]:
 
 
 def pyproject(package: CodePackage, requires: list[str]) -> str:
-    from trainstack.interop.vertex import sdist_version
 
     # TOML basic strings take JSON's escapes, so json.dumps quotes every value safely.
     return "\n".join(
@@ -115,3 +115,13 @@ def build_sdist(package: CodePackage, requirements: ExtraRequirements | None, ou
         destination = out_dir / name
         shutil.copyfile(archive, destination)
         return destination
+
+
+def sdist_filename(package: str, digest: str) -> str:
+    """The file name setuptools gives the package's source distribution (PEP 625: normalised name)."""
+    return f"{re.sub(r'[-_.]+', '_', package).lower()}-{sdist_version(digest)}.tar.gz"
+
+
+def sdist_version(digest: str) -> str:
+    # A local version label carries the content hash: another content, another file.
+    return f"0.0.0+{digest}"

@@ -404,7 +404,7 @@ class GcsBucket:
             self.client().bucket(self.name).blob(name).upload_from_filename(str(path))
 
     def read_json(self, name: str) -> dict[str, Any] | None:
-        from trainstack.commands.status import GcsObjects, read_json
+        from trainstack.jobstate.report import GcsObjects, read_json
 
         return read_json(GcsObjects(self.project, self.name, self.client()), name)
 
@@ -1034,7 +1034,7 @@ def _exit_text(code: int | None) -> str:
 
 
 def report(result: LocalRunResult, out: Any = None) -> None:
-    from trainstack.commands.status import history_text
+    from trainstack.jobstate.report import history_text
 
     # Looked up at call time: a default bound at import would miss a redirected sys.stdout.
     out = out or sys.stdout

@@ -1,0 +1,83 @@
+"""The package's shape: folders by layer, imports that only point down, no circle.
+
+A newcomer finds each part from the folder names alone (README's module map); these tests
+keep that true as code is added, including imports made inside functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "trainstack"
+
+# Bottom to top: a module may import its own folder and the folders before it, never after.
+LAYERS = ("base", "catalog", "jobcode", "stackmodel", "jobstate", "cloud", "localrun", "interop", "commands")
+ENTRY_POINTS = {"__init__.py", "__main__.py"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every trainstack module the file imports, at the top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "trainstack" or node.module.startswith("trainstack."):
+                # `from trainstack.x import y` may name a module y or a name in x.
+                for alias in node.names:
+                    candidate = f"{node.module}.{alias.name}"
+                    found.add(candidate if candidate in MODULES else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("trainstack."))
+    return {name for name in found if name != "trainstack"}
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def layer_of(module: str) -> int:
+    return LAYERS.index(module.split(".")[1])
+
+
+def test_only_the_entry_points_sit_at_the_top_of_the_package() -> None:
+    assert {p.name for p in PACKAGE.glob("*.py")} == ENTRY_POINTS
+
+
+def test_every_folder_is_a_layer_with_a_one_line_docstring() -> None:
+    folders = {p.parent for p in PACKAGE.rglob("*.py")} - {PACKAGE}
+    assert {f.relative_to(PACKAGE).parts[0] for f in folders} == set(LAYERS)
+    for folder in folders:
+        docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8")))
+        assert docstring, f"{folder} has no docstring"
+        assert len(docstring.splitlines()) == 1, f"{folder}'s docstring is more than one line"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[1:2] and m.split(".")[1] in LAYERS))
+def test_imports_point_down_the_layers(module: str) -> None:
+    upward = [target for target in sorted(imported_modules(MODULES[module])) if layer_of(target) > layer_of(module)]
+    assert upward == [], f"{module} imports a layer above its own ({LAYERS[layer_of(module)]})"
+
+
+def test_no_import_circle() -> None:
+    graph = {m: {t for t in imported_modules(p) if t in MODULES and t != m} for m, p in MODULES.items()}
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                circles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert circles == []

@@ -1,0 +1,261 @@
+"""``trainstack local``: the stack's cluster or TPU VM run on this machine by its own boot scripts."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack_agent.timings import MIN_TIME_SCALE, TIME_SCALE_VARIABLE
+from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
+
+# `docker info` asks the engine itself: a docker client without a running engine cannot run a job.
+DOCKER_INFO_SECONDS = 20
+
+
+def docker_engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return (
+            subprocess.run(["docker", "info"], capture_output=True, timeout=DOCKER_INFO_SECONDS, check=False).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+# As for job.args in a stack file: printable, bounded.
+MAX_LOCAL_ARGS_CHARS = 32 * 1024
+
+
+def _job_arguments(text: str) -> list[str]:
+    """argparse type for `local --args`: split as a POSIX shell would, never run by one."""
+    if len(text) > MAX_LOCAL_ARGS_CHARS or any(not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError(f"printable text of at most {MAX_LOCAL_ARGS_CHARS} characters")
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error} (quote as in a shell)") from None
+
+
+# `local --preempt`: node names as the cluster names them, a few at a time.
+_NODE_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
+
+
+MAX_PREEMPTED_NODES = 16
+
+
+# `local --preempt-after`: within a day, like every other bounded wait.
+MAX_PREEMPT_AFTER_SECONDS = 24 * 3600
+
+
+def _node_names(text: str) -> tuple[str, ...]:
+    """argparse type for `local --preempt NODE[,NODE...]`."""
+    names = tuple(text.split(","))
+    if len(names) > MAX_PREEMPTED_NODES or not all(_NODE_NAME.fullmatch(name) for name in names):
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r}: node names as the cluster has them (worker-0, ps-0, ...), separated by commas, "
+            f"at most {MAX_PREEMPTED_NODES}"
+        )
+    return names
+
+
+def _preempt_after(text: str) -> float:
+    """argparse type for `local --preempt-after SECONDS`."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_PREEMPT_AFTER_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: seconds, more than 0 and at most {MAX_PREEMPT_AFTER_SECONDS}")
+    return seconds
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from trainstack.localrun.run import (
+        LocalRunInterrupted,
+        PreemptError,
+        TrainerOverrides,
+        WorkdirError,
+        check_preemptible,
+        exit_code,
+        report,
+        run_local,
+    )
+    from trainstack.localrun.wheels import FetchError
+    from trainstack.stackmodel.resolved import resolve_stack
+    from trainstack_agent.timings import TimeScaleError, parse_time_scale
+
+    cfg = load_config(args)
+    if cfg.settings.cluster is None and cfg.settings.tpu is None:
+        print(
+            f"trainstack: stack {cfg.stack} has neither trainstack:cluster nor trainstack:tpu; `local` runs a "
+            "training cluster or a TPU VM (a notebook runs on Workbench alone)",
+            file=sys.stderr,
+        )
+        return 1
+    overrides = {
+        flag: str(value)
+        for flag, value in (
+            (FLAGS.epochs, args.epochs),
+            (FLAGS.steps_per_epoch, args.steps_per_epoch),
+            (FLAGS.image_size, args.image_size),
+            (FLAGS.batch_size_per_replica, args.batch_size_per_replica),
+            (FLAGS.data, args.data),
+        )
+        if value is not None
+    }
+    job = cfg.settings.job
+    if overrides and (job is None or not job.builtin):
+        given = ", ".join(flag for flag in overrides)
+        what = "has no job" if job is None else f"runs its own code ({job.mode})"
+        print(
+            f"trainstack: {given} override the built-in trainer's settings; stack {cfg.stack} {what}. "
+            "Set your code's flags in trainstack:job.args",
+            file=sys.stderr,
+        )
+        return 2
+    if job is not None and job.image is not None and not docker_engine_answers():
+        print(
+            f"trainstack: stack {cfg.stack} runs the image {job.image}; `local` runs it with this machine's Docker "
+            "engine, and `docker info` finds none running here. Start or install Docker (and `gcloud auth "
+            "configure-docker` for its registry), or try the job as a package (job.package and job.module)",
+            file=sys.stderr,
+        )
+        return 1
+    extra = args.args or []
+    if extra and job is None:
+        print(f"trainstack: --args: stack {cfg.stack} has no job to pass them to", file=sys.stderr)
+        return 2
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if job is not None and flag in job.reserved_flags:
+            hint = (
+                "the --epochs, --steps-per-epoch, ... options of `local`"
+                if job.builtin
+                else "nothing: it is the stack's"
+            )
+            print(
+                f"trainstack: --args: {flag} is set by the stack ({job.reserved_flags[flag]}); use {hint}",
+                file=sys.stderr,
+            )
+            return 2
+    if (args.preempt is None) != (args.preempt_after is None):
+        print("trainstack: --preempt and --preempt-after go together: which nodes, and when", file=sys.stderr)
+        return 2
+    preempt: tuple[str, ...] = args.preempt or ()
+    if preempt:
+        if job is None:
+            print(f"trainstack: --preempt: stack {cfg.stack} has no job to interrupt", file=sys.stderr)
+            return 2
+        resolved_cluster = resolve_stack(cfg).cluster
+        if resolved_cluster is None:
+            print(
+                f"trainstack: --preempt: stack {cfg.stack} is a TPU VM; `local` preempts the Spot VMs of a cluster",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            check_preemptible(resolved_cluster, preempt)
+        except PreemptError as error:
+            print(f"trainstack: {error}", file=sys.stderr)
+            return 2
+    try:
+        parse_time_scale(os.environ.get(TIME_SCALE_VARIABLE))
+    except TimeScaleError as error:
+        print(f"trainstack: {error}", file=sys.stderr)
+        return 2
+    workdir = args.workdir or Path(".trainstack-local") / cfg.stack
+    cluster = cfg.settings.cluster
+    nodes = "1 TPU VM" if cluster is None else f"{1 + cluster.worker_count + cluster.ps_count} nodes"
+    print(f"trainstack local: stack {cfg.stack}, {nodes}, work directory {workdir}")
+    try:
+        result = run_local(
+            cfg,
+            workdir,
+            TrainerOverrides(overrides, tuple(extra)),
+            fresh=args.fresh,
+            timeout=args.timeout,
+            verbose=args.verbose,
+            preempt=preempt,
+            preempt_after=args.preempt_after or 0.0,
+        )
+    except WorkdirError as error:
+        print(f"trainstack: {'--fresh' if args.fresh else '--workdir'}: {error}", file=sys.stderr)
+        return 1
+    except FetchError as error:
+        print(f"trainstack: {error}; the nodes of `local` install from what this machine fetches", file=sys.stderr)
+        return 1
+    except LocalRunInterrupted as interrupted:
+        report(interrupted.result)
+        again = f"trainstack local --stack {cfg.stack}" + (f" --workdir {workdir}" if args.workdir else "")
+        print(
+            f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded INTERRUPTED; "
+            f"the job resumes from its backup with `{again}` (--fresh starts it over)",
+            file=sys.stderr,
+        )
+        return 130
+    report(result)
+    return exit_code(result)
+
+
+def register(subparsers: Any) -> None:
+    local = subparsers.add_parser(
+        "local",
+        help="run the stack's cluster or TPU VM on this machine with its own boot scripts (CPU only)",
+        epilog=(
+            "The node agent waits as it would on Compute Engine (its polls, the settle window after a failed "
+            f"step, the back-off between start calls). {TIME_SCALE_VARIABLE}=0.25 in the environment "
+            f"shortens every one of those waits to a quarter for a quicker rehearsal ({MIN_TIME_SCALE} to 1)."
+        ),
+    )
+    add_stack_arguments(local)
+    local.add_argument(
+        "--workdir", type=Path, help="where the stand-in bucket and node state live (default .trainstack-local/<stack>)"
+    )
+    local.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete the work directory first (its checkpoints and models too); only a directory trainstack local made",
+    )
+    local.add_argument(FLAGS.epochs, type=EPOCHS.parse, help="override the job's epochs")
+    local.add_argument(FLAGS.steps_per_epoch, type=STEPS_PER_EPOCH.parse, help="override the job's steps per epoch")
+    local.add_argument(FLAGS.image_size, type=IMAGE_SIZE.parse, help="override the job's image size")
+    local.add_argument(
+        FLAGS.batch_size_per_replica,
+        type=BATCH_SIZE_PER_REPLICA.parse,
+        help="override the job's per-replica batch",
+    )
+    local.add_argument("--data", help="a local data path instead of the job's data")
+    local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
+    local.add_argument(
+        "--args",
+        type=_job_arguments,
+        metavar='"ARGS"',
+        help="more arguments for the job's code, after the stack's job.args, e.g. --args \"--learning-rate 0.01\"",
+    )
+    local.add_argument(
+        "--verbose", action="store_true", help="show TensorFlow's native start-up messages too (boot.log keeps them)"
+    )
+    local.add_argument(
+        "--preempt",
+        type=_node_names,
+        metavar="NODE[,NODE...]",
+        help="preempt these Spot nodes as Compute Engine would (SIGTERM, SIGKILL 30 s later); the chief starts "
+        "them again through the local Compute Engine API stand-in (calls in <workdir>/compute-api.log)",
+    )
+    local.add_argument(
+        "--preempt-after",
+        type=_preempt_after,
+        metavar="SECONDS",
+        help="when to preempt: this many seconds after the node's boot script starts the job",
+    )
+    local.set_defaults(func=cmd_local)

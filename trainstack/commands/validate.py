@@ -1,0 +1,62 @@
+"""``trainstack validate``: a stack file checked against the catalog, every problem listed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainstack.base.errors import StackConfigError
+from trainstack.commands.stackargs import add_stack_arguments, load_config
+
+if TYPE_CHECKING:
+    from trainstack.stackmodel.resolved import ResolvedStack
+    from trainstack.stackmodel.schema import StackConfig
+
+
+def _summary(stack: ResolvedStack) -> str:
+    parts = []
+    if stack.cluster is not None:
+        parts.append(f"cluster of {len(stack.cluster.nodes)} VMs ({stack.cluster.strategy})")
+    if stack.tpu is not None:
+        parts.append(f"TPU {stack.tpu.accelerator_type}")
+    if stack.notebook is not None:
+        parts.append(f"notebook {stack.notebook.machine_type}")
+    return f"stack {stack.config.stack} is valid: {', '.join(parts)} in {stack.zone}, project {stack.project}"
+
+
+def validate(config: StackConfig) -> int:
+    """Resolve the stack and render its boot files (the checks `pulumi up` would apply), then
+    say what it is and warn of what it probably does not mean."""
+    from trainstack.cloud.prepare import prepare
+    from trainstack.stackmodel.resolved import stack_warnings
+
+    resolved, _ = prepare(config)
+    print(_summary(resolved))
+    for warning in stack_warnings(resolved):
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def validate_file(path: Path) -> int:
+    """What `trainstack validate --stack-file PATH` prints, and its exit code."""
+    from trainstack.stackmodel.stackfile import load_stack
+
+    try:
+        return validate(load_stack(path, None)[0])
+    except StackConfigError as error:
+        print(error.report(), file=sys.stderr)
+        return 1
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    return validate(load_config(args))
+
+
+def register(subparsers: Any) -> None:
+    validate = subparsers.add_parser(
+        "validate", help="check a stack file against the catalog; exit 1 listing every problem"
+    )
+    add_stack_arguments(validate)
+    validate.set_defaults(func=cmd_validate)

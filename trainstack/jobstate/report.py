@@ -1,0 +1,345 @@
+"""The job's state after ``pulumi up``, read from its status objects (``trainstack status`` prints it).
+
+The boot scripts write the job's state into the job directory (``trainstack_contract``,
+:class:`~trainstack_contract.BucketLayout`): ``status/job.json`` (the chief's, whose ``time`` it
+rewrites as a heartbeat while the job runs), ``status/<node>.json`` for every node, and
+``metrics.json`` when the job has finished. This module reads them through one small
+interface, :class:`Objects` (``read(name) -> bytes | None``), with two implementations:
+
+- :class:`GcsObjects`: the stack's bucket, through the Cloud Storage client library.
+  ``google.cloud.storage.Client`` honours ``STORAGE_EMULATOR_HOST`` itself (the endpoint,
+  scheme included, with anonymous credentials), which is how the tests point it at an emulator;
+- :class:`LocalObjects`: the directory that stands in for the bucket in ``trainstack local``
+  (``<workdir>/bucket/<bucket name>``).
+
+Every read is bounded (:data:`MAX_OBJECT_BYTES`); an object that is too large, not UTF-8 or
+not a JSON object ends the command with one line saying which object and why.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+from trainstack_contract import LAYOUT, STATES
+
+if TYPE_CHECKING:
+    from trainstack.stackmodel.resolved import ResolvedStack
+
+# A status object is a few hundred bytes and metrics.json a few kilobytes: anything larger
+# is not what the boot scripts or the trainer wrote.
+MAX_OBJECT_BYTES = 1 << 20
+# One Cloud Storage request, and all its retries together, in seconds.
+READ_TIMEOUT_SECONDS = 20.0
+RETRY_SECONDS = 30.0
+CREDENTIALS_HINT = "run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)"
+# How much of metrics.json the text report shows on its line.
+METRICS_CHARACTERS = 2000
+
+
+class StatusReadError(Exception):
+    """The bucket or one of its objects cannot be read; the message is one line for the user."""
+
+
+class Objects(Protocol):
+    """Objects of one bucket by name (``jobs/<job>/status/job.json``)."""
+
+    def read(self, name: str) -> bytes | None:
+        """The object's bytes (at most :data:`MAX_OBJECT_BYTES`), or None when there is no
+        such object; :class:`StatusReadError` when it cannot be read."""
+        ...
+
+    def location(self, name: str) -> str:
+        """Where the object is, for messages: ``gs://bucket/name`` or a local path."""
+        ...
+
+
+def _too_large(where: str) -> StatusReadError:
+    return StatusReadError(f"{where} is larger than {MAX_OBJECT_BYTES} bytes; not a status object trainstack wrote")
+
+
+class GcsObjects:
+    """The stack's bucket through ``google.cloud.storage`` (credentials: Application Default
+    Credentials; endpoint: ``STORAGE_EMULATOR_HOST`` when set, as the library reads it)."""
+
+    def __init__(self, project: str, bucket: str, client: Any = None) -> None:
+        """``client``: a ``google.cloud.storage.Client``; by default one made on first use."""
+        self.project = project
+        self.bucket_name = bucket
+        self._client = client
+
+    def location(self, name: str) -> str:
+        return f"gs://{self.bucket_name}/{name}"
+
+    def _blob(self, name: str) -> Any:
+        if self._client is None:
+            from google.cloud.storage import Client  # type: ignore[import-untyped]
+
+            self._client = Client(project=self.project)
+        return self._client.bucket(self.bucket_name).blob(name)
+
+    def read(self, name: str) -> bytes | None:
+        from google.api_core import exceptions
+        from google.auth import exceptions as auth_exceptions
+        from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
+
+        where = self.location(name)
+        try:
+            # end is inclusive: one byte more than the bound tells a too-large object apart.
+            data: bytes = self._blob(name).download_as_bytes(
+                start=0,
+                end=MAX_OBJECT_BYTES,
+                timeout=READ_TIMEOUT_SECONDS,
+                retry=DEFAULT_RETRY.with_timeout(RETRY_SECONDS),
+            )
+        except exceptions.NotFound:
+            return None
+        except exceptions.RequestRangeNotSatisfiable:
+            # A range request for an empty object.
+            return b""
+        except (auth_exceptions.DefaultCredentialsError, auth_exceptions.RefreshError) as error:
+            raise StatusReadError(
+                f"cannot read {where}: no usable Google Cloud credentials ({_one_line(error)}); {CREDENTIALS_HINT}"
+            ) from None
+        except exceptions.Forbidden as error:
+            raise StatusReadError(
+                f"cannot read {where}: permission denied ({_one_line(error.message)}); "
+                "reading status objects needs storage.objects.get on the bucket"
+            ) from None
+        except exceptions.RetryError as error:
+            raise StatusReadError(
+                f"cannot read {where}: no answer within {RETRY_SECONDS:g} s ({_one_line(error.cause or error)})"
+            ) from None
+        except exceptions.GoogleAPICallError as error:
+            raise StatusReadError(f"cannot read {where}: {_one_line(error.message or error)}") from None
+        except (auth_exceptions.GoogleAuthError, OSError) as error:
+            # OSError includes the requests library's connection errors and timeouts.
+            raise StatusReadError(f"cannot read {where}: {_one_line(error)}") from None
+        if len(data) > MAX_OBJECT_BYTES:
+            raise _too_large(where)
+        return data
+
+
+class LocalObjects:
+    """The directory that stands in for the bucket in ``trainstack local``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def location(self, name: str) -> str:
+        return str(self.root / name)
+
+    def read(self, name: str) -> bytes | None:
+        path = self.root / name
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(MAX_OBJECT_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise StatusReadError(f"cannot read {path}: {error.strerror or error}") from None
+        if len(data) > MAX_OBJECT_BYTES:
+            raise _too_large(str(path))
+        return data
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def _clean(value: object) -> str:
+    """``value`` as text safe to print: the objects come from a bucket, not from us."""
+    return "".join(ch if ch.isprintable() else "?" for ch in str(value))
+
+
+def read_json(objects: Objects, name: str) -> dict[str, Any] | None:
+    """A JSON object from the bucket, None when absent; :class:`StatusReadError` when it is
+    not UTF-8, not JSON or not an object."""
+    data = objects.read(name)
+    if data is None:
+        return None
+    where = objects.location(name)
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise StatusReadError(f"{where} is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise StatusReadError(
+            f"{where} is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})"
+        ) from None
+    if not isinstance(value, dict):
+        raise StatusReadError(f"{where} holds JSON, but not an object")
+    return value
+
+
+# --- The report ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    status: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    stack: str
+    job: str | None
+    # gs://BUCKET/jobs/JOB on the cloud, the local directory with --local; None without a job.
+    job_dir: str | None
+    source: str  # "gcs" or "local"
+    job_status: dict[str, Any] | None
+    nodes: tuple[NodeStatus, ...]
+    # Seconds since the chief last rewrote its RUNNING job status; None unless RUNNING.
+    heartbeat_age_seconds: float | None
+    heartbeat_timeout_seconds: int | None
+    metrics: dict[str, Any] | None
+
+    @property
+    def state(self) -> str | None:
+        state = (self.job_status or {}).get("state")
+        return state if isinstance(state, str) else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "job": self.job,
+            "job_dir": self.job_dir,
+            "source": self.source,
+            "state": self.state,
+            "job_status": self.job_status,
+            "heartbeat_age_seconds": None
+            if self.heartbeat_age_seconds is None
+            else round(self.heartbeat_age_seconds, 3),
+            "heartbeat_timeout_seconds": self.heartbeat_timeout_seconds,
+            "nodes": [{"name": node.name, "status": node.status} for node in self.nodes],
+            "metrics": self.metrics,
+        }
+
+
+def node_names(stack: ResolvedStack) -> list[str]:
+    """The nodes that write status objects: the cluster's, then the TPU VM."""
+    names = [node.name for node in stack.cluster.nodes] if stack.cluster else []
+    return names + ([stack.tpu.name] if stack.tpu else [])
+
+
+def parse_time(value: object) -> datetime | None:
+    """A status object's ``time`` (``date -u +%Y-%m-%dT%H:%M:%S.%NZ``), or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def heartbeat_age(job_status: dict[str, Any] | None, now: float) -> float | None:
+    """Seconds since the chief's heartbeat: ``now`` minus the ``time`` of a RUNNING job status."""
+    if job_status is None or job_status.get("state") != STATES.running:
+        return None
+    written = parse_time(job_status.get("time"))
+    return None if written is None else now - written.timestamp()
+
+
+def build_report(
+    stack: ResolvedStack, objects: Objects, source: str, job_dir: str | None, now: float | None = None
+) -> StatusReport:
+    job = stack.job
+    timeout = stack.cluster.settings.heartbeat_timeout_seconds if stack.cluster else None
+    if job is None:
+        return StatusReport(stack.config.stack, None, None, source, None, (), None, timeout, None)
+    # jobs/<name> of the stack's bucket, or job.job_dir's folder in the team's own bucket.
+    prefix = job.job_dir_prefix or posixpath.join(LAYOUT.jobs, job.name)
+    job_status = read_json(objects, posixpath.join(prefix, LAYOUT.job_status))
+    nodes = tuple(
+        NodeStatus(name, read_json(objects, posixpath.join(prefix, LAYOUT.node_status(name))))
+        for name in node_names(stack)
+    )
+    metrics = read_json(objects, posixpath.join(prefix, LAYOUT.metrics))
+    age = heartbeat_age(job_status, time.time() if now is None else now)
+    return StatusReport(stack.config.stack, job.name, job_dir, source, job_status, nodes, age, timeout, metrics)
+
+
+def _duration(seconds: float) -> str:
+    whole = int(round(seconds))
+    if whole < 0:
+        return f"{-whole} s in the future (clock skew?)"
+    if whole < 120:
+        return f"{whole} s ago"
+    if whole < 7200:
+        return f"{whole // 60} min {whole % 60} s ago"
+    return f"{whole // 3600} h {whole % 3600 // 60} min ago"
+
+
+def _status_line(status: dict[str, Any]) -> str:
+    state = _clean(status.get("state", "?"))
+    exit_code = status.get("exit_code")
+    line = f"{state:<11} exit {'-' if exit_code is None else _clean(exit_code):<4} at {_clean(status.get('time', '?'))}"
+    reason = status.get("reason")
+    return line + (f"  ({_clean(reason)})" if reason else "")
+
+
+# A node's history as shown: its last few states (the object keeps up to 50).
+HISTORY_SHOWN = 10
+
+
+def history_text(status: dict[str, Any]) -> str | None:
+    """A node's way to its state, oldest first ("RUNNING -> PREEMPTED (SIGTERM) -> RUNNING"),
+    or None when it has not changed state."""
+    entries = [entry for entry in status.get("history") or [] if isinstance(entry, dict)]
+    if len(entries) < 2:
+        return None
+    shown = [
+        _clean(entry.get("state", "?")) + (f" ({_clean(entry['reason'])})" if entry.get("reason") else "")
+        for entry in entries[-HISTORY_SHOWN:]
+    ]
+    return ("... -> " if len(entries) > HISTORY_SHOWN else "") + " -> ".join(shown)
+
+
+def print_report(report: StatusReport, out: IO[str] | None = None) -> None:
+    out = out or sys.stdout
+    if report.job is None:
+        print(f"stack {report.stack} has no job (trainstack:job is absent or none): nothing writes status", file=out)
+        return
+    if report.job_status is None:
+        print(f"job {report.job}: no status yet", file=out)
+    else:
+        print(f"job {report.job}: {_status_line(report.job_status)}", file=out)
+    if report.heartbeat_age_seconds is not None:
+        line = f"chief heartbeat: {_duration(report.heartbeat_age_seconds)}"
+        if (
+            report.heartbeat_timeout_seconds is not None
+            and report.heartbeat_age_seconds > report.heartbeat_timeout_seconds
+        ):
+            line += (
+                f"; older than the {report.heartbeat_timeout_seconds} s heartbeat timeout: "
+                "the chief may be gone (`trainstack logs --node chief`)"
+            )
+        print(line, file=out)
+    for node in report.nodes:
+        text = "no status yet" if node.status is None else _status_line(node.status)
+        print(f"  {node.name:<10} {text}", file=out)
+        history = None if node.status is None else history_text(node.status)
+        if history:
+            print(f"  {'':<10} history: {history}", file=out)
+    print(f"job directory: {report.job_dir}", file=out)
+    if report.metrics is not None:
+        shown = json.dumps(report.metrics, sort_keys=True)
+        if len(shown) > METRICS_CHARACTERS:
+            shown = shown[:METRICS_CHARACTERS] + " ..."
+        print(f"{LAYOUT.metrics}: {_clean(shown)}", file=out)
+
+
+def default_workdir(stack: str) -> Path:
+    """Where `trainstack local` keeps a stack's run (its --workdir default)."""
+    return Path(".trainstack-local") / stack
+
+
+def local_bucket(workdir: Path, stack: ResolvedStack) -> Path:
+    """The stand-in bucket of a `trainstack local` run (``LocalRun.bucket``)."""
+    return workdir / "bucket" / stack.bucket_name

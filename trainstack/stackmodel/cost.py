@@ -1,0 +1,224 @@
+"""What a stack costs, the whole truth the catalog knows: running, one run at most, left running,
+stopped, storage and the first boot, and two ways to pay for the same job.
+
+Every figure is at the stack's own region's list prices from the catalog; a figure with a part
+the catalog has no price for there is None ("unknown"), never another region's price.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from trainstack.catalog import HOURS_PER_MONTH, Catalog, load_catalog
+
+if TYPE_CHECKING:
+    from trainstack.stackmodel.resolved import NodeCost, ResolvedStack
+
+# "Left running a day after the job": the seeds' warning about a cluster nobody stopped.
+LEFT_RUNNING_HOURS = 24
+# Cloud Storage keeps deleted and overwritten objects 7 days by default (soft delete), billed
+# at their class's rate (https://cloud.google.com/storage/docs/soft-delete).
+SOFT_DELETE_DAYS = 7
+# Cloud NAT bills its gateway per VM it serves ("gateway" rate), up to 32 VMs; beyond, one flat
+# hourly price ("gateway_flat" rate) (https://cloud.google.com/nat/pricing).
+NAT_PRICED_VMS = 32
+BYTES_PER_GIB = 2**30
+
+
+def _sum(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else round(sum(v or 0.0 for v in values), 4)
+
+
+def _times(value: float | None, factor: float | None) -> float | None:
+    return None if value is None or factor is None else round(value * factor, 4)
+
+
+def node_download_bytes() -> int:
+    """What a node downloads on its first boot (catalog/downloads.csv, measured)."""
+    text = resources.files("trainstack.catalog").joinpath("downloads.csv").read_text(encoding="utf-8")
+    [row] = [r for r in csv.DictReader(text.splitlines()) if r["what"] == "node_environment"]
+    return int(row["bytes"])
+
+
+@dataclass(frozen=True)
+class Column:
+    """One way to pay for the stack's job."""
+
+    name: str
+    usd: float | None
+    how: str
+
+
+@dataclass(frozen=True)
+class CostReport:
+    stack: str
+    region: str
+    nodes: tuple[NodeCost, ...]
+    hourly_usd: float | None
+    # The job's length the columns assume: the run-time cap unless asked otherwise.
+    run_hours: float | None
+    one_run_max_usd: float | None
+    monthly_running_usd: float | None
+    monthly_stopped_usd: float | None
+    storage_usd_gb_month: float | None
+    first_boot_network_usd: float | None
+    nat_gateway_usd_hr: float | None
+    columns: tuple[Column, ...]
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        document = asdict(self)
+        document["nodes"] = [asdict(n) for n in self.nodes]
+        return document
+
+
+def _job_hours(stack: ResolvedStack) -> float | None:
+    """The run-time cap of the machines that run the job (the cluster's, else the TPU's)."""
+    if stack.cluster is not None:
+        seconds = stack.cluster.max_run_seconds
+        return None if seconds is None else seconds / 3600
+    if stack.tpu is not None:
+        return stack.tpu.max_run_seconds / 3600
+    return None
+
+
+def _on_demand_hourly(stack: ResolvedStack, catalog: Catalog) -> float | None:
+    """The job's machines as they are, every Spot one on demand instead."""
+    from trainstack.stackmodel.resolved import machine_hourly_usd, tpu_hourly_usd
+
+    prices: list[float | None] = []
+    if stack.cluster is not None:
+        for node in stack.cluster.nodes:
+            prices.append(
+                machine_hourly_usd(
+                    catalog,
+                    node.machine_type,
+                    node.accelerator,
+                    False,
+                    node.disk_gb,
+                    node.boot_disk_type,
+                    stack.region,
+                )
+            )
+    if stack.tpu is not None:
+        prices.append(tpu_hourly_usd(catalog, stack.tpu.accelerator_type, False, stack.region))
+    return _sum(prices)
+
+
+def _job_hourly(stack: ResolvedStack) -> float | None:
+    costs = [n.cost.usd_per_hour for n in stack.cluster.nodes] if stack.cluster else []
+    costs += [stack.tpu.cost.usd_per_hour] if stack.tpu else []
+    return _sum(costs) if costs else None
+
+
+def _stopped_monthly(stack: ResolvedStack, catalog: Catalog) -> float | None:
+    """Persistent disks keep billing while their VMs are stopped."""
+    disks: list[float | None] = []
+    if stack.cluster is not None:
+        disks += [
+            _times(catalog.disk_usd_gb_hour(n.boot_disk_type, stack.region), n.disk_gb * HOURS_PER_MONTH)
+            for n in stack.cluster.nodes
+        ]
+    if stack.notebook is not None:
+        notebook = stack.notebook
+        disks.append(
+            _times(catalog.disk_usd_gb_hour(notebook.boot_disk_type, stack.region), notebook.disk_gb * HOURS_PER_MONTH)
+        )
+    return _sum(disks) if disks else 0.0
+
+
+def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: Catalog | None = None) -> CostReport:
+    catalog = catalog or load_catalog()
+    region = stack.region
+    notes: list[str] = []
+    warnings: list[str] = []
+    hourly = stack.hourly_usd
+    job_hourly = _job_hourly(stack)
+    cap_hours = _job_hours(stack)
+    hours = run_hours if run_hours is not None else cap_hours
+
+    one_run_max = _times(job_hourly, cap_hours)
+    if stack.cluster is not None and cap_hours is None:
+        notes.append("the cluster has no run-time cap (acknowledged): one run has no upper bound")
+    if stack.notebook is not None:
+        notes.append(
+            f"the notebook is not part of a run: it bills while running and stops after "
+            f"{stack.notebook.idle_timeout_minutes} idle minutes"
+        )
+
+    training_vms = len(stack.cluster.nodes) if stack.cluster else 0
+    # Every machine of the stack reaches the internet through the one NAT gateway.
+    all_vms = training_vms + (1 if stack.tpu else 0) + (1 if stack.notebook else 0)
+    per_vm = catalog.regional_rates.get(("nat", "gateway", region))
+    flat = catalog.regional_rates.get(("nat", "gateway_flat", region))
+    nat_gateway = None
+    if all_vms > NAT_PRICED_VMS:
+        nat_gateway = flat
+    elif per_vm is not None and all_vms:
+        nat_gateway = round(per_vm * all_vms, 4)
+    processing = catalog.regional_rates.get(("nat", "data_processing", region))
+    download_gib = node_download_bytes() / BYTES_PER_GIB
+    first_boot = _times(processing, download_gib * training_vms) if training_vms and not stack.wheelhouse else 0.0
+    if training_vms and stack.wheelhouse:
+        notes.append(
+            "first boot: each cluster node installs its Python packages from the stack's wheelhouse "
+            "(storage.wheelhouse), through Private Google Access: no Cloud NAT data processing"
+        )
+    elif training_vms:
+        notes.append(
+            f"first boot: each cluster node downloads {download_gib:.1f} GiB of Python packages through Cloud NAT "
+            "(none with storage.wheelhouse)"
+        )
+
+    storage_rate = catalog.regional_rates.get(("storage", "standard", region))
+    noncurrent_days = stack.config.settings.storage.noncurrent_version_days
+    notes.append(
+        f"storage: every GB kept in the bucket costs {'unknown' if storage_rate is None else f'${storage_rate}'} "
+        f"a month; an overwritten checkpoint is kept (and billed) {noncurrent_days} more days by versioning, "
+        f"and a deleted object {SOFT_DELETE_DAYS} days by soft delete"
+    )
+
+    columns: list[Column] = []
+    if job_hourly is not None or stack.cluster is not None or stack.tpu is not None:
+        length = "unknown length" if hours is None else f"{hours:g} h"
+        columns = [
+            Column(
+                "as configured",
+                _times(job_hourly, hours),
+                f"Spot where the stack sets it, released when the job ends ({length})",
+            ),
+            Column(
+                "on demand, left running a day",
+                _times(_on_demand_hourly(stack, catalog), None if hours is None else hours + LEFT_RUNNING_HOURS),
+                f"the same machines on demand, still running {LEFT_RUNNING_HOURS} h after the job",
+            ),
+        ]
+
+    budget = stack.config.settings.budget
+    if budget is not None and one_run_max is not None and one_run_max > budget.monthly_usd:
+        warnings.append(
+            f"one run can cost up to ${one_run_max:,.2f} ({cap_hours:g} h at ${job_hourly:,.2f}/h), more than "
+            f"budget.monthly_usd ${budget.monthly_usd:,.2f}"
+        )
+    if hourly is None:
+        notes.append(f"some part has no {region} price in the catalog: totals that include it are unknown")
+    return CostReport(
+        stack=stack.config.stack,
+        region=region,
+        nodes=stack.costs,
+        hourly_usd=hourly,
+        run_hours=hours,
+        one_run_max_usd=one_run_max,
+        monthly_running_usd=_times(hourly, HOURS_PER_MONTH),
+        monthly_stopped_usd=_stopped_monthly(stack, catalog),
+        storage_usd_gb_month=storage_rate,
+        first_boot_network_usd=first_boot,
+        nat_gateway_usd_hr=nat_gateway,
+        columns=tuple(columns),
+        warnings=tuple(warnings),
+        notes=tuple(notes),
+    )
