@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from trainstack.cloud import bootscripts
-from trainstack.localrun.run import LocalRun, LocalRunResult, TrainerOverrides
+from trainstack.localrun.run import LocalStackRun, LocalStackRunResult, TrainerOverrides
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 from trainstack_contract import LAYOUT
 
@@ -35,23 +35,23 @@ def stack(name: str):  # type: ignore[no-untyped-def]
 
 def run(
     cfg, workdir: Path, trainer: Path | None = None, overrides: dict[str, str] | None = None, **kwargs
-) -> LocalRunResult:  # type: ignore[no-untyped-def]
+) -> LocalStackRunResult:  # type: ignore[no-untyped-def]
     extra = {"trainer_source": trainer} if trainer is not None else {}
     return (
-        LocalRun(cfg, workdir, TrainerOverrides(overrides or {}), echo=False, **extra, **kwargs)
+        LocalStackRun(cfg, workdir, TrainerOverrides(overrides or {}), echo=False, **extra, **kwargs)
         .start()
         .wait(timeout=600)
     )
 
 
-def probe_records(result: LocalRunResult) -> dict[str, dict]:  # type: ignore[type-arg]
+def probe_records(result: LocalStackRunResult) -> dict[str, dict]:  # type: ignore[type-arg]
     return {p.stem: json.loads(p.read_text()) for p in (result.job_dir / "probe").glob("*.json")}
 
 
 @pytest.mark.parametrize("stack_name", ["multiworker", "paramserver"])
 def test_each_node_gets_its_tf_config_from_metadata(stack_name: str, tmp_path: Path, probe_trainer: Path) -> None:
     cfg = stack(stack_name)
-    local = LocalRun(cfg, tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
+    local = LocalStackRun(cfg, tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
     cluster = json.loads(local.project_attributes[local.stack.cluster.tf_cluster_metadata_key])
     result = local.start().wait(timeout=300)
     assert result.succeeded, result.logs
@@ -176,7 +176,7 @@ def test_environment_installs_from_the_stacks_wheelhouse_once(
 
 def test_a_wheel_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:
     cfg = stack_with_wheelhouse(tmp_path)
-    local = LocalRun(
+    local = LocalStackRun(
         cfg,
         tmp_path / "run",
         TrainerOverrides(),
@@ -203,7 +203,7 @@ def test_a_wheel_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_pat
 def test_a_code_archive_replaced_in_the_bucket_is_refused_and_the_node_released(
     tmp_path: Path, probe_trainer: Path
 ) -> None:
-    local = LocalRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
+    local = LocalStackRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
     local.prepare()
     assert local.job is not None and local.job.package is not None
     archive = local.workdir / "bucket" / local.stack.bucket_name / local.job.package.object_name
@@ -230,7 +230,7 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
         "--save-every-steps": "10",
         "--eval-steps": "2",
     }
-    first = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start()
+    first = LocalStackRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start()
     progress = first.job_dir / "progress.json"
     deadline = time.monotonic() + 300
     # Kill once the chief reports a finished epoch (its backup is written before that).
@@ -243,7 +243,7 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     assert killed.job_status is not None and killed.job_status["state"] == "RUNNING"
     assert not (killed.job_dir / "metrics.json").exists()
 
-    second = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=600)
+    second = LocalStackRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=600)
     assert second.succeeded, "\n".join(second.logs["chief"])
     chief_log = "\n".join(second.logs["chief"])
     assert "python environment ready" in chief_log and "installing" not in chief_log
@@ -255,7 +255,7 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     assert len(done.split("examples/s=")[1].split(".")[1]) == 1, done
     assert len(second.self_stops) == 3
 
-    third = LocalRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=120)
+    third = LocalStackRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=120)
     assert third.succeeded
     for lines in third.logs.values():
         text = "\n".join(lines)

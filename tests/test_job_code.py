@@ -19,7 +19,7 @@ from stack_helpers import base_config, plan_of, write_stack
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.commands.main import main
 from trainstack.jobcode.package import MAX_WALKED_ENTRIES, load_package
-from trainstack.localrun.run import LocalRun, TrainerOverrides
+from trainstack.localrun.run import LocalStackRun, TrainerOverrides
 from trainstack.stackmodel.stackfile import load_stack
 from trainstack_contract import LAYOUT
 
@@ -274,7 +274,7 @@ def test_an_image_in_another_repository_gets_a_reader_binding_for_the_training_a
 # --- Run by the boot script ----------------------------------------------------------------------
 def run_local(config: dict[str, Any], tmp_path: Path, **kwargs: Any) -> Any:
     cfg = load_stack(write_stack(tmp_path, config))[0]
-    return LocalRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False, **kwargs).start().wait(timeout=300)
+    return LocalStackRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False, **kwargs).start().wait(timeout=300)
 
 
 def test_a_package_outside_the_repository_gets_the_contract_every_mode_shares(tmp_path: Path) -> None:
@@ -524,7 +524,7 @@ def no_job_config(**cluster: Any) -> dict[str, Any]:
 
 def test_a_cluster_without_a_job_boots_ready_with_tf_config_and_starts_nothing(tmp_path: Path) -> None:
     cfg = load_stack(write_stack(tmp_path, no_job_config()))[0]
-    local = LocalRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False)
+    local = LocalStackRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False)
     cluster = json.loads(local.project_attributes[local.stack.cluster.tf_cluster_metadata_key])
     result = local.start().wait(timeout=120)
     assert result.ready and not result.succeeded, result.logs

@@ -81,3 +81,9 @@ def test_no_import_circle() -> None:
         if module not in state:
             visit(module, [module])
     assert circles == []
+
+
+def test_the_readme_module_map_names_every_folder() -> None:
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    missing = [layer for layer in LAYERS if f"| `trainstack/{layer}/` |" not in readme]
+    assert missing == []

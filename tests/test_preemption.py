@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainstack.localrun.run import LocalRun, LocalRunResult, TrainerOverrides
+from trainstack.localrun.run import LocalStackRun, LocalStackRunResult, TrainerOverrides
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 
 pytestmark = pytest.mark.slow
@@ -43,7 +43,7 @@ def stack_with(name: str, directory: Path, **cluster: Any):  # type: ignore[no-u
     return load_stack(path)[0]
 
 
-def wait_until(run: LocalRun, what: str, done: Callable[[], bool]) -> None:
+def wait_until(run: LocalStackRun, what: str, done: Callable[[], bool]) -> None:
     deadline = time.monotonic() + DEADLINE_SECONDS
     while not done():
         assert time.monotonic() < deadline, f"{what}: not in time\n" + "\n".join(run.nodes[0].lines)
@@ -51,7 +51,7 @@ def wait_until(run: LocalRun, what: str, done: Callable[[], bool]) -> None:
         time.sleep(0.2)
 
 
-def epochs_completed(run: LocalRun) -> int:
+def epochs_completed(run: LocalStackRun) -> int:
     progress = Path(run.job_dir) / "progress.json"
     try:
         return int(json.loads(progress.read_text()).get("epochs_completed", 0))
@@ -59,7 +59,7 @@ def epochs_completed(run: LocalRun) -> int:
         return 0
 
 
-def history(result: LocalRunResult, node: str) -> list[str]:
+def history(result: LocalStackRunResult, node: str) -> list[str]:
     status = result.node_status[node]
     assert status is not None, f"{node} wrote no status"
     return [entry["state"] for entry in status["history"]]
@@ -67,7 +67,7 @@ def history(result: LocalRunResult, node: str) -> list[str]:
 
 def test_a_preempted_multiworker_spot_worker_is_started_again_and_the_job_resumes(tmp_path: Path) -> None:
     cfg = stack_with("multiworker", tmp_path)
-    run = LocalRun(cfg, tmp_path / "run", TrainerOverrides(SHORT_JOB), echo=False).start()
+    run = LocalStackRun(cfg, tmp_path / "run", TrainerOverrides(SHORT_JOB), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
     result = run.wait(timeout=DEADLINE_SECONDS)
@@ -97,7 +97,7 @@ def team_stack(directory: Path, package: Path, module: str, args: list[str]):  #
     return load_stack(path)[0]
 
 
-def second_epoch_began(run: LocalRun) -> bool:
+def second_epoch_began(run: LocalStackRun) -> bool:
     """Keras prints "Epoch 2/N" once the first epoch's callbacks (BackupAndRestore's backup
     among them) have run."""
     return any(line.startswith("Epoch 2/") for line in run.supervisor.lines("chief"))
@@ -118,7 +118,7 @@ def test_a_teams_own_trainer_resumes_from_its_backup_after_a_preemption(
     """Defect: recovery hinged on the trainer exiting 75, a code no team's trainer knows; a
     team's package ended FAILED after its worker was preempted and started again."""
     cfg = team_stack(tmp_path, package, module, args)
-    run = LocalRun(cfg, tmp_path / "run", TrainerOverrides(), echo=False).start()
+    run = LocalStackRun(cfg, tmp_path / "run", TrainerOverrides(), echo=False).start()
     job_dir = Path(run.job_dir)
     wait_until(run, "the first epoch's end", lambda: second_epoch_began(run))
     run.preempt("worker-0")
@@ -137,7 +137,7 @@ def test_a_teams_own_trainer_resumes_from_its_backup_after_a_preemption(
 def test_a_preempted_parameter_server_worker_is_started_again_and_the_job_succeeds(tmp_path: Path) -> None:
     cfg = stack_with("paramserver", tmp_path)
     overrides = {**SHORT_JOB, "--epochs": "4", "--steps-per-epoch": "100"}
-    run = LocalRun(cfg, tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
+    run = LocalStackRun(cfg, tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
     result = run.wait(timeout=DEADLINE_SECONDS)
@@ -159,7 +159,7 @@ def test_a_node_preempted_more_than_max_restarts_times_fails_the_job_and_every_n
     # Far longer than the test: the job must still be training at the second preemption,
     # which ends it.
     overrides = {**SHORT_JOB, "--epochs": "5000"}
-    run = LocalRun(cfg, tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
+    run = LocalStackRun(cfg, tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
 

@@ -1,7 +1,7 @@
 """`trainstack status` reads, from a Cloud Storage emulator, the status objects a real boot script
 wrote there.
 
-A two-node probe job runs through `trainstack local` (LocalRun) with its bucket named
+A two-node probe job runs through `trainstack local` (LocalStackRun) with its bucket named
 ``gs://BUCKET`` (:class:`trainstack.localrun.run.GcsBucket`): the rendered boot script then reaches it
 through `gcloud storage`, here a stand-in (fixtures/gcloud_storage_shim.py) that implements only
 the calls the scripts make, against the emulator, through the real client library. Nothing is
@@ -27,7 +27,7 @@ from recording_commands import recorded_calls
 from test_status import BUCKET, PREFIX, PROBE_TRAINER, stack_file
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.jobcode import artifacts
-from trainstack.localrun.run import GcsBucket, LocalRun, LocalRunResult, TrainerOverrides
+from trainstack.localrun.run import GcsBucket, LocalStackRun, LocalStackRunResult, TrainerOverrides
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 from trainstack_contract import LAYOUT
@@ -62,7 +62,7 @@ def emulator_bucket(emulator_server: Any, monkeypatch: pytest.MonkeyPatch) -> st
     return storage.Client(project="test-project-123").create_bucket(BUCKET)
 
 
-def share_probe_records(local: LocalRun) -> Path:
+def share_probe_records(local: LocalStackRun) -> Path:
     """The probe trainer writes its records with plain file calls, so a gs:// job directory is
     a relative path under each node's working directory (its state directory), and the probe
     chief would wait a minute for peers it cannot see. One shared directory behind each node's
@@ -76,12 +76,12 @@ def share_probe_records(local: LocalRun) -> Path:
     return shared
 
 
-def run_on_emulator(tmp_path: Path) -> tuple[LocalRun, LocalRunResult, Path]:
+def run_on_emulator(tmp_path: Path) -> tuple[LocalStackRun, LocalStackRunResult, Path]:
     """The probe job on a chief and one worker, storage on the emulator: (run, result, the stack file)."""
     path = stack_file(tmp_path, workers=1)
     cfg = load_stack(path)[0]
     stack = resolve_stack(cfg)
-    local = LocalRun(
+    local = LocalStackRun(
         cfg,
         tmp_path / "work",
         TrainerOverrides(),
@@ -121,7 +121,7 @@ def test_status_reads_the_job_a_real_boot_script_wrote_to_the_emulator(
 
     document = trainstack_status(path)
     assert document["state"] == "SUCCEEDED" and document["job_status"]["exit_code"] == 0
-    assert document["job_status"] == result.job_status, "status and LocalRun read the same object"
+    assert document["job_status"] == result.job_status, "status and LocalStackRun read the same object"
     assert [n["name"] for n in document["nodes"]] == NODES
     for node in document["nodes"]:
         assert (node["status"]["state"], node["status"]["exit_code"], node["status"]["node"]) == (

@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from trainer import storage
+from trainer import locations
 from trainer.config import TrainerConfig
 from trainstack_contract import SYNTHETIC_DATA
 
@@ -75,7 +75,7 @@ def _is_held_out(key: str, validation_split: float) -> bool:
 
 
 def _exists(path: str) -> bool:
-    if storage.is_remote(path):
+    if locations.is_remote(path):
         import tensorflow as tf
 
         return bool(tf.io.gfile.exists(path))
@@ -83,7 +83,7 @@ def _exists(path: str) -> bool:
 
 
 def _isdir(path: str) -> bool:
-    if storage.is_remote(path):
+    if locations.is_remote(path):
         import tensorflow as tf
 
         return bool(tf.io.gfile.isdir(path))
@@ -91,7 +91,7 @@ def _isdir(path: str) -> bool:
 
 
 def _listdir(path: str) -> list[str]:
-    if storage.is_remote(path):
+    if locations.is_remote(path):
         import tensorflow as tf
 
         # gfile marks sub-directories of gs:// with a trailing "/".
@@ -100,7 +100,7 @@ def _listdir(path: str) -> list[str]:
 
 
 def _glob(pattern: str) -> list[str]:
-    if storage.is_remote(pattern):
+    if locations.is_remote(pattern):
         import tensorflow as tf
 
         return list(tf.io.gfile.glob(pattern))
@@ -185,11 +185,11 @@ def _first_contact(config: TrainerConfig, path: str) -> bool:
     def look() -> bool:
         return bool(_glob(path)) if _is_glob(path) else _exists(path)
 
-    if not storage.is_remote(path):
+    if not locations.is_remote(path):
         return look()
     try:
-        return storage.bounded(look, config.storage_timeout_seconds, path)
-    except storage.StorageError as error:
+        return locations.bounded(look, config.storage_timeout_seconds, path)
+    except locations.StorageError as error:
         raise DataError(f"--data {config.data}: cannot reach it: {error}") from None
 
 
@@ -204,7 +204,7 @@ def describe_data(config: TrainerConfig) -> DataSource:
             num_train_examples=None,
             num_eval_examples=SYNTHETIC_EVAL_EXAMPLES,
         )
-    problem = storage.remote_problem(config.data)
+    problem = locations.remote_problem(config.data)
     if problem:
         raise DataError(f"--data {config.data}: {problem}")
     path = config.data.rstrip("/")
@@ -225,7 +225,7 @@ def _reading(config: TrainerConfig) -> Iterator[None]:
     except Exception as error:
         if not _is_tensorflow_error(error):
             raise
-        raise DataError(f"--data {config.data}: cannot read it: {storage.summarize(error)}") from None
+        raise DataError(f"--data {config.data}: cannot read it: {locations.summarize(error)}") from None
 
 
 def _naming(config: TrainerConfig, file: str) -> str:
@@ -277,7 +277,7 @@ def count_records(config: TrainerConfig, source: DataSource) -> DataSource:
         try:
             total += sum(1 for _ in tf.data.TFRecordDataset(file))
         except tf.errors.OpError as error:
-            raise DataError(f"{_naming(config, file)}: {storage.summarize(error)}") from None
+            raise DataError(f"{_naming(config, file)}: {locations.summarize(error)}") from None
     if total == 0:
         raise DataError(f"--data {config.data}: its TFRecord files hold no records")
     num_eval = int(
@@ -309,7 +309,7 @@ TFRECORD_SPEC = 'the documented spec: "image" = one encoded image (bytes), "labe
 
 
 def _open(path: str) -> Any:
-    if storage.is_remote(path):
+    if locations.is_remote(path):
         import tensorflow as tf
 
         return tf.io.gfile.GFile(path, "rb")
@@ -433,7 +433,7 @@ def input_errors(config: TrainerConfig, stage: str) -> Iterator[None]:
         if "IteratorGetNext" not in message and "Iterator::" not in message:
             raise
         raise DataError(
-            f"--data {config.data}: an example could not be read during {stage}: {storage.summarize(error)}"
+            f"--data {config.data}: an example could not be read during {stage}: {locations.summarize(error)}"
         ) from None
 
 

@@ -16,7 +16,7 @@ import posixpath
 import tempfile
 from typing import Any
 
-from trainer import storage
+from trainer import locations
 from trainer.config import ConfigError, TrainerConfig
 from trainstack_contract import FINISHED, LAYOUT, node_name
 
@@ -62,8 +62,8 @@ def check_job_dir(config: TrainerConfig) -> None:
     A gs:// URI is checked by name (``reach_remote`` makes the first request); a local path
     must not have a file in the way (``create_local`` finds every other cause)."""
     root = config.job_dir
-    if storage.is_remote(root):
-        problem = storage.remote_problem(root)
+    if locations.is_remote(root):
+        problem = locations.remote_problem(root)
         if problem:
             raise ConfigError(f"--job-dir {root}: {problem}")
         return
@@ -104,8 +104,8 @@ def reach_remote(layout: JobLayout, config: TrainerConfig) -> dict[str, Any] | N
     It is the trainer's first request to the bucket: an unreachable or forbidden bucket is
     reported here, within the bound, rather than by a traceback at the first checkpoint."""
     try:
-        return storage.bounded(lambda: finished_metrics(layout), config.storage_timeout_seconds, layout.root)
-    except storage.StorageError as error:
+        return locations.bounded(lambda: finished_metrics(layout), config.storage_timeout_seconds, layout.root)
+    except locations.StorageError as error:
         raise ConfigError(f"--job-dir {layout.root}: cannot reach it: {error}") from None
 
 

@@ -57,7 +57,7 @@ def run(config: TrainerConfig) -> int:
     if _missing_local_data(config.data):
         return _fail(f"--data {config.data}: no such file or directory")
     # None of these import TensorFlow at module level.
-    from trainer import jobdir, roles, storage, training
+    from trainer import jobdir, locations, roles, training
     from trainer.config import ConfigError
     from trainer.data import DataError, check_examples, describe_data
     from trainer.jobdir import JobLayout
@@ -74,14 +74,14 @@ def run(config: TrainerConfig) -> int:
             # matters to auto), so a mismatch is reported without TensorFlow.
             choose_strategy(config.strategy, cluster, num_gpus=0, tpu=config.tpu)
         jobdir.check_job_dir(config)
-        if storage.is_remote(layout.root):
+        if locations.is_remote(layout.root):
             finished = jobdir.reach_remote(layout, config)
             if not config.overwrite and finished is not None:
                 log.info("%s holds a finished job; nothing to do (pass --overwrite to train again)", layout.root)
                 return 0
         source = describe_data(config)
         check_examples(config, source)
-        if not storage.is_remote(layout.root):
+        if not locations.is_remote(layout.root):
             # After the data: bad data leaves no empty job directory behind.
             jobdir.create_local(config)
     except (ConfigError, DataError, StrategyError) as error:

@@ -16,8 +16,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from trainstack_agent.gcs import Storage
 from trainstack_agent.settings import SHA256, Artifact
-from trainstack_agent.storage import Storage
 
 # Bounds on what a node downloads and unpacks (the Pulumi side refuses larger packages).
 MAX_ARCHIVE_BYTES = 200 * 1024 * 1024

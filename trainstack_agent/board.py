@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainstack_agent.storage import Storage
+from trainstack_agent.gcs import Storage
 from trainstack_contract import LAYOUT
 from trainstack_contract.status import (
     MAX_STATUS_BYTES,

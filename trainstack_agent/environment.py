@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack_agent import artifacts
+from trainstack_agent.gcs import Storage
 from trainstack_agent.processes import Log, Processes
 from trainstack_agent.settings import Artifact, NodeSettings
-from trainstack_agent.storage import Storage
 from trainstack_contract import PROJECT_INSTALL, requirements_stamp
 
 # Bounds on each install step: a hung mirror must not keep a node billing.

@@ -27,6 +27,7 @@ from trainstack_agent.cloud import CloudError, Http
 from trainstack_agent.compute import ComputeApi, Place
 from trainstack_agent.endpoints import Endpoints, Host, from_environment
 from trainstack_agent.environment import Environment
+from trainstack_agent.gcs import Storage
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.node import NodeAgent, Services, SystemClock
 from trainstack_agent.processes import JobLauncher, Log, Processes
@@ -34,7 +35,6 @@ from trainstack_agent.recovery import SpotRecovery
 from trainstack_agent.release import Release
 from trainstack_agent.secrets import read_secrets
 from trainstack_agent.settings import KEYS, NodeSettings, SettingsError, known_identity, read_settings
-from trainstack_agent.storage import Storage
 from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
 from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE_KIND
 

@@ -10,9 +10,9 @@ import pytest
 from http_stand_in import Scripted, scripted_server
 
 from trainstack_agent.cloud import CloudError, Http, NotFound, Request, Retry, TooLarge, Unavailable
+from trainstack_agent.gcs import Storage
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.secrets import SecretError, read_secrets
-from trainstack_agent.storage import Storage
 
 TOKEN = "ya29.secret-token-value"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, trainer_env
 
-from trainstack.localrun.bare_trainers import LocalCluster, run_local_cluster
+from trainstack.localrun.bare_trainers import BareTrainerCluster, run_local_cluster
 
 EPOCHS = 5
 # The default backup interval (200 steps) is longer than an epoch: only the backup at every
@@ -22,7 +22,7 @@ RESUME_ARGS = [*FAST_ARGS, "--epochs", str(EPOCHS), "--steps-per-epoch", "40"]
 DEADLINE_SECONDS = 240
 
 
-def wait_for_first_epoch(job_dir: Path, cluster: LocalCluster) -> dict[str, object]:
+def wait_for_first_epoch(job_dir: Path, cluster: BareTrainerCluster) -> dict[str, object]:
     """Polls the chief's progress file: training state for epoch 1 is backed up."""
     progress = job_dir / "progress.json"
     deadline = time.monotonic() + DEADLINE_SECONDS
@@ -41,7 +41,7 @@ def wait_for_first_epoch(job_dir: Path, cluster: LocalCluster) -> dict[str, obje
 
 @pytest.mark.slow
 def test_killed_job_resumes_instead_of_starting_over(job_dir: Path) -> None:
-    cluster = LocalCluster(
+    cluster = BareTrainerCluster(
         workers=2, args=[*RESUME_ARGS, "--job-dir", str(job_dir)], env=trainer_env(), threads_per_node=1, echo=False
     ).start()
     try:

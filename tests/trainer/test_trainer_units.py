@@ -12,7 +12,7 @@ from trainer.checkpointing import backup_save_frequency
 from trainer.config import parse_args
 from trainer.jobdir import JobLayout
 from trainer.training import largest_divisor_at_most
-from trainstack.localrun.bare_trainers import LocalCluster, cluster_nodes, tf_configs
+from trainstack.localrun.bare_trainers import BareTrainerCluster, cluster_nodes, tf_configs
 from trainstack.localrun.supervisor import free_loopback_ports
 
 
@@ -35,12 +35,12 @@ def test_each_node_gets_its_own_task_in_one_cluster() -> None:
 
 def test_parameter_servers_need_a_chief() -> None:
     with pytest.raises(ValueError, match=r"^parameter-server training needs a chief \(the coordinator\)$"):
-        LocalCluster(workers=2, ps=1, chief=False)
+        BareTrainerCluster(workers=2, ps=1, chief=False)
 
 
 def test_a_cluster_needs_a_worker_or_a_chief() -> None:
     with pytest.raises(ValueError, match=r"^a cluster needs at least one worker or a chief$"):
-        LocalCluster(workers=0, ps=0, chief=False)
+        BareTrainerCluster(workers=0, ps=0, chief=False)
 
 
 def test_layout_follows_job_dir_and_vertex_overrides() -> None:

@@ -47,7 +47,7 @@ def stack_from_pulumi() -> tuple[ResolvedStack, BootFiles]:
     return prepare(parse_and_check(pulumi.get_stack(), program_config(), secret_keys=program_secret_keys()))
 
 
-def build(stack: ResolvedStack, boot: BootFiles) -> TrainingStack:
+def declare_stack(stack: ResolvedStack, boot: BootFiles) -> TrainingStack:
     training = TrainingStack(TrainingStackArgs(stack, boot))
     pulumi.export("bucket_url", training.bucket_url)
     pulumi.export("registry_url", training.registry_url)
@@ -67,7 +67,7 @@ def main() -> ProgramRun:
     except StackConfigError as error:
         print(error.report(), file=sys.stderr)
         sys.exit(1)
-    run = ProgramRun(stack, boot, build(stack, boot))
+    run = ProgramRun(stack, boot, declare_stack(stack, boot))
     for listener in list(_listeners):
         listener(run)
     return run

@@ -81,7 +81,7 @@ def _preempt_after(text: str) -> float:
 
 def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.localrun.run import (
-        LocalRunInterrupted,
+        LocalStackRunInterrupted,
         PreemptError,
         TrainerOverrides,
         WorkdirError,
@@ -194,7 +194,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     except FetchError as error:
         print(f"trainstack: {error}; the nodes of `local` install from what this machine fetches", file=sys.stderr)
         return 1
-    except LocalRunInterrupted as interrupted:
+    except LocalStackRunInterrupted as interrupted:
         report(interrupted.result)
         again = f"trainstack local --stack {cfg.stack}" + (f" --workdir {workdir}" if args.workdir else "")
         print(

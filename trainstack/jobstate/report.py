@@ -341,5 +341,5 @@ def default_workdir(stack: str) -> Path:
 
 
 def local_bucket(workdir: Path, stack: ResolvedStack) -> Path:
-    """The stand-in bucket of a `trainstack local` run (``LocalRun.bucket``)."""
+    """The stand-in bucket of a `trainstack local` run (``LocalStackRun.bucket``)."""
     return workdir / "bucket" / stack.bucket_name

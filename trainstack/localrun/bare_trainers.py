@@ -84,7 +84,7 @@ def tf_configs(nodes: Sequence[Node]) -> dict[str, str]:
     return {node.name: contract.tf_config(cluster, node.task_type, node.task_id) for node in nodes}
 
 
-class LocalCluster:
+class BareTrainerCluster:
     """Starts the nodes, streams their logs, and ends them by the chief's outcome."""
 
     def __init__(
@@ -137,7 +137,7 @@ class LocalCluster:
             environment["OMP_NUM_THREADS"] = threads
         return environment
 
-    def start(self) -> LocalCluster:
+    def start(self) -> BareTrainerCluster:
         configs = tf_configs(self.nodes)
         for node in self.nodes:
             self.supervisor.start(
@@ -204,7 +204,7 @@ def run_local_cluster(
 ) -> ClusterResult:
     """Runs a whole job and returns the chief's exit code and every node's log."""
     full_args = list(args) + (["--job-dir", os.fspath(job_dir)] if job_dir is not None else [])
-    cluster = LocalCluster(
+    cluster = BareTrainerCluster(
         workers=workers,
         ps=ps,
         chief=chief,
@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threads_per_node=options.threads_per_node,
     )
     status = "timed out" if result.timed_out else f"exit status {result.chief_exit_code}"
-    print(f"[trainer_cluster] chief {result.chief}: {status}; all nodes: {result.exit_codes}", file=sys.stderr)
+    print(f"[bare_trainers] chief {result.chief}: {status}; all nodes: {result.exit_codes}", file=sys.stderr)
     return 1 if result.chief_exit_code is None else result.chief_exit_code
 
 

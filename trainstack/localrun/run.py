@@ -336,7 +336,7 @@ def prepare_local_environment(env_dir: Path, stamp: str) -> None:
 
 
 class StandInBucket(Protocol):
-    """The bucket a local run's nodes use: what their metadata names, how :class:`LocalRun`
+    """The bucket a local run's nodes use: what their metadata names, how :class:`LocalStackRun`
     puts the job's code into it, and how it reads the status objects back."""
 
     @property
@@ -376,7 +376,7 @@ class DirectoryBucket:
 class GcsBucket:
     """A Cloud Storage bucket, for tests: the nodes' metadata names ``gs://NAME``, so the boot
     script reaches it through ``gcloud storage`` (a test puts a stand-in for gcloud on PATH);
-    :class:`LocalRun` uploads the job's code with the client library and reads the status
+    :class:`LocalStackRun` uploads the job's code with the client library and reads the status
     objects with the reader `trainstack status` uses (:class:`trainstack.commands.status.GcsObjects`).
     The client honours ``STORAGE_EMULATOR_HOST``, which points it at an emulator."""
 
@@ -410,7 +410,7 @@ class GcsBucket:
 
 
 @dataclass
-class LocalRunResult:
+class LocalStackRunResult:
     job_status: dict[str, Any] | None
     node_status: dict[str, dict[str, Any] | None]
     exit_codes: dict[str, int | None]
@@ -444,7 +444,7 @@ class LocalRunResult:
         return self.job_status is not None and self.job_status.get("state") == contract.STATES.succeeded
 
 
-class LocalRun:
+class LocalStackRun:
     """Starts every node's boot script, streams its output, and waits by the chief."""
 
     def __init__(
@@ -687,7 +687,7 @@ class LocalRun:
         )
         return environment
 
-    def start(self) -> LocalRun:
+    def start(self) -> LocalStackRun:
         if self.echo:
             for note in [*self.notes, *([self.network_note] if self.network_note else [])]:
                 print(f"[local] note: {note}", flush=True)
@@ -805,7 +805,7 @@ class LocalRun:
         if local_node.process is not None:
             self.supervisor.signal(local_node.name, signum)
 
-    def interrupt(self) -> LocalRunResult:
+    def interrupt(self) -> LocalStackRunResult:
         """Stops every node as a shutdown stops a VM (SIGTERM to all its processes: its agent
         records INTERRUPTED and ends its trainer; SIGKILL to what is left after a grace), and
         closes the run: no node is booted again, no process outlives it."""
@@ -837,7 +837,7 @@ class LocalRun:
         if self.network is not None:
             self.network.close()
 
-    def wait(self, timeout: float | None = None) -> LocalRunResult:
+    def wait(self, timeout: float | None = None) -> LocalStackRunResult:
         chief = self.nodes[0]
         assert chief.role == contract.CHIEF and chief.process is not None
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -851,10 +851,10 @@ class LocalRun:
         self._close()
         return self.result()
 
-    def result(self) -> LocalRunResult:
+    def result(self) -> LocalStackRunResult:
         layout = contract.LAYOUT
         read = self.job_bucket.read_json
-        return LocalRunResult(
+        return LocalStackRunResult(
             job_status=read(posixpath.join(self.job_prefix, layout.job_status)),
             node_status={n.name: read(posixpath.join(self.job_prefix, layout.node_status(n.name))) for n in self.nodes},
             exit_codes={n.name: n.process.returncode if n.process else None for n in self.nodes},
@@ -950,7 +950,7 @@ def clear_workdir(workdir: Path) -> None:
     """Delete a work directory that `trainstack local` made, and nothing else.
 
     Refused: a path that is not a directory or is a symlink, one without the marker file
-    that :meth:`LocalRun.prepare` writes, and any directory holding the current directory,
+    that :meth:`LocalStackRun.prepare` writes, and any directory holding the current directory,
     the repository or the home directory (a stack named ".." once pointed --fresh at the
     repository itself)."""
     if not workdir.exists() and not workdir.is_symlink():
@@ -982,10 +982,10 @@ def check_adoptable(workdir: Path) -> None:
         )
 
 
-class LocalRunInterrupted(Exception):
+class LocalStackRunInterrupted(Exception):
     """The run was stopped by SIGINT (Ctrl-C) or SIGTERM; every node has been stopped."""
 
-    def __init__(self, signal_name: str, result: LocalRunResult) -> None:
+    def __init__(self, signal_name: str, result: LocalStackRunResult) -> None:
         super().__init__(signal_name)
         self.signal_name = signal_name
         self.result = result
@@ -1001,14 +1001,14 @@ def run_local(
     verbose: bool = False,
     preempt: tuple[str, ...] = (),
     preempt_after: float = 0.0,
-) -> LocalRunResult:
+) -> LocalStackRunResult:
     """Runs the stack's cluster to its end. On SIGINT or SIGTERM every node is stopped as a
     VM's shutdown stops it (its agent records INTERRUPTED; SIGKILL after a grace), and
-    :class:`LocalRunInterrupted` carries what they recorded: the job stays resumable."""
+    :class:`LocalStackRunInterrupted` carries what they recorded: the job stays resumable."""
     if fresh:
         clear_workdir(workdir)
     check_adoptable(workdir)
-    run = LocalRun(cfg, workdir, overrides, echo, verbose=verbose, preempt=preempt, preempt_after=preempt_after)
+    run = LocalStackRun(cfg, workdir, overrides, echo, verbose=verbose, preempt=preempt, preempt_after=preempt_after)
 
     def on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -1022,7 +1022,7 @@ def run_local(
             for each in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(each, signal.SIG_IGN)
             name = str(interrupt) or "SIGINT"
-            raise LocalRunInterrupted(name, run.interrupt()) from None
+            raise LocalStackRunInterrupted(name, run.interrupt()) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -1033,7 +1033,7 @@ def _exit_text(code: int | None) -> str:
     return "not exited" if code is None else f"exit {code}"
 
 
-def report(result: LocalRunResult, out: Any = None) -> None:
+def report(result: LocalStackRunResult, out: Any = None) -> None:
     from trainstack.jobstate.report import history_text
 
     # Looked up at call time: a default bound at import would miss a redirected sys.stdout.
@@ -1078,7 +1078,7 @@ def report(result: LocalRunResult, out: Any = None) -> None:
         print(f"  {line}", file=out)
 
 
-def exit_code(result: LocalRunResult) -> int:
+def exit_code(result: LocalStackRunResult) -> int:
     """0 when the job succeeded (or, without a job, every node booted ready); else the chief
     trainer's exit code, or 1 when it has none."""
     if result.succeeded or result.ready:
