@@ -29,7 +29,8 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
-from trainstack.localrun.run import THREADS_PER_NODE, LocalStackRun, TrainerOverrides  # noqa: E402
+from trainstack.localrun.nodes import TrainerOverrides  # noqa: E402
+from trainstack.localrun.run import THREADS_PER_NODE, LocalStackRun  # noqa: E402
 from trainstack.stackmodel.resolved import resolve_stack  # noqa: E402
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack  # noqa: E402
 from trainstack_agent.timings import TIME_SCALE_VARIABLE  # noqa: E402
@@ -47,7 +48,7 @@ def through_boot_script(workdir: Path) -> float:
     cfg, _ = load_stack(STACKS_DIR / "Pulumi.dev.yaml")
     # start() installs the environment before it starts the clock (run.started_at), as
     # on a restart where the environment is already there.
-    run = LocalStackRun(cfg, workdir, TrainerOverrides(ONE_STEP), echo=False)
+    run = LocalStackRun(resolve_stack(cfg), workdir, TrainerOverrides(ONE_STEP), echo=False)
     run.start()
     result = run.wait(timeout=600)
     if not result.succeeded:
@@ -83,7 +84,7 @@ def trainer_directly(workdir: Path) -> float:
 def exit_to_self_stop(workdir: Path) -> float:
     cfg, _ = load_stack(STACKS_DIR / "Pulumi.dev.yaml")
     result = (
-        LocalStackRun(cfg, workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+        LocalStackRun(resolve_stack(cfg), workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
         .start()
         .wait(timeout=120)
     )

@@ -41,7 +41,9 @@ sys.path.insert(0, str(REPOSITORY))
 from trainer.checkpointing import backup_save_frequency  # noqa: E402
 from trainer.config import SAVE_EVERY_STEPS  # noqa: E402
 from trainer.training import largest_divisor_at_most  # noqa: E402
-from trainstack.localrun.run import LocalStackRun, TrainerOverrides  # noqa: E402
+from trainstack.localrun.nodes import TrainerOverrides  # noqa: E402
+from trainstack.localrun.run import LocalStackRun  # noqa: E402
+from trainstack.stackmodel.resolved import resolve_stack  # noqa: E402
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack  # noqa: E402
 from trainstack_agent.timings import TIME_SCALE_VARIABLE  # noqa: E402
 from trainstack_contract import LAYOUT  # noqa: E402
@@ -103,7 +105,9 @@ def main() -> int:
         overrides["--save-every-steps"] = str(options.save_every_steps)
     cfg, _ = load_stack(STACKS_DIR / "Pulumi.multiworker.yaml")
     with tempfile.TemporaryDirectory(prefix="trainstack-bench-preemption-") as scratch:
-        run = LocalStackRun(cfg, options.workdir or Path(scratch), TrainerOverrides(overrides), echo=False).start()
+        run = LocalStackRun(
+            resolve_stack(cfg), options.workdir or Path(scratch), TrainerOverrides(overrides), echo=False
+        ).start()
         job_dir = Path(run.job_dir)
         deadline = time.monotonic() + 600
         while epochs_completed(job_dir) < 1:

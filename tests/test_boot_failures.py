@@ -27,7 +27,9 @@ from test_boot_scripts import PROBE_TRAINER, stack
 from test_scripts import shellcheck
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.cloud import bootscripts
-from trainstack.localrun.run import LOCAL_TOKEN, LocalStackRun, TrainerOverrides
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.run import LocalStackRun
+from trainstack.localrun.standins import LOCAL_TOKEN
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.schema import Settings, StackConfig, Tpu
 from trainstack_agent.cloud import Http, Retry
@@ -47,7 +49,9 @@ def wait_for(condition: Any, seconds: float, what: str) -> None:
 
 
 def start(cfg: StackConfig, workdir: Path, **kwargs: Any) -> LocalStackRun:
-    return LocalStackRun(cfg, workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER, **kwargs).start()
+    return LocalStackRun(
+        resolve_stack(cfg), workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER, **kwargs
+    ).start()
 
 
 def trainers_started(local: LocalStackRun) -> bool:
@@ -119,7 +123,9 @@ def test_after_the_chief_is_killed_the_other_nodes_end_after_the_heartbeat_timeo
 def test_missing_required_metadata_stops_the_node_and_writes_no_status(tmp_path: Path) -> None:
     """Defect: with the metadata server answering 404 the script ran with an empty role and
     job dir, wrote status to /status/-.json and kept the VM billing."""
-    local = LocalStackRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    local = LocalStackRun(
+        resolve_stack(stack("dev")), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER
+    )
     for key in (METADATA_KEYS.role, METADATA_KEYS.job_dir):
         del local.nodes[0].metadata[key]
     result = local.start().wait(timeout=60)
@@ -132,7 +138,9 @@ def test_missing_required_metadata_stops_the_node_and_writes_no_status(tmp_path:
 
 
 def test_a_node_whose_agent_is_not_in_metadata_stops_from_its_boot_script(tmp_path: Path) -> None:
-    local = LocalStackRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    local = LocalStackRun(
+        resolve_stack(stack("dev")), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER
+    )
     del local.nodes[0].metadata[METADATA_KEYS.agent]
     result = local.start().wait(timeout=120)
     assert result.exit_codes["chief"] == 1
@@ -141,7 +149,9 @@ def test_a_node_whose_agent_is_not_in_metadata_stops_from_its_boot_script(tmp_pa
 
 
 def test_an_agent_archive_that_does_not_match_its_digest_never_runs(tmp_path: Path) -> None:
-    local = LocalStackRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    local = LocalStackRun(
+        resolve_stack(stack("dev")), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER
+    )
     local.nodes[0].metadata[METADATA_KEYS.agent_sha256] = "0" * 64
     result = local.start().wait(timeout=60)
     assert result.exit_codes["chief"] == 1
@@ -155,7 +165,9 @@ def test_an_optional_key_the_metadata_server_cannot_serve_fails_closed(tmp_path:
     """Defect: a 503 on an optional key read as "absent": a job ran without its secret, and a
     worker started its trainer with no TF_CONFIG. Now the read is retried, then the node
     records FAILED naming the key and stops."""
-    local = LocalStackRun(stack("multiworker"), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    local = LocalStackRun(
+        resolve_stack(stack("multiworker")), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER
+    )
     local.server.failures[f"instance/attributes/{METADATA_KEYS.secrets}"] = 503
     result = local.start().wait(timeout=300)
     for node in ("chief", "worker-0", "worker-1"):
@@ -168,7 +180,9 @@ def test_an_optional_key_the_metadata_server_cannot_serve_fails_closed(tmp_path:
 
 def test_an_unknown_on_finish_stops_the_node_before_anything_runs(tmp_path: Path) -> None:
     """Defect: an unknown on_finish fell through to keep, leaving the VM billing."""
-    local = LocalStackRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    local = LocalStackRun(
+        resolve_stack(stack("dev")), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER
+    )
     local.nodes[0].metadata[METADATA_KEYS.on_finish] = "hibernate"
     result = local.start().wait(timeout=60)
     status = result.node_status["chief"]
@@ -181,7 +195,9 @@ def test_an_agent_time_scale_that_is_not_a_factor_stops_the_node_before_anything
 ) -> None:
     """A wait longer than Compute Engine's, or none at all, is never what was meant."""
     monkeypatch.setenv(TIME_SCALE_VARIABLE, "5")
-    local = LocalStackRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    local = LocalStackRun(
+        resolve_stack(stack("dev")), tmp_path, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER
+    )
     result = local.start().wait(timeout=60)
     status = result.node_status["chief"]
     assert status is not None and status["state"] == "FAILED" and TIME_SCALE_VARIABLE in status["reason"]
@@ -325,7 +341,7 @@ def test_a_delete_the_api_refuses_still_stops_the_machine(tmp_path: Path) -> Non
 
 def test_the_tpu_run_time_cap_ends_the_agent_records_failed_and_stops(tmp_path: Path) -> None:
     """Defect: the TPU VM had no run-time cap at all (the TPU API has none)."""
-    from trainstack.localrun.run import MetadataServer
+    from trainstack.localrun.standins import MetadataServer
 
     stack_ = resolve_stack(stack("tpu"))
     assert stack_.tpu is not None
@@ -489,7 +505,7 @@ def test_a_local_runs_grpc_ports_are_reachable_from_loopback_inside_its_namespac
     monkeypatch.setenv("PROBE_CHIEF_SLEEP", "20")
     local = start(stack("multiworker"), tmp_path)
     assert local.network is not None, local.network_note
-    cluster = json.loads(next(iter(local.project_attributes.values())))
+    cluster = json.loads(next(iter(local.machines.project_attributes.values())))
     port = int(cluster["chief"][0].rsplit(":", 1)[1])
     listening = local.job_dir / "listening" / "chief"
     wait_for(listening.exists, 60, "the probe to listen on its TF_CONFIG port")

@@ -17,7 +17,10 @@ import pytest
 import yaml
 
 from trainstack.cloud import bootscripts
-from trainstack.localrun.run import LocalStackRun, LocalStackRunResult, TrainerOverrides
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.outcome import LocalStackRunResult
+from trainstack.localrun.run import LocalStackRun
+from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 from trainstack_contract import LAYOUT
 
@@ -38,7 +41,7 @@ def run(
 ) -> LocalStackRunResult:  # type: ignore[no-untyped-def]
     extra = {"trainer_source": trainer} if trainer is not None else {}
     return (
-        LocalStackRun(cfg, workdir, TrainerOverrides(overrides or {}), echo=False, **extra, **kwargs)
+        LocalStackRun(resolve_stack(cfg), workdir, TrainerOverrides(overrides or {}), echo=False, **extra, **kwargs)
         .start()
         .wait(timeout=600)
     )
@@ -51,8 +54,8 @@ def probe_records(result: LocalStackRunResult) -> dict[str, dict]:  # type: igno
 @pytest.mark.parametrize("stack_name", ["multiworker", "paramserver"])
 def test_each_node_gets_its_tf_config_from_metadata(stack_name: str, tmp_path: Path, probe_trainer: Path) -> None:
     cfg = stack(stack_name)
-    local = LocalStackRun(cfg, tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
-    cluster = json.loads(local.project_attributes[local.stack.cluster.tf_cluster_metadata_key])
+    local = LocalStackRun(resolve_stack(cfg), tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
+    cluster = json.loads(local.machines.project_attributes[local.stack.cluster.tf_cluster_metadata_key])
     result = local.start().wait(timeout=300)
     assert result.succeeded, result.logs
     records = probe_records(result)
@@ -177,7 +180,7 @@ def test_environment_installs_from_the_stacks_wheelhouse_once(
 def test_a_wheel_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:
     cfg = stack_with_wheelhouse(tmp_path)
     local = LocalStackRun(
-        cfg,
+        resolve_stack(cfg),
         tmp_path / "run",
         TrainerOverrides(),
         echo=False,
@@ -203,7 +206,9 @@ def test_a_wheel_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_pat
 def test_a_code_archive_replaced_in_the_bucket_is_refused_and_the_node_released(
     tmp_path: Path, probe_trainer: Path
 ) -> None:
-    local = LocalStackRun(stack("dev"), tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer)
+    local = LocalStackRun(
+        resolve_stack(stack("dev")), tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer
+    )
     local.prepare()
     assert local.job is not None and local.job.package is not None
     archive = local.workdir / "bucket" / local.stack.bucket_name / local.job.package.object_name
@@ -230,7 +235,7 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
         "--save-every-steps": "10",
         "--eval-steps": "2",
     }
-    first = LocalStackRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start()
+    first = LocalStackRun(resolve_stack(cfg), tmp_path, TrainerOverrides(overrides), echo=False).start()
     progress = first.job_dir / "progress.json"
     deadline = time.monotonic() + 300
     # Kill once the chief reports a finished epoch (its backup is written before that).
@@ -243,7 +248,9 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     assert killed.job_status is not None and killed.job_status["state"] == "RUNNING"
     assert not (killed.job_dir / "metrics.json").exists()
 
-    second = LocalStackRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=600)
+    second = (
+        LocalStackRun(resolve_stack(cfg), tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=600)
+    )
     assert second.succeeded, "\n".join(second.logs["chief"])
     chief_log = "\n".join(second.logs["chief"])
     assert "python environment ready" in chief_log and "installing" not in chief_log
@@ -255,7 +262,9 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     assert len(done.split("examples/s=")[1].split(".")[1]) == 1, done
     assert len(second.self_stops) == 3
 
-    third = LocalStackRun(cfg, tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=120)
+    third = (
+        LocalStackRun(resolve_stack(cfg), tmp_path, TrainerOverrides(overrides), echo=False).start().wait(timeout=120)
+    )
     assert third.succeeded
     for lines in third.logs.values():
         text = "\n".join(lines)

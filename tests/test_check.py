@@ -18,6 +18,7 @@ import pytest
 from stack_helpers import SHIPPED_STACKS, base_config, plan_for, plan_of, write_stack
 from trainstack.commands import check
 from trainstack.commands.main import main
+from trainstack.stackmodel.stackfile import load_stack, stack_file_path
 
 VM, TPU, NB = "gcp:compute/instance:Instance", "gcp:tpu/v2Vm:V2Vm", "gcp:workbench/instance:Instance"
 BUCKET, FW = "gcp:storage/bucket:Bucket", "gcp:compute/firewall:Firewall"
@@ -138,7 +139,7 @@ def test_a_stack_without_a_run_time_cap_is_refused(tmp_path: Path, capsys: pytes
 
 
 def test_a_long_notebook_idle_timeout_is_advisory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = plan_for("notebook").resolved.config.settings.model_dump(mode="json", exclude_none=True)
+    config = load_stack(stack_file_path("notebook"))[0].settings.model_dump(mode="json", exclude_none=True)
     raw = {
         "gcp:project": "test-project-123",
         "gcp:region": "us-west1",

@@ -19,7 +19,9 @@ from stack_helpers import base_config, plan_of, write_stack
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.commands.main import main
 from trainstack.jobcode.package import MAX_WALKED_ENTRIES, load_package
-from trainstack.localrun.run import LocalStackRun, TrainerOverrides
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.run import LocalStackRun
+from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 from trainstack_contract import LAYOUT
 
@@ -213,6 +215,33 @@ def test_a_package_is_uploaded_under_its_content_hash_and_every_node_names_that_
     assert uploaded()[0] == second, "caches are not part of the code"
 
 
+def test_plan_reads_hashes_and_zips_a_teams_package_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The checks read and hash the package; resolve, the components and the boot scripts use
+    what they read instead of walking, hashing or zipping it again."""
+    import trainstack.jobcode.package as package_module
+
+    walked: list[Path] = []
+    zipped: list[tuple[str, ...]] = []
+    real_members, real_zip = package_module.package_members, package_module.zip_bytes
+
+    def counting_members(source: Path, *args: Any, **kwargs: Any) -> Any:
+        walked.append(source)
+        return real_members(source, *args, **kwargs)
+
+    def counting_zip(files: dict[str, bytes]) -> bytes:
+        zipped.append(tuple(files))
+        return real_zip(files)
+
+    monkeypatch.setattr(package_module, "package_members", counting_members)
+    monkeypatch.setattr(package_module, "zip_bytes", counting_zip)
+    assert main(["plan", "--stack", "ownpackage", "--json"]) == 0
+    capsys.readouterr()
+    assert walked.count(EXAMPLE) == 1
+    assert len([files for files in zipped if any(name.startswith("tabular_mlp/") for name in files)]) == 1
+
+
 def test_requirements_ship_by_content_beside_the_package(tmp_path: Path) -> None:
     requirements = tmp_path / "reqs.txt"
     requirements.write_text("scikit-learn==1.9.1\n")
@@ -274,7 +303,11 @@ def test_an_image_in_another_repository_gets_a_reader_binding_for_the_training_a
 # --- Run by the boot script ----------------------------------------------------------------------
 def run_local(config: dict[str, Any], tmp_path: Path, **kwargs: Any) -> Any:
     cfg = load_stack(write_stack(tmp_path, config))[0]
-    return LocalStackRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False, **kwargs).start().wait(timeout=300)
+    return (
+        LocalStackRun(resolve_stack(cfg), tmp_path / "work", TrainerOverrides(), echo=False, **kwargs)
+        .start()
+        .wait(timeout=300)
+    )
 
 
 def test_a_package_outside_the_repository_gets_the_contract_every_mode_shares(tmp_path: Path) -> None:
@@ -524,8 +557,8 @@ def no_job_config(**cluster: Any) -> dict[str, Any]:
 
 def test_a_cluster_without_a_job_boots_ready_with_tf_config_and_starts_nothing(tmp_path: Path) -> None:
     cfg = load_stack(write_stack(tmp_path, no_job_config()))[0]
-    local = LocalStackRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False)
-    cluster = json.loads(local.project_attributes[local.stack.cluster.tf_cluster_metadata_key])
+    local = LocalStackRun(resolve_stack(cfg), tmp_path / "work", TrainerOverrides(), echo=False)
+    cluster = json.loads(local.machines.project_attributes[local.stack.cluster.tf_cluster_metadata_key])
     result = local.start().wait(timeout=120)
     assert result.ready and not result.succeeded, result.logs
     for node in local.nodes:

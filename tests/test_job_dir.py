@@ -13,7 +13,9 @@ import yaml
 
 from stack_helpers import base_config, plan_of, write_stack
 from trainstack.commands.main import main
-from trainstack.localrun.run import LocalStackRun, TrainerOverrides
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.run import LocalStackRun
+from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 
 JOB_DIR = "gs://acme-ml-models/vision/run1"
@@ -85,7 +87,9 @@ def test_local_writes_the_job_dir_into_a_stand_in_of_the_teams_bucket_and_status
 ) -> None:
     path = stack_with_job_dir(tmp_path)
     cfg, _ = load_stack(path)
-    result = LocalStackRun(cfg, tmp_path / "work", TrainerOverrides(), echo=False).start().wait(timeout=300)
+    result = (
+        LocalStackRun(resolve_stack(cfg), tmp_path / "work", TrainerOverrides(), echo=False).start().wait(timeout=300)
+    )
     assert result.succeeded, "\n".join(result.logs["chief"])
     stand_in = tmp_path / "work" / "bucket" / "acme-ml-models" / "vision" / "run1"
     assert result.job_dir == stand_in

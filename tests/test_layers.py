@@ -87,3 +87,64 @@ def test_the_readme_module_map_names_every_folder() -> None:
     readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
     missing = [layer for layer in LAYERS if f"| `trainstack/{layer}/` |" not in readme]
     assert missing == []
+
+
+# --- the data flow: below the checks, only the resolved model ------------------------------------
+# The modules that take a checked config and resolve it, handing the resolved stack on.
+HAND_OFF = {"trainstack.cloud.prepare", "trainstack.cloud.program"}
+BELOW_THE_CHECKS = ("cloud", "localrun", "jobstate", "interop")
+
+
+def raw_config_reads(path: Path) -> list[str]:
+    """Where the file names the typed config (StackConfig) or reads a ``.settings`` or
+    ``.config`` attribute: each is a read of the stack file's config, not of the resolved model."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "StackConfig" for a in node.names):
+            found.append(f"line {node.lineno}: imports StackConfig")
+        elif isinstance(node, ast.Attribute) and node.attr in {"settings", "config"}:
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(
+        m
+        for m in MODULES
+        if m not in HAND_OFF
+        and (m.split(".")[1:2] and m.split(".")[1] in BELOW_THE_CHECKS or m == "trainstack.stackmodel.cost")
+    ),
+)
+def test_below_the_checks_no_module_reads_the_raw_config(module: str) -> None:
+    assert raw_config_reads(MODULES[module]) == []
+
+
+def test_the_resolved_model_does_not_carry_the_raw_config() -> None:
+    import dataclasses
+
+    from trainstack.stackmodel.resolved import ResolvedCluster, ResolvedStack
+
+    for model in (ResolvedStack, ResolvedCluster):
+        assert {"config", "settings"}.isdisjoint(f.name for f in dataclasses.fields(model))
+
+
+# --- units a reader can hold in mind -------------------------------------------------------------
+MAX_UNIT_LINES = 120
+
+
+def long_units(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                assert node.end_lineno is not None
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_UNIT_LINES:
+                    found.append(f"{path.relative_to(root.parent)}: {node.name} ({lines} lines)")
+    return found
+
+
+@pytest.mark.parametrize("folder", ["trainstack", "trainer"])
+def test_no_function_or_class_is_longer_than_a_screenful_or_two(folder: str) -> None:
+    assert long_units(PACKAGE.parent / folder) == []

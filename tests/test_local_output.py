@@ -10,7 +10,7 @@ import pytest
 from stack_helpers import base_config, write_stack
 from test_job_code import probe_package, single_node
 from trainstack.commands.main import main
-from trainstack.localrun.run import is_runtime_noise
+from trainstack.localrun.nodelogs import is_runtime_noise
 
 NATIVE_LINES = [
     "E0000 00:00:1795394545.207341   12913 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error",

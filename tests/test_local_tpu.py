@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from trainstack.commands.main import main
-from trainstack.localrun.run import TPU_STAND_IN_WORK, LocalStackRun, TrainerOverrides, tpu_stand_in
+from trainstack.localrun.nodes import TPU_STAND_IN_WORK, TrainerOverrides, tpu_stand_in
+from trainstack.localrun.run import LocalStackRun
+from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 from trainstack_contract import FLAGS, LAYOUT, MIRRORED, TPU_NODE
 
@@ -53,7 +55,7 @@ def test_the_shipped_tpu_stacks_job_runs_to_succeeded_through_the_tpu_vms_boot_s
     cfg, _ = load_stack(STACKS_DIR / "Pulumi.tpu.yaml")
     # The stack's job with a smaller model: ResNet-50 takes minutes to build on this CPU
     # (`trainstack local --stack tpu` trains it as shipped).
-    run = LocalStackRun(cfg, tmp_path / "run", TrainerOverrides({FLAGS.model: "cnn"}), echo=False)
+    run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides({FLAGS.model: "cnn"}), echo=False)
     assert run.script.name == "tpu-vm.sh"
     result = run.start().wait(timeout=600)
     assert result.succeeded, "\n".join(result.logs[TPU_NODE])

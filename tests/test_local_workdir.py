@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.localrun.run import WORKDIR_MARKER, TrainerOverrides, WorkdirError, clear_workdir
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.workdir import WORKDIR_MARKER, WorkdirError, clear_workdir
 
 REPO = Path(__file__).resolve().parent.parent
 DEV_STACK = (REPO / "stacks" / "Pulumi.dev.yaml").read_text()
@@ -96,7 +97,7 @@ def test_a_non_empty_directory_it_did_not_make_is_never_adopted(repo_copy: Path,
 
 
 def test_an_empty_or_new_directory_is_adopted(tmp_path: Path) -> None:
-    from trainstack.localrun.run import check_adoptable
+    from trainstack.localrun.workdir import check_adoptable
 
     (tmp_path / "empty").mkdir()
     check_adoptable(tmp_path / "empty")

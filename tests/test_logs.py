@@ -17,7 +17,10 @@ from trainstack.commands.logs import (
     log_query,
 )
 from trainstack.commands.main import main
-from trainstack.localrun.run import LocalStackRun, TrainerOverrides, node_log, run_heading
+from trainstack.localrun.nodelogs import node_log, run_heading
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.run import LocalStackRun
+from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
@@ -150,7 +153,9 @@ def test_local_prints_each_run_under_one_heading_node_after_node(
     config["trainstack:cluster"]["workers"]["count"] = 1
     path = write_stack(tmp_path, config)
     workdir = tmp_path / "work"
-    run = LocalStackRun(load_stack(path)[0], workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    run = LocalStackRun(
+        resolve_stack(load_stack(path)[0]), workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER
+    )
     result = run.start().wait(timeout=300)
     assert result.succeeded, result.logs
     for node in ("chief", "worker-0"):
@@ -178,7 +183,9 @@ def test_local_prints_each_run_under_one_heading_node_after_node(
     ]
 
     # A second run adds to the logs, as a VM's journal keeps its earlier boots, under its own heading.
-    second = LocalStackRun(load_stack(path)[0], workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+    second = LocalStackRun(
+        resolve_stack(load_stack(path)[0]), workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER
+    )
     again = second.start().wait(timeout=300)
     assert main(["logs", "--stack-file", str(path), "--local", "--workdir", str(workdir), "--node", "chief"]) == 0
     out = capsys.readouterr().out.splitlines()

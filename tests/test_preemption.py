@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from trainstack.localrun.run import LocalStackRun, LocalStackRunResult, TrainerOverrides
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.outcome import LocalStackRunResult
+from trainstack.localrun.run import LocalStackRun
+from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 
 pytestmark = pytest.mark.slow
@@ -67,7 +70,7 @@ def history(result: LocalStackRunResult, node: str) -> list[str]:
 
 def test_a_preempted_multiworker_spot_worker_is_started_again_and_the_job_resumes(tmp_path: Path) -> None:
     cfg = stack_with("multiworker", tmp_path)
-    run = LocalStackRun(cfg, tmp_path / "run", TrainerOverrides(SHORT_JOB), echo=False).start()
+    run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(SHORT_JOB), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
     result = run.wait(timeout=DEADLINE_SECONDS)
@@ -118,7 +121,7 @@ def test_a_teams_own_trainer_resumes_from_its_backup_after_a_preemption(
     """Defect: recovery hinged on the trainer exiting 75, a code no team's trainer knows; a
     team's package ended FAILED after its worker was preempted and started again."""
     cfg = team_stack(tmp_path, package, module, args)
-    run = LocalStackRun(cfg, tmp_path / "run", TrainerOverrides(), echo=False).start()
+    run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(), echo=False).start()
     job_dir = Path(run.job_dir)
     wait_until(run, "the first epoch's end", lambda: second_epoch_began(run))
     run.preempt("worker-0")
@@ -137,7 +140,7 @@ def test_a_teams_own_trainer_resumes_from_its_backup_after_a_preemption(
 def test_a_preempted_parameter_server_worker_is_started_again_and_the_job_succeeds(tmp_path: Path) -> None:
     cfg = stack_with("paramserver", tmp_path)
     overrides = {**SHORT_JOB, "--epochs": "4", "--steps-per-epoch": "100"}
-    run = LocalStackRun(cfg, tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
+    run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
     result = run.wait(timeout=DEADLINE_SECONDS)
@@ -159,7 +162,7 @@ def test_a_node_preempted_more_than_max_restarts_times_fails_the_job_and_every_n
     # Far longer than the test: the job must still be training at the second preemption,
     # which ends it.
     overrides = {**SHORT_JOB, "--epochs": "5000"}
-    run = LocalStackRun(cfg, tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
+    run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
 

@@ -19,7 +19,8 @@ from google.cloud import storage
 from stack_helpers import base_config, write_stack
 from trainstack.commands.main import main
 from trainstack.jobstate import report as status_report
-from trainstack.localrun.run import LocalStackRun, TrainerOverrides
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.run import LocalStackRun
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 from trainstack_contract import LAYOUT, STATES
@@ -93,7 +94,11 @@ def test_a_local_runs_status_reads_the_same_from_its_directory_and_from_the_buck
     path = stack_file(tmp_path, workers=1)
     workdir = tmp_path / "work"
     cfg = load_stack(path)[0]
-    result = LocalStackRun(cfg, workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER).start().wait(300)
+    result = (
+        LocalStackRun(resolve_stack(cfg), workdir, TrainerOverrides(), echo=False, trainer_source=PROBE_TRAINER)
+        .start()
+        .wait(300)
+    )
     assert result.succeeded, result.logs
 
     local = status_json(capsys, "--stack-file", str(path), "--local", "--workdir", str(workdir))

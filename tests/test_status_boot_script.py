@@ -27,7 +27,10 @@ from recording_commands import recorded_calls
 from test_status import BUCKET, PREFIX, PROBE_TRAINER, stack_file
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.jobcode import artifacts
-from trainstack.localrun.run import GcsBucket, LocalStackRun, LocalStackRunResult, TrainerOverrides
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.outcome import LocalStackRunResult
+from trainstack.localrun.run import LocalStackRun
+from trainstack.localrun.standins import GcsBucket
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 from trainstack_contract import LAYOUT
@@ -82,7 +85,7 @@ def run_on_emulator(tmp_path: Path) -> tuple[LocalStackRun, LocalStackRunResult,
     cfg = load_stack(path)[0]
     stack = resolve_stack(cfg)
     local = LocalStackRun(
-        cfg,
+        resolve_stack(cfg),
         tmp_path / "work",
         TrainerOverrides(),
         echo=False,

@@ -195,7 +195,6 @@ def node_metadata(
 ) -> dict[str, str]:
     """Instance metadata a cluster node's agent reads; ``bucket`` is a gs:// URI or, locally, a
     path; ``gpu_count`` overrides the node's GPUs (a local run has none)."""
-    settings = cluster.settings
     gpus = node.accelerator.count if node.accelerator is not None else 0
     metadata = {
         METADATA_KEYS.node_kind: CLUSTER_NODE_KIND,
@@ -203,9 +202,9 @@ def node_metadata(
         METADATA_KEYS.index: str(node.index),
         METADATA_KEYS.node_name: node.name,
         METADATA_KEYS.bucket: bucket,
-        METADATA_KEYS.on_finish: settings.on_finish,
-        METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(settings.heartbeat_timeout_seconds)),
-        METADATA_KEYS.peer_timeout_seconds: str(settings.heartbeat_timeout_seconds),
+        METADATA_KEYS.on_finish: cluster.on_finish,
+        METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(cluster.heartbeat_timeout_seconds)),
+        METADATA_KEYS.peer_timeout_seconds: str(cluster.heartbeat_timeout_seconds),
         METADATA_KEYS.gpu_count: str(gpus if gpu_count is None else gpu_count),
         **agent_metadata(bucket, kind or cluster_node_kind(), wheelhouse),
         **job_metadata(job, cluster.trainer_args if args is None else args),
@@ -214,7 +213,7 @@ def node_metadata(
         metadata[METADATA_KEYS.cluster_key] = cluster.tf_cluster_metadata_key
     if len(cluster.nodes) > 1:
         metadata[METADATA_KEYS.peers] = " ".join(peer.name for peer in cluster.nodes)
-        metadata[METADATA_KEYS.max_restarts] = str(settings.max_restarts)
+        metadata[METADATA_KEYS.max_restarts] = str(cluster.max_restarts)
     if node.role == CHIEF and cluster.recoverable_nodes:
         metadata[METADATA_KEYS.recover] = " ".join(f"{peer.name}={peer.vm_name}" for peer in cluster.recoverable_nodes)
     return metadata
@@ -256,7 +255,7 @@ def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, te
         _environment(templates)
         .get_template(template)
         .render(
-            stack=stack.config.stack,
+            stack=stack.stack,
             keys=METADATA_KEYS,
             layout=LAYOUT,
             stop_command=kind.stop_command,
@@ -382,7 +381,7 @@ def metadata_problems(stack: ResolvedStack, boot: BootFiles) -> list[Problem]:
                 Problem(
                     f"{NAMESPACE}:cluster.workers.count",
                     f"the TF_CONFIG cluster of {len(cluster.nodes)} nodes is {len(tf_cluster)} bytes, more than a metadata value holds "
-                    f"({MAX_METADATA_VALUE_BYTES}); at most about {int(MAX_METADATA_VALUE_BYTES / per_node) - 1 - cluster.settings.ps_count} workers",
+                    f"({MAX_METADATA_VALUE_BYTES}); at most about {int(MAX_METADATA_VALUE_BYTES / per_node) - 1 - cluster.ps_count} workers",
                 )
             )
         # Every node carries the same script and job metadata; only role, index and name

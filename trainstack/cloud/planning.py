@@ -370,7 +370,7 @@ PLACEHOLDERS = {
 
 
 def placeholder_notes(stack: ResolvedStack) -> list[str]:
-    budget = stack.config.settings.budget
+    budget = stack.budget
     values = {
         "gcp:project": stack.project,
         "trainstack:budget.billing_account": budget.billing_account if budget else None,
@@ -393,12 +393,10 @@ TPU_RELEASE_SCOPE = (
 
 def plan_notes(stack: ResolvedStack) -> list[str]:
     notes = placeholder_notes(stack) + [f"warning: {w}" for w in stack_warnings(stack)]
-    tpu = stack.config.settings.tpu
-    if tpu is not None and tpu.on_finish is None:
+    tpu = stack.tpu
+    if tpu is not None and not tpu.on_finish_chosen:
         why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"
-        notes.append(
-            f"tpu.on_finish is not set: the TPU VM will {tpu.effective_on_finish} itself when the job ends ({why})"
-        )
+        notes.append(f"tpu.on_finish is not set: the TPU VM will {tpu.on_finish} itself when the job ends ({why})")
     machines = stack.cluster is not None or stack.tpu is not None
     monthly = None if stack.hourly_usd is None else f"${stack.hourly_usd * HOURS_PER_MONTH:,.0f}"
     if machines and stack.job is None:
@@ -421,14 +419,14 @@ def plan_notes(stack: ResolvedStack) -> list[str]:
         )
     if stack.tpu is not None:
         notes.append(TPU_RELEASE_SCOPE)
-    access = stack.config.settings.access
+    access = stack.access
     if access is not None and access.members and stack.tpu is not None:
         notes.append(
             "access: TPU VMs have no per-VM IAM, so access.members get no login to the TPU VM (that would be "
             "project-wide); grant roles/tpu.viewer, roles/compute.osLogin and roles/iap.tunnelResourceAccessor "
             "on the project yourself if you accept that"
         )
-    if not stack.config.settings.storage.delete_on_destroy:
+    if not stack.storage.delete_on_destroy:
         notes.append(
             "the bucket is protected: `pulumi destroy --exclude-protected` removes everything else and leaves it"
         )

@@ -14,7 +14,7 @@ from trainstack.cloud.bootscripts import BootFiles
 from trainstack.cloud.components.stack import TrainingStack, TrainingStackArgs
 from trainstack.cloud.prepare import prepare
 from trainstack.cloud.pulumi_internals import program_config, program_secret_keys
-from trainstack.stackmodel.feasibility import parse_and_check
+from trainstack.stackmodel.feasibility import parse_check_and_derive
 from trainstack.stackmodel.resolved import ResolvedStack
 
 
@@ -44,7 +44,7 @@ def runs_observed() -> Iterator[list[ProgramRun]]:
 
 def stack_from_pulumi() -> tuple[ResolvedStack, BootFiles]:
     """The running stack's whole config map (every namespace), parsed and prepared once."""
-    return prepare(parse_and_check(pulumi.get_stack(), program_config(), secret_keys=program_secret_keys()))
+    return prepare(*parse_check_and_derive(pulumi.get_stack(), program_config(), secret_keys=program_secret_keys()))
 
 
 def declare_stack(stack: ResolvedStack, boot: BootFiles) -> TrainingStack:

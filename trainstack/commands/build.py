@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.base.project import PROJECT_ROOT
-from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.jobcode.image import DOCKERFILE, content_tag, image_uri
 
 if TYPE_CHECKING:
@@ -132,10 +132,9 @@ def run_build(
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from trainstack.stackmodel.resolved import resolve_stack
 
     # _load applies the catalog's checks, as `validate` does; the boot scripts are not needed.
-    resolved = resolve_stack(load_config(args))
+    resolved = load_resolved(args)
     return run_build(resolved, tag=args.tag, builder=args.builder, dry_run=args.dry_run)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.base.errors import shorten
-from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.stackmodel.cost import CostReport, cost_report
 
 
@@ -80,9 +80,8 @@ def write_chart(report: CostReport, path: Path) -> None:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from trainstack.stackmodel.resolved import resolve_stack
 
-    report = cost_report(resolve_stack(load_config(args)), run_hours=args.run_hours)
+    report = cost_report(load_resolved(args), run_hours=args.run_hours)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:

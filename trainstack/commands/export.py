@@ -8,15 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainstack.commands.stackargs import add_stack_arguments, load_config, read_stack
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved, read_stack
 from trainstack.interop.tfplan import ConversionError, terraform_plan
 from trainstack.interop.vertex import FORMATS, ExportProblem, custom_job_spec, render, sdist_object
 
 
 def cmd_export_vertex(args: argparse.Namespace) -> int:
-    from trainstack.stackmodel.resolved import resolve_stack
 
-    stack = resolve_stack(load_config(args))
+    stack = load_resolved(args)
     package_uri = None
     if args.sdist_dir is not None:
         from trainstack.jobcode.sdist import SdistProblem, build_sdist

@@ -10,11 +10,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack_agent.timings import MIN_TIME_SCALE, TIME_SCALE_VARIABLE
 from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
+
+if TYPE_CHECKING:
+    from trainstack.localrun.nodes import TrainerOverrides
+    from trainstack.stackmodel.resolved import ResolvedStack
 
 # `docker info` asks the engine itself: a docker client without a running engine cannot run a job.
 DOCKER_INFO_SECONDS = 20
@@ -79,30 +83,20 @@ def _preempt_after(text: str) -> float:
     return seconds
 
 
-def cmd_local(args: argparse.Namespace) -> int:
-    from trainstack.localrun.run import (
-        LocalStackRunInterrupted,
-        PreemptError,
-        TrainerOverrides,
-        WorkdirError,
-        check_preemptible,
-        exit_code,
-        report,
-        run_local,
-    )
-    from trainstack.localrun.wheels import FetchError
-    from trainstack.stackmodel.resolved import resolve_stack
-    from trainstack_agent.timings import TimeScaleError, parse_time_scale
+class LocalRefused(Exception):
+    """A `local` command line that cannot run: what to say, and the exit code (2 for a usage
+    error, 1 for what this machine lacks)."""
 
-    cfg = load_config(args)
-    if cfg.settings.cluster is None and cfg.settings.tpu is None:
-        print(
-            f"trainstack: stack {cfg.stack} has neither trainstack:cluster nor trainstack:tpu; `local` runs a "
-            "training cluster or a TPU VM (a notebook runs on Workbench alone)",
-            file=sys.stderr,
-        )
-        return 1
-    overrides = {
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def trainer_overrides(args: argparse.Namespace, stack: ResolvedStack) -> TrainerOverrides:
+    """The built-in trainer's flags `local` changes (--epochs ...) and the --args for the job's code."""
+    from trainstack.localrun.nodes import TrainerOverrides
+
+    values = {
         flag: str(value)
         for flag, value in (
             (FLAGS.epochs, args.epochs),
@@ -113,28 +107,16 @@ def cmd_local(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
-    job = cfg.settings.job
-    if overrides and (job is None or not job.builtin):
-        given = ", ".join(flag for flag in overrides)
+    job = stack.job
+    if values and (job is None or not job.builtin):
         what = "has no job" if job is None else f"runs its own code ({job.mode})"
-        print(
-            f"trainstack: {given} override the built-in trainer's settings; stack {cfg.stack} {what}. "
-            "Set your code's flags in trainstack:job.args",
-            file=sys.stderr,
+        raise LocalRefused(
+            f"{', '.join(values)} override the built-in trainer's settings; stack {stack.name} {what}. "
+            "Set your code's flags in trainstack:job.args"
         )
-        return 2
-    if job is not None and job.image is not None and not docker_engine_answers():
-        print(
-            f"trainstack: stack {cfg.stack} runs the image {job.image}; `local` runs it with this machine's Docker "
-            "engine, and `docker info` finds none running here. Start or install Docker (and `gcloud auth "
-            "configure-docker` for its registry), or try the job as a package (job.package and job.module)",
-            file=sys.stderr,
-        )
-        return 1
-    extra = args.args or []
+    extra: list[str] = args.args or []
     if extra and job is None:
-        print(f"trainstack: --args: stack {cfg.stack} has no job to pass them to", file=sys.stderr)
-        return 2
+        raise LocalRefused(f"--args: stack {stack.name} has no job to pass them to")
     for arg in extra:
         flag = arg.split("=", 1)[0]
         if job is not None and flag in job.reserved_flags:
@@ -143,45 +125,77 @@ def cmd_local(args: argparse.Namespace) -> int:
                 if job.builtin
                 else "nothing: it is the stack's"
             )
-            print(
-                f"trainstack: --args: {flag} is set by the stack ({job.reserved_flags[flag]}); use {hint}",
-                file=sys.stderr,
-            )
-            return 2
+            raise LocalRefused(f"--args: {flag} is set by the stack ({job.reserved_flags[flag]}); use {hint}")
+    return TrainerOverrides(values, tuple(extra))
+
+
+def preempted_nodes(args: argparse.Namespace, stack: ResolvedStack) -> tuple[str, ...]:
+    """The Spot nodes --preempt names, each checked against the stack's cluster."""
+    from trainstack.localrun.nodes import PreemptError, check_preemptible
+
     if (args.preempt is None) != (args.preempt_after is None):
-        print("trainstack: --preempt and --preempt-after go together: which nodes, and when", file=sys.stderr)
-        return 2
+        raise LocalRefused("--preempt and --preempt-after go together: which nodes, and when")
     preempt: tuple[str, ...] = args.preempt or ()
-    if preempt:
-        if job is None:
-            print(f"trainstack: --preempt: stack {cfg.stack} has no job to interrupt", file=sys.stderr)
-            return 2
-        resolved_cluster = resolve_stack(cfg).cluster
-        if resolved_cluster is None:
-            print(
-                f"trainstack: --preempt: stack {cfg.stack} is a TPU VM; `local` preempts the Spot VMs of a cluster",
-                file=sys.stderr,
-            )
-            return 2
-        try:
-            check_preemptible(resolved_cluster, preempt)
-        except PreemptError as error:
-            print(f"trainstack: {error}", file=sys.stderr)
-            return 2
+    if not preempt:
+        return preempt
+    if stack.job is None:
+        raise LocalRefused(f"--preempt: stack {stack.name} has no job to interrupt")
+    if stack.cluster is None:
+        raise LocalRefused(f"--preempt: stack {stack.name} is a TPU VM; `local` preempts the Spot VMs of a cluster")
+    try:
+        return check_preemptible(stack.cluster, preempt)
+    except PreemptError as error:
+        raise LocalRefused(str(error)) from None
+
+
+def check_runnable_here(stack: ResolvedStack) -> None:
+    """What this machine needs for the stack: a cluster or TPU VM to run, a Docker engine for
+    an image, a valid time scale for the agents' waits."""
+    from trainstack_agent.timings import TimeScaleError, parse_time_scale
+
+    if stack.cluster is None and stack.tpu is None:
+        raise LocalRefused(
+            f"stack {stack.name} has neither trainstack:cluster nor trainstack:tpu; `local` runs a "
+            "training cluster or a TPU VM (a notebook runs on Workbench alone)",
+            code=1,
+        )
+    job = stack.job
+    if job is not None and job.image is not None and not docker_engine_answers():
+        raise LocalRefused(
+            f"stack {stack.name} runs the image {job.image.uri}; `local` runs it with this machine's Docker "
+            "engine, and `docker info` finds none running here. Start or install Docker (and `gcloud auth "
+            "configure-docker` for its registry), or try the job as a package (job.package and job.module)",
+            code=1,
+        )
     try:
         parse_time_scale(os.environ.get(TIME_SCALE_VARIABLE))
     except TimeScaleError as error:
-        print(f"trainstack: {error}", file=sys.stderr)
-        return 2
-    workdir = args.workdir or Path(".trainstack-local") / cfg.stack
-    cluster = cfg.settings.cluster
-    nodes = "1 TPU VM" if cluster is None else f"{1 + cluster.worker_count + cluster.ps_count} nodes"
-    print(f"trainstack local: stack {cfg.stack}, {nodes}, work directory {workdir}")
+        raise LocalRefused(str(error)) from None
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from trainstack.jobstate.report import default_workdir
+    from trainstack.localrun.outcome import LocalStackRunInterrupted, exit_code, report
+    from trainstack.localrun.run import run_local
+    from trainstack.localrun.wheels import FetchError
+    from trainstack.localrun.workdir import WorkdirError
+
+    stack = load_resolved(args)
+    try:
+        check_runnable_here(stack)
+        overrides = trainer_overrides(args, stack)
+        preempt = preempted_nodes(args, stack)
+    except LocalRefused as refused:
+        print(f"trainstack: {refused}", file=sys.stderr)
+        return refused.code
+    workdir = args.workdir or default_workdir(stack.stack)
+    nodes = "1 TPU VM" if stack.cluster is None else f"{len(stack.cluster.nodes)} nodes"
+    print(f"trainstack local: stack {stack.name}, {nodes}, work directory {workdir}")
     try:
         result = run_local(
-            cfg,
+            stack,
             workdir,
-            TrainerOverrides(overrides, tuple(extra)),
+            overrides,
             fresh=args.fresh,
             timeout=args.timeout,
             verbose=args.verbose,
@@ -196,7 +210,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         return 1
     except LocalStackRunInterrupted as interrupted:
         report(interrupted.result)
-        again = f"trainstack local --stack {cfg.stack}" + (f" --workdir {workdir}" if args.workdir else "")
+        again = f"trainstack local --stack {stack.stack}" + (f" --workdir {workdir}" if args.workdir else "")
         print(
             f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded INTERRUPTED; "
             f"the job resumes from its backup with `{again}` (--fresh starts it over)",

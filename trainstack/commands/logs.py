@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.jobstate.report import default_workdir
+from trainstack.localrun.nodelogs import RUN_HEADING, is_runtime_noise, node_log
 
 if TYPE_CHECKING:
     from trainstack.stackmodel.resolved import ResolvedStack
@@ -134,16 +135,12 @@ def gcloud_argv(query: str, project: str, follow: bool, freshness: str, limit: i
 # --- trainstack local ------------------------------------------------------------------------------
 def _shown_lines(data: bytes, verbose: bool) -> list[str]:
     lines = [line.decode("utf-8", errors="replace") for line in data.splitlines()]
-    from trainstack.localrun.run import is_runtime_noise
-
     return lines if verbose else [line for line in lines if not is_runtime_noise(line)]
 
 
 def _runs(lines: list[str]) -> list[tuple[str, list[str]]]:
     """A node log's lines by run: (heading, lines), in order; lines before any heading (a
     work directory of an earlier version) form a run of their own."""
-    from trainstack.localrun.run import RUN_HEADING
-
     runs: list[tuple[str, list[str]]] = []
     for line in lines:
         if line.startswith(RUN_HEADING):
@@ -162,8 +159,6 @@ def print_local_logs(
     lines, node after node, without TensorFlow's native start-up chatter unless ``verbose``
     (as `local` shows a run); with ``follow``, then every new line as it is written."""
     out = out or sys.stdout
-    from trainstack.localrun.run import RUN_HEADING, node_log
-
     offsets: dict[str, int] = {}
     by_node: dict[str, list[tuple[str, list[str]]]] = {}
     for node in nodes:
@@ -232,14 +227,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.workdir is not None and not args.local:
         print("trainstack: --workdir is the work directory of a local run: use it with --local", file=sys.stderr)
         return 2
-    from trainstack.stackmodel.resolved import resolve_stack
 
-    stack = resolve_stack(load_config(args))
+    stack = load_resolved(args)
     sources = log_sources(stack)
     if not sources:
-        print(
-            f"trainstack: stack {stack.config.stack} has no cluster or TPU VM whose boot script logs", file=sys.stderr
-        )
+        print(f"trainstack: stack {stack.stack} has no cluster or TPU VM whose boot script logs", file=sys.stderr)
         return 1
     try:
         chosen = select(sources, args.node)
@@ -247,11 +239,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
         print(f"trainstack: {error}", file=sys.stderr)
         return 2
     if args.local:
-        workdir = args.workdir or default_workdir(stack.config.stack)
+        workdir = args.workdir or default_workdir(stack.stack)
         if not (workdir / "nodes").is_dir():
             print(
-                f"trainstack: no local run of stack {stack.config.stack} in {workdir}; "
-                f"run `trainstack local --stack {stack.config.stack}` first",
+                f"trainstack: no local run of stack {stack.stack} in {workdir}; "
+                f"run `trainstack local --stack {stack.stack}` first",
                 file=sys.stderr,
             )
             return 1

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import InstancesClient, Operation, ZoneOperationsClient
@@ -369,7 +369,7 @@ def run_machines(
         _report(action, refused)
         return 1 if refused else 0
 
-    print(f"trainstack {action}: stack {stack.config.stack}, project {stack.project}, zone {stack.zone}")
+    print(f"trainstack {action}: stack {stack.stack}, project {stack.project}, zone {stack.zone}")
     deadline = time.monotonic() + timeout
     outcomes = list(refused)
     gcloud = shutil.which("gcloud") if others else None
@@ -443,11 +443,8 @@ def _positive_seconds(text: str) -> float:
 
 def _command(action: Action) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        from trainstack.stackmodel.resolved import resolve_stack
 
-        return run_machines(
-            resolve_stack(load_config(args)), action, nodes=args.node, dry_run=args.dry_run, timeout=args.timeout
-        )
+        return run_machines(load_resolved(args), action, nodes=args.node, dry_run=args.dry_run, timeout=args.timeout)
 
     return run
 

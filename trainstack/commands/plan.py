@@ -37,7 +37,8 @@ def _describe(resource_inputs: dict[str, object]) -> str:
             if isinstance(value, list) and value and isinstance(value[0], dict):
                 value = ", ".join(f"{v.get('count')} x {v.get('type')}" for v in value)
             elif isinstance(value, dict):
-                value = ",".join(f"{k}={v}" for k, v in value.items() if k != "maxRunDuration") + (
+                # Sorted: the mocks hand nested inputs over in an order that varies between runs.
+                value = ",".join(f"{k}={v}" for k, v in sorted(value.items()) if k != "maxRunDuration") + (
                     f",maxRunSeconds={value['maxRunDuration'].get('seconds')}"
                     if isinstance(value.get("maxRunDuration"), dict)
                     else ""

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trainstack.stackmodel.feasibility import CheckedFacts
+    from trainstack.stackmodel.resolved import ResolvedStack
     from trainstack.stackmodel.schema import StackConfig
 
 
@@ -40,3 +42,19 @@ def load_config(args: argparse.Namespace) -> StackConfig:
     from trainstack.stackmodel.stackfile import load_stack
 
     return load_stack(stack_path(args), None if args.stack_file else args.stack)[0]
+
+
+def load_resolved(args: argparse.Namespace) -> ResolvedStack:
+    """The stack the arguments name, checked (as `validate`) and resolved once, with what the
+    checks derived (the team's package is read and hashed once)."""
+    from trainstack.stackmodel.resolved import resolve_stack
+
+    cfg, facts = load_checked(args)
+    return resolve_stack(cfg, facts=facts)
+
+
+def load_checked(args: argparse.Namespace) -> tuple[StackConfig, CheckedFacts]:
+    """The stack the arguments name, checked (as `validate`), with what the checks derived."""
+    from trainstack.stackmodel.stackfile import load_checked_stack
+
+    return load_checked_stack(stack_path(args), None if args.stack_file else args.stack)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.jobstate.report import (
     GcsObjects,
     LocalObjects,
@@ -26,17 +26,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.workdir is not None and not args.local:
         print("trainstack: --workdir is the work directory of a local run: use it with --local", file=sys.stderr)
         return 2
-    from trainstack.stackmodel.resolved import resolve_stack
 
-    stack = resolve_stack(load_config(args))
+    stack = load_resolved(args)
     objects: Objects
     if args.local:
-        workdir = args.workdir or default_workdir(stack.config.stack)
+        workdir = args.workdir or default_workdir(stack.stack)
         bucket = local_bucket(workdir, stack)
         if not bucket.is_dir():
             print(
-                f"trainstack: no local run of stack {stack.config.stack} in {workdir} ({bucket} is not a directory); "
-                f"run `trainstack local --stack {stack.config.stack}` first",
+                f"trainstack: no local run of stack {stack.stack} in {workdir} ({bucket} is not a directory); "
+                f"run `trainstack local --stack {stack.stack}` first",
                 file=sys.stderr,
             )
             return 1
@@ -58,10 +57,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         report = build_report(stack, objects, source, job_dir)
     except StatusReadError as error:
         print(f"trainstack: {error}", file=sys.stderr)
-        if source == "gcs" and local_bucket(default_workdir(stack.config.stack), stack).is_dir():
+        if source == "gcs" and local_bucket(default_workdir(stack.stack), stack).is_dir():
             print(
-                f"trainstack: a local run of stack {stack.config.stack} exists: "
-                f"`.venv/bin/trainstack status --stack {stack.config.stack} --local` reads it",
+                f"trainstack: a local run of stack {stack.stack} exists: "
+                f"`.venv/bin/trainstack status --stack {stack.stack} --local` reads it",
                 file=sys.stderr,
             )
         return 1

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.base.errors import StackConfigError
-from trainstack.commands.stackargs import add_stack_arguments, load_config
+from trainstack.commands.stackargs import add_stack_arguments, load_checked
 
 if TYPE_CHECKING:
+    from trainstack.stackmodel.feasibility import CheckedFacts
     from trainstack.stackmodel.resolved import ResolvedStack
     from trainstack.stackmodel.schema import StackConfig
 
@@ -23,16 +24,16 @@ def _summary(stack: ResolvedStack) -> str:
         parts.append(f"TPU {stack.tpu.accelerator_type}")
     if stack.notebook is not None:
         parts.append(f"notebook {stack.notebook.machine_type}")
-    return f"stack {stack.config.stack} is valid: {', '.join(parts)} in {stack.zone}, project {stack.project}"
+    return f"stack {stack.stack} is valid: {', '.join(parts)} in {stack.zone}, project {stack.project}"
 
 
-def validate(config: StackConfig) -> int:
+def validate(config: StackConfig, facts: CheckedFacts | None = None) -> int:
     """Resolve the stack and render its boot files (the checks `pulumi up` would apply), then
     say what it is and warn of what it probably does not mean."""
     from trainstack.cloud.prepare import prepare
     from trainstack.stackmodel.resolved import stack_warnings
 
-    resolved, _ = prepare(config)
+    resolved, _ = prepare(config, facts)
     print(_summary(resolved))
     for warning in stack_warnings(resolved):
         print(f"warning: {warning}", file=sys.stderr)
@@ -41,17 +42,17 @@ def validate(config: StackConfig) -> int:
 
 def validate_file(path: Path) -> int:
     """What `trainstack validate --stack-file PATH` prints, and its exit code."""
-    from trainstack.stackmodel.stackfile import load_stack
+    from trainstack.stackmodel.stackfile import load_checked_stack
 
     try:
-        return validate(load_stack(path, None)[0])
+        return validate(*load_checked_stack(path, None))
     except StackConfigError as error:
         print(error.report(), file=sys.stderr)
         return 1
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    return validate(load_config(args))
+    return validate(*load_checked(args))
 
 
 def register(subparsers: Any) -> None:

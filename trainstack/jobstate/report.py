@@ -250,9 +250,9 @@ def build_report(
     stack: ResolvedStack, objects: Objects, source: str, job_dir: str | None, now: float | None = None
 ) -> StatusReport:
     job = stack.job
-    timeout = stack.cluster.settings.heartbeat_timeout_seconds if stack.cluster else None
+    timeout = stack.cluster.heartbeat_timeout_seconds if stack.cluster else None
     if job is None:
-        return StatusReport(stack.config.stack, None, None, source, None, (), None, timeout, None)
+        return StatusReport(stack.stack, None, None, source, None, (), None, timeout, None)
     # jobs/<name> of the stack's bucket, or job.job_dir's folder in the team's own bucket.
     prefix = job.job_dir_prefix or posixpath.join(LAYOUT.jobs, job.name)
     job_status = read_json(objects, posixpath.join(prefix, LAYOUT.job_status))
@@ -262,7 +262,7 @@ def build_report(
     )
     metrics = read_json(objects, posixpath.join(prefix, LAYOUT.metrics))
     age = heartbeat_age(job_status, time.time() if now is None else now)
-    return StatusReport(stack.config.stack, job.name, job_dir, source, job_status, nodes, age, timeout, metrics)
+    return StatusReport(stack.stack, job.name, job_dir, source, job_status, nodes, age, timeout, metrics)
 
 
 def _duration(seconds: float) -> str:

@@ -175,7 +175,7 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
         )
 
     storage_rate = catalog.regional_rates.get(("storage", "standard", region))
-    noncurrent_days = stack.config.settings.storage.noncurrent_version_days
+    noncurrent_days = stack.storage.noncurrent_version_days
     notes.append(
         f"storage: every GB kept in the bucket costs {'unknown' if storage_rate is None else f'${storage_rate}'} "
         f"a month; an overwritten checkpoint is kept (and billed) {noncurrent_days} more days by versioning, "
@@ -198,7 +198,7 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
             ),
         ]
 
-    budget = stack.config.settings.budget
+    budget = stack.budget
     if budget is not None and one_run_max is not None and one_run_max > budget.monthly_usd:
         warnings.append(
             f"one run can cost up to ${one_run_max:,.2f} ({cap_hours:g} h at ${job_hourly:,.2f}/h), more than "
@@ -207,7 +207,7 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
     if hourly is None:
         notes.append(f"some part has no {region} price in the catalog: totals that include it are unknown")
     return CostReport(
-        stack=stack.config.stack,
+        stack=stack.stack,
         region=region,
         nodes=stack.costs,
         hourly_usd=hourly,

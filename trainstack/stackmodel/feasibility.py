@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trainstack.base.errors import Problem, StackConfigError
 from trainstack.catalog import Catalog, N1GpuLimit, load_catalog
 from trainstack.jobcode.package import (
     CodeError,
+    CodePackage,
+    ExtraRequirements,
+    Wheelhouse,
     load_package,
     load_requirements,
     load_wheelhouse,
@@ -170,9 +174,14 @@ def _fits(vcpus: int, memory_gb: float, limit: N1GpuLimit | None) -> bool:
 
 
 def check_cluster(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
+    return _check_cluster(cfg, catalog)[0]
+
+
+def _check_cluster(cfg: StackConfig, catalog: Catalog) -> tuple[list[Problem], str | None]:
+    """The cluster's problems, and its strategy (``auto`` resolved; None without a cluster)."""
     cluster = cfg.settings.cluster
     if cluster is None:
-        return []
+        return [], None
     zone = cfg.settings.zone
     key = f"{NAMESPACE}:cluster"
     chief, workers = cluster.chief, cluster.workers
@@ -211,13 +220,13 @@ def check_cluster(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
             )
         )
 
-    problems += _check_strategy(cluster, catalog)
-    return problems
-
-
-def _check_strategy(cluster: Cluster, catalog: Catalog) -> list[Problem]:
-    key = f"{NAMESPACE}:cluster"
     strategy = resolved_strategy(cluster, catalog)
+    problems += _check_strategy(cluster, strategy, catalog)
+    return problems, strategy
+
+
+def _check_strategy(cluster: Cluster, strategy: str, catalog: Catalog) -> list[Problem]:
+    key = f"{NAMESPACE}:cluster"
     problems: list[Problem] = []
     if strategy in (ONE_DEVICE, MIRRORED) and cluster.worker_count:
         problems.append(
@@ -389,16 +398,27 @@ def _check_job_args(job: Job) -> list[Problem]:
 
 def check_job(cfg: StackConfig) -> list[Problem]:
     """Which code the job runs, and that it is there: before any VM exists, not at boot."""
+    return _check_job(cfg)[0]
+
+
+def _check_job(cfg: StackConfig) -> tuple[list[Problem], CodePackage | None, ExtraRequirements | None]:
+    """The job's problems, and the team's package and requirements as read for the check."""
     job = cfg.settings.job
+    package: CodePackage | None = None
+    requirements: ExtraRequirements | None = None
     if job is None:
-        return []
+        return [], package, requirements
     key = f"{NAMESPACE}:job"
     problems = _check_job_args(job)
     if job.package is not None and job.image is not None:
-        return [
-            *problems,
-            Problem(f"{key}.image", "a job runs either job.package (with job.module) or job.image, not both"),
-        ]
+        return (
+            [
+                *problems,
+                Problem(f"{key}.image", "a job runs either job.package (with job.module) or job.image, not both"),
+            ],
+            package,
+            requirements,
+        )
     if not job.builtin:
         own_code = "job.image" if job.image is not None else "job.package"
         problems += [
@@ -427,70 +447,105 @@ def check_job(cfg: StackConfig) -> list[Problem]:
                 problems.append(Problem(f"{key}.{wrong}", message))
             else:
                 try:
-                    load_package(source, job.module)
+                    package = load_package(source, job.module)
                 except CodeError as error:
                     problems.append(Problem(f"{key}.package", str(error)))
     if job.requirements is not None and job.package is not None:
         try:
-            load_requirements(project_path(job.requirements))
+            requirements = load_requirements(project_path(job.requirements))
         except CodeError as error:
             problems.append(Problem(f"{key}.requirements", str(error)))
-    return problems
+    return problems, package, requirements
+
+
+@dataclass(frozen=True)
+class CheckedFacts:
+    """What the checks derived on their way, handed to
+    :func:`trainstack.stackmodel.resolved.resolve_stack` so that nothing is read, hashed or
+    worked out twice: the team's package (read and hashed), its requirements, the wheelhouse,
+    the cluster's strategy."""
+
+    package: CodePackage | None = None
+    requirements: ExtraRequirements | None = None
+    wheelhouse: Wheelhouse | None = None
+    strategy: str | None = None
 
 
 def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Problem]:
+    return check_and_derive(cfg, catalog)[0]
+
+
+def check_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[list[Problem], CheckedFacts]:
+    """Every problem of ``cfg`` against the catalog, and the facts derived while checking."""
     catalog = catalog or load_catalog()
     zone = cfg.settings.zone
     if cfg.region not in catalog.regions:
         close = difflib.get_close_matches(cfg.region, sorted(catalog.regions), n=3, cutoff=0.6)
         hint = f"did you mean: {_join(close)}" if close else f"regions: {_join(sorted(catalog.regions))}"
-        return [Problem("gcp:region", f"unknown region {cfg.region}; {hint}")]
+        return [Problem("gcp:region", f"unknown region {cfg.region}; {hint}")], CheckedFacts()
     if _region_of(zone) != cfg.region:
         return [
             Problem(
                 f"{NAMESPACE}:zone", f"zone {zone} is not in gcp:region {cfg.region}; zones look like {cfg.region}-a"
             )
-        ]
+        ], CheckedFacts()
     if zone not in catalog.zones:
         # Every stack, CPU-only ones included: a zone that does not exist fails only at `pulumi up`.
         return [
             Problem(
                 f"{NAMESPACE}:zone", f"no zone {zone} in {cfg.region}; its zones: {_join(catalog.zones_of(cfg.region))}"
             )
-        ]
-    return (
-        check_cluster(cfg, catalog)
-        + check_tpu(cfg, catalog)
-        + check_notebook(cfg, catalog)
-        + check_job(cfg)
-        + check_wheelhouse(cfg)
+        ], CheckedFacts()
+    cluster_problems, strategy = _check_cluster(cfg, catalog)
+    job_problems, package, requirements = _check_job(cfg)
+    wheelhouse_problems, wheelhouse = _check_wheelhouse(cfg)
+    problems = (
+        cluster_problems + check_tpu(cfg, catalog) + check_notebook(cfg, catalog) + job_problems + wheelhouse_problems
     )
+    return problems, CheckedFacts(package, requirements, wheelhouse, strategy)
 
 
 def check_wheelhouse(cfg: StackConfig) -> list[Problem]:
+    return _check_wheelhouse(cfg)[0]
+
+
+def _check_wheelhouse(cfg: StackConfig) -> tuple[list[Problem], Wheelhouse | None]:
     wheelhouse = cfg.settings.storage.wheelhouse
     if wheelhouse is None:
-        return []
+        return [], None
     if cfg.settings.cluster is None and cfg.settings.tpu is None:
-        return [Problem(f"{NAMESPACE}:storage.wheelhouse", "only a cluster or a TPU VM installs from a wheelhouse")]
+        return [
+            Problem(f"{NAMESPACE}:storage.wheelhouse", "only a cluster or a TPU VM installs from a wheelhouse")
+        ], None
     try:
-        load_wheelhouse(project_path(wheelhouse))
+        return [], load_wheelhouse(project_path(wheelhouse))
     except CodeError as error:
-        return [Problem(f"{NAMESPACE}:storage.wheelhouse", str(error))]
-    return []
+        return [Problem(f"{NAMESPACE}:storage.wheelhouse", str(error))], None
 
 
 def validate_stack(cfg: StackConfig, catalog: Catalog | None = None) -> StackConfig:
     """Return ``cfg`` when it fits the catalog, else raise with every problem found."""
-    problems = check_stack(cfg, catalog)
+    return validate_and_derive(cfg, catalog)[0]
+
+
+def validate_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[StackConfig, CheckedFacts]:
+    """``cfg`` and what its checks derived, when it fits the catalog; else raise with every problem found."""
+    problems, facts = check_and_derive(cfg, catalog)
     if problems:
         raise StackConfigError(problems)
-    return cfg
+    return cfg, facts
 
 
 def parse_and_check(
     stack: str, config: Mapping[str, Any], catalog: Catalog | None = None, secret_keys: frozenset[str] = frozenset()
 ) -> StackConfig:
+    """:func:`parse_check_and_derive` without the derived facts."""
+    return parse_check_and_derive(stack, config, catalog, secret_keys)[0]
+
+
+def parse_check_and_derive(
+    stack: str, config: Mapping[str, Any], catalog: Catalog | None = None, secret_keys: frozenset[str] = frozenset()
+) -> tuple[StackConfig, CheckedFacts]:
     """Parse a stack's config map and check it against the catalog, reporting every problem
     in one pass: a section that fails to parse (a bad job name, say) is left out and the
     catalog's rules still check the others (the cluster's GPUs)."""
@@ -507,4 +562,4 @@ def parse_and_check(
             )
         ]
         raise StackConfigError([*error.problems, *more]) from None
-    return validate_stack(cfg, catalog)
+    return validate_and_derive(cfg, catalog)

@@ -27,8 +27,17 @@ from trainstack.jobcode.package import (
     project_path,
     resolve_image,
 )
-from trainstack.stackmodel.feasibility import effective_accelerator, resolved_strategy
-from trainstack.stackmodel.schema import Accelerator, Cluster, NodeSpec, OnFinish, StackConfig
+from trainstack.stackmodel.feasibility import CheckedFacts, effective_accelerator, resolved_strategy
+from trainstack.stackmodel.schema import (
+    Accelerator,
+    Access,
+    Budget,
+    JobSecret,
+    NodeSpec,
+    OnFinish,
+    StackConfig,
+    Storage,
+)
 
 SECONDS_PER_HOUR = 3600
 
@@ -55,6 +64,8 @@ class ResolvedJob:
     secrets: tuple[tuple[str, str], ...] = ()
     # The bucket of a job directory the stack names itself (job.job_dir), not its own.
     job_dir_bucket: str | None = None
+    # Flags the stack sets for the job's code, each with the key that sets them.
+    reserved_flags: dict[str, str] = field(default_factory=dict)
 
     @property
     def job_dir_prefix(self) -> str | None:
@@ -91,7 +102,6 @@ class ClusterNode:
 
 @dataclass(frozen=True)
 class ResolvedCluster:
-    settings: Cluster
     strategy: str
     nodes: tuple[ClusterNode, ...]
     # TF_CONFIG's cluster; empty for single-machine strategies, which need none.
@@ -99,6 +109,15 @@ class ResolvedCluster:
     # Project metadata key holding tf_cluster; unique per stack in a project.
     tf_cluster_metadata_key: str
     trainer_args: tuple[str, ...]
+    on_finish: OnFinish
+    # TF_CONFIG's port on every node, the one the firewall opens between them.
+    port: int
+    # How long a node waits for a silent chief or peer before it takes it for dead.
+    heartbeat_timeout_seconds: int
+    # How many times the chief starts a preempted Spot peer again.
+    max_restarts: int
+    # Compute Engine's run-time cap in hours; None only when the stack acknowledged running unbounded.
+    max_run_hours: float | None
 
     @property
     def chief(self) -> ClusterNode:
@@ -113,13 +132,17 @@ class ResolvedCluster:
     @property
     def training_port(self) -> int | None:
         """The port nodes talk on, only where they talk (a TF_CONFIG cluster)."""
-        return self.settings.port if self.tf_cluster else None
+        return self.port if self.tf_cluster else None
 
     @property
     def max_run_seconds(self) -> int | None:
         """Compute Engine's run-time cap; None only when the stack acknowledged running unbounded."""
-        hours = self.settings.max_run_hours
+        hours = self.max_run_hours
         return None if hours is None else int(hours * SECONDS_PER_HOUR)
+
+    @property
+    def ps_count(self) -> int:
+        return sum(1 for node in self.nodes if node.role == contract.PS)
 
 
 @dataclass(frozen=True)
@@ -132,6 +155,8 @@ class ResolvedTpu:
     tensorflow_minor: str
     spot: bool
     on_finish: OnFinish
+    # False: tpu.on_finish was left out and on_finish is the default for its kind (spot or not).
+    on_finish_chosen: bool
     max_run_seconds: int
     service_agent_role: str
     trainer_args: tuple[str, ...]
@@ -155,7 +180,8 @@ class ResolvedNotebook:
 
 @dataclass(frozen=True)
 class ResolvedStack:
-    config: StackConfig
+    # The stack's own name (stacks/Pulumi.<stack>.yaml); ``name`` prefixes its resources.
+    stack: str
     name: str
     project: str
     region: str
@@ -172,6 +198,13 @@ class ResolvedStack:
     costs: tuple[NodeCost, ...] = field(default=())
     # Wheels the machines install from instead of the package index (storage.wheelhouse).
     wheelhouse: Wheelhouse | None = None
+    # The bucket's versioning, retention and deletion; the budget and its alerts; who may use
+    # the stack's machines: taken as the stack file states them.
+    storage: Storage = field(default_factory=Storage)
+    budget: Budget | None = None
+    access: Access | None = None
+    # The job's secret values by variable, as Pulumi decrypts them (None offline); their repr hides them.
+    secret_values: dict[str, JobSecret] = field(default_factory=dict)
 
     @property
     def bucket_uri(self) -> str:
@@ -350,7 +383,7 @@ def _cluster_node(
     )
 
 
-def _resolve_cluster(cfg: StackConfig, catalog: Catalog) -> ResolvedCluster | None:
+def _resolve_cluster(cfg: StackConfig, catalog: Catalog, facts: CheckedFacts) -> ResolvedCluster | None:
     cluster = cfg.settings.cluster
     if cluster is None:
         return None
@@ -368,7 +401,7 @@ def _resolve_cluster(cfg: StackConfig, catalog: Catalog) -> ResolvedCluster | No
             _cluster_node(cfg, catalog, contract.PS, i, None, ps.machine_type, ps.spot, ps.disk_gb)
             for i in range(ps.count)
         ]
-    strategy = resolved_strategy(cluster, catalog)
+    strategy = facts.strategy or resolved_strategy(cluster, catalog)
     tf_cluster: dict[str, list[str]] = {}
     if strategy not in contract.SINGLE_MACHINE_STRATEGIES:
         zone, project = cfg.settings.zone, cfg.project
@@ -376,12 +409,16 @@ def _resolve_cluster(cfg: StackConfig, catalog: Catalog) -> ResolvedCluster | No
             (n.role, f"{internal_hostname(n.vm_name, zone, project)}:{cluster.port}") for n in nodes
         )
     return ResolvedCluster(
-        settings=cluster,
         strategy=strategy,
         nodes=tuple(nodes),
         tf_cluster=tf_cluster,
         tf_cluster_metadata_key=f"trainstack-{cfg.name}-cluster",
         trainer_args=trainer_args(cfg, strategy),
+        on_finish=cluster.on_finish,
+        port=cluster.port,
+        heartbeat_timeout_seconds=cluster.heartbeat_timeout_seconds,
+        max_restarts=cluster.max_restarts,
+        max_run_hours=cluster.max_run_hours,
     )
 
 
@@ -400,6 +437,7 @@ def _resolve_tpu(cfg: StackConfig, catalog: Catalog) -> ResolvedTpu | None:
         tensorflow_minor=".".join(runtime.tensorflow_version.split(".")[:2]),
         spot=tpu.spot,
         on_finish=tpu.effective_on_finish,
+        on_finish_chosen=tpu.on_finish is not None,
         max_run_seconds=round(tpu.max_run_hours * SECONDS_PER_HOUR),
         service_agent_role=tpu.service_agent_role,
         trainer_args=trainer_args(cfg, contract.TPU),
@@ -433,25 +471,29 @@ def _resolve_notebook(cfg: StackConfig, catalog: Catalog) -> ResolvedNotebook | 
     )
 
 
-def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str) -> ResolvedJob | None:
+def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str, facts: CheckedFacts) -> ResolvedJob | None:
     job = cfg.settings.job
     if job is None:
         return None
     package = None
     if job.package is not None and job.module is not None:
-        package = load_package(project_path(job.package), job.module)
+        package = facts.package or load_package(project_path(job.package), job.module)
     elif job.builtin:
         package = builtin_package()
+    requirements = None
+    if job.requirements:
+        requirements = facts.requirements or load_requirements(project_path(job.requirements))
     return ResolvedJob(
         name=job.name,
         mode=job.mode,
         builtin=job.builtin,
         package=package,
-        requirements=load_requirements(project_path(job.requirements)) if job.requirements else None,
+        requirements=requirements,
         image=resolve_image(job.image, registry) if job.image is not None else None,
         job_dir=job.job_dir or contract.LAYOUT.job_dir(bucket_uri, job.name),
         secrets=tuple((env, secret_id(cfg.name, env)) for env in sorted(cfg.settings.secrets)),
         job_dir_bucket=external["bucket"] if (external := _external_job_dir(job.job_dir)) else None,
+        reserved_flags=dict(job.reserved_flags),
     )
 
 
@@ -471,33 +513,41 @@ def default_bucket_name(project: str, name: str) -> str:
     return f"{project}_{name}"
 
 
-def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None) -> ResolvedStack:
-    """The resolved model of a stack that passed :func:`trainstack.stackmodel.feasibility.check_stack`."""
+def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None, facts: CheckedFacts | None = None) -> ResolvedStack:
+    """The resolved model of a stack that passed :func:`trainstack.stackmodel.feasibility.check_stack`;
+    ``facts``: what those checks derived (:func:`~trainstack.stackmodel.feasibility.check_and_derive`),
+    used as it is instead of being read or worked out again."""
     catalog = catalog or load_catalog()
+    facts = facts or CheckedFacts()
+    wheelhouse_path = cfg.settings.storage.wheelhouse
     bucket_name = cfg.settings.storage.bucket or default_bucket_name(cfg.project, cfg.name)
-    cluster = _resolve_cluster(cfg, catalog)
+    cluster = _resolve_cluster(cfg, catalog, facts)
     tpu = _resolve_tpu(cfg, catalog)
     notebook = _resolve_notebook(cfg, catalog)
     costs = [n.cost for n in cluster.nodes] if cluster else []
     costs += [tpu.cost] if tpu else []
     costs += [notebook.cost] if notebook else []
     return ResolvedStack(
-        config=cfg,
+        stack=cfg.stack,
         name=cfg.name,
         project=cfg.project,
         region=cfg.region,
         zone=cfg.settings.zone,
         labels=cfg.labels,
         bucket_name=bucket_name,
-        job=_resolve_job(cfg, f"gs://{bucket_name}", registry_url(cfg.region, cfg.project, repository_id(cfg.name))),
+        job=_resolve_job(
+            cfg, f"gs://{bucket_name}", registry_url(cfg.region, cfg.project, repository_id(cfg.name)), facts
+        ),
         external_data_bucket=_external_data_bucket(cfg, bucket_name),
         cluster=cluster,
         tpu=tpu,
         notebook=notebook,
         costs=tuple(costs),
-        wheelhouse=(
-            load_wheelhouse(project_path(cfg.settings.storage.wheelhouse)) if cfg.settings.storage.wheelhouse else None
-        ),
+        wheelhouse=(facts.wheelhouse or load_wheelhouse(project_path(wheelhouse_path))) if wheelhouse_path else None,
+        storage=cfg.settings.storage,
+        budget=cfg.settings.budget,
+        access=cfg.settings.access,
+        secret_values=dict(cfg.settings.secrets),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from trainstack.base.errors import Problem, StackConfigError, shorten
 from trainstack.base.files import FileProblem, load_yaml, read_text
 from trainstack.base.project import PROJECT_ROOT
-from trainstack.stackmodel.feasibility import parse_and_check
+from trainstack.stackmodel.feasibility import CheckedFacts, parse_check_and_derive
 from trainstack.stackmodel.schema import STACK_FILE_TOP_LEVEL_KEYS, StackConfig, stack_name_problem
 
 STACKS_DIR = PROJECT_ROOT / "stacks"
@@ -87,7 +87,11 @@ def stack_name_for(path: Path, stack: str | None = None) -> str:
 
 def load_stack(path: Path, stack: str | None = None) -> tuple[StackConfig, dict[str, Any]]:
     """Parse and validate a stack file; returns the typed config and the raw config map."""
-    name = stack_name_for(path, stack)
     raw = read_stack_config_map(path)
-    cfg = parse_and_check(name, raw)
-    return cfg, raw
+    return parse_check_and_derive(stack_name_for(path, stack), raw)[0], raw
+
+
+def load_checked_stack(path: Path, stack: str | None = None) -> tuple[StackConfig, CheckedFacts]:
+    """Parse and validate a stack file; returns the typed config and what its checks derived,
+    for :func:`trainstack.stackmodel.resolved.resolve_stack`."""
+    return parse_check_and_derive(stack_name_for(path, stack), read_stack_config_map(path))

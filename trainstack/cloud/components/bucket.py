@@ -18,7 +18,7 @@ from trainstack_contract import LAYOUT
 class TrainingBucketArgs:
     bucket_name: str
     location: str
-    settings: Storage
+    storage: Storage
     labels: dict[str, str]
     # The job whose code the machines fetch at boot (stacks with training machines).
     job: ResolvedJob | None
@@ -40,7 +40,7 @@ class TrainingBucket(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TrainingBucketArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:TrainingBucket", name, None, opts)
-        settings = args.settings
+        storage = args.storage
         # A user's checkpoints and models must survive `pulumi destroy` unless they asked
         # otherwise: by default the bucket is only dropped from the stack, never deleted, and
         # even when deletion is asked for, a bucket that still holds objects is not emptied.
@@ -55,7 +55,7 @@ class TrainingBucket(pulumi.ComponentResource):
                 gcp.storage.BucketLifecycleRuleArgs(
                     action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
                     condition=gcp.storage.BucketLifecycleRuleConditionArgs(
-                        days_since_noncurrent_time=settings.noncurrent_version_days,
+                        days_since_noncurrent_time=storage.noncurrent_version_days,
                         with_state="ARCHIVED",
                     ),
                 )
@@ -65,7 +65,7 @@ class TrainingBucket(pulumi.ComponentResource):
             # protect: a `pulumi up` that would delete or replace the bucket (a renamed stack, a
             # changed name) fails instead; `pulumi destroy --exclude-protected` leaves it.
             opts=pulumi.ResourceOptions(
-                parent=self, protect=not settings.delete_on_destroy, retain_on_delete=not settings.delete_on_destroy
+                parent=self, protect=not storage.delete_on_destroy, retain_on_delete=not storage.delete_on_destroy
             ),
         )
         self.name = self.bucket.name

@@ -23,7 +23,7 @@ def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.I
     """Maintenance, spot and the run-time cap for one node."""
     # At the run-time cap the VM stops, or is deleted when the stack asks for on_finish:
     # delete; either way it no longer bills for its CPUs and GPUs.
-    termination = "DELETE" if cluster.settings.on_finish == "delete" else "STOP"
+    termination = "DELETE" if cluster.on_finish == "delete" else "STOP"
     seconds = cluster.max_run_seconds
     max_run = None if seconds is None else gcp.compute.InstanceSchedulingMaxRunDurationArgs(seconds=seconds)
     if node.spot:
@@ -100,7 +100,7 @@ class TrainingCluster(pulumi.ComponentResource):
             )
             depends_on.append(self.tf_cluster)
         release_role: pulumi.Output[str] | None = None
-        if cluster.settings.on_finish == "delete":
+        if cluster.on_finish == "delete":
             release_role = NodeActionRole(
                 f"{name}-node-release",
                 NodeActionRoleArgs(

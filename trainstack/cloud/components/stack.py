@@ -65,7 +65,7 @@ class TrainingStack(pulumi.ComponentResource):
         apis = list(REQUIRED_APIS)
         apis += [TPU_API] if stack.tpu else []
         apis += [WORKBENCH_API] if stack.notebook else []
-        apis += [BUDGET_API] if stack.config.settings.budget else []
+        apis += [BUDGET_API] if stack.budget else []
         apis += [SECRETS_API] if stack.job is not None and stack.job.secrets else []
         services = ProjectServices(
             f"{name}-apis", ProjectServicesArgs(project, tuple(apis)), opts=pulumi.ResourceOptions(parent=self)
@@ -77,7 +77,7 @@ class TrainingStack(pulumi.ComponentResource):
             TrainingBucketArgs(
                 bucket_name=stack.bucket_name,
                 location=stack.region,
-                settings=stack.config.settings.storage,
+                storage=stack.storage,
                 labels=labels,
                 job=stack.job if stack.cluster is not None or stack.tpu is not None else None,
                 stack_name=name,
@@ -128,7 +128,7 @@ class TrainingStack(pulumi.ComponentResource):
 
         secret_resources: list[pulumi.Resource] = []
         if stack.job is not None and stack.job.secrets:
-            values = stack.config.settings.secrets
+            values = stack.secret_values
             job_secrets = JobSecrets(
                 f"{name}-secrets",
                 JobSecretsArgs(
@@ -220,7 +220,7 @@ class TrainingStack(pulumi.ComponentResource):
                 ),
                 opts=node_opts(self.notebook_identity),
             )
-        access = stack.config.settings.access
+        access = stack.access
         if access is not None and access.members and (stack.cluster is not None or stack.notebook is not None):
             TeamAccess(
                 f"{name}-access",
@@ -235,10 +235,10 @@ class TrainingStack(pulumi.ComponentResource):
                 ),
                 opts=after_apis,
             )
-        if stack.config.settings.budget is not None:
+        if stack.budget is not None:
             BillingBudget(
                 f"{name}-budget",
-                BillingBudgetArgs(project, stack.config.settings.budget, (STACK_LABEL, labels[STACK_LABEL])),
+                BillingBudgetArgs(project, stack.budget, (STACK_LABEL, labels[STACK_LABEL])),
                 opts=after_apis,
             )
 

@@ -1,0 +1,298 @@
+"""The cloud services a local run's nodes call, on this machine: the metadata server, the
+Compute Engine API (get and start an instance) and the stack's bucket.
+
+The node agent reaches each through its ``TRAINSTACK_*`` variables; nothing in the agent
+knows it is talking to a stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
+
+import trainstack_contract as contract
+from trainstack.stackmodel.resolved import ResolvedJob
+
+# What the metadata server stand-in answers for the project id and the VM's token, and the
+# Compute Engine stand-in accepts.
+LOCAL_PROJECT = "trainstack-local"
+LOCAL_TOKEN = "trainstack-local-token"
+
+
+class MetadataServer(ThreadingHTTPServer):
+    """Answers ``/<node>/computeMetadata/v1/...`` like the metadata server answers that node."""
+
+    def __init__(
+        self,
+        instances: dict[str, dict[str, str]],
+        project: dict[str, str],
+        zone: str,
+        preempted: set[str] | None = None,
+    ) -> None:
+        """``preempted``: the nodes Compute Engine is preempting, whose instance/preempted
+        says TRUE (a set the caller keeps up to date)."""
+        self.instances = instances
+        self.project_attributes = project
+        self.zone = zone
+        self.preempted: set[str] = set() if preempted is None else preempted
+        # Paths ("instance/attributes/KEY") the server answers with an HTTP error status
+        # instead (a test's unavailable metadata server).
+        self.failures: dict[str, int] = {}
+        super().__init__(("127.0.0.1", 0), _MetadataHandler)
+
+    def root_for(self, node: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/{node}/computeMetadata/v1"
+
+    def lookup(self, node: str, path: str) -> str | None:
+        attributes = self.instances.get(node)
+        if attributes is None:
+            return None
+        if path.startswith("instance/attributes/"):
+            return attributes.get(path.removeprefix("instance/attributes/"))
+        if path.startswith("project/attributes/"):
+            return self.project_attributes.get(path.removeprefix("project/attributes/"))
+        if path == "instance/name":
+            return node
+        if path == "instance/zone":
+            return f"projects/0/zones/{self.zone}"
+        if path == "instance/preempted":
+            return "TRUE" if node in self.preempted else "FALSE"
+        if path == "project/project-id":
+            return LOCAL_PROJECT
+        if path == "instance/service-accounts/default/token":
+            return json.dumps({"access_token": LOCAL_TOKEN, "expires_in": 3599, "token_type": "Bearer"})
+        return None
+
+
+class ComputeApiServer(ThreadingHTTPServer):
+    """Answers the Compute Engine API calls a boot script makes on its cluster's instances:
+    ``GET .../projects/P/zones/Z/instances/NAME`` (the instance's ``status``) and ``POST
+    .../instances/NAME/start``. Both need the token the metadata stand-in hands out; any
+    other instance, project, zone or verb is a 404, as a real API call on something that is
+    not there. Every call is recorded (``calls``, and a line in ``log``)."""
+
+    def __init__(
+        self,
+        zone: str,
+        status: Callable[[str], str | None],
+        start: Callable[[str], bool],
+        log: Path,
+    ) -> None:
+        """``status(instance)``: its status, or None when there is no such instance;
+        ``start(instance)``: boots it when stopped (False: no such instance)."""
+        self.zone = zone
+        self.status = status
+        self.start = start
+        self.log = log
+        self.calls: list[str] = []
+        self._lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _ComputeHandler)
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def record(self, call: str) -> None:
+        with self._lock:
+            self.calls.append(call)
+            with self.log.open("a", encoding="utf-8") as handle:
+                handle.write(f"{time.time():.3f} {call}\n")
+
+
+# /projects/P/zones/Z/instances/NAME[/VERB]
+_INSTANCE_PATH = re.compile(r"/projects/([a-z][-a-z0-9]*)/zones/([a-z0-9-]+)/instances/([a-z][-a-z0-9]*)(?:/(\w+))?")
+
+
+class _ComputeHandler(BaseHTTPRequestHandler):
+    server: ComputeApiServer
+
+    def _target(self, method: str) -> tuple[str, str | None] | None:
+        if self.headers.get("Authorization") != f"Bearer {LOCAL_TOKEN}":
+            self.send_error(401, "Request is missing required authentication credential")
+            return None
+        match = _INSTANCE_PATH.fullmatch(self.path)
+        if match is None or match[1] != LOCAL_PROJECT or match[2] != self.server.zone:
+            self.send_error(404)
+            return None
+        instance, verb = match[3], match[4]
+        self.server.record(f"{method} {instance}{'/' + verb if verb else ''}")
+        return instance, verb
+
+    def _answer(self, document: dict[str, Any]) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        target = self._target("GET")
+        if target is None:
+            return
+        instance, verb = target
+        status = self.server.status(instance) if verb is None else None
+        if status is None:
+            self.send_error(404)
+            return
+        self._answer({"kind": "compute#instance", "name": instance, "status": status})
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        target = self._target("POST")
+        if target is None:
+            return
+        instance, verb = target
+        # The body, if any, is read and ignored: start takes none.
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if verb != "start" or not self.server.start(instance):
+            self.send_error(404)
+            return
+        self._answer(
+            {"kind": "compute#operation", "operationType": "start", "targetLink": instance, "status": "RUNNING"}
+        )
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Quiet: the calls are recorded in the log file instead."""
+
+
+class _MetadataHandler(BaseHTTPRequestHandler):
+    server: MetadataServer
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        # The real server refuses requests without this header; so does the stand-in.
+        if self.headers.get("Metadata-Flavor") != "Google":
+            self.send_error(403, "Missing Metadata-Flavor:Google header")
+            return
+        node, _, rest = self.path.lstrip("/").partition("/computeMetadata/v1/")
+        failure = self.server.failures.get(rest)
+        if failure is not None:
+            self.send_error(failure)
+            return
+        value = self.server.lookup(node, rest)
+        if value is None:
+            self.send_error(404)
+            return
+        body = value.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/text")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Quiet: the nodes' own logs say what they fetched."""
+
+
+class StandInBucket(Protocol):
+    """The bucket a local run's nodes use: what their metadata names, how :class:`LocalStackRun`
+    puts the job's code into it, and how it reads the status objects back."""
+
+    @property
+    def uri(self) -> str:
+        """The bucket as the nodes' metadata names it: a directory path, or ``gs://NAME``."""
+        ...
+
+    def put(self, name: str, write: Callable[[Path], object]) -> None:
+        """Stores object ``name``, which ``write`` writes as a file at the path it is given."""
+        ...
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """Object ``name`` as a JSON object, or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class DirectoryBucket:
+    """The default stand-in: a directory whose layout is the bucket's; the boot script uses
+    its plain paths as they are."""
+
+    root: Path
+
+    @property
+    def uri(self) -> str:
+        return str(self.root)
+
+    def put(self, name: str, write: Callable[[Path], object]) -> None:
+        destination = self.root / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        write(destination)
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        return _read_json(self.root / name)
+
+
+class GcsBucket:
+    """A Cloud Storage bucket, for tests: the nodes' metadata names ``gs://NAME``, so the boot
+    script reaches it through ``gcloud storage`` (a test puts a stand-in for gcloud on PATH);
+    :class:`LocalStackRun` uploads the job's code with the client library and reads the status
+    objects with the reader `trainstack status` uses (:class:`trainstack.commands.status.GcsObjects`).
+    The client honours ``STORAGE_EMULATOR_HOST``, which points it at an emulator."""
+
+    def __init__(self, project: str, name: str, client: Any = None) -> None:
+        """``client``: a ``google.cloud.storage.Client``; by default one made on first use."""
+        self.project = project
+        self.name = name
+        self._client = client
+
+    @property
+    def uri(self) -> str:
+        return f"gs://{self.name}"
+
+    def client(self) -> Any:
+        if self._client is None:
+            from google.cloud.storage import Client  # type: ignore[import-untyped]
+
+            self._client = Client(project=self.project)
+        return self._client
+
+    def put(self, name: str, write: Callable[[Path], object]) -> None:
+        with tempfile.TemporaryDirectory(prefix="trainstack-upload-") as staging:
+            path = Path(staging) / posixpath.basename(name)
+            write(path)
+            self.client().bucket(self.name).blob(name).upload_from_filename(str(path))
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        from trainstack.jobstate.report import GcsObjects, read_json
+
+        return read_json(GcsObjects(self.project, self.name, self.client()), name)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class JobDirectory:
+    """A local run's job directory: the stand-in bucket holding it, its object prefix there
+    (``jobs/<job>``), and the path or URI the nodes' metadata names."""
+
+    bucket: StandInBucket
+    prefix: str
+    uri: str
+
+
+def job_directory(bucket: StandInBucket, job: ResolvedJob | None, workdir: Path) -> JobDirectory:
+    """The job directory in ``bucket``; a ``job.job_dir`` in a team's own bucket gets a
+    directory of that bucket's name in ``workdir`` as its stand-in too."""
+    if job is not None and job.job_dir_bucket and job.job_dir_prefix:
+        if not isinstance(bucket, DirectoryBucket):
+            raise ValueError("job.job_dir in another bucket runs locally with the directory stand-in only")
+        own = DirectoryBucket(workdir / "bucket" / job.job_dir_bucket)
+        return JobDirectory(own, job.job_dir_prefix, str(own.root / job.job_dir_prefix))
+    job_name = job.name if job else "none"
+    return JobDirectory(
+        bucket, posixpath.join(contract.LAYOUT.jobs, job_name), contract.LAYOUT.job_dir(bucket.uri, job_name)
+    )
