@@ -2,7 +2,7 @@
 wrote there.
 
 A two-node probe job runs through `trainstack local` (LocalStackRun) with its bucket named
-``gs://BUCKET`` (:class:`trainstack.localrun.run.GcsBucket`): the rendered boot script then reaches it
+``gs://BUCKET`` (:class:`trainstack.localrun.standins.GcsBucket`): the rendered boot script then reaches it
 through `gcloud storage`, here a stand-in (fixtures/gcloud_storage_shim.py) that implements only
 the calls the scripts make, against the emulator, through the real client library. Nothing is
 copied up afterwards: what `status` reads is what the nodes wrote.

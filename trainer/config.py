@@ -119,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
             "metrics.json. Re-running a finished job exits 0 without training."
         ),
     )
+    _add_what_to_train(parser)
+    _add_how_to_train(parser)
+    return parser
+
+
+def _add_what_to_train(parser: argparse.ArgumentParser) -> None:
+    """Where the job writes, the model and data, how long, and the strategy."""
     parser.add_argument(
         FLAGS.job_dir,
         default=None,
@@ -164,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         FLAGS.tpu, default=None, help="TPU name, or 'local' on a TPU VM. Implies the TPU strategy under auto."
     )
+
+
+def _add_how_to_train(parser: argparse.ArgumentParser) -> None:
+    """Optimisation, backups, speed, evaluation and the storage bound."""
     parser.add_argument(
         "--learning-rate", type=float, default=1e-3, help=f"Adam's learning rate, in (0, {MAX_LEARNING_RATE:g}]."
     )
@@ -234,7 +245,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=STORAGE_TIMEOUT_SECONDS,
         help="How long the first look at a gs:// job dir or data may take before the trainer gives up.",
     )
-    return parser
 
 
 def _default_job_dir(environ: Mapping[str, str]) -> str | None:

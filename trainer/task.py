@@ -94,7 +94,7 @@ def run(config: TrainerConfig) -> int:
         if cluster.num_ps > 0 and cluster.task_type in (WORKER, PS):
             roles.serve_until_finished(cluster, layout, config.overwrite)
             return 0
-        metrics = training.run_training(config, cluster, layout, source)
+        outcome = training.run_training(config, cluster, layout, source)
     except (DataError, StrategyError) as error:
         # A file that does not decode shows only when training reaches it.
         return _fail(str(error))
@@ -122,7 +122,8 @@ def run(config: TrainerConfig) -> int:
             flush=True,
         )
         return EXIT_PEER_LOST
-    training.finish(metrics, layout)
+    training.finish(outcome, layout)
+    metrics = outcome.metrics
     log.info(
         "done: loss=%s accuracy=%s examples/s=%s",
         _rounded(metrics["final_loss"], 4),

@@ -6,6 +6,7 @@ see ``trainer.roles``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -91,8 +92,35 @@ def steady_examples_per_second(record: RunRecord, global_batch: int) -> float | 
     return sum(steps) * global_batch / sum(seconds)
 
 
-def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout, source: DataSource) -> dict[str, Any]:
-    """Trains on this node; returns metrics (written to metrics.json by the chief)."""
+@dataclasses.dataclass(frozen=True)
+class TrainingSetup:
+    """How this node trains: the strategy and everything sized from it."""
+
+    kind: str
+    strategy: Any
+    num_gpus: int
+    precision: str
+    task_type: str
+    task_id: int
+    source: DataSource
+    replicas: int
+    global_batch: int
+    steps: int
+    steps_per_execution: int
+    use_xla: bool
+    onednn: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOutcome:
+    """What a node's training ends with: its metrics, and whether this node publishes them."""
+
+    metrics: dict[str, Any]
+    writes: bool
+
+
+def set_up(config: TrainerConfig, cluster: ClusterInfo, source: DataSource) -> TrainingSetup:
+    """The strategy, precision and batch sizes for this node and these devices."""
     import tensorflow as tf
     import tf_keras as keras
 
@@ -106,17 +134,29 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     task_type, task_id = strategies.task_identity(strategy)
     # Not before: counting runs TensorFlow ops, which must follow the strategy's set-up.
     source = data.count_records(config, source)
-
     replicas = strategy.num_replicas_in_sync
     global_batch = config.batch_size_per_replica * replicas
     steps = data.steps_per_epoch(config, source, global_batch)
-    steps_per_execution = largest_divisor_at_most(steps, config.steps_per_execution)
     # XLA on the CPU halves this CNN's speed (its convolutions lose oneDNN; measured,
     # see docs/trainer.md), so auto enables it only for a single GPU. Multi-device
     # strategies would put the all-reduce inside the compiled step, and TPUs
     # compile with XLA anyway.
     use_xla = config.xla == "on" or (config.xla == "auto" and kind == strategies.ONE_DEVICE and num_gpus > 0)
-    onednn = kernels.onednn_enabled()
+    setup = TrainingSetup(
+        kind=kind,
+        strategy=strategy,
+        num_gpus=num_gpus,
+        precision=precision,
+        task_type=task_type,
+        task_id=task_id,
+        source=source,
+        replicas=replicas,
+        global_batch=global_batch,
+        steps=steps,
+        steps_per_execution=largest_divisor_at_most(steps, config.steps_per_execution),
+        use_xla=use_xla,
+        onednn=kernels.onednn_enabled(),
+    )
     log.info(
         "strategy=%s replicas=%d global_batch=%d steps_per_epoch=%d steps_per_execution=%d precision=%s xla=%s "
         "onednn=%s",
@@ -124,48 +164,78 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         replicas,
         global_batch,
         steps,
-        steps_per_execution,
+        setup.steps_per_execution,
         precision,
         use_xla,
-        onednn,
+        setup.onednn,
     )
+    return setup
 
-    with strategy.scope():
-        model = build_and_compile(config, source, steps_per_execution, use_xla)
 
-    record = RunRecord(steps_per_epoch=steps)
+def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout, source: DataSource) -> TrainingOutcome:
+    """Trains on this node; returns its metrics (written to metrics.json by the chief)."""
+    setup = set_up(config, cluster, source)
+    with setup.strategy.scope():
+        model = build_and_compile(config, setup.source, setup.steps_per_execution, setup.use_xla)
+    record = RunRecord(steps_per_epoch=setup.steps)
     stop_on_sigterm(record)
-    save_freq = checkpointing.backup_save_frequency(
-        config.save_every_steps, steps_per_execution, kind == strategies.PARAMETER_SERVER
-    )
-    callbacks = checkpointing.make_callbacks(strategy, layout, record, save_freq, task_type, task_id)
     try:
-        train_input = keras.utils.experimental.DatasetCreator(data.make_input_fn(config, source, steps, training=True))
-        started = time.perf_counter()
-        with data.input_errors(config, "training"):
-            model.fit(train_input, epochs=config.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=2)
-        train_seconds = time.perf_counter() - started
-
-        eval_loss = eval_accuracy = None
-        eval_steps = config.eval_steps or source.num_eval_examples // global_batch
-        if eval_steps > 0:
-            eval_input = keras.utils.experimental.DatasetCreator(
-                data.make_input_fn(config, source, steps, training=False)
-            )
-            # Keras prints evaluation steps like training steps: say which is which.
-            log.info("evaluation on held-out data: %d steps", eval_steps)
-            with data.input_errors(config, "evaluation"):
-                eval_loss, eval_accuracy = model.evaluate(eval_input, steps=eval_steps, verbose=2)
-            log.info("evaluation: loss=%.4f accuracy=%.4f", eval_loss, eval_accuracy)
-
-        checkpointing.export_model(model, strategy, layout, task_type, task_id)
-
+        train_seconds = fit(config, setup, model, layout, record)
+        evaluation = evaluate(config, setup, model)
+        checkpointing.export_model(model, setup.strategy, layout, setup.task_type, setup.task_id)
     except Exception as error:
         lost = peer_loss(error)
         if lost is None:
             raise
         raise PeerLost(lost, record) from error
+    metrics = node_metrics(config, cluster, setup, record, train_seconds, evaluation)
+    return TrainingOutcome(metrics, writes=checkpointing.is_writer(setup.strategy))
 
+
+def fit(config: TrainerConfig, setup: TrainingSetup, model: Any, layout: JobLayout, record: RunRecord) -> float:
+    """Trains from the backup (if any) to the last epoch; returns the seconds it took."""
+    import tf_keras as keras
+
+    save_freq = checkpointing.backup_save_frequency(
+        config.save_every_steps, setup.steps_per_execution, setup.kind == strategies.PARAMETER_SERVER
+    )
+    callbacks = checkpointing.make_callbacks(setup.strategy, layout, record, save_freq, setup.task_type, setup.task_id)
+    make_input = data.make_input_fn(config, setup.source, setup.steps, training=True)
+    train_input = keras.utils.experimental.DatasetCreator(make_input)
+    started = time.perf_counter()
+    with data.input_errors(config, "training"):
+        model.fit(train_input, epochs=config.epochs, steps_per_epoch=setup.steps, callbacks=callbacks, verbose=2)
+    return time.perf_counter() - started
+
+
+def evaluate(config: TrainerConfig, setup: TrainingSetup, model: Any) -> tuple[float | None, float | None]:
+    """Loss and accuracy on held-out data; (None, None) when there is none to evaluate on."""
+    import tf_keras as keras
+
+    eval_steps = config.eval_steps or setup.source.num_eval_examples // setup.global_batch
+    if eval_steps <= 0:
+        return None, None
+    eval_input = keras.utils.experimental.DatasetCreator(
+        data.make_input_fn(config, setup.source, setup.steps, training=False)
+    )
+    # Keras prints evaluation steps like training steps: say which is which.
+    log.info("evaluation on held-out data: %d steps", eval_steps)
+    with data.input_errors(config, "evaluation"):
+        eval_loss, eval_accuracy = model.evaluate(eval_input, steps=eval_steps, verbose=2)
+    log.info("evaluation: loss=%.4f accuracy=%.4f", eval_loss, eval_accuracy)
+    return eval_loss, eval_accuracy
+
+
+def node_metrics(
+    config: TrainerConfig,
+    cluster: ClusterInfo,
+    setup: TrainingSetup,
+    record: RunRecord,
+    train_seconds: float,
+    evaluation: tuple[float | None, float | None],
+) -> dict[str, Any]:
+    """metrics.json: what was trained, how, how fast, and from where it resumed."""
+    global_batch, kind = setup.global_batch, setup.kind
     steady = steady_examples_per_second(record, global_batch)
     total_steps = sum(record.epoch_steps)
     if record.first_epoch is None:
@@ -177,11 +247,11 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
     return {
         "status": FINISHED,
         "model": config.model,
-        "data": source.kind,
-        "num_classes": source.num_classes,
+        "data": setup.source.kind,
+        "num_classes": setup.source.num_classes,
         "image_size": config.image_size,
         "strategy": kind,
-        "replicas": replicas,
+        "replicas": setup.replicas,
         # Under parameter servers the chief only coordinates; workers do the steps.
         "workers": (
             len(cluster.cluster.get("worker", []))
@@ -191,11 +261,11 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         "parameter_servers": cluster.num_ps,
         "batch_size_per_replica": config.batch_size_per_replica,
         "global_batch_size": global_batch,
-        "steps_per_epoch": steps,
-        "steps_per_execution": steps_per_execution,
-        "precision": precision,
-        "xla": use_xla,
-        "onednn": onednn,
+        "steps_per_epoch": setup.steps,
+        "steps_per_execution": setup.steps_per_execution,
+        "precision": setup.precision,
+        "xla": setup.use_xla,
+        "onednn": setup.onednn,
         "epochs": config.epochs,
         "epochs_run": len(record.epoch_losses),
         # Epochs that a previous, interrupted run had completed and the backup restored.
@@ -206,15 +276,14 @@ def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout,
         "final_accuracy": record.epoch_accuracies[-1] if record.epoch_accuracies else None,
         "loss_history": record.epoch_losses,
         "accuracy_history": record.epoch_accuracies,
-        "eval_loss": eval_loss,
-        "eval_accuracy": eval_accuracy,
+        "eval_loss": evaluation[0],
+        "eval_accuracy": evaluation[1],
         "examples_per_second": steady,
         "examples_per_second_all_epochs": (
             total_steps * global_batch / sum(record.epoch_seconds) if record.epoch_seconds else None
         ),
         "train_seconds": train_seconds,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "_writer": checkpointing.is_writer(strategy),
     }
 
 
@@ -226,12 +295,11 @@ def build_and_compile(config: TrainerConfig, source: DataSource, steps_per_execu
     return network
 
 
-def finish(metrics: dict[str, Any], layout: JobLayout) -> None:
+def finish(outcome: TrainingOutcome, layout: JobLayout) -> None:
     """The chief publishes metrics.json (the finished marker) and drops the backup."""
-    is_writer = metrics.pop("_writer")
-    if not is_writer:
+    if not outcome.writes:
         return
-    jobdir.write_json_atomically(layout.metrics_path, metrics)
+    jobdir.write_json_atomically(layout.metrics_path, outcome.metrics)
     # The backup only serves an interrupted run; a finished one must not resume from it.
     jobdir.remove_tree_if_exists(layout.backup_dir)
     jobdir.remove_dir_if_empty(layout.tmp_dir)

@@ -3,10 +3,14 @@ preparing, waiting, restarting and finishing, in milliseconds."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import pytest
 
 from agent_fakes import JOB_DIR, World, settings, world
 from trainstack_agent.artifacts import DigestMismatch
+from trainstack_agent.environment import Prepared
 from trainstack_agent.node import EXIT_ENDED, restart_limit
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.timings import Timings
@@ -173,6 +177,63 @@ def test_a_worker_ends_when_the_chief_falls_silent() -> None:
     worker = w.status("worker-0")
     assert worker is not None and worker.reason == "no heartbeat from the chief for 300 s"
     assert 300.0 <= w.clock.now <= 300.0 + 15
+
+
+def test_a_worker_counts_the_chiefs_silence_from_its_last_heartbeat() -> None:
+    w = world(settings(node="worker-0", peer_timeout_seconds=300), runs=[(3600.0, 0)])
+    w.put_job_status(STATES.running)
+    # The chief beats every 30 s for ten minutes, then falls silent.
+    for second in range(30, 601, 30):
+        w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
+    assert w.agent.run() == EXIT_ENDED
+    worker = w.status("worker-0")
+    assert worker is not None and worker.reason == "no heartbeat from the chief for 300 s"
+    assert 600.0 + 300.0 <= w.clock.now <= 600.0 + 300.0 + 15
+
+
+def test_a_preparation_that_fails_records_failed_exit_1_and_its_cause_and_starts_nothing() -> None:
+    def broken() -> Prepared:
+        raise OSError("pip install exited 1")
+
+    w = world(settings(), runs=[(1.0, 0)], prepare=broken)
+    assert w.agent.run() == 1
+    chief, job = w.status("chief"), w.job_status()
+    assert chief is not None and (chief.state, chief.exit_code) == (STATES.failed, 1)
+    assert chief.reason == "preparing the job failed: pip install exited 1"
+    assert job is not None and (job.state, job.exit_code, job.reason) == (STATES.failed, 1, chief.reason)
+    assert w.launcher.started == [] and w.releases == ["stop"]
+
+
+def test_a_worker_still_preparing_ends_when_the_chief_records_failed() -> None:
+    release = threading.Event()
+
+    def slow() -> Prepared:
+        release.wait(30)
+        return Prepared(Path("/state/venv/bin/python"), Path("/state/code/x"), Path("/state"))
+
+    w = world(settings(node="worker-0"), runs=[(1.0, 0)], prepare=slow)
+    w.put_job_status(STATES.running)
+    w.clock.at(100.0, lambda: w.put_job_status(STATES.failed))
+    try:
+        assert w.agent.run() == EXIT_ENDED
+    finally:
+        release.set()
+    worker = w.status("worker-0")
+    assert worker is not None and (worker.state, worker.exit_code) == (STATES.failed, EXIT_ENDED)
+    assert worker.reason == "the chief recorded the job FAILED"
+    assert w.launcher.started == []
+
+
+def test_a_workers_termination_records_its_own_state_and_never_the_jobs() -> None:
+    w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
+    w.agent._running = True
+    w.put_job_status(STATES.running)
+    before = w.job_status()
+    w.board.write_node(STATES.running)
+    assert w.agent.on_termination("SIGTERM") == EXIT_ENDED
+    worker = w.status("worker-0")
+    assert worker is not None and worker.state == STATES.interrupted
+    assert w.job_status() == before
 
 
 def test_the_chief_refreshes_its_heartbeat_every_heartbeat_period() -> None:

@@ -25,35 +25,28 @@ the stack names; TF_CONFIG addresses are loopback ports instead of internal DNS 
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import os
-import posixpath
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import trainstack_contract as contract
-from trainstack.cloud import bootscripts
-from trainstack.jobcode.package import BUILTIN_SOURCE, builtin_package
-from trainstack.localrun import staging
+from trainstack.localrun.layout import LayoutOptions, collect_result, lay_out
 from trainstack.localrun.netns import LoopbackNetwork, NamespaceUnavailable
 from trainstack.localrun.nodelogs import NodeLogWriter, is_runtime_noise
-from trainstack.localrun.nodes import LocalMachines, LocalNode, TrainerOverrides, cluster_machines, tpu_machine
+from trainstack.localrun.nodes import LocalNode, TrainerOverrides
 from trainstack.localrun.outcome import LocalStackRunInterrupted, LocalStackRunResult
-from trainstack.localrun.spot import PREEMPT_GRACE_SECONDS, SpotMachines
+from trainstack.localrun.spot import PREEMPT_GRACE_SECONDS, SpotMachines, serve_stand_ins
 from trainstack.localrun.standins import (
-    ComputeApiServer,
     DirectoryBucket,
-    MetadataServer,
     StandInBucket,
-    job_directory,
 )
 from trainstack.localrun.supervisor import Supervisor
-from trainstack.localrun.workdir import WORKDIR_MARKER, check_adoptable, clear_workdir
+from trainstack.localrun.workdir import check_adoptable, clear_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
 
 # After SIGINT or SIGTERM, how long the nodes get to record INTERRUPTED and end their
@@ -124,111 +117,34 @@ class LocalStackRun:
         workdir: Path,
         overrides: TrainerOverrides,
         echo: bool = True,
-        trainer_source: Path = BUILTIN_SOURCE,
-        kind: bootscripts.NodeKind | None = None,
-        environment_installed: bool = True,
-        gpu_count: int = 0,
         verbose: bool = False,
-        bucket: StandInBucket | None = None,
-        preempt: tuple[str, ...] = (),
         preempt_after: float = 0.0,
         isolate_network: bool = True,
+        **layout: Unpack[LayoutOptions],
     ) -> None:
-        """``preempt``: nodes to preempt ``preempt_after`` seconds after the start, as Compute
-        Engine preempts a Spot VM (:class:`~trainstack.localrun.spot.SpotMachines`);
-        :func:`~trainstack.localrun.nodes.check_preemptible` says which nodes may be named.
-
-        ``trainer_source``, ``kind`` and ``environment_installed`` let tests swap in a
-        small built-in trainer and requirements and exercise the script's own install path;
-        ``gpu_count`` is what the nodes' metadata says they have (this machine has none).
-
-        ``bucket``: where the nodes' storage is; by default the directory
-        ``<workdir>/bucket/<bucket name>``. A test passes a
-        :class:`~trainstack.localrun.standins.GcsBucket` to have the boot script write its
-        status objects to Cloud Storage (an emulator) through ``gcloud storage``: the code
-        archive and requirements are then uploaded there, the metadata names ``gs://NAME``,
-        :meth:`result` reads the status objects from there, and ``job_dir`` is a gs:// URI;
-        node state and ``self-stop.log`` stay in ``workdir``."""
-        if stack.cluster is None and stack.tpu is None:
-            raise ValueError(f"stack {stack.name} has no trainstack:cluster or trainstack:tpu to run locally")
-        self.stack = stack
-        self.workdir = workdir.resolve()
+        """``layout``: what :func:`~trainstack.localrun.layout.lay_out` takes besides the stack
+        (``preempt``: the nodes to preempt ``preempt_after`` seconds after their job starts, as
+        Compute Engine preempts a Spot VM; see :class:`~trainstack.localrun.spot.SpotMachines`)."""
+        self.layout = lay_out(stack, workdir, overrides, **layout)
+        self.stack, self.workdir, self.job = stack, self.layout.workdir, self.layout.job
+        self.machines, self.nodes, self.job_dir = self.layout.machines, self.layout.nodes, self.layout.job_dir
+        self.script = self.layout.script
         self.echo = echo
-        self.kind = kind or (
-            bootscripts.tpu_node_kind(stack.tpu, stack.zone)
-            if stack.tpu is not None
-            else bootscripts.cluster_node_kind()
-        )
-        self.environment_installed = environment_installed
-        # The bucket's stand-in: a directory of the same name; the layout inside is the bucket's.
-        self.bucket: StandInBucket = bucket or DirectoryBucket(self.workdir / "bucket" / stack.bucket_name)
-        job = stack.job
-        if job is not None and job.builtin and trainer_source != BUILTIN_SOURCE:
-            job = dataclasses.replace(job, package=builtin_package(trainer_source))
-        self.job_directory = job_directory(self.bucket, job, self.workdir)
-        # The nodes' metadata names the stand-in, not the cloud's job directory.
-        self.job: ResolvedJob | None = None if job is None else dataclasses.replace(job, job_dir=self.job_directory.uri)
-        self.job_dir: Path | str = (
-            Path(self.job_directory.uri) if isinstance(self.bucket, DirectoryBucket) else self.job_directory.uri
-        )
-        self.self_stop_log = self.workdir / "self-stop.log"
-        self.machines: LocalMachines = (
-            tpu_machine(stack, self.job, self.bucket.uri, overrides, self.kind, self.workdir, preempt)
-            if stack.tpu is not None
-            else cluster_machines(
-                stack, self.job, self.bucket.uri, overrides, self.kind, self.workdir, preempt, gpu_count
-            )
-        )
-        self.nodes = self.machines.nodes
-        self.script = self.workdir / self.machines.script_name
-        self.network, self.network_note = loopback_network(isolate_network, self.bucket, self.job)
+        self.network, self.network_note = loopback_network(isolate_network, self.layout.bucket, self.job)
         shown = None if verbose else (lambda line: not is_runtime_noise(line))
         self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS, shown=shown)
         self.spot = SpotMachines(self.supervisor, self.nodes, self._boot_again, echo)
         self.preempt_after = preempt_after
-
-        def stand_ins() -> tuple[MetadataServer, ComputeApiServer]:
-            return (
-                MetadataServer(
-                    {n.name: n.metadata for n in self.nodes},
-                    self.machines.project_attributes,
-                    stack.zone,
-                    preempted=self.spot.preempted,
-                ),
-                ComputeApiServer(
-                    stack.zone, self.spot.instance_status, self.spot.start_instance, self.workdir / "compute-api.log"
-                ),
-            )
-
+        stand_ins = functools.partial(serve_stand_ins, self.machines, stack.zone, self.spot, self.workdir)
         self.server, self.compute = self.network.run_inside(stand_ins) if self.network else stand_ins()
 
-    @property
-    def notes(self) -> list[str]:
-        """What differs from the cloud, said once the run starts."""
-        return [*self.machines.notes, *([self.network_note] if self.network_note else [])]
-
-    @property
-    def pip_find_links(self) -> Path:
-        return self.workdir / "pip-find-links"
-
     def prepare(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.stack.name}\n")
-        self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
-        staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse)
-        staging.prepare_node_disks(self.nodes, self.kind.requirements_stamp, self.environment_installed)
-        venv_python = self.nodes[0].state_dir / "venv" / "bin" / "python"
-        python = venv_python if venv_python.exists() else Path(sys.executable)
-        staging.fetch_for_pip(self.job, python, self.pip_find_links, self.echo)
+        self.layout.prepare(self.echo)
 
     def _environment(self, local_node: LocalNode) -> dict[str, str]:
-        return node_environment(
-            local_node,
-            self.server.root_for(local_node.name),
-            self.compute.root,
-            self.self_stop_log,
-            self.pip_find_links,
-        )
+        layout = self.layout
+        root = self.server.root_for(local_node.name)
+        return node_environment(local_node, root, self.compute.root, layout.self_stop_log, layout.pip_find_links)
 
     def boot_command(self) -> list[str]:
         """How a node boots: its boot script, inside the run's namespace when there is one."""
@@ -242,7 +158,8 @@ class LocalStackRun:
 
     def start(self) -> LocalStackRun:
         if self.echo:
-            for note in self.notes:
+            # What differs from the cloud.
+            for note in [*self.machines.notes, *([self.network_note] if self.network_note else [])]:
                 print(f"[local] note: {note}", flush=True)
         self.prepare()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -256,12 +173,8 @@ class LocalStackRun:
             local_node.lines = self.supervisor.lines(local_node.name)
         self._log_writer = NodeLogWriter(self.workdir, {n.name: n.lines for n in self.nodes}, self.started_at)
         if self.machines.preempt:
-            threading.Thread(
-                target=self.spot.preempt_after_job_start,
-                args=(self.machines.preempt, self.preempt_after),
-                name="local-preempt",
-                daemon=True,
-            ).start()
+            preempting = (self.machines.preempt, self.preempt_after)
+            threading.Thread(target=self.spot.preempt_after_job_start, args=preempting, daemon=True).start()
         return self
 
     def preempt(self, name: str, grace_seconds: float = PREEMPT_GRACE_SECONDS) -> None:
@@ -313,22 +226,7 @@ class LocalStackRun:
         return self.result()
 
     def result(self) -> LocalStackRunResult:
-        layout = contract.LAYOUT
-        directory = self.job_directory
-        read = directory.bucket.read_json
-        return LocalStackRunResult(
-            job_status=read(posixpath.join(directory.prefix, layout.job_status)),
-            node_status={
-                n.name: read(posixpath.join(directory.prefix, layout.node_status(n.name))) for n in self.nodes
-            },
-            exit_codes={n.name: n.process.returncode if n.process else None for n in self.nodes},
-            self_stops=self.self_stop_log.read_text().splitlines() if self.self_stop_log.exists() else [],
-            job_dir=self.job_dir,
-            logs={n.name: n.lines for n in self.nodes},
-            has_job=self.job is not None,
-            compute_calls=list(self.compute.calls),
-            preemptions=list(self.spot.preemptions),
-        )
+        return collect_result(self.layout, list(self.compute.calls), list(self.spot.preemptions))
 
 
 def run_local(

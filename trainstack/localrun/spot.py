@@ -9,8 +9,10 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from trainstack.localrun.nodes import LocalNode
+from trainstack.localrun.nodes import LocalMachines, LocalNode
+from trainstack.localrun.standins import ComputeApiServer, MetadataServer
 from trainstack.localrun.supervisor import Supervisor
 
 POLL_SECONDS = 0.1
@@ -116,3 +118,16 @@ class SpotMachines:
         if self.echo:
             print(f"[local] {local_node.name} started again by a Compute Engine API call", flush=True)
         return True
+
+
+def serve_stand_ins(
+    machines: LocalMachines, zone: str, spot: SpotMachines, workdir: Path
+) -> tuple[MetadataServer, ComputeApiServer]:
+    """The metadata server the machines read (a preempted node's says so) and the Compute
+    Engine API their chief calls, each on a free loopback port (calls logged in
+    ``compute-api.log``); started by the caller."""
+    metadata = MetadataServer(
+        {n.name: n.metadata for n in machines.nodes}, machines.project_attributes, zone, preempted=spot.preempted
+    )
+    compute = ComputeApiServer(zone, spot.instance_status, spot.start_instance, workdir / "compute-api.log")
+    return metadata, compute

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TextIO
+from typing import TextIO
 
 # How long stop() waits after SIGTERM before it sends SIGKILL.
 STOP_SECONDS = 10.0
@@ -87,6 +87,45 @@ def wait_for(predicate: Callable[[], bool], deadline: float | None, poll_seconds
     return True
 
 
+def spawn_in_own_session(
+    argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None
+) -> subprocess.Popen[str]:
+    """``argv`` with stdout and stderr merged into one text stream, in a session and process
+    group of its own: a signal to the group reaches anything the process started."""
+    return subprocess.Popen(
+        list(argv),
+        env=None if env is None else dict(env),
+        cwd=None if cwd is None else Path(cwd),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+    )
+
+
+def signal_tree(process: subprocess.Popen[str], signum: int) -> None:
+    """Sends ``signum`` to the process group ``process`` leads and to every process below it
+    (in sessions of their own), if the leader still runs.
+
+    Until the leader is reaped, its pid (the group's id) cannot be reused, so the signal
+    cannot reach a stranger; a group that has just emptied is ignored."""
+    if process.poll() is not None:
+        return
+    below = descendants(process.pid)
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        pass
+    for pid in below:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
 @dataclass
 class _Child:
     process: subprocess.Popen[str]
@@ -95,103 +134,28 @@ class _Child:
     # The readers of the processes this name ran before (Supervisor.restart).
     earlier_readers: list[threading.Thread | None] = field(default_factory=list)
 
+    def follow(self, name: str, on_line: Callable[[str, str], None]) -> None:
+        """Reads the process's output in a thread: each line is kept, then handed to ``on_line``."""
+        stream = self.process.stdout
+        assert stream is not None
 
-class Supervisor:
-    """A named set of processes, each in its own process group, with their output lines.
+        def read() -> None:
+            with stream:
+                for raw in stream:
+                    line = raw.rstrip("\n")
+                    self.lines.append(line)
+                    on_line(name, line)
 
-    Not meant to be shared between threads except through :meth:`signal` and the read-only
-    queries; the reader threads only append to the line lists and print."""
+        self.reader = threading.Thread(target=read, name=f"supervisor-reader-{name}", daemon=True)
+        self.reader.start()
 
-    def __init__(
-        self,
-        echo: bool = True,
-        out: TextIO | None = None,
-        poll_seconds: float = POLL_SECONDS,
-        shown: Callable[[str], bool] | None = None,
-    ) -> None:
-        """``echo`` prints every line as ``[name] line`` to ``out`` (``sys.stdout`` at the
-        time of printing when None), or only the lines ``shown`` accepts; every line is kept."""
-        self.echo = echo
-        self.shown = shown
-        self.out = out
-        self.poll_seconds = poll_seconds
+
+class ProcessTable:
+    """Named processes and their output lines: what can be asked of them without changing anything."""
+
+    def __init__(self) -> None:
         self._children: dict[str, _Child] = {}
-        self._echo_lock = threading.Lock()
 
-    # --- starting and reading -------------------------------------------------------------
-    def start(
-        self,
-        name: str,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-    ) -> subprocess.Popen[str]:
-        """Starts ``argv`` as ``name`` in a new session, stdout and stderr merged into one
-        stream that a reader thread collects. ``env`` is the whole environment (None: this
-        process's)."""
-        if name in self._children:
-            raise ValueError(f"a process named {name!r} was already started")
-        child = _Child(self._spawn(argv, env, cwd))
-        self._children[name] = child
-        self._follow(name, child)
-        return child.process
-
-    def restart(
-        self,
-        name: str,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-    ) -> subprocess.Popen[str]:
-        """Starts ``name`` again once its process has exited (a stopped VM booted again): its
-        new output lines are added to the same list."""
-        old = self._children[name]
-        if old.process.poll() is None:
-            raise ValueError(f"{name!r} is still running")
-        child = _Child(self._spawn(argv, env, cwd), lines=old.lines, earlier_readers=[*old.earlier_readers, old.reader])
-        self._children[name] = child
-        self._follow(name, child)
-        return child.process
-
-    @staticmethod
-    def _spawn(
-        argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None
-    ) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            list(argv),
-            env=None if env is None else dict(env),
-            cwd=None if cwd is None else Path(cwd),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            # Own session and process group: a signal to the group reaches anything the
-            # process started.
-            start_new_session=True,
-        )
-
-    def _follow(self, name: str, child: _Child) -> None:
-        assert child.process.stdout is not None
-        child.reader = threading.Thread(
-            target=self._read,
-            args=(name, child.lines, child.process.stdout),
-            name=f"supervisor-reader-{name}",
-            daemon=True,
-        )
-        child.reader.start()
-
-    def _read(self, name: str, lines: list[str], stream: IO[str]) -> None:
-        with stream:
-            for raw in stream:
-                line = raw.rstrip("\n")
-                lines.append(line)
-                if self.echo and (self.shown is None or self.shown(line)):
-                    with self._echo_lock:
-                        print(f"[{name}] {line}", file=self.out or sys.stdout, flush=True)
-
-    # --- queries ----------------------------------------------------------------------------
     @property
     def names(self) -> list[str]:
         """Names in the order they were started."""
@@ -223,6 +187,71 @@ class Supervisor:
     def returncodes(self) -> dict[str, int | None]:
         return {name: self.poll(name) for name in self._children}
 
+
+class Supervisor(ProcessTable):
+    """A named set of processes, each in its own process group, with their output lines.
+
+    Not meant to be shared between threads except through :meth:`signal` and the read-only
+    queries; the reader threads only append to the line lists and print."""
+
+    def __init__(
+        self,
+        echo: bool = True,
+        out: TextIO | None = None,
+        poll_seconds: float = POLL_SECONDS,
+        shown: Callable[[str], bool] | None = None,
+    ) -> None:
+        """``echo`` prints every line as ``[name] line`` to ``out`` (``sys.stdout`` at the
+        time of printing when None), or only the lines ``shown`` accepts; every line is kept."""
+        self.echo = echo
+        self.shown = shown
+        self.out = out
+        self.poll_seconds = poll_seconds
+        super().__init__()
+        self._echo_lock = threading.Lock()
+
+    # --- starting and reading -------------------------------------------------------------
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """Starts ``argv`` as ``name`` in a new session, stdout and stderr merged into one
+        stream that a reader thread collects. ``env`` is the whole environment (None: this
+        process's)."""
+        if name in self._children:
+            raise ValueError(f"a process named {name!r} was already started")
+        child = _Child(spawn_in_own_session(argv, env, cwd))
+        self._children[name] = child
+        child.follow(name, self._echo)
+        return child.process
+
+    def restart(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """Starts ``name`` again once its process has exited (a stopped VM booted again): its
+        new output lines are added to the same list."""
+        old = self._children[name]
+        if old.process.poll() is None:
+            raise ValueError(f"{name!r} is still running")
+        child = _Child(
+            spawn_in_own_session(argv, env, cwd), lines=old.lines, earlier_readers=[*old.earlier_readers, old.reader]
+        )
+        self._children[name] = child
+        child.follow(name, self._echo)
+        return child.process
+
+    def _echo(self, name: str, line: str) -> None:
+        if self.echo and (self.shown is None or self.shown(line)):
+            with self._echo_lock:
+                print(f"[{name}] {line}", file=self.out or sys.stdout, flush=True)
+
     def wait_for(self, predicate: Callable[[], bool], deadline: float | None) -> bool:
         """:func:`wait_for` at this supervisor's polling interval."""
         return wait_for(predicate, deadline, self.poll_seconds)
@@ -232,24 +261,9 @@ class Supervisor:
 
     # --- signals and ending -----------------------------------------------------------------
     def signal(self, name: str, signum: int) -> None:
-        """Sends ``signum`` to the process group of ``name`` and to every process below it (in
-        sessions of their own), if its leader still runs, as a VM's shutdown reaches every
-        process of the VM.
-
-        Until this supervisor reaps the leader, its pid (the group's id) cannot be reused, so
-        the signal cannot reach a stranger; a group that has just emptied is ignored."""
-        process = self._children[name].process
-        if process.poll() is None:
-            below = descendants(process.pid)
-            try:
-                os.killpg(process.pid, signum)
-            except ProcessLookupError:
-                pass
-            for pid in below:
-                try:
-                    os.kill(pid, signum)
-                except ProcessLookupError:
-                    pass
+        """Sends ``signum`` to every process of ``name`` (:func:`signal_tree`), as a VM's
+        shutdown reaches every process of the VM."""
+        signal_tree(self._children[name].process, signum)
 
     def signal_all(self, signum: int) -> None:
         for name in self._children:

@@ -85,7 +85,7 @@ class TrainingCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: TrainingClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:TrainingCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        cluster, labels = args.cluster, args.labels
+        cluster = args.cluster
         # Every node needs every address: stored once as project metadata (the metadata
         # server serves it to each VM) rather than copied into each of N VMs, which would
         # grow as N squared. Single-machine strategies need no cluster at all.
@@ -133,46 +133,8 @@ class TrainingCluster(pulumi.ComponentResource):
             ).role_name
         self.instances = {}
         for node in cluster.nodes:
-            accelerators = []
-            if node.attach_accelerator and node.accelerator is not None:
-                accelerators.append(
-                    gcp.compute.InstanceGuestAcceleratorArgs(type=node.accelerator.type, count=node.accelerator.count)
-                )
-            instance = gcp.compute.Instance(
-                f"{name}-{node.name}",
-                project=args.project,
-                name=node.vm_name,
-                zone=args.zone,
-                machine_type=node.machine_type,
-                guest_accelerators=accelerators,
-                scheduling=scheduling_for(node, cluster),
-                boot_disk=gcp.compute.InstanceBootDiskArgs(
-                    auto_delete=True,
-                    initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
-                        image=node.image.uri, size=node.disk_gb, type=node.boot_disk_type, labels=labels
-                    ),
-                ),
-                # No access_configs: the node has no public IP; it reaches Google APIs through
-                # Private Google Access and the internet through Cloud NAT.
-                network_interfaces=[
-                    gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=args.subnetwork, nic_type=node.nic_type)
-                ],
-                service_account=gcp.compute.InstanceServiceAccountArgs(
-                    email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
-                ),
-                shielded_instance_config=gcp.compute.InstanceShieldedInstanceConfigArgs(
-                    enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True
-                ),
-                metadata={
-                    "enable-oslogin": "TRUE",
-                    "block-project-ssh-keys": "TRUE",
-                    # Updated in place on change (metadata_startup_script would replace the VM).
-                    "startup-script": args.startup_script,
-                    **args.node_metadata[node.name],
-                },
-                labels={**labels, "trainstack-role": node.role},
-                allow_stopping_for_update=True,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            instance = node_instance(
+                f"{name}-{node.name}", node, args, pulumi.ResourceOptions(parent=self, depends_on=depends_on)
             )
             self.instances[node.name] = instance
             # Each grant is on this instance alone. The nodes share one account, so a grant
@@ -195,3 +157,50 @@ class TrainingCluster(pulumi.ComponentResource):
                     )
         self.names = [node.vm_name for node in cluster.nodes]
         self.register_outputs({"names": self.names, "recoverable_names": self.recoverable_names})
+
+
+def node_instance(
+    resource_name: str, node: ClusterNode, args: TrainingClusterArgs, opts: pulumi.ResourceOptions
+) -> gcp.compute.Instance:
+    """One node's VM: no public IP, shielded boot, OS Login, the boot script and its metadata."""
+    accelerators = []
+    if node.attach_accelerator and node.accelerator is not None:
+        accelerators.append(
+            gcp.compute.InstanceGuestAcceleratorArgs(type=node.accelerator.type, count=node.accelerator.count)
+        )
+    return gcp.compute.Instance(
+        resource_name,
+        project=args.project,
+        name=node.vm_name,
+        zone=args.zone,
+        machine_type=node.machine_type,
+        guest_accelerators=accelerators,
+        scheduling=scheduling_for(node, args.cluster),
+        boot_disk=gcp.compute.InstanceBootDiskArgs(
+            auto_delete=True,
+            initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
+                image=node.image.uri, size=node.disk_gb, type=node.boot_disk_type, labels=args.labels
+            ),
+        ),
+        # No access_configs: the node has no public IP; it reaches Google APIs through
+        # Private Google Access and the internet through Cloud NAT.
+        network_interfaces=[
+            gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=args.subnetwork, nic_type=node.nic_type)
+        ],
+        service_account=gcp.compute.InstanceServiceAccountArgs(
+            email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
+        ),
+        shielded_instance_config=gcp.compute.InstanceShieldedInstanceConfigArgs(
+            enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True
+        ),
+        metadata={
+            "enable-oslogin": "TRUE",
+            "block-project-ssh-keys": "TRUE",
+            # Updated in place on change (metadata_startup_script would replace the VM).
+            "startup-script": args.startup_script,
+            **args.node_metadata[node.name],
+        },
+        labels={**args.labels, "trainstack-role": node.role},
+        allow_stopping_for_update=True,
+        opts=opts,
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pulumi
@@ -46,6 +46,34 @@ class TrainingStackArgs:
     boot: BootFiles
 
 
+@dataclass
+class Identities:
+    """One account per kind of machine: the training port, the release roles and the IAP
+    firewall name them one by one."""
+
+    training: NodeIdentity | None = None
+    tpu: NodeIdentity | None = None
+    notebook: NodeIdentity | None = None
+
+    @property
+    def every(self) -> list[NodeIdentity]:
+        return [i for i in (self.training, self.tpu, self.notebook) if i is not None]
+
+    @property
+    def job_runners(self) -> list[NodeIdentity]:
+        """The accounts that run the job (a notebook runs none): the only readers of its secrets."""
+        return [i for i in (self.training, self.tpu) if i is not None]
+
+
+@dataclass
+class Machines:
+    cluster: TrainingCluster | None = None
+    tpu: TpuVm | None = None
+    notebook: WorkbenchNotebook | None = None
+    # An ssh command per VM.
+    ssh: dict[str, str] = field(default_factory=dict)
+
+
 class TrainingStack(pulumi.ComponentResource):
     """Network, bucket, registry, identities, and the cluster / TPU VM / notebook the stack asks for."""
 
@@ -59,193 +87,31 @@ class TrainingStack(pulumi.ComponentResource):
 
     def __init__(self, args: TrainingStackArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         stack, boot = args.stack, args.boot
-        name, project, zone, labels = stack.name, stack.project, stack.zone, stack.labels
-        super().__init__("trainstack:index:TrainingStack", name, None, opts)
-
-        apis = list(REQUIRED_APIS)
-        apis += [TPU_API] if stack.tpu else []
-        apis += [WORKBENCH_API] if stack.notebook else []
-        apis += [BUDGET_API] if stack.budget else []
-        apis += [SECRETS_API] if stack.job is not None and stack.job.secrets else []
-        services = ProjectServices(
-            f"{name}-apis", ProjectServicesArgs(project, tuple(apis)), opts=pulumi.ResourceOptions(parent=self)
-        )
-        after_apis = pulumi.ResourceOptions(parent=self, depends_on=services.ready)
-
-        self.bucket = TrainingBucket(
-            f"{name}-storage",
-            TrainingBucketArgs(
-                bucket_name=stack.bucket_name,
-                location=stack.region,
-                storage=stack.storage,
-                labels=labels,
-                job=stack.job if stack.cluster is not None or stack.tpu is not None else None,
-                stack_name=name,
-                runs_agent=stack.cluster is not None or stack.tpu is not None,
-                wheelhouse=stack.wheelhouse,
-            ),
-            opts=after_apis,
-        )
-        self.registry = ContainerRegistry(
-            f"{name}-registry",
-            ContainerRegistryArgs(project, stack.region, stack.repository_id, labels),
-            opts=after_apis,
-        )
-
-        def identity(suffix: str, account_suffix: str, display_name: str, runs_job: bool = True) -> NodeIdentity:
-            identity_args = NodeIdentityArgs(
-                project=project,
-                account_id=f"{name}-{account_suffix}",
-                display_name=display_name,
-                bucket_name=self.bucket.name,
-                bucket=stack.bucket_name,
-                repository_location=self.registry.repository.location,
-                repository_name=self.registry.repository.name,
-                data_bucket=stack.external_data_bucket,
-                # Only machines that run the job pull its image, and write its own job directory.
-                image=stack.external_image if runs_job else None,
-                job_dir_bucket=stack.job.job_dir_bucket if runs_job and stack.job else None,
-                job_dir_prefix=stack.job.job_dir_prefix if runs_job and stack.job else None,
-            )
-            return NodeIdentity(f"{name}-{suffix}", identity_args, opts=after_apis)
-
-        # One account per kind of machine: the training port, the release roles and the
-        # IAP firewall name them one by one.
-        identities: list[NodeIdentity] = []
-        if stack.cluster is not None:
-            self.identity = identity("identity", TRAINING_ACCOUNT_SUFFIX, "trainstack training nodes")
-            identities.append(self.identity)
-        if stack.tpu is not None:
-            self.tpu_identity = identity("tpu-identity", "tpu", "trainstack TPU VM")
-            identities.append(self.tpu_identity)
-        # The accounts that run the job (a notebook runs none): the only readers of its secrets.
-        job_identities = list(identities)
-        if stack.notebook is not None:
-            self.notebook_identity = identity(
-                "notebook-identity", "nb", "trainstack Workbench notebook", runs_job=False
-            )
-            identities.append(self.notebook_identity)
-
-        secret_resources: list[pulumi.Resource] = []
-        if stack.job is not None and stack.job.secrets:
-            values = stack.secret_values
-            job_secrets = JobSecrets(
-                f"{name}-secrets",
-                JobSecretsArgs(
-                    project=project,
-                    region=stack.region,
-                    secrets=tuple((env, secret_id, values[env].value) for env, secret_id in stack.job.secrets),
-                    readers=tuple(i.member for i in job_identities),
-                    labels=labels,
-                ),
-                opts=after_apis,
-            )
-            secret_resources = job_secrets.ready
-
+        super().__init__("trainstack:index:TrainingStack", stack.name, None, opts)
+        # Declared in this order: the plan lists resources as they are declared.
+        after_apis = enable_services(stack, self)
+        bucket, registry = declare_storage(stack, after_apis)
+        identities = declare_identities(stack, bucket, registry, after_apis)
+        secret_resources = declare_secrets(stack, identities.job_runners, after_apis)
         port = stack.cluster.training_port if stack.cluster else None
-        self.network = PrivateNetwork(
-            f"{name}-net",
+        network = PrivateNetwork(
+            f"{stack.name}-net",
             PrivateNetworkArgs(
-                project,
+                stack.project,
                 stack.region,
-                [i.email for i in identities],
-                self.identity.email if port is not None else None,
+                [i.email for i in identities.every],
+                identities.training.email if port is not None and identities.training else None,
                 port,
             ),
             opts=after_apis,
         )
-
-        def node_opts(
-            node_identity: NodeIdentity, *extra: pulumi.Resource, alias_type: str | None = None
-        ) -> pulumi.ResourceOptions:
-            # Machines start training at boot: their permissions, egress and code come first.
-            return pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[*node_identity.bindings, self.network.nat, *secret_resources, *extra],
-                aliases=[pulumi.Alias(type_=alias_type)] if alias_type else None,
-            )
-
-        ssh: dict[str, str] = {}
-        if stack.cluster is not None and boot.cluster_script is not None:
-            self.cluster = TrainingCluster(
-                f"{name}-cluster",
-                TrainingClusterArgs(
-                    project=project,
-                    zone=zone,
-                    cluster=stack.cluster,
-                    startup_script=boot.cluster_script,
-                    node_metadata=boot.cluster_metadata,
-                    service_account_email=self.identity.email,
-                    subnetwork=self.network.subnetwork.id,
-                    labels=labels,
-                    stack_name=name,
-                ),
-                # The component's former type: an update keeps every VM rather than replacing it.
-                opts=node_opts(self.identity, *self.bucket.ready, alias_type="trainstack:index:GpuCluster"),
-            )
-            ssh.update({n: ssh_command(n, zone, project) for n in self.cluster.names})
-        if stack.tpu is not None and boot.tpu_script is not None:
-            self.tpu = TpuVm(
-                f"{name}-tpu",
-                TpuVmArgs(
-                    project=project,
-                    zone=zone,
-                    tpu=stack.tpu,
-                    startup_script=boot.tpu_script,
-                    metadata=boot.tpu_metadata,
-                    service_account_email=self.tpu_identity.email,
-                    service_account_member=self.tpu_identity.member,
-                    network=self.network.network.id,
-                    subnetwork=self.network.subnetwork.id,
-                    labels=labels,
-                    stack_name=name,
-                ),
-                opts=node_opts(self.tpu_identity, *self.bucket.ready),
-            )
-            ssh[self.tpu.name] = ssh_command(self.tpu.name, zone, project, tpu=True)
-        if stack.notebook is not None and boot.notebook_script is not None:
-            self.notebook = WorkbenchNotebook(
-                f"{name}-notebook",
-                WorkbenchNotebookArgs(
-                    project=project,
-                    zone=zone,
-                    notebook=stack.notebook,
-                    post_startup_script=boot.notebook_script,
-                    bucket_name=self.bucket.name,
-                    service_account_email=self.notebook_identity.email,
-                    network=self.network.network.id,
-                    subnetwork=self.network.subnetwork.id,
-                    labels=labels,
-                    stack_name=name,
-                ),
-                opts=node_opts(self.notebook_identity),
-            )
-        access = stack.access
-        if access is not None and access.members and (stack.cluster is not None or stack.notebook is not None):
-            TeamAccess(
-                f"{name}-access",
-                TeamAccessArgs(
-                    project=project,
-                    zone=zone,
-                    members=tuple(access.members),
-                    instances={n: i.name for n, i in self.cluster.instances.items()} if stack.cluster else {},
-                    node_account=self.identity.account_name if stack.cluster else None,
-                    notebook_instance=self.notebook.instance.name if stack.notebook else None,
-                    notebook_account=self.notebook_identity.account_name if stack.notebook else None,
-                ),
-                opts=after_apis,
-            )
-        if stack.budget is not None:
-            BillingBudget(
-                f"{name}-budget",
-                BillingBudgetArgs(project, stack.budget, (STACK_LABEL, labels[STACK_LABEL])),
-                opts=after_apis,
-            )
-
-        self.bucket_url = self.bucket.url
-        self.registry_url = self.registry.url
+        options = MachineOptions(self, network, secret_resources, bucket.ready)
+        machines = declare_machines(stack, boot, identities, bucket, options)
+        declare_access_and_budget(stack, identities, machines, after_apis)
+        self.bucket_url = bucket.url
+        self.registry_url = registry.url
         self.vm_names = stack.vm_names
-        self.ssh_commands = ssh
+        self.ssh_commands = machines.ssh
         self.job_dir = stack.job_dir
         self.hourly_usd = stack.hourly_usd
         self.costs = [asdict(cost) for cost in stack.costs]
@@ -259,4 +125,209 @@ class TrainingStack(pulumi.ComponentResource):
                 "hourly_usd": self.hourly_usd,
                 "costs": self.costs,
             }
+        )
+
+
+def enable_services(stack: ResolvedStack, parent: pulumi.Resource) -> pulumi.ResourceOptions:
+    """The project's APIs the stack uses; returns the options of everything that waits for them."""
+    apis = list(REQUIRED_APIS)
+    apis += [TPU_API] if stack.tpu else []
+    apis += [WORKBENCH_API] if stack.notebook else []
+    apis += [BUDGET_API] if stack.budget else []
+    apis += [SECRETS_API] if stack.job is not None and stack.job.secrets else []
+    services = ProjectServices(
+        f"{stack.name}-apis",
+        ProjectServicesArgs(stack.project, tuple(apis)),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    return pulumi.ResourceOptions(parent=parent, depends_on=services.ready)
+
+
+def declare_storage(
+    stack: ResolvedStack, after_apis: pulumi.ResourceOptions
+) -> tuple[TrainingBucket, ContainerRegistry]:
+    """The bucket (with what the machines fetch at boot) and the container registry."""
+    runs_agent = stack.cluster is not None or stack.tpu is not None
+    bucket = TrainingBucket(
+        f"{stack.name}-storage",
+        TrainingBucketArgs(
+            bucket_name=stack.bucket_name,
+            location=stack.region,
+            storage=stack.storage,
+            labels=stack.labels,
+            job=stack.job if runs_agent else None,
+            stack_name=stack.name,
+            runs_agent=runs_agent,
+            wheelhouse=stack.wheelhouse,
+        ),
+        opts=after_apis,
+    )
+    registry = ContainerRegistry(
+        f"{stack.name}-registry",
+        ContainerRegistryArgs(stack.project, stack.region, stack.repository_id, stack.labels),
+        opts=after_apis,
+    )
+    return bucket, registry
+
+
+def declare_identities(
+    stack: ResolvedStack, bucket: TrainingBucket, registry: ContainerRegistry, after_apis: pulumi.ResourceOptions
+) -> Identities:
+    def identity(suffix: str, account_suffix: str, display_name: str, runs_job: bool = True) -> NodeIdentity:
+        job = stack.job if runs_job else None
+        identity_args = NodeIdentityArgs(
+            project=stack.project,
+            account_id=f"{stack.name}-{account_suffix}",
+            display_name=display_name,
+            bucket_name=bucket.name,
+            bucket=stack.bucket_name,
+            repository_location=registry.repository.location,
+            repository_name=registry.repository.name,
+            data_bucket=stack.external_data_bucket,
+            # Only machines that run the job pull its image, and write its own job directory.
+            image=stack.external_image if runs_job else None,
+            job_dir_bucket=job.job_dir_bucket if job else None,
+            job_dir_prefix=job.job_dir_prefix if job else None,
+        )
+        return NodeIdentity(f"{stack.name}-{suffix}", identity_args, opts=after_apis)
+
+    identities = Identities()
+    if stack.cluster is not None:
+        identities.training = identity("identity", TRAINING_ACCOUNT_SUFFIX, "trainstack training nodes")
+    if stack.tpu is not None:
+        identities.tpu = identity("tpu-identity", "tpu", "trainstack TPU VM")
+    if stack.notebook is not None:
+        identities.notebook = identity("notebook-identity", "nb", "trainstack Workbench notebook", runs_job=False)
+    return identities
+
+
+def declare_secrets(
+    stack: ResolvedStack, readers: list[NodeIdentity], after_apis: pulumi.ResourceOptions
+) -> list[pulumi.Resource]:
+    """The job's secrets, readable by ``readers`` alone; returns what the machines wait for."""
+    if stack.job is None or not stack.job.secrets:
+        return []
+    values = stack.secret_values
+    job_secrets = JobSecrets(
+        f"{stack.name}-secrets",
+        JobSecretsArgs(
+            project=stack.project,
+            region=stack.region,
+            secrets=tuple((env, secret_id, values[env].value) for env, secret_id in stack.job.secrets),
+            readers=tuple(i.member for i in readers),
+            labels=stack.labels,
+        ),
+        opts=after_apis,
+    )
+    return job_secrets.ready
+
+
+@dataclass(frozen=True)
+class MachineOptions:
+    """What every machine is declared with: its parent, and what it waits for."""
+
+    parent: pulumi.Resource
+    network: PrivateNetwork
+    secrets: list[pulumi.Resource]
+    code: list[pulumi.Resource]
+
+    def waiting(
+        self, identity: NodeIdentity, fetches_code: bool = True, alias_type: str | None = None
+    ) -> pulumi.ResourceOptions:
+        # Machines start training at boot: their permissions, egress, secrets and code come first.
+        return pulumi.ResourceOptions(
+            parent=self.parent,
+            depends_on=[*identity.bindings, self.network.nat, *self.secrets, *(self.code if fetches_code else [])],
+            aliases=[pulumi.Alias(type_=alias_type)] if alias_type else None,
+        )
+
+
+def declare_machines(
+    stack: ResolvedStack, boot: BootFiles, identities: Identities, bucket: TrainingBucket, options: MachineOptions
+) -> Machines:
+    """The cluster, the TPU VM and the notebook the stack asks for."""
+    name, project, zone, labels = stack.name, stack.project, stack.zone, stack.labels
+    network = options.network
+    machines = Machines()
+    if stack.cluster is not None and boot.cluster_script is not None and identities.training is not None:
+        machines.cluster = TrainingCluster(
+            f"{name}-cluster",
+            TrainingClusterArgs(
+                project=project,
+                zone=zone,
+                cluster=stack.cluster,
+                startup_script=boot.cluster_script,
+                node_metadata=boot.cluster_metadata,
+                service_account_email=identities.training.email,
+                subnetwork=network.subnetwork.id,
+                labels=labels,
+                stack_name=name,
+            ),
+            # The component's former type: an update keeps every VM rather than replacing it.
+            opts=options.waiting(identities.training, alias_type="trainstack:index:GpuCluster"),
+        )
+        machines.ssh.update({n: ssh_command(n, zone, project) for n in machines.cluster.names})
+    if stack.tpu is not None and boot.tpu_script is not None and identities.tpu is not None:
+        machines.tpu = TpuVm(
+            f"{name}-tpu",
+            TpuVmArgs(
+                project=project,
+                zone=zone,
+                tpu=stack.tpu,
+                startup_script=boot.tpu_script,
+                metadata=boot.tpu_metadata,
+                service_account_email=identities.tpu.email,
+                service_account_member=identities.tpu.member,
+                network=network.network.id,
+                subnetwork=network.subnetwork.id,
+                labels=labels,
+                stack_name=name,
+            ),
+            opts=options.waiting(identities.tpu),
+        )
+        machines.ssh[machines.tpu.name] = ssh_command(machines.tpu.name, zone, project, tpu=True)
+    if stack.notebook is not None and boot.notebook_script is not None and identities.notebook is not None:
+        machines.notebook = WorkbenchNotebook(
+            f"{name}-notebook",
+            WorkbenchNotebookArgs(
+                project=project,
+                zone=zone,
+                notebook=stack.notebook,
+                post_startup_script=boot.notebook_script,
+                bucket_name=bucket.name,
+                service_account_email=identities.notebook.email,
+                network=network.network.id,
+                subnetwork=network.subnetwork.id,
+                labels=labels,
+                stack_name=name,
+            ),
+            opts=options.waiting(identities.notebook, fetches_code=False),
+        )
+    return machines
+
+
+def declare_access_and_budget(
+    stack: ResolvedStack, identities: Identities, machines: Machines, after_apis: pulumi.ResourceOptions
+) -> None:
+    """The team's access to its machines, and the billing budget."""
+    access = stack.access
+    if access is not None and access.members and (machines.cluster is not None or machines.notebook is not None):
+        TeamAccess(
+            f"{stack.name}-access",
+            TeamAccessArgs(
+                project=stack.project,
+                zone=stack.zone,
+                members=tuple(access.members),
+                instances={n: i.name for n, i in machines.cluster.instances.items()} if machines.cluster else {},
+                node_account=identities.training.account_name if identities.training else None,
+                notebook_instance=machines.notebook.instance.name if machines.notebook else None,
+                notebook_account=identities.notebook.account_name if identities.notebook else None,
+            ),
+            opts=after_apis,
+        )
+    if stack.budget is not None:
+        BillingBudget(
+            f"{stack.name}-budget",
+            BillingBudgetArgs(stack.project, stack.budget, (STACK_LABEL, stack.labels[STACK_LABEL])),
+            opts=after_apis,
         )

@@ -1,0 +1,146 @@
+"""Where everything of a local run is, and putting it in place: the stand-in bucket and the
+job directory in it, each node with its metadata and state directory, the boot script."""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypedDict
+
+from trainstack.cloud import bootscripts
+from trainstack.jobcode.package import BUILTIN_SOURCE, builtin_package
+from trainstack.localrun import staging
+from trainstack.localrun.nodes import LocalMachines, LocalNode, TrainerOverrides, cluster_machines, tpu_machine
+from trainstack.localrun.outcome import LocalStackRunResult
+from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
+from trainstack.localrun.workdir import WORKDIR_MARKER
+from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
+from trainstack_contract import LAYOUT
+
+
+class LayoutOptions(TypedDict, total=False):
+    """:func:`lay_out`'s options, for callers that pass them on."""
+
+    trainer_source: Path
+    kind: bootscripts.NodeKind | None
+    environment_installed: bool
+    gpu_count: int
+    bucket: StandInBucket | None
+    preempt: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LocalRunLayout:
+    stack: ResolvedStack
+    workdir: Path
+    kind: bootscripts.NodeKind
+    bucket: StandInBucket
+    # The job as the nodes' metadata names it: its job directory is the stand-in's.
+    job: ResolvedJob | None
+    job_directory: JobDirectory
+    machines: LocalMachines
+    environment_installed: bool
+
+    @property
+    def nodes(self) -> list[LocalNode]:
+        return self.machines.nodes
+
+    @property
+    def job_dir(self) -> Path | str:
+        """A local path with the directory stand-in; a gs:// URI with a test's GcsBucket."""
+        uri = self.job_directory.uri
+        return Path(uri) if isinstance(self.bucket, DirectoryBucket) else uri
+
+    @property
+    def script(self) -> Path:
+        return self.workdir / self.machines.script_name
+
+    @property
+    def self_stop_log(self) -> Path:
+        return self.workdir / "self-stop.log"
+
+    @property
+    def pip_find_links(self) -> Path:
+        return self.workdir / "pip-find-links"
+
+    def prepare(self, echo: bool) -> None:
+        """The work directory as ``pulumi up`` and the VMs' disks would leave it."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.stack.stack}\n")
+        self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
+        staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse)
+        staging.prepare_node_disks(self.nodes, self.kind.requirements_stamp, self.environment_installed)
+        venv_python = self.nodes[0].state_dir / "venv" / "bin" / "python"
+        python = venv_python if venv_python.exists() else Path(sys.executable)
+        staging.fetch_for_pip(self.job, python, self.pip_find_links, echo)
+
+
+def lay_out(
+    stack: ResolvedStack,
+    workdir: Path,
+    overrides: TrainerOverrides,
+    trainer_source: Path = BUILTIN_SOURCE,
+    kind: bootscripts.NodeKind | None = None,
+    environment_installed: bool = True,
+    gpu_count: int = 0,
+    bucket: StandInBucket | None = None,
+    preempt: tuple[str, ...] = (),
+) -> LocalRunLayout:
+    """``preempt``: nodes `--preempt` names (:func:`~trainstack.localrun.nodes.check_preemptible`
+    says which may be named).
+
+    ``trainer_source``, ``kind`` and ``environment_installed`` let tests swap in a small
+    built-in trainer and requirements and exercise the script's own install path;
+    ``gpu_count`` is what the nodes' metadata says they have (this machine has none).
+
+    ``bucket``: where the nodes' storage is; by default the directory
+    ``<workdir>/bucket/<bucket name>``. A test passes a
+    :class:`~trainstack.localrun.standins.GcsBucket` to have the boot script write its status
+    objects to Cloud Storage (an emulator) through ``gcloud storage``: the code archive and
+    requirements are then uploaded there, the metadata names ``gs://NAME``, the status
+    objects are read from there, and ``job_dir`` is a gs:// URI; node state and
+    ``self-stop.log`` stay in ``workdir``."""
+    if stack.cluster is None and stack.tpu is None:
+        raise ValueError(f"stack {stack.name} has no trainstack:cluster or trainstack:tpu to run locally")
+    workdir = workdir.resolve()
+    kind = kind or (
+        bootscripts.tpu_node_kind(stack.tpu, stack.zone) if stack.tpu is not None else bootscripts.cluster_node_kind()
+    )
+    # The bucket's stand-in: a directory of the same name; the layout inside is the bucket's.
+    bucket = bucket or DirectoryBucket(workdir / "bucket" / stack.bucket_name)
+    job = stack.job
+    if job is not None and job.builtin and trainer_source != BUILTIN_SOURCE:
+        job = dataclasses.replace(job, package=builtin_package(trainer_source))
+    directory = job_directory(bucket, job, workdir)
+    # The nodes' metadata names the stand-in, not the cloud's job directory.
+    job = None if job is None else dataclasses.replace(job, job_dir=directory.uri)
+    machines = (
+        tpu_machine(stack, job, bucket.uri, overrides, kind, workdir, preempt)
+        if stack.tpu is not None
+        else cluster_machines(stack, job, bucket.uri, overrides, kind, workdir, preempt, gpu_count)
+    )
+    return LocalRunLayout(stack, workdir, kind, bucket, job, directory, machines, environment_installed)
+
+
+def collect_result(
+    layout: LocalRunLayout, compute_calls: list[str], preemptions: list[tuple[str, float]]
+) -> LocalStackRunResult:
+    """What the run's nodes recorded (status objects, exits, self-stops, output) and what the
+    stand-ins saw (Compute Engine calls, preemptions)."""
+    directory = layout.job_directory
+    read = directory.bucket.read_json
+    self_stop_log = layout.self_stop_log
+    return LocalStackRunResult(
+        job_status=read(posixpath.join(directory.prefix, LAYOUT.job_status)),
+        node_status={n.name: read(posixpath.join(directory.prefix, LAYOUT.node_status(n.name))) for n in layout.nodes},
+        exit_codes={n.name: n.process.returncode if n.process else None for n in layout.nodes},
+        self_stops=self_stop_log.read_text().splitlines() if self_stop_log.exists() else [],
+        job_dir=layout.job_dir,
+        logs={n.name: n.lines for n in layout.nodes},
+        has_job=layout.job is not None,
+        compute_calls=compute_calls,
+        preemptions=preemptions,
+    )
