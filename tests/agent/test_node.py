@@ -148,6 +148,47 @@ def test_a_node_waits_at_boot_for_a_peer_that_is_down() -> None:
     assert w.launcher.children[0].exits_at >= 50.0 + 5.0
 
 
+def test_a_node_waiting_at_boot_for_a_peer_ends_when_the_peer_records_failed() -> None:
+    w = world(settings(), runs=[(5.0, 0)])
+    w.put_status("worker-0", STATES.interrupted)
+    w.clock.at(50.0, lambda: w.put_status("worker-0", STATES.failed))
+    assert w.agent.run() == EXIT_ENDED
+    chief = w.status("chief")
+    assert chief is not None and (chief.state, chief.reason) == (STATES.failed, "peer worker-0 recorded FAILED")
+    assert w.launcher.started == []
+
+
+def test_a_peer_that_recorded_failed_since_the_start_ends_the_look_for_a_lost_peer_at_once() -> None:
+    w = world(settings(), runs=[(30.0, 3)])
+    w.put_status("worker-0", STATES.running)
+    w.clock.at(29.0, lambda: w.put_status("worker-0", STATES.failed))
+    assert w.agent.run() == 3
+    assert len(w.launcher.started) == 1
+    # No settle window: a FAILED peer is not coming back.
+    assert w.clock.now < 30.0 + Timings().peer_settle
+
+
+def test_a_peer_lost_within_the_settle_window_after_the_codes_exit_still_gets_the_code_restarted() -> None:
+    w = world(settings(), runs=[(30.0, 3), (10.0, 0)])
+    w.put_status("worker-0", STATES.running)
+    w.clock.at(20.0, lambda: w.put_status("worker-0", STATES.running))
+    w.clock.at(35.0, lambda: w.put_status("worker-0", STATES.preempted))
+    w.clock.at(45.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    assert w.agent.run() == 0
+    assert len(w.launcher.started) == 2
+
+
+def test_a_workers_end_is_recorded_as_its_own_and_the_jobs_is_left_to_the_chief() -> None:
+    w = world(settings(node="worker-0"), runs=[(30.0, 0)])
+    w.put_job_status(STATES.running)
+    for second in range(10, 60, 10):
+        w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
+    assert w.agent.run() == 0
+    worker = w.status("worker-0")
+    assert worker is not None and worker.state == STATES.succeeded
+    assert not any(uri.endswith("/status/job.json") for uri in w.storage.writes)
+
+
 def test_a_worker_ends_when_the_chief_records_failed() -> None:
     w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
     w.put_job_status(STATES.running)
@@ -420,6 +461,28 @@ def test_the_chief_looks_often_at_a_spot_peer_it_knows_is_down() -> None:
     during = [b - a for a, b in zip(looks, looks[1:], strict=False) if 30.0 <= a and b <= 45.0]
     assert before and set(before) == {10.0}
     assert during and max(during) <= 2.0
+
+
+def test_a_peer_preempted_past_the_bound_while_the_chief_looks_for_a_lost_peer_ends_the_job() -> None:
+    """The chief's recovery keeps watching while it settles after its code's exit: its word
+    that a Spot peer was preempted too often ends the job with that reason."""
+    too_often = "worker-0 was preempted 4 times, more than cluster.max_restarts (3)"
+
+    class BoundedRecovery:
+        def look(self) -> str | None:
+            return too_often if w.clock.now > 30.0 else None
+
+    w = world(
+        settings(recover=(("worker-0", "s-worker-0"),)),
+        runs=[(30.0, 3)],
+        recovery_factory=lambda board, clock, log: BoundedRecovery(),
+    )
+    w.put_status("worker-0", STATES.running)
+    assert w.agent.run() == EXIT_ENDED
+    chief, job = w.status("chief"), w.job_status()
+    assert chief is not None and (chief.state, chief.exit_code, chief.reason) == (STATES.failed, EXIT_ENDED, too_often)
+    assert job is not None and (job.state, job.reason) == (STATES.failed, too_often)
+    assert len(w.launcher.started) == 1
 
 
 def test_the_chiefs_termination_says_so_of_the_job_too() -> None:

@@ -127,3 +127,19 @@ def test_an_unreadable_instance_is_skipped_and_said() -> None:
     recovery, instances, _, _, log = setup()
     assert recovery.look() is None
     assert instances.starts == [] and any("could not read the status of s-worker-0" in line for line in log)
+
+
+def test_every_peer_is_looked_at_whatever_the_ones_before_it_are() -> None:
+    clock, storage, instances, log = FakeClock(), MemoryStorage(), FakeInstances(), []
+    instances.clock = clock
+    board = Board(storage, JOB_DIR, "chief", "1111", now=clock.utc_text)  # type: ignore[arg-type]
+    peers = tuple((f"worker-{i}", f"s-worker-{i}") for i in range(4))
+    recovery = SpotRecovery(peers, 3, instances, board, clock.monotonic, log.append)
+    # worker-0's instance cannot be read, worker-1 is up, worker-2 stopped at the end of its
+    # work; only worker-3 was preempted.
+    instances.statuses.update({"s-worker-1": "RUNNING", "s-worker-2": TERMINATED, "s-worker-3": TERMINATED})
+    for node, state in (("worker-2", STATES.succeeded), ("worker-3", STATES.preempted)):
+        document = first_status(node, state, time=clock.utc_text(), incarnation="aaaa")
+        storage.objects[f"{JOB_DIR}/status/{node}.json"] = document.to_json().encode()
+    assert recovery.look() is None
+    assert instances.starts == [(0.0, "s-worker-3")]
