@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -68,6 +69,25 @@ def test_plan_json_carries_the_same_cost_report(capsys: pytest.CaptureFixture[st
     report = cost_json(capsys, "--stack", "dev")
     assert main(["plan", "--stack", "dev", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["cost"] == report
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]])
+def test_plan_works_the_cost_out_once(
+    output: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import trainstack.cloud.planning as planning
+
+    calls: list[str] = []
+    real = planning.cost_report
+
+    def counting(stack: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(stack.name)
+        return real(stack, *args, **kwargs)
+
+    monkeypatch.setattr(planning, "cost_report", counting)
+    assert main(["plan", "--stack", "dev", *output]) == 0
+    capsys.readouterr()
+    assert len(calls) == 1
 
 
 def test_chart_is_a_png_of_the_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
