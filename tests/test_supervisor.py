@@ -149,6 +149,26 @@ def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(supervisor: Superviso
     assert supervisor.lines("stubborn") == ["ready"]
 
 
+@pytest.mark.parametrize("ending", ["stop", "kill_all"])
+def test_a_watcher_left_in_the_group_by_an_exited_leader_is_ended_too(
+    supervisor: Supervisor, tmp_path: Path, ending: str
+) -> None:
+    """A TPU VM's run-time cap watcher stays in the boot's group and outlives the boot script;
+    a VM's stop ends it, and so must the end of a local run."""
+    pid_file = tmp_path / "watcher.pid"
+    # The watcher closes the output it inherited, so the leader's reader sees the end.
+    supervisor.start("boot", ["bash", "-c", f"sleep 1000 >/dev/null 2>&1 & echo $! > {pid_file}; echo started"])
+    wait_for_line(supervisor, "boot", "started")
+    assert wait_for_exit(supervisor, "boot") == 0
+    watcher = int(pid_file.read_text())
+    assert not gone(watcher)
+    if ending == "stop":
+        supervisor.stop(["boot"], timeout=DEADLINE_SECONDS)
+    else:
+        supervisor.kill_all()
+    assert wait_for(lambda: gone(watcher), deadline())
+
+
 def test_kill_all_kills_every_group(supervisor: Supervisor) -> None:
     supervisor.start("a", ["bash", "-c", 'trap "" TERM; echo ready; while :; do sleep 1; done'])
     supervisor.start("b", ["sleep", "1000"])

@@ -50,12 +50,9 @@ def free_loopback_ports(count: int) -> list[int]:
             handle.close()
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, their children, ...), read from /proc now.
-
-    A node's agent starts each child in a session of its own, as a VM's processes need no
-    common group; a VM's shutdown still signals every one of them, and so must a local run."""
-    children: dict[int, list[int]] = {}
+def _process_table() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every process, read from /proc now."""
+    table = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -63,10 +60,21 @@ def descendants(pid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses; ppid follows the last ")".
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses; the rest follows the last ")".
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[1].isdigit():
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+        if len(fields) > 2 and fields[1].isdigit() and fields[2].isdigit():
+            table.append((int(entry.name), int(fields[1]), int(fields[2])))
+    return table
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), read from /proc now.
+
+    A node's agent starts each child in a session of its own, as a VM's processes need no
+    common group; a VM's shutdown still signals every one of them, and so must a local run."""
+    children: dict[int, list[int]] = {}
+    for child, parent, _ in _process_table():
+        children.setdefault(parent, []).append(child)
     found: list[int] = []
     pending = [pid]
     while pending:
@@ -75,6 +83,13 @@ def descendants(pid: int) -> list[int]:
                 found.append(child)
                 pending.append(child)
     return found
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes still in process group ``pgid``, read from /proc now. A group's id is
+    not reused while it has a member, so these are the group's own even after its leader
+    has exited and been reaped."""
+    return [pid for pid, _, group in _process_table() if group == pgid]
 
 
 def wait_for(predicate: Callable[[], bool], deadline: float | None, poll_seconds: float = POLL_SECONDS) -> bool:
@@ -281,12 +296,23 @@ class Supervisor(ProcessTable):
             self.signal(name, signal.SIGKILL)
         for name in selected:
             self._children[name].process.wait()
+            self._kill_leftovers(name)
 
     def kill_all(self) -> None:
         """SIGKILL to every group, as a host restart does, and wait for every process."""
         self.signal_all(signal.SIGKILL)
-        for child in self._children.values():
+        for name, child in self._children.items():
             child.process.wait()
+            self._kill_leftovers(name)
+
+    def _kill_leftovers(self, name: str) -> None:
+        """SIGKILL to what is left of the group of ``name`` once its leader has exited (a
+        watcher the boot started in its own group, which a VM's stop would have ended)."""
+        for pid in group_members(self._children[name].process.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def close(self, timeout: float = READER_JOIN_SECONDS) -> None:
         """Waits for the reader threads to reach the end of their output (each up to
