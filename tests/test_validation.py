@@ -368,6 +368,20 @@ def test_invalid_tpu_stack_is_rejected_naming_the_key(
     assert any(line.strip().startswith(f"{key}:") and words in line for line in output.splitlines()), output
 
 
+def test_a_gpu_that_attaches_only_to_n1_suggests_exactly_the_n1_types_that_take_that_many(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    changes = {f"{C}.chief.machine_type": "e2-standard-8", f"{C}.workers": DELETE}
+    code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
+    assert code == 1
+    [line] = [line for line in output.splitlines() if "N1 types that take 2 of it: " in line]
+    suggested = line.split("N1 types that take 2 of it: ")[1].split(", ")
+    assert all(name.startswith("n1-") for name in suggested), suggested
+    # Two T4s take an N1 machine of at most 48 vCPUs and 312 GB (Compute Engine's GPU table).
+    assert {"n1-standard-1", "n1-standard-32", "n1-highmem-32"} <= set(suggested)
+    assert not {"n1-standard-64", "n1-highmem-64", "n1-standard-96"} & set(suggested)
+
+
 def test_every_problem_is_reported_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     changes = {f"{C}.strategy": "horovod", "trainstack:job.name": "bad-name", f"{C}.chief.disk_gb": 1}
     code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
