@@ -12,7 +12,7 @@ import yaml
 
 from stack_helpers import SHIPPED_STACKS, base_config, write_stack
 from trainstack.commands.main import main
-from trainstack.stackmodel.stackfile import STACKS_DIR
+from trainstack.stackmodel.stackfile import STACKS_DIR, load_checked_stack
 
 DELETE = object()
 
@@ -380,6 +380,46 @@ def test_a_gpu_that_attaches_only_to_n1_suggests_exactly_the_n1_types_that_take_
     # Two T4s take an N1 machine of at most 48 vCPUs and 312 GB (Compute Engine's GPU table).
     assert {"n1-standard-1", "n1-standard-32", "n1-highmem-32"} <= set(suggested)
     assert not {"n1-standard-64", "n1-highmem-64", "n1-standard-96"} & set(suggested)
+
+
+@pytest.mark.parametrize(
+    ("changes", "strategy"),
+    [
+        ({f"{C}.workers": DELETE, f"{C}.chief.accelerator.count": 1}, "one_device"),
+        (
+            {f"{C}.workers": DELETE, f"{C}.chief.accelerator.count": 4, f"{C}.chief.machine_type": "n1-standard-16"},
+            "mirrored",
+        ),
+        ({f"{C}.workers": DELETE, f"{C}.chief.accelerator": DELETE}, "one_device"),
+        # Built-in GPUs count as the machine's: four A100s make one machine of four devices.
+        ({f"{C}.workers": DELETE, f"{C}.chief": {"machine_type": "a2-highgpu-4g"}}, "mirrored"),
+        ({}, "multi_worker_mirrored"),
+    ],
+    ids=["one-gpu", "four-gpus", "cpu", "built-in-gpus", "workers"],
+)
+def test_auto_resolves_to_the_strategy_the_machines_call_for(
+    tmp_path: Path, changes: dict[str, Any], strategy: str
+) -> None:
+    _, facts = load_checked_stack(write_stack(tmp_path, mutated(changes)))
+    assert facts.strategy == strategy
+
+
+def test_limits_are_inclusive_a_machine_exactly_at_a_gpu_counts_limit_is_valid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Four T4s take at most 96 vCPUs and 624 GB: n1-highmem-96 is both, exactly.
+    changes = {
+        f"{C}.workers": DELETE,
+        f"{C}.chief": {"machine_type": "n1-highmem-96", "accelerator": {"type": "nvidia-tesla-t4", "count": 4}},
+    }
+    code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
+    assert code == 0, output
+
+
+def test_multi_worker_mirrored_takes_a_single_worker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    changes = {f"{C}.strategy": "multi_worker_mirrored", f"{C}.workers.count": 1}
+    code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
+    assert code == 0, output
 
 
 def test_every_problem_is_reported_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
