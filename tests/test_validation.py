@@ -106,6 +106,41 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "attaches only to N1",
     ),
     ("unknown_gpu", {f"{C}.chief.accelerator.type": "nvidia-tesla-t5"}, f"{C}.chief.accelerator.type", "valid types:"),
+    # The workers' and parameter servers' machines are checked as the chief's is, under their own keys.
+    (
+        "unknown_gpu_on_the_workers_only",
+        {f"{C}.workers.accelerator.type": "nvidia-tesla-t5"},
+        f"{C}.workers.accelerator.type",
+        "valid types:",
+    ),
+    (
+        "unknown_parameter_server_machine_type",
+        {f"{C}.strategy": "parameter_server", f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-standard-7"}},
+        f"{C}.parameter_servers.machine_type",
+        "unknown machine type 'n1-standard-7'",
+    ),
+    (
+        "mwms_built_in_gpu_count_mismatch",
+        {
+            f"{C}.chief": {"machine_type": "a2-highgpu-1g"},
+            f"{C}.workers": {"count": 1, "machine_type": "a2-highgpu-2g"},
+            f"{C}.strategy": "multi_worker_mirrored",
+        },
+        f"{C}.workers.accelerator.count",
+        "chief has 1, workers have 2",
+    ),
+    (
+        "job_arg_that_argparse_expands_to_a_stack_flag",
+        {"trainstack:job.args": ["--e", "5"]},
+        "trainstack:job.args[0]",
+        "--e (a prefix of --epochs, which argparse expands) is set by the stack",
+    ),
+    (
+        "job_dir_given_with_an_equals_sign",
+        {"trainstack:job.args": ["--job-dir=gs://b/x=y"]},
+        "trainstack:job.args[0]",
+        "--job-dir is set by the stack",
+    ),
     (
         "retired_k80",
         {f"{C}.chief.accelerator.type": "nvidia-tesla-k80", f"{C}.workers.accelerator.type": "nvidia-tesla-k80"},
@@ -418,6 +453,26 @@ def test_limits_are_inclusive_a_machine_exactly_at_a_gpu_counts_limit_is_valid(
 
 def test_multi_worker_mirrored_takes_a_single_worker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     changes = {f"{C}.strategy": "multi_worker_mirrored", f"{C}.workers.count": 1}
+    code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
+    assert code == 0, output
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        # Two GPU types that the zone both offers.
+        {f"{C}.workers.accelerator.type": "nvidia-tesla-v100"},
+        # a3-highgpu-1g is offered only as Spot: Spot nodes of it are valid.
+        {
+            f"{C}.chief": {"machine_type": "a3-highgpu-1g", "spot": True},
+            f"{C}.workers": {"count": 1, "machine_type": "a3-highgpu-1g", "spot": True},
+        },
+    ],
+    ids=["two-gpu-types-in-the-zone", "spot-only-machines-as-spot"],
+)
+def test_valid_clusters_the_checks_must_not_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any]
+) -> None:
     code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
     assert code == 0, output
 
