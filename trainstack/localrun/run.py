@@ -41,10 +41,7 @@ from trainstack.localrun.nodelogs import NodeLogWriter, is_runtime_noise
 from trainstack.localrun.nodes import LocalNode, TrainerOverrides
 from trainstack.localrun.outcome import LocalStackRunInterrupted, LocalStackRunResult
 from trainstack.localrun.spot import PREEMPT_GRACE_SECONDS, SpotMachines, serve_stand_ins
-from trainstack.localrun.standins import (
-    DirectoryBucket,
-    StandInBucket,
-)
+from trainstack.localrun.standins import DirectoryBucket, StandInBucket
 from trainstack.localrun.supervisor import Supervisor
 from trainstack.localrun.workdir import check_adoptable, clear_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
