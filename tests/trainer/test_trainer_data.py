@@ -15,14 +15,29 @@ from trainstack.localrun.bare_trainers import run_local_cluster
 DIGIT_CLASSES = 10
 
 
-def digit_images() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's bundled 8x8 digits as 16x16 RGB uint8 images."""
-    from sklearn.datasets import load_digits
+def digit_images(count: int = 1800) -> tuple[np.ndarray, np.ndarray]:
+    """The digits 0-9 as 16x16 RGB uint8 pictures, each drawn by Pillow in its built-in font
+    at a random size, place, ink and background shade, under noise: the class is in the
+    glyph's shape alone. (scikit-learn's handwritten digits served here before; installed
+    beside TensorFlow, scikit-learn made every trainer process of the suite import it through
+    Keras, about 1.4 s of CPU each: docs/benchmarks.md.)"""
+    from PIL import Image, ImageDraw, ImageFont
 
-    digits = load_digits()
-    pixels = (digits.images / 16.0 * 255.0).round().astype(np.uint8)
-    pixels = pixels.repeat(2, axis=1).repeat(2, axis=2)
-    return np.stack([pixels] * 3, axis=-1), digits.target
+    rng = np.random.default_rng(0)
+    fonts = [ImageFont.load_default(size=size) for size in (10, 11, 12, 13, 14)]
+    images = np.empty((count, 16, 16, 3), dtype=np.uint8)
+    labels = np.arange(count) % DIGIT_CLASSES
+    for index, label in enumerate(labels):
+        canvas = Image.new("L", (16, 16), color=int(rng.integers(0, 80)))
+        draw = ImageDraw.Draw(canvas)
+        font = fonts[int(rng.integers(len(fonts)))]
+        left, top, right, bottom = draw.textbbox((0, 0), str(label), font=font)
+        x = int(rng.integers(0, 16 - (right - left) + 1)) - left
+        y = int(rng.integers(0, 16 - (bottom - top) + 1)) - top
+        draw.text((x, y), str(label), fill=int(rng.integers(170, 256)), font=font)
+        pixels = np.asarray(canvas, dtype=np.float32) + rng.normal(0.0, 24.0, (16, 16))
+        images[index] = np.clip(pixels, 0, 255).astype(np.uint8)[..., None]
+    return images, labels
 
 
 @pytest.fixture(scope="module")
