@@ -151,7 +151,14 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "gpu_not_in_zone",
         {f"{C}.chief.accelerator.type": "nvidia-tesla-p100", f"{C}.workers.accelerator.type": "nvidia-tesla-p100"},
         f"{C}.chief.accelerator.type",
-        "not offered in zone us-central1-a",
+        # The zones suggested are the region's own that offer it, not any zone.
+        "not offered in zone us-central1-a; zones in us-central1 that offer it: us-central1-c, us-central1-f",
+    ),
+    (
+        "unknown_region_suggests_the_close_ones",
+        {"gcp:region": "us-centrl1"},
+        "gcp:region",
+        "unknown region us-centrl1; did you mean: us-central1",
     ),
     ("zone_outside_region", {"trainstack:zone": "europe-west4-a"}, "trainstack:zone", "not in gcp:region us-central1"),
     (
@@ -483,6 +490,22 @@ def test_every_problem_is_reported_at_once(tmp_path: Path, capsys: pytest.Captur
     assert code == 1
     for key in (f"{C}.strategy", "trainstack:job.name", f"{C}.chief.disk_gb"):
         assert f"{key}:" in output
+
+
+def test_each_machine_of_a_cluster_reports_its_own_problem_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unknown = "n1-standard-7"
+    changes = {
+        f"{C}.strategy": "parameter_server",
+        f"{C}.chief.machine_type": unknown,
+        f"{C}.workers.machine_type": unknown,
+        f"{C}.parameter_servers": {"count": 1, "machine_type": unknown},
+    }
+    code, output = run_validate(write_stack(tmp_path, mutated(changes)), capsys)
+    assert code == 1
+    for role in ("chief", "workers", "parameter_servers"):
+        assert f"{C}.{role}.machine_type: unknown machine type '{unknown}'" in output, output
 
 
 @pytest.mark.parametrize(
