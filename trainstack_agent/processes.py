@@ -31,6 +31,30 @@ JOURNAL_SOCKET = Path("/run/systemd/journal/stdout")
 STOP_GRACE_SECONDS = Timings().stop_grace
 
 
+def popen_in_own_session(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    cwd: str | os.PathLike[str] | None,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[str]:
+    """``argv`` with stdout and stderr merged into one text stream, in a session and process
+    group of its own: a signal to the group reaches anything the process started. (`trainstack
+    local`'s supervisor starts the nodes' boot scripts the same way.)"""
+    return subprocess.Popen(
+        list(argv),
+        env=None if env is None else dict(env),
+        cwd=None if cwd is None else Path(cwd),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+        pass_fds=tuple(pass_fds),
+    )
+
+
 class Log:
     """The agent's lines (``trainstack: ...``) and the job's, to standard error and, where
     there is one, the systemd journal."""
@@ -140,19 +164,7 @@ class Processes:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the agent is ending; no new process starts")
-            popen = subprocess.Popen(
-                list(argv),
-                env=None if env is None else dict(env),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                start_new_session=True,
-                pass_fds=self.keep_fds,
-            )
+            popen = popen_in_own_session(argv, env, cwd, pass_fds=self.keep_fds)
             reader = threading.Thread(target=self._pump, args=(popen.stdout,), daemon=True)
             reader.start()
             child = Child(popen, reader)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from trainstack_agent.processes import popen_in_own_session
+
 # How long stop() waits after SIGTERM before it sends SIGKILL.
 STOP_SECONDS = 10.0
 # How often wait_for() looks at its predicate.
@@ -100,25 +102,6 @@ def wait_for(predicate: Callable[[], bool], deadline: float | None, poll_seconds
             return False
         time.sleep(poll_seconds)
     return True
-
-
-def spawn_in_own_session(
-    argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None
-) -> subprocess.Popen[str]:
-    """``argv`` with stdout and stderr merged into one text stream, in a session and process
-    group of its own: a signal to the group reaches anything the process started."""
-    return subprocess.Popen(
-        list(argv),
-        env=None if env is None else dict(env),
-        cwd=None if cwd is None else Path(cwd),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=True,
-    )
 
 
 def signal_tree(process: subprocess.Popen[str], signum: int) -> None:
@@ -238,7 +221,7 @@ class Supervisor(ProcessTable):
         process's)."""
         if name in self._children:
             raise ValueError(f"a process named {name!r} was already started")
-        child = _Child(spawn_in_own_session(argv, env, cwd))
+        child = _Child(popen_in_own_session(argv, env, cwd))
         self._children[name] = child
         child.follow(name, self._echo)
         return child.process
@@ -256,7 +239,7 @@ class Supervisor(ProcessTable):
         if old.process.poll() is None:
             raise ValueError(f"{name!r} is still running")
         child = _Child(
-            spawn_in_own_session(argv, env, cwd), lines=old.lines, earlier_readers=[*old.earlier_readers, old.reader]
+            popen_in_own_session(argv, env, cwd), lines=old.lines, earlier_readers=[*old.earlier_readers, old.reader]
         )
         self._children[name] = child
         child.follow(name, self._echo)
