@@ -106,18 +106,13 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "attaches only to N1",
     ),
     ("unknown_gpu", {f"{C}.chief.accelerator.type": "nvidia-tesla-t5"}, f"{C}.chief.accelerator.type", "valid types:"),
-    # The workers' and parameter servers' machines are checked as the chief's is, under their own keys.
+    # The workers' GPUs are checked as the chief's are, under their own key (machine types of
+    # every role: test_each_machine_of_a_cluster_reports_its_own_problem_at_once).
     (
         "unknown_gpu_on_the_workers_only",
         {f"{C}.workers.accelerator.type": "nvidia-tesla-t5"},
         f"{C}.workers.accelerator.type",
         "valid types:",
-    ),
-    (
-        "unknown_parameter_server_machine_type",
-        {f"{C}.strategy": "parameter_server", f"{C}.parameter_servers": {"count": 1, "machine_type": "n1-standard-7"}},
-        f"{C}.parameter_servers.machine_type",
-        "unknown machine type 'n1-standard-7'",
     ),
     (
         "mwms_built_in_gpu_count_mismatch",
