@@ -15,8 +15,9 @@ other part the peak is reported as unknown rather than guessed.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 INTEL = "GenuineIntel"
 AMD = "AuthenticAMD"
@@ -59,14 +60,18 @@ def _megahertz(text: str | None) -> float | None:
     return float(text) if text is not None and re.fullmatch(r"[0-9]+(\.[0-9]+)?", text) else None
 
 
-def parse_cpuinfo(text: str) -> CpuInfo:
+def parse_cpuinfo(text: str, usable: Collection[int] | None = None) -> CpuInfo:
     """The x86 ``/proc/cpuinfo`` text: one block per logical CPU, separated by blank lines.
 
     Physical cores are the distinct (physical id, core id) pairs: hyperthreads of one core
     share its FMA units, so they add nothing to the peak. Without those fields (some
     hypervisors leave them out) every logical CPU counts as a core. The clock is the
-    highest ``cpu MHz`` listed."""
+    highest ``cpu MHz`` listed. ``usable`` keeps only the logical CPUs of those numbers: the
+    ones this process may run on (``taskset``, a container's cpuset), whose cores alone count
+    towards its peak."""
     blocks = [_fields(block) for block in re.split(r"\n\s*\n", text) if "processor" in _fields(block)]
+    if usable is not None:
+        blocks = [block for block in blocks if _integer(block.get("processor")) in usable]
     first = blocks[0] if blocks else {}
     cores = {(block.get("physical id"), block.get("core id")) for block in blocks}
     has_topology = all(block.get("physical id") is not None and block.get("core id") is not None for block in blocks)
@@ -83,11 +88,16 @@ def parse_cpuinfo(text: str) -> CpuInfo:
     )
 
 
+def usable_cpus() -> frozenset[int]:
+    """The logical CPUs this process may run on; TensorFlow sizes its thread pools by them."""
+    return frozenset(os.sched_getaffinity(0))
+
+
 def read_cpuinfo(path: str = "/proc/cpuinfo") -> CpuInfo:
-    """This machine's CPU; an unreadable file gives an unknown CPU of zero cores."""
+    """The CPUs this process may run on; an unreadable file gives an unknown CPU of zero cores."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return parse_cpuinfo(handle.read())
+            return parse_cpuinfo(handle.read(), usable_cpus())
     except OSError:
         return parse_cpuinfo("")
 
@@ -286,7 +296,7 @@ def describe_cpu(info: CpuInfo) -> str:
     clock = f"{info.mhz:.0f} MHz" if info.mhz is not None else "clock unknown"
     return (
         f"{info.model_name} ({info.vendor} family {info.family} model {info.model}), "
-        f"{info.physical_cores} physical cores / {info.logical_cpus} logical CPUs, {clock}; flags: {flags}"
+        f"{info.physical_cores} physical cores / {info.logical_cpus} logical CPUs usable here, {clock}; flags: {flags}"
     )
 
 

@@ -53,7 +53,9 @@ def _environment() -> dict[str, str]:
     environment = dict(os.environ)
     environment.pop("TF_CONFIG", None)  # a single machine, whatever the shell says
     environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    environment["PYTHONPATH"] = str(REPOSITORY_ROOT)
+    # the repository first, then whatever the caller's interpreter was given (packages installed with --target)
+    inherited = environment.get("PYTHONPATH", "")
+    environment["PYTHONPATH"] = os.pathsep.join([str(REPOSITORY_ROOT), *([inherited] if inherited else [])])
     return environment
 
 
@@ -315,7 +317,7 @@ def report(
     print(
         f"seed CNN, {args.image_size}x{args.image_size}, batch {args.batch_size}, "
         f"{args.epochs} epochs x {args.steps_per_epoch} steps, synthetic images; "
-        f"{os.cpu_count()} CPUs usable; load average {os.getloadavg()[0]:.2f} at the end"
+        f"{len(cpu_peak.usable_cpus())} of the machine's {os.cpu_count()} CPUs usable; load average {os.getloadavg()[0]:.2f} at the end"
     )
     for line in cpu_peak.describe(peak):
         print(line)

@@ -148,6 +148,34 @@ def test_a_part_missing_from_the_table_is_reported_unknown_not_guessed() -> None
     )
 
 
+def test_only_the_cpus_this_process_may_run_on_count_towards_its_peak() -> None:
+    # taskset -c 0,1 on a 16-core Xeon: the peak is two cores', not sixteen.
+    sixteen = cpuinfo(
+        "GenuineIntel",
+        6,
+        207,
+        "Intel(R) Xeon(R) Processor",
+        "avx fma avx2 avx512f amx_bf16",
+        [(0, n) for n in range(16)],
+    )
+
+    pinned = cpu_peak.physical_peak(cpu_peak.parse_cpuinfo(sixteen, usable={0, 1}))
+    whole = cpu_peak.physical_peak(cpu_peak.parse_cpuinfo(sixteen))
+
+    assert (pinned.cpu.logical_cpus, pinned.cpu.physical_cores) == (2, 2)
+    assert pinned.float32.gflops == pytest.approx(2 * 2.6 * 64)
+    assert whole.float32.gflops == pytest.approx(16 * 2.6 * 64)
+
+
+def test_the_runs_find_the_packages_the_caller_was_given_on_pythonpath(monkeypatch: pytest.MonkeyPatch) -> None:
+    # TensorFlow installed with pip --target and named on PYTHONPATH must reach every run.
+    monkeypatch.setenv("PYTHONPATH", "/opt/site")
+
+    path = throughput.baseline_environment(onednn=False)["PYTHONPATH"].split(":")
+
+    assert path == [str(BENCH.parent), "/opt/site"]
+
+
 def test_without_topology_fields_every_logical_cpu_counts_as_a_core() -> None:
     info = cpu_peak.parse_cpuinfo(
         cpuinfo("AuthenticAMD", 23, 49, "AMD EPYC 7B12", "avx fma avx2", None, "2250.000", processors=4)
@@ -180,7 +208,7 @@ def test_the_cpu_line_names_the_flags_that_decide_the_kernels() -> None:
     line = cpu_peak.describe_cpu(cpu_peak.parse_cpuinfo(ZEN4_BF16_ONE_CORE))
 
     assert line == (
-        "AMD EPYC 9B14 (AuthenticAMD family 25 model 17), 1 physical cores / 2 logical CPUs, 2600 MHz; "
+        "AMD EPYC 9B14 (AuthenticAMD family 25 model 17), 1 physical cores / 2 logical CPUs usable here, 2600 MHz; "
         "flags: avx2+ fma+ avx512f+ avx512_bf16+ amx_bf16-"
     )
 
