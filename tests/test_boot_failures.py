@@ -468,7 +468,7 @@ def test_hostile_values_render_as_data_in_every_template(
     marker = tmp_path / "executed"
     cfg = hostile_config(pattern.format(m=marker))
     rendered = bootscripts.boot_files(resolve_stack(cfg)).by_filename()
-    assert set(rendered) == {"cluster-node.sh", "tpu-vm.sh", "workbench-post-startup.sh"}
+    assert set(rendered) == {"cluster-node.sh", "tpu-vm.sh", "workbench-post-startup.sh", "workbench-startup.sh"}
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     for tool in ("gcloud", "chown", "shutdown"):

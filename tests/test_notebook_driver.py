@@ -104,4 +104,4 @@ def test_the_notebook_sets_no_protected_metadata_key() -> None:
     [notebook] = plan_for("notebook").of_type(WORKBENCH)
     metadata = notebook.inputs["gceSetup"]["metadata"]
     assert "install-nvidia-driver" not in metadata
-    assert metadata["post-startup-script"]
+    assert metadata["startup-script"]

@@ -399,7 +399,9 @@ class MetadataKeys:
     system_site_packages: str = "trainstack-system-site-packages"
     wheelhouse: str = "trainstack-wheelhouse"
     wheelhouse_sha256: str = "trainstack-wheelhouse-sha256"
-    # A Workbench instance's post-startup script's sha256 (Workbench fetches and runs it).
+    # A Workbench instance's post-startup script (a gs:// URI, or a path in tests) and its
+    # sha256: the instance's startup script fetches it, checks it and runs it.
+    notebook_script: str = "trainstack-post-startup"
     notebook_script_sha256: str = "trainstack-post-startup-sha256"
     # GPUs on the node: a container gets them passed through (docker run --gpus all).
     gpu_count: str = "trainstack-gpu-count"

@@ -71,12 +71,20 @@ MAX_HEARTBEAT_SECONDS = 60
 CLUSTER_NODE = "cluster-node.sh.j2"
 TPU_VM = "tpu-vm.sh.j2"
 WORKBENCH = "workbench-post-startup.sh.j2"
+# The Workbench instance's own startup script: fetches, checks and runs WORKBENCH's object.
+WORKBENCH_STARTUP = "workbench-startup.sh.j2"
 # What the boot script accepts as the agent's location: a gs:// object or a local path, ending
 # in the agent's content-named object (a bash ERE; the value is matched whole).
 AGENT_PATTERN = (
     r"^(gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^[:cntrl:]]+)/"
     + LAYOUT.agent_dir
     + r"/trainstack-agent-[0-9a-f]{16}\.pyz$"
+)
+# The same for the notebook's post-startup script (LAYOUT.notebook_script).
+NOTEBOOK_SCRIPT_PATTERN = (
+    r"^(gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^[:cntrl:]]+)/"
+    + LAYOUT.notebook_dir
+    + rf"/post-startup-[0-9a-f]{{{artifacts.NAME_DIGEST_CHARS}}}\.sh$"
 )
 
 
@@ -261,6 +269,7 @@ def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, te
             layout=LAYOUT,
             stop_command=kind.stop_command,
             agent_pattern=AGENT_PATTERN,
+            notebook_script_pattern=NOTEBOOK_SCRIPT_PATTERN,
             bucket_uri=stack.bucket_uri,
             idle_timeout_minutes=stack.notebook.idle_timeout_minutes if stack.notebook else 0,
             code_archive=package.object_name if package else "",
@@ -294,6 +303,8 @@ class BootFiles:
     tpu_script: str | None
     tpu_metadata: dict[str, str]
     notebook_script: str | None
+    # The notebook's startup script, set in its instance metadata: runs notebook_script once verified.
+    notebook_startup_script: str | None
 
     def by_filename(self) -> dict[str, str]:
         """Every script, by file name (what `plan --out DIR` writes)."""
@@ -301,6 +312,7 @@ class BootFiles:
             "cluster-node.sh": self.cluster_script,
             "tpu-vm.sh": self.tpu_script,
             "workbench-post-startup.sh": self.notebook_script,
+            "workbench-startup.sh": self.notebook_startup_script,
         }
         return {filename: text for filename, text in named.items() if text is not None}
 
@@ -322,6 +334,7 @@ def boot_files(stack: ResolvedStack) -> BootFiles:
         tpu_script=render(TPU_VM, stack) if stack.tpu else None,
         tpu_metadata=tpu_metadata(stack, stack.tpu) if stack.tpu else {},
         notebook_script=render(WORKBENCH, stack) if stack.notebook else None,
+        notebook_startup_script=render(WORKBENCH_STARTUP, stack) if stack.notebook else None,
     )
     problems = metadata_problems(stack, boot) + wheelhouse_problems(stack)
     if problems:

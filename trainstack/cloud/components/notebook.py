@@ -23,6 +23,8 @@ class WorkbenchNotebookArgs:
     zone: str
     notebook: ResolvedNotebook
     post_startup_script: str
+    # The instance's own startup script: fetches the post-startup script and checks its sha256.
+    startup_script: str
     # The stack's bucket, which holds the post-startup script.
     bucket_name: pulumi.Input[str]
     service_account_email: pulumi.Input[str]
@@ -34,7 +36,8 @@ class WorkbenchNotebookArgs:
 
 
 class WorkbenchNotebook(pulumi.ComponentResource):
-    """The Workbench instance and the post-startup script it runs, kept in the stack's bucket."""
+    """The Workbench instance and the post-startup script it runs, kept in the stack's bucket and
+    checked against the sha256 in the instance's metadata before it runs."""
 
     name: str
     proxy_uri: pulumi.Output[str]
@@ -43,9 +46,10 @@ class WorkbenchNotebook(pulumi.ComponentResource):
         super().__init__("trainstack:index:WorkbenchNotebook", name, None, opts)
         notebook = args.notebook
         moved = moved_here(self, opts)
-        # Workbench fetches and runs the script itself: what protects it is that only `pulumi
-        # up` can write under trainstack/ (the notebook's account writes under jobs/ alone) and
-        # that its name follows its content; its sha256 is in the instance's metadata to audit.
+        # Workbench's own post-startup-script key is not set: Workbench would run whatever the
+        # object holds when it fetches it. The instance's startup-script, in metadata only `pulumi
+        # up` writes, fetches the object, checks it against the sha256 pinned beside it and runs
+        # it; a script that does not match never runs and the notebook stops.
         script_sha256 = hashlib.sha256(args.post_startup_script.encode()).hexdigest()
         script = gcp.storage.BucketObject(
             f"{args.stack_name}-notebook-post-startup",
@@ -88,13 +92,15 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                     # A running notebook bills for its CPUs and GPUs; idle shutdown stops it
                     # (https://cloud.google.com/vertex-ai/docs/workbench/instances/idle-shutdown).
                     "idle-timeout-seconds": str(notebook.idle_timeout_minutes * SECONDS_PER_MINUTE),
-                    "post-startup-script": pulumi.Output.concat("gs://", script.bucket, "/", script.name),
+                    "startup-script": args.startup_script,
+                    METADATA_KEYS.notebook_script: pulumi.Output.concat("gs://", script.bucket, "/", script.name),
                     METADATA_KEYS.notebook_script_sha256: script_sha256,
                     # OS Login and no project-wide SSH keys, as on every other machine of the stack.
                     "enable-oslogin": "TRUE",
                     "block-project-ssh-keys": "TRUE",
                     # No install-nvidia-driver key: Workbench protects it and overwrites what is
                     # set there. The post-startup script installs a GPU notebook's driver.
+                    # No post-startup-script key either (see above).
                 },
             ),
             labels=args.labels,

@@ -286,7 +286,12 @@ def declare_machines(
             opts=options.waiting(identities.tpu),
         )
         machines.ssh[machines.tpu.name] = ssh_command(machines.tpu.name, zone, project, tpu=True)
-    if stack.notebook is not None and boot.notebook_script is not None and identities.notebook is not None:
+    if (
+        stack.notebook is not None
+        and boot.notebook_script is not None
+        and boot.notebook_startup_script is not None
+        and identities.notebook is not None
+    ):
         machines.notebook = WorkbenchNotebook(
             f"{name}-notebook",
             WorkbenchNotebookArgs(
@@ -294,6 +299,7 @@ def declare_machines(
                 zone=zone,
                 notebook=stack.notebook,
                 post_startup_script=boot.notebook_script,
+                startup_script=boot.notebook_startup_script,
                 bucket_name=bucket.name,
                 service_account_email=identities.notebook.email,
                 network=network.network.id,
