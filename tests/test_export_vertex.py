@@ -292,8 +292,7 @@ def test_exporting_a_package_whose_setup_cfg_names_a_command_class_runs_none_of_
     (code / "trainer" / "task.py").write_text("print('train')\n")
     (code / "trainer" / "data" / "rows.csv").write_text("1,2\n")
     (code / "trainer" / "evil.py").write_text(
-        f"open({str(marker)!r}, 'w').write('the team code ran')\n"
-        "from setuptools.command.sdist import sdist as Sdist\n"
+        f"open({str(marker)!r}, 'w').write('the team code ran')\nfrom setuptools.command.sdist import sdist as Sdist\n"
     )
     config = yaml.safe_load(stack_file_path("ownpackage").read_text())
     config["config"]["trainstack:job"] = {"name": "team", "package": str(code), "module": "trainer.task"}

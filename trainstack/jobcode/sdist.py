@@ -16,28 +16,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trainstack.jobcode.package import CodePackage, ExtraRequirements
 
+
 class SdistProblem(ValueError):
     """The package cannot be built as a source distribution; the message says why."""
 
 
 def dependencies(requirements: ExtraRequirements | None) -> list[str]:
-    """The requirement lines, checked one by one (pip options such as --index-url have no place in metadata)."""
-    if requirements is None:
-        return []
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    lines = []
-    for number, raw in enumerate(requirements.path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            lines.append(str(Requirement(line)))
-        except InvalidRequirement as error:
-            raise SdistProblem(
-                f"{requirements.path}:{number}: not a requirement a package can declare ({error})"
-            ) from None
-    return lines
+    """The requirement lines, as ``load_requirements`` checked them (options are refused there,
+    pip's --hash options left out: metadata has no place for them)."""
+    return [] if requirements is None else list(requirements.lines)
 
 
 def _top_level_patterns(package: CodePackage) -> list[str]:
