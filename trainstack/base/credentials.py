@@ -29,9 +29,10 @@ _KNOWN_TOKENS = (
 )
 _KNOWN = [(what, re.compile(rf"(?<![A-Za-z0-9]){pattern}")) for what, pattern in _KNOWN_TOKENS]
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
-# Runs of base64 (standard and URL-safe) characters long enough to be a key or a token.
-_RUN = re.compile(r"[A-Za-z0-9+/=_-]{24,}")
-_HEX = re.compile(r"[0-9a-fA-F]{32,}")
+# Runs of base64 (standard and URL-safe) characters long enough to be a key or a token, and
+# of hex digits (a key, a token or a digest; "--key=" before one is not part of it).
+_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}")
+_HEX = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{32,}(?![0-9A-Za-z])")
 # Random letters and digits change between upper case, lower case and digit about every 1.6
 # characters; words and identifiers (ResNet50_BatchNorm_Run3) stay in one far longer.
 _RANDOM_MEAN_RUN = 2.1
@@ -46,10 +47,7 @@ def _mean_class_run(text: str) -> float:
 
 
 def _looks_random(run: str) -> str | None:
-    core = run.rstrip("=")
-    if _HEX.fullmatch(core) and re.search(r"[0-9]", core) and re.search(r"[a-fA-F]", core):
-        return "a long hex string (a key or a token)"
-    letters = re.sub(r"[^A-Za-z0-9]", "", core)
+    letters = re.sub(r"[^A-Za-z0-9]", "", run)
     mixed = all(re.search(kind, letters) for kind in ("[A-Z]", "[a-z]", "[0-9]"))
     if len(letters) >= 24 and mixed and _mean_class_run(letters) < _RANDOM_MEAN_RUN:
         return "a long random string (a key or a token)"
@@ -65,6 +63,9 @@ def credential_kind(value: str) -> str | None:
             return what
     if _PRIVATE_KEY.search(value):
         return "a private key"
+    for found in _HEX.findall(value):
+        if re.search(r"[0-9]", found) and re.search(r"[a-fA-F]", found):
+            return "a long hex string (a key or a token)"
     for run in _RUN.findall(value):
         if (kind := _looks_random(run)) is not None:
             return kind
