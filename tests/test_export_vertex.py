@@ -274,6 +274,44 @@ def test_the_source_distribution_is_built_without_running_the_teams_code(tmp_pat
     assert [p.name for p in out.iterdir()] == [built.name]
 
 
+# A team's setup.cfg that names a command class of its own for `sdist`: setuptools imports
+# trainer.evil to build the archive.
+EVIL_SETUP_CFG = "[metadata]\nname = team\n\n[options]\npackages = find:\ncmdclass =\n    sdist = trainer.evil.Sdist\n"
+
+
+def test_exporting_a_package_whose_setup_cfg_names_a_command_class_runs_none_of_its_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defect: a directory layout shipping setup.cfg with `cmdclass = sdist = trainer.evil.Sdist`
+    had setuptools import the team's module during `export vertex --sdist-dir` (-I did not stop it)."""
+    marker = tmp_path / "ran"
+    code = tmp_path / "code"
+    (code / "trainer" / "data").mkdir(parents=True)
+    (code / "setup.cfg").write_text(EVIL_SETUP_CFG)
+    (code / "trainer" / "__init__.py").write_text("")
+    (code / "trainer" / "task.py").write_text("print('train')\n")
+    (code / "trainer" / "data" / "rows.csv").write_text("1,2\n")
+    (code / "trainer" / "evil.py").write_text(
+        f"open({str(marker)!r}, 'w').write('the team code ran')\nfrom setuptools.command.sdist import sdist as Sdist\n"
+    )
+    config = yaml.safe_load(stack_file_path("ownpackage").read_text())
+    config["config"]["trainstack:job"] = {"name": "team", "package": str(code), "module": "trainer.task"}
+    path = tmp_path / "Pulumi.team.yaml"
+    path.write_text(yaml.safe_dump(config))
+    status, _, err = export(capsys, "--stack-file", str(path), "--sdist-dir", str(tmp_path / "dist"))
+    assert status == 0, err
+    assert not marker.exists(), marker.read_text()
+    [built] = (tmp_path / "dist").iterdir()
+    with tarfile.open(built) as archive:
+        top = built.name.removesuffix(".tar.gz")
+        names = set(archive.getnames())
+        pyproject = archive.extractfile(f"{top}/pyproject.toml")
+        assert pyproject is not None and b"cmdclass" not in pyproject.read()
+    # The package's files and data are there; the team's build configuration is not.
+    assert {f"{top}/PKG-INFO", f"{top}/trainer/task.py", f"{top}/trainer/data/rows.csv"} <= names
+    assert f"{top}/setup.cfg" not in names
+
+
 def test_a_stack_with_secrets_says_they_are_not_in_the_vertex_job(capsys: pytest.CaptureFixture[str]) -> None:
     """Defect: export vertex dropped trainstack:secrets without a word."""
     from trainstack.interop.vertex import custom_job_spec

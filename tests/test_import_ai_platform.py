@@ -154,18 +154,21 @@ def package(tmp_path: Path) -> Path:
     return trainer
 
 
+SEED_VALUES = {"$JOB_NAME": "flowers_2019", "$APP_PACKAGE_PATH": "trainer/", "$MAIN_APP_MODULE": "trainer.task"}
+
+
 @pytest.mark.parametrize("example", ["seed000_gcloud_config.txt", "seed000_gcloud_flags.txt"])
 def test_the_seed_gcloud_command_lines_import_with_package_module_and_user_args(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, example: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], example: str
 ) -> None:
+    """The seeds' commands with their variables' values written in, as the refusal asks."""
     trainer = package(tmp_path)
+    text = (FIXTURES / example).read_text().replace("--job-dir $JOB_DIR \\\n", "")
+    for variable, value in SEED_VALUES.items():
+        text = text.replace(variable, value)
     command = tmp_path / example
-    command.write_text((FIXTURES / example).read_text())
+    command.write_text(text)
     (tmp_path / "seed000_custom_t4.yaml").write_text((FIXTURES / "seed000_custom_t4.yaml").read_text())
-    monkeypatch.setenv("JOB_NAME", "flowers_2019")
-    monkeypatch.setenv("APP_PACKAGE_PATH", "trainer/")
-    monkeypatch.setenv("MAIN_APP_MODULE", "trainer.task")
-    monkeypatch.delenv("JOB_DIR", raising=False)
     code, out = run_import(tmp_path, command, "seed-cli")
     printed = capsys.readouterr()
     assert code == 0, printed.err
@@ -188,25 +191,96 @@ def test_the_seed_gcloud_command_lines_import_with_package_module_and_user_args(
         "n1-highcpu-16",
         3,
     )
-    assert (
-        "shell variables in the command ($APP_PACKAGE_PATH, $JOB_DIR, $JOB_NAME, $MAIN_APP_MODULE): values taken"
-        in printed.out
-    )
 
 
-def test_a_command_whose_package_variable_is_unset_imports_the_cluster_and_says_the_job_is_missing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("example", ["seed000_gcloud_config.txt", "seed000_gcloud_flags.txt"])
+def test_a_saved_commands_shell_variables_are_refused_all_named_never_taken_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, example: str
 ) -> None:
-    for name in ("JOB_NAME", "APP_PACKAGE_PATH", "MAIN_APP_MODULE", "JOB_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    code, out = run_import(tmp_path, FIXTURES / "seed000_gcloud_flags.txt", "nojob")
-    printed = capsys.readouterr()
-    assert code == 0, printed.err
-    assert "trainstack:job" not in config_of(out)
+    """Defect: the import expanded $VARIABLES from the environment it ran in, so a value the
+    user never saw (a password in $DATABASE_URL) went into the stack file and metadata."""
+    monkeypatch.setenv("JOB_NAME", "flowers_2019")
+    monkeypatch.setenv("APP_PACKAGE_PATH", "trainer/")
+    monkeypatch.setenv("MAIN_APP_MODULE", "trainer.task")
+    monkeypatch.setenv("JOB_DIR", "gs://b/jobs")
+    code, out = run_import(tmp_path, FIXTURES / example, "seed-cli")
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
     assert (
-        "--package-path $APP_PACKAGE_PATH and --module-name $MAIN_APP_MODULE: not set in this environment, so the stack has no job"
-        in printed.out
+        "the command uses shell variables ($APP_PACKAGE_PATH, $JOB_DIR, $JOB_NAME, $MAIN_APP_MODULE): an import "
+        "takes no value from this environment"
+    ) in err, err
+    assert "write each value into the command" in err and "trainstack:secrets" in err
+
+
+# Values that carry a credential whatever the variable they came from: each is refused.
+CREDENTIALS = {
+    "database URL": "postgres://trainer:Tr0ub4dor3@db.internal:5432/runs",
+    "proxy URL": "http://svc:hunter2pw@proxy.corp:3128",
+    "Sentry DSN": "https://5f0e2a9c41d04b7e@o12345.ingest.sentry.io/678",
+    "GitHub token": "ghp_R4nd0mT0k3nV4lu3Xy9Qw2Er5Ty8Ui1Op3As",
+    "AWS key": "AKIAIOSFODNN7EXAMPLE",
+    "Google token": "ya29.a0AfH6SMBxYzQw8rT5uV2nL0pK9jH3gF",
+    "Slack token": "xoxb-123456789012-abcdefghijkl",
+    "API key": "sk-proj-Xy7Qw2Er5Ty8Ui1Op3AsDf6Gh",
+    "JWT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "random base64": "q8Zr3TfL1xWm9Kp2Vb7Nc4Hd6Jg0Ys5A",
+    "hex": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+}
+
+
+@pytest.mark.parametrize("kind", CREDENTIALS)
+def test_a_credential_in_a_saved_command_is_refused_whatever_its_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Defect: $DATABASE_URL, $HTTPS_PROXY and $SENTRY_DSN (passwords in URLs) were copied into
+    job.args and so into metadata: the list of secret-sounding names missed them."""
+    secret = CREDENTIALS[kind]
+    source = write(
+        tmp_path,
+        "gcloud ai-platform jobs submit training j --scale-tier basic --master-image-uri "
+        f"us-central1-docker.pkg.dev/p-1/r/t:1 -- --epochs 3 --db={secret}\n",
+        "submit.txt",
     )
+    code, out = run_import(tmp_path, source, "leaky")
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert "the job's argument 3 (after --) holds what looks like a credential" in err, err
+    assert secret not in err and "trainstack:secrets" in err
+
+
+def test_a_credential_in_a_job_file_is_refused_naming_where_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    training_input = {
+        "scaleTier": "BASIC",
+        "region": "us-central1",
+        "masterConfig": {"imageUri": "us-central1-docker.pkg.dev/p-1/r/t:1"},
+        "args": ["--epochs", "3", "--proxy", CREDENTIALS["proxy URL"]],
+    }
+    code, out = run_import(tmp_path, write(tmp_path, json.dumps({"trainingInput": training_input})), "leaky")
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert "trainingInput.args[3] holds what looks like a credential (a URL with a user or password" in err, err
+    assert "hunter2pw" not in err
+
+
+def test_values_that_carry_no_credential_still_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [
+        "--train-files=gs://cloud-samples-data/ai-platform/census/data/adult.data.csv",
+        "--model-name=MNIST_V2_Resnet50_BatchNorm_EXP12_Run3_Seed42",
+        "--learning-rate=0.001",
+        "--url=https://example.com/data?x=1",
+    ]
+    source = write(
+        tmp_path,
+        "gcloud ai-platform jobs submit training j --scale-tier basic --master-image-uri "
+        f"us-central1-docker.pkg.dev/team-proj-1/images/trainer:v2 -- {' '.join(args)}\n",
+        "submit.txt",
+    )
+    code, out = run_import(tmp_path, source, "clean")
+    assert code == 0, capsys.readouterr().err
+    assert config_of(out)["trainstack:job"]["args"] == args
 
 
 @pytest.mark.parametrize(
@@ -214,7 +288,7 @@ def test_a_command_whose_package_variable_is_unset_imports_the_cluster_and_says_
     [
         (
             "gcloud ai-platform jobs submit training j --master-machine-type $MACHINE\n",
-            "--master-machine-type $MACHINE",
+            "shell variables ($MACHINE)",
         ),
         ("gcloud ai-platform jobs submit training j --scale-tier basic --frobnicate 3\n", "--frobnicate: not a flag"),
         (
@@ -293,23 +367,18 @@ def test_a_variable_that_holds_a_secret_is_refused_not_written_into_the_stack(
     assert "s3cr3t-value" not in err
 
 
-def test_every_unset_variable_is_reported_at_once(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_every_variable_is_reported_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Defect: the import stopped at the first unset variable, so a user fixed them one run at a time."""
-    for name in ("MACHINE", "EPOCHS", "LR"):
-        monkeypatch.delenv(name, raising=False)
     source = write(
         tmp_path,
         "gcloud ai-platform jobs submit training j --scale-tier custom --master-machine-type $MACHINE "
-        "--master-image-uri us-central1-docker.pkg.dev/p-1/r/t:1 -- --epochs $EPOCHS --lr ${LR}\n",
+        "--master-image-uri us-central1-docker.pkg.dev/p-1/r/t:1 -- --epochs $EPOCHS --lr ${LR} --seed $1\n",
         "submit.txt",
     )
     code, _ = run_import(tmp_path, source, "unset")
     err = capsys.readouterr().err
     assert code == 1
-    assert "--master-machine-type $MACHINE: the variable is not set here" in err
-    assert "the job's arguments use variables not set here ($EPOCHS, ${LR})" in err
+    assert "the command uses shell variables ($1, $EPOCHS, $MACHINE, ${LR})" in err, err
 
 
 def test_every_retired_gpu_of_every_pool_is_named_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -244,19 +244,135 @@ def test_plan_reads_hashes_and_zips_a_teams_package_once(
 
 
 def test_requirements_ship_by_content_beside_the_package(tmp_path: Path) -> None:
-    requirements = tmp_path / "reqs.txt"
+    package = probe_package(tmp_path / "code")
+    requirements = package / "reqs.txt"
     requirements.write_text("scikit-learn==1.9.1\n")
     config = base_config()
     config["trainstack:job"] = {
         "name": "tab",
-        "package": "examples/tabular_mlp",
-        "module": "tabular_mlp.task",
+        "package": str(package),
+        "module": "probe_pkg.main",
         "requirements": str(requirements),
     }
     plan = plan_of(write_stack(tmp_path, config))
     names = {o.inputs["name"] for o in plan.of_type("gcp:storage/bucketObject:BucketObject")}
     [named] = {vm.inputs["metadata"]["trainstack-requirements"] for vm in plan.of_type(INSTANCE)}
     assert named in names and named.startswith(f"{LAYOUT.code_dir}/requirements-")
+
+
+# --- Requirements: a file of the project or the package, requirement lines only ---------------
+CREDENTIALS_JSON = (
+    '{"client_id": "x.apps.googleusercontent.com", "refresh_token": "1//0gAbCdEfGh", "type": "authorized_user"}\n'
+)
+
+
+@pytest.mark.parametrize("where", ["relative", "absolute", "linked_folder"])
+def test_a_requirements_file_outside_the_project_and_the_package_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """Defect: `../` or an absolute path to any UTF-8 file up to 64 KiB (a credentials JSON)
+    validated, and `pulumi up` uploaded it where every account of the stack could read it."""
+    package = probe_package(tmp_path / "code")
+    outside = tmp_path / "home" / ".config"
+    outside.mkdir(parents=True)
+    # Requirement lines only: what refuses it is where it is.
+    (outside / "requirements.txt").write_text("numpy\n")
+    named = outside / "requirements.txt"
+    if where == "relative":
+        requirements = os.path.relpath(named, PROJECT_ROOT)
+        assert requirements.startswith("..")
+    elif where == "absolute":
+        requirements = str(named)
+    else:
+        (package / "deps").symlink_to(outside, target_is_directory=True)
+        requirements = str(package / "deps" / "requirements.txt")
+    job = {"name": "j", "package": str(package), "module": "probe_pkg.main", "requirements": requirements}
+    err = problems_for(tmp_path, single_node(job), capsys)
+    assert "trainstack:job.requirements" in err and "is outside the project" in err, err
+    assert "Traceback" not in err
+
+
+def test_a_requirements_file_in_a_hidden_folder_of_the_package_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    package = probe_package(tmp_path / "code")
+    (package / ".secrets").mkdir()
+    (package / ".secrets" / "requirements.txt").write_text("numpy\n")
+    job = {
+        "name": "j",
+        "package": str(package),
+        "module": "probe_pkg.main",
+        "requirements": str(package / ".secrets" / "requirements.txt"),
+    }
+    err = problems_for(tmp_path, single_node(job), capsys)
+    assert "trainstack:job.requirements" in err and "in a hidden folder" in err, err
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("-r ../../other.txt", "'-r' is a pip option"),
+        ("-e git+https://github.com/team/lib.git#egg=lib", "'-e' is a pip option"),
+        ("--index-url https://pypi.example.com/simple", "'--index-url' is a pip option"),
+        ("--extra-index-url=https://mirror.example.com/simple", "'--extra-index-url' is a pip option"),
+        ("numpy --config-settings=--build-option=x", "a pip option other than --hash"),
+        ("lib @ https://deploy:hunter2secret@pypi.example.com/lib-1.0.tar.gz", "a URL with a user or password"),
+        ("lib @ file:///etc/passwd", "its URL is not https://HOST/"),
+        ("lib @ https://example.com/${API_TOKEN}/lib.tar.gz", "holds $"),
+        (CREDENTIALS_JSON.strip(), "is not a PEP 508 requirement"),
+        ("ghp_0123456789abcdefghijABCDEFGHIJ012345", "a GitHub token"),
+        ("numpy>=1.26,<3 ==", "is not a PEP 508 requirement"),
+    ],
+    ids=lambda value: value[:30],
+)
+def test_a_requirements_line_that_is_no_requirement_is_refused_naming_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, words: str
+) -> None:
+    """Only whole requirement lines: pip reads the file as root on every node, and options
+    read other files or fetch from other indexes."""
+    package = probe_package(tmp_path / "code")
+    (package / "requirements.txt").write_text(f"# the team's\n\nnumpy\n{line}\n")
+    job = {
+        "name": "j",
+        "package": str(package),
+        "module": "probe_pkg.main",
+        "requirements": str(package / "requirements.txt"),
+    }
+    err = problems_for(tmp_path, single_node(job), capsys)
+    [problem] = [row for row in err.splitlines() if "trainstack:job.requirements" in row]
+    assert "requirements.txt line 4: " in problem and words in problem, problem
+    assert "allowed: one requirement per line as PEP 508 writes it" in problem
+    assert "hunter2secret" not in err and "ghp_0123" not in err
+
+
+def test_hash_pinned_requirements_as_pip_compile_writes_them_validate(tmp_path: Path) -> None:
+    package = probe_package(tmp_path / "code")
+    digest = "a" * 64
+    (package / "requirements.txt").write_text(
+        f"tabulate==0.9.0 \\\n    --hash=sha256:{digest} \\\n    --hash=sha256:{'b' * 64}\n"
+        "lib @ https://example.com/lib-1.0.tar.gz ; sys_platform == 'linux'\n"
+    )
+    job = {
+        "name": "j",
+        "package": str(package),
+        "module": "probe_pkg.main",
+        "requirements": str(package / "requirements.txt"),
+    }
+    assert main(["validate", "--stack-file", str(write_stack(tmp_path, single_node(job)))]) == 0
+
+
+def test_plan_names_the_requirements_file_by_its_path_in_the_project(tmp_path: Path) -> None:
+    """Defect: plan showed only the base name of the file it would upload (requirements.txt)."""
+    config = base_config()
+    config["trainstack:job"] = {
+        "name": "team",
+        "package": "examples/team_project",
+        "module": "keras_team.task",
+        "requirements": "examples/team_project/requirements.txt",
+    }
+    plan = plan_of(write_stack(tmp_path, config))
+    [said] = [note for note in plan.notes if "requirements" in note]
+    assert said.startswith("the job's requirements are examples/team_project/requirements.txt (uploaded as "), said
 
 
 # --- Images --------------------------------------------------------------------------------------
@@ -801,9 +917,9 @@ def test_a_variable_both_in_job_env_and_a_secret_is_refused(tmp_path: Path, caps
 
 # --- Job requirements against what the nodes run --------------------------------------------------
 def requirements_job(tmp_path: Path, text: str) -> dict[str, Any]:
-    requirements = tmp_path / "requirements.txt"
-    requirements.write_text(text)
     package = probe_package(tmp_path / "code")
+    requirements = package / "requirements.txt"
+    requirements.write_text(text)
     return {"name": "j", "package": str(package), "module": "probe_pkg.main", "requirements": str(requirements)}
 
 
@@ -834,10 +950,7 @@ def test_a_requirement_that_excludes_the_nodes_tensorflow_is_refused_offline_one
 
 
 def test_requirements_the_nodes_already_satisfy_validate(tmp_path: Path) -> None:
-    text = (
-        "--index-url https://pypi.org/simple\nnumpy>=1.26\ntensorflow>=2.16\ntf-keras~=2.21.0\ntensorboard\n"
-        "tensorflow<2 ; sys_platform == 'win32'\n-r other.txt\n"
-    )
+    text = "numpy>=1.26\ntensorflow>=2.16\ntf-keras~=2.21.0\ntensorboard\ntensorflow<2 ; sys_platform == 'win32'\n"
     config = single_node(requirements_job(tmp_path, text))
     assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 0
 

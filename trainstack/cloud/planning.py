@@ -417,6 +417,11 @@ def plan_notes(stack: ResolvedStack) -> list[str]:
             f"the job runs `python -m {stack.job.package.module}` from {stack.job.package.display_source} "
             f"(uploaded as {stack.job.package.object_name})"
         )
+    if stack.job is not None and stack.job.requirements is not None:
+        notes.append(
+            f"the job's requirements are {stack.job.requirements.display_path} "
+            f"(uploaded as {stack.job.requirements.object_name})"
+        )
     if stack.job is not None and stack.job.env:
         shown = ", ".join(f"{name}={shorten(value)}" for name, value in stack.job.env)
         notes.append(f"the job's code runs with these environment variables (job.env): {shown}")

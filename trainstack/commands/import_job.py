@@ -209,7 +209,7 @@ def import_file(path: Path, stack: str, project: str, zone: str | None) -> Impor
     text = read_text(path)
     notices: list[str] = []
     if is_command_line(text):
-        shape = shape_of_command_line(text, path.parent, stack, os.environ, notices)
+        shape = shape_of_command_line(text, path.parent, stack, notices)
     else:
         document = parse_document(text, path)
         if isinstance(document, dict) and get(document, "trainingInput", "training_input") is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from trainstack.catalog import legacy_machine_types, load_catalog, scale_tiers
 from trainstack.interop.jobfile_reading import (
     MAX_DIGITS,
     ImportProblem,
+    credential_problem,
     get,
     gpu_name,
     job_name_of_stack,
@@ -423,8 +423,8 @@ IMAGE_FLAGS = {"--master-image-uri": "masterConfig", "--worker-image-uri": "work
 OTHER_FLAGS = {"--config", "--package-path", "--packages", "--staging-bucket", "--python-version", "--labels"}
 SWITCHES = {"--stream-logs", "--async", "--use-chief-in-tf-config", "--enable-web-access"}
 VALUE_FLAGS = {*FIELD_FLAGS, *ACCELERATOR_FLAGS, *IMAGE_FLAGS, *OTHER_FLAGS}
-# A value still holding a shell variable ($JOB_DIR, ${TRAINER}) was never expanded in the file.
-SHELL_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+# What a shell would expand in a word: $NAME, ${...}, $1, $@ and the other special parameters.
+SHELL_VARIABLE = re.compile(r"\$(?:\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])")
 JOB_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 
 
@@ -503,94 +503,53 @@ def _accelerator_flag(flag: str, value: str) -> dict[str, Any]:
     return {"acceleratorConfig": {"count": int(parts["count"]), "type": parts["type"]}}
 
 
-def _expand(value: str, environment: Mapping[str, str]) -> str | None:
-    """``$NAME`` and ``${NAME}`` replaced from the environment; None when one is not set there."""
-    missing = False
-
-    def substitute(match: re.Match[str]) -> str:
-        nonlocal missing
-        name = match.group(1) or match.group(2)
-        if name not in environment:
-            missing = True
-            return ""
-        return environment[name]
-
-    expanded = SHELL_VARIABLE.sub(substitute, value)
-    if len(expanded) > MAX_EXPANDED_CHARS:
-        raise ImportProblem(
-            f"{shorten(value)} expands to {len(expanded)} characters with this environment's variables "
-            f"(at most {MAX_EXPANDED_CHARS})"
-        )
-    return None if missing else expanded
-
-
-# Variable names that hold secrets (WANDB_API_KEY, HF_TOKEN, PULUMI_CONFIG_PASSPHRASE, ...): their
-# values would land in the stack file, in the machines' metadata and in their boot log.
+# Variable names that hold secrets (WANDB_API_KEY, HF_TOKEN, PULUMI_CONFIG_PASSPHRASE, ...): named
+# in the refusal, with the command that sets each as a secret.
 SECRET_VARIABLE = re.compile(
     r"(?i).*(PASS|SECRET|TOKEN|CREDENTIAL|PRIVATE|APIKEY|(^|_)(API_)?KEYS?(_|$)|(^|_)(AUTH|PAT|PWD|CERT)(_|$)).*"
 )
-# The most characters a saved command line may hold, as written and with its variables expanded.
+# The most characters a saved command line may hold.
 MAX_COMMAND_LINE_CHARS = 64 * 1024
-MAX_EXPANDED_CHARS = 256 * 1024
 
 
-def expand_variables(command: CommandLine, environment: Mapping[str, str], notices: list[str]) -> CommandLine:
-    """The command with its shell variables' values, as the shell that ran it would have had them.
+def _words(command: CommandLine) -> list[tuple[str, str]]:
+    """(where, value) of every word of the command an import could copy into the stack."""
+    words = [("the job name", command.job_name)] if command.job_name else []
+    words += [(flag, value) for flag, value in command.flags.items()]
+    words += [(f"the job's argument {index} (after --)", arg) for index, arg in enumerate(command.args, start=1)]
+    return words
 
-    A variable whose name says it holds a secret is refused: its value would be written into the
-    stack file and the machines' metadata (trainstack:secrets is where secrets go). A variable the
-    environment lacks is fine where a stack does not use the value (--job-dir, the job name) and
-    for the code's location (reported: the stack then has no job); anywhere else the import stops.
-    Every such problem is reported at once."""
-    named = sorted({match.group(0) for value in [*command.flags.values(), *command.args, command.job_name or ""]
-                    for match in SHELL_VARIABLE.finditer(value)})  # fmt: skip
+
+def refuse_variables_and_credentials(command: CommandLine) -> None:
+    """ImportProblem naming every shell variable and every credential-bearing value of the command.
+
+    An import takes no value from the environment it runs in: whatever a variable held (a
+    database URL with its password, a proxy's) would be written into the stack file and the
+    machines' metadata, whatever its name. Each value is written into the command, or the stack,
+    by hand; a secret goes into trainstack:secrets. Every problem is reported at once."""
+    named = sorted({match.group(0) for _, value in _words(command) for match in SHELL_VARIABLE.finditer(value)})
     problems: list[str] = []
+    if named:
+        problems.append(
+            f"the command uses shell variables ({', '.join(named)}): an import takes no value from this environment "
+            "(one could hold a password); write each value into the command, or into the stack file after the "
+            "import, and a secret with `pulumi config set --path --secret 'trainstack:secrets.NAME' VALUE`"
+        )
     for variable in named:
         name = variable.strip("${}")
         if SECRET_VARIABLE.fullmatch(name):
             problems.append(
-                f"{variable} looks like a secret: its value would be written into the stack file and the machines' "
-                f"metadata; pass it with `pulumi config set --path --secret 'trainstack:secrets.{name}' \"${name}\"` "
-                f"(the job's code then reads ${name} from its environment) and drop it from the command"
+                f"{variable} looks like a secret: pass it with `pulumi config set --path --secret "
+                f"'trainstack:secrets.{name}' \"${name}\"` (the job's code then reads ${name} from its environment) "
+                "and drop it from the command"
             )
-    if named:
-        notices.append(f"shell variables in the command ({', '.join(named)}): values taken from this environment")
-    flags: dict[str, str] = {}
-    unset_code: list[str] = []
-    for flag, value in command.flags.items():
-        expanded = _expand(value, environment)
-        if expanded is not None:
-            flags[flag] = expanded
-        elif flag in ("--package-path", "--module-name"):
-            unset_code.append(f"{flag} {value}")
-        elif flag == "--job-dir":
-            notices.append(
-                f"--job-dir {value}: not set in this environment, so the job writes under jobs/<name> of the stack's "
-                "bucket; export it and import again to keep it as trainstack:job.job_dir"
-            )
-        else:
-            problems.append(f"{flag} {value}: the variable is not set here; export it, or write its value")
-    if unset_code:
-        notices.append(
-            f"{' and '.join(unset_code)}: not set in this environment, so the stack has no job; export the "
-            "variables and import again, or set trainstack:job.package and job.module"
-        )
-        flags.pop("--package-path", None)
-        flags.pop("--module-name", None)
-    args = [_expand(arg, environment) for arg in command.args]
-    unset_names = sorted(
-        {match.group(0) for arg in command.args for match in SHELL_VARIABLE.finditer(arg)
-         if (match.group(1) or match.group(2)) not in environment}
-    )  # fmt: skip
-    if unset_names:
-        problems.append(
-            f"the job's arguments use variables not set here ({', '.join(unset_names)}); export them, or write "
-            "their values"
-        )
+    problems += [
+        problem
+        for where, value in _words(command)
+        if (problem := credential_problem(where, value, "the command")) is not None
+    ]
     if problems:
         raise ImportProblem("; ".join(problems))
-    job_name = _expand(command.job_name, environment) if command.job_name else None
-    return CommandLine(job_name, flags, command.switches, [arg for arg in args if arg is not None])
 
 
 def training_input_of(command: CommandLine, base: Path, notices: list[str]) -> dict[str, Any]:
@@ -645,10 +604,9 @@ def _package_job(command: CommandLine, base: Path, name: str, notices: list[str]
     return job
 
 
-def shape_of_command_line(
-    text: str, base: Path, stack: str, environment: Mapping[str, str], notices: list[str]
-) -> TrainingShape:
-    command = expand_variables(parse_command_line(text), environment, notices)
+def shape_of_command_line(text: str, base: Path, stack: str, notices: list[str]) -> TrainingShape:
+    command = parse_command_line(text)
+    refuse_variables_and_credentials(command)
     job_name = command.job_name if command.job_name and JOB_NAME.fullmatch(command.job_name) else None
     if command.job_name and job_name is None:
         notices.append(

@@ -79,20 +79,56 @@ def read_text(path: Path) -> str:
 
 def parse_document(text: str, path: Path) -> Any:
     """YAML or JSON (JSON is YAML), through the bounded loader: no anchors or aliases, no deep
-    nesting, no duplicate keys; the safe loader builds no objects."""
+    nesting, no duplicate keys; the safe loader builds no objects. A value that carries a
+    credential is refused (:func:`refuse_credentials`)."""
     from trainstack.base.files import FileProblem, load_yaml
 
     try:
-        return load_yaml(text)
+        document = load_yaml(text)
     except FileProblem as problem:
         text = str(problem)
         if text.startswith("not valid YAML: "):
             text = f"neither YAML nor JSON ({text.removeprefix('not valid YAML: ')})"
         raise ImportProblem(f"{path}: {text}") from None
+    refuse_credentials(document, path)
+    return document
 
 
 def read_document(path: Path) -> Any:
     return parse_document(read_text(path), path)
+
+
+def credential_problem(where: str, value: str, source: str) -> str | None:
+    """Why ``value`` (found at ``where``) may not be imported, or None: a value that carries a
+    credential, whatever the name it came under, would be written into the stack file and the
+    machines' metadata. The value itself is never quoted."""
+    from trainstack.base.credentials import credential_kind
+
+    kind = credential_kind(value)
+    if kind is None:
+        return None
+    return (
+        f"{where} holds what looks like a credential ({kind}): an import would write it into the stack file and "
+        "the machines' metadata; set it as a secret with `pulumi config set --path --secret "
+        f"'trainstack:secrets.NAME' VALUE` (the job's code reads $NAME from its environment) and drop it from "
+        f"{source}; a value that is no secret (a commit hash) can be written into the stack file after the import"
+    )
+
+
+def refuse_credentials(document: Any, path: Path) -> None:
+    """ImportProblem naming every string of ``document`` that carries a credential."""
+    problems: list[str] = []
+    pending: list[tuple[str, Any]] = [("", document)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, dict):
+            pending += [(f"{where}.{key}" if where else str(key), inner) for key, inner in value.items()]
+        elif isinstance(value, list):
+            pending += [(f"{where}[{index}]", inner) for index, inner in enumerate(value)]
+        elif isinstance(value, str) and (problem := credential_problem(where or "the file", value, "the file")):
+            problems.append(problem)
+    if problems:
+        raise ImportProblem(f"{path}: " + "; ".join(sorted(problems)))
 
 
 def choose_zone(

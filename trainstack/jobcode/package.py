@@ -19,6 +19,7 @@ granted read access to exactly that repository.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import io
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trainstack_contract
+from trainstack.base.credentials import credential_kind
 from trainstack.base.errors import shorten
 from trainstack.base.project import PROJECT_ROOT
 from trainstack_contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
@@ -168,10 +170,19 @@ class ExtraRequirements:
     digest: str
     # Of the file's bytes, as uploaded: pinned in the nodes' metadata.
     sha256: str
+    # The bytes as checked: what `pulumi up` uploads, whatever the file holds by then.
+    data: bytes = b""
+    # The requirement lines, checked (pip's --hash options left out).
+    lines: tuple[str, ...] = ()
 
     @property
     def object_name(self) -> str:
         return LAYOUT.code_requirements(self.digest)
+
+    @property
+    def display_path(self) -> str:
+        """The file relative to the project root when inside it (the same on every clone)."""
+        return _shown(self.path)
 
 
 # A wheelhouse: wheel files only (pip runs no code to install a wheel, unlike a source
@@ -509,21 +520,111 @@ def builtin_package(source: Path = BUILTIN_SOURCE) -> CodePackage:
     return load_package(source, BUILTIN_MODULE, python_only=True, companions=(CONTRACT_SOURCE,))
 
 
-def load_requirements(path: Path) -> ExtraRequirements:
+# What a job's requirements file may hold, line by line: pip reads the file on every node as
+# root, so options (-r and -c read other files, -e and --index-url and --find-links fetch from
+# elsewhere) and anything else pip would take are refused.
+ALLOWED_REQUIREMENT_LINES = (
+    "one requirement per line as PEP 508 writes it (NAME, NAME[EXTRA]>=VERSION ; MARKER, NAME @ https://URL "
+    "without user or password), optionally followed by pip's --hash=sha256:HEX; comments (#) and blank lines"
+)
+# pip's per-requirement hash option: only narrows what pip accepts.
+_HASH_OPTION = re.compile(r"--hash=sha(?:256:[0-9a-f]{64}|384:[0-9a-f]{96}|512:[0-9a-f]{128})")
+# pip's comment: "#" at the start of a line or after whitespace.
+_REQUIREMENT_COMMENT = re.compile(r"(^|\s)#.*$")
+# URL schemes a requirement may name (pip fetches them on the node).
+_REQUIREMENT_URL_SCHEMES = ("https", "git+https")
+
+
+def _requirement_line_problem(line: str) -> str | None:
+    """Why a logical line of a requirements file is not allowed, or None. The line is never
+    quoted where it could hold a credential."""
+    from urllib.parse import urlsplit
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    words = line.split()
+    kind = credential_kind(line)
+    if kind is not None:
+        return f"holds what looks like a credential ({kind}), which would be uploaded to the bucket"
+    if words[0].startswith("-"):
+        return f"{shorten(words[0].split('=', 1)[0], 40)} is a pip option, not a requirement"
+    if "$" in line:
+        return "holds $: pip would put the node's environment variables into it"
+    text = line
+    while words and _HASH_OPTION.fullmatch(words[-1]):
+        words.pop()
+        text = " ".join(words)
+    if any(word.startswith("-") for word in words):
+        return "holds a pip option other than --hash=sha256:HEX after the requirement"
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return f"{shorten(text, 80)} is not a PEP 508 requirement"
+    if requirement.url is not None:
+        parts = urlsplit(requirement.url)
+        if "@" in parts.netloc:
+            return "its URL holds a user or password, which would be uploaded to the bucket"
+        if parts.scheme not in _REQUIREMENT_URL_SCHEMES or not parts.hostname:
+            return f"its URL is not https://HOST/... ({shorten(parts.scheme, 20) or 'no scheme'})"
+    return None
+
+
+def checked_requirement_lines(text: str, shown: str) -> tuple[str, ...]:
+    """The requirements of a job's requirements file (continued lines joined, comments and
+    --hash options left out); CodeError naming the first line that is not allowed."""
+    found: list[str] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = _REQUIREMENT_COMMENT.sub("", raw).rstrip()
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = " ".join((pending + line).split()), ""
+        if not line:
+            continue
+        problem = _requirement_line_problem(line)
+        if problem is not None:
+            raise CodeError(f"{shown} line {start}: {problem}; allowed: {ALLOWED_REQUIREMENT_LINES}")
+        found.append(" ".join(word for word in line.split() if not _HASH_OPTION.fullmatch(word)))
+    if pending:
+        raise CodeError(f"{shown} line {start}: ends in a line continuation (\\); allowed: {ALLOWED_REQUIREMENT_LINES}")
+    return tuple(found)
+
+
+def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
+    """Whether ``path`` lies below one of ``roots``, in no hidden folder there (.git, .venv)."""
+    return any(path.is_relative_to(root) and _is_shipped(path.relative_to(root)) for root in roots)
+
+
+def load_requirements(path: Path, package: Path | None = None) -> ExtraRequirements:
+    """The job's requirements file, which must lie inside the project or the job's package
+    ``package`` (links resolved): `pulumi up` uploads it where every account of the stack can
+    read it, so no other file of this machine may be named."""
     if path.is_symlink():
         raise CodeError(f"{path} is a symlink; name the file itself (a link could point at any file of this machine)")
     if not path.is_file():
         raise CodeError(f"{path} is not a file (a relative path starts at the project root, {PROJECT_ROOT})")
+    roots = tuple(root.resolve() for root in (PROJECT_ROOT, *([package] if package is not None else [])))
+    if not _inside(path.resolve(), roots):
+        where = f"the project ({PROJECT_ROOT})" + (f" or the job's package ({package})" if package else "")
+        raise CodeError(
+            f"{path} is outside {where}, or in a hidden folder there: a requirements file lives in one of them (it "
+            "is uploaded where every account of the stack can read it)"
+        )
     data = path.read_bytes()
     if len(data) > MAX_REQUIREMENTS_BYTES:
         raise CodeError(f"{path} is larger than {MAX_REQUIREMENTS_BYTES // 1024} KiB")
     try:
-        data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise CodeError(f"{path} is not UTF-8 text") from error
-    return ExtraRequirements(
-        path=path, digest=digest_of([("requirements.txt", data)]), sha256=hashlib.sha256(data).hexdigest()
+    requirements = ExtraRequirements(
+        path=path, digest=digest_of([("requirements.txt", data)]), sha256=hashlib.sha256(data).hexdigest(), data=data
     )
+    lines = checked_requirement_lines(text, requirements.display_path)
+    return dataclasses.replace(requirements, lines=lines)
 
 
 def check_image_syntax(value: str) -> str:

@@ -1,21 +1,20 @@
-"""A team's package as a Python source distribution, built by setuptools' own PEP 517 backend:
-what Vertex AI's python_package_spec installs with pip on its prebuilt containers."""
+"""A team's package as a Python source distribution, what Vertex AI's python_package_spec (or
+the stack's own image) installs with pip: written file by file with tarfile, so that nothing
+of the team's runs when it is built. pip builds it on Vertex AI with setuptools, from the
+pyproject.toml written here."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
+import tarfile
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from trainstack.jobcode.package import CodePackage, ExtraRequirements
-
-BUILD_TIMEOUT_SECONDS = 300
 
 
 class SdistProblem(ValueError):
@@ -23,23 +22,9 @@ class SdistProblem(ValueError):
 
 
 def dependencies(requirements: ExtraRequirements | None) -> list[str]:
-    """The requirement lines, checked one by one (pip options such as --index-url have no place in metadata)."""
-    if requirements is None:
-        return []
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    lines = []
-    for number, raw in enumerate(requirements.path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            lines.append(str(Requirement(line)))
-        except InvalidRequirement as error:
-            raise SdistProblem(
-                f"{requirements.path}:{number}: not a requirement a package can declare ({error})"
-            ) from None
-    return lines
+    """The requirement lines, as ``load_requirements`` checked them (options are refused there,
+    pip's --hash options left out: metadata has no place for them)."""
+    return [] if requirements is None else list(requirements.lines)
 
 
 def _top_level_patterns(package: CodePackage) -> list[str]:
@@ -86,42 +71,64 @@ def project_build_hint(package: CodePackage) -> str:
     )
 
 
-def build_sdist(package: CodePackage, requirements: ExtraRequirements | None, out_dir: Path) -> Path:
-    """Build ``<name>-0.0.0+<digest>.tar.gz`` into ``out_dir`` from exactly the files a stack ships.
+# Written at the archive's root by trainstack, never taken from the team's files.
+_GENERATED_FILES = ("PKG-INFO", "pyproject.toml")
+# A fixed timestamp and mode: the same files give the same archive bytes, run after run.
+_ARCHIVE_MTIME = 315532800  # 1980-01-01, as the code archives' zip entries
+_FILE_MODE = 0o644
 
-    None of the team's code runs: the backend is imported by an isolated interpreter (``-I``: no
-    current directory or PYTHON* variables on its path, so a package named ``setuptools`` in the
-    staging directory is never imported), and it writes into a directory of its own, from which
-    only the one archive is copied out."""
+
+def _pkg_info(package: CodePackage, requires: list[str]) -> str:
+    """The core metadata a source distribution carries (PKG-INFO), as pip reads it."""
+    lines = ["Metadata-Version: 2.1", f"Name: {package.name}", f"Version: {sdist_version(package.digest)}"]
+    return "\n".join([*lines, *(f"Requires-Dist: {requirement}" for requirement in requires), ""])
+
+
+def sdist_members(package: CodePackage, requires: list[str]) -> dict[str, bytes]:
+    """What the source distribution holds, by name inside its top folder: every file of the
+    package's folders (modules and data) and trainstack's own PKG-INFO and pyproject.toml.
+    Loose files at the top of a directory layout (a setup.cfg, a README) are left out: a
+    setup.cfg there would be the build's configuration on Vertex AI."""
+    files: dict[str, bytes] = {
+        "PKG-INFO": _pkg_info(package, requires).encode(),
+        "pyproject.toml": pyproject(package, requires).encode(),
+    }
+    for archive_name, source in package.members.items():
+        top, slash, _ = archive_name.partition("/")
+        if not slash:
+            continue
+        if top in _GENERATED_FILES:
+            raise SdistProblem(f"{package.display_source}: a folder named {top} is in the way of the archive's {top}")
+        files[archive_name] = source.read_bytes()
+    return files
+
+
+def build_sdist(package: CodePackage, requirements: ExtraRequirements | None, out_dir: Path) -> Path:
+    """Write ``<name>-0.0.0+<digest>.tar.gz`` into ``out_dir`` from exactly the files a stack ships.
+
+    Nothing the team wrote runs or is even read as configuration: the archive is written here,
+    file by file, with metadata and a pyproject.toml of trainstack's own (no build backend runs,
+    so no setup.cfg or setup.py of the team's can name code for it to import)."""
     from trainstack.jobcode.package import PROJECT_LAYOUT
 
     if package.layout == PROJECT_LAYOUT:
         raise SdistProblem(project_build_hint(package))
+    files = sdist_members(package, dependencies(requirements))
+    name = sdist_filename(package.name, package.digest)
+    top = name.removesuffix(".tar.gz")
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=_ARCHIVE_MTIME) as compressed,
+        tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as archive,
+    ):
+        for member, data in sorted(files.items(), key=lambda item: PurePosixPath(item[0]).parts):
+            info = tarfile.TarInfo(f"{top}/{member}")
+            info.size, info.mtime, info.mode = len(data), _ARCHIVE_MTIME, _FILE_MODE
+            archive.addfile(info, io.BytesIO(data))
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="trainstack-sdist-") as scratch_name:
-        staging, built_dir = Path(scratch_name) / "source", Path(scratch_name) / "dist"
-        built_dir.mkdir()
-        for archive_name, source in package.members.items():
-            target = staging / archive_name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-        (staging / "pyproject.toml").write_text(pyproject(package, dependencies(requirements)), encoding="utf-8")
-        # The backend runs in its own process, from the staging directory, as a build frontend runs it.
-        completed = subprocess.run(
-            [sys.executable, "-I", "-c",
-             "import sys, setuptools.build_meta as b; print(b.build_sdist(sys.argv[1]))", str(built_dir)],
-            cwd=staging, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS, check=False,
-        )  # fmt: skip
-        if completed.returncode != 0:
-            last = (completed.stderr.strip().splitlines() or ["no message"])[-1]
-            raise SdistProblem(f"setuptools could not build {package.name}: {last}")
-        name = completed.stdout.strip().splitlines()[-1]
-        archive = built_dir / name
-        if Path(name).name != name or not archive.is_file():
-            raise SdistProblem(f"setuptools did not build {package.name}'s source distribution")
-        destination = out_dir / name
-        shutil.copyfile(archive, destination)
-        return destination
+    destination = out_dir / name
+    destination.write_bytes(buffer.getvalue())
+    return destination
 
 
 def sdist_filename(package: str, digest: str) -> str:

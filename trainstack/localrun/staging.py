@@ -37,8 +37,8 @@ def upload_objects(bucket: StandInBucket, job: ResolvedJob | None, wheelhouse: W
     if job is not None and job.package is not None:
         bucket.put(job.package.object_name, job.package.write_archive)
     if job is not None and job.requirements is not None:
-        requirements = job.requirements.path
-        bucket.put(job.requirements.object_name, lambda destination: shutil.copyfile(requirements, destination))
+        checked = job.requirements.data
+        bucket.put(job.requirements.object_name, lambda destination: destination.write_bytes(checked))
 
 
 def prepare_local_environment(env_dir: Path, stamp: str) -> None:

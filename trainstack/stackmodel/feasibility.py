@@ -493,7 +493,7 @@ def _check_job(cfg: StackConfig) -> tuple[list[Problem], CodePackage | None, Ext
                     problems.append(Problem(f"{key}.package", str(error)))
     if job.requirements is not None and job.package is not None:
         try:
-            requirements = load_requirements(project_path(job.requirements))
+            requirements = load_requirements(project_path(job.requirements), project_path(job.package))
         except CodeError as error:
             problems.append(Problem(f"{key}.requirements", str(error)))
     return problems, package, requirements

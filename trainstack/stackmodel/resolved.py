@@ -484,7 +484,8 @@ def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str, facts: Checke
         package = builtin_package()
     requirements = None
     if job.requirements:
-        requirements = facts.requirements or load_requirements(project_path(job.requirements))
+        source = project_path(job.package) if job.package is not None else None
+        requirements = facts.requirements or load_requirements(project_path(job.requirements), source)
     return ResolvedJob(
         name=job.name,
         mode=job.mode,

@@ -122,7 +122,10 @@ class TrainingBucket(pulumi.ComponentResource):
                 f"{args.stack_name}-code-requirements",
                 bucket=self.bucket.name,
                 name=job.requirements.object_name,
-                source=pulumi.FileAsset(str(job.requirements.path)),
+                # The bytes `validate` checked, staged by content: not the file as it is by now.
+                source=pulumi.FileAsset(
+                    str(artifacts.stage(job.requirements.object_name.rsplit("/", 1)[-1], job.requirements.data))
+                ),
                 opts=child,
             )
             self.ready.append(self.requirements)
