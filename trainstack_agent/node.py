@@ -250,7 +250,7 @@ class NodeAgent:
             return 0
         try:
             job = self.board.job()
-        except CloudError as error:
+        except Exception as error:  # noqa: BLE001 - a node must record and release, whatever failed
             # An oversize or unreadable status/job.json, or Cloud Storage giving up: the node
             # cannot tell whether the job already ended, so it fails and releases its machine
             # rather than idle (and bill) until the run-time cap.

@@ -64,16 +64,27 @@ def test_an_oversize_job_status_at_boot_records_failed_naming_it_and_applies_on_
     assert w.launcher.started == [] and w.releases == [on_finish]
 
 
-def test_cloud_storage_giving_up_at_boot_records_failed_and_applies_on_finish() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [CloudError("no answer after 6 attempts (HTTP 503)"), PermissionError(13, "Permission denied")],
+    ids=["cloud-storage-gave-up", "unreadable-file"],
+)
+def test_a_job_status_that_cannot_be_read_at_boot_records_failed_and_applies_on_finish(error: Exception) -> None:
+    """Cloud Storage giving up, or (in a local run) a status file this user cannot read."""
     w = world(settings(), runs=[(1.0, 0)])
+    read = w.storage.read
 
     def give_up(uri: str, max_bytes: int) -> bytes | None:
-        raise CloudError(f"GET {uri}: no answer after 6 attempts (HTTP 503)")
+        if uri.endswith("/status/job.json"):
+            raise error
+        return read(uri, max_bytes)
 
     w.storage.read = give_up  # type: ignore[method-assign]
     assert w.agent.run() == 1
     assert w.launcher.started == [] and w.releases == ["stop"]
-    assert any("cannot read the job's status" in line for line in w.log)
+    own = w.status("chief")
+    assert own is not None and own.state == STATES.failed
+    assert own.reason is not None and own.reason.startswith(f"cannot read the job's status {JOB_DIR}/status/job.json")
 
 
 @pytest.mark.parametrize("on_finish", ["stop", "delete"])
