@@ -4,7 +4,8 @@ Only a 404 means "there is no such thing". Any other failure (a refused connecti
 timeout, 429 or a 5xx) is retried with back-off, a bounded number of times, and then raised
 as :class:`Unavailable`: a caller that cannot tell absent from unreachable fails closed.
 Credentials travel in request headers built in this process; no URL, message or argv ever
-holds a token.
+holds a token, and no redirect is followed (urllib would send the request's headers, the
+token among them, to whatever host the answer names): a redirect is refused as an error.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ class NotFound(CloudError):
     """The server answered 404: no such object, attribute or instance."""
 
 
+class Redirected(CloudError):
+    """The server answered with a redirect, which the agent never follows."""
+
+
 class Unavailable(CloudError):
     """No usable answer after every retry: the service is unreachable or failing."""
 
@@ -56,6 +61,24 @@ class Retry:
             waits.append(delay)
             delay = min(self.max_delay, delay * 2)
         return waits
+
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: the answer stays an HTTP error (see :meth:`Http._send`)."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: object,
+        code: int,
+        msg: str,
+        headers: object,
+        newurl: str,
+    ) -> None:
+        return None
 
 
 # One try: for calls that must answer at once or not at all (is this VM being preempted?).
@@ -85,7 +108,9 @@ class Http:
         self.sleep = sleep
         # No proxy: the metadata server and Google's APIs are reached directly from a VM, and
         # a local run's stand-ins are on loopback, which a user's proxy settings must not divert.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # No redirect either: urllib's own handler would carry the Authorization header to
+        # any host a redirect names.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
 
     def call(
         self,
@@ -147,6 +172,11 @@ class Http:
                 error.close()
                 if error.code == 404:
                     raise NotFound(f"{_describe(request)}: not found") from None
+                if error.code in REDIRECT_STATUSES:
+                    raise Redirected(
+                        f"{_describe(request)}: HTTP {error.code} redirect refused (the agent sends its requests "
+                        "to no host but the one it called)"
+                    ) from None
                 if error.code not in RETRIED_STATUSES:
                     raise CloudError(f"{_describe(request)}: HTTP {error.code} {error.reason}") from None
                 last = f"HTTP {error.code} {error.reason}"

@@ -17,49 +17,69 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
 
 from trainstack_agent.board import Board
-from trainstack_agent.cloud import CloudError, Http
+from trainstack_agent.cloud import NO_RETRY, CloudError, Http, Retry, Unavailable
 from trainstack_agent.compute import ComputeApi, Place
 from trainstack_agent.endpoints import Endpoints, Host, from_environment
 from trainstack_agent.environment import Environment
 from trainstack_agent.gcs import Storage
 from trainstack_agent.metadata import Metadata
-from trainstack_agent.node import NodeAgent, Services, SystemClock
+from trainstack_agent.node import Clock, NodeAgent, Services, SystemClock
 from trainstack_agent.processes import JobLauncher, Log, Processes
 from trainstack_agent.recovery import SpotRecovery
 from trainstack_agent.release import Release
 from trainstack_agent.secrets import read_secrets
-from trainstack_agent.settings import KEYS, NodeSettings, SettingsError, known_identity, read_settings
+from trainstack_agent.settings import (
+    KEYS,
+    NodeSettings,
+    SettingsError,
+    known_identity,
+    known_tpu_name,
+    read_settings,
+)
 from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
-from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE_KIND
+from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE, TPU_NODE_KIND
 
 EXIT_ABORTED = 1
 # After the TPU run-time cap's SIGTERM, how long the agent gets to record and end its work.
 CAP_GRACE_SECONDS = 30.0
+# The cap asks for its settings again after 5, 10, 20, 40, 80, 120 and 120 s (about 6.5
+# minutes, each round retrying every key) before it takes the cap as reached.
+CAP_SETTINGS_ROUNDS = Retry(attempts=8, first_delay=5.0, max_delay=120.0)
 
 
 class Agent:
     """The pieces every command of the agent shares: log, HTTP, metadata, storage, release."""
 
-    def __init__(self, environment: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        environment: Mapping[str, str],
+        http: Http | None = None,
+        run: Callable[[Sequence[str]], object] | None = None,
+    ) -> None:
+        """``http`` and ``run`` (what runs the guest shutdown) are the tests' to replace."""
         self.environment = environment
         self.endpoints: Endpoints
         self.host: Host
         self.endpoints, self.host = from_environment(environment)
         self.log = Log()
-        self.http = Http()
+        self.http = http or Http()
         self.metadata = Metadata(self.http, self.endpoints.metadata)
         self.storage = Storage(self.http, self.metadata, self.endpoints.storage)
+        self._run = run
 
     def release(self, kind: str, node: str, tpu_name: str | None) -> Release:
-        return Release(
+        release = Release(
             kind, node, tpu_name, self.metadata, self.http, self.endpoints, self.log, self.host.self_stop_log
         )
+        if self._run is not None:
+            release.run = self._run
+        return release
 
 
 def new_incarnation() -> str:
@@ -126,37 +146,84 @@ def start_run_time_cap(agent: Agent) -> None:
     subprocess.Popen([sys.executable, *entry, "cap", str(os.getpid())], stdin=subprocess.DEVNULL)
 
 
-def run_cap(agent: Agent, agent_pid: int) -> int:
-    """At the cap: end the agent as a termination would (the job stays resumable), record
-    FAILED unless the job SUCCEEDED, and stop the machine (delete it with on_finish: delete)."""
-    try:
-        settings = read_settings(agent.metadata)
-    except (SettingsError, CloudError) as error:
-        agent.log(f"run-time cap: cannot read this node's settings ({error})")
-        return EXIT_ABORTED
-    assert settings.max_run_seconds is not None
-    time.sleep(settings.max_run_seconds)
-    agent.log(f"run-time cap of {settings.max_run_seconds} s reached: stopping this machine")
+def cap_settings(agent: Agent, clock: Clock, rounds: Retry = CAP_SETTINGS_ROUNDS) -> NodeSettings | None:
+    """This node's settings for the cap, asked for again while the metadata server does not
+    answer (each round already retries every key); None when they cannot be learned."""
+    delays = rounds.delays()
+    for attempt in range(rounds.attempts):
+        try:
+            return read_settings(agent.metadata)
+        except SettingsError as error:
+            agent.log(f"run-time cap: this node's settings are refused ({error})")
+            return None
+        except Exception as error:  # noqa: BLE001 - whatever fails, the cap still stops the machine
+            agent.log(f"run-time cap: cannot read this node's settings ({error})")
+        if attempt < len(delays):
+            clock.sleep(delays[attempt])
+    return None
+
+
+def end_agent(agent: Agent, agent_pid: int, clock: Clock) -> None:
+    """Ends the agent as a termination would (the job stays resumable): SIGTERM, then up to
+    CAP_GRACE_SECONDS for it to record and end its work."""
     try:
         os.kill(agent_pid, signal.SIGTERM)
-        deadline = time.monotonic() + CAP_GRACE_SECONDS
-        while time.monotonic() < deadline:
+        deadline = clock.monotonic() + CAP_GRACE_SECONDS
+        while clock.monotonic() < deadline:
             os.kill(agent_pid, 0)
-            time.sleep(0.5)
+            clock.sleep(0.5)
     except ProcessLookupError:
         pass
-    if settings.job is not None:
-        board = Board(agent.storage, settings.job.job_dir, settings.node, new_incarnation())
+    except OSError as error:
+        agent.log(f"run-time cap: cannot end the agent ({error})")
+
+
+def record_cap(agent: Agent, settings: NodeSettings) -> None:
+    """FAILED (exit 124) for the node and the job, unless the job SUCCEEDED. A job status that
+    cannot be read (too large, refused) is no success; when Cloud Storage gives up, nothing is
+    written: the stop comes first."""
+    if settings.job is None:
+        return
+    board = Board(agent.storage, settings.job.job_dir, settings.node, new_incarnation())
+    try:
         job = board.job()
-        if job is None or job.state != STATES.succeeded:
-            try:
-                board.write_node(STATES.failed, 124, "run-time cap reached")
-                board.write_job(STATES.failed, 124, "run-time cap reached")
-            except CloudError as error:
-                agent.log(f"could not record FAILED: {error}")
-    agent.release(settings.kind, settings.node, settings.tpu_name)(
-        "delete" if settings.on_finish == "delete" else "stop"
-    )
+    except Unavailable as error:
+        agent.log(f"run-time cap: Cloud Storage gave up ({error}); nothing recorded")
+        return
+    except Exception as error:  # noqa: BLE001 - whatever fails, the cap still stops the machine
+        agent.log(f"run-time cap: cannot read {board.job_uri} ({error}); recording FAILED")
+        job = None
+    if job is not None and job.state == STATES.succeeded:
+        return
+    try:
+        board.write_node(STATES.failed, 124, "run-time cap reached")
+        board.write_job(STATES.failed, 124, "run-time cap reached")
+    except Exception as error:  # noqa: BLE001 - whatever fails, the cap still stops the machine
+        agent.log(f"could not record FAILED: {error}")
+
+
+def run_cap(agent: Agent, agent_pid: int, clock: Clock | None = None) -> int:
+    """At the cap: end the agent, record FAILED unless the job SUCCEEDED, and stop the machine
+    (delete it with on_finish: delete). Whatever it cannot read, it stops the machine: a cap it
+    cannot learn (no answer from the metadata server in every round, or a refused value) is
+    reached at once, since a node that cannot tell when to stop must not bill on."""
+    clock = clock or SystemClock()
+    started = clock.monotonic()
+    settings = cap_settings(agent, clock)
+    if settings is None or settings.max_run_seconds is None:
+        agent.log("run-time cap: the cap cannot be learned; stopping this machine now")
+    else:
+        clock.sleep(max(0.0, started + settings.max_run_seconds - clock.monotonic()))
+        agent.log(f"run-time cap of {settings.max_run_seconds} s reached: stopping this machine")
+    end_agent(agent, agent_pid, clock)
+    if settings is None:
+        settings = cap_settings(agent, clock, NO_RETRY)
+    if settings is not None:
+        record_cap(agent, settings)
+        kind, node, tpu_name, on_finish = settings.kind, settings.node, settings.tpu_name, settings.on_finish
+    else:
+        kind, node, tpu_name, on_finish = TPU_NODE_KIND, TPU_NODE, known_tpu_name(agent.metadata), "stop"
+    agent.release(kind, node, tpu_name)("delete" if on_finish == "delete" else "stop")
     return 0
 
 
@@ -169,7 +236,11 @@ def run_node(agent: Agent) -> int:
     host, log = agent.host, agent.log
     timings = Timings().scaled(time_scale)
     if settings.kind == TPU_NODE_KIND:
-        start_run_time_cap(agent)
+        try:
+            start_run_time_cap(agent)
+        except OSError as error:
+            # The TPU VM's only run-time cap: without it the node must not run at all.
+            return abort(agent, f"cannot start the run-time cap: {error}")
     lock = take_boot_lock(host.state_dir)
     if lock is None:
         log(f"another boot of this node holds {host.state_dir / 'boot.lock'}; leaving the job to it")

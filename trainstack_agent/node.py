@@ -248,7 +248,13 @@ class NodeAgent:
         if settings.job is None:
             self.services.ready()
             return 0
-        job = self.board.job()
+        try:
+            job = self.board.job()
+        except Exception as error:  # noqa: BLE001 - a node must record and release, whatever failed
+            # An oversize or unreadable status/job.json, or Cloud Storage giving up: the node
+            # cannot tell whether the job already ended, so it fails and releases its machine
+            # rather than idle (and bill) until the run-time cap.
+            return self.finish(Outcome(1, f"cannot read the job's status {self.board.job_uri}: {str(error)[:300]}"))
         if job is not None and job.state == STATES.succeeded:
             self.log(f"job already SUCCEEDED ({self.board.job_uri}); not training again")
             self.apply_on_finish()

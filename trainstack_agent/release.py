@@ -3,8 +3,9 @@
 A Compute Engine VM stops by a guest shutdown, which needs no permission; it deletes itself
 with one API call. A TPU VM keeps its TPU (and bills) through a guest shutdown, so it stops
 or deletes itself through the TPU API. Should deletion be refused, stopping still ends the
-billing; should every call fail, the guest shuts down. ``trainstack local`` records the
-action in a log instead.
+billing; should every call fail, the guest shuts down. A TPU VM asks the TPU API again a
+bounded number of times first (:data:`TPU_API_ROUNDS`), since its guest shutdown keeps the
+TPU billing. ``trainstack local`` records the action in a log instead.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from trainstack_agent.cloud import CloudError, Http
+from trainstack_agent.cloud import NO_RETRY, CloudError, Http, Retry
 from trainstack_agent.compute import ComputeApi, Place, TpuApi
 from trainstack_agent.endpoints import Endpoints
 from trainstack_agent.metadata import Metadata
 from trainstack_contract import TPU_NODE_KIND
 
 SHUTDOWN = ("shutdown", "-h", "now")
+# A TPU VM whose release through the TPU API failed (each call already retried by Http) tries
+# again after 15, 30, 60 and 120 s before it shuts its guest down.
+TPU_API_ROUNDS = Retry(attempts=5, first_delay=15.0, max_delay=120.0)
 
 
 class Release:
@@ -53,21 +57,37 @@ class Release:
             with self.self_stop_log.open("a", encoding="utf-8") as handle:
                 handle.write(f"{time.time():.6f} {action} {self.node}\n")
             return
-        try:
-            place = Place.of_this_vm(self.metadata)
-            if self.kind == TPU_NODE_KIND and self.tpu_name is not None:
-                self._release_tpu(action, TpuApi(self.http, self.metadata, self.endpoints.tpu, place))
-                return
-            if action == "delete":
-                name = self.metadata.require("instance/name")
-                try:
-                    ComputeApi(self.http, self.metadata, self.endpoints.compute, place).delete(name)
+        rounds = TPU_API_ROUNDS if self.kind == TPU_NODE_KIND and self.tpu_name is not None else NO_RETRY
+        delays = rounds.delays()
+        for attempt in range(rounds.attempts):
+            try:
+                if self._through_api(action):
                     return
-                except CloudError as error:
-                    self.log(f"deleting this instance failed ({error}); stopping it instead")
-        except CloudError as error:
-            self.log(f"releasing this machine through the API failed ({error}); shutting the guest down")
+                break
+            except Exception as error:  # noqa: BLE001 - whatever failed, the machine must still stop
+                again = f"; asking again in {delays[attempt]:g} s" if attempt < len(delays) else ""
+                self.log(f"releasing this machine through the API failed ({error}){again}")
+            if attempt < len(delays):
+                self.http.sleep(delays[attempt])
+        self.log("shutting the guest down")
         self.run(SHUTDOWN)
+
+    def _through_api(self, action: str) -> bool:
+        """Releases the machine through an API where that is how it is done: True once done,
+        False where only a guest shutdown does it (a VM's stop, a refused VM deletion, a TPU
+        VM without its name)."""
+        place = Place.of_this_vm(self.metadata)
+        if self.kind == TPU_NODE_KIND and self.tpu_name is not None:
+            self._release_tpu(action, TpuApi(self.http, self.metadata, self.endpoints.tpu, place))
+            return True
+        if action == "delete":
+            name = self.metadata.require("instance/name")
+            try:
+                ComputeApi(self.http, self.metadata, self.endpoints.compute, place).delete(name)
+                return True
+            except CloudError as error:
+                self.log(f"deleting this instance failed ({error}); stopping it instead")
+        return False
 
     def _release_tpu(self, action: str, tpu: TpuApi) -> None:
         assert self.tpu_name is not None

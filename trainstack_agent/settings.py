@@ -412,3 +412,13 @@ def known_identity(metadata: Metadata) -> tuple[str | None, str | None]:
     if not job_dir.startswith(prefix) or _JOB_NAME.fullmatch(job_dir[len(prefix) :]) is None:
         return None, None
     return node, job_dir
+
+
+def known_tpu_name(metadata: Metadata) -> str | None:
+    """This TPU VM's node name, read alone: what a run-time cap that could not read the
+    node's settings still needs to stop the TPU through the TPU API. None when unreadable."""
+    try:
+        name = metadata.attribute(KEYS.tpu_name)
+    except Exception:  # noqa: BLE001 - any failure here only means "unknown"
+        return None
+    return name if name and NODE_NAME.fullmatch(name) else None

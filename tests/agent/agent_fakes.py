@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from trainstack_agent.board import Board
-from trainstack_agent.cloud import CloudError
+from trainstack_agent.cloud import CloudError, TooLarge
 from trainstack_agent.environment import Prepared
 from trainstack_agent.job import JobCommand
 from trainstack_agent.node import NodeAgent, Services
@@ -75,7 +75,10 @@ class MemoryStorage:
         self.fail_writes = False
 
     def read(self, uri: str, max_bytes: int) -> bytes | None:
-        return self.objects.get(uri)
+        data = self.objects.get(uri)
+        if data is not None and len(data) > max_bytes:
+            raise TooLarge(f"GET {uri}: answer larger than {max_bytes} bytes")
+        return data
 
     def write(self, uri: str, data: bytes, content_type: str = "application/json") -> None:
         if self.fail_writes:

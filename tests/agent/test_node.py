@@ -10,6 +10,7 @@ import pytest
 
 from agent_fakes import JOB_DIR, World, settings, world
 from trainstack_agent.artifacts import DigestMismatch
+from trainstack_agent.cloud import CloudError
 from trainstack_agent.environment import Prepared
 from trainstack_agent.node import EXIT_ENDED, restart_limit
 from trainstack_agent.secrets import SecretError
@@ -46,6 +47,44 @@ def test_a_job_that_already_succeeded_is_not_trained_again_but_on_finish_applies
     assert w.agent.run() == 0
     assert w.launcher.started == [] and w.releases == ["stop"]
     assert any("already SUCCEEDED" in line for line in w.log)
+
+
+@pytest.mark.parametrize(("node", "on_finish"), [("chief", "stop"), ("worker-0", "delete")])
+def test_an_oversize_job_status_at_boot_records_failed_naming_it_and_applies_on_finish(
+    node: str, on_finish: str
+) -> None:
+    """Defect: a status/job.json over 256 KiB ended the agent in a traceback before it
+    recorded anything; the VM idled (and billed) until max_run_hours."""
+    w = world(settings(node=node, on_finish=on_finish), runs=[(1.0, 0)])
+    w.storage.objects[f"{JOB_DIR}/status/job.json"] = b" " * (256 * 1024 + 1)
+    assert w.agent.run() == 1
+    own = w.status(node)
+    assert own is not None and own.state == STATES.failed and own.exit_code == 1
+    assert own.reason is not None and f"{JOB_DIR}/status/job.json" in own.reason and "larger than" in own.reason
+    assert w.launcher.started == [] and w.releases == [on_finish]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [CloudError("no answer after 6 attempts (HTTP 503)"), PermissionError(13, "Permission denied")],
+    ids=["cloud-storage-gave-up", "unreadable-file"],
+)
+def test_a_job_status_that_cannot_be_read_at_boot_records_failed_and_applies_on_finish(error: Exception) -> None:
+    """Cloud Storage giving up, or (in a local run) a status file this user cannot read."""
+    w = world(settings(), runs=[(1.0, 0)])
+    read = w.storage.read
+
+    def give_up(uri: str, max_bytes: int) -> bytes | None:
+        if uri.endswith("/status/job.json"):
+            raise error
+        return read(uri, max_bytes)
+
+    w.storage.read = give_up  # type: ignore[method-assign]
+    assert w.agent.run() == 1
+    assert w.launcher.started == [] and w.releases == ["stop"]
+    own = w.status("chief")
+    assert own is not None and own.state == STATES.failed
+    assert own.reason is not None and own.reason.startswith(f"cannot read the job's status {JOB_DIR}/status/job.json")
 
 
 @pytest.mark.parametrize("on_finish", ["stop", "delete"])
