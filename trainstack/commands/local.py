@@ -224,14 +224,19 @@ def cmd_local(args: argparse.Namespace) -> int:
         print(f"trainstack: {error}; the nodes of `local` install from what this machine fetches", file=sys.stderr)
         return LocalExit.NOT_RUN
     except LocalStackRunInterrupted as interrupted:
-        report(interrupted.result)
         again = command_line(stack.stack, overrides, workdir if args.workdir else None)
-        print(
-            f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded INTERRUPTED; "
-            f"the job resumes from its backup, with the settings this run had, with `{again}` "
-            "(--fresh starts it over)",
-            file=sys.stderr,
-        )
+        try:
+            report(interrupted.result)
+            print(
+                f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded "
+                f"INTERRUPTED; the job resumes from its backup, with the settings this run had, with `{again}` "
+                "(--fresh starts it over)",
+                file=sys.stderr,
+            )
+        except OSError:
+            # SIGHUP: the terminal is gone and every write to it fails (EIO), as the flush at exit
+            # would; the exit code still says what happened, the status objects the rest.
+            sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - open until the process ends
         return LocalExit.INTERRUPTED
     report(result)
     if result.succeeded:

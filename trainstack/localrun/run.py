@@ -238,18 +238,21 @@ def run_local(
     preempt: tuple[str, ...] = (),
     preempt_after: float = 0.0,
 ) -> LocalStackRunResult:
-    """Runs the stack's cluster to its end. On SIGINT or SIGTERM every node is stopped as a
-    VM's shutdown stops it (its agent records INTERRUPTED; SIGKILL after a grace), and
-    :class:`LocalStackRunInterrupted` carries what they recorded: the job stays resumable."""
+    """Runs the stack's cluster to its end. On SIGINT, SIGTERM or SIGHUP (its terminal closed,
+    its ssh session dropped: the nodes, in sessions of their own, hear none of it) every node is
+    stopped as a VM's shutdown stops it (its agent records INTERRUPTED; SIGKILL after a grace),
+    and :class:`LocalStackRunInterrupted` carries what they recorded: the job stays resumable."""
     if fresh:
         clear_workdir(workdir)
     check_adoptable(workdir)
     run = LocalStackRun(stack, workdir, overrides, echo, verbose=verbose, preempt=preempt, preempt_after=preempt_after)
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    # A SIGHUP this process was started ignoring (nohup) stays ignored.
+    handled = [signal.SIGTERM, *([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else [])]
+    previous = {signum: signal.signal(signum, on_signal) for signum in handled}
     try:
         try:
             started = run.start()
@@ -260,10 +263,11 @@ def run_local(
             return started.wait(timeout)
         except KeyboardInterrupt as interrupt:
             # Further signals may not cut the stopping short.
-            for each in (signal.SIGINT, signal.SIGTERM):
+            for each in (signal.SIGINT, *handled):
                 signal.signal(each, signal.SIG_IGN)
             name = str(interrupt) or "SIGINT"
             raise LocalStackRunInterrupted(name, run.interrupt()) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -248,7 +248,12 @@ class Supervisor(ProcessTable):
     def _echo(self, name: str, line: str) -> None:
         if self.echo and (self.shown is None or self.shown(line)):
             with self._echo_lock:
-                print(f"[{name}] {line}", file=self.out or sys.stdout, flush=True)
+                try:
+                    print(f"[{name}] {line}", file=self.out or sys.stdout, flush=True)
+                except OSError:
+                    # A terminal that hung up (EIO) or a closed pipe takes no more lines; the
+                    # reader goes on keeping them, so the process never blocks on its output.
+                    self.echo = False
 
     def wait_for(self, predicate: Callable[[], bool], deadline: float | None) -> bool:
         """:func:`wait_for` at this supervisor's polling interval."""
