@@ -1,17 +1,23 @@
-"""Ctrl-C or SIGTERM on `trainstack local`: every node stops, records INTERRUPTED, and no
-process of the run is left; the job resumes from where it was."""
+"""Ctrl-C, SIGTERM or a closed terminal (SIGHUP) on `trainstack local`: every node stops,
+records INTERRUPTED, and no process of the run is left; the job resumes from where it was."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
 import pytest
+
+from trainstack.localrun.supervisor import descendants
 
 REPO = Path(__file__).resolve().parent.parent
 # A hang guard for the whole command, not a measure.
@@ -81,3 +87,66 @@ def test_an_interrupted_local_run_stops_every_node_and_leaves_the_job_resumable(
     assert "--epochs 5 (interrupted run: 50)" in other.stderr and "--fresh" in other.stderr
     assert settings in other.stderr
     assert json.loads((status_dir / "job.json").read_text())["state"] == "INTERRUPTED"
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat), None once it is gone: with the
+    pid it names one process, never a later one that reuses the pid."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def read_until(master: int, text: str, process: subprocess.Popen[bytes]) -> str:
+    """What the terminal shows, read from its master side until ``text`` appears."""
+    shown = b""
+    deadline = time.monotonic() + HANG_SECONDS
+    while text.encode() not in shown:
+        assert time.monotonic() < deadline and process.poll() is None, shown.decode(errors="replace")[-2000:]
+        if select.select([master], [], [], 1.0)[0]:
+            shown += os.read(master, 65536)
+    return shown.decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_a_closed_terminal_stops_every_process_of_the_run_and_records_it_interrupted(tmp_path: Path) -> None:
+    """A closed terminal or a dropped ssh session hangs up `local`'s terminal: the kernel sends
+    SIGHUP to its controlling process. The nodes run in sessions of their own, so only `local`
+    hears it: it must stop them all, as for Ctrl-C, though nothing can be printed any more."""
+    workdir = tmp_path / "work"
+    command = [sys.executable, "-m", "trainstack", "local", "--stack", "dev", "--workdir", str(workdir)]
+    command += ["--epochs", "50", "--steps-per-epoch", "200", "--image-size", "32"]
+    master, terminal = pty.openpty()
+    cli = subprocess.Popen(
+        command,
+        cwd=REPO,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        # A session of its own whose controlling terminal is the pseudo-terminal, as a login shell's.
+        start_new_session=True,
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+    )
+    os.close(terminal)
+    try:
+        read_until(master, "training from the start", cli)
+        run = {pid: start_time(pid) for pid in descendants(cli.pid)}
+        holder = b"sleep\0infinity"  # unshare --net -- sleep infinity, after its exec
+        assert any(holder in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in run), "no namespace holder"
+    finally:
+        # The terminal goes away: its master side closes, and the kernel hangs it up.
+        os.close(master)
+    assert cli.wait(timeout=HANG_SECONDS) == 130
+    survivors = {
+        pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid, when in run.items() if when and start_time(pid) == when
+    }
+    for pid in survivors:
+        # Not left behind by a failing run.
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == {}
+    assert processes_of(workdir) == []
+    status_dir = workdir / "bucket" / "your-gcp-project_dev" / "jobs" / "flowers_dev" / "status"
+    # Every status a node writes (settings.json records the job's start, not a state).
+    states = {path.stem: json.loads(path.read_text()).get("state") for path in status_dir.glob("*.json")}
+    assert states == {"chief": "INTERRUPTED", "job": "INTERRUPTED", "settings": None}

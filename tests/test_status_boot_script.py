@@ -91,6 +91,8 @@ def run_on_emulator(tmp_path: Path) -> tuple[LocalStackRun, LocalStackRunResult,
         echo=False,
         trainer_source=PROBE_TRAINER,
         bucket=GcsBucket(stack.project, stack.bucket_name),
+        # The nodes reach the emulator in this machine's network.
+        allow_shared_network=True,
     )
     share_probe_records(local)
     return local, local.start().wait(timeout=300), path

@@ -180,7 +180,7 @@ def check_runnable_here(stack: ResolvedStack) -> None:
 def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.jobstate.report import default_workdir
     from trainstack.localrun.outcome import LocalStackRunInterrupted, exit_code, report
-    from trainstack.localrun.run import run_local
+    from trainstack.localrun.run import SharedNetworkRefused, run_local
     from trainstack.localrun.run_settings import SettingsDiffer, command_line, forget, settings_for_this_run
     from trainstack.localrun.wheels import FetchError
     from trainstack.localrun.workdir import WorkdirError
@@ -216,7 +216,11 @@ def cmd_local(args: argparse.Namespace) -> int:
             verbose=args.verbose,
             preempt=preempt,
             preempt_after=args.preempt_after or 0.0,
+            allow_shared_network=args.allow_shared_network,
         )
+    except SharedNetworkRefused as refused:
+        print(f"trainstack: {refused}", file=sys.stderr)
+        return LocalExit.NOT_RUN
     except WorkdirError as error:
         print(f"trainstack: {'--fresh' if args.fresh else '--workdir'}: {error}", file=sys.stderr)
         return LocalExit.NOT_RUN
@@ -224,14 +228,19 @@ def cmd_local(args: argparse.Namespace) -> int:
         print(f"trainstack: {error}; the nodes of `local` install from what this machine fetches", file=sys.stderr)
         return LocalExit.NOT_RUN
     except LocalStackRunInterrupted as interrupted:
-        report(interrupted.result)
         again = command_line(stack.stack, overrides, workdir if args.workdir else None)
-        print(
-            f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded INTERRUPTED; "
-            f"the job resumes from its backup, with the settings this run had, with `{again}` "
-            "(--fresh starts it over)",
-            file=sys.stderr,
-        )
+        try:
+            report(interrupted.result)
+            print(
+                f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded "
+                f"INTERRUPTED; the job resumes from its backup, with the settings this run had, with `{again}` "
+                "(--fresh starts it over)",
+                file=sys.stderr,
+            )
+        except OSError:
+            # SIGHUP: the terminal is gone and every write to it fails (EIO), as the flush at exit
+            # would; the exit code still says what happened, the status objects the rest.
+            sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - open until the process ends
         return LocalExit.INTERRUPTED
     report(result)
     if result.succeeded:
@@ -290,5 +299,11 @@ def register(subparsers: Any) -> None:
         type=_preempt_after,
         metavar="SECONDS",
         help="when to preempt: this many seconds after the node's boot script starts the job",
+    )
+    local.add_argument(
+        "--allow-shared-network",
+        action="store_true",
+        help="where the nodes cannot have a network namespace of their own (not root, an image job), run them in "
+        "this machine's network: TensorFlow's gRPC servers then listen on every interface (refused without it)",
     )
     local.set_defaults(func=cmd_local)

@@ -8,8 +8,8 @@ stand-ins (the metadata server and the Compute Engine API) open their sockets in
 from a thread that joins the namespace for that moment, so the nodes reach them and nothing
 outside does.
 
-Making one takes root (``unshare --net`` and ``setns``); without it the run says that its
-gRPC servers listen on all interfaces and goes on in this machine's own network.
+Making one takes root (``unshare --net`` and ``setns``); without it the run is refused, unless
+told to go on in this machine's own network (:func:`trainstack.localrun.run.loopback_network`).
 """
 
 from __future__ import annotations

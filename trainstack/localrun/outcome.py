@@ -48,7 +48,7 @@ class LocalStackRunResult:
 
 
 class LocalStackRunInterrupted(Exception):
-    """The run was stopped by SIGINT (Ctrl-C) or SIGTERM; every node has been stopped."""
+    """The run was stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP; every node has been stopped."""
 
     def __init__(self, signal_name: str, result: LocalStackRunResult) -> None:
         super().__init__(signal_name)
@@ -121,7 +121,8 @@ class LocalExit(IntEnum):
     USAGE = 2
     # The job ran and did not succeed: its code failed, a node's boot script failed, or --timeout.
     JOB_FAILED = 3
-    # Ctrl-C or SIGTERM: every node was stopped (128 + SIGINT, as a shell reports it).
+    # Ctrl-C, SIGTERM or SIGHUP: every node was stopped (128 + SIGINT, as a shell reports
+    # Ctrl-C; one code for every interruption, since each leaves the job resumable).
     INTERRUPTED = 130
 
 

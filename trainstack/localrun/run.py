@@ -19,7 +19,8 @@ through its ``TRAINSTACK_*`` variables:
   preempted, SIGTERM to every process of the node, then SIGKILL after a grace period.
 
 The nodes and these servers share a network namespace whose only interface is loopback
-(:mod:`trainstack.localrun.netns`), where one can be made. Everything runs on the CPU whatever GPUs
+(:mod:`trainstack.localrun.netns`); where none can be had (no root, an image job), the run is
+refused unless told to run them in this machine's own network. Everything runs on the CPU whatever GPUs
 the stack names; TF_CONFIG addresses are loopback ports instead of internal DNS names.
 """
 
@@ -92,18 +93,43 @@ def node_environment(
     return environment
 
 
+class SharedNetworkRefused(Exception):
+    """The nodes cannot have a namespace of their own and the run was not told to go on without
+    one; the message says why, and how to get one."""
+
+
+# How to get isolation, or go on without it: the end of each refusal.
+_WAYS_ON = (
+    "`local` runs no node in this machine's own network unless told to: add --allow-shared-network "
+    "on a machine whose other users and network may reach these ports"
+)
+
+
 def loopback_network(
-    isolate: bool, bucket: StandInBucket, job: ResolvedJob | None
+    allow_shared: bool, bucket: StandInBucket, job: ResolvedJob | None
 ) -> tuple[LoopbackNetwork | None, str | None]:
-    """A namespace with nothing but loopback for the nodes and the stand-ins they call, when
-    one can be made (else a note why not); none for a bucket or an image that lives in this
-    machine's own network (an emulator, the Docker engine)."""
-    if not isolate or not isinstance(bucket, DirectoryBucket) or (job is not None and job.image is not None):
-        return None, None
-    try:
-        return LoopbackNetwork.create(), None
-    except NamespaceUnavailable as reason:
-        return None, f"TensorFlow's gRPC servers of this run listen on every interface of this machine ({reason})"
+    """A namespace with nothing but loopback for the nodes and the stand-ins they call. Where
+    none can be had (no root, or a bucket or an image that lives in this machine's own network:
+    an emulator, the Docker engine), TensorFlow's gRPC servers would listen on every interface of
+    this machine: :class:`SharedNetworkRefused`, unless ``allow_shared`` (then a note says so)."""
+    every_interface = "TensorFlow's gRPC servers of this run listen on every interface of this machine"
+    if job is not None and job.image is not None:
+        reason = (
+            f"the job runs the image {job.image.uri}, whose container shares the Docker engine's network "
+            "(--network host), which no namespace of `local` holds"
+        )
+        how = "; or run the job's code as a package (job.package and job.module) as root, in a namespace of its own"
+    elif not isinstance(bucket, DirectoryBucket):
+        reason, how = "the nodes reach the bucket through this machine's network", ""
+    else:
+        try:
+            return LoopbackNetwork.create(), None
+        except NamespaceUnavailable as unavailable:
+            reason = str(unavailable)
+        how = "; or run `local` as root (sudo), where its nodes get a network namespace with nothing but loopback"
+    if not allow_shared:
+        raise SharedNetworkRefused(f"{every_interface} ({reason}): {_WAYS_ON}{how}")
+    return None, f"{every_interface} ({reason})"
 
 
 class LocalStackRun:
@@ -117,18 +143,19 @@ class LocalStackRun:
         echo: bool = True,
         verbose: bool = False,
         preempt_after: float = 0.0,
-        isolate_network: bool = True,
+        allow_shared_network: bool = False,
         **layout: Unpack[LayoutOptions],
     ) -> None:
         """``layout``: what :func:`~trainstack.localrun.layout.lay_out` takes besides the stack
         (``preempt``: the nodes to preempt ``preempt_after`` seconds after their job starts, as
-        Compute Engine preempts a Spot VM; see :class:`~trainstack.localrun.spot.SpotMachines`)."""
+        Compute Engine preempts a Spot VM; see :class:`~trainstack.localrun.spot.SpotMachines`);
+        ``allow_shared_network``: see :func:`loopback_network`."""
         self.layout = lay_out(stack, workdir, overrides, **layout)
         self.stack, self.workdir, self.job = stack, self.layout.workdir, self.layout.job
         self.machines, self.nodes, self.job_dir = self.layout.machines, self.layout.nodes, self.layout.job_dir
         self.script = self.layout.script
         self.echo = echo
-        self.network, self.network_note = loopback_network(isolate_network, self.layout.bucket, self.job)
+        self.network, self.network_note = loopback_network(allow_shared_network, self.layout.bucket, self.job)
         shown = None if verbose else (lambda line: not is_runtime_noise(line))
         self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS, shown=shown)
         self.spot = SpotMachines(self.supervisor, self.nodes, self._boot_again, echo)
@@ -237,19 +264,32 @@ def run_local(
     verbose: bool = False,
     preempt: tuple[str, ...] = (),
     preempt_after: float = 0.0,
+    allow_shared_network: bool = False,
 ) -> LocalStackRunResult:
-    """Runs the stack's cluster to its end. On SIGINT or SIGTERM every node is stopped as a
-    VM's shutdown stops it (its agent records INTERRUPTED; SIGKILL after a grace), and
-    :class:`LocalStackRunInterrupted` carries what they recorded: the job stays resumable."""
+    """Runs the stack's cluster to its end. On SIGINT, SIGTERM or SIGHUP (its terminal closed,
+    its ssh session dropped: the nodes, in sessions of their own, hear none of it) every node is
+    stopped as a VM's shutdown stops it (its agent records INTERRUPTED; SIGKILL after a grace),
+    and :class:`LocalStackRunInterrupted` carries what they recorded: the job stays resumable."""
     if fresh:
         clear_workdir(workdir)
     check_adoptable(workdir)
-    run = LocalStackRun(stack, workdir, overrides, echo, verbose=verbose, preempt=preempt, preempt_after=preempt_after)
+    run = LocalStackRun(
+        stack,
+        workdir,
+        overrides,
+        echo,
+        verbose=verbose,
+        preempt=preempt,
+        preempt_after=preempt_after,
+        allow_shared_network=allow_shared_network,
+    )
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    # A SIGHUP this process was started ignoring (nohup) stays ignored.
+    handled = [signal.SIGTERM, *([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else [])]
+    previous = {signum: signal.signal(signum, on_signal) for signum in handled}
     try:
         try:
             started = run.start()
@@ -260,10 +300,11 @@ def run_local(
             return started.wait(timeout)
         except KeyboardInterrupt as interrupt:
             # Further signals may not cut the stopping short.
-            for each in (signal.SIGINT, signal.SIGTERM):
+            for each in (signal.SIGINT, *handled):
                 signal.signal(each, signal.SIG_IGN)
             name = str(interrupt) or "SIGINT"
             raise LocalStackRunInterrupted(name, run.interrupt()) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         signal.signal(signal.SIGINT, signal.default_int_handler)

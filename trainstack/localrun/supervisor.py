@@ -124,6 +124,17 @@ def signal_tree(process: subprocess.Popen[str], signum: int) -> None:
             pass
 
 
+def print_flushed(text: str, out: TextIO) -> bool:
+    """Prints one line at once; False where ``out`` takes no more (a terminal that hung up
+    answers EIO, a closed pipe EPIPE): the caller stops echoing, and its readers go on keeping
+    the lines, so no process blocks on its output."""
+    try:
+        print(text, file=out, flush=True)
+    except OSError:
+        return False
+    return True
+
+
 @dataclass
 class _Child:
     process: subprocess.Popen[str]
@@ -248,7 +259,7 @@ class Supervisor(ProcessTable):
     def _echo(self, name: str, line: str) -> None:
         if self.echo and (self.shown is None or self.shown(line)):
             with self._echo_lock:
-                print(f"[{name}] {line}", file=self.out or sys.stdout, flush=True)
+                self.echo = print_flushed(f"[{name}] {line}", self.out or sys.stdout)
 
     def wait_for(self, predicate: Callable[[], bool], deadline: float | None) -> bool:
         """:func:`wait_for` at this supervisor's polling interval."""
