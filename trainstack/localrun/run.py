@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 import trainstack_contract as contract
-from trainstack.localrun.layout import LayoutOptions, collect_result, lay_out
+from trainstack.localrun.layout import LayoutOptions, collect_result, lay_out, record_lost_agents
 from trainstack.localrun.netns import LoopbackNetwork, NamespaceUnavailable
 from trainstack.localrun.nodelogs import NodeLogWriter, is_runtime_noise
 from trainstack.localrun.nodes import LocalNode, TrainerOverrides
@@ -192,6 +192,7 @@ class LocalStackRun:
         closes the run: no node is booted again, no process outlives it."""
         self.spot.close()
         self.supervisor.stop(timeout=INTERRUPT_GRACE_SECONDS)
+        self._record_lost_agents()
         self._close()
         return self.result()
 
@@ -220,8 +221,15 @@ class LocalStackRun:
         others = [n.name for n in self.nodes[1:] if n.process is not None]
         self.supervisor.wait_for(lambda: self.supervisor.all_exited(others), time.monotonic() + GRACE_SECONDS)
         self.supervisor.stop()
+        self._record_lost_agents()
         self._close()
         return self.result()
+
+    def _record_lost_agents(self) -> None:
+        """A node whose agent died without recording an end (``kill -9``) is not left RUNNING."""
+        for name in record_lost_agents(self.layout):
+            if self.echo:
+                print(f"[local] {name}: its node agent ended without recording an end; recorded FAILED", flush=True)
 
     def result(self) -> LocalStackRunResult:
         return collect_result(self.layout, list(self.compute.calls), list(self.spot.preemptions))
