@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
+
 import pytest
 
 from stack_helpers import SHIPPED_STACKS, plan_for
@@ -23,3 +27,17 @@ def quicker_agent_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(params=SHIPPED_STACKS)
 def shipped_plan(request: pytest.FixtureRequest) -> Plan:
     return plan_for(request.param)
+
+
+@pytest.fixture(autouse=True)
+def job_user_may_enter_tmp_path(request: pytest.FixtureRequest) -> None:
+    """Run as root (as CI runs), a local run starts the job's code as an unprivileged user,
+    which must pass through the directories above its work directory; pytest makes each
+    tmp_path and its parents 0700. They are opened to passing through (o+x), not to listing."""
+    if os.geteuid() != 0 or "tmp_path" not in request.fixturenames:
+        return
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    for directory in (tmp_path, *tmp_path.parents):
+        mode = directory.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            directory.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)

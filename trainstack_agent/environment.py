@@ -12,11 +12,12 @@ import importlib.util
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainstack_agent import artifacts
 from trainstack_agent.gcs import Storage
+from trainstack_agent.jobuser import JobUser, prepare_job_user
 from trainstack_agent.processes import Log, Processes
 from trainstack_agent.settings import Artifact, NodeSettings
 from trainstack_contract import PROJECT_INSTALL, requirements_stamp
@@ -39,6 +40,8 @@ class Prepared:
     python: Path
     code_dir: Path | None
     state_dir: Path
+    # The unprivileged user the job's code runs as (None: the agent's own user).
+    user: JobUser | None = None
 
 
 class Environment:
@@ -166,6 +169,18 @@ class Environment:
                 ["gcloud", "auth", "configure-docker", registry, "--quiet"], GCLOUD_SECONDS, "registry credentials"
             )
         self._run(["docker", "pull", "--quiet", image], DOCKER_PULL_SECONDS, f"pulling {image}")
+
+    def prepare_for_job_user(self) -> Prepared:
+        """:meth:`prepare`, then the job's user (:mod:`trainstack_agent.jobuser`) for a job
+        run from a module, with what its code reads shared with it read-only. An image job's
+        docker client stays root's: Docker's socket is root's to use."""
+        prepared = self.prepare()
+        job = self.settings.job
+        assert job is not None
+        if job.module is None:
+            return prepared
+        readable = (self.venv, self.state_dir / "code")
+        return replace(prepared, user=prepare_job_user(self.state_dir, readable, job.job_dir))
 
     def prepare(self) -> Prepared:
         """Everything the job's code needs before it starts."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainstack_agent.jobuser import JobUser
 from trainstack_agent.settings import NodeSettings
 from trainstack_contract import (
     FLAGS,
@@ -30,6 +31,8 @@ class JobCommand:
     cwd: Path
     # The container's name for an image job: ending the job removes it too.
     container: str | None = None
+    # The unprivileged user it runs as (None: the agent's own user).
+    user: JobUser | None = None
 
 
 def vertex_directories(job_dir: str) -> dict[str, str]:
@@ -47,6 +50,7 @@ def job_command(
     code_dir: Path | None,
     state_dir: Path,
     secrets: Mapping[str, str],
+    user: JobUser | None = None,
 ) -> JobCommand:
     job = settings.job
     assert job is not None
@@ -71,7 +75,11 @@ def job_command(
             env["PYTHONPATH"] = str(code_dir)
         # From the state directory, so nothing in the boot directory shadows the job's code.
         argv = (str(python), "-m", job.module, FLAGS.job_dir, job.job_dir, *job.trainer_args)
-        return JobCommand(argv, env, state_dir)
+        if user is None:
+            return JobCommand(argv, env, state_dir)
+        # Its own HOME and working directory: nothing of root's (HOME=/root) is named to it.
+        env.update(HOME=str(user.home), USER=user.name, LOGNAME=user.name)
+        return JobCommand(argv, env, user.workdir, user=user)
     assert job.image is not None
     container = f"trainstack-{settings.node}"
     options = ["--rm", "--init", "--name", container, "--network", "host"]

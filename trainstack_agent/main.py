@@ -264,7 +264,7 @@ def run_node(agent: Agent) -> int:
     services = Services(
         board=board,
         launcher=launcher,
-        prepare=environment.prepare,
+        prepare=environment.prepare_for_job_user,
         ready=lambda: boot_ready(agent, settings, environment),
         secrets=lambda: read_secrets(
             job.secrets if job else (),

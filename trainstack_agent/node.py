@@ -441,7 +441,13 @@ class NodeAgent:
         self.starts += 1
         self.board.attempt = self.starts
         command = job_command(
-            self.settings, self.services.environment, prepared.python, prepared.code_dir, prepared.state_dir, secrets
+            self.settings,
+            self.services.environment,
+            prepared.python,
+            prepared.code_dir,
+            prepared.state_dir,
+            secrets,
+            prepared.user,
         )
         job = self.settings.job
         assert job is not None

@@ -8,6 +8,7 @@ agent's log, under the job's journal tag.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -15,11 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, Any, TextIO
 
 from trainstack_agent.job import JobCommand
+from trainstack_agent.jobuser import JobUser
 from trainstack_agent.timings import Timings
 
 # The journal tags Cloud Logging collects on Deep Learning VM and TPU VM images
@@ -31,15 +33,42 @@ JOURNAL_SOCKET = Path("/run/systemd/journal/stdout")
 STOP_GRACE_SECONDS = Timings().stop_grace
 
 
+# prctl(2): PR_SET_PDEATHSIG, the signal a process gets when the thread that started it ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """What a child runs between fork and exec so that it ends (SIGKILL) when the process that
+    started it ends, even by SIGKILL: no trainer outlives a killed agent. The kernel clears
+    this setting on a change of user, and CPython switches the user (``user=``) before it
+    runs ``preexec_fn``, so it holds for a job run as its own user. A parent already gone
+    by then ends the child at once."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return in_child
+
+
 def popen_in_own_session(
     argv: Sequence[str],
     env: Mapping[str, str] | None,
     cwd: str | os.PathLike[str] | None,
     pass_fds: Sequence[int] = (),
+    user: JobUser | None = None,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[str]:
     """``argv`` with stdout and stderr merged into one text stream, in a session and process
     group of its own: a signal to the group reaches anything the process started. (`trainstack
-    local`'s supervisor starts the nodes' boot scripts the same way.)"""
+    local`'s supervisor starts the nodes' boot scripts the same way.) ``user``: the process
+    runs as that user and its group, with no supplementary group; ``die_with_parent``: it
+    ends when this process ends (Linux)."""
+    switch: dict[str, Any] = {}
+    if user is not None:
+        switch = {"user": user.uid, "group": user.gid, "extra_groups": []}
     return subprocess.Popen(
         list(argv),
         env=None if env is None else dict(env),
@@ -52,6 +81,8 @@ def popen_in_own_session(
         errors="replace",
         start_new_session=True,
         pass_fds=tuple(pass_fds),
+        preexec_fn=_die_with_parent(os.getpid()) if die_with_parent else None,  # noqa: PLW1509 - the prctl must run in the child
+        **switch,
     )
 
 
@@ -160,11 +191,14 @@ class Processes:
         argv: Sequence[str],
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        user: JobUser | None = None,
     ) -> Child:
+        """``argv`` as a child that ends with the agent (a killed agent leaves none behind),
+        as ``user`` when one is given."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the agent is ending; no new process starts")
-            popen = popen_in_own_session(argv, env, cwd, pass_fds=self.keep_fds)
+            popen = popen_in_own_session(argv, env, cwd, pass_fds=self.keep_fds, user=user, die_with_parent=True)
             reader = threading.Thread(target=self._pump, args=(popen.stdout,), daemon=True)
             reader.start()
             child = Child(popen, reader)
@@ -246,7 +280,7 @@ class JobLauncher:
     def start(self, command: JobCommand) -> JobChild:
         if command.container is not None:
             self._containers.append(command.container)
-        child = self.processes.start(command.argv, command.env, command.cwd)
+        child = self.processes.start(command.argv, command.env, command.cwd, command.user)
         return JobChild(child, command.container, self.processes.stop_grace)
 
     def stop_all(self) -> None:

@@ -4,7 +4,9 @@ job directory in it, each node with its metadata and state directory, the boot s
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +18,10 @@ from trainstack.localrun import staging
 from trainstack.localrun.nodes import LocalMachines, LocalNode, TrainerOverrides, cluster_machines, tpu_machine
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
-from trainstack.localrun.workdir import WORKDIR_MARKER
+from trainstack.localrun.workdir import WORKDIR_MARKER, check_reachable_by_job_user
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
-from trainstack_contract import LAYOUT
+from trainstack_contract import CHIEF, LAYOUT, STATES
+from trainstack_contract.status import StatusDocument, StatusFormatError, utc_now
 
 
 class LayoutOptions(TypedDict, total=False):
@@ -69,6 +72,7 @@ class LocalRunLayout:
     def prepare(self, echo: bool) -> None:
         """The work directory as ``pulumi up`` and the VMs' disks would leave it."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        check_reachable_by_job_user(self.workdir)
         (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.stack.stack}\n")
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
         staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse)
@@ -144,3 +148,59 @@ def collect_result(
         compute_calls=compute_calls,
         preemptions=preemptions,
     )
+
+
+def _ended_how(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit {code}"
+
+
+def _write_status(bucket: StandInBucket, name: str, document: StatusDocument) -> None:
+    def write(destination: Path) -> None:
+        partial = destination.with_name(destination.name + ".partial")
+        partial.write_text(document.to_json())
+        partial.replace(destination)
+
+    bucket.put(name, write)
+
+
+def record_lost_agents(layout: LocalRunLayout) -> list[str]:
+    """Once every process of the run has ended: a node whose agent ended (killed, or a crash)
+    while its status still said RUNNING is recorded FAILED, and so is the job when that node
+    is the chief, as nothing else would ever end that state; the nodes so recorded. On the
+    cloud the chief's heartbeat going stale says the same."""
+    directory = layout.job_directory
+    if layout.job is None:
+        return []
+    lost = []
+    for local_node in layout.nodes:
+        code = local_node.process.returncode if local_node.process is not None else None
+        if code is None:
+            continue
+        names = [LAYOUT.node_status(local_node.name)] + ([LAYOUT.job_status] if local_node.role == CHIEF else [])
+        for name in names:
+            path = posixpath.join(directory.prefix, name)
+            raw = directory.bucket.read_json(path)
+            try:
+                document = StatusDocument.from_json(json.dumps(raw)) if raw is not None else None
+            except StatusFormatError:
+                continue
+            if document is None or document.state != STATES.running:
+                continue
+            reason = f"the node agent of {local_node.name} ended ({_ended_how(code)}) without recording an end"
+            failed = document.then(
+                STATES.failed,
+                time=utc_now(),
+                incarnation=document.incarnation,
+                attempt=document.attempt,
+                exit_code=code,
+                reason=reason,
+            )
+            _write_status(directory.bucket, path, failed)
+            if local_node.name not in lost:
+                lost.append(local_node.name)
+    return lost

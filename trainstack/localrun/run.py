@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 import trainstack_contract as contract
-from trainstack.localrun.layout import LayoutOptions, collect_result, lay_out
+from trainstack.localrun.layout import LayoutOptions, LocalRunLayout, collect_result, lay_out, record_lost_agents
 from trainstack.localrun.netns import LoopbackNetwork, NamespaceUnavailable
 from trainstack.localrun.nodelogs import NodeLogWriter, is_runtime_noise
 from trainstack.localrun.nodes import LocalNode, TrainerOverrides
@@ -44,7 +44,7 @@ from trainstack.localrun.outcome import LocalStackRunInterrupted, LocalStackRunR
 from trainstack.localrun.run_settings import write_record
 from trainstack.localrun.spot import PREEMPT_GRACE_SECONDS, SpotMachines, serve_stand_ins
 from trainstack.localrun.standins import DirectoryBucket, StandInBucket
-from trainstack.localrun.supervisor import Supervisor
+from trainstack.localrun.supervisor import STOP_SECONDS, Supervisor
 from trainstack.localrun.workdir import check_adoptable, clear_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
 
@@ -130,6 +130,15 @@ def loopback_network(
     if not allow_shared:
         raise SharedNetworkRefused(f"{every_interface} ({reason}): {_WAYS_ON}{how}")
     return None, f"{every_interface} ({reason})"
+
+
+def stop_nodes(supervisor: Supervisor, layout: LocalRunLayout, echo: bool, timeout: float = STOP_SECONDS) -> None:
+    """Every node's processes stopped (:meth:`Supervisor.stop`); then a node whose agent died
+    without recording an end (``kill -9``) is recorded FAILED rather than left RUNNING."""
+    supervisor.stop(timeout=timeout)
+    for name in record_lost_agents(layout):
+        if echo:
+            print(f"[local] {name}: its node agent ended without recording an end; recorded FAILED", flush=True)
 
 
 class LocalStackRun:
@@ -218,7 +227,7 @@ class LocalStackRun:
         records INTERRUPTED and ends its trainer; SIGKILL to what is left after a grace), and
         closes the run: no node is booted again, no process outlives it."""
         self.spot.close()
-        self.supervisor.stop(timeout=INTERRUPT_GRACE_SECONDS)
+        stop_nodes(self.supervisor, self.layout, self.echo, INTERRUPT_GRACE_SECONDS)
         self._close()
         return self.result()
 
@@ -246,7 +255,7 @@ class LocalStackRun:
         self.spot.close()
         others = [n.name for n in self.nodes[1:] if n.process is not None]
         self.supervisor.wait_for(lambda: self.supervisor.all_exited(others), time.monotonic() + GRACE_SECONDS)
-        self.supervisor.stop()
+        stop_nodes(self.supervisor, self.layout, self.echo)
         self._close()
         return self.result()
 

@@ -5,6 +5,7 @@ requirements), each node's Python environment, and what the nodes' pip installs.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from trainstack.jobcode.package import Wheelhouse
 from trainstack.localrun.nodes import LocalNode
 from trainstack.localrun.standins import StandInBucket
 from trainstack.localrun.wheels import fetch_for_nodes
+from trainstack.localrun.workdir import WorkdirError, unreachable_by_others
 from trainstack.stackmodel.resolved import ResolvedJob
 
 
@@ -41,6 +43,26 @@ def upload_objects(bucket: StandInBucket, job: ResolvedJob | None, wheelhouse: W
         bucket.put(job.requirements.object_name, lambda destination: destination.write_bytes(checked))
 
 
+def python_for_nodes() -> Path:
+    """The interpreter the nodes' environments are made from: this one, or, run as root, one
+    the job's unprivileged user can run (:mod:`trainstack_agent.jobuser`). An interpreter under
+    root's own home (pyenv's) is out of its reach: the system's of the same version then
+    stands in, as a VM's own ``python3`` does."""
+    executable = Path(sys.executable)
+    if os.geteuid() != 0 or unreachable_by_others(executable) is None:
+        return executable
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for directory in ("/usr/local/bin", "/usr/bin"):
+        candidate = Path(directory, version)
+        if candidate.is_file() and unreachable_by_others(candidate) is None:
+            return candidate
+    raise WorkdirError(
+        f"run as root, the job's code runs as an unprivileged user, which cannot run {executable} "
+        f"({unreachable_by_others(executable)} is closed to others) and no {version} is in /usr/local/bin or "
+        "/usr/bin; install one there, or run trainstack local as a user"
+    )
+
+
 def prepare_local_environment(env_dir: Path, stamp: str) -> None:
     """A virtual environment that sees this interpreter's packages, stamped as the boot
     script stamps a finished install: the nodes then take the already-installed path.
@@ -49,9 +71,11 @@ def prepare_local_environment(env_dir: Path, stamp: str) -> None:
     the install path itself is exercised by the tests with a small wheelhouse.
     """
     marker = env_dir / ".trainstack-requirements"
-    if marker.exists() and marker.read_text().strip() == stamp:
+    python = python_for_nodes()
+    made_from = env_dir / "bin" / "python"
+    if marker.exists() and marker.read_text().strip() == stamp and made_from.resolve() == python.resolve():
         return
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    subprocess.run([str(python), "-m", "venv", "--clear", "--without-pip", str(env_dir)], check=True)
     site_packages = Path(
         subprocess.check_output(
             [str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

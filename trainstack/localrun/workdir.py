@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from pathlib import Path
 
 from trainstack.base.project import PROJECT_ROOT
+from trainstack_agent.jobuser import JOB_USER_NAME
 
 # Written into every work directory `trainstack local` creates; `--fresh` deletes nothing else.
 WORKDIR_MARKER = ".trainstack-local-workdir"
@@ -49,4 +52,31 @@ def check_adoptable(workdir: Path) -> None:
     if workdir.is_dir() and not (workdir / WORKDIR_MARKER).is_file() and any(workdir.iterdir()):
         raise WorkdirError(
             f"{workdir} is not empty and trainstack local did not make it; choose an empty or new --workdir"
+        )
+
+
+def unreachable_by_others(path: Path) -> Path | None:
+    """The first directory above ``path`` (or ``path`` itself, with links followed) that
+    another user may not pass through or run; None when every one may."""
+    resolved = path.resolve()
+    for each in (resolved, *resolved.parents):
+        if not each.stat().st_mode & stat.S_IXOTH:
+            return each
+    return None
+
+
+def check_reachable_by_job_user(workdir: Path) -> None:
+    """Run as root, a local run's agents start the job's code as the unprivileged user the
+    cloud's nodes use (:mod:`trainstack_agent.jobuser`): that user must be able to pass
+    through every directory above the nodes' state and the job directory. One it cannot
+    pass through is refused here, with what to do, rather than failing the job's start.
+    Not root: the job's code runs as this user, who can."""
+    if os.geteuid() != 0:
+        return
+    blocked = unreachable_by_others(workdir)
+    if blocked is not None:
+        raise WorkdirError(
+            f"{workdir}: run as root, the job's code runs as the unprivileged user {JOB_USER_NAME}, "
+            f"which cannot enter {blocked} (mode {stat.S_IMODE(blocked.stat().st_mode):04o}); choose a --workdir "
+            "under directories others may enter (o+x)"
         )

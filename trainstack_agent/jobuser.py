@@ -1,0 +1,149 @@
+"""The unprivileged user the job's code runs as, and the few paths it may use.
+
+The agent runs as root (it installs packages, stops the machine); the job's code does not:
+anyone who can reach its process (TensorFlow's gRPC port listens on the node, and
+`trainstack:access` members log in without sudo) would otherwise act as root. When the agent
+is root it makes a system user for the job once (``useradd --system``), and starts the job's
+code as that user with no supplementary group, with:
+
+- a HOME and a working directory of its own under the state directory (mode 0700);
+- the Python environment and the job's code readable through the user's group, never writable;
+- a job directory on this machine's disk (a local run's) its own to write; a ``gs://`` one it
+  reaches with the node's credentials, through the metadata server, as before.
+
+The state directory itself is traversable, not listable (0711): the boot lock, the agent's
+archive and its other files stay root's alone. The job's secrets reach it in its environment
+only, which no other unprivileged user can read (``/proc/PID/environ`` is the owner's).
+
+An agent that is not root (`trainstack local` run by a user) cannot switch users: the job's
+code runs as that user, as the agent does.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# The system user (and its group) every node's job runs as.
+JOB_USER_NAME = "trainstack-job"
+USERADD = ("useradd", "--system", "--user-group", "--no-create-home")
+USERADD_SECONDS = 60
+
+
+class JobUserError(Exception):
+    """The job's user cannot be made or its paths cannot be put in place."""
+
+
+@dataclass(frozen=True)
+class JobUser:
+    name: str
+    uid: int
+    gid: int
+    # Its HOME and working directory (both its own, mode 0700).
+    home: Path
+    workdir: Path
+
+
+def _lookup(name: str) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def ensure_user(name: str = JOB_USER_NAME) -> tuple[int, int]:
+    """The uid and gid of system user ``name``, made with ``useradd --system`` when missing (a
+    second agent of a local run may make it at the same moment: that is no failure)."""
+    entry = _lookup(name)
+    if entry is None:
+        command = [*USERADD, "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=USERADD_SECONDS, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise JobUserError(f"cannot make the job's user {name} ({error})") from None
+        entry = _lookup(name)
+        if entry is None:
+            raise JobUserError(f"cannot make the job's user {name}: {done.stderr.strip()[:300]}")
+    if entry.pw_uid == 0 or entry.pw_gid == 0:
+        raise JobUserError(f"the job's user {name} has uid or gid 0; it must be unprivileged")
+    return entry.pw_uid, entry.pw_gid
+
+
+def _own_directory(path: Path, uid: int, gid: int) -> None:
+    """``path`` a real directory of ``uid`` alone (0700); a link in its place is refused."""
+    path.mkdir(parents=True, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise JobUserError(f"{path} is not a directory")
+    os.chown(path, uid, gid, follow_symlinks=False)
+    os.chmod(path, 0o700)
+
+
+def share_read_only(root: Path, gid: int) -> None:
+    """Everything under ``root`` readable (and, where its owner may run it, runnable) by group
+    ``gid``, never writable by it; owners stay as they are. Links are left alone (what they
+    point to keeps its own modes)."""
+
+    def share(path: Path, is_dir: bool) -> None:
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            return
+        mode = stat.S_IMODE(info.st_mode) & ~stat.S_IWGRP | stat.S_IRGRP
+        if is_dir or info.st_mode & stat.S_IXUSR:
+            mode |= stat.S_IXGRP
+        os.chown(path, -1, gid, follow_symlinks=False)
+        os.chmod(path, mode)
+
+    if not root.is_dir() or root.is_symlink():
+        return
+    share(root, True)
+    for directory, subdirectories, files in os.walk(root):
+        for each in subdirectories:
+            share(Path(directory, each), True)
+        for each in files:
+            share(Path(directory, each), False)
+
+
+def give_tree(root: Path, uid: int, gid: int) -> None:
+    """``root`` and everything under it owned by ``uid`` (a local run's job directory, which
+    the job's code writes); links are not followed. The directories just above it that this
+    agent made (closed to others by its umask) are opened to passing through, up to the
+    first that is open already."""
+    root.mkdir(parents=True, exist_ok=True)
+    for parent in root.parents:
+        info = parent.lstat()
+        if info.st_mode & stat.S_IXOTH or info.st_uid != os.geteuid() or not stat.S_ISDIR(info.st_mode):
+            break
+        os.chmod(parent, stat.S_IMODE(info.st_mode) | stat.S_IXOTH)
+    os.chown(root, uid, gid, follow_symlinks=False)
+    for directory, subdirectories, files in os.walk(root):
+        for each in (*subdirectories, *files):
+            os.chown(Path(directory, each), uid, gid, follow_symlinks=False)
+
+
+def prepare_job_user(
+    state_dir: Path, readable: tuple[Path, ...], job_dir: str | None, name: str = JOB_USER_NAME
+) -> JobUser | None:
+    """The job's user with its paths in place, or None when this agent is not root (the job's
+    code then runs as the agent's own user). ``readable``: what the job's code reads (its
+    Python environment, its code); ``job_dir``: the job's directory, given to the user when it
+    is on this machine's disk."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        uid, gid = ensure_user(name)
+        os.chmod(state_dir, 0o711)
+        home, workdir = state_dir / "job-home", state_dir / "job-work"
+        for directory in (home, workdir):
+            _own_directory(directory, uid, gid)
+        for path in readable:
+            share_read_only(path, gid)
+        if job_dir is not None and not job_dir.startswith("gs://"):
+            give_tree(Path(job_dir), uid, gid)
+    except OSError as error:
+        raise JobUserError(f"cannot put the job's paths in place for {name}: {error}") from None
+    return JobUser(name, uid, gid, home, workdir)
