@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stack_helpers import base_config, write_stack
 from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.run import LocalStackRun
@@ -49,7 +51,9 @@ time.sleep(3600)
 """
 
 
-def local_run(tmp_path: Path, module_source: str, args: list[str]) -> LocalStackRun:
+def local_run(
+    tmp_path: Path, module_source: str, args: list[str], workdir: Path | None = None, echo: bool = False
+) -> LocalStackRun:
     package = tmp_path / "code" / "probe_pkg"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -58,7 +62,7 @@ def local_run(tmp_path: Path, module_source: str, args: list[str]) -> LocalStack
     config["trainstack:cluster"] = {"chief": {"machine_type": "n1-standard-4"}, "strategy": "one_device"}
     config["trainstack:job"] = {"name": "probe", "package": str(package), "module": "probe_pkg.main", "args": args}
     stack = resolve_stack(load_stack(write_stack(tmp_path, config))[0])
-    return LocalStackRun(stack, tmp_path / "work", TrainerOverrides(), echo=False)
+    return LocalStackRun(stack, workdir or tmp_path / "work", TrainerOverrides(), echo=echo)
 
 
 def require_root() -> None:
@@ -81,6 +85,27 @@ def test_the_jobs_code_runs_unprivileged_and_cannot_write_where_only_root_may(tm
     # Its HOME is its own, not root's.
     home = Path(record["home"])
     assert home.stat().st_uid == record["uid"] and home.stat().st_mode & 0o077 == 0
+
+
+def test_a_work_directory_the_jobs_user_cannot_enter_runs_the_job_as_root_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A clone under root's own home (mode 0700): the job's user could not reach the run's files,
+    # so the job runs as the agent rather than failing, and the run says why.
+    require_root()
+    closed = tmp_path / "home-of-root"
+    closed.mkdir(mode=0o700)
+    closed.chmod(0o700)
+    forbidden = tmp_path / "root-only"
+    forbidden.mkdir(mode=0o700)
+    local = local_run(tmp_path, PRIVILEGES_MODULE, ["--forbidden", str(forbidden)], closed / "work", echo=True)
+    result = local.start().wait(timeout=300)
+    assert result.succeeded, result.logs
+    record: dict[str, Any] = json.loads((Path(result.job_dir) / "privileges.json").read_text())
+    assert record["uid"] == 0, record
+    output = capsys.readouterr().out
+    assert f"the job's code runs as root here, not as the unprivileged {JOB_USER_NAME}" in output
+    assert f"cannot enter {closed} (mode 0700)" in output
 
 
 def _gone(pid: int) -> bool:

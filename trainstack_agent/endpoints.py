@@ -41,6 +41,9 @@ class Host:
     # Set locally: pip installs the job's requirements and project from this directory of
     # wheels and archives, fetched before the nodes start (they reach no package index).
     pip_find_links: Path | None = None
+    # Set locally where the job's unprivileged user cannot reach this machine's Python or the
+    # run's files (a clone under a home others may not enter): the job's code runs as the agent.
+    job_as_agent_user: bool = False
 
 
 def from_environment(environment: Mapping[str, str]) -> tuple[Endpoints, Host]:
@@ -64,5 +67,6 @@ def from_environment(environment: Mapping[str, str]) -> tuple[Endpoints, Host]:
         pip_find_links=Path(environment["TRAINSTACK_PIP_FIND_LINKS"])
         if environment.get("TRAINSTACK_PIP_FIND_LINKS")
         else None,
+        job_as_agent_user=bool(environment.get("TRAINSTACK_JOB_AS_AGENT_USER")),
     )
     return endpoints, host

@@ -54,6 +54,7 @@ class Environment:
         log: Log,
         skip_registry_login: bool = False,
         find_links: Path | None = None,
+        job_as_agent_user: bool = False,
     ) -> None:
         self.settings = settings
         self.state_dir = state_dir
@@ -66,6 +67,7 @@ class Environment:
         # Where pip finds what the job installs instead of a package index: `trainstack local`
         # fetches it there first, as its nodes reach no network.
         self.find_links = find_links
+        self.job_as_agent_user = job_as_agent_user
 
     @property
     def python(self) -> Path:
@@ -177,7 +179,7 @@ class Environment:
         prepared = self.prepare()
         job = self.settings.job
         assert job is not None
-        if job.module is None:
+        if job.module is None or self.job_as_agent_user:
             return prepared
         readable = (self.venv, self.state_dir / "code")
         return replace(prepared, user=prepare_job_user(self.state_dir, readable, job.job_dir))

@@ -252,7 +252,14 @@ def run_node(agent: Agent) -> int:
     processes = Processes(log, keep_fds=(lock,), stop_grace=timings.stop_grace)
     launcher = JobLauncher(processes)
     environment = Environment(
-        settings, host.state_dir, agent.storage, processes, log, host.skip_registry_login, host.pip_find_links
+        settings,
+        host.state_dir,
+        agent.storage,
+        processes,
+        log,
+        host.skip_registry_login,
+        host.pip_find_links,
+        host.job_as_agent_user,
     )
     recovery = None
     if settings.recover:

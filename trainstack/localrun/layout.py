@@ -18,7 +18,7 @@ from trainstack.localrun import staging
 from trainstack.localrun.nodes import LocalMachines, LocalNode, TrainerOverrides, cluster_machines, tpu_machine
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
-from trainstack.localrun.workdir import WORKDIR_MARKER, check_reachable_by_job_user
+from trainstack.localrun.workdir import WORKDIR_MARKER, job_user_obstacle
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
 from trainstack_contract import CHIEF, LAYOUT, STATES
 from trainstack_contract.status import StatusDocument, StatusFormatError, utc_now
@@ -69,17 +69,22 @@ class LocalRunLayout:
     def pip_find_links(self) -> Path:
         return self.workdir / "pip-find-links"
 
-    def prepare(self, echo: bool) -> None:
-        """The work directory as ``pulumi up`` and the VMs' disks would leave it."""
+    def prepare(self, echo: bool) -> str | None:
+        """The work directory as ``pulumi up`` and the VMs' disks would leave it. Returns why
+        the job's code cannot run as the cloud's unprivileged job user here, if it cannot
+        (:func:`~trainstack.localrun.workdir.job_user_obstacle`): it then runs as the agent."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        check_reachable_by_job_user(self.workdir)
+        obstacle = job_user_obstacle(self.workdir)
         (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.stack.stack}\n")
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
         staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse)
-        staging.prepare_node_disks(self.nodes, self.kind.requirements_stamp, self.environment_installed)
+        staging.prepare_node_disks(
+            self.nodes, self.kind.requirements_stamp, self.environment_installed, obstacle is None
+        )
         venv_python = self.nodes[0].state_dir / "venv" / "bin" / "python"
         python = venv_python if venv_python.exists() else Path(sys.executable)
         staging.fetch_for_pip(self.job, python, self.pip_find_links, echo)
+        return obstacle
 
 
 def lay_out(

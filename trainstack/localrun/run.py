@@ -47,6 +47,7 @@ from trainstack.localrun.standins import DirectoryBucket, StandInBucket
 from trainstack.localrun.supervisor import STOP_SECONDS, Supervisor
 from trainstack.localrun.workdir import check_adoptable, clear_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
+from trainstack_agent.jobuser import JOB_USER_NAME
 
 # After SIGINT or SIGTERM, how long the nodes get to record INTERRUPTED and end their
 # trainers (each agent gives its trainer 10 s) before what is left is killed.
@@ -164,6 +165,7 @@ class LocalStackRun:
         self.machines, self.nodes, self.job_dir = self.layout.machines, self.layout.nodes, self.layout.job_dir
         self.script = self.layout.script
         self.echo = echo
+        self.job_user_obstacle: str | None = None
         self.network, self.network_note = loopback_network(allow_shared_network, self.layout.bucket, self.job)
         shown = None if verbose else (lambda line: not is_runtime_noise(line))
         self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS, shown=shown)
@@ -173,12 +175,21 @@ class LocalStackRun:
         self.server, self.compute = self.network.run_inside(stand_ins) if self.network else stand_ins()
 
     def prepare(self) -> None:
-        self.layout.prepare(self.echo)
+        self.job_user_obstacle = self.layout.prepare(self.echo)
+        if self.job_user_obstacle is not None and self.echo:
+            print(
+                f"[local] note: the job's code runs as root here, not as the unprivileged {JOB_USER_NAME} "
+                f"it runs as on the cloud: {self.job_user_obstacle}",
+                flush=True,
+            )
 
     def _environment(self, local_node: LocalNode) -> dict[str, str]:
         layout = self.layout
         root = self.server.root_for(local_node.name)
-        return node_environment(local_node, root, self.compute.root, layout.self_stop_log, layout.pip_find_links)
+        environment = node_environment(local_node, root, self.compute.root, layout.self_stop_log, layout.pip_find_links)
+        if self.job_user_obstacle is not None:
+            environment["TRAINSTACK_JOB_AS_AGENT_USER"] = "1"
+        return environment
 
     def boot_command(self) -> list[str]:
         """How a node boots: its boot script, inside the run's namespace when there is one."""

@@ -5,7 +5,6 @@ requirements), each node's Python environment, and what the nodes' pip installs.
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import subprocess
 import sys
@@ -15,10 +14,10 @@ from pathlib import Path
 import trainstack_contract as contract
 from trainstack.jobcode import artifacts
 from trainstack.jobcode.package import Wheelhouse
+from trainstack.localrun import workdir
 from trainstack.localrun.nodes import LocalNode
 from trainstack.localrun.standins import StandInBucket
 from trainstack.localrun.wheels import fetch_for_nodes
-from trainstack.localrun.workdir import WorkdirError, unreachable_by_others
 from trainstack.stackmodel.resolved import ResolvedJob
 
 
@@ -43,27 +42,15 @@ def upload_objects(bucket: StandInBucket, job: ResolvedJob | None, wheelhouse: W
         bucket.put(job.requirements.object_name, lambda destination: destination.write_bytes(checked))
 
 
-def python_for_nodes() -> Path:
-    """The interpreter the nodes' environments are made from: this one, or, run as root, one
-    the job's unprivileged user can run (:mod:`trainstack_agent.jobuser`). An interpreter under
-    root's own home (pyenv's) is out of its reach: the system's of the same version then
-    stands in, as a VM's own ``python3`` does."""
-    executable = Path(sys.executable)
-    if os.geteuid() != 0 or unreachable_by_others(executable) is None:
-        return executable
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for directory in ("/usr/local/bin", "/usr/bin"):
-        candidate = Path(directory, version)
-        if candidate.is_file() and unreachable_by_others(candidate) is None:
-            return candidate
-    raise WorkdirError(
-        f"run as root, the job's code runs as an unprivileged user, which cannot run {executable} "
-        f"({unreachable_by_others(executable)} is closed to others) and no {version} is in /usr/local/bin or "
-        "/usr/bin; install one there, or run trainstack local as a user"
-    )
+def python_for_nodes(as_job_user: bool) -> Path:
+    """The interpreter the nodes' environments are made from: this one, or, where the job's
+    code runs as the unprivileged job user, one that user can run
+    (:func:`~trainstack.localrun.workdir.interpreter_for_job_user`)."""
+    interpreter = workdir.interpreter_for_job_user() if as_job_user else None
+    return interpreter or Path(sys.executable)
 
 
-def prepare_local_environment(env_dir: Path, stamp: str) -> None:
+def prepare_local_environment(env_dir: Path, stamp: str, as_job_user: bool) -> None:
     """A virtual environment that sees this interpreter's packages, stamped as the boot
     script stamps a finished install: the nodes then take the already-installed path.
 
@@ -71,7 +58,7 @@ def prepare_local_environment(env_dir: Path, stamp: str) -> None:
     the install path itself is exercised by the tests with a small wheelhouse.
     """
     marker = env_dir / ".trainstack-requirements"
-    python = python_for_nodes()
+    python = python_for_nodes(as_job_user)
     made_from = env_dir / "bin" / "python"
     if marker.exists() and marker.read_text().strip() == stamp and made_from.resolve() == python.resolve():
         return
@@ -86,7 +73,9 @@ def prepare_local_environment(env_dir: Path, stamp: str) -> None:
     marker.write_text(stamp + "\n")
 
 
-def prepare_node_disks(nodes: list[LocalNode], requirements_stamp: str, environment_installed: bool) -> None:
+def prepare_node_disks(
+    nodes: list[LocalNode], requirements_stamp: str, environment_installed: bool, as_job_user: bool
+) -> None:
     """Each node's state directory (its disk) and, with ``environment_installed``, its
     Python environment: one per node, as each machine has its own, so the job's
     requirements and project are installed by every node's agent, as on the cloud."""
@@ -97,7 +86,7 @@ def prepare_node_disks(nodes: list[LocalNode], requirements_stamp: str, environm
             # A work directory of an earlier version, whose nodes shared one environment.
             venv.unlink()
         if environment_installed:
-            prepare_local_environment(venv, requirements_stamp)
+            prepare_local_environment(venv, requirements_stamp, as_job_user)
 
 
 def fetch_for_pip(job: ResolvedJob | None, python: Path, find_links: Path, echo: bool) -> None:

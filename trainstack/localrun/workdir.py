@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
+import sysconfig
 from pathlib import Path
 
 from trainstack.base.project import PROJECT_ROOT
@@ -65,18 +67,39 @@ def unreachable_by_others(path: Path) -> Path | None:
     return None
 
 
-def check_reachable_by_job_user(workdir: Path) -> None:
+def interpreter_for_job_user() -> Path | None:
+    """The interpreter the nodes' environments are made from so that the job's unprivileged
+    user can run it: this one, or, when this one lies under a directory others may not enter
+    (pyenv's under root's home), the system's of the same version, as a VM's own ``python3``
+    stands in. None when there is neither."""
+    executable = Path(sys.executable)
+    if unreachable_by_others(executable) is None:
+        return executable
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for directory in ("/usr/local/bin", "/usr/bin"):
+        candidate = Path(directory, version)
+        if candidate.is_file() and unreachable_by_others(candidate) is None:
+            return candidate
+    return None
+
+
+def job_user_obstacle(workdir: Path) -> str | None:
     """Run as root, a local run's agents start the job's code as the unprivileged user the
-    cloud's nodes use (:mod:`trainstack_agent.jobuser`): that user must be able to pass
-    through every directory above the nodes' state and the job directory. One it cannot
-    pass through is refused here, with what to do, rather than failing the job's start.
-    Not root: the job's code runs as this user, who can."""
+    cloud's nodes use (:mod:`trainstack_agent.jobuser`). That user must pass through every
+    directory above the work directory and this interpreter's packages, and run an
+    interpreter; what stops it, in words, or None when nothing does. Not root: None, the
+    job's code runs as this user, who can."""
     if os.geteuid() != 0:
-        return
-    blocked = unreachable_by_others(workdir)
-    if blocked is not None:
-        raise WorkdirError(
-            f"{workdir}: run as root, the job's code runs as the unprivileged user {JOB_USER_NAME}, "
-            f"which cannot enter {blocked} (mode {stat.S_IMODE(blocked.stat().st_mode):04o}); choose a --workdir "
-            "under directories others may enter (o+x)"
+        return None
+    packages = Path(sysconfig.get_paths()["purelib"])
+    for what, path in (("the work directory", workdir), ("this interpreter's packages", packages)):
+        blocked = unreachable_by_others(path)
+        if blocked is not None:
+            mode = stat.S_IMODE(blocked.stat().st_mode)
+            return f"{JOB_USER_NAME} cannot enter {blocked} (mode {mode:04o}) above {what} {path}"
+    if interpreter_for_job_user() is None:
+        return (
+            f"{JOB_USER_NAME} cannot run {sys.executable} (under a directory others may not enter) and no "
+            f"python{sys.version_info.major}.{sys.version_info.minor} is in /usr/local/bin or /usr/bin"
         )
+    return None
