@@ -17,6 +17,7 @@ from stack_helpers import base_config, write_stack
 from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.run import LocalStackRun
 from trainstack.localrun.supervisor import wait_for
+from trainstack.localrun.workdir import job_user_obstacle
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 from trainstack_agent.jobuser import JOB_USER_NAME
@@ -72,6 +73,8 @@ def require_root() -> None:
 
 def test_the_jobs_code_runs_unprivileged_and_cannot_write_where_only_root_may(tmp_path: Path) -> None:
     require_root()
+    # The drop needs a checkout whose packages the job's user can reach (not one in root's home).
+    assert job_user_obstacle(tmp_path / "work") is None, job_user_obstacle(tmp_path / "work")
     forbidden = tmp_path / "root-only"
     forbidden.mkdir(mode=0o700)
     forbidden.chmod(0o700)
