@@ -56,7 +56,10 @@ def test_every_lock_has_its_requirements() -> None:
 def test_drift_is_named(tmp_path: Path) -> None:
     lock = NODE_LOCK.read_text(encoding="utf-8")
     # requirements-node.txt moved on without scripts/lock.
-    moved = [line.replace("tensorflow[and-cuda]==2.21.0", "tensorflow[and-cuda]==2.22.0") for line in node_requirement_lines()]
+    moved = [
+        line.replace("tensorflow[and-cuda]==2.21.0", "tensorflow[and-cuda]==2.22.0")
+        for line in node_requirement_lines()
+    ]
     assert lock_problems(lock, moved, "node.txt") == [
         "node.txt pins tensorflow==2.21.0, which tensorflow[and-cuda]==2.22.0 excludes: run scripts/lock"
     ]

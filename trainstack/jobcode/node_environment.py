@@ -149,7 +149,11 @@ def conflicts(requirements: Iterable[tuple[str, str]], pins: Iterable[Pin]) -> l
 def requirements_file_conflicts(path: Path, pins: Iterable[Pin]) -> list[Conflict]:
     """A job's requirements file (already checked by ``load_requirements``) against ``pins``."""
     text = path.read_text(encoding="utf-8")
-    return conflicts(((f"{path.name} line {number}", line) for number, line in requirement_lines(text)), pins)
+    # A hash-locked line's options (--hash=...) are not part of the requirement.
+    lines = (
+        (f"{path.name} line {number}", line.partition(" --")[0].rstrip()) for number, line in requirement_lines(text)
+    )
+    return conflicts(lines, pins)
 
 
 def project_dependencies(project: Path) -> list[str]:

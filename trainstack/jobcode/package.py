@@ -31,6 +31,7 @@ from pathlib import Path
 import trainstack_contract
 from trainstack.base.errors import shorten
 from trainstack.base.project import PROJECT_ROOT
+from trainstack.jobcode.node_environment import unhashed_requirements
 from trainstack_contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
 
 # Relative package and requirements paths are relative to the project root, where
@@ -518,12 +519,28 @@ def load_requirements(path: Path) -> ExtraRequirements:
     if len(data) > MAX_REQUIREMENTS_BYTES:
         raise CodeError(f"{path} is larger than {MAX_REQUIREMENTS_BYTES // 1024} KiB")
     try:
-        data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise CodeError(f"{path} is not UTF-8 text") from error
+    check_hash_locked(path, text)
     return ExtraRequirements(
         path=path, digest=digest_of([("requirements.txt", data)]), sha256=hashlib.sha256(data).hexdigest()
     )
+
+
+def check_hash_locked(path: Path, text: str) -> None:
+    """Nodes install a job's requirements with ``pip install --require-hashes``, as root: every
+    line must pin one version with ``==`` and carry its sha256 (what ``pip-compile
+    --generate-hashes`` or ``uv pip compile --generate-hashes`` writes)."""
+    unhashed = unhashed_requirements(text)
+    if unhashed:
+        shown = ", ".join(f"line {entry.line} ({shorten(entry.text.partition(' --')[0])})" for entry in unhashed[:3])
+        more = f" and {len(unhashed) - 3} more" if len(unhashed) > 3 else ""
+        raise CodeError(
+            f"{path.name}: {shown}{more} not pinned to one version with == and a --hash=sha256:...; nodes install "
+            "the job's requirements hash-locked: generate the file with `pip-compile --generate-hashes` or `uv pip "
+            "compile --generate-hashes` (docs/own-code.md)"
+        )
 
 
 def check_image_syntax(value: str) -> str:

@@ -71,7 +71,7 @@ class LocalRunLayout:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.stack.stack}\n")
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
-        staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse)
+        staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse, self.kind.lock_artifact)
         staging.prepare_node_disks(self.nodes, self.kind.requirements_stamp, self.environment_installed)
         venv_python = self.nodes[0].state_dir / "venv" / "bin" / "python"
         python = venv_python if venv_python.exists() else Path(sys.executable)
