@@ -97,21 +97,8 @@ class Plan:
             "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
             "cost": self.cost.to_json(),
             "bucket_access": self.bucket_access(),
-            "executed_artifacts": self.executed_artifacts(),
+            "executed_artifacts": executed_artifacts(self.resources),
         }
-
-    def executed_artifacts(self) -> list[dict[str, Any]]:
-        """Everything a machine of the stack executes or installs, read from the metadata the
-        program set, with how it is pinned; ``unpinned`` marks what nothing pins."""
-        found: dict[tuple[str, str], dict[str, Any]] = {}
-        for resource in self.resources:
-            metadata = machine_metadata(resource)
-            if metadata is None:
-                continue
-            for entry in metadata_artifacts(metadata):
-                key = (entry["artifact"], entry["object"])
-                found.setdefault(key, {**entry, "machines": []})["machines"].append(resource.name)
-        return sorted(found.values(), key=lambda entry: (entry["artifact"], entry["object"]))
 
     def bucket_access(self) -> dict[str, Any]:
         """Who may write what in the stack's bucket, from the planned grants, beside the objects
@@ -225,6 +212,20 @@ def metadata_artifacts(metadata: dict[str, Any]) -> list[dict[str, Any]]:
         digest = str(image).partition("@sha256:")[2]
         add("job image", image, PIN_IMAGE_DIGEST if digest else PIN_NONE, digest or None)
     return found
+
+
+def executed_artifacts(resources: list[PlannedResource]) -> list[dict[str, Any]]:
+    """Everything a machine of the stack executes or installs, read from the metadata the
+    program set, with how it is pinned; ``unpinned`` marks what nothing pins."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for resource in resources:
+        metadata = machine_metadata(resource)
+        if metadata is None:
+            continue
+        for entry in metadata_artifacts(metadata):
+            key = (entry["artifact"], entry["object"])
+            found.setdefault(key, {**entry, "machines": []})["machines"].append(resource.name)
+    return sorted(found.values(), key=lambda entry: (entry["artifact"], entry["object"]))
 
 
 # Objects under this prefix are what nodes run (trainstack_contract.BucketLayout).
