@@ -285,9 +285,12 @@ def test_a_short_image_name_is_the_stacks_own_repository_on_every_node(tmp_path:
         assert metadata["trainstack-gpu-count"] == "2"
         assert json.loads(metadata["trainstack-trainer-args"]) == ["--epochs", "2"]
         assert "trainstack-code-archive" not in metadata
-    # No code object: the image is the code (the agent is all the bucket holds for the nodes).
+    # No code object: the image is the code (the agent and the nodes' lock are all the bucket holds for them).
     # The nodes read the stack's repository, which holds the image.
-    assert [o.inputs["name"].split("/")[1] for o in plan.of_type("gcp:storage/bucketObject:BucketObject")] == ["agent"]
+    assert [o.inputs["name"].split("/")[1] for o in plan.of_type("gcp:storage/bucketObject:BucketObject")] == [
+        "agent",
+        "python",
+    ]
     assert ("test-project-123", "us-central1", "test-images") in {
         (p, loc, r.rsplit("/", 1)[-1]) for p, loc, r in readers(plan, "identity")
     }
