@@ -137,10 +137,14 @@ def stack_with_wheelhouse(tmp_path: Path):  # type: ignore[no-untyped-def]
     return load_stack(path)[0]
 
 
-def probe_kind(requirement: str) -> bootscripts.NodeKind:
-    return bootscripts.NodeKind(
-        requirements=(requirement,), system_site_packages=False, stop_command=bootscripts.ShellCode("true")
-    )
+PROBE_WHEEL = "trainstack_probe-1.0-py3-none-any.whl"
+
+
+def probe_kind(requirement: str, wheel: Path | None = None) -> bootscripts.NodeKind:
+    """A node kind whose lock holds one requirement, hashed as ``wheel`` (any other digest without one)."""
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest() if wheel is not None else "0" * 64
+    lock = f"{requirement} \\\n    --hash=sha256:{digest}\n".encode()
+    return bootscripts.NodeKind(lock=lock, system_site_packages=False, stop_command=bootscripts.ShellCode("true"))
 
 
 def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_the_node(
@@ -163,7 +167,7 @@ def test_environment_installs_from_the_stacks_wheelhouse_once(
     tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = stack_with_wheelhouse(tmp_path)
-    kind = probe_kind("trainstack-probe==1.0")
+    kind = probe_kind("trainstack-probe==1.0", tmp_path / "wheels" / PROBE_WHEEL)
     monkeypatch.setenv("PROBE_IMPORTS", "trainstack_probe")
     first = run(cfg, tmp_path / "run", probe_trainer, kind=kind, environment_installed=False)
     assert first.succeeded, "\n".join(first.logs["chief"])
@@ -175,6 +179,43 @@ def test_environment_installs_from_the_stacks_wheelhouse_once(
     assert second.succeeded
     assert any("python environment ready" in line for line in second.logs["chief"])
     assert not any("installing" in line for line in second.logs["chief"])
+
+
+def test_a_wheel_the_lock_does_not_hash_is_refused(tmp_path: Path, probe_trainer: Path) -> None:
+    # The wheelhouse's manifest matches its wheel, but the nodes' lock names other bytes for
+    # it: pip installs nothing the lock does not hash.
+    cfg = stack_with_wheelhouse(tmp_path)
+    result = run(
+        cfg, tmp_path / "run", probe_trainer, kind=probe_kind("trainstack-probe==1.0"), environment_installed=False
+    )
+    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert result.job_status.get("reason") == (
+        "preparing the job failed: installing the pinned requirements failed (exit 1)"
+    )
+    assert any("--require-hashes" in line or "HASHES" in line for line in result.logs["chief"]), result.logs["chief"]
+
+
+def test_a_lock_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:
+    cfg = stack_with_wheelhouse(tmp_path)
+    kind = probe_kind("trainstack-probe==1.0", tmp_path / "wheels" / PROBE_WHEEL)
+    local = LocalStackRun(
+        resolve_stack(cfg),
+        tmp_path / "run",
+        TrainerOverrides(),
+        echo=False,
+        trainer_source=probe_trainer,
+        kind=kind,
+        environment_installed=False,
+    )
+    local.prepare()
+    # Someone with write access to the bucket drops the hashes from the lock after `pulumi up`.
+    lock = local.workdir / "bucket" / local.stack.bucket_name / kind.lock_artifact.object_name
+    lock.write_text("trainstack-probe==1.0\n")
+    local.prepare = lambda: None  # type: ignore[method-assign]
+    result = local.start().wait(timeout=300)
+    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert "does not match the sha256 pinned in metadata" in result.job_status["reason"]
+    assert len(result.self_stops) == 1
 
 
 def test_a_wheel_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:

@@ -3,6 +3,7 @@ and run by the real boot script with the contract every mode shares."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -246,7 +247,7 @@ def test_plan_reads_hashes_and_zips_a_teams_package_once(
 def test_requirements_ship_by_content_beside_the_package(tmp_path: Path) -> None:
     package = probe_package(tmp_path / "code")
     requirements = package / "reqs.txt"
-    requirements.write_text("scikit-learn==1.9.1\n")
+    requirements.write_text(f"scikit-learn==1.9.1{HASH}\n")
     config = base_config()
     config["trainstack:job"] = {
         "name": "tab",
@@ -347,10 +348,11 @@ def test_a_requirements_line_that_is_no_requirement_is_refused_naming_its_line(
 
 def test_hash_pinned_requirements_as_pip_compile_writes_them_validate(tmp_path: Path) -> None:
     package = probe_package(tmp_path / "code")
-    digest = "a" * 64
+    # Real sha256 digests: long random hex, which is a pin here, not a credential.
+    digest = hashlib.sha256(b"tabulate").hexdigest()
     (package / "requirements.txt").write_text(
-        f"tabulate==0.9.0 \\\n    --hash=sha256:{digest} \\\n    --hash=sha256:{'b' * 64}\n"
-        "lib @ https://example.com/lib-1.0.tar.gz ; sys_platform == 'linux'\n"
+        f"tabulate==0.9.0 \\\n    --hash=sha256:{digest} \\\n    --hash=sha256:{hashlib.sha256(b'wheel').hexdigest()}\n"
+        f"colorama==0.4.6 ; sys_platform == 'win32' --hash=sha256:{hashlib.sha256(b'colorama').hexdigest()}\n"
     )
     job = {
         "name": "j",
@@ -401,9 +403,12 @@ def test_a_short_image_name_is_the_stacks_own_repository_on_every_node(tmp_path:
         assert metadata["trainstack-gpu-count"] == "2"
         assert json.loads(metadata["trainstack-trainer-args"]) == ["--epochs", "2"]
         assert "trainstack-code-archive" not in metadata
-    # No code object: the image is the code (the agent is all the bucket holds for the nodes).
+    # No code object: the image is the code (the agent and the nodes' lock are all the bucket holds for them).
     # The nodes read the stack's repository, which holds the image.
-    assert [o.inputs["name"].split("/")[1] for o in plan.of_type("gcp:storage/bucketObject:BucketObject")] == ["agent"]
+    assert [o.inputs["name"].split("/")[1] for o in plan.of_type("gcp:storage/bucketObject:BucketObject")] == [
+        "agent",
+        "python",
+    ]
     assert ("test-project-123", "us-central1", "test-images") in {
         (p, loc, r.rsplit("/", 1)[-1]) for p, loc, r in readers(plan, "identity")
     }
@@ -945,6 +950,9 @@ def requirements_job(tmp_path: Path, text: str) -> dict[str, Any]:
     return {"name": "j", "package": str(package), "module": "probe_pkg.main", "requirements": str(requirements)}
 
 
+HASH = " --hash=sha256:" + "0" * 64
+
+
 def node_pin(name: str) -> str:
     for line in (PROJECT_ROOT / "requirements-node.txt").read_text().splitlines():
         if line.split("==")[0].split("[")[0] == name:
@@ -957,24 +965,42 @@ def test_a_requirement_that_excludes_the_nodes_tensorflow_is_refused_offline_one
 ) -> None:
     """Defect: `tensorflow>=1.15,<2` in the job's requirements validated, and failed only at
     `local`, one problem per run."""
-    text = "# the sample's\nnumpy\ntensorflow>=1.15,<2  # TF 1\npillow\ntf_keras<2.16 ; sys_platform == 'linux'\n"
+    text = (
+        f"# the sample's\nnumpy==2.4.6{HASH}\ntensorflow==1.15.5{HASH}  # TF 1\npillow==13.0.0{HASH}\n"
+        f"tf_keras==2.15.1 ; sys_platform == 'linux'{HASH}\n"
+    )
     err = problems_for(tmp_path, single_node(requirements_job(tmp_path, text)), capsys)
     lines = [line for line in err.splitlines() if line.startswith("  ")]
     tensorflow, keras = node_pin("tensorflow"), node_pin("tf-keras")
     assert lines == [
-        f"  trainstack:job.requirements: requirements.txt line 3: tensorflow>=1.15,<2 excludes tensorflow "
+        f"  trainstack:job.requirements: requirements.txt line 3: tensorflow==1.15.5 excludes tensorflow "
         f"{tensorflow}, which the nodes run (requirements-node.txt): pip would replace it on every node, or fail, "
         f"at boot; drop the requirement or let it allow {tensorflow}",
-        f"  trainstack:job.requirements: requirements.txt line 5: tf_keras<2.16 ; sys_platform == 'linux' excludes "
+        f"  trainstack:job.requirements: requirements.txt line 5: tf_keras==2.15.1 ; sys_platform == 'linux' excludes "
         f"tf-keras {keras}, which the nodes run (requirements-node.txt): pip would replace it on every node, or "
         f"fail, at boot; drop the requirement or let it allow {keras}",
     ], err
 
 
 def test_requirements_the_nodes_already_satisfy_validate(tmp_path: Path) -> None:
-    text = "numpy>=1.26\ntensorflow>=2.16\ntf-keras~=2.21.0\ntensorboard\ntensorflow<2 ; sys_platform == 'win32'\n"
+    text = (
+        f"numpy==2.4.6{HASH}\ntensorflow=={node_pin('tensorflow')}{HASH}\ntf-keras=={node_pin('tf-keras')} \\\n"
+        f"    {HASH}\ntensorflow==1.15.5 ; sys_platform == 'win32'{HASH}\n"
+    )
     config = single_node(requirements_job(tmp_path, text))
     assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 0
+
+
+def test_requirements_that_are_not_hash_locked_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Defect: the job's requirements were resolved from the package index at every boot, as root,
+    without hashes: a range, or a pin without its hash, validated."""
+    text = f"numpy>=1.26{HASH}\ntabulate==0.9.0\nsix==1.17.0{HASH}\n"
+    err = problems_for(tmp_path, single_node(requirements_job(tmp_path, text)), capsys)
+    lines = [line for line in err.splitlines() if line.startswith("  ")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("  trainstack:job.requirements: requirements.txt: line 1 ('numpy>=1.26'), "), err
+    assert "line 2 ('tabulate==0.9.0') not pinned to one version with == and a --hash=sha256:..." in lines[0], err
+    assert "line 3" not in lines[0]
 
 
 def test_a_projects_dependency_that_excludes_the_nodes_tensorflow_names_job_package(
@@ -996,7 +1022,7 @@ def test_a_tpu_jobs_requirement_is_checked_against_the_tpu_runtimes_tensorflow(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.tpu.yaml").read_text())["config"]
-    config["trainstack:job"] = requirements_job(tmp_path, f"tensorflow=={node_pin('tensorflow')}\n")
+    config["trainstack:job"] = requirements_job(tmp_path, f"tensorflow=={node_pin('tensorflow')}{HASH}\n")
     err = problems_for(tmp_path, config, capsys)
     runtime = config["trainstack:tpu"]["runtime_version"]
     tensorflow = load_catalog().tpu_runtimes[runtime].tensorflow_version

@@ -10,16 +10,17 @@ import pytest
 
 from stack_helpers import base_config, plan_of, write_stack
 from trainstack.commands.main import main
+from trainstack.jobcode.node_environment import NODE_LOCK, locked_requirements
 from trainstack_contract import LAYOUT
 
 INSTANCE = "gcp:compute/instance:Instance"
 OBJECT = "gcp:storage/bucketObject:BucketObject"
-# Wheels for what the cluster's machines pin (requirements-node.txt), by name: validation
-# reads names, pip on the nodes reads the bytes.
+# Wheels for what the cluster's machines' lock pins (locks/node.txt, every dependency), by
+# name: validation reads names and versions, pip on the nodes the bytes (against the lock's hashes).
 PINNED = {
-    "tensorflow-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl": b"TF",
-    "tf_keras-2.21.0-py3-none-any.whl": b"KERAS",
-    "tensorboard-2.21.0-py3-none-any.whl": b"BOARD",
+    f"{entry.name.replace('-', '_')}-{entry.version}-py3-none-any.whl": entry.name.encode()
+    for entry in locked_requirements(NODE_LOCK.read_text(encoding="utf-8"))
+    if entry.marker is None
 }
 
 
@@ -65,7 +66,8 @@ def test_a_stack_without_one_installs_from_the_index_and_says_what_the_nat_carri
         ({"tensorflow-2.21.0.tar.gz": b"x"}, "is not a wheel"),
         ({**PINNED, "notes.txt": b"x"}, "is not a wheel"),
         ({}, "holds no wheels"),
-        ({"tf_keras-2.21.0-py3-none-any.whl": b"x"}, "no wheel for tensorflow[and-cuda]==2.21.0"),
+        ({"tf_keras-2.21.0-py3-none-any.whl": b"x"}, "tensorflow==2.21.0, "),
+        ({k: v for k, v in PINNED.items() if not k.startswith("nvidia_cudnn")}, "no wheel for nvidia-cudnn-cu12=="),
         ({**PINNED, "tensorflow-2.20.0-cp312-cp312-manylinux_2_27_x86_64.whl": b"x"}, None),
     ],
 )

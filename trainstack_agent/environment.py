@@ -1,9 +1,11 @@
 """What the job's code needs on this machine: a Python environment, its code, or its image.
 
-The environment is installed once per set of pinned requirements (a stamp records them, so a
-restart after host maintenance or a preemption reuses it); from the stack's verified
-wheelhouse when it declares one, else from the package index. The job's extra requirements
-and code archive are fetched at every boot, checked against their pinned digests first.
+The environment is installed once per hash-locked requirements file (a stamp records its
+sha256, so a restart after host maintenance or a preemption reuses it), with ``pip install
+--require-hashes --no-deps``: pip refuses any file whose hash the lock does not list, from the
+stack's verified wheelhouse when it declares one, else from the package index. The job's extra
+requirements (hash-locked too, checked at `validate`) and code archive are fetched at every
+boot, checked against their pinned digests first.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class Environment:
     def python_environment(self) -> None:
         """The virtual environment with the pinned requirements, installed once per stamp."""
         python = self.settings.python
-        stamp = requirements_stamp(python.requirements)
+        stamp = requirements_stamp(python.lock.sha256 if python.lock is not None else None)
         marker = self.venv / ".trainstack-requirements"
         if marker.is_file() and marker.read_text().strip() == stamp:
             self.log(f"python environment ready ({self.venv})")
@@ -112,10 +114,11 @@ class Environment:
             shutil.rmtree(staging, ignore_errors=True)
             artifacts.fetch_wheelhouse(self.storage, python.wheelhouse, staging)
             staging.rename(self.wheelhouse)
-        requirements = self.state_dir / "requirements.txt"
-        requirements.write_text("".join(f"{line}\n" for line in python.requirements))
-        if python.requirements:
-            self._pip("-r", str(requirements), what="installing the pinned requirements")
+        if python.lock is not None:
+            lock = artifacts.fetch_verified(
+                self.storage, python.lock, self.state_dir / "requirements.lock", artifacts.MAX_LOCK_BYTES
+            )
+            self._pip("--require-hashes", "--no-deps", "-r", str(lock), what="installing the pinned requirements")
         marker.write_text(stamp + "\n")
 
     def job_requirements(self, requirements: Artifact) -> None:
@@ -127,7 +130,9 @@ class Environment:
         path = artifacts.fetch_verified(
             self.storage, requirements, self.state_dir / "job-requirements.txt", artifacts.MAX_REQUIREMENTS_BYTES
         )
-        self._pip("-r", str(path), what="installing the job's requirements")
+        # Hash-locked (`validate` refuses any other file): pip refuses a file the lock does not
+        # name, and a dependency the file does not list unless the environment already has it.
+        self._pip("--require-hashes", "-r", str(path), what="installing the job's requirements")
         marker.write_text(requirements.sha256 + "\n")
 
     def project(self, code_dir: Path, archive: Artifact) -> None:

@@ -52,18 +52,13 @@ _LOCAL_PATH: Final = re.compile(r"(/[^\x00-\x1f\x7f/]{1,255}){1,64}")
 _CODE_ARCHIVE: Final = re.compile(re.escape(LAYOUT.code_dir) + r"/[A-Za-z0-9_][A-Za-z0-9_.-]{0,150}\.zip")
 _REQUIREMENTS: Final = re.compile(re.escape(LAYOUT.code_dir) + r"/requirements-[0-9a-f]{16}\.txt")
 _WHEELHOUSE: Final = re.compile(re.escape(LAYOUT.wheelhouse) + r"/manifest-[0-9a-f]{16}\.json")
+_PYTHON_LOCK: Final = re.compile(re.escape(LAYOUT.python_dir) + r"/lock-[0-9a-f]{16}\.txt")
 _MODULE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
 _IMAGE: Final = re.compile(r"[a-z0-9.-]{1,253}/[A-Za-z0-9._/:@-]{1,1000}")
 _SECRETS: Final = re.compile(
     r"[A-Z][A-Z0-9_]{0,99}=[A-Za-z0-9_-]{1,255}( [A-Z][A-Z0-9_]{0,99}=[A-Za-z0-9_-]{1,255}){0,19}"
 )
 _PROJECT_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
-# A pinned requirement line: a name, extras and version specifiers. Never a pip option (-r,
-# --index-url, -e ...) and never a URL: those would fetch code from elsewhere.
-_REQUIREMENT: Final = re.compile(
-    r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}(\[[A-Za-z0-9,._-]{1,200}\])?([<>=!~]=?[A-Za-z0-9.*+!_-]{1,60}(,[<>=!~]=?[A-Za-z0-9.*+!_-]{1,60}){0,4})?"
-)
-MAX_REQUIREMENTS: Final = 200
 MAX_TRAINER_ARGS: Final = 256
 MAX_TRAINER_ARGS_CHARS: Final = 64 * 1024
 ON_FINISH: Final = ("stop", "delete", "keep")
@@ -106,9 +101,9 @@ class JobSettings:
 
 @dataclass(frozen=True)
 class PythonSettings:
-    """The environment the job's code runs in: pinned requirements, and where from."""
+    """The environment the job's code runs in: its hash-locked requirements, and where from."""
 
-    requirements: tuple[str, ...]
+    lock: Artifact | None
     system_site_packages: bool
     wheelhouse: Artifact | None = None
 
@@ -213,12 +208,9 @@ def _trainer_args(text: str) -> tuple[str, ...]:
 
 
 def _python(reader: _Reader, bucket: str) -> PythonSettings:
-    text = reader.optional(KEYS.python_requirements) or ""
-    lines = tuple(line for line in text.split("\n") if line)
-    if len(lines) > MAX_REQUIREMENTS:
-        raise SettingsError(f"metadata {KEYS.python_requirements} has more than {MAX_REQUIREMENTS} lines")
-    for line in lines:
-        _match(KEYS.python_requirements, line, _REQUIREMENT, "a list of pinned requirements (NAME==VERSION)")
+    lock = None
+    if reader.optional(KEYS.python_lock) is not None:
+        lock = reader.artifact(KEYS.python_lock, KEYS.python_lock_sha256, bucket, _PYTHON_LOCK, "a lock object")
     system = _choice(
         KEYS.system_site_packages, reader.optional(KEYS.system_site_packages) or "false", ("true", "false")
     )
@@ -227,7 +219,7 @@ def _python(reader: _Reader, bucket: str) -> PythonSettings:
         wheelhouse = reader.artifact(
             KEYS.wheelhouse, KEYS.wheelhouse_sha256, bucket, _WHEELHOUSE, "a wheelhouse manifest object"
         )
-    return PythonSettings(lines, system == "true", wheelhouse)
+    return PythonSettings(lock, system == "true", wheelhouse)
 
 
 def _job_env(reader: _Reader) -> tuple[tuple[str, str], ...]:

@@ -14,11 +14,10 @@ no Pulumi, and the Pulumi side must not pay for a TensorFlow import.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Generic, Literal, TypeVar, get_args
 
@@ -180,6 +179,8 @@ class BucketLayout:
     # Wheels a stack ships for nodes to install from instead of a package index
     # (storage.wheelhouse), listed with their digests in a manifest.
     wheelhouse: str = "trainstack/wheelhouse"
+    # The hash-locked requirements of the nodes' Python environment (locks/ in the repository).
+    python_dir: str = "trainstack/python"
     notebook_dir: str = "trainstack/notebook"
     jobs: str = "jobs"
     # In a job directory:
@@ -219,6 +220,9 @@ class BucketLayout:
 
     def wheelhouse_manifest(self, digest: str) -> str:
         return posixpath.join(self.wheelhouse, f"manifest-{digest}.json")
+
+    def python_lock(self, digest: str) -> str:
+        return posixpath.join(self.python_dir, f"lock-{digest}.txt")
 
     def wheel(self, filename: str) -> str:
         return posixpath.join(self.wheelhouse, filename)
@@ -349,10 +353,11 @@ CONTRACT_PACKAGE: Final = "trainstack_contract"
 BUILTIN_MODULE: Final = "trainer.task"
 
 
-def requirements_stamp(requirements: Sequence[str]) -> str:
-    """What a node's Python environment was installed from: the agent reinstalls when it
-    changes, and `trainstack local` stamps the environment it lends its nodes the same way."""
-    return hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:16]
+def requirements_stamp(lock_sha256: str | None) -> str:
+    """What a node's Python environment was installed from (the sha256 of its hash-locked
+    requirements, or none): the agent reinstalls when it changes, and `trainstack local` stamps
+    the environment it lends its nodes the same way."""
+    return lock_sha256 or "none"
 
 
 # --- Instance metadata the boot scripts and the node agent read -------------------------------
@@ -392,10 +397,12 @@ class MetadataKeys:
     requirements: str = "trainstack-requirements"
     requirements_sha256: str = "trainstack-requirements-sha256"
     image: str = "trainstack-image"
-    # The Python environment the agent installs for the job's code: pinned requirement lines
-    # (one per line), whether it sees the image's own packages (a TPU runtime's TensorFlow),
-    # and an optional wheelhouse manifest to install from (with its sha256).
-    python_requirements: str = "trainstack-python-requirements"
+    # The Python environment the agent installs for the job's code: a hash-locked requirements
+    # object (locks/ in the repository) and its sha256, installed with --require-hashes
+    # --no-deps; whether it sees the image's own packages (a TPU runtime's TensorFlow), and an
+    # optional wheelhouse manifest to install from (with its sha256).
+    python_lock: str = "trainstack-python-lock"
+    python_lock_sha256: str = "trainstack-python-lock-sha256"
     system_site_packages: str = "trainstack-system-site-packages"
     wheelhouse: str = "trainstack-wheelhouse"
     wheelhouse_sha256: str = "trainstack-wheelhouse-sha256"

@@ -170,7 +170,7 @@ def settings(
         heartbeat_seconds=heartbeat_seconds,
         peer_timeout_seconds=peer_timeout_seconds,
         gpu_count=0,
-        python=PythonSettings((), False),
+        python=PythonSettings(None, False),
         job=job,
         tf_config=tf_config,
         peers=peers,

@@ -49,7 +49,7 @@ def prepared(tmp_path: Path, install: str, find_links: Path | None = None) -> tu
     state = tmp_path / "state"
     (state / "venv").mkdir(parents=True, exist_ok=True)
     # The environment is already installed for these (empty) pinned requirements.
-    (state / "venv" / ".trainstack-requirements").write_text(requirements_stamp(()) + "\n")
+    (state / "venv" / ".trainstack-requirements").write_text(requirements_stamp(None) + "\n")
     environment = Environment(node, state, storage, processes, lambda line: None, find_links=find_links)  # type: ignore[arg-type]
     return environment.prepare(), processes
 
@@ -127,7 +127,7 @@ def test_a_teams_package_named_trainer_is_the_code_that_runs_not_the_built_in_tr
     storage.objects[archive] = package.archive
     state = tmp_path / "state"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(state / "venv")], check=True, timeout=120)
-    (state / "venv" / ".trainstack-requirements").write_text(requirements_stamp(()) + "\n")
+    (state / "venv" / ".trainstack-requirements").write_text(requirements_stamp(None) + "\n")
     site_packages = Path(
         subprocess.check_output(
             [str(state / "venv" / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],

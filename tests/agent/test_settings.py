@@ -74,7 +74,14 @@ def test_the_tpu_vms_metadata_reads_back() -> None:
     settings = read_settings(DictMetadata(bootscripts.tpu_metadata(stack, stack.tpu)))  # type: ignore[arg-type]
     assert (settings.kind, settings.node, settings.tpu_name) == ("tpu", "tpu", stack.tpu.vm_name)
     assert settings.max_run_seconds == stack.tpu.max_run_seconds
-    assert settings.python.system_site_packages and settings.python.requirements[0].startswith("tf-keras==")
+    assert settings.python.system_site_packages and settings.python.lock is not None
+    # The TPU runtime's TensorFlow line of tf-keras, hash-locked (locks/tpu-tf-X.Y.txt).
+    lock = bootscripts.tpu_node_kind(stack.tpu, stack.zone).lock_artifact
+    assert (settings.python.lock.uri, settings.python.lock.sha256) == (lock.uri(stack.bucket_uri), lock.sha256)
+    assert (
+        lock.data.decode().count("--hash=sha256:") >= 1
+        and f"tf-keras=={stack.tpu.tensorflow_minor}." in lock.data.decode()
+    )
 
 
 @pytest.mark.parametrize(
@@ -100,8 +107,9 @@ def test_the_tpu_vms_metadata_reads_back() -> None:
         (KEYS.secrets, "A=$(id)"),
         (KEYS.peers, "chief worker-0 Worker"),
         (KEYS.max_restarts, "1000"),
-        (KEYS.python_requirements, "--index-url https://evil.example/simple"),
-        (KEYS.python_requirements, "tensorflow @ https://evil.example/tf.whl"),
+        (KEYS.python_lock, "jobs/x/lock-0123456789abcdef.txt"),
+        (KEYS.python_lock, "trainstack/python/../../lock-0123456789abcdef.txt"),
+        (KEYS.python_lock_sha256, "deadbeef"),
         (KEYS.system_site_packages, "yes"),
         (KEYS.recover, "worker-0=a b"),
         (KEYS.node_kind, "gke"),

@@ -23,7 +23,7 @@ import jinja2
 from trainstack.base.errors import Problem, StackConfigError
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.jobcode import artifacts
-from trainstack.jobcode.node_environment import NODE_REQUIREMENTS, node_requirement_lines
+from trainstack.jobcode.node_environment import NODE_LOCK, locked_requirements, tpu_lock
 from trainstack.jobcode.package import Wheelhouse
 from trainstack.stackmodel.resolved import ClusterNode, ResolvedCluster, ResolvedJob, ResolvedStack, ResolvedTpu
 from trainstack.stackmodel.schema import NAMESPACE
@@ -91,25 +91,36 @@ NOTEBOOK_SCRIPT_PATTERN = (
 @dataclass(frozen=True)
 class NodeKind:
     """What differs between a Compute Engine node and a TPU VM: the Python environment the agent
-    installs for the job's code, and how a boot that cannot start the agent stops the machine."""
+    installs for the job's code (a hash-locked requirements file), and how a boot that cannot
+    start the agent stops the machine."""
 
-    requirements: tuple[str, ...]
+    # The lock's bytes (locks/ in the repository), uploaded by `pulumi up` under trainstack/python/.
+    lock: bytes
     system_site_packages: bool
     # Shell code run by the boot script's release().
     stop_command: ShellCode
 
     @property
+    def lock_artifact(self) -> artifacts.BuiltArtifact:
+        return artifacts.python_lock(self.lock)
+
+    @property
     def requirements_stamp(self) -> str:
-        return requirements_stamp(self.requirements)
+        return requirements_stamp(self.lock_artifact.sha256)
 
 
-def _pinned_requirements() -> tuple[str, ...]:
-    return node_requirement_lines(NODE_REQUIREMENTS)
+def _read_lock(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise StackConfigError(
+            [Problem(f"{NAMESPACE}:tpu", f"no lock of what the machines install: {path.name} ({error.strerror})")]
+        ) from None
 
 
 def cluster_node_kind() -> NodeKind:
     return NodeKind(
-        requirements=_pinned_requirements(),
+        lock=_read_lock(NODE_LOCK),
         system_site_packages=False,
         # A guest shutdown leaves a Compute Engine VM TERMINATED: no vCPU or GPU billing,
         # and it needs no permission at all.
@@ -121,12 +132,19 @@ def tpu_node_kind(tpu: ResolvedTpu, zone: str) -> NodeKind:
     stop = f"gcloud compute tpus tpu-vm stop {shlex.quote(tpu.vm_name)} --zone {shlex.quote(zone)} --async --quiet"
     return NodeKind(
         # The TPU runtime brings TensorFlow built for the TPU; only the matching Keras 2
-        # line is added (Keras 3 cannot train the trainer's multi-worker paths).
-        requirements=(f"tf-keras=={tpu.tensorflow_minor}.*",),
+        # line is added (Keras 3 cannot train the trainer's multi-worker paths), hash-locked.
+        lock=_read_lock(tpu_lock(tpu.tensorflow_minor)),
         system_site_packages=True,
         # A TPU VM keeps its TPU (and bills) through a guest shutdown: stop it by API.
         # --async: the call returns once accepted, so only tpu.nodes.stop is needed.
         stop_command=ShellCode(stop),
+    )
+
+
+def node_kinds(stack: ResolvedStack) -> list[NodeKind]:
+    """The kinds of machine a stack boots the agent on."""
+    return ([cluster_node_kind()] if stack.cluster else []) + (
+        [tpu_node_kind(stack.tpu, stack.zone)] if stack.tpu else []
     )
 
 
@@ -147,13 +165,15 @@ def heartbeat_seconds(peer_timeout_seconds: int) -> int:
 
 
 def agent_metadata(bucket: str, kind: NodeKind, wheelhouse: Wheelhouse | None) -> dict[str, str]:
-    """Where the node agent is and its digest, and the Python environment it installs (from
-    the stack's wheelhouse, by its manifest's digest, when it declares one)."""
+    """Where the node agent is and its digest, and the Python environment it installs: its
+    lock, by digest (from the stack's wheelhouse, by its manifest's digest, when it declares one)."""
     agent = artifacts.agent_archive()
+    lock = kind.lock_artifact
     metadata = {
         METADATA_KEYS.agent: agent.uri(bucket),
         METADATA_KEYS.agent_sha256: agent.sha256,
-        METADATA_KEYS.python_requirements: "\n".join(kind.requirements),
+        METADATA_KEYS.python_lock: lock.object_name,
+        METADATA_KEYS.python_lock_sha256: lock.sha256,
         METADATA_KEYS.system_site_packages: "true" if kind.system_site_packages else "false",
     }
     if wheelhouse is not None:
@@ -343,13 +363,13 @@ def boot_files(stack: ResolvedStack) -> BootFiles:
 
 
 def wheelhouse_problems(stack: ResolvedStack) -> list[Problem]:
-    """A wheelhouse must hold a wheel for every requirement the machines pin (`pip install
-    --no-index` finds nothing else): each one missing, named, before anything is created.
-    Their dependencies are not resolved here; the nodes' pip says which one is missing."""
+    """A wheelhouse must hold a wheel for every requirement the machines' lock pins (`pip
+    install --no-index` finds nothing else): each one missing, named, before anything is
+    created. A pin with an environment marker (one per Python version) is left to the nodes' pip."""
     if stack.wheelhouse is None:
         return []
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import Version
 
     offered: dict[str, set[str]] = {}
     for filename in stack.wheelhouse.wheels:
@@ -358,26 +378,23 @@ def wheelhouse_problems(stack: ResolvedStack) -> list[Problem]:
         except InvalidWheelFilename:
             continue
         offered.setdefault(str(name), set()).add(str(version))
-    kinds = ([cluster_node_kind()] if stack.cluster else []) + (
-        [tpu_node_kind(stack.tpu, stack.zone)] if stack.tpu else []
-    )
     missing = []
-    for line in dict.fromkeys(line for kind in kinds for line in kind.requirements):
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            continue
-        versions = offered.get(canonicalize_name(requirement.name), set())
-        if not any(requirement.specifier.contains(version, prereleases=True) for version in versions):
-            missing.append(line)
+    for kind in node_kinds(stack):
+        for entry in locked_requirements(kind.lock.decode("utf-8")):
+            if entry.marker is not None or entry.version is None:
+                # Which of a name's marker-split pins a node needs depends on its Python: pip says.
+                continue
+            pin = f"{entry.name}=={entry.version}"
+            if str(Version(entry.version)) not in offered.get(entry.name, set()) and pin not in missing:
+                missing.append(pin)
     if not missing:
         return []
     return [
         Problem(
             f"{NAMESPACE}:storage.wheelhouse",
             f"no wheel for {', '.join(missing)}, which the machines install; fill it with `pip download "
-            "--only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.12 -d DIR -r "
-            "requirements-node.txt` (the Python of the machines' image)",
+            "--only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.12 --no-deps -d DIR -r "
+            "locks/node.txt` (the Python of the machines' image; locks/tpu-tf-X.Y.txt for a TPU VM)",
         )
     ]
 

@@ -34,6 +34,7 @@ from trainstack.cloud.pulumi_internals import (
 )
 from trainstack.stackmodel.cost import CostReport, cost_report
 from trainstack.stackmodel.resolved import NodeCost, ResolvedStack, stack_warnings
+from trainstack_contract import METADATA_KEYS, PROJECT_INSTALL
 
 PROGRAM = PROJECT_ROOT / "__main__.py"
 # A stand-in project number for the mocked getProject call (budgets filter by project number).
@@ -96,6 +97,7 @@ class Plan:
             "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
             "cost": self.cost.to_json(),
             "bucket_access": self.bucket_access(),
+            "executed_artifacts": executed_artifacts(self.resources),
         }
 
     def bucket_access(self) -> dict[str, Any]:
@@ -156,6 +158,74 @@ class Plan:
         """Each resource as type, name and inputs, boot scripts by digest: what `plan --json`
         lists and what `check` hands the policy pack."""
         return [{"type": r.type, "name": r.name, "inputs": _scripts_as_hashes(r.inputs)} for r in self.resources]
+
+
+MACHINE_TYPES = frozenset({"gcp:compute/instance:Instance", "gcp:tpu/v2Vm:V2Vm", "gcp:workbench/instance:Instance"})
+# Pins, as `plan --json` names them.
+PIN_SHA256 = "sha256"
+PIN_HASH_LOCKED = "hash-locked"
+PIN_IMAGE_DIGEST = "image-digest"
+PIN_INLINE = "inline-metadata"
+PIN_NONE = "none"
+
+
+def machine_metadata(resource: PlannedResource) -> dict[str, Any] | None:
+    """A machine's instance metadata (a Workbench instance's sits in its gce_setup)."""
+    if resource.type not in MACHINE_TYPES:
+        return None
+    metadata = resource.inputs.get("metadata")
+    if metadata is None:
+        metadata = (resource.inputs.get("gceSetup") or {}).get("metadata")
+    return metadata if isinstance(metadata, dict) else None
+
+
+def metadata_artifacts(metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """What one machine's metadata makes it execute, each with its pin."""
+    keys = METADATA_KEYS
+    found: list[dict[str, Any]] = []
+
+    def add(artifact: str, obj: Any, pin: str, sha256: Any = None) -> None:
+        unpinned = pin == PIN_NONE or (pin in (PIN_SHA256, PIN_HASH_LOCKED) and not isinstance(sha256, str))
+        found.append({"artifact": artifact, "object": str(obj), "pin": pin, "sha256": sha256, "unpinned": unpinned})
+
+    script = metadata.get("startup-script")
+    if isinstance(script, str):
+        add("boot script", "startup-script", PIN_INLINE, hashlib.sha256(script.encode()).hexdigest())
+    if "post-startup-script" in metadata:
+        digest = metadata.get(keys.notebook_script_sha256)
+        add("notebook post-startup script", metadata["post-startup-script"], PIN_SHA256 if digest else PIN_NONE, digest)
+    pinned = (
+        ("node agent archive", keys.agent, keys.agent_sha256, PIN_SHA256),
+        ("node environment lock", keys.python_lock, keys.python_lock_sha256, PIN_HASH_LOCKED),
+        ("wheelhouse manifest", keys.wheelhouse, keys.wheelhouse_sha256, PIN_SHA256),
+        ("job code archive", keys.code_archive, keys.code_archive_sha256, PIN_SHA256),
+        ("job requirements", keys.requirements, keys.requirements_sha256, PIN_HASH_LOCKED),
+    )
+    for artifact, key, digest_key, pin in pinned:
+        if key in metadata:
+            add(artifact, metadata[key], pin, metadata.get(digest_key))
+    if metadata.get(keys.code_install) == PROJECT_INSTALL:
+        # pip resolves a project's own dependencies at boot: nothing pins them.
+        add("job project dependencies", metadata.get(keys.code_archive), PIN_NONE)
+    image = metadata.get(keys.image)
+    if image is not None:
+        digest = str(image).partition("@sha256:")[2]
+        add("job image", image, PIN_IMAGE_DIGEST if digest else PIN_NONE, digest or None)
+    return found
+
+
+def executed_artifacts(resources: list[PlannedResource]) -> list[dict[str, Any]]:
+    """Everything a machine of the stack executes or installs, read from the metadata the
+    program set, with how it is pinned; ``unpinned`` marks what nothing pins."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for resource in resources:
+        metadata = machine_metadata(resource)
+        if metadata is None:
+            continue
+        for entry in metadata_artifacts(metadata):
+            key = (entry["artifact"], entry["object"])
+            found.setdefault(key, {**entry, "machines": []})["machines"].append(resource.name)
+    return sorted(found.values(), key=lambda entry: (entry["artifact"], entry["object"]))
 
 
 # Objects under this prefix are what nodes run (trainstack_contract.BucketLayout).

@@ -100,3 +100,10 @@ def wheelhouse_manifest(wheelhouse: Wheelhouse) -> BuiltArtifact:
     entries = [{"file": name, "sha256": digest} for name, digest in sorted(wheelhouse.digests.items())]
     data = (json.dumps({"wheels": entries}, indent=1, sort_keys=True) + "\n").encode()
     return BuiltArtifact(LAYOUT.wheelhouse_manifest(hashlib.sha256(data).hexdigest()[:NAME_DIGEST_CHARS]), data)
+
+
+def python_lock(data: bytes) -> BuiltArtifact:
+    """A node environment's hash-locked requirements (locks/ in the repository), which the
+    agent installs with ``pip install --require-hashes --no-deps``; its sha256 is pinned in
+    the nodes' metadata."""
+    return BuiltArtifact(LAYOUT.python_lock(hashlib.sha256(data).hexdigest()[:NAME_DIGEST_CHARS]), data)

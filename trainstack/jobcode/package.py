@@ -33,6 +33,7 @@ import trainstack_contract
 from trainstack.base.credentials import credential_kind
 from trainstack.base.errors import shorten
 from trainstack.base.project import PROJECT_ROOT
+from trainstack.jobcode.node_environment import unhashed_requirements
 from trainstack_contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
 
 # Relative package and requirements paths are relative to the project root, where
@@ -543,17 +544,20 @@ def _requirement_line_problem(line: str) -> str | None:
     from packaging.requirements import InvalidRequirement, Requirement
 
     words = line.split()
-    kind = credential_kind(line)
+    text = line
+    while words and _HASH_OPTION.fullmatch(words[-1]):
+        # A sha256 is long random hex by design: it is a pin, not a credential.
+        words.pop()
+        text = " ".join(words)
+    kind = credential_kind(text)
     if kind is not None:
         return f"holds what looks like a credential ({kind}), which would be uploaded to the bucket"
+    if not words:
+        return "holds --hash options without a requirement"
     if words[0].startswith("-"):
         return f"{shorten(words[0].split('=', 1)[0], 40)} is a pip option, not a requirement"
     if "$" in line:
         return "holds $: pip would put the node's environment variables into it"
-    text = line
-    while words and _HASH_OPTION.fullmatch(words[-1]):
-        words.pop()
-        text = " ".join(words)
     if any(word.startswith("-") for word in words):
         return "holds a pip option other than --hash=sha256:HEX after the requirement"
     try:
@@ -624,7 +628,23 @@ def load_requirements(path: Path, package: Path | None = None) -> ExtraRequireme
         path=path, digest=digest_of([("requirements.txt", data)]), sha256=hashlib.sha256(data).hexdigest(), data=data
     )
     lines = checked_requirement_lines(text, requirements.display_path)
+    check_hash_locked(path, text)
     return dataclasses.replace(requirements, lines=lines)
+
+
+def check_hash_locked(path: Path, text: str) -> None:
+    """Nodes install a job's requirements with ``pip install --require-hashes``, as root: every
+    line must pin one version with ``==`` and carry its sha256 (what ``pip-compile
+    --generate-hashes`` or ``uv pip compile --generate-hashes`` writes)."""
+    unhashed = unhashed_requirements(text)
+    if unhashed:
+        shown = ", ".join(f"line {entry.line} ({shorten(entry.text.partition(' --')[0])})" for entry in unhashed[:3])
+        more = f" and {len(unhashed) - 3} more" if len(unhashed) > 3 else ""
+        raise CodeError(
+            f"{path.name}: {shown}{more} not pinned to one version with == and a --hash=sha256:...; nodes install "
+            "the job's requirements hash-locked: generate the file with `pip-compile --generate-hashes` or `uv pip "
+            "compile --generate-hashes` (docs/own-code.md)"
+        )
 
 
 def check_image_syntax(value: str) -> str:

@@ -77,7 +77,7 @@ class LocalRunLayout:
         obstacle = job_user_obstacle(self.workdir)
         (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.stack.stack}\n")
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
-        staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse)
+        staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse, self.kind.lock_artifact)
         staging.prepare_node_disks(
             self.nodes, self.kind.requirements_stamp, self.environment_installed, obstacle is None
         )

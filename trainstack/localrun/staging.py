@@ -25,11 +25,14 @@ def _copy_into(source: Path, destination: Path) -> None:
     shutil.copyfile(source, destination)
 
 
-def upload_objects(bucket: StandInBucket, job: ResolvedJob | None, wheelhouse: Wheelhouse | None) -> None:
-    """The objects ``pulumi up`` uploads: the node agent, the wheelhouse with its manifest,
-    the job's code archive and requirements."""
+def upload_objects(
+    bucket: StandInBucket, job: ResolvedJob | None, wheelhouse: Wheelhouse | None, lock: artifacts.BuiltArtifact
+) -> None:
+    """The objects ``pulumi up`` uploads: the node agent, the nodes' lock, the wheelhouse with
+    its manifest, the job's code archive and requirements."""
     agent = artifacts.agent_archive()
     bucket.put(agent.object_name, lambda destination: destination.write_bytes(agent.data))
+    bucket.put(lock.object_name, lambda destination: destination.write_bytes(lock.data))
     if wheelhouse is not None:
         manifest = artifacts.wheelhouse_manifest(wheelhouse)
         bucket.put(manifest.object_name, lambda destination: destination.write_bytes(manifest.data))

@@ -85,8 +85,12 @@ def fetch_for_nodes(python: Path, destination: Path, requirements: Path | None, 
     """Fills ``destination`` with what the nodes' pip installs for the job's ``requirements``
     file and ``project``; returns the distributions fetched, by NAME==VERSION."""
     destination.mkdir(parents=True, exist_ok=True)
-    targets = [*(["-r", str(requirements)] if requirements is not None else []), *([str(project)] if project else [])]
-    missing = missing_distributions(python, targets) if targets else []
+    # Apart, as the nodes install them: the requirements hash-locked (a file with hashes puts pip
+    # in hash-checking mode, which a local project, having none, cannot pass), then the project.
+    missing: list[str] = []
+    for targets in (["-r", str(requirements)] if requirements is not None else [], [str(project)] if project else []):
+        if targets:
+            missing += [each for each in missing_distributions(python, targets) if each not in missing]
     if missing:
         _pip(
             python,

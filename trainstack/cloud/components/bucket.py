@@ -27,6 +27,8 @@ class TrainingBucketArgs:
     runs_agent: bool = False
     # Wheels those machines install from (storage.wheelhouse).
     wheelhouse: Wheelhouse | None = None
+    # The hash-locked requirements those machines install (one per kind of machine).
+    locks: tuple[artifacts.BuiltArtifact, ...] = ()
 
 
 class TrainingBucket(pulumi.ComponentResource):
@@ -82,6 +84,16 @@ class TrainingBucket(pulumi.ComponentResource):
                 opts=child,
             )
             self.ready.append(self.agent)
+        for lock in args.locks if args.runs_agent else ():
+            self.ready.append(
+                gcp.storage.BucketObject(
+                    f"{args.stack_name}-python-lock-{lock.sha256[:16]}",
+                    bucket=self.bucket.name,
+                    name=lock.object_name,
+                    source=pulumi.FileAsset(str(lock.staged())),
+                    opts=child,
+                )
+            )
         if args.runs_agent and args.wheelhouse is not None:
             manifest = artifacts.wheelhouse_manifest(args.wheelhouse)
             self.ready.append(

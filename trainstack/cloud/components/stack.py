@@ -7,6 +7,7 @@ from typing import Any
 
 import pulumi
 
+from trainstack.cloud import bootscripts
 from trainstack.cloud.bootscripts import BootFiles
 from trainstack.cloud.components.access import TeamAccess, TeamAccessArgs
 from trainstack.cloud.components.bucket import TrainingBucket, TrainingBucketArgs
@@ -159,6 +160,7 @@ def declare_storage(
             stack_name=stack.name,
             runs_agent=runs_agent,
             wheelhouse=stack.wheelhouse,
+            locks=tuple(kind.lock_artifact for kind in bootscripts.node_kinds(stack)),
         ),
         opts=after_apis,
     )
