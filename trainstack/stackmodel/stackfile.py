@@ -15,7 +15,11 @@ from trainstack.base.errors import Problem, StackConfigError, shorten
 from trainstack.base.files import FileProblem, load_yaml, read_text
 from trainstack.stackmodel.feasibility import CheckedFacts, parse_check_and_derive
 from trainstack.stackmodel.schema import STACK_FILE_TOP_LEVEL_KEYS, StackConfig, stack_name_problem
-from trainstack.stackmodel.siblings import MAX_STACK_FILE_BYTES, STACKS_DIR, stack_name_from_path
+
+# Where the project's stack files are, and how a file names its stack: kept here too for callers.
+from trainstack.stackmodel.siblings import MAX_STACK_FILE_BYTES as MAX_STACK_FILE_BYTES
+from trainstack.stackmodel.siblings import STACKS_DIR as STACKS_DIR
+from trainstack.stackmodel.siblings import stack_name_from_path as stack_name_from_path
 
 
 def stack_file_path(stack: str) -> Path:
