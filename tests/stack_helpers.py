@@ -6,6 +6,7 @@ A module of its own (not conftest.py): tests/trainer/ has a conftest too, and a 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,42 @@ def plan_for(stack: str) -> Plan:
     if stack not in _plans:
         _plans[stack] = run_plan(stack, read_stack_config_map(STACKS_DIR / f"Pulumi.{stack}.yaml"))
     return _plans[stack]
+
+
+# Cloud Storage roles that can create, replace or delete objects.
+WRITE_ROLES = {
+    "roles/storage.objectUser",
+    "roles/storage.objectAdmin",
+    "roles/storage.objectCreator",
+    "roles/storage.admin",
+}
+# The IAM Conditions subset the program writes, turned into Python one token at a time: a
+# token outside it fails the test rather than being guessed at.
+_CEL_TOKEN = re.compile(
+    r'\s+|resource\.name\.startsWith\("(?P<prefix>[^"]*)"\)|resource\.type == "(?P<type>[^"]*)"|&&|\|\||!|\(|\)'
+)
+OBJECT_TYPE = "storage.googleapis.com/Object"
+
+
+def admits(expression: str, bucket: str, name: str) -> bool:
+    """Whether an IAM condition lets its grant act on object ``name`` of ``bucket``."""
+    words, position = [], 0
+    while position < len(expression):
+        token = _CEL_TOKEN.match(expression, position)
+        assert token is not None, f"not in the subset this test reads: {expression[position:]!r}"
+        text = token[0]
+        if token["prefix"] is not None:
+            words.append(f"name.startswith({token['prefix']!r})")
+        elif token["type"] is not None:
+            words.append(f"(type == {token['type']!r})")
+        else:
+            words.append({"&&": " and ", "||": " or ", "!": " not "}.get(text, text))
+        position = token.end()
+    scope = {"name": f"projects/_/buckets/{bucket}/objects/{name}", "type": OBJECT_TYPE}
+    return bool(eval("".join(words), {"__builtins__": {}}, scope))  # noqa: S307 (the program's own expression)
+
+
+def may_write(grant: dict[str, Any], bucket: str, name: str) -> bool:
+    """Whether a planned grant's inputs let its member write object ``name`` of ``bucket``."""
+    condition = grant.get("condition")
+    return grant["role"] in WRITE_ROLES and (not condition or admits(condition["expression"], bucket, name))

@@ -22,6 +22,7 @@ from trainstack.stackmodel.stackfile import load_stack, stack_file_path
 
 VM, TPU, NB = "gcp:compute/instance:Instance", "gcp:tpu/v2Vm:V2Vm", "gcp:workbench/instance:Instance"
 BUCKET, FW = "gcp:storage/bucket:Bucket", "gcp:compute/firewall:Firewall"
+BUCKET_GRANT = "gcp:storage/bucketIAMMember:BucketIAMMember"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 
 
@@ -71,7 +72,7 @@ BREAKAGES: list[tuple[str, str, str, Callable[[dict[str, Any]], None]]] = [
         "gcp:projects/iAMMember:IAMMember",
         _grant("roles/editor", "group:ml@example.com"),
     ),
-    ("no-public-members", "multiworker", "gcp:storage/bucketIAMMember:BucketIAMMember", _edit("member", "allUsers")),
+    ("no-public-members", "multiworker", BUCKET_GRANT, _edit("member", "allUsers")),
     ("shielded-vm", "paramserver", VM, _edit("shieldedInstanceConfig.enableSecureBoot", False)),
     ("shielded-vm", "notebook", NB, _edit("gceSetup.shieldedInstanceConfig", delete=True)),
     ("os-login", "multiworker", VM, _edit("metadata.enable-oslogin", "FALSE")),
@@ -79,6 +80,16 @@ BREAKAGES: list[tuple[str, str, str, Callable[[dict[str, Any]], None]]] = [
     ("no-ip-forwarding", "dev", VM, _edit("canIpForward", True)),
     ("bucket-access", "multiworker", BUCKET, _edit("uniformBucketLevelAccess", False)),
     ("bucket-access", "tpu", BUCKET, _edit("publicAccessPrevention", "inherited")),
+    ("executed-objects-spared", "dev", BUCKET_GRANT, _edit("condition", delete=True)),
+    (
+        "executed-objects-spared",
+        "notebook",
+        BUCKET_GRANT,
+        _edit(
+            "condition.expression",
+            'resource.name.startsWith("projects/_/buckets/your-gcp-project_notebook/objects/")',
+        ),
+    ),
     ("gpu-terminates-on-maintenance", "multiworker", VM, _edit("scheduling.onHostMaintenance", "MIGRATE")),
     ("spot-no-automatic-restart", "multiworker", VM, _edit("scheduling.provisioningModel", "SPOT")),
     ("run-time-bound", "multiworker", VM, _edit("scheduling.maxRunDuration", delete=True)),
@@ -135,7 +146,7 @@ def test_a_stack_without_a_run_time_cap_is_refused(tmp_path: Path, capsys: pytes
         "test-cluster-worker-0",
         "test-cluster-worker-1",
     }
-    assert out[-1].startswith("test: 17 policies over ") and out[-1].endswith(": 3 mandatory, 0 advisory violation(s)")
+    assert out[-1].startswith("test: 18 policies over ") and out[-1].endswith(": 3 mandatory, 0 advisory violation(s)")
 
 
 def test_a_long_notebook_idle_timeout_is_advisory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

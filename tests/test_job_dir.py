@@ -4,6 +4,7 @@ kept by `import`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from stack_helpers import base_config, plan_of, write_stack
+from stack_helpers import admits, base_config, plan_of, write_stack
 from trainstack.commands.main import main
+from trainstack.commands.plan import _print_bucket_access
 from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.run import LocalStackRun
 from trainstack.stackmodel.resolved import resolve_stack
@@ -60,6 +62,64 @@ def test_a_job_dir_that_is_not_a_folder_of_a_bucket_is_refused_naming_the_key(
     assert "trainstack:job.job_dir" in err and "gs://BUCKET/PREFIX" in err, err
 
 
+@pytest.mark.parametrize(
+    ("job_dir", "why"),
+    [
+        # What trainstack executes from, in any bucket: the team's, this stack's, another stack's.
+        ("gs://acme-ml-models/trainstack/code", "lies under trainstack/"),
+        ("gs://acme-ml-models/trainstack", "lies under trainstack/"),
+        ("gs://test-project-123_test/trainstack/notebook", "lies under trainstack/"),
+        ("gs://your-gcp-project_notebook/trainstack/notebook", "lies under trainstack/"),
+        # Any folder of a bucket another stack of the project deploys (its notebook's, its jobs).
+        ("gs://your-gcp-project_notebook/results", "the bucket of the project's stack notebook"),
+        ("gs://your-gcp-project_dev/jobs/flowers_dev", "the bucket of the project's stack dev"),
+        # This stack's own bucket outside jobs/: beside what its machines run, in its notebook's area.
+        ("gs://test-project-123_test/notebooks/runs", "this stack's own bucket outside jobs/"),
+        ("gs://test-project-123_test/models", "this stack's own bucket outside jobs/"),
+    ],
+)
+def test_a_job_dir_that_reaches_what_machines_run_or_another_stack_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], job_dir: str, why: str
+) -> None:
+    assert main(["validate", "--stack-file", str(stack_with_job_dir(tmp_path, job_dir))]) == 1
+    err = capsys.readouterr().err
+    [line] = [line for line in err.splitlines() if "trainstack:job.job_dir" in line]
+    assert job_dir in line and why in line and "use " in line, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "job_dir",
+    [
+        "gs://acme-ml-models/trainstackish/run1",
+        "gs://acme-ml-models/jobs/trainstack",
+        "gs://test-project-123_test/jobs/vision_b",
+    ],
+)
+def test_a_job_dir_near_those_but_outside_them_is_valid(tmp_path: Path, job_dir: str) -> None:
+    assert main(["validate", "--stack-file", str(stack_with_job_dir(tmp_path, job_dir))]) == 0
+
+
+def test_plan_warns_when_a_grant_reaches_trainstack_in_the_job_dirs_bucket(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`plan` says what nodes run is written by `pulumi up` alone only when no grant of the stack
+    reaches trainstack/ in any bucket, job.job_dir's included."""
+    plan = plan_of(stack_with_job_dir(tmp_path))
+    [grant] = [g for g in plan.of_type(BUCKET_GRANT) if g.inputs["bucket"] == "acme-ml-models"]
+    assert not admits(grant.inputs["condition"]["expression"], "acme-ml-models", "trainstack/notebook/p.sh")
+    member = grant.inputs["member"]
+    _print_bucket_access(plan.bucket_access())
+    assert "is written by `pulumi up` alone" in capsys.readouterr().out
+    reaching = 'resource.name.startsWith("projects/_/buckets/acme-ml-models/objects/trainstack/")'
+    rogue = dataclasses.replace(grant, name="rogue", inputs={**grant.inputs, "condition": {"expression": reaching}})
+    access = dataclasses.replace(plan, resources=[*plan.resources, rogue]).bucket_access()
+    assert access["writable_executed_objects"] == [f"gs://acme-ml-models/trainstack/ ({member})"]
+    _print_bucket_access(access)
+    out = capsys.readouterr().out
+    assert "WARNING: a machine can rewrite what nodes run" in out and "alone" not in out
+
+
 def test_the_nodes_write_the_job_dir_under_its_folder_alone(tmp_path: Path) -> None:
     plan = plan_of(stack_with_job_dir(tmp_path, JOB_DIR + "/"))
     [instance] = plan.of_type(INSTANCE)
@@ -79,7 +139,8 @@ def test_a_stack_without_a_job_dir_grants_nothing_beyond_its_own_bucket(tmp_path
     path.write_text(yaml.safe_dump(document))
     plan = plan_of(path)
     assert {g.inputs["bucket"] for g in plan.of_type(BUCKET_GRANT)} == {plan.resolved.bucket_name}
-    assert "job_dir" not in plan.bucket_access()
+    [member] = {g.inputs["member"] for g in plan.of_type(BUCKET_GRANT)}
+    assert plan.bucket_access()["job_dir"] == {"uri": "gs://test-project-123_test/jobs/vision", "writers": [member]}
 
 
 def test_local_writes_the_job_dir_into_a_stand_in_of_the_teams_bucket_and_status_reads_it(

@@ -163,7 +163,7 @@ def test_auto_means_the_same_strategy_to_the_stack_and_to_the_trainer(
 def test_bucket_names_are_unique_per_project_and_stack() -> None:
     """Defect: project team-a-project + stack prod and project team-a + stack project-prod
     both made the global bucket name team-a-project-prod."""
-    from trainstack.stackmodel.resolved import default_bucket_name
+    from trainstack.stackmodel.schema import default_bucket_name
 
     assert default_bucket_name("team-a-project", "prod") != default_bucket_name("team-a", "project-prod")
     for project, name in (("team-a-project", "prod"), ("team-a", "project-prod")):

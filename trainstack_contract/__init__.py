@@ -150,6 +150,19 @@ def vm_name(prefix: str, node: str) -> str:
 
 
 # --- The bucket and the job directory --------------------------------------------------
+# What trainstack executes from, in its own bucket and in any other: the agent, the job's code
+# and requirements, the wheelhouse, the notebook's post-startup script. No job directory and no
+# machine's write grant may reach it, in any bucket.
+EXECUTED_DIR: Final = "trainstack"
+EXECUTED_PREFIX: Final = f"{EXECUTED_DIR}/"
+
+
+def under_prefix(name: str, prefix: str) -> bool:
+    """True when the object name or folder ``name`` is ``prefix`` (a folder, "a/") or lies
+    under it: ``trainstack`` and ``trainstack/code`` are under ``trainstack/``, ``trainstackx`` is not."""
+    return name == prefix.removesuffix("/") or name.startswith(prefix)
+
+
 @dataclass(frozen=True)
 class BucketLayout:
     """Object names in the stack's bucket, and paths inside a job directory.
@@ -168,21 +181,25 @@ class BucketLayout:
         tmp/<node>/          scratch paths of non-chief workers
     """
 
-    # In the bucket. Under trainstack/ is what nodes run: only `pulumi up` writes it (the nodes'
-    # and the notebook's accounts may write under jobs/ alone), every object is named by its
-    # content, and each node checks its sha256, pinned in metadata, before use.
+    # In the bucket. Under trainstack/ (EXECUTED_DIR) is what nodes run: only `pulumi up` writes
+    # it (a machine's account writes its job directory or its notebook area alone, and every
+    # write grant excludes trainstack/ by name), every object is named by its content, and
+    # each node checks its sha256, pinned in metadata, before use.
     # The job's code (the built-in trainer or a team's package) and its extra requirements:
     # a code change is a new object, so no node runs stale code.
-    code_dir: str = "trainstack/code"
+    code_dir: str = f"{EXECUTED_DIR}/code"
     # The node agent's archive (trainstack_agent, run by every node's boot script).
-    agent_dir: str = "trainstack/agent"
+    agent_dir: str = f"{EXECUTED_DIR}/agent"
     # Wheels a stack ships for nodes to install from instead of a package index
     # (storage.wheelhouse), listed with their digests in a manifest.
-    wheelhouse: str = "trainstack/wheelhouse"
+    wheelhouse: str = f"{EXECUTED_DIR}/wheelhouse"
     # The hash-locked requirements of the nodes' Python environment (locks/ in the repository).
-    python_dir: str = "trainstack/python"
-    notebook_dir: str = "trainstack/notebook"
+    python_dir: str = f"{EXECUTED_DIR}/python"
+    notebook_dir: str = f"{EXECUTED_DIR}/notebook"
+    # Job directories: jobs/<name>, written by the machines that run that job alone.
     jobs: str = "jobs"
+    # The notebook's own area: what its account may write (it reads the rest, results included).
+    notebooks: str = "notebooks"
     # In a job directory:
     status_dir: str = "status"
     backup_dir: str = "backup"
@@ -205,6 +222,10 @@ class BucketLayout:
     def job_dir(self, bucket: str, job_name: str) -> str:
         """``bucket`` is a gs:// URI or, locally, a directory path."""
         return posixpath.join(bucket, self.jobs, job_name)
+
+    def notebook_job_dir(self, bucket: str) -> str:
+        """Where the notebook's own runs write: in its area, never a cluster's job directory."""
+        return posixpath.join(bucket, self.notebooks, "runs")
 
     def node_status(self, node: str) -> str:
         return posixpath.join(self.status_dir, f"{node}.json")

@@ -110,6 +110,14 @@ POLICIES: tuple[Policy, ...] = (
         framework=_cis("5.1", "5.2"),
     ),
     ResourceValidationPolicy(
+        name="executed-objects-spared",
+        description="No bucket grant that writes objects can reach trainstack/, what machines run: its condition "
+        "excludes it by name.",
+        validate=rules.executed_objects_spared,
+        enforcement_level=MANDATORY,
+        framework=_own(),
+    ),
+    ResourceValidationPolicy(
         name="gpu-terminates-on-maintenance",
         description="GPU VMs are set to terminate on host maintenance (they cannot live-migrate).",
         validate=rules.gpu_terminates_on_maintenance,

@@ -15,6 +15,8 @@ VM = "gcp:compute/instance:Instance"
 TPU_VM = "gcp:tpu/v2Vm:V2Vm"
 NOTEBOOK = "gcp:workbench/instance:Instance"
 BUCKET = "gcp:storage/bucket:Bucket"
+# Bucket-level IAM resources: BucketIAMMember, BucketIAMBinding (BucketIAMPolicy has no condition field).
+BUCKET_GRANTS = ("gcp:storage/bucketIAMMember:BucketIAMMember", "gcp:storage/bucketIAMBinding:BucketIAMBinding")
 FIREWALL = "gcp:compute/firewall:Firewall"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"

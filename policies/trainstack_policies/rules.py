@@ -13,10 +13,11 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from trainstack_policies.contract import MAX_RUN_SECONDS_KEY, STACK_LABEL
+from trainstack_policies.contract import EXECUTED_PREFIX, MAX_RUN_SECONDS_KEY, STACK_LABEL
 from trainstack_policies.resources import (
     ACCOUNT,
     BUCKET,
+    BUCKET_GRANTS,
     CUSTOM_ROLE,
     FIREWALL,
     MACHINES,
@@ -179,6 +180,38 @@ def bucket_access(args: Any, report: Report) -> None:
         report("uniformBucketLevelAccess must be true", None)
     if args.props.get("publicAccessPrevention") != "enforced":
         report('publicAccessPrevention must be "enforced"', None)
+
+
+# Cloud Storage roles that can create, replace or delete objects
+# (https://cloud.google.com/storage/docs/access-control/iam-roles).
+STORAGE_WRITE_ROLES = frozenset(
+    {
+        "roles/storage.admin",
+        "roles/storage.objectAdmin",
+        "roles/storage.objectCreator",
+        "roles/storage.objectUser",
+        "roles/storage.legacyBucketOwner",
+        "roles/storage.legacyBucketWriter",
+        "roles/storage.legacyObjectOwner",
+    }
+)
+
+
+def executed_objects_spared(args: Any, report: Report) -> None:
+    """What machines run lives under trainstack/ (in any bucket): a grant that may write objects
+    carries a condition that excludes it by name, whatever else it admits."""
+    if args.resource_type not in BUCKET_GRANTS or args.props.get("role") not in STORAGE_WRITE_ROLES:
+        return
+    bucket = args.props.get("bucket")
+    condition = mapping(args.props.get("condition"))
+    expression = condition.get("expression") if condition else None
+    excluded = f'&& !resource.name.startsWith("projects/_/buckets/{bucket}/objects/{EXECUTED_PREFIX}")'
+    if not isinstance(bucket, str) or not isinstance(expression, str) or excluded not in expression:
+        report(
+            f"{args.props.get('role')} on bucket {bucket} may write under {EXECUTED_PREFIX}, what machines run: "
+            f"its condition must end with {excluded}",
+            None,
+        )
 
 
 def _has_gpus(props: Mapping[str, Any]) -> bool:

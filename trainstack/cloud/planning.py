@@ -34,7 +34,7 @@ from trainstack.cloud.pulumi_internals import (
 )
 from trainstack.stackmodel.cost import CostReport, cost_report
 from trainstack.stackmodel.resolved import NodeCost, ResolvedStack, stack_warnings
-from trainstack_contract import METADATA_KEYS, PROJECT_INSTALL
+from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_INSTALL
 
 PROGRAM = PROJECT_ROOT / "__main__.py"
 # A stand-in project number for the mocked getProject call (budgets filter by project number).
@@ -101,58 +101,59 @@ class Plan:
         }
 
     def bucket_access(self) -> dict[str, Any]:
-        """Who may write what in the stack's bucket, from the planned grants, beside the objects
-        nodes run: none of those may fall in what a grant lets a machine write."""
+        """Who may write what in the stack's bucket (and in job.job_dir's), from the planned
+        grants, beside the objects nodes run: none of those, and nothing under trainstack/ in
+        any bucket, may fall in what a grant lets a machine write."""
         bucket = self.resolved.bucket_name
         executed = sorted(
             r.inputs["name"]
             for r in self.of_type("gcp:storage/bucketObject:BucketObject")
             if r.inputs.get("bucket") == bucket and str(r.inputs.get("name", "")).startswith(EXECUTED_PREFIX)
         )
-        grants = []
-        for grant in self.of_type("gcp:storage/bucketIAMMember:BucketIAMMember"):
-            if grant.inputs.get("bucket") != bucket:
-                continue
-            condition = grant.inputs.get("condition")
-            prefix = object_prefix(bucket, condition["expression"]) if isinstance(condition, dict) else ""
-            grants.append(
-                {
-                    "member": grant.inputs["member"],
-                    "role": grant.inputs["role"],
-                    # "" is every object; None a condition this report cannot read (taken as every object).
-                    "objects": "*" if prefix == "" else (f"{prefix}*" if prefix is not None else "* (conditional)"),
-                    "writes": grant.inputs["role"] in STORAGE_WRITE_ROLES,
-                }
-            )
+        grants = [_grant_document(grant, bucket) for grant in self._bucket_grants(bucket)]
         grants.sort(key=lambda g: (g["member"], g["role"]))
+        job = self.resolved.job
+        job_bucket = job.job_dir_bucket or bucket if job is not None else None
+        job_grants = [_grant_document(g, job_bucket) for g in self._bucket_grants(job_bucket)] if job_bucket else []
         # What a machine could rewrite and another then run: must be empty.
         exposed = sorted(
             {
                 f"{name} ({grant['member']})"
                 for grant in grants
                 if grant["writes"]
-                for name in executed
-                if grant["objects"] in ("*", "* (conditional)") or name.startswith(grant["objects"].rstrip("*"))
+                for name in [*executed, EXECUTED_PREFIX]
+                if _may_write(grant["area"], name)
+            }
+            | {
+                f"gs://{job_bucket}/{EXECUTED_PREFIX} ({grant['member']})"
+                for grant in job_grants
+                if job_bucket != bucket and grant["writes"] and _may_write(grant["area"], EXECUTED_PREFIX)
             }
         )
         access: dict[str, Any] = {
             "bucket": bucket,
             "executed_objects": executed,
-            "grants": grants,
+            "grants": [{k: v for k, v in g.items() if k != "area"} for g in grants],
             "writable_executed_objects": exposed,
         }
-        job = self.resolved.job
-        if job is not None and job.job_dir_bucket:
-            # job.job_dir: who writes there, in a bucket of the team's own (under its folder alone).
+        if job is not None and job_bucket is not None:
+            # The job's directory: who can write its status and backups (its own machines alone).
+            prefix = job.job_dir_prefix or f"{LAYOUT.jobs}/{job.name}"
+            watched = (f"{prefix}/{LAYOUT.job_status}", f"{prefix}/{LAYOUT.backup_dir}/")
             access["job_dir"] = {
                 "uri": job.job_dir,
                 "writers": sorted(
-                    grant.inputs["member"]
-                    for grant in self.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
-                    if grant.inputs.get("bucket") == job.job_dir_bucket and grant.inputs["role"] in STORAGE_WRITE_ROLES
+                    {g["member"] for g in job_grants if g["writes"] and any(_may_write(g["area"], n) for n in watched)}
                 ),
             }
         return access
+
+    def _bucket_grants(self, bucket: str) -> list[PlannedResource]:
+        return [
+            grant
+            for grant in self.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+            if grant.inputs.get("bucket") == bucket
+        ]
 
     def resource_documents(self) -> list[dict[str, Any]]:
         """Each resource as type, name and inputs, boot scripts by digest: what `plan --json`
@@ -192,8 +193,12 @@ def metadata_artifacts(metadata: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(script, str):
         add("boot script", "startup-script", PIN_INLINE, hashlib.sha256(script.encode()).hexdigest())
     if "post-startup-script" in metadata:
+        # Workbench runs this object itself, unchecked: nothing pins it.
+        add("notebook post-startup script", metadata["post-startup-script"], PIN_NONE)
+    if keys.notebook_script in metadata:
+        # The notebook's startup-script fetches it and runs it only at this sha256.
         digest = metadata.get(keys.notebook_script_sha256)
-        add("notebook post-startup script", metadata["post-startup-script"], PIN_SHA256 if digest else PIN_NONE, digest)
+        add("notebook post-startup script", metadata[keys.notebook_script], PIN_SHA256, digest)
     pinned = (
         ("node agent archive", keys.agent, keys.agent_sha256, PIN_SHA256),
         ("node environment lock", keys.python_lock, keys.python_lock_sha256, PIN_HASH_LOCKED),
@@ -228,8 +233,6 @@ def executed_artifacts(resources: list[PlannedResource]) -> list[dict[str, Any]]
     return sorted(found.values(), key=lambda entry: (entry["artifact"], entry["object"]))
 
 
-# Objects under this prefix are what nodes run (trainstack_contract.BucketLayout).
-EXECUTED_PREFIX = "trainstack/"
 # Cloud Storage roles that can create, replace or delete objects
 # (https://cloud.google.com/storage/docs/access-control/iam-roles).
 STORAGE_WRITE_ROLES = frozenset(
@@ -243,18 +246,65 @@ STORAGE_WRITE_ROLES = frozenset(
         "roles/storage.legacyObjectOwner",
     }
 )
-_PREFIX_CONDITION = re.compile(
+_OBJECTS_UNDER = re.compile(
     r'resource\.name\.startsWith\("projects/_/buckets/(?P<bucket>[^"/]+)/objects/(?P<prefix>[^"]*)"\)'
 )
+# The bucket itself (a listing), as components/identity's job-directory condition admits it.
+_BUCKET_ITSELF = 'resource.type == "storage.googleapis.com/Bucket" || '
 
 
-def object_prefix(bucket: str, expression: str) -> str | None:
-    """The object-name prefix a grant's condition limits it to, when the condition is exactly
-    one ``resource.name.startsWith(...)`` on this bucket's objects; else None."""
-    match = _PREFIX_CONDITION.fullmatch(expression.strip())
-    if match is None or match["bucket"] != bucket:
+@dataclass(frozen=True)
+class ObjectArea:
+    """The objects a grant's condition admits: names under ``prefix``, none under ``excluded``."""
+
+    prefix: str
+    excluded: tuple[str, ...] = ()
+
+    def admits(self, name: str) -> bool:
+        """``name`` (an object, or a folder "a/": any object under it) is one it admits."""
+        inside = name.startswith(self.prefix) or (name.endswith("/") and self.prefix.startswith(name))
+        return inside and not any(name.startswith(e) for e in self.excluded)
+
+    def describe(self) -> str:
+        """``jobs/x/*``, ``* except trainstack/*``: exclusions shown where they cut into the prefix."""
+        shown = f"{self.prefix}*" if self.prefix else "*"
+        return shown + "".join(f" except {e}*" for e in self.excluded if e.startswith(self.prefix))
+
+
+def object_area(bucket: str, expression: str) -> ObjectArea | None:
+    """The objects a grant's condition limits it to, when the condition is one the program
+    writes: ``startsWith(PREFIX)``, each ``&& !startsWith(EXCLUDED)``, optionally after
+    ``resource.type == Bucket ||`` in parentheses, on this bucket's objects; else None
+    (a condition this report cannot read, taken as every object)."""
+    text = expression.strip()
+    if text.startswith(_BUCKET_ITSELF) and text.endswith(")"):
+        text = text.removeprefix(_BUCKET_ITSELF).strip()
+        if not text.startswith("("):
+            return None
+        text = text[1:-1]
+    terms = [t.strip() for t in text.split("&&")]
+    tests = [_OBJECTS_UNDER.fullmatch(t.removeprefix("!") if i else t) for i, t in enumerate(terms)]
+    if any(m is None or m["bucket"] != bucket for m in tests) or not all(t.startswith("!") for t in terms[1:]):
         return None
-    return match["prefix"]
+    prefixes = [m["prefix"] for m in tests if m is not None]
+    return ObjectArea(prefixes[0], tuple(prefixes[1:]))
+
+
+def _grant_document(grant: PlannedResource, bucket: str) -> dict[str, Any]:
+    condition = grant.inputs.get("condition")
+    # No condition: every object; a condition this report cannot read: taken as every object.
+    area = object_area(bucket, condition["expression"]) if isinstance(condition, dict) else ObjectArea("")
+    return {
+        "member": grant.inputs["member"],
+        "role": grant.inputs["role"],
+        "objects": area.describe() if area is not None else "* (conditional)",
+        "writes": grant.inputs["role"] in STORAGE_WRITE_ROLES,
+        "area": area,
+    }
+
+
+def _may_write(area: ObjectArea | None, name: str) -> bool:
+    return area is None or area.admits(name)
 
 
 # Inputs that hold a whole boot script: shown in JSON by digest.

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from trainstack.base.errors import ProgramExit
 from trainstack.commands.cost import format_report
 from trainstack.commands.stackargs import add_stack_arguments, read_stack
+from trainstack_contract import EXECUTED_PREFIX
 
 if TYPE_CHECKING:
     from trainstack.cloud.plandiff import Change
@@ -61,17 +62,23 @@ def _print_plan(plan: Plan) -> None:
 
 def _print_bucket_access(access: dict[str, Any]) -> None:
     writers = [g for g in access["grants"] if g["writes"]]
-    print(f"Who can write gs://{access['bucket']} (besides `pulumi up`):")
+    print(f"Who can write gs://{access['bucket']} (besides `pulumi up`; every machine reads it all):")
     for grant in writers:
         print(f"  {grant['member']}: {grant['objects']}")
     if access["writable_executed_objects"]:
         print(f"  WARNING: a machine can rewrite what nodes run: {', '.join(access['writable_executed_objects'])}")
     elif access["executed_objects"]:
-        print(f"  what nodes run ({', '.join(access['executed_objects'])}) is written by `pulumi up` alone")
+        print(
+            f"  what nodes run ({', '.join(access['executed_objects'])}) is written by `pulumi up` alone: "
+            f"no grant of this stack lets a machine write under {EXECUTED_PREFIX}, in any bucket"
+        )
     if "job_dir" in access:
-        print(f"Who can write the job directory {access['job_dir']['uri']}/ (job.job_dir, under it alone):")
-        for member in access["job_dir"]["writers"]:
+        writers = access["job_dir"]["writers"]
+        print(f"Who can write the job's status and backups in {access['job_dir']['uri']}/:")
+        for member in writers:
             print(f"  {member}")
+        if not writers:
+            print("  no machine")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -5,7 +5,8 @@ stack, with bytes that depend on content alone: the node agent's archive, the jo
 archive and requirements (``trainstack.jobcode.package``), a wheelhouse's manifest. Their object names
 carry a content hash, and their full sha256 goes into the nodes' metadata, where the boot
 script (for the agent) and the agent (for the rest) check it before use. Only `pulumi up`
-writes them: the nodes' accounts may write under ``jobs/`` alone (``components/identity``).
+writes them: the nodes' accounts may write their job's directory alone, never ``trainstack/``
+(``components/identity``).
 
 Pulumi uploads a file by path (``pulumi.FileAsset``), so the exact bytes are staged once under
 ``.trainstack/jobcode/artifacts/`` (named by content: a later run reuses them).

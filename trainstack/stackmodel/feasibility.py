@@ -36,7 +36,17 @@ from trainstack.stackmodel.schema import (
     StackConfig,
     parse_stack_config,
 )
-from trainstack_contract import AUTO, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, auto_strategy
+from trainstack.stackmodel.siblings import stack_buckets
+from trainstack_contract import (
+    AUTO,
+    EXTERNAL_JOB_DIR,
+    LAYOUT,
+    MIRRORED,
+    MULTI_WORKER_MIRRORED,
+    ONE_DEVICE,
+    PARAMETER_SERVER,
+    auto_strategy,
+)
 
 
 def _join(items: Iterable[object]) -> str:
@@ -499,6 +509,39 @@ def _check_job(cfg: StackConfig) -> tuple[list[Problem], CodePackage | None, Ext
     return problems, package, requirements
 
 
+def check_job_dir(cfg: StackConfig) -> list[Problem]:
+    """A job directory (job.job_dir) in a bucket of the team's own: never another stack's bucket
+    (what its machines run and its jobs live there), and in the stack's own bucket under jobs/
+    alone (beside what its machines run and its notebook's area). The schema already refused
+    trainstack/ in any bucket."""
+    job = cfg.settings.job
+    match = EXTERNAL_JOB_DIR.fullmatch(job.job_dir) if job is not None and job.job_dir is not None else None
+    if match is None:
+        return []
+    key, bucket, prefix = f"{NAMESPACE}:job.job_dir", match["bucket"], match["prefix"]
+    own = cfg.bucket_name
+    others = {b: stack for b, stack in stack_buckets().items() if stack != cfg.stack and b != own}
+    if bucket in others:
+        return [
+            Problem(
+                key,
+                f"{match[0]} is in {bucket}, the bucket of the project's stack {others[bucket]}: what its machines "
+                "run is there; use a folder of a bucket of the team's own that no stack deploys, or leave "
+                f"job.job_dir out for {LAYOUT.jobs}/<name> in this stack's bucket",
+            )
+        ]
+    if bucket == own and not prefix.startswith(f"{LAYOUT.jobs}/"):
+        return [
+            Problem(
+                key,
+                f"{match[0]} is in this stack's own bucket outside {LAYOUT.jobs}/ (what its machines run and its "
+                f"notebook's area are there); use gs://{own}/{LAYOUT.jobs}/FOLDER, or leave job.job_dir out for "
+                f"{LAYOUT.jobs}/<name>",
+            )
+        ]
+    return []
+
+
 def check_requirements_against_nodes(
     cfg: StackConfig, catalog: Catalog, package: CodePackage | None, requirements: ExtraRequirements | None
 ) -> list[Problem]:
@@ -561,6 +604,7 @@ def check_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[
         ], CheckedFacts()
     cluster_problems, strategy = _check_cluster(cfg, catalog)
     job_problems, package, requirements = _check_job(cfg)
+    job_problems += check_job_dir(cfg)
     job_problems += check_requirements_against_nodes(cfg, catalog, package, requirements)
     wheelhouse_problems, wheelhouse = _check_wheelhouse(cfg)
     problems = (

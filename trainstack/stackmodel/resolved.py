@@ -510,13 +510,6 @@ def secret_id(stack_name: str, env: str) -> str:
     return f"{stack_name}-{env}"
 
 
-def default_bucket_name(project: str, name: str) -> str:
-    """The stack's bucket: ``<project>_<name>``. Bucket names are global, and neither a project
-    id nor a stack's name holds "_", so no other (project, stack) pair gives the same name
-    (with "-", project team-a-project + stack prod and team-a + project-prod collided)."""
-    return f"{project}_{name}"
-
-
 def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None, facts: CheckedFacts | None = None) -> ResolvedStack:
     """The resolved model of a stack that passed :func:`trainstack.stackmodel.feasibility.check_stack`;
     ``facts``: what those checks derived (:func:`~trainstack.stackmodel.feasibility.check_and_derive`),
@@ -524,7 +517,7 @@ def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None, facts: Check
     catalog = catalog or load_catalog()
     facts = facts or CheckedFacts()
     wheelhouse_path = cfg.settings.storage.wheelhouse
-    bucket_name = cfg.settings.storage.bucket or default_bucket_name(cfg.project, cfg.name)
+    bucket_name = cfg.bucket_name
     cluster = _resolve_cluster(cfg, catalog, facts)
     tpu = _resolve_tpu(cfg, catalog)
     notebook = _resolve_notebook(cfg, catalog)

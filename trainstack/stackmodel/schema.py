@@ -24,6 +24,7 @@ from trainstack_contract import (
     BATCH_SIZE_PER_REPLICA,
     CNN,
     EPOCHS,
+    EXECUTED_PREFIX,
     EXTERNAL_JOB_DIR,
     FLAGS,
     IMAGE_JOB,
@@ -41,6 +42,7 @@ from trainstack_contract import (
     JobMode,
     Model,
     job_env_problem,
+    under_prefix,
 )
 
 NAMESPACE = "trainstack"
@@ -439,11 +441,17 @@ class Job(_Strict):
         if job_dir is None:
             return None
         trimmed = job_dir.removesuffix("/")
-        if EXTERNAL_JOB_DIR.fullmatch(trimmed) is None:
+        if (match := EXTERNAL_JOB_DIR.fullmatch(trimmed)) is None:
             raise ValueError(
                 f"{shorten(job_dir)} is not a job directory: use gs://BUCKET/PREFIX, a folder (not the bucket's root: "
                 "the nodes may write under it alone) of folder names of letters, digits and '._=-'; or leave it out "
                 "for jobs/<name> in the stack's own bucket"
+            )
+        if under_prefix(match["prefix"], EXECUTED_PREFIX):
+            raise ValueError(
+                f"{shorten(job_dir)} lies under {EXECUTED_PREFIX}, where trainstack keeps what machines run (in "
+                f"any bucket: only `pulumi up` may write there); use a folder outside {EXECUTED_PREFIX} of a "
+                "bucket of the team's own"
             )
         return trimmed
 
@@ -653,6 +661,18 @@ class StackConfig(BaseModel):
     @property
     def labels(self) -> dict[str, str]:
         return {**self.settings.labels, STACK_LABEL: default_resource_name(self.stack)}
+
+    @property
+    def bucket_name(self) -> str:
+        """The stack's bucket: storage.bucket, else ``<project>_<name>``."""
+        return self.settings.storage.bucket or default_bucket_name(self.project, self.name)
+
+
+def default_bucket_name(project: str, name: str) -> str:
+    """The stack's bucket: ``<project>_<name>``. Bucket names are global, and neither a project
+    id nor a stack's name holds "_", so no other (project, stack) pair gives the same name
+    (with "-", project team-a-project + stack prod and team-a + project-prod collided)."""
+    return f"{project}_{name}"
 
 
 # Characters of the stack-name hash that keep two stacks' derived names apart.

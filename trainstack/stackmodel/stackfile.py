@@ -13,13 +13,13 @@ from typing import Any
 
 from trainstack.base.errors import Problem, StackConfigError, shorten
 from trainstack.base.files import FileProblem, load_yaml, read_text
-from trainstack.base.project import PROJECT_ROOT
 from trainstack.stackmodel.feasibility import CheckedFacts, parse_check_and_derive
 from trainstack.stackmodel.schema import STACK_FILE_TOP_LEVEL_KEYS, StackConfig, stack_name_problem
 
-STACKS_DIR = PROJECT_ROOT / "stacks"
-# A generous stack file is a few kilobytes.
-MAX_STACK_FILE_BYTES = 1024 * 1024
+# Where the project's stack files are, and how a file names its stack: kept here too for callers.
+from trainstack.stackmodel.siblings import MAX_STACK_FILE_BYTES as MAX_STACK_FILE_BYTES
+from trainstack.stackmodel.siblings import STACKS_DIR as STACKS_DIR
+from trainstack.stackmodel.siblings import stack_name_from_path as stack_name_from_path
 
 
 def stack_file_path(stack: str) -> Path:
@@ -27,15 +27,6 @@ def stack_file_path(stack: str) -> Path:
     if (problem := stack_name_problem(stack)) is not None:
         raise StackConfigError([Problem("--stack", problem)])
     return STACKS_DIR / f"Pulumi.{stack}.yaml"
-
-
-def stack_name_from_path(path: Path) -> str:
-    """``Pulumi.dev.yaml`` -> ``dev``, as the Pulumi CLI names stacks from their files."""
-    name = path.name
-    for suffix in (".yaml", ".yml"):
-        if name.startswith("Pulumi.") and name.endswith(suffix):
-            return name[len("Pulumi.") : -len(suffix)]
-    return path.stem
 
 
 def read_stack_config_map(path: Path) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 Three service accounts, one per kind of machine, so that none can act on another's:
 the cluster nodes share the training account, the TPU VM has its own, and so does the
 Workbench notebook. Each gets log and metric writing, read access to the stack's bucket and
-write access under its jobs/ alone, read access on its registry (and on an external data
-bucket). Releasing a machine at the
-end of a job uses custom roles that hold only get/stop/delete: on each cluster instance,
+write access to its own part of it alone (the job's machines their job's directory, the
+notebook its notebooks/ area), read access on its registry (and on an external data bucket).
+Releasing a machine at the end of a job uses custom roles that hold only get/stop/delete: on
+each cluster instance,
 and project-wide for TPU nodes, which have no per-node IAM. Starting a preempted Spot node
 again uses one that holds only get/start, on each Spot node other than the chief. No
 primitive roles, never the default compute service account.
@@ -20,35 +21,44 @@ import pulumi_gcp as gcp
 
 from trainstack.cloud.components import with_former_type
 from trainstack.jobcode.package import ImageRef
-from trainstack_contract import LAYOUT
+from trainstack_contract import EXECUTED_PREFIX, LAYOUT
 
 # Project-wide roles every machine needs: write logs (Cloud Logging collects the trainer's
 # journal) and metrics. Everything else is granted on the one bucket and repository.
 PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 # Every object of the stack's bucket may be read (and listed: TensorFlow lists job
-# directories); objects may be written and deleted under jobs/ alone. What nodes run (the
-# agent, the code, requirements, wheels, the notebook's script) lives under trainstack/,
-# which only `pulumi up` writes: a node or a notebook that could rewrite it could run code
-# as root on every other node. A condition on the object name is how Cloud Storage limits
-# a role to a prefix (IAM Conditions, resource.name "projects/_/buckets/B/objects/NAME").
+# directories); each machine writes only where it must: the job's machines their job's
+# directory (jobs/<name>/: status, backups, checkpoints), the notebook its own area
+# (notebooks/), never the other's. What nodes run (the agent, the code, requirements, wheels,
+# the notebook's script) lives under trainstack/, which only `pulumi up` writes: a node or a
+# notebook that could rewrite it could run code as root on every other machine, so every write
+# grant excludes it by name as well, in any bucket. A condition on the object name is how
+# Cloud Storage limits a role to a prefix (IAM Conditions, resource.name
+# "projects/_/buckets/B/objects/NAME"; CEL's &&, || and ! combine them).
 BUCKET_READ_ROLE = "roles/storage.objectViewer"
 BUCKET_WRITE_ROLE = "roles/storage.objectUser"
+# What the machines of a stack without a job write: job directories of their own choosing.
 WRITABLE_PREFIX = f"{LAYOUT.jobs}/"
+# The notebook's own area: its runs, its files; never a cluster's job directory.
+NOTEBOOK_PREFIX = f"{LAYOUT.notebooks}/"
 
 
-def writable_objects_condition(bucket: str) -> str:
-    """The CEL expression that limits a grant on ``bucket`` to objects under jobs/."""
-    return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{WRITABLE_PREFIX}")'
+def objects_under(bucket: str, prefix: str) -> str:
+    """The CEL test that an object of ``bucket`` is named under ``prefix``."""
+    return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}")'
+
+
+def writable_objects_condition(bucket: str, prefix: str = WRITABLE_PREFIX) -> str:
+    """The CEL expression that limits a grant on ``bucket`` to objects under ``prefix``, never
+    under what machines run (trainstack/), whatever ``prefix`` is."""
+    return f"{objects_under(bucket, prefix)} && !{objects_under(bucket, EXECUTED_PREFIX)}"
 
 
 def job_dir_condition(bucket: str, prefix: str) -> str:
     """The CEL expression that limits a grant on a team's own ``bucket`` to its job directory
-    ``prefix``, and to listing the bucket: Cloud Storage checks objects.list on the bucket
-    itself, and TensorFlow lists the job directory (checkpoints, backups)."""
-    return (
-        'resource.type == "storage.googleapis.com/Bucket" || '
-        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}/")'
-    )
+    ``prefix`` (never what machines run), and to listing the bucket: Cloud Storage checks
+    objects.list on the bucket itself, and TensorFlow lists the job directory (checkpoints, backups)."""
+    return f'resource.type == "storage.googleapis.com/Bucket" || ({writable_objects_condition(bucket, f"{prefix}/")})'
 
 
 REGISTRY_ROLE = "roles/artifactregistry.reader"
@@ -91,6 +101,10 @@ class NodeIdentityArgs:
     # job.job_dir: the team's own bucket and the folder the job writes in.
     job_dir_bucket: str | None = None
     job_dir_prefix: str | None = None
+    # What the account may write in the stack's bucket (jobs/<name>/, notebooks/), and what
+    # that is; None: nothing (a job that writes in job.job_dir alone).
+    writable_prefix: str | None = WRITABLE_PREFIX
+    writable_title: str = "job directories only"
 
 
 class NodeIdentity(pulumi.ComponentResource):
@@ -141,13 +155,14 @@ class NodeIdentity(pulumi.ComponentResource):
                 )
             )
 
-        writer(
-            "bucket-jobs-writer",
-            args.bucket_name,
-            "job directories only",
-            f"write objects under {WRITABLE_PREFIX} only; what nodes run is written by pulumi up",
-            writable_objects_condition(args.bucket),
-        )
+        if args.writable_prefix is not None:
+            writer(
+                "bucket-notebook-writer" if args.writable_prefix == NOTEBOOK_PREFIX else "bucket-jobs-writer",
+                args.bucket_name,
+                args.writable_title,
+                f"write objects under {args.writable_prefix} only; what nodes run is written by pulumi up",
+                writable_objects_condition(args.bucket, args.writable_prefix),
+            )
         if args.data_bucket:
             # Training data in another bucket: read-only access to that bucket alone.
             self.bindings.append(

@@ -13,7 +13,7 @@ from trainstack.cloud.components.access import TeamAccess, TeamAccessArgs
 from trainstack.cloud.components.bucket import TrainingBucket, TrainingBucketArgs
 from trainstack.cloud.components.budget import BillingBudget, BillingBudgetArgs
 from trainstack.cloud.components.cluster import TrainingCluster, TrainingClusterArgs
-from trainstack.cloud.components.identity import NodeIdentity, NodeIdentityArgs
+from trainstack.cloud.components.identity import NOTEBOOK_PREFIX, WRITABLE_PREFIX, NodeIdentity, NodeIdentityArgs
 from trainstack.cloud.components.network import PrivateNetwork, PrivateNetworkArgs
 from trainstack.cloud.components.notebook import WorkbenchNotebook, WorkbenchNotebookArgs
 from trainstack.cloud.components.registry import ContainerRegistry, ContainerRegistryArgs
@@ -29,7 +29,7 @@ from trainstack.cloud.components.services import (
 )
 from trainstack.cloud.components.tpu_vm import TpuVm, TpuVmArgs
 from trainstack.stackmodel.resolved import TRAINING_ACCOUNT_SUFFIX, ResolvedStack
-from trainstack_contract import STACK_LABEL
+from trainstack_contract import LAYOUT, STACK_LABEL
 
 
 def ssh_command(vm_name: str, zone: str, project: str, tpu: bool = False) -> str:
@@ -177,6 +177,7 @@ def declare_identities(
 ) -> Identities:
     def identity(suffix: str, account_suffix: str, display_name: str, runs_job: bool = True) -> NodeIdentity:
         job = stack.job if runs_job else None
+        writable, title = writable_area(stack, runs_job)
         identity_args = NodeIdentityArgs(
             project=stack.project,
             account_id=f"{stack.name}-{account_suffix}",
@@ -190,6 +191,8 @@ def declare_identities(
             image=stack.external_image if runs_job else None,
             job_dir_bucket=job.job_dir_bucket if job else None,
             job_dir_prefix=job.job_dir_prefix if job else None,
+            writable_prefix=writable,
+            writable_title=title,
         )
         return NodeIdentity(f"{stack.name}-{suffix}", identity_args, opts=after_apis)
 
@@ -201,6 +204,21 @@ def declare_identities(
     if stack.notebook is not None:
         identities.notebook = identity("notebook-identity", "nb", "trainstack Workbench notebook", runs_job=False)
     return identities
+
+
+def writable_area(stack: ResolvedStack, runs_job: bool) -> tuple[str | None, str]:
+    """What an account may write in the stack's bucket, and its grant's title: the notebook its
+    own area; the job's machines their job's directory (its status and backups, which the
+    notebook must not touch), nothing there when the job writes in job.job_dir; without a
+    job, job directories of the user's choosing."""
+    if not runs_job:
+        return NOTEBOOK_PREFIX, "the notebook's own area only"
+    job = stack.job
+    if job is None:
+        return WRITABLE_PREFIX, "job directories only"
+    if job.job_dir_bucket:
+        return None, ""
+    return f"{LAYOUT.jobs}/{job.name}/", "the job's directory only"
 
 
 def declare_secrets(
