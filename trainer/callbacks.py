@@ -15,7 +15,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer import jobdir
-from trainer.checkpointing import CHECKPOINTS_TO_KEEP, RunRecord, is_writer, write_scalar
+from trainer.checkpointing import CHECKPOINTS_TO_KEEP, RunRecord, backup_damaged, is_writer, write_scalar
 from trainer.jobdir import JobLayout
 
 log = logging.getLogger("trainer.checkpointing")
@@ -168,11 +168,25 @@ class StepAccurateBackupAndRestore(keras.callbacks.BackupAndRestore):  # type: i
     *began*; with steps_per_execution > 1 a restart then repeats up to
     steps_per_execution - 1 steps and misses that the epoch had ended.
     Recording the end step before the save fixes both.
+
+    A backup that cannot be read whole (a truncated or corrupt file) ends the run with
+    :class:`~trainer.checkpointing.BackupDamaged`, which names the file, instead of
+    TensorFlow's traceback.
     """
 
-    def __init__(self, record: RunRecord, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, record: RunRecord, checkpoint_dir: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._record = record
+        self._checkpoint_dir = checkpoint_dir
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        try:
+            super().on_train_begin(logs)
+        except (IndexError, tf.errors.OpError) as error:
+            damaged = backup_damaged(self.backup_dir, self._checkpoint_dir)
+            if damaged is None:
+                raise
+            raise damaged from error
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if not isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy):

@@ -13,12 +13,86 @@ import logging
 from typing import Any
 
 from trainer import jobdir
+from trainer.config import ConfigError
 from trainer.jobdir import JobLayout
 
 log = logging.getLogger(__name__)
 
 # Epoch checkpoints kept in <job-dir>/checkpoints (older ones are pruned).
 CHECKPOINTS_TO_KEEP = 3
+
+
+class BackupDamaged(ConfigError):
+    """The backup a run would resume from cannot be read whole; the message names the file
+    and what to do. Nothing is removed: the backup is the user's to move aside."""
+
+
+def damaged_backup_file(backup_dir: str) -> tuple[str, str] | None:
+    """The file of the backup's latest checkpoint that cannot be read whole, and what is wrong
+    with it; None when there is no backup or every tensor of it reads (then what failed was
+    not the backup's bytes: an unreachable bucket, a refused read).
+
+    tf-keras restores from ``<backup>/chief``; a checkpoint is an index (a table of every
+    tensor's place) and data files. A data file shorter than its index says raises IndexError
+    ("Read less bytes than requested"); a damaged index, or bytes whose checksum does not
+    match, an OpError. Reading every tensor again costs one more read of the backup, and only
+    after its restore failed."""
+    import tensorflow as tf
+
+    prefix = tf.train.latest_checkpoint(jobdir.join(backup_dir, "chief"))
+    if prefix is None:
+        return None
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except (IndexError, tf.errors.OpError) as error:
+        return (f"{prefix}.index", _damage(error)) if _is_damage(error) else None
+    data_files = sorted(tf.io.gfile.glob(f"{prefix}.data-*"))
+    where = data_files[0] if len(data_files) == 1 else f"{prefix}.data-* ({len(data_files)} files)"
+    for name in sorted(reader.get_variable_to_shape_map()):
+        try:
+            reader.get_tensor(name)
+        except (IndexError, tf.errors.OpError) as error:
+            return (where, _damage(error)) if _is_damage(error) else None
+    return None
+
+
+def _is_damage(error: BaseException) -> bool:
+    """Whether TensorFlow's error is about the file's bytes, not about reaching it."""
+    import tensorflow as tf
+
+    unreachable = (
+        tf.errors.NotFoundError,
+        tf.errors.PermissionDeniedError,
+        tf.errors.UnauthenticatedError,
+        tf.errors.UnavailableError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.ResourceExhaustedError,
+        tf.errors.CancelledError,
+        tf.errors.AbortedError,
+    )
+    return not isinstance(error, unreachable)
+
+
+def _damage(error: BaseException) -> str:
+    text = " ".join(str(getattr(error, "message", None) or error).split())[:200]
+    # A data file shorter than its index says, or an index shorter than any table, is cut
+    # short; any other damage (an index cut elsewhere, a checksum) may be either.
+    truncated = isinstance(error, IndexError) or "too short" in text or "less bytes" in text
+    return f"{'truncated' if truncated else 'truncated or corrupt'}: {text}"
+
+
+def backup_damaged(backup_dir: str, checkpoint_dir: str) -> BackupDamaged | None:
+    """The error a run that cannot resume from its backup ends with (exit 2, one line); None
+    when the backup's bytes are not what failed."""
+    found = damaged_backup_file(backup_dir)
+    if found is None:
+        return None
+    path, damage = found
+    return BackupDamaged(
+        f"{path} is damaged ({damage}), so the job cannot resume from its backup; nothing was changed. "
+        f"Move {backup_dir} aside (or remove it) to start the job over from its first epoch; {checkpoint_dir} "
+        "keeps the weights of its last epochs, which a run that starts over replaces: copy them first to keep them"
+    )
 
 
 def is_writer(strategy: Any) -> bool:
@@ -69,6 +143,7 @@ def make_callbacks(
     return [
         callbacks.StepAccurateBackupAndRestore(
             record,
+            layout.checkpoint_dir,
             layout.backup_dir,
             save_freq=save_freq,
             # Kept until metrics.json is written, so a restart

@@ -265,7 +265,14 @@ def run_node(agent: Agent) -> int:
     if settings.recover:
         compute = ComputeApi(agent.http, agent.metadata, agent.endpoints.compute, Place.of_this_vm(agent.metadata))
         recovery = SpotRecovery(
-            settings.recover, settings.max_restarts, compute, board, time.monotonic, log, timings.start_backoff
+            settings.recover,
+            settings.max_restarts,
+            compute,
+            board,
+            time.monotonic,
+            log,
+            timings.start_backoff,
+            unreadable_bound=settings.peer_timeout_seconds,
         )
     job = settings.job
     services = Services(

@@ -314,13 +314,23 @@ class NodeAgent:
                 f"the job's code exited {outcome.exit_code} after {lost}: restart {restarts} of at most {limit} "
                 "once the cluster is whole; it resumes from its backup"
             )
-            self.board.write_node(STATES.running, reason=f"{lost}; restarting the job's code")
+            try:
+                self.board.write_node(STATES.running, reason=f"{lost}; restarting the job's code")
+            except CloudError as error:
+                self.log(f"could not record the restart: {error}")
 
     def finish(self, outcome: Outcome) -> int:
         self._finished = True
         state = STATES.succeeded if outcome.exit_code == 0 else STATES.failed
         reason = f" ({outcome.reason})" if outcome.reason else ""
         self.log(f"job step ended with status {outcome.exit_code}: {state}{reason}")
+        if state == STATES.failed:
+            # A job recorded FAILED runs nothing more, whatever on_finish keeps: on_finish=keep
+            # keeps the machine, not the job's code (which an unexpected error may have left running).
+            try:
+                self.services.launcher.stop_all()
+            except Exception as error:  # noqa: BLE001 - the end is recorded whatever happens here
+                self.log(f"could not end the job's processes: {type(error).__name__}: {error}")
         for write in (self.board.write_node, *([self.board.write_job] if self.settings.is_chief else [])):
             try:
                 write(state, outcome.exit_code, outcome.reason)
@@ -412,25 +422,43 @@ class NodeAgent:
         while True:
             now = clock.monotonic()
             if now >= next_look:
-                down, failed = self._peer_states()
+                next_look = now + self.services.timings.peer_wait_poll
+                unread: str | None = None
+                try:
+                    down, failed = self._peer_states()
+                except CloudError as error:
+                    # Cloud Storage gave up: the peers are unknown (not down) until the next look.
+                    self.log(f"could not read the peers' status: {error}")
+                    down, failed, unread = [], None, str(error)[:300]
                 if failed is not None:
                     raise Ended(f"peer {failed} recorded FAILED")
-                if not down:
+                if not down and unread is None:
                     return
-                if not announced:
+                if down and not announced:
                     self.log(f"waiting for {' '.join(down)} to come back (at most {timeout} s)")
                     announced = True
                 if now - started >= timeout:
+                    if unread is not None:
+                        raise Ended(f"could not read the peers' status for {timeout} s: {unread}")
                     raise Ended(f"{' '.join(down)} did not come back within {timeout} s")
-                next_look = now + self.services.timings.peer_wait_poll
             self.duties.tick()
             clock.sleep(TICK_SECONDS)
 
+    def _peer_or_unknown(self, peer: str) -> StatusDocument | None:
+        """The peer's status; None (unknown) when Cloud Storage gave up reading it: one
+        give-up does not end the job, and the callers look again within their own bounds."""
+        try:
+            return self.board.peer(peer)
+        except CloudError as error:
+            self.log(f"could not read the status of {peer}: {error}")
+            return None
+
     def _snapshot(self) -> dict[str, str]:
-        """Each peer's incarnation now: a peer whose incarnation changes has rebooted."""
+        """Each peer's incarnation now: a peer whose incarnation changes has rebooted (one
+        whose status cannot be read now is still seen when it is down)."""
         snapshot = {}
         for peer in self.settings.other_nodes:
-            document = self.board.peer(peer)
+            document = self._peer_or_unknown(peer)
             if document is not None:
                 snapshot[peer] = document.incarnation
         return snapshot
@@ -499,7 +527,11 @@ class NodeAgent:
                 return None
             documents = duties.peer_documents
         elif duties.peers_down:
-            documents = {peer: self.board.peer(peer) for peer in duties.peers_down}
+            try:
+                documents = {peer: self.board.peer(peer) for peer in duties.peers_down}
+            except CloudError:
+                # Unknown for now: the next tick reads them again.
+                return None
         else:
             return None
         for peer, document in documents.items():
@@ -518,7 +550,7 @@ class NodeAgent:
         deadline = clock.monotonic() + self.services.timings.peer_settle
         while True:
             for peer in self.settings.other_nodes:
-                document = self.board.peer(peer)
+                document = self._peer_or_unknown(peer)
                 lost = peer_lost(peer, document, snapshot)
                 if lost is not None:
                     return lost

@@ -9,6 +9,11 @@ stopped at the end of its own work (SUCCEEDED, FAILED) or was shut down on purpo
 (INTERRUPTED) is left alone. Each preemption is counted once, by the time on the peer's status
 (a peer may boot and be preempted again between two looks); past ``max_restarts`` the job
 ends FAILED.
+
+A stopped peer whose status cannot be read (Cloud Storage gave up after its retries) is looked
+at again at the next look: it is neither started (it may have ended its work) nor a reason to
+end the job, until its status has stayed unreadable for ``unreadable_bound`` seconds (the
+peer timeout), when the job ends FAILED, naming the peer.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class _Outage:
     counted_at: str | None = None
     next_start: float = 0.0
     backoff: float = 0.0
+    # Since when the stopped peer's status could not be read (None: it could, last time).
+    unreadable_since: float | None = None
 
 
 class SpotRecovery:
@@ -55,6 +62,8 @@ class SpotRecovery:
         clock: Callable[[], float],
         log: Callable[[str], None],
         backoff: tuple[float, float] = Timings().start_backoff,
+        *,
+        unreadable_bound: float,
     ) -> None:
         self.peers = peers
         self.max_restarts = max_restarts
@@ -63,6 +72,7 @@ class SpotRecovery:
         self.clock = clock
         self.log = log
         self.backoff = backoff
+        self.unreadable_bound = unreadable_bound
         self.outages = {node: _Outage(backoff=backoff[0]) for node, _ in peers}
 
     def look(self) -> str | None:
@@ -77,7 +87,14 @@ class SpotRecovery:
             # Up, or on its way up or down: a later look decides.
             if status != TERMINATED:
                 continue
-            document = self.board.peer(node)
+            try:
+                document = self.board.peer(node)
+            except CloudError as error:
+                reason = self._unreadable(node, instance, error)
+                if reason is not None:
+                    return reason
+                continue
+            self.outages[node].unreadable_since = None
             if document is None or document.state not in (STATES.preempted, STATES.running):
                 continue
             outage = self.outages[node]
@@ -105,4 +122,22 @@ class SpotRecovery:
                 self.log(f"the start call for {instance} failed ({error}); trying again in {outage.backoff:.0f} s")
             outage.next_start = now + outage.backoff
             outage.backoff = min(self.backoff[1], outage.backoff * 2)
+        return None
+
+    def _unreadable(self, node: str, instance: str, error: CloudError) -> str | None:
+        """A stopped peer's status could not be read: why the job must end once that has
+        lasted ``unreadable_bound`` seconds, else None (a later look reads it again)."""
+        outage, now = self.outages[node], self.clock()
+        if outage.unreadable_since is None:
+            outage.unreadable_since = now
+        waited = now - outage.unreadable_since
+        if waited >= self.unreadable_bound:
+            return (
+                f"could not read the status of {node} for {self.unreadable_bound:g} s while its instance "
+                f"{instance} is {TERMINATED}: {str(error)[:300]}"
+            )
+        self.log(
+            f"{instance} is {TERMINATED} and the status of {node} could not be read ({error}); "
+            f"looking again (for at most {self.unreadable_bound - waited:.0f} s more)"
+        )
         return None

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from trainstack_agent.board import Board
-from trainstack_agent.cloud import CloudError, TooLarge
+from trainstack_agent.cloud import CloudError, TooLarge, Unavailable
 from trainstack_agent.environment import Prepared
 from trainstack_agent.job import JobCommand
 from trainstack_agent.node import NodeAgent, Services
@@ -67,14 +67,21 @@ class FakeClock:
 
 
 class MemoryStorage:
-    """A bucket in memory, by URI; ``fail_writes`` makes every write raise as an outage would."""
+    """A bucket in memory, by URI; ``fail_writes`` makes every write raise as an outage would,
+    and ``read_outage`` (when set) says which reads end as the real client's give-up does
+    (:class:`Unavailable`, after its retries)."""
 
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self.writes: list[str] = []
         self.fail_writes = False
+        self.read_outage: Callable[[str], bool] | None = None
+        self.failed_reads: list[str] = []
 
     def read(self, uri: str, max_bytes: int) -> bytes | None:
+        if self.read_outage is not None and self.read_outage(uri):
+            self.failed_reads.append(uri)
+            raise Unavailable(f"GET {uri}: no answer after 6 attempts (HTTP 503 Service Unavailable)")
         data = self.objects.get(uri)
         if data is not None and len(data) > max_bytes:
             raise TooLarge(f"GET {uri}: answer larger than {max_bytes} bytes")
@@ -93,6 +100,31 @@ class MemoryStorage:
         destination.parent.mkdir(parents=True, exist_ok=True)
         destination.write_bytes(data)
         return hashlib.sha256(data).hexdigest()
+
+
+class FakeInstances:
+    """Compute Engine as the chief sees it: a status per instance (an unknown one cannot be
+    read), start calls recorded with the time; ``on_start`` runs after each recorded call."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, str] = {}
+        self.starts: list[tuple[float, str]] = []
+        self.start_fails = False
+        self.clock: FakeClock | None = None
+        self.on_start: Callable[[str], None] | None = None
+
+    def status(self, instance: str) -> str:
+        if instance not in self.statuses:
+            raise CloudError(f"GET {instance}: HTTP 503")
+        return self.statuses[instance]
+
+    def start(self, instance: str) -> None:
+        assert self.clock is not None
+        self.starts.append((self.clock.now, instance))
+        if self.start_fails:
+            raise CloudError(f"POST {instance}/start: HTTP 503")
+        if self.on_start is not None:
+            self.on_start(instance)
 
 
 @dataclass

@@ -1,44 +1,35 @@
-"""The chief's recovery of preempted Spot peers: who is started, when again, and when never."""
+"""The chief's recovery of preempted Spot peers: who is started, when again, and when never;
+and what a Cloud Storage give-up during a recovery does to the job."""
 
 from __future__ import annotations
 
+import io
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
-from agent_fakes import JOB_DIR, FakeClock, MemoryStorage
+from agent_fakes import JOB_DIR, FakeClock, FakeInstances, MemoryStorage, World, settings, world
 from trainstack_agent.board import Board
-from trainstack_agent.cloud import CloudError
+from trainstack_agent.job import JobCommand
+from trainstack_agent.node import EXIT_ENDED
+from trainstack_agent.processes import JobChild, JobLauncher, Log, Processes
 from trainstack_agent.recovery import TERMINATED, SpotRecovery
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
 from trainstack_contract.status import first_status
 
 
-class FakeInstances:
-    """Compute Engine as the chief sees it: a status per instance, start calls recorded."""
-
-    def __init__(self) -> None:
-        self.statuses: dict[str, str] = {}
-        self.starts: list[tuple[float, str]] = []
-        self.start_fails = False
-        self.clock: FakeClock | None = None
-
-    def status(self, instance: str) -> str:
-        if instance not in self.statuses:
-            raise CloudError(f"GET {instance}: HTTP 503")
-        return self.statuses[instance]
-
-    def start(self, instance: str) -> None:
-        assert self.clock is not None
-        self.starts.append((self.clock.now, instance))
-        if self.start_fails:
-            raise CloudError(f"POST {instance}/start: HTTP 503")
-
-
 def setup(max_restarts: int = 3) -> tuple[SpotRecovery, FakeInstances, MemoryStorage, FakeClock, list[str]]:
     clock, storage, instances, log = FakeClock(), MemoryStorage(), FakeInstances(), []
     instances.clock = clock
     board = Board(storage, JOB_DIR, "chief", "1111", now=clock.utc_text)  # type: ignore[arg-type]
-    recovery = SpotRecovery((("worker-0", "s-worker-0"),), max_restarts, instances, board, clock.monotonic, log.append)
+    recovery = SpotRecovery(
+        (("worker-0", "s-worker-0"),), max_restarts, instances, board, clock.monotonic, log.append, unreadable_bound=600
+    )
     return recovery, instances, storage, clock, log
 
 
@@ -134,7 +125,7 @@ def test_every_peer_is_looked_at_whatever_the_ones_before_it_are() -> None:
     instances.clock = clock
     board = Board(storage, JOB_DIR, "chief", "1111", now=clock.utc_text)  # type: ignore[arg-type]
     peers = tuple((f"worker-{i}", f"s-worker-{i}") for i in range(4))
-    recovery = SpotRecovery(peers, 3, instances, board, clock.monotonic, log.append)
+    recovery = SpotRecovery(peers, 3, instances, board, clock.monotonic, log.append, unreadable_bound=600)
     # worker-0's instance cannot be read, worker-1 is up, worker-2 stopped at the end of its
     # work; only worker-3 was preempted.
     instances.statuses.update({"s-worker-1": "RUNNING", "s-worker-2": TERMINATED, "s-worker-3": TERMINATED})
@@ -143,3 +134,159 @@ def test_every_peer_is_looked_at_whatever_the_ones_before_it_are() -> None:
         storage.objects[f"{JOB_DIR}/status/{node}.json"] = document.to_json().encode()
     assert recovery.look() is None
     assert instances.starts == [(0.0, "s-worker-3")]
+
+
+# --- The chief's whole life while a Spot peer is down and Cloud Storage gives up ----------------
+
+
+def spot_world(on_finish: str = "stop", peer_timeout_seconds: int = 600) -> tuple[World, FakeInstances]:
+    """The chief of a synchronous cluster whose Spot peer worker-0 is preempted at 25 s; a
+    start call boots it again, and its agent says RUNNING 20 s later."""
+    instances = FakeInstances()
+    node_settings = settings(
+        recover=(("worker-0", "s-worker-0"),), on_finish=on_finish, peer_timeout_seconds=peer_timeout_seconds
+    )
+
+    def recovery(board: Board, clock: FakeClock, log: Callable[[str], None]) -> SpotRecovery:
+        return SpotRecovery(
+            node_settings.recover,
+            node_settings.max_restarts,
+            instances,
+            board,
+            clock.monotonic,
+            log,
+            unreadable_bound=node_settings.peer_timeout_seconds,
+        )
+
+    w = world(node_settings, runs=[(3600.0, 0), (40.0, 0)], recovery_factory=recovery)
+    instances.clock = w.clock
+    instances.statuses["s-worker-0"] = "RUNNING"
+    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+
+    def preempt() -> None:
+        w.put_status("worker-0", STATES.preempted, incarnation="aaaa")
+        instances.statuses["s-worker-0"] = TERMINATED
+
+    def boot(instance: str) -> None:
+        instances.statuses[instance] = "RUNNING"
+        w.clock.at(w.clock.now + 20.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+
+    w.clock.at(25.0, preempt)
+    instances.on_start = boot
+    return w, instances
+
+
+# Every read of the bucket gives up for 15 s (one give-up of the real client spends its 6
+# attempts in about as long): from the preemption, while the chief's code still runs and its
+# recovery looks at the stopped peer; or once it has ended its code and waits for the peer.
+OUTAGES = {"while the chief trains": (25.0, 40.0), "while the chief waits for the peer": (43.0, 58.0)}
+
+
+@pytest.mark.parametrize("outage", OUTAGES)
+def test_a_storage_give_up_while_a_spot_peer_is_terminated_does_not_fail_the_job(outage: str) -> None:
+    """Defect: the chief's read of the stopped peer's status gave up once (the client's
+    retries spent) and the whole job was recorded FAILED; the next look succeeds and recovers."""
+    w, instances = spot_world()
+    begin, end = OUTAGES[outage]
+    w.storage.read_outage = lambda uri: begin <= w.clock.now < end
+    assert w.agent.run() == 0
+    assert any(uri.endswith("/status/worker-0.json") for uri in w.storage.failed_reads)
+    assert [instance for _, instance in instances.starts] == ["s-worker-0"]
+    assert len(w.launcher.started) == 2 and w.launcher.children[0].stopped
+    chief, job = w.status("chief"), w.job_status()
+    assert chief is not None and chief.state == STATES.succeeded
+    assert job is not None and job.state == STATES.succeeded
+    assert any("could not read" in line and "worker-0" in line for line in w.log)
+
+
+@pytest.mark.parametrize("on_finish", ["stop", "keep"])
+def test_a_peers_status_that_stays_unreadable_ends_the_job_within_the_bound(on_finish: str) -> None:
+    """Retried, but not forever: the chief cannot tell a preempted peer from one that ended
+    its work, so it does not start it, and ends the job once the peer timeout has passed."""
+    w, instances = spot_world(on_finish=on_finish, peer_timeout_seconds=300)
+    w.storage.read_outage = lambda uri: w.clock.now >= 25.0
+    assert w.agent.run() == EXIT_ENDED
+    assert instances.starts == []
+    assert w.clock.now <= 25.0 + 300.0 + 15.0
+    chief = w.status("chief")
+    assert chief is not None and chief.state == STATES.failed
+    assert "could not read the status of worker-0 for 300 s" in (chief.reason or "")
+    assert w.launcher.children[0].stopped
+    assert w.releases == ([] if on_finish == "keep" else ["stop"])
+
+
+_TRAINER = (
+    "import os, subprocess, sys, time\n"
+    "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+    "open(sys.argv[1], 'w').write(f'{os.getpid()} {worker.pid}')\n"
+    "time.sleep(600)\n"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (ended, not yet reaped by its parent) runs nothing.
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{pid}").exists() else "X"
+    return state not in ("Z", "X")
+
+
+class _RealTrainer:
+    """The agent's own launcher (a process group per start), running a stand-in trainer that
+    starts a worker of its own, instead of the job's module."""
+
+    def __init__(self, pids: Path) -> None:
+        self.pids = pids
+        self.launcher = JobLauncher(Processes(Log(io.StringIO(), journal=False), stop_grace=2.0))
+
+    def start(self, command: JobCommand) -> JobChild:
+        argv = (sys.executable, "-c", _TRAINER, str(self.pids))
+        child = self.launcher.start(JobCommand(argv, dict(os.environ), self.pids.parent))
+        deadline = time.monotonic() + 60
+        while not (self.pids.exists() and " " in self.pids.read_text()):
+            assert time.monotonic() < deadline and child.poll() is None, "the stand-in trainer did not start"
+            time.sleep(0.05)
+        return child
+
+    def stop_all(self) -> None:
+        self.launcher.stop_all()
+
+    def running(self) -> list[int]:
+        return [pid for pid in (int(each) for each in self.pids.read_text().split()) if _alive(pid)]
+
+
+class _BrokenRecovery:
+    """A look at the Spot peers that fails in a way nobody planned for."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    def look(self) -> str | None:
+        if self.clock.now >= 30.0:
+            raise RuntimeError("an error nobody planned for")
+        return None
+
+
+@pytest.mark.parametrize("on_finish", ["keep", "stop"])
+def test_a_job_recorded_failed_leaves_no_job_process_running_whatever_on_finish_says(
+    tmp_path: Path, on_finish: str
+) -> None:
+    """Defect: an unexpected error while the job's code ran recorded FAILED, and with
+    on_finish=keep the code went on running on the kept machine. Here the code is a real
+    process group: a trainer and a worker it started."""
+    trainer = _RealTrainer(tmp_path / "pids")
+    node_settings = settings(recover=(("worker-0", "s-worker-0"),), on_finish=on_finish)
+    w = world(node_settings, runs=[(3600.0, 0)], recovery_factory=lambda board, clock, log: _BrokenRecovery(clock))
+    w.agent.services.launcher = trainer
+    w.put_status("worker-0", STATES.running)
+    try:
+        assert w.agent.run() == 1
+        chief = w.status("chief")
+        assert chief is not None and chief.state == STATES.failed
+        assert "an error nobody planned for" in (chief.reason or "")
+        assert trainer.running() == []
+        assert w.releases == ([] if on_finish == "keep" else ["stop"])
+    finally:
+        trainer.stop_all()

@@ -1,8 +1,11 @@
-"""Host restarts: SIGKILL a two-worker job after its first epoch and start it again."""
+"""Host restarts: SIGKILL a two-worker job after its first epoch and start it again; a resume
+from a damaged backup."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, trainer_env
+from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, run_trainer, trainer_env
 
 from trainstack.localrun.bare_trainers import BareTrainerCluster, run_local_cluster
 
@@ -117,3 +120,61 @@ def test_killed_job_resumes_instead_of_starting_over(job_dir: Path) -> None:
         timeout=120,
     )
     assert "PREDICTED" in check.stdout, check.stderr[-3000:]
+
+
+def interrupted_single_node_job(job_dir: Path) -> None:
+    """One trainer (no TF_CONFIG), killed without warning once its first epoch is backed up."""
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "trainer.task", *RESUME_ARGS, "--job-dir", str(job_dir)],
+        cwd=REPOSITORY_ROOT,
+        env=trainer_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    progress = job_dir / "progress.json"
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    try:
+        while not (progress.exists() and json.loads(progress.read_text())["epochs_completed"] >= 1):
+            assert trainer.poll() is None, trainer.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first epoch never completed"
+            time.sleep(0.05)
+    finally:
+        trainer.kill()
+        trainer.communicate(timeout=60)
+    assert not (job_dir / "metrics.json").exists(), "the job finished before the kill"
+
+
+def latest_backup(job_dir: Path) -> Path:
+    """The prefix of the backup checkpoint a resume restores (tf-keras reads backup/chief)."""
+    state = (job_dir / "backup" / "chief" / "checkpoint").read_text()
+    match = re.search(r'^model_checkpoint_path: "([^"]+)"$', state, re.MULTILINE)
+    assert match is not None, state
+    return job_dir / "backup" / "chief" / match.group(1)
+
+
+@pytest.mark.slow
+def test_a_truncated_backup_fails_the_resume_naming_the_file_and_changes_nothing(tmp_path: Path) -> None:
+    """Defect: a backup file cut short (a full disk, a copy that stopped) made every resume end
+    in TensorFlow's IndexError traceback. The resume now exits 2 with one line that names the
+    damaged file and what to do, and leaves every file of the job as it was."""
+    interrupted = tmp_path / "interrupted"
+    interrupted_single_node_job(interrupted)
+    for damaged in ("data-00000-of-00001", "index"):
+        job_dir = tmp_path / damaged
+        shutil.copytree(interrupted, job_dir)
+        target = Path(f"{latest_backup(job_dir)}.{damaged}")
+        with target.open("r+b") as handle:
+            handle.truncate(target.stat().st_size // 2)
+        before = {path: path.read_bytes() for path in job_dir.rglob("*") if path.is_file()}
+
+        result = run_trainer([*RESUME_ARGS, "--job-dir", str(job_dir)])
+
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr, result.stderr[-3000:]
+        [line] = [each for each in result.stderr.splitlines() if each.startswith("trainer: error:")]
+        # A data file cut short is told from its index; an index cut short is no table at all.
+        expected = "truncated: Read less bytes than requested" if damaged.startswith("data") else "truncated or corrupt"
+        assert f"{target} is damaged ({expected}" in line
+        assert f"Move {job_dir / 'backup'} aside (or remove it) to start the job over" in line
+        assert {path: path.read_bytes() for path in job_dir.rglob("*") if path.is_file()} == before

@@ -214,3 +214,22 @@ def test_a_parameter_server_node_started_after_the_job_finished_ends_at_once(
     serving.start()
     serving.join(timeout=10 * roles.FINISHED_POLL_SECONDS)
     assert serving.is_alive() is not ends
+
+
+def test_only_a_backup_whose_bytes_are_damaged_is_named_damaged(tmp_path: Path) -> None:
+    """A restore that fails for another reason (an unreachable bucket) keeps TensorFlow's own
+    error: the backup is named damaged only when reading its own bytes fails."""
+    import tensorflow as tf
+
+    from trainer.checkpointing import damaged_backup_file
+
+    backup = tmp_path / "backup"
+    assert damaged_backup_file(str(backup)) is None
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(weights=tf.Variable(tf.ones([256, 64]))), str(backup / "chief"), max_to_keep=1
+    )
+    prefix = manager.save()
+    assert damaged_backup_file(str(backup)) is None
+    data = Path(f"{prefix}.data-00000-of-00001")
+    data.write_bytes(data.read_bytes()[:1000])
+    assert damaged_backup_file(str(backup)) == (str(data), "truncated: Read less bytes than requested")
