@@ -34,8 +34,10 @@ from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.schema import Settings, StackConfig, Tpu
 from trainstack_agent.cloud import Http, Retry
 from trainstack_agent.endpoints import Endpoints
+from trainstack_agent.main import cap_orders
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.release import Release
+from trainstack_agent.settings import read_settings
 from trainstack_agent.timings import TIME_SCALE_VARIABLE
 from trainstack_contract import LAYOUT, METADATA_KEYS
 
@@ -358,8 +360,11 @@ def test_the_tpu_run_time_cap_ends_the_agent_records_failed_and_stops(tmp_path: 
     reaper = threading.Thread(target=lambda: ended.append(agent.wait()), daemon=True)
     reaper.start()
     try:
+        # The orders the agent gives its cap: from the node's settings, counted from its start.
+        node_metadata = Metadata(Http(), server.root_for("tpu"))
+        orders = cap_orders(node_metadata, read_settings(node_metadata), time.time(), agent.pid)
         cap = subprocess.run(
-            [sys.executable, "-m", "trainstack_agent", "cap", str(agent.pid)],
+            [sys.executable, "-m", "trainstack_agent", *orders.arguments()],
             env={
                 **os.environ,
                 "TRAINSTACK_METADATA_ROOT": server.root_for("tpu"),

@@ -1,7 +1,8 @@
 """The agent's entry point, run by every node's boot script once its digest checks out.
 
     python3 trainstack-agent-<digest>.pyz            the node's work (one boot)
-    python3 trainstack-agent-<digest>.pyz cap PID    a TPU VM's run-time cap (started by the above)
+    python3 trainstack-agent-<digest>.pyz cap PID --tpu-name ... --deadline EPOCH
+                                                     a TPU VM's run-time cap (started by the above)
 
 Exit status: the job's code's on a finished job (0 when it succeeded), 143 when a signal or
 a duty ended the work, 1 when the node could not read its settings (it then records FAILED
@@ -13,17 +14,20 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import re
 import shlex
 import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
+from typing import Final, Protocol
 
 from trainstack_agent.board import Board
-from trainstack_agent.cloud import NO_RETRY, CloudError, Http, Retry, Unavailable
+from trainstack_agent.cloud import CloudError, Http, Unavailable
 from trainstack_agent.compute import ComputeApi, Place
 from trainstack_agent.endpoints import Endpoints, Host, from_environment
 from trainstack_agent.environment import Environment
@@ -36,10 +40,11 @@ from trainstack_agent.release import Release
 from trainstack_agent.secrets import read_secrets
 from trainstack_agent.settings import (
     KEYS,
+    MAX_RUN_SECONDS,
+    NODE_NAME,
     NodeSettings,
     SettingsError,
     known_identity,
-    known_tpu_name,
     read_settings,
 )
 from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
@@ -48,9 +53,28 @@ from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_N
 EXIT_ABORTED = 1
 # After the TPU run-time cap's SIGTERM, how long the agent gets to record and end its work.
 CAP_GRACE_SECONDS = 30.0
-# The cap asks for its settings again after 5, 10, 20, 40, 80, 120 and 120 s (about 6.5
-# minutes, each round retrying every key) before it takes the cap as reached.
-CAP_SETTINGS_ROUNDS = Retry(attempts=8, first_delay=5.0, max_delay=120.0)
+# The cap looks at the clock at least this often while it waits for its deadline, so that a
+# step of the system clock moves the stop with it.
+CAP_CHECK_SECONDS = 60.0
+# What the cap reads and writes to record FAILED gets at most this long before the stop.
+CAP_RECORD_SECONDS = 180.0
+# The cap's arguments (it runs as root): a project id as the stack file takes it, a zone (the
+# AI zones' suffixes, like us-central1-ai1, included), whole numbers.
+PROJECT_ID: Final = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
+ZONE: Final = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z][a-z0-9]{0,7}")
+_CAP_NUMBER: Final = re.compile(r"[0-9]{1,12}")
+_CAP_RELEASE: Final = re.compile(r"stop|delete")
+
+
+class CapClock(Clock, Protocol):
+    """The cap's clock: the system's (seconds since the epoch) for its deadline as well."""
+
+    def utc(self) -> datetime: ...
+
+
+class CapSystemClock(SystemClock):
+    def utc(self) -> datetime:
+        return datetime.now(timezone.utc)
 
 
 class Agent:
@@ -73,9 +97,17 @@ class Agent:
         self.storage = Storage(self.http, self.metadata, self.endpoints.storage)
         self._run = run
 
-    def release(self, kind: str, node: str, tpu_name: str | None) -> Release:
+    def release(self, kind: str, node: str, tpu_name: str | None, place: Place | None = None) -> Release:
         release = Release(
-            kind, node, tpu_name, self.metadata, self.http, self.endpoints, self.log, self.host.self_stop_log
+            kind,
+            node,
+            tpu_name,
+            self.metadata,
+            self.http,
+            self.endpoints,
+            self.log,
+            self.host.self_stop_log,
+            place=place,
         )
         if self._run is not None:
             release.run = self._run
@@ -135,32 +167,97 @@ def boot_ready(agent: Agent, settings: NodeSettings, environment: Environment) -
     agent.log(f"node {settings.node} ready: no job to run; python environment {environment.venv}{where}")
 
 
-def start_run_time_cap(agent: Agent) -> None:
+class CapOrdersError(ValueError):
+    """A run-time cap argument that is missing or does not match; the message names it."""
+
+
+@dataclass(frozen=True)
+class CapOrders:
+    """What the TPU run-time cap stops, how, and when: told on its command line by the agent,
+    which read and checked this node's settings, so the cap needs no metadata to stop the TPU.
+    ``deadline``: seconds since the epoch, the agent's start plus the cap; a cap started again
+    later stops at the same time."""
+
+    agent_pid: int
+    tpu_name: str
+    place: Place
+    release: str
+    cap_seconds: int
+    deadline: int
+
+    def arguments(self) -> list[str]:
+        """The agent's command line after the archive: ``cap PID --option VALUE ...``."""
+        return [
+            "cap",
+            str(self.agent_pid),
+            *("--tpu-name", self.tpu_name, "--project", self.place.project, "--zone", self.place.zone),
+            *("--release", self.release, "--cap-seconds", str(self.cap_seconds), "--deadline", str(self.deadline)),
+        ]
+
+
+def _cap_argument(name: str, value: str | None, pattern: re.Pattern[str], what: str) -> str:
+    if value is None:
+        raise CapOrdersError(f"{name} is missing: the agent gives {what}")
+    if pattern.fullmatch(value) is None:
+        raise CapOrdersError(f"{name} {value!r} is not {what}")
+    return value
+
+
+def _cap_number(name: str, value: str | None, low: int, high: int) -> int:
+    number = int(_cap_argument(name, value, _CAP_NUMBER, f"a whole number from {low} to {high}"))
+    if not low <= number <= high:
+        raise CapOrdersError(f"{name} {value!r} is not a whole number from {low} to {high}")
+    return number
+
+
+def read_cap_orders(options: argparse.Namespace) -> CapOrders:
+    """The cap's arguments, each matched whole (the cap runs as root); CapOrdersError names
+    the first that is missing or refused."""
+    place = Place(
+        _cap_argument("--project", options.project, PROJECT_ID, "a Google Cloud project id"),
+        _cap_argument("--zone", options.zone, ZONE, "a zone name like us-central1-a"),
+    )
+    release = _cap_argument("--release", options.release, _CAP_RELEASE, "stop or delete")
+    return CapOrders(
+        agent_pid=_cap_number("agent_pid", options.agent_pid, 2, 2**22),
+        tpu_name=_cap_argument("--tpu-name", options.tpu_name, NODE_NAME, "a TPU node name"),
+        place=place,
+        release=release,
+        cap_seconds=_cap_number("--cap-seconds", options.cap_seconds, 1, MAX_RUN_SECONDS),
+        deadline=_cap_number("--deadline", options.deadline, 1, 10**12 - 1),
+    )
+
+
+def cap_orders(metadata: Metadata, settings: NodeSettings, started: float, agent_pid: int) -> CapOrders:
+    """The cap's orders from this node's checked settings and the agent's start (seconds since
+    the epoch); this VM's project and zone come from the metadata server now, at boot."""
+    assert settings.tpu_name is not None and settings.max_run_seconds is not None
+    return CapOrders(
+        agent_pid=agent_pid,
+        tpu_name=settings.tpu_name,
+        place=Place.of_this_vm(metadata),
+        release="delete" if settings.on_finish == "delete" else "stop",
+        cap_seconds=settings.max_run_seconds,
+        deadline=int(started) + settings.max_run_seconds,
+    )
+
+
+def start_run_time_cap(agent: Agent, settings: NodeSettings, started: float) -> None:
     """The TPU API has no run-time limit for TPU VMs, so the agent keeps one: a watcher that
     outlives it (a job that ends with on_finish=keep still stops at the cap). It stays in the
-    boot's process group, so a reboot ends it and the next boot starts a new one."""
+    boot's process group, so a reboot ends it and the next boot starts a new one. Its orders
+    are checked as the cap will check them before it starts (CapOrdersError)."""
     import subprocess
 
+    orders = cap_orders(agent.metadata, settings, started, os.getpid())
+    arguments = orders.arguments()
+    if parse_cap(arguments) != orders:
+        raise CapOrdersError(f"the cap would not read back its orders {arguments}")
     # The archive the boot script ran (python3 -I ARCHIVE), or the package (python -m trainstack_agent).
     entry = [sys.argv[0]] if not sys.argv[0].endswith("__main__.py") else ["-m", "trainstack_agent"]
-    subprocess.Popen([sys.executable, *entry, "cap", str(os.getpid())], stdin=subprocess.DEVNULL)
-
-
-def cap_settings(agent: Agent, clock: Clock, rounds: Retry = CAP_SETTINGS_ROUNDS) -> NodeSettings | None:
-    """This node's settings for the cap, asked for again while the metadata server does not
-    answer (each round already retries every key); None when they cannot be learned."""
-    delays = rounds.delays()
-    for attempt in range(rounds.attempts):
-        try:
-            return read_settings(agent.metadata)
-        except SettingsError as error:
-            agent.log(f"run-time cap: this node's settings are refused ({error})")
-            return None
-        except Exception as error:  # noqa: BLE001 - whatever fails, the cap still stops the machine
-            agent.log(f"run-time cap: cannot read this node's settings ({error})")
-        if attempt < len(delays):
-            clock.sleep(delays[attempt])
-    return None
+    subprocess.Popen([sys.executable, *entry, *arguments], stdin=subprocess.DEVNULL)
+    when = datetime.fromtimestamp(orders.deadline, timezone.utc).isoformat()
+    agent.log(f"run-time cap of {orders.cap_seconds} s: TPU node {orders.tpu_name} stops at {when}")
 
 
 def end_agent(agent: Agent, agent_pid: int, clock: Clock) -> None:
@@ -178,10 +275,16 @@ def end_agent(agent: Agent, agent_pid: int, clock: Clock) -> None:
         agent.log(f"run-time cap: cannot end the agent ({error})")
 
 
-def record_cap(agent: Agent, settings: NodeSettings) -> None:
-    """FAILED (exit 124) for the node and the job, unless the job SUCCEEDED. A job status that
-    cannot be read (too large, refused) is no success; when Cloud Storage gives up, nothing is
-    written: the stop comes first."""
+def record_cap(agent: Agent) -> None:
+    """FAILED (exit 124) for the node and the job, unless the job SUCCEEDED; this node's
+    settings are read once for where. A job status that cannot be read (too large, refused) is
+    no success; when the metadata server or Cloud Storage gives up, nothing is written: the
+    stop comes first."""
+    try:
+        settings = read_settings(agent.metadata)
+    except Exception as error:  # noqa: BLE001 - whatever fails, the cap still stops the machine
+        agent.log(f"run-time cap: cannot read this node's settings ({error}); nothing recorded")
+        return
     if settings.job is None:
         return
     board = Board(agent.storage, settings.job.job_dir, settings.node, new_incarnation())
@@ -202,32 +305,40 @@ def record_cap(agent: Agent, settings: NodeSettings) -> None:
         agent.log(f"could not record FAILED: {error}")
 
 
-def run_cap(agent: Agent, agent_pid: int, clock: Clock | None = None) -> int:
-    """At the cap: end the agent, record FAILED unless the job SUCCEEDED, and stop the machine
-    (delete it with on_finish: delete). Whatever it cannot read, it stops the machine: a cap it
-    cannot learn (no answer from the metadata server in every round, or a refused value) is
-    reached at once, since a node that cannot tell when to stop must not bill on."""
-    clock = clock or SystemClock()
-    started = clock.monotonic()
-    settings = cap_settings(agent, clock)
-    if settings is None or settings.max_run_seconds is None:
-        agent.log("run-time cap: the cap cannot be learned; stopping this machine now")
-    else:
-        clock.sleep(max(0.0, started + settings.max_run_seconds - clock.monotonic()))
-        agent.log(f"run-time cap of {settings.max_run_seconds} s reached: stopping this machine")
-    end_agent(agent, agent_pid, clock)
-    if settings is None:
-        settings = cap_settings(agent, clock, NO_RETRY)
-    if settings is not None:
-        record_cap(agent, settings)
-        kind, node, tpu_name, on_finish = settings.kind, settings.node, settings.tpu_name, settings.on_finish
-    else:
-        kind, node, tpu_name, on_finish = TPU_NODE_KIND, TPU_NODE, known_tpu_name(agent.metadata), "stop"
-    agent.release(kind, node, tpu_name)("delete" if on_finish == "delete" else "stop")
+def bounded(agent: Agent, action: Callable[[], None], seconds: float, what: str) -> None:
+    """Runs ``action`` for at most ``seconds`` (real time), then goes on without it."""
+    import threading
+
+    worker = threading.Thread(target=action, daemon=True)
+    worker.start()
+    worker.join(timeout=seconds)
+    if worker.is_alive():
+        agent.log(f"run-time cap: {what} took over {seconds:g} s; going on without it")
+
+
+def run_cap(agent: Agent, orders: CapOrders, clock: CapClock | None = None) -> int:
+    """At the deadline: end the agent, record FAILED unless the job SUCCEEDED (best effort,
+    within CAP_RECORD_SECONDS), and stop the TPU (delete it with on_finish: delete). When and
+    what to stop are the orders': no metadata server outage delays or hastens the stop."""
+    clock = clock or CapSystemClock()
+    while (left := orders.deadline - clock.utc().timestamp()) > 0:
+        clock.sleep(min(left, CAP_CHECK_SECONDS))
+    agent.log(f"run-time cap of {orders.cap_seconds} s reached: stopping this machine")
+    end_agent(agent, orders.agent_pid, clock)
+    bounded(agent, lambda: record_cap(agent), CAP_RECORD_SECONDS, "recording FAILED")
+    agent.release(TPU_NODE_KIND, TPU_NODE, orders.tpu_name, orders.place)(orders.release)
     return 0
 
 
+def refused_cap(agent: Agent, error: CapOrdersError) -> int:
+    """A cap that cannot tell when or what to stop must not leave the TPU billing: it stops
+    the machine now, as a boot that cannot read its settings does."""
+    agent.log(f"run-time cap: {error}")
+    return abort(agent, "the run-time cap refused its arguments")
+
+
 def run_node(agent: Agent) -> int:
+    started = time.time()
     try:
         settings = read_settings(agent.metadata)
         time_scale = parse_time_scale(agent.environment.get(TIME_SCALE_VARIABLE))
@@ -237,8 +348,8 @@ def run_node(agent: Agent) -> int:
     timings = Timings().scaled(time_scale)
     if settings.kind == TPU_NODE_KIND:
         try:
-            start_run_time_cap(agent)
-        except OSError as error:
+            start_run_time_cap(agent, settings, started)
+        except (OSError, CloudError, CapOrdersError) as error:
             # The TPU VM's only run-time cap: without it the node must not run at all.
             return abort(agent, f"cannot start the run-time cap: {error}")
     lock = take_boot_lock(host.state_dir)
@@ -311,16 +422,38 @@ def run_node(agent: Agent) -> int:
     return node.run()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainstack-agent", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command")
     cap = commands.add_parser("cap", help="a TPU VM's run-time cap (the agent starts it)")
-    cap.add_argument("agent_pid", type=int)
-    options = parser.parse_args(argv)
+    cap.add_argument("agent_pid")
+    for option, what in (
+        ("--tpu-name", "the TPU node to stop"),
+        ("--project", "its project"),
+        ("--zone", "its zone"),
+        ("--release", "stop, or delete (on_finish: delete)"),
+        ("--cap-seconds", "the run-time cap"),
+        ("--deadline", "when to stop it: seconds since the epoch"),
+    ):
+        cap.add_argument(option, help=what)
+    return parser
+
+
+def parse_cap(arguments: Sequence[str]) -> CapOrders:
+    """``cap PID --option VALUE ...`` read into the cap's orders (CapOrdersError)."""
+    return read_cap_orders(parser().parse_args(arguments))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parser().parse_args(argv)
     agent = Agent(os.environ)
     try:
         if options.command == "cap":
-            return run_cap(agent, options.agent_pid)
+            try:
+                orders = read_cap_orders(options)
+            except CapOrdersError as error:
+                return refused_cap(agent, error)
+            return run_cap(agent, orders)
         return run_node(agent)
     finally:
         agent.log.close()

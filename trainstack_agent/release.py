@@ -39,7 +39,10 @@ class Release:
         log: Callable[[str], None],
         self_stop_log: Path | None = None,
         run: Callable[[Sequence[str]], object] = lambda argv: subprocess.run(list(argv), check=False, timeout=60),
+        place: Place | None = None,
     ) -> None:
+        """``place``: this machine's project and zone where already known (the TPU run-time cap
+        is told them), else read from the metadata server when the API call needs them."""
         self.kind = kind
         self.node = node
         self.tpu_name = tpu_name
@@ -49,6 +52,7 @@ class Release:
         self.log = log
         self.self_stop_log = self_stop_log
         self.run = run
+        self.place = place
 
     def __call__(self, action: str) -> None:
         """``delete`` deletes the machine; anything else stops it."""
@@ -76,7 +80,7 @@ class Release:
         """Releases the machine through an API where that is how it is done: True once done,
         False where only a guest shutdown does it (a VM's stop, a refused VM deletion, a TPU
         VM without its name)."""
-        place = Place.of_this_vm(self.metadata)
+        place = self.place or Place.of_this_vm(self.metadata)
         if self.kind == TPU_NODE_KIND and self.tpu_name is not None:
             self._release_tpu(action, TpuApi(self.http, self.metadata, self.endpoints.tpu, place))
             return True

@@ -62,6 +62,8 @@ _PROJECT_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 MAX_TRAINER_ARGS: Final = 256
 MAX_TRAINER_ARGS_CHARS: Final = 64 * 1024
 ON_FINISH: Final = ("stop", "delete", "keep")
+# A TPU VM's run-time cap: at most Compute Engine's longest (120 days), as max_run_hours.
+MAX_RUN_SECONDS: Final = 120 * 86400
 
 
 class SettingsError(ValueError):
@@ -350,7 +352,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
             python=python,
             job=job,
             tpu_name=_match(KEYS.tpu_name, reader.required(KEYS.tpu_name), NODE_NAME, "a TPU node name"),
-            max_run_seconds=_whole(KEYS.max_run_seconds, reader.required(KEYS.max_run_seconds), 1, 120 * 86400),
+            max_run_seconds=_whole(KEYS.max_run_seconds, reader.required(KEYS.max_run_seconds), 1, MAX_RUN_SECONDS),
         )
     assert kind == CLUSTER_NODE_KIND
     role = _choice(KEYS.role, reader.required(KEYS.role), ROLES)
@@ -404,13 +406,3 @@ def known_identity(metadata: Metadata) -> tuple[str | None, str | None]:
     if not job_dir.startswith(prefix) or _JOB_NAME.fullmatch(job_dir[len(prefix) :]) is None:
         return None, None
     return node, job_dir
-
-
-def known_tpu_name(metadata: Metadata) -> str | None:
-    """This TPU VM's node name, read alone: what a run-time cap that could not read the
-    node's settings still needs to stop the TPU through the TPU API. None when unreadable."""
-    try:
-        name = metadata.attribute(KEYS.tpu_name)
-    except Exception:  # noqa: BLE001 - any failure here only means "unknown"
-        return None
-    return name if name and NODE_NAME.fullmatch(name) else None

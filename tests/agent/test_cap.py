@@ -3,12 +3,15 @@
 The cap runs in this process against a real HTTP stand-in on loopback for the metadata
 server, Cloud Storage and the TPU API (every request recorded), on a fake clock: each test
 looks for the exact stop request the cap sends to the TPU API, and at the agent it ends (a
-real process)."""
+real process). The cap gets its orders as the agent gives them, from the node's settings
+read while the metadata server answers; the agent started at the fake clock's 0."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -24,13 +27,38 @@ from trainstack.cloud import bootscripts
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 from trainstack_agent.cloud import Http
-from trainstack_agent.main import Agent, run_cap
+from trainstack_agent.compute import Place
+from trainstack_agent.main import (
+    Agent,
+    CapOrders,
+    CapOrdersError,
+    cap_orders,
+    parse_cap,
+    refused_cap,
+    run_cap,
+    start_run_time_cap,
+)
 from trainstack_agent.processes import Log
+from trainstack_agent.release import Release
+from trainstack_agent.settings import read_settings
 from trainstack_contract import LAYOUT, METADATA_KEYS
 
 TOKEN = "ya29.tpu-token"
 PROJECT, ZONE = "test-project-123", "us-central1-a"
 CAP_SECONDS = 3600
+
+
+class TimedAgent(Agent):
+    """The agent's pieces, noting the fake clock's time of each release of the machine."""
+
+    def __init__(self, clock: FakeClock, released_at: list[float], **pieces: object) -> None:
+        super().__init__(**pieces)  # type: ignore[arg-type]
+        self.clock = clock
+        self.released_at = released_at
+
+    def release(self, kind: str, node: str, tpu_name: str | None, place: Place | None = None) -> Release:
+        self.released_at.append(self.clock.now)
+        return super().release(kind, node, tpu_name, place)
 
 
 @dataclass
@@ -42,35 +70,54 @@ class Cap:
     tpu_name: str
     bucket: str
     job_status_path: str
+    metadata_paths: list[str]
     shutdowns: list[list[str]]
     log: io.StringIO
+    released_at: list[float]
 
     @property
     def stop_path(self) -> str:
         return f"/tpu/v2/projects/{PROJECT}/locations/{ZONE}/nodes/{self.tpu_name}:stop"
 
-    def attribute(self, key: str, *answers: tuple[int, bytes]) -> None:
-        self.server.answer(f"/computeMetadata/v1/instance/attributes/{key}", *answers)
-
-    def run(self) -> tuple[int, int]:
-        """Runs the cap over a real agent process; the cap's exit status and the agent's."""
-        agent_process = subprocess.Popen(["sleep", "600"])
-        ended: list[int] = []
-        reaper = threading.Thread(target=lambda: ended.append(agent_process.wait()), daemon=True)
-        reaper.start()
+    def agent(self) -> Agent:
         environment = {
             "TRAINSTACK_METADATA_ROOT": f"{self.server.root}/computeMetadata/v1",
             "TRAINSTACK_STORAGE_API": self.server.root,
             "TRAINSTACK_TPU_API": f"{self.server.root}/tpu/v2",
         }
-        agent = Agent(
-            environment,
+        agent = TimedAgent(
+            self.clock,
+            self.released_at,
+            environment=environment,
             http=Http(timeout=5, sleep=self.clock.sleep),
             run=lambda argv: self.shutdowns.append(list(argv)),
         )
         agent.log = Log(self.log, journal=False)
+        return agent
+
+    def metadata_outage(self) -> None:
+        """From now on the metadata server answers 503 for everything but the VM's token (the
+        one thing only it can give, and no command line may carry)."""
+        for path in self.metadata_paths:
+            self.server.answer(path, (503, b""))
+
+    def run(self, outage: bool = False, cap_starts_at: float = 0.0) -> tuple[int, int]:
+        """The agent gives the cap its orders (at the fake clock's 0); the cap starts at
+        ``cap_starts_at``, after a metadata outage began where asked. The cap's exit status
+        and the agent's."""
+        agent_process = subprocess.Popen(["sleep", "600"])
+        ended: list[int] = []
+        reaper = threading.Thread(target=lambda: ended.append(agent_process.wait()), daemon=True)
+        reaper.start()
         try:
-            code = run_cap(agent, agent_process.pid, self.clock)
+            agent = self.agent()
+            orders = cap_orders(
+                agent.metadata, read_settings(agent.metadata), self.clock.utc().timestamp(), agent_process.pid
+            )
+            if outage:
+                self.metadata_outage()
+            self.clock.sleep(cap_starts_at)
+            code = run_cap(self.agent(), parse_cap(orders.arguments()), self.clock)
             reaper.join(timeout=30)
         finally:
             agent_process.kill()
@@ -94,10 +141,13 @@ def cap() -> Iterator[Cap]:
     job_dir = metadata[METADATA_KEYS.job_dir]
     name = urllib.parse.quote(f"{job_dir[len(bucket) + 1 :]}/{LAYOUT.job_status}", safe="")
     with scripted_server() as server:
+        keys = [getattr(METADATA_KEYS, field.name) for field in dataclasses.fields(METADATA_KEYS)]
+        paths = [f"/computeMetadata/v1/instance/attributes/{key}" for key in keys]
         for key, value in metadata.items():
             server.answer(f"/computeMetadata/v1/instance/attributes/{key}", (200, value.encode()))
         server.answer("/computeMetadata/v1/project/project-id", (200, PROJECT.encode()))
         server.answer("/computeMetadata/v1/instance/zone", (200, f"projects/123/zones/{ZONE}".encode()))
+        paths += ["/computeMetadata/v1/project/project-id", "/computeMetadata/v1/instance/zone"]
         server.answer(
             "/computeMetadata/v1/instance/service-accounts/default/token",
             (200, json.dumps({"access_token": TOKEN, "expires_in": 3600}).encode()),
@@ -105,7 +155,8 @@ def cap() -> Iterator[Cap]:
         server.answer(f"/upload/storage/v1/b/{bucket[5:]}/o", (200, b"{}"))
         tpu_name = metadata[METADATA_KEYS.tpu_name]
         server.answer(f"/tpu/v2/projects/{PROJECT}/locations/{ZONE}/nodes/{tpu_name}:stop", (200, b"{}"))
-        yield Cap(server, FakeClock(), tpu_name, bucket, f"/storage/v1/b/{bucket[5:]}/o/{name}", [], io.StringIO())
+        status_path = f"/storage/v1/b/{bucket[5:]}/o/{name}"
+        yield Cap(server, FakeClock(), tpu_name, bucket, status_path, paths, [], io.StringIO(), [])
 
 
 def assert_stopped_through_the_tpu_api(cap: Cap, code: int, agent_exit: int) -> None:
@@ -146,23 +197,77 @@ def test_cloud_storage_giving_up_at_the_cap_still_stops_the_tpu(cap: Cap) -> Non
     assert "Cloud Storage gave up" in cap.log.getvalue()
 
 
-def test_a_metadata_503_when_the_cap_starts_is_asked_again_and_the_cap_kept(cap: Cap) -> None:
-    """Defect: a metadata 503 when the cap started made it exit: the TPU had no cap left."""
+def test_a_metadata_server_that_answers_503_for_ever_does_not_stop_the_tpu_early(cap: Cap) -> None:
+    """Defect: the cap read the node's settings again from the metadata server and, after
+    about 6.5 minutes of 503s, stopped a healthy TPU job at once. The agent's orders on the
+    cap's command line tell it when and what to stop: the stop comes at the cap, not earlier,
+    and is the exact stop call, with the project and zone the agent gave."""
     cap.server.answer(cap.job_status_path, (404, b""))
-    # More 503s than one round of reads retries (6 attempts): the cap must ask again.
-    cap.attribute(METADATA_KEYS.max_run_seconds, *[(503, b"")] * 8, (200, str(CAP_SECONDS).encode()))
-    assert_stopped_through_the_tpu_api(cap, *cap.run())
-    assert cap.clock.now >= CAP_SECONDS
+    assert_stopped_through_the_tpu_api(cap, *cap.run(outage=True))
+    [released_at] = cap.released_at
+    assert CAP_SECONDS <= released_at < CAP_SECONDS + 60, cap.log.getvalue()
+    [stop] = [request for request in cap.server.requests if request["path"].startswith("/tpu/")]
+    assert stop["body"] == b"{}" and stop["headers"].get("Content-Type") == "application/json"
     assert f"run-time cap of {CAP_SECONDS} s reached" in cap.log.getvalue()
+    # Recording FAILED needs the node's settings: without them nothing is recorded.
+    assert "cannot read this node's settings" in cap.log.getvalue()
+    assert not [request for request in cap.server.requests if request["path"].startswith("/upload/")]
 
 
-def test_a_cap_the_metadata_server_never_gives_is_reached_at_once(cap: Cap) -> None:
-    """Fail closed: a TPU VM that cannot tell when to stop stops after a bounded wait."""
+def test_a_cap_started_again_later_keeps_the_agents_deadline(cap: Cap) -> None:
+    """The deadline is counted from the agent's start: a cap started 1000 s later stops the
+    TPU at the cap all the same, not 1000 s after it."""
     cap.server.answer(cap.job_status_path, (404, b""))
-    cap.attribute(METADATA_KEYS.max_run_seconds, (503, b""))
-    assert_stopped_through_the_tpu_api(cap, *cap.run())
-    assert cap.clock.now < CAP_SECONDS
-    assert "the cap cannot be learned; stopping this machine now" in cap.log.getvalue()
+    assert_stopped_through_the_tpu_api(cap, *cap.run(cap_starts_at=1000.0))
+    [released_at] = cap.released_at
+    assert CAP_SECONDS <= released_at < CAP_SECONDS + 60
+
+
+def test_the_agent_starts_the_cap_with_its_orders(cap: Cap, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent hands the cap everything the stop needs, counted from the agent's start."""
+    started: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **options: started.append(list(argv)))
+    agent = cap.agent()
+    start_run_time_cap(agent, read_settings(agent.metadata), 1_800_000_000.75)
+    [argv] = started
+    orders = parse_cap(argv[argv.index("cap") :])
+    assert orders == CapOrders(
+        agent_pid=os.getpid(),
+        tpu_name=cap.tpu_name,
+        place=Place(PROJECT, ZONE),
+        release="stop",
+        cap_seconds=CAP_SECONDS,
+        deadline=1_800_000_000 + CAP_SECONDS,
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"--zone": "us-central1-a;reboot"}, "--zone 'us-central1-a;reboot' is not a zone name like us-central1-a"),
+        ({"--deadline": "-5"}, "--deadline '-5' is not a whole number from 1 to 999999999999"),
+        ({"--release": "keep"}, "--release 'keep' is not stop or delete"),
+        ({"--tpu-name": None}, "--tpu-name is missing: the agent gives a TPU node name"),
+    ],
+    ids=["zone", "deadline", "release", "missing"],
+)
+def test_a_cap_that_refuses_its_arguments_stops_the_tpu_now(
+    cap: Cap, change: dict[str, str | None], message: str
+) -> None:
+    """Fail closed: a cap that cannot tell when or what to stop stops the TPU at once (each
+    argument is matched whole: the cap runs as root)."""
+    agent = cap.agent()
+    arguments = cap_orders(agent.metadata, read_settings(agent.metadata), 0.0, 4242).arguments()
+    for option, value in change.items():
+        at = arguments.index(option)
+        arguments[at : at + 2] = [] if value is None else [option, value]
+    with pytest.raises(CapOrdersError) as refused:
+        parse_cap(arguments)
+    assert str(refused.value) == message
+    assert refused_cap(agent, refused.value) == 1
+    assert cap.stops() == [("POST", cap.stop_path, f"Bearer {TOKEN}")]
+    assert cap.clock.now < 60 and cap.shutdowns == []
+    assert message in cap.log.getvalue()
 
 
 def test_a_stop_the_tpu_api_refuses_for_a_while_is_asked_again(cap: Cap) -> None:
