@@ -106,6 +106,16 @@ _WAYS_ON = (
 )
 
 
+def image_notes(job: ResolvedJob | None) -> list[str]:
+    """What differs for an image named by tag: `pulumi up` pins it to a digest; `local` does not."""
+    if job is None or job.image is None or job.image.tag is None:
+        return []
+    return [
+        f"the job's image {job.image.uri} is named by tag and not pinned here: this machine's Docker engine pulls "
+        "whatever the tag names now (on the cloud, `pulumi up` resolves the tag to its digest and nodes pull that)"
+    ]
+
+
 def loopback_network(
     allow_shared: bool, bucket: StandInBucket, job: ResolvedJob | None
 ) -> tuple[LoopbackNetwork | None, str | None]:
@@ -204,7 +214,8 @@ class LocalStackRun:
     def start(self) -> LocalStackRun:
         if self.echo:
             # What differs from the cloud.
-            for note in [*self.machines.notes, *([self.network_note] if self.network_note else [])]:
+            notes = [*self.machines.notes, *([self.network_note] if self.network_note else []), *image_notes(self.job)]
+            for note in notes:
                 print(f"[local] note: {note}", flush=True)
         self.prepare()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
