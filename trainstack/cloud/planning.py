@@ -101,19 +101,8 @@ class Plan:
             "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
             "cost": self.cost.to_json(),
             "bucket_access": self.bucket_access(),
-            "executed_artifacts": self.executed_artifacts(),
+            "executed_artifacts": with_stand_in_digests(executed_artifacts(self.resources), self.resolved),
         }
-
-    def executed_artifacts(self) -> list[dict[str, Any]]:
-        """:func:`executed_artifacts`; a job image named by tag says which tag `pulumi up` resolves,
-        and that the digest shown is the plan's stand-in for the one it will find."""
-        artifacts = executed_artifacts(self.resources)
-        image = self.resolved.job.image if self.resolved.job is not None else None
-        if image is not None and image.tag is not None:
-            for entry in artifacts:
-                if entry["artifact"] == "job image":
-                    entry.update(resolved_from=image.uri, stand_in_digest=True)
-        return artifacts
 
     def bucket_access(self) -> dict[str, Any]:
         """Who may write what in the stack's bucket (and in job.job_dir's), from the planned
@@ -246,6 +235,17 @@ def executed_artifacts(resources: list[PlannedResource]) -> list[dict[str, Any]]
             key = (entry["artifact"], entry["object"])
             found.setdefault(key, {**entry, "machines": []})["machines"].append(resource.name)
     return sorted(found.values(), key=lambda entry: (entry["artifact"], entry["object"]))
+
+
+def with_stand_in_digests(artifacts: list[dict[str, Any]], stack: ResolvedStack) -> list[dict[str, Any]]:
+    """``artifacts``, where a job image named by tag says which tag `pulumi up` resolves and that
+    the digest shown is the plan's stand-in for the one it will find (a plan reaches no registry)."""
+    image = stack.job.image if stack.job is not None else None
+    if image is not None and image.tag is not None:
+        for entry in artifacts:
+            if entry["artifact"] == "job image":
+                entry.update(resolved_from=image.uri, stand_in_digest=True)
+    return artifacts
 
 
 # Cloud Storage roles that can create, replace or delete objects

@@ -106,14 +106,17 @@ _WAYS_ON = (
 )
 
 
-def image_notes(job: ResolvedJob | None) -> list[str]:
-    """What differs for an image named by tag: `pulumi up` pins it to a digest; `local` does not."""
-    if job is None or job.image is None or job.image.tag is None:
-        return []
-    return [
-        f"the job's image {job.image.uri} is named by tag and not pinned here: this machine's Docker engine pulls "
-        "whatever the tag names now (on the cloud, `pulumi up` resolves the tag to its digest and nodes pull that)"
-    ]
+def run_notes(machine_notes: list[str], network_note: str | None, job: ResolvedJob | None) -> list[str]:
+    """What differs from the cloud: the machines' notes, the network's, and for an image named
+    by tag that it is not pinned here (`pulumi up` pins it to a digest; `local` does not)."""
+    notes = [*machine_notes, *([network_note] if network_note else [])]
+    if job is not None and job.image is not None and job.image.tag is not None:
+        notes.append(
+            f"the job's image {job.image.uri} is named by tag and not pinned here: this machine's Docker engine "
+            "pulls whatever the tag names now (on the cloud, `pulumi up` resolves the tag to its digest and "
+            "nodes pull that)"
+        )
+    return notes
 
 
 def loopback_network(
@@ -214,8 +217,7 @@ class LocalStackRun:
     def start(self) -> LocalStackRun:
         if self.echo:
             # What differs from the cloud.
-            notes = [*self.machines.notes, *([self.network_note] if self.network_note else []), *image_notes(self.job)]
-            for note in notes:
+            for note in run_notes(self.machines.notes, self.network_note, self.job):
                 print(f"[local] note: {note}", flush=True)
         self.prepare()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
