@@ -497,3 +497,16 @@ def test_round_trip_import_of_the_export_keeps_job_env_and_the_run_time_cap(
     assert again.job is not None and again.job.env == {"TF_USE_LEGACY_KERAS": "1"}
     assert again.cluster is not None and again.cluster.max_run_hours == 2.5
     assert "scheduling.timeout 9000s is cluster.max_run_hours 2.5" in printed.out
+
+
+@pytest.mark.parametrize("reference", [":v1", "@sha256:" + "e" * 64])
+def test_an_image_by_tag_is_exported_as_given_and_said_to_be_unpinned(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, reference: str
+) -> None:
+    image = f"us-central1-docker.pkg.dev/test-project-123/team/trainer{reference}"
+    code, out, err = export(capsys, "--stack-file", str(env_stack(tmp_path, {"name": "x", "image": image})))
+    assert code == 0, err
+    assert {pool.container_spec.image_uri for pool in spec_of(out).worker_pool_specs} == {image}
+    said = [line for line in err.splitlines() if "named by tag" in line]
+    assert len(said) == (1 if reference == ":v1" else 0), err
+    assert not said or ("NAME@sha256:" in said[0] and "trainstack:job.image" in said[0])

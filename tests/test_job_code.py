@@ -19,8 +19,10 @@ from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, plan_of, write_stack
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.catalog import load_catalog
+from trainstack.cloud.components.registry import image_by_digest
+from trainstack.cloud.planning import PlanMocks
 from trainstack.commands.main import main
-from trainstack.jobcode.package import MAX_WALKED_ENTRIES, load_package
+from trainstack.jobcode.package import MAX_WALKED_ENTRIES, load_package, resolve_image
 from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.run import LocalStackRun
 from trainstack.stackmodel.resolved import resolve_stack
@@ -394,12 +396,14 @@ def readers(plan: Any, identity: str) -> set[tuple[str, str, str]]:
 
 def test_a_short_image_name_is_the_stacks_own_repository_on_every_node(tmp_path: Path) -> None:
     plan = image_plan(tmp_path, "trainer:v1")
-    uri = "us-central1-docker.pkg.dev/test-project-123/test-images/trainer:v1"
+    repository = "us-central1-docker.pkg.dev/test-project-123/test-images"
     vms = plan.of_type(INSTANCE)
     assert len(vms) == 3
     for vm in vms:
         metadata = vm.inputs["metadata"]
-        assert metadata["trainstack-job-mode"] == "image" and metadata["trainstack-image"] == uri
+        # The tag is resolved when the stack is deployed: nodes pull that digest (here the plan's stand-in).
+        assert metadata["trainstack-job-mode"] == "image"
+        assert metadata["trainstack-image"].startswith(f"{repository}/trainer@sha256:")
         assert metadata["trainstack-gpu-count"] == "2"
         assert json.loads(metadata["trainstack-trainer-args"]) == ["--epochs", "2"]
         assert "trainstack-code-archive" not in metadata
@@ -422,13 +426,91 @@ def test_an_image_in_another_repository_gets_a_reader_binding_for_the_training_a
     assert plan.notes and any(uri in note for note in plan.notes)
 
 
+class RecordedImageLookups:
+    """Answers the program's Artifact Registry image lookups with a digest of the test's own
+    (a different one per image), keeping each call's arguments; other calls go to the plan's mocks."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.digests: dict[str, str] = {}
+        original = PlanMocks.call
+
+        def call(mocks: PlanMocks, args: Any) -> Any:
+            if args.token != "gcp:artifactregistry/getDockerImage:getDockerImage":
+                return original(mocks, args)
+            given = dict(args.args)
+            self.calls.append(given)
+            image = given["imageName"].partition(":")[0]
+            digest = self.digests.setdefault(given["imageName"], f"sha256:{len(self.digests) + 1:064x}")
+            link = f"{given['location']}-docker.pkg.dev/{given['project']}/{given['repositoryId']}/{image}@{digest}"
+            return {"selfLink": link, "imageName": given["imageName"]}, []
+
+        monkeypatch.setattr(PlanMocks, "call", call)
+
+
+@pytest.mark.parametrize("machines", ["cluster", "tpu"])
+def test_an_image_named_by_tag_is_resolved_to_its_digest_when_deployed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, machines: str
+) -> None:
+    """Defect: nodes pulled job.image's mutable NAME:TAG at every boot."""
+    lookups = RecordedImageLookups(monkeypatch)
+    config = base_config()
+    if machines == "tpu":
+        del config["trainstack:cluster"]
+        config["trainstack:zone"] = "us-central1-b"
+        config["trainstack:tpu"] = {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.17.0-pjrt"}
+    image = "europe-west4-docker.pkg.dev/shared-images-77/vision/team/trainer:v2"
+    config["trainstack:job"] = {"name": "img", "image": image}
+    plan = plan_of(write_stack(tmp_path, config))
+    # Looked up once, in the image's own repository, by its name and tag.
+    assert lookups.calls == [
+        {
+            "project": "shared-images-77",
+            "location": "europe-west4",
+            "repositoryId": "vision",
+            "imageName": "team/trainer:v2",
+        }
+    ]
+    pinned = f"europe-west4-docker.pkg.dev/shared-images-77/vision/team/trainer@{lookups.digests['team/trainer:v2']}"
+    machine_types = {"cluster": INSTANCE, "tpu": "gcp:tpu/v2Vm:V2Vm"}
+    vms = plan.of_type(machine_types[machines])
+    assert vms and {vm.inputs["metadata"]["trainstack-image"] for vm in vms} == {pinned}
+
+
+def test_an_image_named_by_digest_is_not_looked_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lookups = RecordedImageLookups(monkeypatch)
+    uri = "us-central1-docker.pkg.dev/test-project-123/test-images/trainer@sha256:" + "b" * 64
+    plan = image_plan(tmp_path, uri)
+    assert lookups.calls == []
+    assert {vm.inputs["metadata"]["trainstack-image"] for vm in plan.of_type(INSTANCE)} == {uri}
+
+
+def test_a_lookup_that_gives_no_digest_fails_the_deployment() -> None:
+    image = resolve_image("trainer:v1", "us-central1-docker.pkg.dev/test-project-123/test-images")
+    with pytest.raises(ValueError, match="by digest"):
+        image_by_digest(image, "us-central1-docker.pkg.dev/test-project-123/test-images/trainer:v1")
+    with pytest.raises(ValueError, match="by digest"):
+        image_by_digest(image, "us-central1-docker.pkg.dev/other-project-1/test-images/trainer@sha256:" + "c" * 64)
+
+
+@pytest.mark.parametrize("image", ["docker.io/library/python:3.12", "gcr.io/my-project/trainer:v1", "ghcr.io/o/t:v1"])
+def test_an_image_by_tag_outside_artifact_registry_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], image: str
+) -> None:
+    """Only Artifact Registry resolves a tag to its digest when the stack is deployed."""
+    path = write_stack(tmp_path, single_node({"name": "j", "image": image}))
+    assert main(["validate", "--stack-file", str(path)]) == 1
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "trainstack:job.image" in line]
+    assert image in line and "NAME@sha256:" in line and "docker.pkg.dev" in line and "Traceback" not in line
+
+
 # --- Run by the boot script ----------------------------------------------------------------------
 def run_local(config: dict[str, Any], tmp_path: Path, **kwargs: Any) -> Any:
     cfg = load_stack(write_stack(tmp_path, config))[0]
     # An image's container shares the Docker engine's network: `local` runs it there only when told to.
     kwargs.setdefault("allow_shared_network", "image" in config["trainstack:job"])
     return (
-        LocalStackRun(resolve_stack(cfg), tmp_path / "work", TrainerOverrides(), echo=False, **kwargs)
+        LocalStackRun(resolve_stack(cfg), tmp_path / "work", TrainerOverrides(), **{"echo": False, **kwargs})
         .start()
         .wait(timeout=300)
     )
@@ -520,6 +602,20 @@ def test_an_image_node_with_gpus_passes_them_through(tmp_path: Path, monkeypatch
     assert result.succeeded, result.logs
     [run] = [call for call in recorded_calls(calls) if call[0] == "run"]
     assert run[run.index("--gpus") + 1] == "all"
+
+
+@pytest.mark.parametrize("reference", [":v1", "@sha256:" + "d" * 64])
+def test_local_runs_an_image_by_tag_or_digest_and_says_a_tag_is_not_pinned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], reference: str
+) -> None:
+    calls = install_recording_command("docker", tmp_path, monkeypatch)
+    uri = f"us-central1-docker.pkg.dev/test-project-123/test-images/trainer{reference}"
+    result = run_local(single_node({"name": "img", "image": uri}), tmp_path, echo=True)
+    assert result.succeeded, result.logs
+    # `local` reaches no registry's API: it runs the name as given, and says when that is a tag.
+    assert [call for call in recorded_calls(calls) if call[0] == "pull"] == [["pull", "--quiet", uri]]
+    said = [line for line in capsys.readouterr().out.splitlines() if "not pinned here" in line]
+    assert len(said) == (1 if reference == ":v1" else 0), said
 
 
 def test_local_refuses_builtin_overrides_for_a_teams_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

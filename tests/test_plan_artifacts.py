@@ -45,13 +45,20 @@ def test_every_shipped_stack_lists_what_its_machines_execute_each_pinned(stack: 
             assert any(a["sha256"] == digest and resource.name in a["machines"] for a in artifacts)
 
 
-def test_an_image_named_by_tag_is_flagged_unpinned(tmp_path: Path) -> None:
+def test_an_image_named_by_tag_is_listed_by_the_digest_it_is_resolved_to(tmp_path: Path) -> None:
+    """Defect: a NAME:TAG image was pulled at every boot, listed with pin none."""
     config = base_config()
     config["trainstack:cluster"] = {"chief": {"machine_type": "n1-standard-4"}, "strategy": "one_device"}
     config["trainstack:job"] = {"name": "j", "image": "trainer:v1"}
-    artifacts = plan_of(write_stack(tmp_path, config)).to_json()["executed_artifacts"]
-    [image] = [a for a in artifacts if a["artifact"] == "job image"]
-    assert image["pin"] == "none" and image["unpinned"] and image["object"].endswith("/trainer:v1")
+    plan = plan_of(write_stack(tmp_path, config))
+    [image] = [a for a in plan.to_json()["executed_artifacts"] if a["artifact"] == "job image"]
+    assert (image["pin"], image["unpinned"]) == ("image-digest", False)
+    assert (
+        image["object"] == f"us-central1-docker.pkg.dev/test-project-123/test-images/trainer@sha256:{image['sha256']}"
+    )
+    # Offline, the digest is the plan's stand-in, and the entry says which tag `pulumi up` resolves.
+    assert image["resolved_from"].endswith("/test-images/trainer:v1") and image["stand_in_digest"] is True
+    assert any("stand-in" in note and "trainer:v1" in note for note in plan.notes)
 
 
 def test_an_image_named_by_digest_is_pinned(tmp_path: Path) -> None:

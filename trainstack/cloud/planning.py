@@ -39,6 +39,10 @@ from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_
 PROGRAM = PROJECT_ROOT / "__main__.py"
 # A stand-in project number for the mocked getProject call (budgets filter by project number).
 MOCK_PROJECT_NUMBER = "123456789012"
+# Artifact Registry's image lookup, which resolves job.image's tag at `pulumi up`; offline, a
+# stand-in digest derived from the image's name answers it (see stand_in_docker_image).
+DOCKER_IMAGE_TOKEN = "gcp:artifactregistry/getDockerImage:getDockerImage"
+STAND_IN_DIGEST_SEED = "trainstack plan stand-in digest:"
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class Plan:
             "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
             "cost": self.cost.to_json(),
             "bucket_access": self.bucket_access(),
-            "executed_artifacts": executed_artifacts(self.resources),
+            "executed_artifacts": with_stand_in_digests(executed_artifacts(self.resources), self.resolved),
         }
 
     def bucket_access(self) -> dict[str, Any]:
@@ -231,6 +235,17 @@ def executed_artifacts(resources: list[PlannedResource]) -> list[dict[str, Any]]
             key = (entry["artifact"], entry["object"])
             found.setdefault(key, {**entry, "machines": []})["machines"].append(resource.name)
     return sorted(found.values(), key=lambda entry: (entry["artifact"], entry["object"]))
+
+
+def with_stand_in_digests(artifacts: list[dict[str, Any]], stack: ResolvedStack) -> list[dict[str, Any]]:
+    """``artifacts``, where a job image named by tag says which tag `pulumi up` resolves and that
+    the digest shown is the plan's stand-in for the one it will find (a plan reaches no registry)."""
+    image = stack.job.image if stack.job is not None else None
+    if image is not None and image.tag is not None:
+        for entry in artifacts:
+            if entry["artifact"] == "job image":
+                entry.update(resolved_from=image.uri, stand_in_digest=True)
+    return artifacts
 
 
 # Cloud Storage roles that can create, replace or delete objects
@@ -425,7 +440,27 @@ class PlanMocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
         if args.token == "gcp:organizations/getProject:getProject":
             return {"number": MOCK_PROJECT_NUMBER, "projectId": args.args.get("projectId", self.project)}, []
+        if args.token == DOCKER_IMAGE_TOKEN:
+            return stand_in_docker_image(args.args), []
         return {}, []
+
+
+def stand_in_docker_image(args: Mapping[str, Any]) -> dict[str, str]:
+    """What Artifact Registry's getDockerImage answers for an image named by tag, offline: the
+    image by a digest derived from its name (a plan reaches no registry; `pulumi up` asks it)."""
+    project, location = str(args.get("project")), str(args.get("location"))
+    repository, image_name = str(args.get("repositoryId")), str(args.get("imageName"))
+    image = image_name.partition(":")[0]
+    named = f"{location}-docker.pkg.dev/{project}/{repository}/{image_name}"
+    digest = "sha256:" + hashlib.sha256(f"{STAND_IN_DIGEST_SEED}{named}".encode()).hexdigest()
+    return {
+        "project": project,
+        "location": location,
+        "repositoryId": repository,
+        "imageName": image_name,
+        "name": f"projects/{project}/locations/{location}/repositories/{repository}/dockerImages/{image}@{digest}",
+        "selfLink": f"{location}-docker.pkg.dev/{project}/{repository}/{image}@{digest}",
+    }
 
 
 def engine_config(config: Mapping[str, Any]) -> dict[str, str]:
@@ -532,6 +567,12 @@ def plan_notes(stack: ResolvedStack) -> list[str]:
         )
     if stack.job is not None and stack.job.image is not None:
         notes.append(f"the job runs the image {stack.job.image.uri} with Docker on every node")
+        if stack.job.image.tag is not None:
+            notes.append(
+                f"job.image is named by tag: `pulumi up` resolves {stack.job.image.uri} to its digest in Artifact "
+                "Registry and every machine pulls that digest; this plan reaches no registry, so the digest it "
+                "shows is a stand-in derived from the image's name"
+            )
     elif stack.job is not None and stack.job.package is not None and not stack.job.builtin:
         notes.append(
             f"the job runs `python -m {stack.job.package.module}` from {stack.job.package.display_source} "

@@ -111,6 +111,13 @@ def code_spec(
     assert stack.job is not None and stack.cluster is not None
     args = [*stack.cluster.trainer_args, FLAGS.job_dir, stack.job.job_dir]
     if stack.job.image is not None:
+        if stack.job.image.tag is not None:
+            notes.append(
+                f"imageUri {stack.job.image.uri} is named by tag, which Vertex AI pulls as it is when the job "
+                "starts; `export` reaches no registry to pin it (`pulumi up` does for the stack's own machines): "
+                "for a pinned job, name trainstack:job.image NAME@sha256:... (`gcloud artifacts docker images "
+                "describe URI` shows its digest)"
+            )
         return "containerSpec", {"imageUri": stack.job.image.uri, "args": args}
     own_image = image_uri(stack.registry_url, content_tag())
     build = f"`.venv/bin/trainstack build --stack {stack.name}` builds and pushes it"

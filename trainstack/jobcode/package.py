@@ -71,6 +71,7 @@ FULL_IMAGE_PATTERN = re.compile(
 )
 # NAME:TAG or NAME@sha256:...: an image in the stack's own repository.
 SHORT_IMAGE_PATTERN = re.compile(rf"(?P<image>{_IMAGE_PATH}){_IMAGE_REFERENCE}")
+IMAGE_DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 MAX_IMAGE_CHARS = 1024
 
 
@@ -241,10 +242,24 @@ class ImageRef:
     location: str
     project: str
     repository: str
+    # The image's path in its repository, and its tag or its digest (sha256:HEX): one of the two.
+    name: str = ""
+    tag: str | None = None
+    digest: str | None = None
 
     @property
     def registry_host(self) -> str:
         return f"{self.location}-docker.pkg.dev"
+
+    @property
+    def repository_url(self) -> str:
+        return f"{self.registry_host}/{self.project}/{self.repository}"
+
+    def by_digest(self, digest: str) -> str:
+        """This image's URI pinned to ``digest`` (sha256:HEX), which nodes pull whatever the tag now names."""
+        if IMAGE_DIGEST_PATTERN.fullmatch(digest) is None:
+            raise CodeError(f"{shorten(digest)} is not an image digest (sha256: and 64 hex characters)")
+        return f"{self.repository_url}/{self.name}@{digest}"
 
 
 def project_path(value: str) -> Path:
@@ -660,7 +675,8 @@ def check_image_syntax(value: str) -> str:
     raise CodeError(
         f"{shorten(value)} is not an image trainstack can run: use NAME:TAG (or NAME@sha256:...) for an image in "
         "the stack's own repository, or LOCATION-docker.pkg.dev/PROJECT/REPOSITORY/NAME:TAG for another Artifact "
-        "Registry repository (the nodes get read access to it); copy other registries' images into one first"
+        "Registry repository (the nodes get read access to it); `pulumi up` pins a tag to its digest in Artifact "
+        "Registry only: copy other registries' images into a repository first"
     )
 
 
@@ -671,4 +687,12 @@ def resolve_image(value: str, registry_url: str) -> ImageRef:
     match = FULL_IMAGE_PATTERN.fullmatch(uri)
     if match is None:
         raise CodeError(f"{shorten(uri)} is not an Artifact Registry image")
-    return ImageRef(uri=uri, location=match["location"], project=match["project"], repository=match["repository"])
+    return ImageRef(
+        uri=uri,
+        location=match["location"],
+        project=match["project"],
+        repository=match["repository"],
+        name=match["image"],
+        tag=match["tag"],
+        digest=match["digest"],
+    )

@@ -106,6 +106,19 @@ _WAYS_ON = (
 )
 
 
+def run_notes(machine_notes: list[str], network_note: str | None, job: ResolvedJob | None) -> list[str]:
+    """What differs from the cloud: the machines' notes, the network's, and for an image named
+    by tag that it is not pinned here (`pulumi up` pins it to a digest; `local` does not)."""
+    notes = [*machine_notes, *([network_note] if network_note else [])]
+    if job is not None and job.image is not None and job.image.tag is not None:
+        notes.append(
+            f"the job's image {job.image.uri} is named by tag and not pinned here: this machine's Docker engine "
+            "pulls whatever the tag names now (on the cloud, `pulumi up` resolves the tag to its digest and "
+            "nodes pull that)"
+        )
+    return notes
+
+
 def loopback_network(
     allow_shared: bool, bucket: StandInBucket, job: ResolvedJob | None
 ) -> tuple[LoopbackNetwork | None, str | None]:
@@ -204,7 +217,7 @@ class LocalStackRun:
     def start(self) -> LocalStackRun:
         if self.echo:
             # What differs from the cloud.
-            for note in [*self.machines.notes, *([self.network_note] if self.network_note else [])]:
+            for note in run_notes(self.machines.notes, self.network_note, self.job):
                 print(f"[local] note: {note}", flush=True)
         self.prepare()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
@@ -61,7 +62,7 @@ class TrainingClusterArgs:
     cluster: ResolvedCluster
     startup_script: str
     # Instance metadata by node name (see trainstack.cloud.bootscripts.node_metadata).
-    node_metadata: dict[str, dict[str, str]]
+    node_metadata: Mapping[str, Mapping[str, pulumi.Input[str]]]
     service_account_email: pulumi.Input[str]
     subnetwork: pulumi.Input[str]
     labels: dict[str, str]

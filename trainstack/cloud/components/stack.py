@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from trainstack.cloud.components.cluster import TrainingCluster, TrainingCluster
 from trainstack.cloud.components.identity import NOTEBOOK_PREFIX, WRITABLE_PREFIX, NodeIdentity, NodeIdentityArgs
 from trainstack.cloud.components.network import PrivateNetwork, PrivateNetworkArgs
 from trainstack.cloud.components.notebook import WorkbenchNotebook, WorkbenchNotebookArgs
-from trainstack.cloud.components.registry import ContainerRegistry, ContainerRegistryArgs
+from trainstack.cloud.components.registry import ContainerRegistry, ContainerRegistryArgs, pinned_image
 from trainstack.cloud.components.secrets import JobSecrets, JobSecretsArgs
 from trainstack.cloud.components.services import (
     BUDGET_API,
@@ -29,7 +30,7 @@ from trainstack.cloud.components.services import (
 )
 from trainstack.cloud.components.tpu_vm import TpuVm, TpuVmArgs
 from trainstack.stackmodel.resolved import TRAINING_ACCOUNT_SUFFIX, ResolvedStack
-from trainstack_contract import LAYOUT, STACK_LABEL
+from trainstack_contract import LAYOUT, METADATA_KEYS, STACK_LABEL
 
 
 def ssh_command(vm_name: str, zone: str, project: str, tpu: bool = False) -> str:
@@ -269,6 +270,7 @@ def declare_machines(
     name, project, zone, labels = stack.name, stack.project, stack.zone, stack.labels
     network = options.network
     machines = Machines()
+    pin = image_pin(stack, options.parent)
     if stack.cluster is not None and boot.cluster_script is not None and identities.training is not None:
         machines.cluster = TrainingCluster(
             f"{name}-cluster",
@@ -277,7 +279,7 @@ def declare_machines(
                 zone=zone,
                 cluster=stack.cluster,
                 startup_script=boot.cluster_script,
-                node_metadata=boot.cluster_metadata,
+                node_metadata={node: pin(metadata) for node, metadata in boot.cluster_metadata.items()},
                 service_account_email=identities.training.email,
                 subnetwork=network.subnetwork.id,
                 labels=labels,
@@ -295,7 +297,7 @@ def declare_machines(
                 zone=zone,
                 tpu=stack.tpu,
                 startup_script=boot.tpu_script,
-                metadata=boot.tpu_metadata,
+                metadata=pin(boot.tpu_metadata),
                 service_account_email=identities.tpu.email,
                 service_account_member=identities.tpu.member,
                 network=network.network.id,
@@ -330,6 +332,23 @@ def declare_machines(
             opts=options.waiting(identities.notebook, fetches_code=False),
         )
     return machines
+
+
+MachineMetadata = Mapping[str, pulumi.Input[str]]
+
+
+def image_pin(stack: ResolvedStack, parent: pulumi.Resource) -> Callable[[Mapping[str, str]], MachineMetadata]:
+    """What gives a machine's metadata the job's image by digest: an image named by tag is
+    resolved once, when the stack is deployed, and every machine pulls that digest."""
+    image = stack.job.image if stack.job is not None else None
+    if image is None:
+        return lambda metadata: metadata
+    pinned = pinned_image(image, pulumi.InvokeOutputOptions(parent=parent))
+
+    def pin(metadata: Mapping[str, str]) -> MachineMetadata:
+        return {**metadata, METADATA_KEYS.image: pinned} if METADATA_KEYS.image in metadata else metadata
+
+    return pin
 
 
 def declare_access_and_budget(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
@@ -26,7 +27,7 @@ class TpuVmArgs:
     zone: str
     tpu: ResolvedTpu
     startup_script: str
-    metadata: dict[str, str]
+    metadata: Mapping[str, pulumi.Input[str]]
     service_account_email: pulumi.Input[str]
     service_account_member: pulumi.Input[str]
     network: pulumi.Input[str]
