@@ -74,7 +74,7 @@ def require_root() -> None:
 def test_the_jobs_code_runs_unprivileged_and_cannot_write_where_only_root_may(tmp_path: Path) -> None:
     require_root()
     # The drop needs a checkout whose packages the job's user can reach (not one in root's home).
-    assert job_user_obstacle(tmp_path / "work") is None, job_user_obstacle(tmp_path / "work")
+    assert job_user_obstacle(tmp_path) is None, job_user_obstacle(tmp_path)
     forbidden = tmp_path / "root-only"
     forbidden.mkdir(mode=0o700)
     forbidden.chmod(0o700)

@@ -73,9 +73,12 @@ def share_probe_records(local: LocalStackRun) -> Path:
     Only the probe's own records go there: status objects go through the Cloud Storage API."""
     shared = local.workdir / "probe-gs"
     shared.mkdir(parents=True)
+    # The job's code runs as the unprivileged job user, from its own working directory.
+    shared.chmod(0o1777)
     for local_node in local.nodes:
-        local_node.state_dir.mkdir(parents=True)
-        (local_node.state_dir / "gs:").symlink_to(shared, target_is_directory=True)
+        for directory in (local_node.state_dir, local_node.state_dir / "job-work"):
+            directory.mkdir(parents=True)
+            (directory / "gs:").symlink_to(shared, target_is_directory=True)
     return shared
 
 
@@ -147,6 +150,7 @@ def test_status_reads_the_job_a_real_boot_script_wrote_to_the_emulator(
         [
             agent,
             archive,
+            local.layout.kind.lock_artifact.object_name,
             f"{PREFIX}/{LAYOUT.job_status}",
             f"{PREFIX}/{LAYOUT.job_settings}",
             *(f"{PREFIX}/{LAYOUT.node_status(n)}" for n in NODES),

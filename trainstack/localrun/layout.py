@@ -20,6 +20,7 @@ from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
 from trainstack.localrun.workdir import WORKDIR_MARKER, job_user_obstacle
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
+from trainstack_agent.jobuser import JOB_USER_NAME
 from trainstack_contract import CHIEF, LAYOUT, STATES
 from trainstack_contract.status import StatusDocument, StatusFormatError, utc_now
 
@@ -74,7 +75,7 @@ class LocalRunLayout:
         the job's code cannot run as the cloud's unprivileged job user here, if it cannot
         (:func:`~trainstack.localrun.workdir.job_user_obstacle`): it then runs as the agent."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        obstacle = job_user_obstacle(self.workdir)
+        obstacle = job_user_obstacle(self.workdir, agent_makes_environment=not self.environment_installed)
         (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.stack.stack}\n")
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
         staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse, self.kind.lock_artifact)
@@ -84,6 +85,12 @@ class LocalRunLayout:
         venv_python = self.nodes[0].state_dir / "venv" / "bin" / "python"
         python = venv_python if venv_python.exists() else Path(sys.executable)
         staging.fetch_for_pip(self.job, python, self.pip_find_links, echo)
+        if obstacle is not None and echo:
+            print(
+                f"[local] note: the job's code runs as root here, not as the unprivileged {JOB_USER_NAME} "
+                f"it runs as on the cloud: {obstacle}",
+                flush=True,
+            )
         return obstacle
 
 

@@ -47,7 +47,6 @@ from trainstack.localrun.standins import DirectoryBucket, StandInBucket
 from trainstack.localrun.supervisor import STOP_SECONDS, Supervisor
 from trainstack.localrun.workdir import check_adoptable, clear_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
-from trainstack_agent.jobuser import JOB_USER_NAME
 
 # After SIGINT or SIGTERM, how long the nodes get to record INTERRUPTED and end their
 # trainers (each agent gives its trainer 10 s) before what is left is killed.
@@ -61,11 +60,15 @@ THREADS_PER_NODE = "1"
 
 
 def node_environment(
-    local_node: LocalNode, metadata_root: str, compute_root: str, self_stop_log: Path, pip_find_links: Path
+    local_node: LocalNode, metadata_root: str, compute_root: str, layout: LocalRunLayout, job_as_agent_user: bool
 ) -> dict[str, str]:
     """This process's environment with the node agent's cloud bound to the run's stand-ins,
-    and TensorFlow kept to the CPU and one thread pool."""
+    and TensorFlow kept to the CPU and one thread pool. ``job_as_agent_user``: the job's code
+    runs as the agent (:func:`~trainstack.localrun.workdir.job_user_obstacle` said why)."""
+    self_stop_log, pip_find_links = layout.self_stop_log, layout.pip_find_links
     environment = dict(os.environ)
+    if job_as_agent_user:
+        environment["TRAINSTACK_JOB_AS_AGENT_USER"] = "1"
     environment.update(
         TRAINSTACK_METADATA_ROOT=metadata_root,
         TRAINSTACK_COMPUTE_API=compute_root,
@@ -189,20 +192,10 @@ class LocalStackRun:
 
     def prepare(self) -> None:
         self.job_user_obstacle = self.layout.prepare(self.echo)
-        if self.job_user_obstacle is not None and self.echo:
-            print(
-                f"[local] note: the job's code runs as root here, not as the unprivileged {JOB_USER_NAME} "
-                f"it runs as on the cloud: {self.job_user_obstacle}",
-                flush=True,
-            )
 
     def _environment(self, local_node: LocalNode) -> dict[str, str]:
-        layout = self.layout
         root = self.server.root_for(local_node.name)
-        environment = node_environment(local_node, root, self.compute.root, layout.self_stop_log, layout.pip_find_links)
-        if self.job_user_obstacle is not None:
-            environment["TRAINSTACK_JOB_AS_AGENT_USER"] = "1"
-        return environment
+        return node_environment(local_node, root, self.compute.root, self.layout, self.job_user_obstacle is not None)
 
     def boot_command(self) -> list[str]:
         """How a node boots: its boot script, inside the run's namespace when there is one."""

@@ -83,12 +83,14 @@ def interpreter_for_job_user() -> Path | None:
     return None
 
 
-def job_user_obstacle(workdir: Path) -> str | None:
+def job_user_obstacle(workdir: Path, agent_makes_environment: bool = False) -> str | None:
     """Run as root, a local run's agents start the job's code as the unprivileged user the
     cloud's nodes use (:mod:`trainstack_agent.jobuser`). That user must pass through every
     directory above the work directory and this interpreter's packages, and run an
     interpreter; what stops it, in words, or None when nothing does. Not root: None, the
-    job's code runs as this user, who can."""
+    job's code runs as this user, who can. ``agent_makes_environment``: the nodes' agents make
+    their environment from the ``python3`` their boot script finds, which that user must then
+    be able to run too."""
     if os.geteuid() != 0:
         return None
     packages = Path(sysconfig.get_paths()["purelib"])
@@ -97,6 +99,10 @@ def job_user_obstacle(workdir: Path) -> str | None:
         if blocked is not None:
             mode = stat.S_IMODE(blocked.stat().st_mode)
             return f"{JOB_USER_NAME} cannot enter {blocked} (mode {mode:04o}) above {what} {path}"
+    python3 = shutil.which("python3")
+    if agent_makes_environment and python3 is not None and unreachable_by_others(Path(python3)) is not None:
+        blocked = unreachable_by_others(Path(python3))
+        return f"{JOB_USER_NAME} cannot run the nodes' python3 ({python3}): it cannot enter {blocked}"
     if interpreter_for_job_user() is None:
         return (
             f"{JOB_USER_NAME} cannot run {sys.executable} (under a directory others may not enter) and no "
