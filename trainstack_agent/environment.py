@@ -178,15 +178,15 @@ class Environment:
         self._run(["docker", "pull", "--quiet", image], DOCKER_PULL_SECONDS, f"pulling {image}")
 
     def prepare_for_job_user(self) -> Prepared:
-        """:meth:`prepare`, then the job's user (:mod:`trainstack_agent.jobuser`) for a job
-        run from a module, with what its code reads shared with it read-only. An image job's
-        docker client stays root's: Docker's socket is root's to use."""
+        """:meth:`prepare`, then the job's user (:mod:`trainstack_agent.jobuser`), with what a
+        module's code reads shared with it read-only. An image job's docker client stays root's
+        (Docker's socket is root's to use); its container runs as that user."""
         prepared = self.prepare()
         job = self.settings.job
         assert job is not None
-        if job.module is None or self.job_as_agent_user:
+        if self.job_as_agent_user:
             return prepared
-        readable = (self.venv, self.state_dir / "code")
+        readable = (self.venv, self.state_dir / "code") if job.module is not None else ()
         return replace(prepared, user=prepare_job_user(self.state_dir, readable, job.job_dir))
 
     def prepare(self) -> Prepared:

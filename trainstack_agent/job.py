@@ -104,5 +104,11 @@ def job_command(
     # container reaches with the node's credentials, over the host network.
     if not job.job_dir.startswith("gs://"):
         options += ["--volume", f"{job.job_dir}:{job.job_dir}"]
+    if user is not None:
+        # The container's code runs as the job's unprivileged user too, with no capability and
+        # no way to gain one: reaching its process (the gRPC port on the host network) gives
+        # no root. HOME: the image's own (often /root) is not that user's to write.
+        options += ["--user", f"{user.uid}:{user.gid}", "--cap-drop", "ALL"]
+        options += ["--security-opt", "no-new-privileges", "--env", "HOME=/tmp"]
     argv = ("docker", "run", *options, job.image, FLAGS.job_dir, job.job_dir, *job.trainer_args)
     return JobCommand(argv, env, state_dir, container)

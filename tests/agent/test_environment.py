@@ -20,6 +20,7 @@ from agent_fakes import BUCKET, MemoryStorage, settings
 from trainstack.jobcode.package import load_package, zip_bytes
 from trainstack_agent.environment import Environment, Prepared
 from trainstack_agent.job import job_command
+from trainstack_agent.jobuser import JobUser
 from trainstack_agent.processes import JobLauncher, Log, Processes
 from trainstack_agent.settings import Artifact
 from trainstack_contract import PATH_INSTALL, PROJECT_INSTALL, TPU_NODE_KIND, requirements_stamp
@@ -170,6 +171,22 @@ def test_job_env_is_in_the_codes_environment_and_what_trainstack_sets_wins(tmp_p
     assert command.env["NODE_NAME"] == node.node
     assert command.env["AIP_MODEL_DIR"] == f"{node.job.job_dir}/model"
     assert command.env["TF_CONFIG"] == node.tf_config
+
+
+def test_an_images_container_runs_as_the_jobs_user_with_no_capability_while_its_client_stays_root(
+    tmp_path: Path,
+) -> None:
+    node = settings()
+    assert node.job is not None
+    node = replace(node, job=replace(node.job, module=None, image="registry.example/team/trainer:v1"))
+    user = JobUser("trainstack-job", 998, 997, tmp_path / "job-home", tmp_path / "job-work")
+    command = job_command(node, {"PATH": "/bin"}, tmp_path / "python", None, tmp_path, {}, user)
+    options = list(command.argv[: command.argv.index("registry.example/team/trainer:v1")])
+    assert options[options.index("--user") + 1] == "998:997"
+    assert options[options.index("--cap-drop") + 1] == "ALL"
+    assert options[options.index("--security-opt") + 1] == "no-new-privileges"
+    # Docker's socket is root's: the client itself is not started as the job's user.
+    assert command.user is None
 
 
 def test_an_images_job_env_goes_on_its_command_line_never_into_the_docker_clients_environment(
