@@ -122,7 +122,12 @@ def give_tree(root: Path, uid: int, gid: int) -> None:
     os.chown(root, uid, gid, follow_symlinks=False)
     for directory, subdirectories, files in os.walk(root):
         for each in (*subdirectories, *files):
-            os.chown(Path(directory, each), uid, gid, follow_symlinks=False)
+            try:
+                os.chown(Path(directory, each), uid, gid, follow_symlinks=False)
+            except FileNotFoundError:
+                # The other nodes' agents write the same local job directory meanwhile: a
+                # status object's temporary file is renamed away between listing and chown.
+                continue
 
 
 def prepare_job_user(
