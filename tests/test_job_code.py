@@ -933,6 +933,14 @@ job_dir = argv[argv.index("--job-dir") + 1]
 names = ("TF_USE_LEGACY_KERAS", "TEAM_SETTING", "NODE_NAME", "TF_CONFIG")
 with open(os.path.join(job_dir, "env-" + os.environ["NODE_NAME"] + ".json"), "w") as out:
     json.dump({name: os.environ.get(name) for name in names}, out)
+# The chief ends the job: it waits for the worker's record, as a cluster's chief waits for its
+# workers, or a worker slow to start would find the job over before its code ran.
+import time
+deadline = time.monotonic() + 120
+while os.environ["NODE_NAME"] == "chief" and time.monotonic() < deadline:
+    if os.path.exists(os.path.join(job_dir, "env-worker-0.json")):
+        break
+    time.sleep(0.2)
 """
 
 

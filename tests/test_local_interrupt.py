@@ -50,7 +50,16 @@ def test_an_interrupted_local_run_stops_every_node_and_leaves_the_job_resumable(
     workdir = tmp_path / "work"
     command = [sys.executable, "-m", "trainstack", "local", "--stack", "multiworker", "--workdir", str(workdir)]
     command += ["--epochs", "50", "--steps-per-epoch", "200", "--image-size", "32"]
-    cli = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal gives it: a shell runs a background job (a CI step started with &)
+    # with SIGINT ignored, which the command would inherit.
+    cli = subprocess.Popen(
+        command,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + HANG_SECONDS
     assert cli.stdout is not None
     # Once every node's trainer has taken its first step.
