@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from trainstack_policies.contract import EXECUTED_PREFIX, MAX_RUN_SECONDS_KEY, STACK_LABEL
+from trainstack_policies.contract import EXECUTED_PREFIX, MAX_RUN_SECONDS_KEY, STACK_LABEL, STORAGE_WRITE_ROLES
 from trainstack_policies.resources import (
     ACCOUNT,
     BUCKET,
@@ -180,21 +180,6 @@ def bucket_access(args: Any, report: Report) -> None:
         report("uniformBucketLevelAccess must be true", None)
     if args.props.get("publicAccessPrevention") != "enforced":
         report('publicAccessPrevention must be "enforced"', None)
-
-
-# Cloud Storage roles that can create, replace or delete objects
-# (https://cloud.google.com/storage/docs/access-control/iam-roles).
-STORAGE_WRITE_ROLES = frozenset(
-    {
-        "roles/storage.admin",
-        "roles/storage.objectAdmin",
-        "roles/storage.objectCreator",
-        "roles/storage.objectUser",
-        "roles/storage.legacyBucketOwner",
-        "roles/storage.legacyBucketWriter",
-        "roles/storage.legacyObjectOwner",
-    }
-)
 
 
 def executed_objects_spared(args: Any, report: Report) -> None:

@@ -34,7 +34,7 @@ from trainstack.cloud.pulumi_internals import (
 )
 from trainstack.stackmodel.cost import CostReport, cost_report
 from trainstack.stackmodel.resolved import NodeCost, ResolvedStack, stack_warnings
-from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_INSTALL
+from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_INSTALL, STORAGE_WRITE_ROLES
 
 PROGRAM = PROJECT_ROOT / "__main__.py"
 # A stand-in project number for the mocked getProject call (budgets filter by project number).
@@ -248,19 +248,6 @@ def with_stand_in_digests(artifacts: list[dict[str, Any]], stack: ResolvedStack)
     return artifacts
 
 
-# Cloud Storage roles that can create, replace or delete objects
-# (https://cloud.google.com/storage/docs/access-control/iam-roles).
-STORAGE_WRITE_ROLES = frozenset(
-    {
-        "roles/storage.admin",
-        "roles/storage.objectAdmin",
-        "roles/storage.objectCreator",
-        "roles/storage.objectUser",
-        "roles/storage.legacyBucketOwner",
-        "roles/storage.legacyBucketWriter",
-        "roles/storage.legacyObjectOwner",
-    }
-)
 _OBJECTS_UNDER = re.compile(
     r'resource\.name\.startsWith\("projects/_/buckets/(?P<bucket>[^"/]+)/objects/(?P<prefix>[^"]*)"\)'
 )

@@ -95,9 +95,10 @@ def pinned_version(name: str) -> str | None:
     return next((pin.version for pin in cluster_pins() if pin.name == name), None)
 
 
-def requirement_lines(text: str) -> list[tuple[int, str]]:
-    """(line number, requirement) of a pip requirements file: comments, options (-r, -e,
-    --index-url ...) and blank lines left out, continued lines joined."""
+def logical_lines(text: str) -> tuple[list[tuple[int, str]], int | None]:
+    """(first line number, line) of each non-blank logical line of a pip requirements file,
+    comments left out and continued lines joined; and the number of a line whose continuation
+    (a trailing backslash) never ends, or None."""
     found: list[tuple[int, str]] = []
     pending, start = "", 0
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -108,9 +109,15 @@ def requirement_lines(text: str) -> list[tuple[int, str]]:
             pending += line[:-1] + " "
             continue
         line, pending = " ".join((pending + line).split()), ""
-        if line and not line.startswith("-"):
+        if line:
             found.append((start, line))
-    return found
+    return found, (start if pending else None)
+
+
+def requirement_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, requirement) of a pip requirements file: comments, options (-r, -e,
+    --index-url ...) and blank lines left out, continued lines joined."""
+    return [(number, line) for number, line in logical_lines(text)[0] if not line.startswith("-")]
 
 
 def conflicts(requirements: Iterable[tuple[str, str]], pins: Iterable[Pin]) -> list[Conflict]:

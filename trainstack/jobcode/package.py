@@ -33,7 +33,7 @@ import trainstack_contract
 from trainstack.base.credentials import credential_kind
 from trainstack.base.errors import shorten
 from trainstack.base.project import PROJECT_ROOT
-from trainstack.jobcode.node_environment import unhashed_requirements
+from trainstack.jobcode.node_environment import logical_lines, unhashed_requirements
 from trainstack_contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
 
 # Relative package and requirements paths are relative to the project root, where
@@ -545,8 +545,6 @@ ALLOWED_REQUIREMENT_LINES = (
 )
 # pip's per-requirement hash option: only narrows what pip accepts.
 _HASH_OPTION = re.compile(r"--hash=sha(?:256:[0-9a-f]{64}|384:[0-9a-f]{96}|512:[0-9a-f]{128})")
-# pip's comment: "#" at the start of a line or after whitespace.
-_REQUIREMENT_COMMENT = re.compile(r"(^|\s)#.*$")
 # URL schemes a requirement may name (pip fetches them on the node).
 _REQUIREMENT_URL_SCHEMES = ("https", "git+https")
 
@@ -592,23 +590,16 @@ def checked_requirement_lines(text: str, shown: str) -> tuple[str, ...]:
     """The requirements of a job's requirements file (continued lines joined, comments and
     --hash options left out); CodeError naming the first line that is not allowed."""
     found: list[str] = []
-    pending, start = "", 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = _REQUIREMENT_COMMENT.sub("", raw).rstrip()
-        if not pending:
-            start = number
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        line, pending = " ".join((pending + line).split()), ""
-        if not line:
-            continue
+    lines, unterminated = logical_lines(text)
+    for start, line in lines:
         problem = _requirement_line_problem(line)
         if problem is not None:
             raise CodeError(f"{shown} line {start}: {problem}; allowed: {ALLOWED_REQUIREMENT_LINES}")
         found.append(" ".join(word for word in line.split() if not _HASH_OPTION.fullmatch(word)))
-    if pending:
-        raise CodeError(f"{shown} line {start}: ends in a line continuation (\\); allowed: {ALLOWED_REQUIREMENT_LINES}")
+    if unterminated is not None:
+        raise CodeError(
+            f"{shown} line {unterminated}: ends in a line continuation (\\); allowed: {ALLOWED_REQUIREMENT_LINES}"
+        )
     return tuple(found)
 
 
