@@ -3,11 +3,12 @@ metadata server and Google's APIs where a test needs their exact requests."""
 
 from __future__ import annotations
 
+import socketserver
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 
 class Scripted(ThreadingHTTPServer):
@@ -49,13 +50,22 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+Server = TypeVar("Server", bound=socketserver.BaseServer)
+
+
 @contextmanager
-def scripted_server() -> Iterator[Scripted]:
-    scripted = Scripted()
-    thread = threading.Thread(target=scripted.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+def serving(server: Server) -> Iterator[Server]:
+    """``server`` answering from a thread of its own until the block ends, then closed."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield scripted
+        yield server
     finally:
-        scripted.shutdown()
-        scripted.server_close()
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def scripted_server() -> Iterator[Scripted]:
+    with serving(Scripted()) as scripted:
+        yield scripted

@@ -5,7 +5,6 @@ records whether any request reached it and with which headers."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from http_stand_in import Scripted, scripted_server
+from http_stand_in import Scripted, scripted_server, serving
 
 from trainstack_agent.cloud import CloudError, Http, Redirected, Request, Retry
 from trainstack_agent.gcs import Storage
@@ -60,14 +59,8 @@ def elsewhere() -> Iterator[Scripted]:
 
 @contextmanager
 def redirector(status: int, target: str) -> Iterator[_Redirector]:
-    server = _Redirector(status, target)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(_Redirector(status, target)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
