@@ -290,6 +290,8 @@ class JobStates:
     # The termination signal came from Compute Engine reclaiming a Spot VM (the metadata
     # server's instance/preempted says TRUE): not a failure of the job, which stays resumable.
     preempted: str = "PREEMPTED"
+    # `trainstack cancel` ended the job (a queued job of a standing cluster): not resumed.
+    cancelled: str = "CANCELLED"
 
 
 STATES: Final = JobStates()
@@ -459,6 +461,9 @@ class MetadataKeys:
     # them, "NODE=INSTANCE ...", and how often it does so for one node before the job FAILS.
     recover: str = "trainstack-recover"
     max_restarts: str = "trainstack-max-restarts"
+    # How long a node waits with an empty job queue before it applies on_finish (seconds; 0:
+    # at once, as a node without a queue did). `submit` starts stopped nodes again.
+    idle_seconds: str = "trainstack-idle-seconds"
 
 
 METADATA_KEYS: Final = MetadataKeys()

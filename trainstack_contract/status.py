@@ -21,7 +21,9 @@ from typing import Any, Final
 from trainstack_contract import STATES, STATUS_HISTORY_LIMIT
 
 # What a status object may hold: its states, a node name or "job", bounded free text.
-_STATE_NAMES: Final = frozenset((STATES.running, STATES.succeeded, STATES.failed, STATES.interrupted, STATES.preempted))
+_STATE_NAMES: Final = frozenset(
+    (STATES.running, STATES.succeeded, STATES.failed, STATES.interrupted, STATES.preempted, STATES.cancelled)
+)
 _NODE_PATTERN: Final = re.compile(r"[a-z][a-z0-9-]{0,62}")
 _INCARNATION_PATTERN: Final = re.compile(r"[0-9a-f]{0,32}")
 # 2026-11-23T10:00:05.123456Z; the shell wrote nanoseconds, which read as microseconds.
