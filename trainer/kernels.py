@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 
-ONEDNN_SWITCH = "TF_ENABLE_ONEDNN_OPTS"
+from trainstack_contract import ONEDNN_SWITCH
 
 
 def prefer_onednn(environ: MutableMapping[str, str]) -> None:

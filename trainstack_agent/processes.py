@@ -192,13 +192,16 @@ class Processes:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         user: JobUser | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> Child:
         """``argv`` as a child that ends with the agent (a killed agent leaves none behind),
-        as ``user`` when one is given."""
+        as ``user`` when one is given, with ``pass_fds`` open in it besides the boot lock."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the agent is ending; no new process starts")
-            popen = popen_in_own_session(argv, env, cwd, pass_fds=self.keep_fds, user=user, die_with_parent=True)
+            popen = popen_in_own_session(
+                argv, env, cwd, pass_fds=(*self.keep_fds, *pass_fds), user=user, die_with_parent=True
+            )
             reader = threading.Thread(target=self._pump, args=(popen.stdout,), daemon=True)
             reader.start()
             child = Child(popen, reader)

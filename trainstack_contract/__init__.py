@@ -390,6 +390,12 @@ CONTRACT_PACKAGE: Final = "trainstack_contract"
 BUILTIN_MODULE: Final = "trainer.task"
 
 
+# TensorFlow's switch for oneDNN's CPU kernels, read once as it loads: the built-in trainer asks
+# for them (trainer.kernels), and a warm interpreter that loads TensorFlow for it
+# (trainstack_agent.warm) sets it as the trainer would.
+ONEDNN_SWITCH: Final = "TF_ENABLE_ONEDNN_OPTS"
+
+
 def requirements_stamp(lock_sha256: str | None) -> str:
     """What a node's Python environment was installed from (the sha256 of its hash-locked
     requirements, or none): the agent reinstalls when it changes, and `trainstack local` stamps
@@ -464,6 +470,9 @@ class MetadataKeys:
     # How long a node waits with an empty job queue before it applies on_finish (seconds; 0:
     # at once, as a node without a queue did). `submit` starts stopped nodes again.
     idle_seconds: str = "trainstack-idle-seconds"
+    # "true" for the built-in trainer's job: a standing node may start it in a warm interpreter
+    # that loaded TensorFlow before the job came (trainstack_agent.warm); a team's code never.
+    warm_start: str = "trainstack-warm-start"
 
 
 METADATA_KEYS: Final = MetadataKeys()

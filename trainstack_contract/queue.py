@@ -62,6 +62,7 @@ SPEC_KEYS: Final = frozenset(
         METADATA_KEYS.image,
         METADATA_KEYS.secrets,
         METADATA_KEYS.job_env,
+        METADATA_KEYS.warm_start,
     }
 )
 # Each value of a spec: at most the agent's longest (the trainer's arguments, 64 KiB).

@@ -194,6 +194,8 @@ def job_metadata(job: ResolvedJob | None, args: tuple[str, ...]) -> dict[str, st
         METADATA_KEYS.job_dir: job.job_dir,
         METADATA_KEYS.trainer_args: json.dumps(list(args)),
     }
+    if job.builtin:
+        metadata[METADATA_KEYS.warm_start] = "true"
     if job.package is not None:
         metadata[METADATA_KEYS.code_archive] = job.package.object_name
         metadata[METADATA_KEYS.code_archive_sha256] = job.package.sha256

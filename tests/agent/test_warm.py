@@ -1,0 +1,133 @@
+"""The warm interpreter of a standing node: the built-in trainer's next job runs in a Python
+that loaded its imports before the job was known, exactly as `python -m` would run it; any
+other job, or one whose environment differs, starts a new interpreter."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainstack_agent.job import JobCommand
+from trainstack_agent.processes import JobLauncher, Log, Processes
+from trainstack_agent.warm import WarmStarts, warm_environment
+from trainstack_contract import BUILTIN_MODULE, ONEDNN_SWITCH
+
+# Stands in for the built-in trainer: records where and how it ran, then exits with the code
+# its arguments name.
+PROBE = """\
+import json, os, sys
+record = {
+    "pid": os.getpid(),
+    "preloaded": "decimal" in sys.modules,
+    "argv": sys.argv[1:],
+    "argv0": sys.argv[0],
+    "tf_config": os.environ.get("TF_CONFIG"),
+    "cwd": os.getcwd(),
+    "path0": sys.path[0],
+    "name": __name__,
+}
+with open(sys.argv[sys.argv.index("--out") + 1], "w") as out:
+    json.dump(record, out)
+if "--raise" in sys.argv:
+    raise RuntimeError("the job's code failed")
+sys.exit(int(sys.argv[sys.argv.index("--exit") + 1]))
+"""
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    package = tmp_path / "code" / "trainer"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "task.py").write_text(PROBE)
+    return package.parent
+
+
+def command(code: Path, workdir: Path, out: Path, tf_config: str, *args: str, **env: str) -> JobCommand:
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(code), "TF_CONFIG": tf_config}
+    environment.update(env)
+    argv = (sys.executable, "-m", BUILTIN_MODULE, "--job-dir", str(workdir / "job"), "--out", str(out), *args)
+    return JobCommand(argv, environment, workdir)
+
+
+def wait(child: object) -> int:
+    code = child.poll()  # type: ignore[attr-defined]
+    while code is None:
+        import time
+
+        time.sleep(0.05)
+        code = child.poll()  # type: ignore[attr-defined]
+    return int(code)
+
+
+@pytest.fixture
+def starts() -> WarmStarts:
+    processes = Processes(Log(stream=io.StringIO(), journal=False))
+    warm = WarmStarts(JobLauncher(processes), lambda line: None, preload=("decimal",))
+    yield warm
+    warm.stop_all()
+
+
+def test_the_next_builtin_job_runs_in_the_interpreter_started_before_it(
+    code: Path, tmp_path: Path, starts: WarmStarts
+) -> None:
+    first = command(code, tmp_path, tmp_path / "first.json", '{"task": 1}', "--exit", "0")
+    starts.prepare(first, allowed=True)
+    waiting = starts._warm
+    assert waiting is not None
+    second = command(code, tmp_path, tmp_path / "second.json", '{"task": 2}', "--epochs", "3", "--exit", "3")
+    child = starts.start(second)
+    assert wait(child) == 3
+    record = json.loads((tmp_path / "second.json").read_text())
+    assert record["pid"] == waiting.child.child.pid
+    assert record["preloaded"] is True
+    # As `python -m trainer.task --job-dir DIR ARGS` runs it.
+    out = str(tmp_path / "second.json")
+    assert record["argv"] == ["--job-dir", str(tmp_path / "job"), "--out", out, "--epochs", "3", "--exit", "3"]
+    assert record["argv0"].endswith("trainer/task.py")
+    assert record["name"] == "__main__"
+    assert record["tf_config"] == '{"task": 2}'
+    assert record["cwd"] == str(tmp_path) == record["path0"]
+    assert starts.handed == 1
+
+
+def test_an_exception_in_the_job_exits_1_as_python_does(code: Path, tmp_path: Path, starts: WarmStarts) -> None:
+    starts.prepare(command(code, tmp_path, tmp_path / "a.json", "{}"), allowed=True)
+    child = starts.start(command(code, tmp_path, tmp_path / "b.json", "{}", "--raise", "--exit", "0"))
+    assert wait(child) == 1
+    assert starts.handed == 1
+
+
+def test_a_job_with_other_environment_starts_a_new_interpreter(code: Path, tmp_path: Path, starts: WarmStarts) -> None:
+    starts.prepare(command(code, tmp_path, tmp_path / "a.json", "{}"), allowed=True)
+    waiting = starts._warm
+    assert waiting is not None
+    other = command(code, tmp_path, tmp_path / "b.json", "{}", "--exit", "0", TF_USE_LEGACY_KERAS="1")
+    child = starts.start(other)
+    assert wait(child) == 0
+    record = json.loads((tmp_path / "b.json").read_text())
+    assert record["pid"] != waiting.child.child.pid
+    assert record["preloaded"] is False
+    assert starts.handed == 0
+    # The interpreter that waited in vain is ended, not left behind.
+    assert waiting.child.poll() is not None
+
+
+def test_a_team_module_or_a_job_not_allowed_gets_no_warm_interpreter(
+    code: Path, tmp_path: Path, starts: WarmStarts
+) -> None:
+    team = command(code, tmp_path, tmp_path / "a.json", "{}")
+    team = JobCommand((sys.executable, "-m", "team.task", *team.argv[3:]), team.env, team.cwd)
+    starts.prepare(team, allowed=True)
+    assert starts._warm is None
+    starts.prepare(command(code, tmp_path, tmp_path / "a.json", "{}"), allowed=False)
+    assert starts._warm is None
+
+
+def test_the_warm_environment_has_the_trainers_onednn_default_unless_set() -> None:
+    assert warm_environment({"TF_CONFIG": "{}", "A": "1"}) == {"A": "1", ONEDNN_SWITCH: "1"}
+    assert warm_environment({ONEDNN_SWITCH: "0"}) == {ONEDNN_SWITCH: "0"}

@@ -1,0 +1,188 @@
+"""A warm interpreter for the built-in trainer's next job on a standing node.
+
+Between a standing cluster's jobs the node has nothing to do; a new trainer process then
+spends most of its start importing TensorFlow (5 s of the 14 s from `trainstack local` to the
+first step on this project's 2-core machines). So, once a built-in trainer's job has ended, the
+agent starts the job user's Python with TensorFlow imported, waiting on a pipe; the next
+job of the built-in trainer that would start with the same interpreter, user, working
+directory and environment (but for the variables its code reads only once it runs: TF_CONFIG,
+NODE_NAME, the ``AIP_*`` directories, the code's path) is handed to it whole through that pipe
+and runs as ``python -m`` would run it. Anything else (a team's code, which may set variables
+before it imports TensorFlow; a job with its own env or secrets; a restart) starts a new
+interpreter as before. The warm interpreter is a child of the agent like the job's code: it
+ends with the agent, and a termination signal or an idle stop ends it.
+
+It is started from the agent's main thread: its PR_SET_PDEATHSIG ends it when the thread
+that started it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from trainstack_agent.job import JobCommand
+from trainstack_agent.processes import JobChild, JobLauncher
+from trainstack_contract import (
+    BUILTIN_MODULE,
+    ONEDNN_SWITCH,
+    VERTEX_CHECKPOINT_DIR_ENV,
+    VERTEX_MODEL_DIR_ENV,
+    VERTEX_TENSORBOARD_DIR_ENV,
+)
+
+# What the built-in trainer imports: loaded before the job is known.
+PRELOAD = ("tensorflow", "tf_keras")
+# Variables a job's code reads once it runs, never while TensorFlow loads: they may differ
+# between the warm interpreter's start and its job.
+LATE_VARIABLES = frozenset(
+    {
+        "TF_CONFIG",
+        "NODE_NAME",
+        "PYTHONPATH",
+        VERTEX_MODEL_DIR_ENV,
+        VERTEX_CHECKPOINT_DIR_ENV,
+        VERTEX_TENSORBOARD_DIR_ENV,
+    }
+)
+# A pipe holds 64 KiB on Linux: a job that fits is handed over without waiting for the reader.
+MAX_HANDOFF_BYTES = 60 * 1024
+
+# The warm interpreter: imports PRELOAD, reads one job from the pipe named by its first
+# argument, and runs it as `python -m MODULE ARGS` would. An empty pipe (the agent ended it
+# without a job) ends it quietly.
+RUNNER = """\
+import json, os, runpy, sys
+pipe, preload = int(sys.argv[1]), sys.argv[2:]
+for name in preload:
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+with os.fdopen(pipe, "rb") as source:
+    data = source.read()
+if not data:
+    sys.exit(0)
+job = json.loads(data)
+os.environ.clear()
+os.environ.update(job["env"])
+sys.path[0] = os.getcwd()
+sys.path[1:1] = job["path"]
+sys.argv = [job["module"], *job["args"]]
+runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
+"""
+
+
+def warm_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """What a job's environment must equal, late variables aside, to run in a warm interpreter
+    started with this one: the built-in trainer's own oneDNN default included, which it sets
+    before TensorFlow loads (trainer.kernels)."""
+    warm = {name: value for name, value in env.items() if name not in LATE_VARIABLES}
+    warm.setdefault(ONEDNN_SWITCH, "1")
+    return warm
+
+
+def builtin_module(command: JobCommand) -> str | None:
+    """The module of a `python -m` command of the built-in trainer; None for anything else."""
+    argv = command.argv
+    if command.container is not None or len(argv) < 3 or argv[1] != "-m" or argv[2] != BUILTIN_MODULE:
+        return None
+    return argv[2]
+
+
+@dataclass
+class _Warm:
+    child: JobChild
+    pipe: int
+    python: str
+    cwd: str
+    user: object
+    env: dict[str, str]
+
+    def matches(self, command: JobCommand) -> bool:
+        return (
+            command.argv[0] == self.python
+            and str(command.cwd) == self.cwd
+            and command.user == self.user
+            and warm_environment(command.env) == self.env
+        )
+
+
+class WarmStarts:
+    """The job launcher of a standing node: a warm interpreter for the built-in trainer's next
+    job when one matches, a new process otherwise (the launcher's own start)."""
+
+    def __init__(self, launcher: JobLauncher, log: Callable[[str], None], preload: tuple[str, ...] = PRELOAD) -> None:
+        self.launcher = launcher
+        self.log = log
+        self.preload = preload
+        self._warm: _Warm | None = None
+        # The warm starts so far: a figure for the log and the tests.
+        self.handed = 0
+
+    def prepare(self, template: JobCommand, allowed: bool) -> None:
+        """Starts a warm interpreter for jobs like ``template`` (the job that just ended), if
+        ``allowed`` (the built-in trainer's job) and none is waiting for such a job already."""
+        if not allowed or builtin_module(template) is None:
+            return
+        if self._warm is not None:
+            if self._warm.child.poll() is None and self._warm.matches(template):
+                return
+            self.discard()
+        env = warm_environment(template.env)
+        read, write = os.pipe()
+        try:
+            argv = (template.argv[0], "-c", RUNNER, str(read), *self.preload)
+            processes = self.launcher.processes
+            child = processes.start(argv, env, template.cwd, template.user, pass_fds=(read,))
+        except BaseException:
+            os.close(write)
+            raise
+        finally:
+            os.close(read)
+        user = template.user
+        self._warm = _Warm(
+            JobChild(child, None, processes.stop_grace), write, template.argv[0], str(template.cwd), user, env
+        )
+        self.log("a warm interpreter with TensorFlow loaded waits for the built-in trainer's next job")
+
+    def start(self, command: JobCommand) -> JobChild:
+        warm, self._warm = self._warm, None
+        module = builtin_module(command)
+        if warm is not None and module is not None and warm.child.poll() is None and warm.matches(command):
+            code_path = [entry for entry in command.env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+            payload = json.dumps(
+                {"module": module, "args": list(command.argv[3:]), "env": dict(command.env), "path": code_path}
+            ).encode()
+            if len(payload) <= MAX_HANDOFF_BYTES:
+                try:
+                    os.write(warm.pipe, payload)
+                    os.close(warm.pipe)
+                except OSError as error:
+                    self.log(f"the warm interpreter did not take the job ({error}); starting a new one")
+                else:
+                    self.handed += 1
+                    self.log("the job's code starts in the warm interpreter")
+                    return warm.child
+        if warm is not None:
+            self._end(warm)
+        return self.launcher.start(command)
+
+    def discard(self) -> None:
+        """Ends a waiting warm interpreter (before an idle stop, or when jobs change)."""
+        warm, self._warm = self._warm, None
+        if warm is not None:
+            self._end(warm)
+
+    def _end(self, warm: _Warm) -> None:
+        try:
+            os.close(warm.pipe)
+        except OSError:
+            pass
+        warm.child.stop()
+
+    def stop_all(self) -> None:
+        self.discard()
+        self.launcher.stop_all()
