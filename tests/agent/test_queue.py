@@ -421,3 +421,50 @@ def test_a_signal_between_jobs_records_nothing_and_exits(tmp_path: Path) -> None
         q.queue.run()
     assert ended.value.code == EXIT_ENDED and q.releases == []
     assert "received SIGTERM between jobs: exiting; the next boot runs the queue again" in q.log
+
+
+def test_the_agents_queue_gives_every_job_this_boots_incarnation_and_leaves_on_finish_to_the_queue(
+    tmp_path: Path,
+) -> None:
+    """How run_node puts a standing node together (trainstack_agent.main.job_queue)."""
+    import io
+
+    from trainstack_agent.main import Agent, job_queue
+    from trainstack_agent.processes import Log, Processes
+
+    agent = Agent({"TRAINSTACK_STATE_DIR": str(tmp_path), "TRAINSTACK_SELF_STOP_LOG": str(tmp_path / "stops.log")})
+    agent.log = Log(io.StringIO(), journal=False)
+    base = replace(settings(peers=(), with_job=False), bucket=str(tmp_path / "bucket"), idle_seconds=600)
+    queue = job_queue(agent, base, "abcd", Processes(agent.log), Timings().scaled(0.25), 0.25)
+    assert queue.idle_limit == 150.0 and queue.services.state_dir == tmp_path
+    job_dir = queued_job_dir(base.bucket, 1, "first")
+    assert queue.services.board(job_dir).incarnation == "abcd"
+    job = settings(peers=()).job
+    assert job is not None
+    nodes = [
+        queue.services.new_job(replace(base, job=replace(job, job_dir=queued_job_dir(base.bucket, n, "x"))), cancel)
+        for n, cancel in ((1, lambda: None), (2, lambda: "job 2 was cancelled"))
+    ]
+    assert [node.board.incarnation for node in nodes] == ["abcd", "abcd"]
+    assert [node.board.job_dir for node in nodes] == [queued_job_dir(base.bucket, n, "x") for n in (1, 2)]
+    assert not any(node.release_at_end for node in nodes)
+    assert [node.services.cancelled() for node in nodes if node.services.cancelled] == [None, "job 2 was cancelled"]
+
+
+def test_a_job_that_ended_without_this_node_is_not_run_and_its_own_job_not_run_again(tmp_path: Path) -> None:
+    """What the node's state directory does not know (a new disk, another node's end) is read
+    from the job's status objects: ended for the cluster, or for this node, is not run."""
+    storage = MemoryStorage()
+    first, second, third = submit(storage, "first"), submit(storage, "second"), submit(storage, "third")
+    worker = replace(settings(node="worker-0", peers=("chief", "worker-0")), heartbeat_seconds=5)
+    for job_dir, node, state in (
+        (queued_job_dir(BUCKET, first, "first"), "chief", STATES.failed),
+        (queued_job_dir(BUCKET, second, "second"), "worker-0", STATES.cancelled),
+        (JOB_DIR, "chief", STATES.failed),
+    ):
+        board = Board(storage, job_dir, node, "0000")  # type: ignore[arg-type]
+        (board.write_job if node == "chief" else board.write_node)(state, 1, "ended before this boot")
+    q = boot(tmp_path, runs=[(10.0, 0)], node_settings=worker, storage=storage)
+    assert q.queue.run() == 0
+    assert q.job_dirs_started() == [queued_job_dir(BUCKET, third, "third")]
+    assert f"queue: job 0 (the stack's own job, {JOB_DIR}) has ended; not running it again" in q.log
