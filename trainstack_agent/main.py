@@ -32,6 +32,7 @@ from trainstack_agent.compute import ComputeApi, Place
 from trainstack_agent.endpoints import Endpoints, Host, from_environment
 from trainstack_agent.environment import Environment
 from trainstack_agent.gcs import Storage
+from trainstack_agent.jobqueue import JobQueue, QueueServices
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.node import Clock, NodeAgent, Services, SystemClock
 from trainstack_agent.processes import JobLauncher, Log, Processes
@@ -337,6 +338,94 @@ def refused_cap(agent: Agent, error: CapOrdersError) -> int:
     return abort(agent, "the run-time cap refused its arguments")
 
 
+def job_node(
+    agent: Agent,
+    settings: NodeSettings,
+    incarnation: str,
+    processes: Processes,
+    timings: Timings,
+    cancelled: Callable[[], str | None] | None = None,
+    release_at_end: bool = True,
+) -> NodeAgent:
+    """One job's life on this node (``settings.job``; None: a node without a job), with its
+    own status objects, environment, secrets and Spot recovery."""
+    host, log = agent.host, agent.log
+    job_dir = settings.job.job_dir if settings.job else LAYOUT.job_dir(settings.bucket, NO_JOB)
+    board = Board(agent.storage, job_dir, settings.node, incarnation)
+    environment = job_environment(agent, settings, processes)
+    recovery = None
+    if settings.recover:
+        compute = ComputeApi(agent.http, agent.metadata, agent.endpoints.compute, Place.of_this_vm(agent.metadata))
+        recovery = SpotRecovery(
+            settings.recover,
+            settings.max_restarts,
+            compute,
+            board,
+            time.monotonic,
+            log,
+            timings.start_backoff,
+            unreadable_bound=settings.peer_timeout_seconds,
+        )
+    job = settings.job
+    services = Services(
+        board=board,
+        launcher=JobLauncher(processes),
+        prepare=environment.prepare_for_job_user,
+        ready=lambda: boot_ready(agent, settings, environment),
+        secrets=lambda: read_secrets(
+            job.secrets if job else (),
+            from_environment=agent.environment if host.secrets_from_environment else None,
+            http=agent.http,
+            metadata=agent.metadata,
+            root=agent.endpoints.secrets,
+        ),
+        release=agent.release(settings.kind, settings.node, settings.tpu_name),
+        preempted=agent.metadata.preempted,
+        recovery=recovery,
+        clock=SystemClock(),
+        log=log,
+        environment=dict(agent.environment),
+        timings=timings,
+        cancelled=cancelled,
+    )
+    return NodeAgent(settings, services, datetime.now(timezone.utc), release_at_end=release_at_end)
+
+
+def job_environment(agent: Agent, settings: NodeSettings, processes: Processes) -> Environment:
+    host = agent.host
+    return Environment(
+        settings,
+        host.state_dir,
+        agent.storage,
+        processes,
+        agent.log,
+        host.skip_registry_login,
+        host.pip_find_links,
+        host.job_as_agent_user,
+    )
+
+
+def job_queue(
+    agent: Agent, settings: NodeSettings, incarnation: str, processes: Processes, timings: Timings, time_scale: float
+) -> JobQueue:
+    """A standing node's boot: its own job, then the queue (``trainstack_agent.jobqueue``)."""
+    services = QueueServices(
+        storage=agent.storage,
+        board=lambda job_dir: Board(agent.storage, job_dir, settings.node, incarnation),
+        new_job=lambda job_settings, cancelled: job_node(
+            agent, job_settings, incarnation, processes, timings, cancelled, release_at_end=False
+        ),
+        ready=lambda: boot_ready(agent, settings, job_environment(agent, settings, processes)),
+        release=agent.release(settings.kind, settings.node, settings.tpu_name),
+        clock=SystemClock(),
+        log=agent.log,
+        state_dir=agent.host.state_dir,
+        timings=timings,
+        time_scale=time_scale,
+    )
+    return JobQueue(settings, services)
+
+
 def run_node(agent: Agent) -> int:
     started = time.time()
     try:
@@ -356,57 +445,14 @@ def run_node(agent: Agent) -> int:
     if lock is None:
         log(f"another boot of this node holds {host.state_dir / 'boot.lock'}; leaving the job to it")
         return 0
+    # One incarnation per boot: every job this boot runs names it in its status objects.
     incarnation = new_incarnation()
-    started_at = datetime.now(timezone.utc)
-    job_dir = settings.job.job_dir if settings.job else LAYOUT.job_dir(settings.bucket, NO_JOB)
-    board = Board(agent.storage, job_dir, settings.node, incarnation)
     processes = Processes(log, keep_fds=(lock,), stop_grace=timings.stop_grace)
-    launcher = JobLauncher(processes)
-    environment = Environment(
-        settings,
-        host.state_dir,
-        agent.storage,
-        processes,
-        log,
-        host.skip_registry_login,
-        host.pip_find_links,
-        host.job_as_agent_user,
-    )
-    recovery = None
-    if settings.recover:
-        compute = ComputeApi(agent.http, agent.metadata, agent.endpoints.compute, Place.of_this_vm(agent.metadata))
-        recovery = SpotRecovery(
-            settings.recover,
-            settings.max_restarts,
-            compute,
-            board,
-            time.monotonic,
-            log,
-            timings.start_backoff,
-            unreadable_bound=settings.peer_timeout_seconds,
-        )
-    job = settings.job
-    services = Services(
-        board=board,
-        launcher=launcher,
-        prepare=environment.prepare_for_job_user,
-        ready=lambda: boot_ready(agent, settings, environment),
-        secrets=lambda: read_secrets(
-            job.secrets if job else (),
-            from_environment=agent.environment if host.secrets_from_environment else None,
-            http=agent.http,
-            metadata=agent.metadata,
-            root=agent.endpoints.secrets,
-        ),
-        release=agent.release(settings.kind, settings.node, settings.tpu_name),
-        preempted=agent.metadata.preempted,
-        recovery=recovery,
-        clock=SystemClock(),
-        log=log,
-        environment=dict(agent.environment),
-        timings=timings,
-    )
-    node = NodeAgent(settings, services, started_at)
+    node: NodeAgent | JobQueue
+    if settings.idle_seconds is None:
+        node = job_node(agent, settings, incarnation, processes, timings)
+    else:
+        node = job_queue(agent, settings, incarnation, processes, timings, time_scale)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         for each in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -415,8 +461,10 @@ def run_node(agent: Agent) -> int:
 
     for each in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(each, on_signal)
-    if job is not None:
-        log(f"node {settings.node} starting; job dir {job_dir}")
+    if settings.job is not None:
+        log(f"node {settings.node} starting; job dir {settings.job.job_dir}")
+    if settings.idle_seconds is not None:
+        log(f"node {settings.node} runs the job queue; on_finish after {settings.idle_seconds} s with none to run")
     if time_scale != 1:
         log(f"{TIME_SCALE_VARIABLE}={time_scale:g}: every wait of this agent is that share of Compute Engine's")
     return node.run()

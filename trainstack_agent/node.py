@@ -82,6 +82,10 @@ class Ended(Exception):
     a Spot peer was preempted too often); the message is the reason recorded."""
 
 
+class Cancelled(Ended):
+    """The job was cancelled (`trainstack cancel`): recorded CANCELLED, not FAILED."""
+
+
 def restart_limit(settings: NodeSettings) -> int:
     """The most times one node starts its job's code again after a lost peer: each
     preemption of a peer costs every node one restart, and the chief ends the job once one
@@ -99,6 +103,12 @@ class Outcome:
     refused: bool = False
     # The node ended the job's code itself because a peer was lost (a synchronous cluster).
     lost: str | None = None
+    # The job was cancelled: recorded CANCELLED.
+    cancelled: bool = False
+
+
+def ended_outcome(ended: Ended) -> Outcome:
+    return Outcome(EXIT_ENDED, str(ended), cancelled=isinstance(ended, Cancelled))
 
 
 @dataclass
@@ -121,6 +131,8 @@ class Services:
     timings: Timings = Timings()
     # Whether anything on this node listens on a TCP port (None: cannot tell).
     listening: Callable[[int], bool | None] = port_listening
+    # A queued job's: why it was cancelled (`trainstack cancel`), or None; asked every peer_poll.
+    cancelled: Callable[[], str | None] | None = None
 
 
 class Duties:
@@ -135,6 +147,7 @@ class Duties:
         self.next_recovery = now
         self.next_watch = now
         self.next_peer_watch = now
+        self.next_cancel_look = now
         self.last_seen: bytes | None = None
         self.seen_at = now
         # The chief's last look at each peer's status, and the peers it saw down; on other
@@ -145,10 +158,20 @@ class Duties:
 
     def tick(self) -> None:
         """Raises :class:`Ended` when this node's work must end."""
+        self._look_for_cancel()
         if self.settings.is_chief:
             self._chief()
         else:
             self._watch_chief()
+
+    def _look_for_cancel(self) -> None:
+        cancelled, now = self.services.cancelled, self.services.clock.monotonic()
+        if cancelled is None or now < self.next_cancel_look:
+            return
+        self.next_cancel_look = now + self.services.timings.peer_poll
+        reason = cancelled()
+        if reason is not None:
+            raise Cancelled(reason)
 
     def _watch_peers(self, now: float) -> None:
         """The chief reads every peer's status; a change in who is down is written at once."""
@@ -198,6 +221,8 @@ class Duties:
         document = _status(raw)
         if document is not None and document.state == STATES.failed and document.moment > self.started_at:
             raise Ended("the chief recorded the job FAILED")
+        if document is not None and document.state == STATES.cancelled and document.moment > self.started_at:
+            raise Cancelled("the chief recorded the job CANCELLED")
         self.peers_down = tuple(peer for peer in document.peers_down if peer != self.settings.node) if document else ()
         if raw != self.last_seen:
             self.last_seen, self.seen_at = raw, now
@@ -217,6 +242,25 @@ def peer_lost(peer: str, document: StatusDocument | None, snapshot: dict[str, st
     return None
 
 
+def apply_on_finish(
+    on_finish: str,
+    release: Callable[[str], None],
+    log: Callable[[str], None],
+    refused: bool = False,
+    what: str = "job over",
+) -> None:
+    """stop, delete or keep this machine; one that refused what it was given to run stops."""
+    if refused and on_finish == "keep":
+        log("this node refused what it was given to run: releasing it whatever on_finish says")
+        release("stop")
+        return
+    if on_finish == "keep":
+        log(f"{what}; on_finish=keep: this machine keeps running (and billing)")
+        return
+    log(f"{what}; on_finish={on_finish}: releasing this machine")
+    release(on_finish)
+
+
 def _status(raw: bytes | None) -> StatusDocument | None:
     if raw is None:
         return None
@@ -227,8 +271,17 @@ def _status(raw: bytes | None) -> StatusDocument | None:
 
 
 class NodeAgent:
-    def __init__(self, settings: NodeSettings, services: Services, started_at: datetime) -> None:
+    """One job's life on this node. ``release_at_end``: apply on_finish when the job ends (a
+    node without a queue); a queued job leaves that to the queue (:mod:`trainstack_agent.jobqueue`),
+    except when the node refused what it was given to run."""
+
+    def __init__(
+        self, settings: NodeSettings, services: Services, started_at: datetime, release_at_end: bool = True
+    ) -> None:
         self.settings = settings
+        self.release_at_end = release_at_end
+        # How the job ended in this boot (None: it did not, or was not run).
+        self.outcome: Outcome | None = None
         self.services = services
         self.started_at = started_at
         self.duties = Duties(settings, services, started_at)
@@ -257,7 +310,8 @@ class NodeAgent:
             return self.finish(Outcome(1, f"cannot read the job's status {self.board.job_uri}: {str(error)[:300]}"))
         if job is not None and job.state == STATES.succeeded:
             self.log(f"job already SUCCEEDED ({self.board.job_uri}); not training again")
-            self.apply_on_finish()
+            if self.release_at_end:
+                self.apply_on_finish()
             return 0
         try:
             self.board.write_node(STATES.running)
@@ -280,7 +334,7 @@ class NodeAgent:
         try:
             prepared = self._supervised_preparation()
         except Ended as ended:
-            return Outcome(EXIT_ENDED, str(ended))
+            return ended_outcome(ended)
         except DigestMismatch as error:
             return Outcome(1, str(error)[:400], refused=True)
         except Exception as error:  # noqa: BLE001 - the reason names what failed
@@ -291,7 +345,7 @@ class NodeAgent:
                 self._wait_for_peers()
                 outcome, snapshot = self._run_code(prepared)
             except Ended as ended:
-                return Outcome(EXIT_ENDED, str(ended))
+                return ended_outcome(ended)
             except SecretError as error:
                 # The job's code must not run without a secret it was promised.
                 return Outcome(1, str(error))
@@ -300,7 +354,7 @@ class NodeAgent:
             try:
                 lost = outcome.lost or self._lost_peer(snapshot)
             except Ended as ended:
-                return Outcome(EXIT_ENDED, str(ended))
+                return ended_outcome(ended)
             if lost is None:
                 return outcome
             if restarts >= limit:
@@ -321,11 +375,14 @@ class NodeAgent:
 
     def finish(self, outcome: Outcome) -> int:
         self._finished = True
+        self.outcome = outcome
         state = STATES.succeeded if outcome.exit_code == 0 else STATES.failed
+        if outcome.cancelled:
+            state = STATES.cancelled
         reason = f" ({outcome.reason})" if outcome.reason else ""
         self.log(f"job step ended with status {outcome.exit_code}: {state}{reason}")
-        if state == STATES.failed:
-            # A job recorded FAILED runs nothing more, whatever on_finish keeps: on_finish=keep
+        if state != STATES.succeeded:
+            # A job recorded FAILED or CANCELLED runs nothing more, whatever on_finish keeps: on_finish=keep
             # keeps the machine, not the job's code (which an unexpected error may have left running).
             try:
                 self.services.launcher.stop_all()
@@ -336,20 +393,12 @@ class NodeAgent:
                 write(state, outcome.exit_code, outcome.reason)
             except CloudError as error:
                 self.log(f"could not record {state}: {error}")
-        self.apply_on_finish(refused=outcome.refused)
+        if self.release_at_end or outcome.refused:
+            self.apply_on_finish(refused=outcome.refused)
         return outcome.exit_code
 
     def apply_on_finish(self, refused: bool = False) -> None:
-        on_finish = self.settings.on_finish
-        if refused and on_finish == "keep":
-            self.log("this node refused what it was given to run: releasing it whatever on_finish says")
-            self.services.release("stop")
-            return
-        if on_finish == "keep":
-            self.log("job over; on_finish=keep: this machine keeps running (and billing)")
-            return
-        self.log(f"job over; on_finish={on_finish}: releasing this machine")
-        self.services.release(on_finish)
+        apply_on_finish(self.settings.on_finish, self.services.release, self.log, refused=refused)
 
     def on_termination(self, signal_name: str) -> int:
         """A termination signal: record why, end every child, and leave the job resumable."""

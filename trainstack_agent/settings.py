@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from trainstack_agent.metadata import Metadata
 from trainstack_contract import (
@@ -62,6 +63,9 @@ _PROJECT_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 MAX_TRAINER_ARGS: Final = 256
 MAX_TRAINER_ARGS_CHARS: Final = 64 * 1024
 ON_FINISH: Final = ("stop", "delete", "keep")
+# How long a node with an empty job queue waits before on_finish: at most a week, as the
+# stack file's idle_minutes (0 to 10080).
+MAX_IDLE_SECONDS: Final = 10080 * 60
 # A TPU VM's run-time cap: at most Compute Engine's longest (120 days), as max_run_hours.
 MAX_RUN_SECONDS: Final = 120 * 86400
 
@@ -134,6 +138,9 @@ class NodeSettings:
     # A TPU VM's only: its node name for the TPU API, and its run-time cap.
     tpu_name: str | None = None
     max_run_seconds: int | None = None
+    # Seconds with an empty job queue before on_finish; None: this node runs no queue (its own
+    # job, if any, then on_finish, as before the queue).
+    idle_seconds: int | None = None
 
     @property
     def is_chief(self) -> bool:
@@ -170,10 +177,31 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+class _Attributes(Protocol):
+    """Where a node's values come from: instance metadata, or a queued job's spec."""
+
+    def attribute(self, key: str) -> str | None: ...
+
+    def project_attribute(self, key: str) -> str | None: ...
+
+
+class _SpecValues:
+    """A queued job's spec read as instance attributes are (it has no project attributes)."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        self.values = values
+
+    def attribute(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def project_attribute(self, key: str) -> str | None:
+        return None
+
+
 class _Reader:
     """Instance attributes by key: required ones raise when absent or empty."""
 
-    def __init__(self, metadata: Metadata) -> None:
+    def __init__(self, metadata: _Attributes) -> None:
         self.metadata = metadata
 
     def optional(self, key: str) -> str | None:
@@ -301,6 +329,21 @@ def _job(reader: _Reader, bucket: str) -> JobSettings | None:
     return JobSettings(mode, job_dir, args, image=image, secrets=secrets, env=env)
 
 
+def job_from_spec(values: Mapping[str, str], bucket: str, job_dir: str) -> JobSettings:
+    """A queued job's settings from its spec's values (``trainstack_contract.queue.read_spec``),
+    checked by the same code as the stack's own job in instance metadata, with the job
+    directory the queue gives it; SettingsError names the first bad key."""
+    job = _job(_Reader(_SpecValues({**values, KEYS.job_dir: job_dir})), bucket)
+    if job is None:
+        raise SettingsError(f"metadata {KEYS.job_mode} of a queued job must name a job, not {NO_JOB}")
+    return job
+
+
+def _idle_seconds(reader: _Reader) -> int | None:
+    text = reader.optional(KEYS.idle_seconds)
+    return None if text is None else _whole(KEYS.idle_seconds, text, 0, MAX_IDLE_SECONDS)
+
+
 def _tf_config(reader: _Reader, role: str, index: int) -> str | None:
     key = reader.optional(KEYS.cluster_key)
     if key is None:
@@ -337,6 +380,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
     gpu_count = _whole(KEYS.gpu_count, reader.optional(KEYS.gpu_count) or "0", 0, 64)
     python = _python(reader, bucket)
     job = _job(reader, bucket)
+    idle_seconds = _idle_seconds(reader)
     if kind == TPU_NODE_KIND:
         return NodeSettings(
             kind=kind,
@@ -353,6 +397,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
             job=job,
             tpu_name=_match(KEYS.tpu_name, reader.required(KEYS.tpu_name), NODE_NAME, "a TPU node name"),
             max_run_seconds=_whole(KEYS.max_run_seconds, reader.required(KEYS.max_run_seconds), 1, MAX_RUN_SECONDS),
+            idle_seconds=idle_seconds,
         )
     assert kind == CLUSTER_NODE_KIND
     role = _choice(KEYS.role, reader.required(KEYS.role), ROLES)
@@ -387,6 +432,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
         peers=peers,
         max_restarts=_whole(KEYS.max_restarts, reader.optional(KEYS.max_restarts) or "0", 0, 100),
         recover=recover,
+        idle_seconds=idle_seconds,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -10,8 +11,9 @@ from trainstack.cloud import bootscripts
 from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 from trainstack_agent.cloud import Unavailable
-from trainstack_agent.settings import SettingsError, read_settings
+from trainstack_agent.settings import SettingsError, job_from_spec, read_settings
 from trainstack_contract import METADATA_KEYS
+from trainstack_contract.queue import SPEC_KEYS, queued_job_dir, read_spec, spec_bytes, spec_sha256
 
 KEYS = METADATA_KEYS
 
@@ -180,3 +182,31 @@ def test_job_env_reads_back_as_the_program_wrote_it() -> None:
     del metadata.instance[KEYS.job_env]
     job = read_settings(metadata).job  # type: ignore[arg-type]
     assert job is not None and job.env == ()
+
+
+@pytest.mark.parametrize("name", ["multiworker", "ownpackage"])
+def test_a_queued_jobs_spec_reads_as_the_stacks_own_job_in_metadata_does(name: str) -> None:
+    """A spec holds the job's metadata values (what `submit` writes): the same code checks them."""
+    metadata = cluster_metadata(name)
+    own = read_settings(metadata)  # type: ignore[arg-type]
+    assert own.job is not None
+    spec = {key: value for key, value in metadata.instance.items() if key in SPEC_KEYS}
+    job_dir = queued_job_dir(own.bucket, 7, "tuned")
+    assert job_from_spec(read_spec(spec_bytes(spec), spec_sha256(spec_bytes(spec))), own.bucket, job_dir) == replace(
+        own.job, job_dir=job_dir
+    )
+    with pytest.raises(SettingsError, match=f"metadata {KEYS.trainer_args} is not a JSON list"):
+        job_from_spec({**spec, KEYS.trainer_args: "--epochs 2"}, own.bucket, job_dir)
+    with pytest.raises(SettingsError, match=f"metadata {KEYS.job_mode} of a queued job must name a job"):
+        job_from_spec({KEYS.job_mode: "none"}, own.bucket, job_dir)
+
+
+def test_idle_seconds_is_read_whole_and_bounded() -> None:
+    metadata = cluster_metadata("multiworker")
+    assert read_settings(metadata).idle_seconds is None  # type: ignore[arg-type]
+    metadata.instance[KEYS.idle_seconds] = "600"
+    assert read_settings(metadata).idle_seconds == 600  # type: ignore[arg-type]
+    for bad in ("-1", "1e3", "604801", "60 "):
+        metadata.instance[KEYS.idle_seconds] = bad
+        with pytest.raises(SettingsError, match=KEYS.idle_seconds):
+            read_settings(metadata)  # type: ignore[arg-type]

@@ -1,0 +1,470 @@
+"""A standing node's job queue, run on the fakes (clock, bucket, children): the stack's own job,
+then each queued job as a whole job, cancel, hostile specs, a corrupt index, the idle wait
+before on_finish, and a reboot mid-queue."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from agent_fakes import BUCKET, JOB_DIR, FakeClock, FakeLauncher, MemoryStorage, settings
+from trainstack_agent.artifacts import DigestMismatch
+from trainstack_agent.board import Board
+from trainstack_agent.environment import Prepared
+from trainstack_agent.jobqueue import DONE_FILE, JobQueue, QueueServices
+from trainstack_agent.node import EXIT_ENDED, NodeAgent, Services
+from trainstack_agent.settings import NodeSettings
+from trainstack_agent.timings import Timings
+from trainstack_contract import METADATA_KEYS, STATES
+from trainstack_contract.queue import (
+    INDEX_OBJECT,
+    MAX_SPEC_BYTES,
+    QueueIndex,
+    queued_job_dir,
+    spec_bytes,
+    spec_object,
+    spec_sha256,
+)
+from trainstack_contract.status import StatusDocument
+
+KEYS = METADATA_KEYS
+INDEX_URI = f"{BUCKET}/{INDEX_OBJECT}"
+SPEC = {
+    KEYS.job_mode: "package",
+    KEYS.trainer_args: '["--epochs", "1"]',
+    KEYS.code_archive: "trainstack/code/trainer-0123456789abcdef.zip",
+    KEYS.code_archive_sha256: "a" * 64,
+    KEYS.module: "trainer.task",
+}
+
+
+@dataclass
+class Queue:
+    """One boot of a standing node over a bucket, a clock and a state directory."""
+
+    clock: FakeClock
+    storage: MemoryStorage
+    launcher: FakeLauncher
+    releases: list[tuple[float, str]]
+    log: list[str]
+    queue: JobQueue
+    prepare: Callable[[NodeSettings], Prepared]
+
+    def job_dirs_started(self) -> list[str]:
+        return [command.argv[command.argv.index("--job-dir") + 1] for command in self.launcher.started]
+
+
+def status(storage: MemoryStorage, job_id: int, name: str, node: str = "chief") -> StatusDocument | None:
+    data = storage.objects.get(f"{queued_job_dir(BUCKET, job_id, name)}/status/{node}.json")
+    return None if data is None else StatusDocument.from_json(data)
+
+
+def states(storage: MemoryStorage, job_id: int, name: str, node: str = "chief") -> list[str]:
+    document = status(storage, job_id, name, node)
+    return [] if document is None else [entry.state for entry in document.history]
+
+
+def put_spec(storage: MemoryStorage, values: dict[str, str] | None = None) -> str:
+    data = spec_bytes(values or SPEC)
+    sha = spec_sha256(data)
+    storage.objects[f"{BUCKET}/{spec_object(sha)}"] = data
+    return sha
+
+
+def submit(storage: MemoryStorage, name: str, sha: str | None = None, when: str = "2026-11-23T10:00:00Z") -> int:
+    """What `trainstack submit` does to the index (the spec already written)."""
+    raw = storage.objects.get(INDEX_URI)
+    index = QueueIndex.from_json(raw) if raw is not None else QueueIndex()
+    index, entry = index.appended(name, sha or put_spec(storage), when)
+    storage.objects[INDEX_URI] = index.to_json()
+    return entry.id
+
+
+def cancel(storage: MemoryStorage, job_id: int, when: str = "2026-11-23T10:05:00Z") -> None:
+    index = QueueIndex.from_json(storage.objects[INDEX_URI]).with_cancelled(job_id, when)
+    storage.objects[INDEX_URI] = index.to_json()
+
+
+def fake_prepare(job_settings: NodeSettings) -> Prepared:
+    return Prepared(Path("/state/venv/bin/python"), Path("/state/code/x"), Path("/state"))
+
+
+def boot(
+    state_dir: Path,
+    runs: list[tuple[float, int]],
+    idle_seconds: int = 0,
+    node_settings: NodeSettings | None = None,
+    storage: MemoryStorage | None = None,
+    incarnation: str = "1111",
+    time_scale: float = 1.0,
+    prepare: Callable[[NodeSettings], Prepared] = fake_prepare,
+) -> Queue:
+    """A node's boot with the queue; by default a single node without a job of its own."""
+    clock = FakeClock()
+    storage = storage or MemoryStorage()
+    launcher = FakeLauncher(clock, runs)
+    releases: list[tuple[float, str]] = []
+    log: list[str] = []
+    base = node_settings or settings(peers=(), with_job=False)
+    base = replace(base, idle_seconds=idle_seconds)
+
+    def board(job_dir: str) -> Board:
+        return Board(storage, job_dir, base.node, incarnation, now=clock.utc_text)  # type: ignore[arg-type]
+
+    def release(action: str) -> None:
+        releases.append((clock.now, action))
+
+    def new_job(job_settings: NodeSettings, cancelled: Callable[[], str | None] | None) -> NodeAgent:
+        assert job_settings.job is not None
+        services = Services(
+            board=board(job_settings.job.job_dir),
+            launcher=launcher,
+            prepare=lambda: prepare(job_settings),
+            ready=lambda: log.append("ready"),
+            secrets=dict,
+            release=release,
+            preempted=lambda: False,
+            recovery=None,
+            clock=clock,
+            log=log.append,
+            environment={},
+            timings=Timings(),
+            listening=lambda port: False,
+            cancelled=cancelled,
+        )
+        return NodeAgent(job_settings, services, clock.utc(), release_at_end=False)
+
+    services = QueueServices(
+        storage=storage,  # type: ignore[arg-type]
+        board=board,
+        new_job=new_job,
+        ready=lambda: log.append("ready"),
+        release=release,
+        clock=clock,
+        log=log.append,
+        state_dir=state_dir,
+        time_scale=time_scale,
+    )
+    return Queue(clock, storage, launcher, releases, log, JobQueue(base, services), prepare)
+
+
+def test_two_queued_jobs_run_one_after_the_other_in_one_boot_and_on_finish_applies_once(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    first, second = submit(storage, "first"), submit(storage, "second")
+    q = boot(tmp_path, runs=[(30.0, 0), (40.0, 0)], storage=storage)
+    assert q.queue.run() == 0
+    assert q.job_dirs_started() == [queued_job_dir(BUCKET, first, "first"), queued_job_dir(BUCKET, second, "second")]
+    one, two = status(storage, first, "first"), status(storage, second, "second")
+    assert one is not None and two is not None
+    assert (one.state, two.state) == (STATES.succeeded, STATES.succeeded)
+    # One boot: the same incarnation in both jobs' status objects, the second started after the first ended.
+    assert one.incarnation == two.incarnation == "1111"
+    assert two.history[0].time >= one.time
+    job = storage.objects.get(f"{queued_job_dir(BUCKET, first, 'first')}/status/job.json")
+    assert job is not None and StatusDocument.from_json(job).state == STATES.succeeded
+    assert q.releases == [(70.0, "stop")] and "ready" in q.log
+    assert "queue: job 1 (q1_first) starting" in q.log and "queue: job 2 (q2_second) starting" in q.log
+
+
+def test_the_stacks_own_job_runs_first_and_is_not_run_again_once_it_ended(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    submit(storage, "queued")
+    own = settings(peers=())
+    q = boot(tmp_path, runs=[(10.0, 0), (10.0, 0)], node_settings=own, storage=storage)
+    assert q.queue.run() == 0
+    assert q.job_dirs_started() == [JOB_DIR, queued_job_dir(BUCKET, 1, "queued")]
+    assert [action for _, action in q.releases] == ["stop"]
+    # The next boot (a submit started the machine again) runs neither again.
+    again = boot(tmp_path, runs=[(10.0, 0)], node_settings=own, storage=storage, incarnation="2222")
+    assert again.queue.run() == 0
+    assert again.launcher.started == [] and [action for _, action in again.releases] == ["stop"]
+
+
+def test_a_cancelled_running_job_ends_cancelled_and_the_next_starts(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    first, second = submit(storage, "first"), submit(storage, "second")
+    q = boot(tmp_path, runs=[(500.0, 0), (20.0, 0)], storage=storage)
+    q.clock.at(100.0, lambda: cancel(storage, first))
+    assert q.queue.run() == 0
+    assert states(storage, first, "first") == [STATES.running, STATES.cancelled]
+    job = StatusDocument.from_json(storage.objects[f"{queued_job_dir(BUCKET, first, 'first')}/status/job.json"])
+    assert job.state == STATES.cancelled
+    assert q.launcher.children[0].stopped
+    # Seen within a peer_poll of the cancel.
+    assert 100.0 <= q.launcher.children[1].exits_at - 20.0 <= 100.0 + Timings().peer_poll + 1
+    assert states(storage, second, "second") == [STATES.running, STATES.succeeded]
+    assert "queue: job 1 cancelled: ending its code" in q.log
+    # No on_finish at the cancel: once, at the end of the queue.
+    assert [action for _, action in q.releases] == ["stop"]
+
+
+def test_a_node_ends_its_code_when_the_chief_recorded_the_job_cancelled(tmp_path: Path) -> None:
+    """A worker that has not seen the index's cancel yet follows the chief's CANCELLED."""
+    storage = MemoryStorage()
+    first = submit(storage, "first")
+    worker = settings(node="worker-0", peers=("chief", "worker-0"), with_job=False)
+    q = boot(tmp_path, runs=[(500.0, 0)], node_settings=worker, storage=storage)
+    job_dir = queued_job_dir(BUCKET, first, "first")
+
+    def chief_cancels() -> None:
+        chief = Board(storage, job_dir, "chief", "cccc", now=q.clock.utc_text)  # type: ignore[arg-type]
+        chief.write_job(STATES.cancelled, None, "job 1 was cancelled")
+
+    q.clock.at(100.0, chief_cancels)
+    q.queue.run()
+    assert states(storage, first, "first", node="worker-0") == [STATES.running, STATES.cancelled]
+    assert q.launcher.children[0].stopped
+
+
+def test_a_cancelled_queued_job_is_skipped(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    first, second = submit(storage, "first"), submit(storage, "second")
+    cancel(storage, first)
+    q = boot(tmp_path, runs=[(10.0, 0)], storage=storage)
+    assert q.queue.run() == 0
+    assert q.job_dirs_started() == [queued_job_dir(BUCKET, second, "second")]
+    assert status(storage, first, "first") is None
+    assert "queue: job 1 (q1_first) was cancelled: skipping it" in q.log
+
+
+def test_a_failed_job_does_not_stop_the_queue(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    first, second = submit(storage, "first"), submit(storage, "second")
+    q = boot(tmp_path, runs=[(10.0, 3), (10.0, 0)], storage=storage)
+    assert q.queue.run() == 0
+    failed = status(storage, first, "first")
+    assert failed is not None and (failed.state, failed.exit_code) == (STATES.failed, 3)
+    assert states(storage, second, "second") == [STATES.running, STATES.succeeded]
+    assert [action for _, action in q.releases] == ["stop"]
+
+
+def test_a_refused_digest_stops_the_machine_and_the_queue(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    first = submit(storage, "first")
+    submit(storage, "second")
+
+    def mismatch(job_settings: NodeSettings) -> Prepared:
+        raise DigestMismatch(f"{BUCKET}/{SPEC[KEYS.code_archive]} does not match the sha256 its spec names")
+
+    q = boot(
+        tmp_path,
+        runs=[(10.0, 0)],
+        storage=storage,
+        prepare=mismatch,
+        node_settings=settings(peers=(), with_job=False, on_finish="keep"),
+    )
+    assert q.queue.run() == 1
+    assert states(storage, first, "first") == [STATES.running, STATES.failed]
+    assert q.launcher.started == [] and [action for _, action in q.releases] == ["stop"]
+    assert status(storage, 2, "second") is None
+
+
+@pytest.mark.parametrize("time_scale", [1.0, 0.25])
+def test_on_finish_applies_after_the_idle_wait_since_the_last_job_ended(tmp_path: Path, time_scale: float) -> None:
+    storage = MemoryStorage()
+    submit(storage, "first")
+    q = boot(tmp_path, runs=[(30.0, 0), (30.0, 0)], idle_seconds=600, storage=storage, time_scale=time_scale)
+    idle = 600 * time_scale
+    # A job submitted while the node idles runs, and the idle wait starts again at its end.
+    q.clock.at(30.0 + idle / 2, lambda: submit(storage, "second"))
+    assert q.queue.run() == 0
+    assert len(q.launcher.started) == 2
+    second_end = q.launcher.children[1].exits_at
+    [(when, action)] = q.releases
+    assert action == "stop" and second_end + idle <= when <= second_end + idle + Timings().queue_poll + 1
+    assert any(line.startswith("queue: empty; idle for 0 s of ") for line in q.log)
+
+
+def test_idle_seconds_zero_applies_on_finish_at_once_with_an_empty_queue(tmp_path: Path) -> None:
+    q = boot(tmp_path, runs=[(10.0, 0)], idle_seconds=0)
+    assert q.queue.run() == 0
+    assert q.releases == [(0.0, "stop")] and q.launcher.started == []
+
+
+def test_on_finish_keep_keeps_the_machine_after_the_idle_wait(tmp_path: Path) -> None:
+    q = boot(
+        tmp_path, runs=[(10.0, 0)], idle_seconds=60, node_settings=settings(peers=(), with_job=False, on_finish="keep")
+    )
+    assert q.queue.run() == 0
+    assert q.releases == [] and q.clock.now >= 60.0
+    assert any("on_finish=keep" in line for line in q.log)
+
+
+def _oversize() -> bytes:
+    big = "x" * 60000
+    return spec_bytes(
+        {
+            **SPEC,
+            KEYS.trainer_args: json.dumps([big]),
+            KEYS.module: big,
+            KEYS.image: big,
+            KEYS.job_env: big,
+            KEYS.secrets: big,
+        }
+    )
+
+
+HOSTILE: dict[str, tuple[Callable[[], tuple[bytes, str | None]], str]] = {
+    "sha256-mismatch": (lambda: (spec_bytes(SPEC), "b" * 64), "does not match the sha256 its queue entry names"),
+    "unknown-key": (
+        lambda: (
+            (json.dumps({"version": 1, "metadata": {**SPEC, KEYS.bucket: "gs://elsewhere"}}) + "\n").encode(),
+            None,
+        ),
+        "which are not a job's metadata keys",
+    ),
+    "oversize": (lambda: (_oversize(), None), f"is larger than {MAX_SPEC_BYTES} bytes"),
+    "bad-module": (
+        lambda: (spec_bytes({**SPEC, KEYS.module: "trainer.task; rm -rf /"}), None),
+        f"metadata {KEYS.module} is not a Python module name",
+    ),
+    "code-outside-the-code-dir": (
+        lambda: (spec_bytes({**SPEC, KEYS.code_archive: "jobs/other/model.zip"}), None),
+        f"metadata {KEYS.code_archive} is not a code archive",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_spec_that_fails_its_checks_fails_that_job_only_with_a_clear_reason(tmp_path: Path, case: str) -> None:
+    storage = MemoryStorage()
+    make, expected = HOSTILE[case]
+    data, named = make()
+    sha = named or spec_sha256(data)
+    storage.objects[f"{BUCKET}/{spec_object(sha if named is None else named)}"] = data
+    bad = submit(storage, "bad", sha=sha)
+    good = submit(storage, "good")
+    q = boot(tmp_path, runs=[(10.0, 0)], storage=storage)
+    assert q.queue.run() == 0
+    refused = status(storage, bad, "bad")
+    assert refused is not None and refused.state == STATES.failed
+    assert refused.reason is not None and expected in refused.reason
+    assert refused.reason.startswith(f"the job's spec {BUCKET}/{spec_object(sha)}")
+    [line] = [line for line in q.log if line.startswith("queue: job 1 (q1_bad) refused: ")]
+    assert expected in line
+    assert q.job_dirs_started() == [queued_job_dir(BUCKET, good, "good")]
+    assert [action for _, action in q.releases] == ["stop"]
+
+
+def test_a_missing_spec_fails_that_job_only(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    submit(storage, "bad", sha="c" * 64)
+    submit(storage, "good")
+    q = boot(tmp_path, runs=[(10.0, 0)], storage=storage)
+    assert q.queue.run() == 0
+    refused = status(storage, 1, "bad")
+    assert refused is not None and refused.state == STATES.failed and "does not exist" in (refused.reason or "")
+    assert states(storage, 2, "good") == [STATES.running, STATES.succeeded]
+
+
+def test_a_corrupt_index_does_not_stop_a_running_job_or_lose_its_entries(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    first, second = submit(storage, "first"), submit(storage, "second")
+    q = boot(tmp_path, runs=[(100.0, 0), (10.0, 0)], idle_seconds=30, storage=storage)
+
+    def corrupt() -> None:
+        storage.objects[INDEX_URI] = b'{"version": 1, "next_id": "x"'
+
+    q.clock.at(20.0, corrupt)
+    assert q.queue.run() == 0
+    assert states(storage, first, "first") == [STATES.running, STATES.succeeded]
+    assert states(storage, second, "second") == [STATES.running, STATES.succeeded]
+    problems = [line for line in q.log if line.startswith(f"queue: cannot read {INDEX_URI} (")]
+    # Read every peer_poll and every queue_poll since, said once.
+    assert len(problems) == 1 and "going on with the queue as last read" in problems[0]
+    assert [action for _, action in q.releases] == ["stop"]
+
+
+def test_a_reboot_mid_queue_resumes_the_unfinished_job_not_the_finished_ones(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    first, second, third = submit(storage, "first"), submit(storage, "second"), submit(storage, "third")
+    q = boot(tmp_path, runs=[(10.0, 0), (100.0, 0)], storage=storage)
+
+    def shutdown() -> None:
+        raise SystemExit(q.queue.on_termination("SIGTERM"))
+
+    q.clock.at(50.0, shutdown)
+    with pytest.raises(SystemExit) as ended:
+        q.queue.run()
+    assert ended.value.code == EXIT_ENDED
+    assert states(storage, second, "second") == [STATES.running, STATES.interrupted]
+    assert q.releases == []
+    reads: list[str] = []
+    storage.read_outage = lambda uri: reads.append(uri) and False
+    again = boot(tmp_path, runs=[(20.0, 0)], storage=storage, incarnation="2222")
+    assert again.queue.run() == 0
+    assert again.job_dirs_started() == [
+        queued_job_dir(BUCKET, second, "second"),
+        queued_job_dir(BUCKET, third, "third"),
+    ]
+    resumed = status(storage, second, "second")
+    assert resumed is not None and resumed.state == STATES.succeeded
+    assert [entry.incarnation for entry in resumed.history] == ["1111", "1111", "2222", "2222"]
+    # The finished job is known done from the node's state directory: its status is not read again.
+    first_dir = queued_job_dir(BUCKET, first, "first")
+    assert not any(uri.startswith(first_dir) for uri in reads)
+    assert first in json.loads((tmp_path / DONE_FILE).read_text())["done"]
+
+
+def test_a_signal_between_jobs_records_nothing_and_exits(tmp_path: Path) -> None:
+    q = boot(tmp_path, runs=[(10.0, 0)], idle_seconds=600)
+
+    def shutdown() -> None:
+        raise SystemExit(q.queue.on_termination("SIGTERM"))
+
+    q.clock.at(100.0, shutdown)
+    with pytest.raises(SystemExit) as ended:
+        q.queue.run()
+    assert ended.value.code == EXIT_ENDED and q.releases == []
+    assert "received SIGTERM between jobs: exiting; the next boot runs the queue again" in q.log
+
+
+def test_the_agents_queue_gives_every_job_this_boots_incarnation_and_leaves_on_finish_to_the_queue(
+    tmp_path: Path,
+) -> None:
+    """How run_node puts a standing node together (trainstack_agent.main.job_queue)."""
+    import io
+
+    from trainstack_agent.main import Agent, job_queue
+    from trainstack_agent.processes import Log, Processes
+
+    agent = Agent({"TRAINSTACK_STATE_DIR": str(tmp_path), "TRAINSTACK_SELF_STOP_LOG": str(tmp_path / "stops.log")})
+    agent.log = Log(io.StringIO(), journal=False)
+    base = replace(settings(peers=(), with_job=False), bucket=str(tmp_path / "bucket"), idle_seconds=600)
+    queue = job_queue(agent, base, "abcd", Processes(agent.log), Timings().scaled(0.25), 0.25)
+    assert queue.idle_limit == 150.0 and queue.services.state_dir == tmp_path
+    job_dir = queued_job_dir(base.bucket, 1, "first")
+    assert queue.services.board(job_dir).incarnation == "abcd"
+    job = settings(peers=()).job
+    assert job is not None
+    nodes = [
+        queue.services.new_job(replace(base, job=replace(job, job_dir=queued_job_dir(base.bucket, n, "x"))), cancel)
+        for n, cancel in ((1, lambda: None), (2, lambda: "job 2 was cancelled"))
+    ]
+    assert [node.board.incarnation for node in nodes] == ["abcd", "abcd"]
+    assert [node.board.job_dir for node in nodes] == [queued_job_dir(base.bucket, n, "x") for n in (1, 2)]
+    assert not any(node.release_at_end for node in nodes)
+    assert [node.services.cancelled() for node in nodes if node.services.cancelled] == [None, "job 2 was cancelled"]
+
+
+def test_a_job_that_ended_without_this_node_is_not_run_and_its_own_job_not_run_again(tmp_path: Path) -> None:
+    """What the node's state directory does not know (a new disk, another node's end) is read
+    from the job's status objects: ended for the cluster, or for this node, is not run."""
+    storage = MemoryStorage()
+    first, second, third = submit(storage, "first"), submit(storage, "second"), submit(storage, "third")
+    worker = replace(settings(node="worker-0", peers=("chief", "worker-0")), heartbeat_seconds=5)
+    for job_dir, node, state in (
+        (queued_job_dir(BUCKET, first, "first"), "chief", STATES.failed),
+        (queued_job_dir(BUCKET, second, "second"), "worker-0", STATES.cancelled),
+        (JOB_DIR, "chief", STATES.failed),
+    ):
+        board = Board(storage, job_dir, node, "0000")  # type: ignore[arg-type]
+        (board.write_job if node == "chief" else board.write_node)(state, 1, "ended before this boot")
+    q = boot(tmp_path, runs=[(10.0, 0)], node_settings=worker, storage=storage)
+    assert q.queue.run() == 0
+    assert q.job_dirs_started() == [queued_job_dir(BUCKET, third, "third")]
+    assert f"queue: job 0 (the stack's own job, {JOB_DIR}) has ended; not running it again" in q.log

@@ -1,0 +1,313 @@
+"""A standing node's job queue: the stack's own job, then every queued job, one after another.
+
+A node whose metadata sets ``trainstack-idle-seconds`` runs, in one boot:
+
+1. the stack's own job (instance metadata), if it has one and it has not ended, as a node
+   without a queue does, except that on_finish waits for the end of the queue;
+2. then, one after another, the first runnable job of the queue's index
+   (``trainstack_contract.queue``): not cancelled, its ``status/job.json`` and this node's own
+   status not SUCCEEDED, FAILED or CANCELLED. Each is a whole job (:class:`NodeAgent`): its own
+   settings from its spec (checked by the code that checks instance metadata, its code and
+   requirements against the spec's sha256s), job directory, TF_CONFIG, status, Spot recovery;
+3. with no runnable job, a look at the index every ``queue_poll`` until ``idle_seconds`` have
+   passed since the last job ended (or the boot); then on_finish, once.
+
+The node only reads the queue: it writes its own status objects in each job's directory (the
+chief also the job's), never the index. A spec that fails its checks fails that job alone; an
+index that cannot be read is taken as it was last read. A job cancelled while it runs is ended
+and recorded CANCELLED; a job that FAILED or was CANCELLED does not stop the queue, but a node
+that refused what it was given to run (a digest mismatch) stops its machine, as without a queue.
+The ids of the jobs this node is done with are kept in its state directory, so a look reads the
+status of one job at most, whatever the queue's history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+from trainstack_agent.board import Board
+from trainstack_agent.cloud import CloudError, TooLarge
+from trainstack_agent.gcs import Storage
+from trainstack_agent.node import EXIT_ENDED, Clock, NodeAgent, apply_on_finish
+from trainstack_agent.settings import NodeSettings, SettingsError, job_from_spec
+from trainstack_agent.timings import Timings
+from trainstack_contract import STATES
+from trainstack_contract.queue import (
+    INDEX_OBJECT,
+    MAX_ENTRIES,
+    MAX_INDEX_BYTES,
+    MAX_SPEC_BYTES,
+    QueueEntry,
+    QueueFormatError,
+    QueueIndex,
+    queued_job_dir,
+    read_spec,
+    spec_object,
+)
+from trainstack_contract.status import StatusDocument
+
+ENDED_STATES: Final = (STATES.succeeded, STATES.failed, STATES.cancelled)
+# The node's record of the queued jobs it is done with, in its state directory.
+DONE_FILE: Final = "queue-done.json"
+_DONE_VERSION: Final = 1
+_MAX_DONE_BYTES: Final = 64 * 1024
+
+
+class SpecRefused(Exception):
+    """A queued job's spec that fails its checks; the message says why."""
+
+
+class IndexReader:
+    """The queue's index as last read: one that cannot be read (corrupt, oversize, Cloud
+    Storage giving up) leaves the last one in force, and is logged once per problem."""
+
+    def __init__(self, storage: Storage, bucket: str, log: Callable[[str], None]) -> None:
+        self.storage = storage
+        self.uri = f"{bucket}/{INDEX_OBJECT}"
+        self.log = log
+        self.last = QueueIndex()
+        self._problem: str | None = None
+
+    def read(self) -> QueueIndex:
+        try:
+            data = self.storage.read(self.uri, MAX_INDEX_BYTES)
+            index = QueueIndex() if data is None else QueueIndex.from_json(data)
+        except (QueueFormatError, CloudError) as error:
+            problem = str(error)[:300]
+            if problem != self._problem:
+                self.log(f"queue: cannot read {self.uri} ({problem}); going on with the queue as last read")
+                self._problem = problem
+            return self.last
+        if self._problem is not None:
+            self.log(f"queue: {self.uri} is readable again")
+            self._problem = None
+        self.last = index
+        return index
+
+
+class DoneJobs:
+    """The ids of queued jobs this node need not look at again (ended, cancelled, refused),
+    kept in ``path`` across boots; at most the index's entries."""
+
+    def __init__(self, path: Path, log: Callable[[str], None]) -> None:
+        self.path = path
+        self.ids: set[int] = set()
+        try:
+            with path.open("rb") as handle:
+                document = json.loads(handle.read(_MAX_DONE_BYTES + 1))
+            ids = document.get("done") if isinstance(document, dict) else None
+            if isinstance(ids, list) and all(isinstance(each, int) and not isinstance(each, bool) for each in ids):
+                self.ids = set(ids[:MAX_ENTRIES])
+            else:
+                log(f"queue: {path} is not a record of finished jobs; looking at every queued job again")
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as error:
+            log(f"queue: cannot read {path} ({str(error)[:200]}); looking at every queued job again")
+
+    def __contains__(self, job_id: int) -> bool:
+        return job_id in self.ids
+
+    def add(self, job_id: int, index: QueueIndex) -> None:
+        """Records ``job_id`` done; ids the index no longer holds are forgotten."""
+        self.ids = {entry.id for entry in index.entries if entry.id in self.ids} | {job_id}
+        document = {"version": _DONE_VERSION, "done": sorted(self.ids)}
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(document) + "\n")
+        os.replace(temporary, self.path)
+
+
+@dataclass
+class QueueServices:
+    """What the queue needs from the world; the tests pass stand-ins."""
+
+    storage: Storage
+    # A Board on a job directory, in this boot's incarnation.
+    board: Callable[[str], Board]
+    # A whole job's life on this node: its settings, and what says it was cancelled.
+    new_job: Callable[[NodeSettings, Callable[[], str | None] | None], NodeAgent]
+    # A node without a job of its own: its environment, ready for a user's shell.
+    ready: Callable[[], None]
+    release: Callable[[str], None]
+    clock: Clock
+    log: Callable[[str], None]
+    state_dir: Path
+    timings: Timings = Timings()
+    # TRAINSTACK_AGENT_TIME_SCALE's factor: idle_seconds scales with it, as every other wait.
+    time_scale: float = 1.0
+
+
+class JobQueue:
+    """One boot of a standing node (``settings.idle_seconds`` set)."""
+
+    def __init__(self, settings: NodeSettings, services: QueueServices) -> None:
+        assert settings.idle_seconds is not None
+        self.settings = settings
+        self.services = services
+        self.log = services.log
+        self.index = IndexReader(services.storage, settings.bucket, services.log)
+        self.done = DoneJobs(services.state_dir / DONE_FILE, services.log)
+        self.idle_limit = settings.idle_seconds * services.time_scale
+        # The job running now; None between jobs.
+        self.current: NodeAgent | None = None
+        self._released = False
+
+    def run(self) -> int:
+        """The exit status of the last job this boot ran (0 when none did)."""
+        clock, code = self.services.clock, 0
+        if self.settings.job is None:
+            self.services.ready()
+        elif self._ended(self.settings.job.job_dir):
+            self.log(f"queue: job 0 (the stack's own job, {self.settings.job.job_dir}) has ended; not running it again")
+        else:
+            self.log(f"queue: job 0 (the stack's own job, {self.settings.job.job_dir}) starting")
+            node = self.services.new_job(self.settings, None)
+            code = self._run(node)
+            if node.outcome is not None and node.outcome.refused:
+                return code
+        last_end, next_idle_log = clock.monotonic(), clock.monotonic()
+        while True:
+            index = self.index.read()
+            entry = self._next(index)
+            if entry is not None:
+                queued = self._start(entry, index)
+                if queued is not None:
+                    code = self._run(queued)
+                    if queued.outcome is not None:
+                        self.done.add(entry.id, index)
+                        if queued.outcome.refused:
+                            return code
+                    last_end = next_idle_log = clock.monotonic()
+                    continue
+                if entry.id in self.done:
+                    continue
+            idle = clock.monotonic() - last_end
+            if idle >= self.idle_limit:
+                break
+            if clock.monotonic() >= next_idle_log:
+                self.log(f"queue: empty; idle for {idle:.0f} s of {self.idle_limit:g}")
+                next_idle_log = clock.monotonic() + self.services.timings.queue_idle_log
+            clock.sleep(self.services.timings.queue_poll)
+        self._released = True
+        what = f"queue: empty for {self.idle_limit:g} s"
+        apply_on_finish(self.settings.on_finish, self.services.release, self.log, what=what)
+        return code
+
+    def _run(self, node: NodeAgent) -> int:
+        self.current = node
+        try:
+            return node.run()
+        finally:
+            self.current = None
+
+    def on_termination(self, signal_name: str) -> int:
+        """A termination signal: the job running now records why (its next boot resumes it)."""
+        node = self.current
+        if node is not None:
+            return node.on_termination(signal_name)
+        if self._released:
+            self.log(f"received {signal_name} after on_finish was applied")
+        else:
+            self.log(f"received {signal_name} between jobs: exiting; the next boot runs the queue again")
+        return EXIT_ENDED
+
+    # --- which job next ------------------------------------------------------------------
+    def _read_status(self, board: Board, uri: str) -> StatusDocument | None:
+        """None when absent, or unreadable: the job's own run then records what it cannot read."""
+        try:
+            return board.read(uri)
+        except Exception:  # noqa: BLE001 - unreadable is not ended; the job's run says why
+            return None
+
+    def _ended(self, job_dir: str) -> bool:
+        """Whether the job at ``job_dir`` has ended, for the cluster or for this node."""
+        board = self.services.board(job_dir)
+        for uri in (board.job_uri, board.node_uri(self.settings.node)):
+            document = self._read_status(board, uri)
+            if document is not None and document.state in ENDED_STATES:
+                return True
+        return False
+
+    def _next(self, index: QueueIndex) -> QueueEntry | None:
+        """The first runnable job of the index; each one found done is recorded so."""
+        for entry in index.entries:
+            if entry.id in self.done:
+                continue
+            job_dir = queued_job_dir(self.settings.bucket, entry.id, entry.name)
+            if entry.cancelled is not None:
+                self._skip_cancelled(entry, job_dir)
+            elif not self._ended(job_dir):
+                return entry
+            self.done.add(entry.id, index)
+        return None
+
+    def _skip_cancelled(self, entry: QueueEntry, job_dir: str) -> None:
+        """A job cancelled before this node ran it: skipped. One this node had started (and was
+        interrupted in) is recorded CANCELLED, by the chief for the job too."""
+        board = self.services.board(job_dir)
+        own = self._read_status(board, board.node_uri(self.settings.node))
+        if own is None or own.state in ENDED_STATES:
+            self.log(f"queue: job {entry.id} ({entry.job_dir_name}) was cancelled: skipping it")
+            return
+        self.log(f"queue: job {entry.id} ({entry.job_dir_name}) was cancelled while this node was down")
+        reason = f"job {entry.id} was cancelled at {entry.cancelled}"
+        writes = [board.write_node] + ([board.write_job] if self.settings.is_chief else [])
+        for write in writes:
+            try:
+                write(STATES.cancelled, None, reason)
+            except CloudError as error:
+                self.log(f"could not record {STATES.cancelled}: {error}")
+
+    # --- one queued job ------------------------------------------------------------------
+    def _spec(self, entry: QueueEntry, job_dir: str) -> NodeSettings:
+        """The job's settings from its spec; SpecRefused says why not. Cloud Storage giving
+        up raises CloudError: the job is looked at again."""
+        uri = f"{self.settings.bucket}/{spec_object(entry.spec_sha256)}"
+        try:
+            data = self.services.storage.read(uri, MAX_SPEC_BYTES)
+        except TooLarge:
+            raise SpecRefused(f"the job's spec {uri} is larger than {MAX_SPEC_BYTES} bytes") from None
+        if data is None:
+            raise SpecRefused(f"the job's spec {uri} does not exist")
+        try:
+            job = job_from_spec(read_spec(data, entry.spec_sha256), self.settings.bucket, job_dir)
+        except (QueueFormatError, SettingsError) as error:
+            raise SpecRefused(f"the job's spec {uri}: {str(error)[:400]}") from None
+        return replace(self.settings, job=job)
+
+    def _start(self, entry: QueueEntry, index: QueueIndex) -> NodeAgent | None:
+        """The job's life on this node, ready to run; None when its spec is refused (the job
+        is recorded FAILED, and done) or cannot be read now."""
+        job_dir = queued_job_dir(self.settings.bucket, entry.id, entry.name)
+        label = f"job {entry.id} ({entry.job_dir_name})"
+        try:
+            settings = self._spec(entry, job_dir)
+        except CloudError as error:
+            self.log(f"queue: cannot read the spec of {label} ({str(error)[:300]}); looking again")
+            return None
+        except SpecRefused as refused:
+            self.log(f"queue: {label} refused: {refused}")
+            board = self.services.board(job_dir)
+            writes = [board.write_node] + ([board.write_job] if self.settings.is_chief else [])
+            for write in writes:
+                try:
+                    write(STATES.failed, 1, str(refused))
+                except CloudError as error:
+                    self.log(f"could not record {STATES.failed}: {error}")
+            self.done.add(entry.id, index)
+            return None
+        self.log(f"queue: {label} starting")
+        return self.services.new_job(settings, lambda: self._cancelled(entry))
+
+    def _cancelled(self, entry: QueueEntry) -> str | None:
+        """Why the running job ``entry`` ends, when its entry says it was cancelled."""
+        now = self.index.read().entry(entry.id)
+        if now is None or now.cancelled is None:
+            return None
+        self.log(f"queue: job {entry.id} cancelled: ending its code")
+        return f"job {entry.id} was cancelled at {now.cancelled}"
