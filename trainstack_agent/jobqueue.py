@@ -140,6 +140,10 @@ class QueueServices:
     timings: Timings = Timings()
     # TRAINSTACK_AGENT_TIME_SCALE's factor: idle_seconds scales with it, as every other wait.
     time_scale: float = 1.0
+    # After each job this boot ran (its settings), on the main thread: readies the next start.
+    between_jobs: Callable[[NodeSettings], None] = lambda ended: None
+    # Before on_finish at the end of the idle wait.
+    before_release: Callable[[], None] = lambda: None
 
 
 class JobQueue:
@@ -195,15 +199,19 @@ class JobQueue:
             clock.sleep(self.services.timings.queue_poll)
         self._released = True
         what = f"queue: empty for {self.idle_limit:g} s"
+        self.services.before_release()
         apply_on_finish(self.settings.on_finish, self.services.release, self.log, what=what)
         return code
 
     def _run(self, node: NodeAgent) -> int:
         self.current = node
         try:
-            return node.run()
+            code = node.run()
         finally:
             self.current = None
+        if node.outcome is None or not node.outcome.refused:
+            self.services.between_jobs(node.settings)
+        return code
 
     def on_termination(self, signal_name: str) -> int:
         """A termination signal: the job running now records why (its next boot resumes it)."""

@@ -34,7 +34,7 @@ from trainstack_agent.environment import Environment
 from trainstack_agent.gcs import Storage
 from trainstack_agent.jobqueue import JobQueue, QueueServices
 from trainstack_agent.metadata import Metadata
-from trainstack_agent.node import Clock, NodeAgent, Services, SystemClock
+from trainstack_agent.node import Clock, Launcher, NodeAgent, Services, SystemClock
 from trainstack_agent.processes import JobLauncher, Log, Processes
 from trainstack_agent.recovery import SpotRecovery
 from trainstack_agent.release import Release
@@ -49,6 +49,7 @@ from trainstack_agent.settings import (
     read_settings,
 )
 from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
+from trainstack_agent.warm import WarmStarts
 from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE, TPU_NODE_KIND
 
 EXIT_ABORTED = 1
@@ -346,6 +347,7 @@ def job_node(
     timings: Timings,
     cancelled: Callable[[], str | None] | None = None,
     release_at_end: bool = True,
+    launcher: Launcher | None = None,
 ) -> NodeAgent:
     """One job's life on this node (``settings.job``; None: a node without a job), with its
     own status objects, environment, secrets and Spot recovery."""
@@ -369,7 +371,7 @@ def job_node(
     job = settings.job
     services = Services(
         board=board,
-        launcher=JobLauncher(processes),
+        launcher=launcher or JobLauncher(processes),
         prepare=environment.prepare_for_job_user,
         ready=lambda: boot_ready(agent, settings, environment),
         secrets=lambda: read_secrets(
@@ -408,13 +410,17 @@ def job_environment(agent: Agent, settings: NodeSettings, processes: Processes) 
 def job_queue(
     agent: Agent, settings: NodeSettings, incarnation: str, processes: Processes, timings: Timings, time_scale: float
 ) -> JobQueue:
-    """A standing node's boot: its own job, then the queue (``trainstack_agent.jobqueue``)."""
+    """A standing node's boot: its own job, then the queue (``trainstack_agent.jobqueue``),
+    the built-in trainer's jobs started in a warm interpreter where they can be."""
+    warm = WarmStarts(JobLauncher(processes), agent.log)
     services = QueueServices(
         storage=agent.storage,
         board=lambda job_dir: Board(agent.storage, job_dir, settings.node, incarnation),
         new_job=lambda job_settings, cancelled: job_node(
-            agent, job_settings, incarnation, processes, timings, cancelled, release_at_end=False
+            agent, job_settings, incarnation, processes, timings, cancelled, release_at_end=False, launcher=warm
         ),
+        between_jobs=lambda ended: warm.prepare_next(ended.job is not None and ended.job.warm_start),
+        before_release=warm.discard,
         ready=lambda: boot_ready(agent, settings, job_environment(agent, settings, processes)),
         release=agent.release(settings.kind, settings.node, settings.tpu_name),
         clock=SystemClock(),

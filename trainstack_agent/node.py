@@ -74,7 +74,9 @@ class RunningChild(Protocol):
 class Launcher(Protocol):
     def start(self, command: JobCommand) -> RunningChild: ...
 
-    def stop_all(self) -> None: ...
+    def stop_all(self, close: bool = True) -> None:
+        """Ends every child; ``close``: none starts after this (the agent is ending)."""
+        ...
 
 
 class Ended(Exception):
@@ -385,7 +387,8 @@ class NodeAgent:
             # A job recorded FAILED or CANCELLED runs nothing more, whatever on_finish keeps: on_finish=keep
             # keeps the machine, not the job's code (which an unexpected error may have left running).
             try:
-                self.services.launcher.stop_all()
+                # A standing node's next job still starts its processes.
+                self.services.launcher.stop_all(close=self.release_at_end)
             except Exception as error:  # noqa: BLE001 - the end is recorded whatever happens here
                 self.log(f"could not end the job's processes: {type(error).__name__}: {error}")
         for write in (self.board.write_node, *([self.board.write_job] if self.settings.is_chief else [])):

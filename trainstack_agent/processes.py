@@ -202,6 +202,8 @@ class Processes:
             popen = popen_in_own_session(
                 argv, env, cwd, pass_fds=(*self.keep_fds, *pass_fds), user=user, die_with_parent=True
             )
+            # A standing node starts children job after job: those that ended are let go.
+            self._children = [each for each in self._children if each.poll() is None]
             reader = threading.Thread(target=self._pump, args=(popen.stdout,), daemon=True)
             reader.start()
             child = Child(popen, reader)
@@ -234,12 +236,13 @@ class Processes:
         child.reader.join(timeout=5)
         return child.popen.returncode
 
-    def stop_all(self, grace: float | None = None) -> None:
+    def stop_all(self, grace: float | None = None, close: bool = True) -> None:
         """Ends every child still running (SIGKILL after ``grace``, by default this boot's
-        stop grace); none starts after this."""
+        stop grace); with ``close``, none starts after this (a standing node's job that ended
+        leaves the next one free to start)."""
         grace = self.stop_grace if grace is None else grace
         with self._lock:
-            self._closed = True
+            self._closed = self._closed or close
             children = list(self._children)
         for child in children:
             child.signal(signal.SIGTERM)
@@ -286,8 +289,8 @@ class JobLauncher:
         child = self.processes.start(command.argv, command.env, command.cwd, command.user)
         return JobChild(child, command.container, self.processes.stop_grace)
 
-    def stop_all(self) -> None:
+    def stop_all(self, close: bool = True) -> None:
         """Every child of this boot (installs included), and the job's containers."""
-        self.processes.stop_all()
+        self.processes.stop_all(close=close)
         for container in self._containers:
             remove_container(container)

@@ -103,6 +103,9 @@ class JobSettings:
     secrets: tuple[tuple[str, str], ...] = ()
     # (NAME, VALUE) pairs of job.env: the job's code runs with them.
     env: tuple[tuple[str, str], ...] = ()
+    # The built-in trainer's job (metadata trainstack-warm-start): on a standing node it may
+    # start in a warm interpreter (trainstack_agent.warm).
+    warm_start: bool = False
 
 
 @dataclass(frozen=True)
@@ -313,6 +316,7 @@ def _job(reader: _Reader, bucket: str) -> JobSettings | None:
                 KEYS.requirements, KEYS.requirements_sha256, bucket, _REQUIREMENTS, "a requirements object"
             )
         install = _choice(KEYS.code_install, reader.optional(KEYS.code_install) or PATH_INSTALL, CODE_INSTALLS)
+        warm = _choice(KEYS.warm_start, reader.optional(KEYS.warm_start) or "false", ("true", "false"))
         return JobSettings(
             mode,
             job_dir,
@@ -323,6 +327,7 @@ def _job(reader: _Reader, bucket: str) -> JobSettings | None:
             install=install,
             secrets=secrets,
             env=env,
+            warm_start=warm == "true" and requirements is None and install == PATH_INSTALL,
         )
     assert mode == IMAGE_JOB
     image = _match(KEYS.image, reader.required(KEYS.image), _IMAGE, "an image name")

@@ -121,6 +121,8 @@ class WarmStarts:
         self._warm: _Warm | None = None
         # The warm starts so far: a figure for the log and the tests.
         self.handed = 0
+        # The last command started: what the next job's is likely to be.
+        self.last: JobCommand | None = None
 
     def prepare(self, template: JobCommand, allowed: bool) -> None:
         """Starts a warm interpreter for jobs like ``template`` (the job that just ended), if
@@ -148,7 +150,14 @@ class WarmStarts:
         )
         self.log("a warm interpreter with TensorFlow loaded waits for the built-in trainer's next job")
 
+    def prepare_next(self, allowed: bool) -> None:
+        """After a job's end: a warm interpreter for a job like the last one started, if
+        ``allowed`` (it was the built-in trainer's). Called from the agent's main thread."""
+        if self.last is not None:
+            self.prepare(self.last, allowed)
+
     def start(self, command: JobCommand) -> JobChild:
+        self.last = command
         warm, self._warm = self._warm, None
         module = builtin_module(command)
         if warm is not None and module is not None and warm.child.poll() is None and warm.matches(command):
@@ -183,6 +192,6 @@ class WarmStarts:
             pass
         warm.child.stop()
 
-    def stop_all(self) -> None:
+    def stop_all(self, close: bool = True) -> None:
         self.discard()
-        self.launcher.stop_all()
+        self.launcher.stop_all(close)

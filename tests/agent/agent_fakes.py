@@ -157,8 +157,11 @@ class FakeLauncher:
     children: list[FakeChild] = field(default_factory=list)
     stopped_all: int = 0
     on_start: Callable[[int], None] | None = None
+    # Whether a stop_all said no child may start after it (the agent ending).
+    closed: bool = False
 
     def start(self, command: JobCommand) -> FakeChild:
+        assert not self.closed, "a child started after stop_all closed the launcher"
         seconds, code = self.runs[len(self.started)] if len(self.started) < len(self.runs) else self.runs[-1]
         self.started.append(command)
         child = FakeChild(self.clock, self.clock.now + seconds, code)
@@ -167,8 +170,9 @@ class FakeLauncher:
             self.on_start(len(self.started))
         return child
 
-    def stop_all(self) -> None:
+    def stop_all(self, close: bool = True) -> None:
         self.stopped_all += 1
+        self.closed = self.closed or close
         for child in self.children:
             child.stop()
 

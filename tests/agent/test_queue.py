@@ -240,6 +240,8 @@ def test_a_failed_job_does_not_stop_the_queue(tmp_path: Path) -> None:
     assert failed is not None and (failed.state, failed.exit_code) == (STATES.failed, 3)
     assert states(storage, second, "second") == [STATES.running, STATES.succeeded]
     assert [action for _, action in q.releases] == ["stop"]
+    # The failed job's children were ended without closing the launcher to the next job's.
+    assert q.launcher.stopped_all >= 1 and not q.launcher.closed
 
 
 def test_a_refused_digest_stops_the_machine_and_the_queue(tmp_path: Path) -> None:

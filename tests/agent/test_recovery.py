@@ -250,8 +250,8 @@ class _RealTrainer:
             time.sleep(0.05)
         return child
 
-    def stop_all(self) -> None:
-        self.launcher.stop_all()
+    def stop_all(self, close: bool = True) -> None:
+        self.launcher.stop_all(close)
 
     def running(self) -> list[int]:
         return [pid for pid in (int(each) for each in self.pids.read_text().split()) if _alive(pid)]

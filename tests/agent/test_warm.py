@@ -131,3 +131,25 @@ def test_a_team_module_or_a_job_not_allowed_gets_no_warm_interpreter(
 def test_the_warm_environment_has_the_trainers_onednn_default_unless_set() -> None:
     assert warm_environment({"TF_CONFIG": "{}", "A": "1"}) == {"A": "1", ONEDNN_SWITCH: "1"}
     assert warm_environment({ONEDNN_SWITCH: "0"}) == {ONEDNN_SWITCH: "0"}
+
+
+def test_processes_stopped_without_closing_still_start_the_next_job(tmp_path: Path) -> None:
+    processes = Processes(Log(stream=io.StringIO(), journal=False))
+    processes.stop_all(grace=1, close=False)
+    child = processes.start([sys.executable, "-c", "pass"])
+    assert wait(child) == 0
+    processes.stop_all(grace=1)
+    with pytest.raises(RuntimeError):
+        processes.start([sys.executable, "-c", "pass"])
+
+
+def test_after_a_builtin_job_the_queue_readies_a_warm_interpreter_for_the_next(
+    code: Path, tmp_path: Path, starts: WarmStarts
+) -> None:
+    first = command(code, tmp_path, tmp_path / "a.json", "{}", "--exit", "0")
+    assert wait(starts.start(first)) == 0
+    starts.prepare_next(allowed=True)
+    assert starts._warm is not None
+    child = starts.start(command(code, tmp_path, tmp_path / "b.json", "{}", "--exit", "0"))
+    assert wait(child) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["preloaded"] is True

@@ -1,0 +1,161 @@
+"""The experiment loop's latency on a standing local cluster, against a cold `trainstack local`
+run measured in the same run.
+
+Baseline: `trainstack local --stack S --fresh` (three nodes for `multiworker`), from the
+command's start to the end of the job's first training step. Standing: `trainstack local
+--stack S --standing` is brought up once and trains the stack's own job; then, each round,
+`trainstack submit --stack S --local` queues the same job under a new name, and the figure is
+from the submit command's start to the end of that job's first step. Both jobs train one
+epoch of one step of the built-in trainer, so "the end of the first step" is when the trainer
+writes progress.json (its "time" field) in the job's directory. Each submit waits until the
+previous job has ended and SETTLE seconds more (a user's next command), and the rounds
+alternate with the cold runs so machine load drifts over both alike.
+
+Targets (issue 37): submit to first step at most 0.3x the cold run's start to first step;
+`submit` itself returns in under 2 s.
+
+    python bench/queue_latency.py [--stack multiworker] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+TRAINSTACK = [sys.executable, "-m", "trainstack"]
+ONE_STEP = ["--epochs", "1", "--steps-per-epoch", "1", "--image-size", "32"]
+# After a job ends, before the next submit: a user's next command, and the nodes' warm
+# interpreters loading TensorFlow (about 5 s on this project's 2-core machines).
+SETTLE_SECONDS = 20.0
+# Bounds on every wait: a run that takes longer has failed.
+JOB_SECONDS = 600.0
+POLL_SECONDS = 0.05
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPOSITORY))
+    # Measured with the agent's waits as on Compute Engine, whatever the caller's shell says.
+    env.pop("TRAINSTACK_AGENT_TIME_SCALE", None)
+    return env
+
+
+def wait_for_file(pattern: str, root: Path, deadline: float) -> Path:
+    while time.monotonic() < deadline:
+        found = sorted(root.glob(pattern))
+        if found:
+            return found[0]
+        time.sleep(POLL_SECONDS)
+    raise SystemExit(f"{pattern} did not appear under {root} in time")
+
+
+def first_step(progress: Path, deadline: float) -> float:
+    """The time (seconds since the epoch) the trainer recorded in progress.json."""
+    while time.monotonic() < deadline:
+        try:
+            return float(json.loads(progress.read_text())["time"])
+        except (OSError, ValueError, KeyError):
+            time.sleep(POLL_SECONDS)
+    raise SystemExit(f"{progress} was not written in time")
+
+
+def job_ended(job_dir: Path, deadline: float) -> None:
+    status = job_dir / "status" / "job.json"
+    while time.monotonic() < deadline:
+        try:
+            state = json.loads(status.read_text())["state"]
+        except (OSError, ValueError, KeyError):
+            state = None
+        if state == "SUCCEEDED":
+            return
+        if state in ("FAILED", "CANCELLED"):
+            raise SystemExit(f"{job_dir} ended {state}")
+        time.sleep(POLL_SECONDS)
+    raise SystemExit(f"{job_dir} did not end in time")
+
+
+def cold_run(stack: str, workdir: Path) -> float:
+    started = time.time()
+    subprocess.run(
+        [*TRAINSTACK, "local", "--stack", stack, "--fresh", "--workdir", str(workdir), *ONE_STEP],
+        cwd=REPOSITORY,
+        env=environment(),
+        check=True,
+        capture_output=True,
+    )
+    progress = wait_for_file("bucket/*/jobs/*/progress.json", workdir, time.monotonic() + 5)
+    return first_step(progress, time.monotonic() + 5) - started
+
+
+def submit(stack: str, workdir: Path, name: str) -> tuple[float, float]:
+    """Seconds the submit command took, and from its start to the job's first step."""
+    started = time.time()
+    clock = time.monotonic()
+    subprocess.run(
+        [*TRAINSTACK, "submit", "--stack", stack, "--local", "--workdir", str(workdir), "--name", name, *ONE_STEP],
+        cwd=REPOSITORY,
+        env=environment(),
+        check=True,
+        capture_output=True,
+    )
+    returned = time.monotonic() - clock
+    deadline = time.monotonic() + JOB_SECONDS
+    job_dir = wait_for_file(f"bucket/*/jobs/q*_{name}", workdir, deadline)
+    step = first_step(job_dir / "progress.json", deadline)
+    job_ended(job_dir, deadline)
+    return returned, step - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stack", default="multiworker")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    cold, returned, loop = [], [], []
+    with tempfile.TemporaryDirectory(prefix="queue-latency-") as scratch:
+        standing_dir = Path(scratch) / "standing"
+        standing = subprocess.Popen(
+            [*TRAINSTACK, "local", "--stack", args.stack, "--standing", "--workdir", str(standing_dir), *ONE_STEP],
+            cwd=REPOSITORY,
+            env=environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + JOB_SECONDS
+            # The stack's own job comes first (job 0); the loop starts once it has ended.
+            job_ended(wait_for_file("bucket/*/jobs/*", standing_dir, deadline), deadline)
+            for round_number in range(args.rounds):
+                cold.append(cold_run(args.stack, Path(scratch) / f"cold-{round_number}"))
+                time.sleep(SETTLE_SECONDS)
+                took, to_step = submit(args.stack, standing_dir, f"probe{round_number}")
+                returned.append(took)
+                loop.append(to_step)
+        finally:
+            standing.send_signal(signal.SIGINT)
+            try:
+                standing.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                standing.kill()
+    c, s, r = statistics.median(cold), statistics.median(loop), statistics.median(returned)
+
+    def runs(values: list[float]) -> str:
+        return ", ".join(f"{value:.2f}" for value in values)
+
+    print(f"cold `trainstack local` start to first step: {c:.2f} s (runs: {runs(cold)})")
+    print(f"standing cluster, `submit` start to first step: {s:.2f} s (runs: {runs(loop)})")
+    ratio = s / c
+    print(f"ratio {ratio:.2f}; target: at most 0.3: {'met' if ratio <= 0.3 else 'MISSED'}")
+    print(f"`submit` returned in {r:.2f} s (runs: {runs(returned)}); target: under 2 s: {'met' if r < 2 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
