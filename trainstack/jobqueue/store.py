@@ -119,7 +119,7 @@ class GcsStore:
 
     def write(self, name: str, data: bytes, if_generation_match: int) -> None:
         from google.api_core import exceptions
-        from google.cloud.storage.retry import DEFAULT_RETRY_IF_GENERATION_SPECIFIED  # type: ignore[import-untyped]
+        from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
 
         where = self.location(name)
         try:
@@ -128,7 +128,9 @@ class GcsStore:
                 content_type="application/json" if name.endswith(".json") else "application/octet-stream",
                 if_generation_match=if_generation_match,
                 timeout=READ_TIMEOUT_SECONDS,
-                retry=DEFAULT_RETRY_IF_GENERATION_SPECIFIED.with_timeout(RETRY_SECONDS),
+                # Safe to retry: a precondition always applies (a retried write that had landed
+                # fails it, and the caller reads again: `submit` finds its entry there).
+                retry=DEFAULT_RETRY.with_timeout(RETRY_SECONDS),
             )
         except exceptions.PreconditionFailed:
             raise PreconditionFailed(where) from None
@@ -175,11 +177,13 @@ class DirectoryStore:
             return 1
 
     def read(self, name: str, limit: int) -> Versioned | None:
+        """Without the lock (a read writes nothing): the generation is read before and after
+        the bytes, and a writer replaces the bytes before the generation, so equal
+        generations are those bytes' (bytes newer than their generation only make the next
+        write fail its precondition and read again)."""
         path = self.root / name
-        if not path.is_file():
-            # Absent (or not an object): nothing to lock for, and nothing is made by a read.
-            return None
-        with self._locked():
+        for _ in range(UPDATE_ATTEMPTS):
+            before = self._generation(name)
             try:
                 with path.open("rb") as handle:
                     data = handle.read(limit + 1)
@@ -189,7 +193,9 @@ class DirectoryStore:
                 raise StoreError(f"cannot read {path}: {error.strerror or error}") from None
             if len(data) > limit:
                 raise too_large(str(path), limit)
-            return Versioned(data, self._generation(name))
+            if self._generation(name) == before:
+                return Versioned(data, before)
+        raise StoreError(f"cannot read {path}: it changed {UPDATE_ATTEMPTS} times while being read; try again")
 
     def write(self, name: str, data: bytes, if_generation_match: int) -> None:
         path = self.root / name
