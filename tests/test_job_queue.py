@@ -436,3 +436,19 @@ def test_the_three_commands_have_help(capsys: pytest.CaptureFixture[str]) -> Non
             main([verb, "--help"])
         assert exit_.value.code == 0
         assert "--stack" in capsys.readouterr().out
+
+
+def test_submit_imports_neither_pulumi_nor_tensorflow(stack: Path, tmp_path: Path) -> None:
+    """`submit` returns in about a second: it loads no Pulumi program and no trainer."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from trainstack.commands.main import main\n"
+        f"code = main(['submit', '--stack-file', {str(stack)!r}, '--local', '--workdir', {str(tmp_path / 'w')!r}])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pulumi', 'pulumi_gcp', 'tensorflow', 'keras'})\n"
+        "print('heavy:', heavy, 'code:', code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
+    assert result.stdout.splitlines()[-1] == "heavy: [] code: 0", result.stdout + result.stderr

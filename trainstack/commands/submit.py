@@ -91,7 +91,8 @@ def job_settings(args: argparse.Namespace, stack_job: object) -> dict[str, Any]:
     if args.args is not None:
         job["args"] = args.args
     if args.env:
-        job["env"] = {**(job.get("env") if isinstance(job.get("env"), dict) else {}), **_env(args.env)}
+        given = job.get("env")
+        job["env"] = {**(given if isinstance(given, dict) else {}), **_env(args.env)}
     return job
 
 

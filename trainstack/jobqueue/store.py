@@ -119,7 +119,7 @@ class GcsStore:
 
     def write(self, name: str, data: bytes, if_generation_match: int) -> None:
         from google.api_core import exceptions
-        from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
+        from google.cloud.storage.retry import DEFAULT_RETRY
 
         where = self.location(name)
         try:
