@@ -452,3 +452,50 @@ def test_submit_imports_neither_pulumi_nor_tensorflow(stack: Path, tmp_path: Pat
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
     assert result.stdout.splitlines()[-1] == "heavy: [] code: 0", result.stdout + result.stderr
+
+
+def _waiting_process(tmp_path: Path, marker: str) -> Any:
+    """A process that records a SIGUSR1 in ``marker``; its command line names trainstack or not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import signal, sys, time, pathlib\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: pathlib.Path(sys.argv[1]).write_text('woken'))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / marker), *marker.split()], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stdout.readline() == "ready\n"
+    return process
+
+
+@pytest.mark.parametrize("command_line", ["trainstack local", "someone-else trainstack-local"])
+def test_submit_local_wakes_the_standing_run_and_only_a_trainstack_process(
+    command_line: str, stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    process = _waiting_process(tmp_path, command_line)
+    try:
+        (tmp_path / "work").mkdir()
+        (tmp_path / "work" / "standing.json").write_text(
+            json.dumps({"version": 1, "pid": process.pid, "stack": "test"})
+        )
+        code, out, err = run(capsys, "submit", *local_args(stack, tmp_path))
+        assert code == 0, err
+        marker = tmp_path / command_line
+        if command_line.startswith("trainstack"):
+            assert f"the standing local cluster (process {process.pid}) boots its stopped nodes" in out
+            deadline = time.monotonic() + 30
+            while not marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert marker.read_text() == "woken"
+        else:
+            assert f"process {process.pid} of" in out and "is not `trainstack local` any more" in out
+            assert process.poll() is None and not marker.exists()
+    finally:
+        process.kill()
+        process.wait()

@@ -175,7 +175,8 @@ def wake_standing(place: QueuePlace, stack: ResolvedStack) -> str:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         command = None
-    if command is not None and b"trainstack" not in command:
+    words = [] if command is None else [Path(word.decode(errors="replace")).name for word in command.split(b"\0")]
+    if command is not None and not ("trainstack" in words and "local" in words):
         return f"process {pid} of {path} is not `trainstack local` any more: {waits}"
     try:
         os.kill(pid, signal.SIGUSR1)
