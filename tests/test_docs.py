@@ -7,7 +7,8 @@
   directory holding a copy of stacks/ (so `import` and `> FILE` write there, never into the
   repository). Commands that need the cloud (`status`, `logs` without `--local` or
   `--print-query`; `build`, `start`, `stop` without `--dry-run`) and those that need a local run
-  first (`status --local`, `logs --local`) are parsed only; `local` goes through every check
+  first (`status --local`, `logs --local`) are parsed only, and so are `submit`, `jobs` and
+  `cancel` without `--local`; `local` goes through every check
   its command makes before it starts the nodes, and stops there;
 - inline `.venv/bin/trainstack ...` spans name a verb and flags that exist;
 - the command is spelled one way, and every relative link and anchor leads somewhere.
@@ -196,6 +197,8 @@ def how_to_check(argv: tuple[str, ...]) -> str:
         return "run" if "--dry-run" in argv else "parse"
     if verb in ("status", "logs"):
         return "run" if "--print-query" in argv and "--local" not in argv else "parse"
+    if verb in ("submit", "jobs", "cancel"):
+        return "run" if "--local" in argv else "parse"
     return "run"
 
 

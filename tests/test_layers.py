@@ -13,7 +13,18 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "trainstack"
 
 # Bottom to top: a module may import its own folder and the folders before it, never after.
-LAYERS = ("base", "catalog", "jobcode", "stackmodel", "jobstate", "cloud", "localrun", "interop", "commands")
+LAYERS = (
+    "base",
+    "catalog",
+    "jobcode",
+    "stackmodel",
+    "jobstate",
+    "jobqueue",
+    "cloud",
+    "localrun",
+    "interop",
+    "commands",
+)
 ENTRY_POINTS = {"__init__.py", "__main__.py"}
 
 
@@ -92,7 +103,7 @@ def test_the_readme_module_map_names_every_folder() -> None:
 # --- the data flow: below the checks, only the resolved model ------------------------------------
 # The modules that take a checked config and resolve it, handing the resolved stack on.
 HAND_OFF = {"trainstack.cloud.prepare", "trainstack.cloud.program"}
-BELOW_THE_CHECKS = ("cloud", "localrun", "jobstate", "interop")
+BELOW_THE_CHECKS = ("cloud", "localrun", "jobstate", "jobqueue", "interop")
 
 
 def raw_config_reads(path: Path) -> list[str]:

@@ -17,11 +17,13 @@ from trainstack.commands import (
     export,
     import_job,
     init,
+    jobs,
     local,
     logs,
     machines,
     plan,
     status,
+    submit,
     validate,
 )
 
@@ -29,8 +31,24 @@ from trainstack.commands import (
 # no pydantic, Pulumi or TensorFlow; each command imports what it needs (`gpus` answers in a
 # fraction of a second; see bench/cli_latency.py).
 # In the order `trainstack --help` lists them (machines registers `start` and `stop`, browse
-# `gpus` and `tpus`).
-VERBS = (validate, plan, local, build, machines, browse, status, logs, cost, import_job, check, init, export)
+# `gpus` and `tpus`, jobs `jobs` and `cancel`).
+VERBS = (
+    validate,
+    plan,
+    local,
+    submit,
+    jobs,
+    build,
+    machines,
+    browse,
+    status,
+    logs,
+    cost,
+    import_job,
+    check,
+    init,
+    export,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

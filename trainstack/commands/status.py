@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from trainstack.commands.queueargs import stack_job_objects
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.jobstate.report import (
     GcsObjects,
@@ -19,7 +20,6 @@ from trainstack.jobstate.report import (
     local_bucket,
     print_report,
 )
-from trainstack_contract import LAYOUT
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -28,7 +28,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 2
 
     stack = load_resolved(args)
-    objects: Objects
+    bucket: Path | None = None
     if args.local:
         workdir = args.workdir or default_workdir(stack.stack)
         bucket = local_bucket(workdir, stack)
@@ -39,20 +39,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        job = stack.job
-        if job is not None and job.job_dir_bucket and job.job_dir_prefix:
-            # job.job_dir: `local` stands in for the team's bucket beside the stack's.
-            objects = LocalObjects(bucket.parent / job.job_dir_bucket)
-            job_dir: str | None = str(bucket.parent / job.job_dir_bucket / job.job_dir_prefix)
-        else:
-            objects = LocalObjects(bucket)
-            job_dir = str(bucket / LAYOUT.jobs / job.name) if job else None
-        source = "local"
-    else:
-        job = stack.job
-        objects = GcsObjects(stack.project, (job.job_dir_bucket if job else None) or stack.bucket_name)
-        job_dir = stack.job_dir
-        source = "gcs"
+    # job.job_dir: `local` stands in for the team's bucket beside the stack's.
+    where = stack_job_objects(stack, bucket)
+    objects: Objects = (
+        where[0] if where else (LocalObjects(bucket) if bucket else GcsObjects(stack.project, stack.bucket_name))
+    )
+    job_dir = objects.location(where[1]) if where else None
+    source = "local" if args.local else "gcs"
     try:
         report = build_report(stack, objects, source, job_dir)
     except StatusReadError as error:

@@ -88,7 +88,6 @@ class GcsObjects:
 
     def read(self, name: str) -> bytes | None:
         from google.api_core import exceptions
-        from google.auth import exceptions as auth_exceptions
         from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
 
         where = self.location(name)
@@ -105,27 +104,38 @@ class GcsObjects:
         except exceptions.RequestRangeNotSatisfiable:
             # A range request for an empty object.
             return b""
-        except (auth_exceptions.DefaultCredentialsError, auth_exceptions.RefreshError) as error:
-            raise StatusReadError(
-                f"cannot read {where}: no usable Google Cloud credentials ({_one_line(error)}); {CREDENTIALS_HINT}"
-            ) from None
-        except exceptions.Forbidden as error:
-            raise StatusReadError(
-                f"cannot read {where}: permission denied ({_one_line(error.message)}); "
-                "reading status objects needs storage.objects.get on the bucket"
-            ) from None
-        except exceptions.RetryError as error:
-            raise StatusReadError(
-                f"cannot read {where}: no answer within {RETRY_SECONDS:g} s ({_one_line(error.cause or error)})"
-            ) from None
-        except exceptions.GoogleAPICallError as error:
-            raise StatusReadError(f"cannot read {where}: {_one_line(error.message or error)}") from None
-        except (auth_exceptions.GoogleAuthError, OSError) as error:
-            # OSError includes the requests library's connection errors and timeouts.
-            raise StatusReadError(f"cannot read {where}: {_one_line(error)}") from None
+        except gcs_errors() as error:
+            raise StatusReadError(gcs_failure(error, f"cannot read {where}", "storage.objects.get")) from None
         if len(data) > MAX_OBJECT_BYTES:
             raise _too_large(where)
         return data
+
+
+def gcs_errors() -> tuple[type[BaseException], ...]:
+    """What a Cloud Storage request raises for a reason outside this program: API errors,
+    credentials, and the network (the requests library's errors are OSErrors)."""
+    from google.api_core import exceptions
+    from google.auth import exceptions as auth_exceptions
+
+    return (exceptions.GoogleAPICallError, exceptions.RetryError, auth_exceptions.GoogleAuthError, OSError)
+
+
+def gcs_failure(error: BaseException, what: str, permission: str) -> str:
+    """One line for a failed Cloud Storage request: ``what`` ("cannot read gs://b/o"), why, and
+    what to do; ``permission``: the one the request needs."""
+    from google.api_core import exceptions
+    from google.auth import exceptions as auth_exceptions
+
+    if isinstance(error, (auth_exceptions.DefaultCredentialsError, auth_exceptions.RefreshError)):
+        return f"{what}: no usable Google Cloud credentials ({_one_line(error)}); {CREDENTIALS_HINT}"
+    if isinstance(error, exceptions.Forbidden):
+        return f"{what}: permission denied ({_one_line(error.message)}); it needs {permission} on the bucket"
+    if isinstance(error, exceptions.RetryError):
+        return f"{what}: no answer within {RETRY_SECONDS:g} s ({_one_line(error.cause or error)})"
+    if isinstance(error, exceptions.GoogleAPICallError):
+        return f"{what}: {_one_line(error.message or error)}"
+    # OSError includes the requests library's connection errors and timeouts.
+    return f"{what}: {_one_line(error)}"
 
 
 class LocalObjects:
@@ -155,7 +165,7 @@ def _one_line(value: object) -> str:
     return " ".join(str(value).split())
 
 
-def _clean(value: object) -> str:
+def printable(value: object) -> str:
     """``value`` as text safe to print: the objects come from a bucket, not from us."""
     return "".join(ch if ch.isprintable() else "?" for ch in str(value))
 
@@ -279,11 +289,11 @@ def _duration(seconds: float) -> str:
 
 
 def _status_line(status: dict[str, Any]) -> str:
-    state = _clean(status.get("state", "?"))
+    state = printable(status.get("state", "?"))
     exit_code = status.get("exit_code")
-    line = f"{state:<11} exit {'-' if exit_code is None else _clean(exit_code):<4} at {_clean(status.get('time', '?'))}"
+    line = f"{state:<11} exit {'-' if exit_code is None else printable(exit_code):<4} at {printable(status.get('time', '?'))}"
     reason = status.get("reason")
-    return line + (f"  ({_clean(reason)})" if reason else "")
+    return line + (f"  ({printable(reason)})" if reason else "")
 
 
 # A node's history as shown: its last few states (the object keeps up to 50).
@@ -297,7 +307,7 @@ def history_text(status: dict[str, Any]) -> str | None:
     if len(entries) < 2:
         return None
     shown = [
-        _clean(entry.get("state", "?")) + (f" ({_clean(entry['reason'])})" if entry.get("reason") else "")
+        printable(entry.get("state", "?")) + (f" ({printable(entry['reason'])})" if entry.get("reason") else "")
         for entry in entries[-HISTORY_SHOWN:]
     ]
     return ("... -> " if len(entries) > HISTORY_SHOWN else "") + " -> ".join(shown)
@@ -324,9 +334,9 @@ def warning_lines(nodes: Iterable[tuple[str, dict[str, Any] | None]]) -> list[st
     for node, status in nodes:
         for name, text in _warnings(status):
             if name == CLUSTER_PORT_WARNING:
-                ignored.append(_clean(node))
+                ignored.append(printable(node))
             else:
-                lines.append(f"warning ({_clean(node)}): {_clean(text)}")
+                lines.append(f"warning ({printable(node)}): {printable(text)}")
     if ignored:
         lines.insert(
             0,
@@ -371,7 +381,7 @@ def print_report(report: StatusReport, out: IO[str] | None = None) -> None:
         shown = json.dumps(report.metrics, sort_keys=True)
         if len(shown) > METRICS_CHARACTERS:
             shown = shown[:METRICS_CHARACTERS] + " ..."
-        print(f"{LAYOUT.metrics}: {_clean(shown)}", file=out)
+        print(f"{LAYOUT.metrics}: {printable(shown)}", file=out)
 
 
 def default_workdir(stack: str) -> Path:

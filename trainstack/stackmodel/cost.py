@@ -109,7 +109,8 @@ def _on_demand_hourly(stack: ResolvedStack, catalog: Catalog) -> float | None:
     return _sum(prices)
 
 
-def _job_hourly(stack: ResolvedStack) -> float | None:
+def job_hourly(stack: ResolvedStack) -> float | None:
+    """What the machines that run the job (the cluster, the TPU VM) cost an hour together."""
     costs = [n.cost.usd_per_hour for n in stack.cluster.nodes] if stack.cluster else []
     costs += [stack.tpu.cost.usd_per_hour] if stack.tpu else []
     return _sum(costs) if costs else None
@@ -137,11 +138,11 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
     notes: list[str] = []
     warnings: list[str] = []
     hourly = stack.hourly_usd
-    job_hourly = _job_hourly(stack)
+    machines_hourly = job_hourly(stack)
     cap_hours = _job_hours(stack)
     hours = run_hours if run_hours is not None else cap_hours
 
-    one_run_max = _times(job_hourly, cap_hours)
+    one_run_max = _times(machines_hourly, cap_hours)
     if stack.cluster is not None and cap_hours is None:
         notes.append("the cluster has no run-time cap (acknowledged): one run has no upper bound")
     if stack.notebook is not None:
@@ -183,12 +184,12 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
     )
 
     columns: list[Column] = []
-    if job_hourly is not None or stack.cluster is not None or stack.tpu is not None:
+    if machines_hourly is not None or stack.cluster is not None or stack.tpu is not None:
         length = "unknown length" if hours is None else f"{hours:g} h"
         columns = [
             Column(
                 "as configured",
-                _times(job_hourly, hours),
+                _times(machines_hourly, hours),
                 f"Spot where the stack sets it, released when the job ends ({length})",
             ),
             Column(
@@ -201,7 +202,7 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
     budget = stack.budget
     if budget is not None and one_run_max is not None and one_run_max > budget.monthly_usd:
         warnings.append(
-            f"one run can cost up to ${one_run_max:,.2f} ({cap_hours:g} h at ${job_hourly:,.2f}/h), more than "
+            f"one run can cost up to ${one_run_max:,.2f} ({cap_hours:g} h at ${machines_hourly:,.2f}/h), more than "
             f"budget.monthly_usd ${budget.monthly_usd:,.2f}"
         )
     if hourly is None:

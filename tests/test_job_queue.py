@@ -1,0 +1,501 @@
+"""`trainstack submit`, `jobs` and `cancel`: the queue's objects in the stand-in bucket of
+`trainstack local` and in Cloud Storage (an emulator, through the real client library, behind a
+proxy that answers ifGenerationMatch as Cloud Storage does: the emulator ignores it)."""
+
+from __future__ import annotations
+
+import email
+import hashlib
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+import pytest
+from google.api_core import exceptions
+from google.cloud import storage
+from http_stand_in import serving
+
+from stack_helpers import base_config, write_stack
+from test_status import BUCKET, emulator_server  # noqa: F401 (a fixture)
+from trainstack.commands.main import main
+from trainstack.jobqueue import store as stores
+from trainstack.jobqueue.queue import CodeObject, read_index, submit
+from trainstack.stackmodel.cost import job_hourly
+from trainstack.stackmodel.resolved import resolve_stack
+from trainstack.stackmodel.stackfile import load_checked_stack
+from trainstack_contract import LAYOUT, METADATA_KEYS, STATES
+from trainstack_contract.queue import INDEX_OBJECT, QueueIndex, read_spec, spec_object
+from trainstack_contract.status import first_status
+
+NODES = ["chief", "worker-0", "worker-1"]
+
+
+# --- a proxy that answers ifGenerationMatch as Cloud Storage does --------------------------------------
+class PreconditionProxy(ThreadingHTTPServer):
+    """Forwards every request to the emulator, one at a time; a request with ifGenerationMatch
+    whose object (read through the emulator) has another generation gets Cloud Storage's 412."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urlsplit(upstream).netloc
+        self.lock = threading.Lock()
+        self.refused = 0
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def call(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> Any:
+        connection = http.client.HTTPConnection(self.upstream, timeout=30)
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.getheaders(), response.read()
+
+    def generation(self, bucket: str, name: str) -> int:
+        status, _, data = self.call("GET", f"/storage/v1/b/{bucket}/o/{quote(name, safe='')}")
+        return 0 if status == 404 else int(json.loads(data)["generation"])
+
+
+def _target(path: str, query: dict[str, list[str]], headers: Any, body: bytes) -> tuple[str, str]:
+    """The bucket and object a JSON API request names: in its path, or an upload's metadata."""
+    parts = path.split("/")
+    bucket = parts[parts.index("b") + 1]
+    if "o" in parts and parts.index("o") + 1 < len(parts):
+        # The emulator's mediaLink leaves the name's slashes unquoted.
+        return bucket, unquote("/".join(parts[parts.index("o") + 1 :]))
+    if "name" in query:
+        return bucket, query["name"][0]
+    message = email.message_from_bytes(f"Content-Type: {headers['Content-Type']}\r\n\r\n".encode() + body)
+    metadata = message.get_payload()[0].get_payload()  # type: ignore[index,union-attr]
+    return bucket, json.loads(metadata)["name"]
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    server: PreconditionProxy
+    protocol_version = "HTTP/1.1"
+
+    def _serve(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        with self.server.lock:
+            expected = query.get("ifGenerationMatch")
+            if expected and self.server.generation(*_target(url.path, query, self.headers, body)) != int(expected[0]):
+                self.server.refused += 1
+                status, headers = 412, [("Content-Type", "application/json")]
+                data = json.dumps(
+                    {
+                        "error": {
+                            "code": 412,
+                            "message": "At least one of the pre-conditions you specified did not hold.",
+                            "errors": [{"reason": "conditionNotMet", "domain": "global"}],
+                        }
+                    }
+                ).encode()
+            else:
+                forwarded = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "content-length")}
+                status, headers, data = self.server.call(self.command, self.path, body, forwarded)
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() not in ("content-length", "transfer-encoding", "connection", "date", "server"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 (http.server's naming)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture
+def proxy(emulator_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[PreconditionProxy]:  # noqa: F811
+    """The stack's bucket, empty, in the emulator, reached through the proxy (as `submit` reaches it)."""
+    emulator_server.wipe()
+    with serving(PreconditionProxy(emulator_server.url)) as server:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.url)
+        storage.Client(project="test-project-123").create_bucket(BUCKET)
+        yield server
+
+
+def gcs_store() -> stores.GcsStore:
+    return stores.GcsStore("test-project-123", BUCKET)
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+@pytest.fixture
+def stack(tmp_path: Path) -> Path:
+    return write_stack(tmp_path, base_config())
+
+
+def local_args(stack: Path, tmp_path: Path) -> list[str]:
+    return ["--stack-file", str(stack), "--local", "--workdir", str(tmp_path / "work")]
+
+
+def bucket_dir(tmp_path: Path) -> Path:
+    return tmp_path / "work" / "bucket" / BUCKET
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def write_status(root: Path, job_dir: str, node: str, *states: tuple[str, str]) -> None:
+    """A status object whose history goes through ``states`` ((state, time) oldest first)."""
+    (state, time), *rest = states
+    document = first_status(node, state, time=time, incarnation="boot-1")
+    for state, time in rest:
+        document = document.then(state, time=time, incarnation="boot-1", attempt=0)
+    path = root / LAYOUT.jobs / job_dir / ("status/job.json" if node == "job" else LAYOUT.node_status(node))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(document.to_json())
+
+
+# --- submit ----------------------------------------------------------------------------------------
+def test_submit_local_writes_code_spec_and_index_and_prints_the_id(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "submit", *local_args(stack, tmp_path), "--epochs", "2", "--name", "exp1")
+    assert code == 0, err
+    assert out.splitlines()[0] == f"job 1 (q1_exp1) queued on stack test: {bucket_dir(tmp_path)}/jobs/q1_exp1"
+    assert "waits for `trainstack local --stack test --standing`" in out
+    root = bucket_dir(tmp_path)
+    index = QueueIndex.from_json((root / INDEX_OBJECT).read_bytes())
+    [entry] = index.entries
+    assert (entry.id, entry.name, entry.cancelled) == (1, "exp1", None)
+    values = read_spec((root / spec_object(entry.spec_sha256)).read_bytes(), entry.spec_sha256)
+    # The stack's own job with --epochs in place of its 10: what its nodes would have in metadata.
+    args = json.loads(values[METADATA_KEYS.trainer_args])
+    assert args[args.index("--epochs") + 1] == "2" and args[args.index("--model") + 1] == "cnn"
+    assert METADATA_KEYS.job_dir not in values
+    archive = (root / values[METADATA_KEYS.code_archive]).read_bytes()
+    assert hashlib.sha256(archive).hexdigest() == values[METADATA_KEYS.code_archive_sha256]
+
+
+def test_a_job_file_is_the_job_whole_and_options_replace_its_values(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("name: small\nmodel: cnn\nepochs: 1\nenv: {A: '1'}\n")
+    code, _, err = run(capsys, "submit", *local_args(stack, tmp_path), "--job-file", str(job_file), "--env", "B=2")
+    assert code == 0, err
+    root = bucket_dir(tmp_path)
+    [entry] = QueueIndex.from_json((root / INDEX_OBJECT).read_bytes()).entries
+    values = read_spec((root / spec_object(entry.spec_sha256)).read_bytes(), entry.spec_sha256)
+    assert entry.name == "small"
+    assert json.loads(values[METADATA_KEYS.job_env]) == {"A": "1", "B": "2"}
+    args = json.loads(values[METADATA_KEYS.trainer_args])
+    # Not the stack's batch size (32): the file is the whole job, the rest are defaults.
+    assert args[args.index("--epochs") + 1] == "1"
+
+
+BAD_INPUTS = {
+    "unknown key": (["--job-file", "{job}"], "name: x\nmodel: cnn\nlearning_rate: 3\n", "learning_rate"),
+    "oversize": (["--job-file", "{job}"], "name: x\n" + "# pad\n" * 20000, "at most 65536"),
+    "bad env": (["--env", "NOEQUALS"], None, "--env 'NOEQUALS': give NAME=VALUE"),
+    "reserved env": (["--env", "TF_CONFIG=x"], None, "trainstack:job.env"),
+    "job dir": (["--job-file", "{job}"], "name: x\njob_dir: gs://team-bucket/runs\n", "trainstack:job.job_dir"),
+    "corrupt index": ([], None, "trainstack/queue/index.json: the queue index is not JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_1_and_nothing_written(
+    case: str, stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options, job_text, named = BAD_INPUTS[case]
+    root = bucket_dir(tmp_path)
+    (root / "trainstack" / "queue").mkdir(parents=True)
+    if case == "corrupt index":
+        (root / INDEX_OBJECT).write_bytes(b"{not json")
+    if job_text is not None:
+        (tmp_path / "job.yaml").write_text(job_text)
+    before = files_under(tmp_path / "work")
+    argv = [option.replace("{job}", str(tmp_path / "job.yaml")) for option in options]
+    code, out, err = run(capsys, "submit", *local_args(stack, tmp_path), *argv)
+    assert code == 1
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("trainstack: submit: ") and named in err, err
+    assert files_under(tmp_path / "work") == before
+
+
+def test_a_stack_whose_nodes_run_no_queue_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = base_config()
+    del config["trainstack:job"]
+    path = write_stack(tmp_path, config)
+    code, _, err = run(capsys, "submit", *local_args(path, tmp_path), "--model", "cnn")
+    assert code == 1 and "runs no queue" in err
+    assert not (tmp_path / "work").exists()
+
+
+# --- two submits at once ------------------------------------------------------------------------------
+class Racing:
+    """A store whose appends wait for each other: both submits read the index at the same
+    generation, so one write must lose its precondition and read again."""
+
+    def __init__(self, inner: Any, parties: int) -> None:
+        self.inner = inner
+        self.barrier = threading.Barrier(parties, timeout=30)
+        self.index_reads: dict[int, int] = {}
+
+    def location(self, name: str) -> str:
+        return str(self.inner.location(name))
+
+    def read(self, name: str, limit: int) -> Any:
+        result = self.inner.read(name, limit)
+        if name == INDEX_OBJECT:
+            me = threading.get_ident()
+            self.index_reads[me] = self.index_reads.get(me, 0) + 1
+            # The first read is submit's check before its uploads; the second, the append's.
+            if self.index_reads[me] == 2:
+                self.barrier.wait()
+        return result
+
+    def write(self, name: str, data: bytes, if_generation_match: int) -> None:
+        self.inner.write(name, data, if_generation_match)
+
+
+def race(store: Any) -> list[int]:
+    racing = Racing(store, 2)
+    results: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def one(name: str) -> None:
+        try:
+            spec = {METADATA_KEYS.job_mode: "package", METADATA_KEYS.trainer_args: json.dumps([name])}
+            entry = submit(racing, name, spec, [CodeObject("trainstack/code/x.zip", b"code")], _now(), lambda e: False)
+            results[name] = entry.id
+        except BaseException as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=one, args=(name,)) for name in ("first", "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    index = read_index(store)
+    assert [e.id for e in index.entries] == [1, 2], "both land, nothing lost"
+    assert {e.name: e.id for e in index.entries} == results, "each submit got the id it printed"
+    assert index.next_id == 3
+    return sorted(results.values())
+
+
+def _now() -> str:
+    from trainstack_contract.status import utc_now
+
+    return utc_now()
+
+
+def test_two_submits_at_once_both_land_in_the_local_store(tmp_path: Path) -> None:
+    assert race(stores.DirectoryStore(tmp_path / "bucket")) == [1, 2]
+
+
+def test_two_submits_at_once_both_land_in_cloud_storage(proxy: PreconditionProxy) -> None:
+    assert race(gcs_store()) == [1, 2]
+    assert proxy.refused >= 1, "one write lost its precondition and was read again"
+
+
+def test_the_proxy_refuses_a_write_on_a_stale_generation_as_cloud_storage_does(proxy: PreconditionProxy) -> None:
+    store = gcs_store()
+    store.write("trainstack/queue/index.json", b"1", if_generation_match=0)
+    first = store.read("trainstack/queue/index.json", 100)
+    assert first is not None and first.data == b"1"
+    store.write("trainstack/queue/index.json", b"2", if_generation_match=first.generation)
+    with pytest.raises(stores.PreconditionFailed):
+        store.write("trainstack/queue/index.json", b"3", if_generation_match=first.generation)
+    with pytest.raises(stores.PreconditionFailed):
+        store.write("trainstack/queue/index.json", b"3", if_generation_match=0)
+    blob = storage.Client(project="test-project-123").bucket(BUCKET).blob("trainstack/queue/index.json")
+    assert blob.download_as_bytes() == b"2"
+    with pytest.raises(exceptions.PreconditionFailed):
+        blob.upload_from_string(b"4", if_generation_match=first.generation)
+
+
+def test_the_local_store_refuses_a_write_on_a_stale_generation(tmp_path: Path) -> None:
+    store = stores.DirectoryStore(tmp_path)
+    store.write("a.json", b"1", if_generation_match=0)
+    first = store.read("a.json", 100)
+    assert first is not None
+    store.write("a.json", b"2", if_generation_match=first.generation)
+    with pytest.raises(stores.PreconditionFailed):
+        store.write("a.json", b"3", if_generation_match=first.generation)
+    assert (tmp_path / "a.json").read_bytes() == b"2"
+
+
+def test_submit_jobs_and_cancel_on_cloud_storage(
+    proxy: PreconditionProxy, stack: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("one", "two"):
+        code, out, err = run(capsys, "submit", "--stack-file", str(stack), "--name", name, "--no-start")
+        assert code == 0, err
+    assert out.startswith(f"job 2 (q2_two) queued on stack test: gs://{BUCKET}/jobs/q2_two")
+    code, out, err = run(capsys, "cancel", "--stack-file", str(stack), "1")
+    assert code == 0, err
+    code, out, err = run(capsys, "jobs", "--stack-file", str(stack), "--json")
+    assert code == 0, err
+    states = {row["id"]: row["state"] for row in json.loads(out)["jobs"]}
+    assert states == {0: "NO STATUS", 1: "CANCELLED", 2: "QUEUED"}
+
+
+# --- cancel and jobs ---------------------------------------------------------------------------------
+def test_cancel_of_a_queued_job_marks_it_and_an_ended_one_is_refused(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = local_args(stack, tmp_path)
+    for name in ("a", "b"):
+        assert run(capsys, "submit", *args, "--name", name)[0] == 0
+    code, out, err = run(capsys, "cancel", *args, "1")
+    assert code == 0, err
+    assert out.startswith("job 1 (q1_a) cancelled")
+    root = bucket_dir(tmp_path)
+    index = QueueIndex.from_json((root / INDEX_OBJECT).read_bytes())
+    assert [e.cancelled is not None for e in index.entries] == [True, False]
+    code, _, err = run(capsys, "cancel", *args, "1")
+    assert code == 1 and "was cancelled already" in err
+    write_status(
+        root, "q2_b", "job", (STATES.running, "2026-01-01T10:00:00Z"), (STATES.succeeded, "2026-01-01T11:00:00Z")
+    )
+    before = (root / INDEX_OBJECT).read_bytes()
+    code, _, err = run(capsys, "cancel", *args, "2")
+    assert code == 1 and "has ended already: SUCCEEDED" in err
+    code, _, err = run(capsys, "cancel", *args, "9")
+    assert code == 1 and "no job 9 in the queue" in err
+    assert (root / INDEX_OBJECT).read_bytes() == before
+
+
+def test_jobs_lists_queued_running_succeeded_and_cancelled_jobs(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = local_args(stack, tmp_path)
+    for name in ("done", "running", "waiting", "dropped"):
+        assert run(capsys, "submit", *args, "--name", name)[0] == 0
+    assert run(capsys, "cancel", *args, "4")[0] == 0
+    root = bucket_dir(tmp_path)
+    start, end = "2026-01-01T10:00:00Z", "2026-01-01T10:30:00Z"
+    write_status(root, "q1_done", "job", (STATES.running, start), (STATES.succeeded, end))
+    for node in NODES:
+        write_status(root, "q1_done", node, (STATES.running, start), (STATES.succeeded, end))
+    (root / LAYOUT.jobs / "q1_done" / LAYOUT.metrics).write_text(
+        json.dumps({"status": "finished", "eval_accuracy": 0.5})
+    )
+    write_status(root, "q2_running", "job", (STATES.running, start))
+    write_status(root, "q2_running", "chief", (STATES.running, start))
+    code, out, err = run(capsys, "jobs", *args, "--json")
+    assert code == 0, err
+    rows = {row["id"]: row for row in json.loads(out)["jobs"]}
+    assert {i: rows[i]["state"] for i in rows} == {
+        0: "NO STATUS",
+        1: "SUCCEEDED",
+        2: "RUNNING",
+        3: "QUEUED",
+        4: "CANCELLED",
+    }
+    done = rows[1]
+    assert (done["started"], done["ended"], done["duration_seconds"]) == (start, end, 1800.0)
+    assert sorted(done["nodes"]) == sorted(NODES)
+    cfg, facts = load_checked_stack(stack)
+    hourly = job_hourly(resolve_stack(cfg, facts=facts))
+    assert hourly is not None and done["cost_usd"] == round(hourly / 2, 4)
+    assert done["metric"] == {"name": "eval_accuracy", "value": 0.5}
+    assert rows[2]["ended"] is None and rows[2]["nodes"] == {"chief": "RUNNING"}
+    assert rows[3]["started"] is None and rows[4]["ended"] is not None
+    code, out, _ = run(capsys, "jobs", *args)
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "ID",
+        "NAME",
+        "STATE",
+        "SUBMITTED",
+        "STARTED",
+        "ENDED",
+        "DURATION",
+        "NODES",
+        "COST",
+        "METRIC",
+    ]
+    assert "0:30:00" in lines[2] and "eval_accuracy=0.5" in lines[2] and f"${hourly / 2:.2f}" in lines[2]
+
+
+def test_the_three_commands_have_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for verb in ("submit", "jobs", "cancel"):
+        with pytest.raises(SystemExit) as exit_:
+            main([verb, "--help"])
+        assert exit_.value.code == 0
+        assert "--stack" in capsys.readouterr().out
+
+
+def test_submit_imports_neither_pulumi_nor_tensorflow(stack: Path, tmp_path: Path) -> None:
+    """`submit` returns in about a second: it loads no Pulumi program and no trainer."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from trainstack.commands.main import main\n"
+        f"code = main(['submit', '--stack-file', {str(stack)!r}, '--local', '--workdir', {str(tmp_path / 'w')!r}])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pulumi', 'pulumi_gcp', 'tensorflow', 'keras'})\n"
+        "print('heavy:', heavy, 'code:', code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
+    assert result.stdout.splitlines()[-1] == "heavy: [] code: 0", result.stdout + result.stderr
+
+
+def _waiting_process(tmp_path: Path, marker: str) -> Any:
+    """A process that records a SIGUSR1 in ``marker``; its command line names trainstack or not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import signal, sys, time, pathlib\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: pathlib.Path(sys.argv[1]).write_text('woken'))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / marker), *marker.split()], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stdout.readline() == "ready\n"
+    return process
+
+
+@pytest.mark.parametrize("command_line", ["trainstack local", "someone-else trainstack-local"])
+def test_submit_local_wakes_the_standing_run_and_only_a_trainstack_process(
+    command_line: str, stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    process = _waiting_process(tmp_path, command_line)
+    try:
+        (tmp_path / "work").mkdir()
+        (tmp_path / "work" / "standing.json").write_text(
+            json.dumps({"version": 1, "pid": process.pid, "stack": "test"})
+        )
+        code, out, err = run(capsys, "submit", *local_args(stack, tmp_path))
+        assert code == 0, err
+        marker = tmp_path / command_line
+        if command_line.startswith("trainstack"):
+            assert f"the standing local cluster (process {process.pid}) boots its stopped nodes" in out
+            deadline = time.monotonic() + 30
+            while not marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert marker.read_text() == "woken"
+        else:
+            assert f"process {process.pid} of" in out and "is not `trainstack local` any more" in out
+            assert process.poll() is None and not marker.exists()
+    finally:
+        process.kill()
+        process.wait()

@@ -1,0 +1,133 @@
+"""``trainstack jobs`` and ``trainstack cancel``: a standing cluster's jobs, listed from the
+queue's index and their status objects, and a queued or running job ended.
+
+`jobs` lists the stack's own ``trainstack:job`` as job 0, then the queue's jobs in submit order
+(the latest ``--limit``): state, when each was submitted, started and ended, its duration, the
+nodes that recorded a status, its cost at catalog prices (the stack's hourly price, as `trainstack
+cost` has it, times the duration) and its final metric (metrics.json).
+
+`cancel` marks the job's entry cancelled under a generation precondition: a queued job never
+starts; the nodes running it end its code within a poll, record CANCELLED and go on with the
+queue. A job that has ended (SUCCEEDED, FAILED, CANCELLED) is reported, exit 1, nothing changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from trainstack.commands.queueargs import QueueUsageError, add_queue_arguments, queue_place, stack_job_objects
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved
+from trainstack.jobstate.report import StatusReadError
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 1000
+
+
+def _limit(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r}: a whole number from 1 to {MAX_LIMIT}")
+    return int(text)
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from trainstack.jobqueue.history import JobSource, job_row, print_json, print_rows
+    from trainstack.jobqueue.queue import job_prefix, read_index
+    from trainstack.jobqueue.store import StoreError
+    from trainstack.jobstate.report import node_names
+    from trainstack.stackmodel.cost import job_hourly
+
+    stack = load_resolved(args)
+    try:
+        place = queue_place(args, stack)
+        index = read_index(place.store)
+    except (QueueUsageError, StoreError) as error:
+        print(f"trainstack: jobs: {error}", file=sys.stderr)
+        return 1
+    sources = []
+    own = stack_job_objects(stack, place.bucket)
+    if own is not None and stack.job is not None:
+        sources.append(JobSource(0, stack.job.name, *own))
+    sources += [
+        JobSource(entry.id, entry.name, place.objects, job_prefix(entry), entry)
+        for entry in index.entries[-args.limit :]
+    ]
+    nodes, hourly, now = node_names(stack), job_hourly(stack), time.time()
+    rows = [job_row(source, nodes, hourly, now) for source in sources]
+    if args.json:
+        print_json(rows)
+    elif rows:
+        print_rows(rows)
+    else:
+        print(f"stack {stack.stack} has no job yet: `trainstack submit --stack {stack.stack} ...` queues one")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from trainstack.jobqueue.history import job_state
+    from trainstack.jobqueue.queue import ENDED, CancelRefused, cancel, job_prefix
+    from trainstack.jobqueue.store import StoreError
+    from trainstack_contract.status import utc_now
+
+    stack = load_resolved(args)
+    if args.id == 0:
+        print(
+            "trainstack: cancel: job 0 is the stack's own trainstack:job, not a queued one: "
+            f"`trainstack stop --stack {stack.stack}` stops its machines",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        place = queue_place(args, stack)
+
+        def ended_state(entry: Any) -> str | None:
+            state = job_state(place.objects, job_prefix(entry))
+            return state if state in ENDED else None
+
+        entry = cancel(place.store, args.id, utc_now(), ended_state)
+    except (QueueUsageError, StoreError, StatusReadError, CancelRefused) as error:
+        print(f"trainstack: cancel: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"job {entry.id} ({entry.job_dir_name}) cancelled: if queued it will not run; if running, its nodes end it "
+        "and go on with the queue"
+    )
+    return 0
+
+
+def _job_id(text: str) -> int:
+    if not text.isdigit() or len(text) > 10:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r}: a job id, a whole number (`trainstack jobs` lists them)")
+    return int(text)
+
+
+def register(subparsers: Any) -> None:
+    """Adds `jobs` and `cancel` to the trainstack command line."""
+    jobs = subparsers.add_parser(
+        "jobs",
+        help="the standing cluster's jobs: state, times, duration, nodes, cost and final metric",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_stack_arguments(jobs)
+    add_queue_arguments(jobs)
+    jobs.add_argument("--json", action="store_true", help="print one JSON document")
+    jobs.add_argument(
+        "--limit",
+        type=_limit,
+        default=DEFAULT_LIMIT,
+        help=f"the latest this many queued jobs (default {DEFAULT_LIMIT})",
+    )
+    jobs.set_defaults(func=cmd_jobs)
+    cancel = subparsers.add_parser(
+        "cancel",
+        help="end a queued or running job of the standing cluster; the next one starts",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_stack_arguments(cancel)
+    cancel.add_argument("id", type=_job_id, help="the job's id, as `trainstack submit` printed it")
+    add_queue_arguments(cancel)
+    cancel.set_defaults(func=cmd_cancel)

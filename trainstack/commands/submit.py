@@ -1,0 +1,269 @@
+"""``trainstack submit``: a job queued on a standing cluster (or TPU VM) without ``pulumi up``.
+
+What the job is: with ``--job-file`` the file's mapping, whole (the keys of ``trainstack:job``);
+with ``--package`` or ``--image`` (and their keys) the options alone, whole; otherwise the
+stack's own ``trainstack:job`` with the options given (the built-in trainer's settings, --args,
+--env, --name) in place of its values. Options given beside --job-file replace the file's values.
+
+The stack file with its job replaced goes through the checks every stack goes through (parse,
+catalog feasibility, resolve): every problem is one line naming the key, exit 1, before
+anything is written. Then the job's code and requirements go into the bucket under their
+digests (the objects ``pulumi up`` uploads), its spec under its sha256, and an entry at the end
+of the queue's index under a generation precondition; stopped nodes are started, and the
+job's id is printed. No Pulumi and no TensorFlow is imported on the way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainstack.commands.local import _job_arguments
+from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
+from trainstack.commands.stackargs import add_stack_arguments, stack_path
+from trainstack.jobstate.report import StatusReadError
+from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, IMAGE_SIZE, METADATA_KEYS, STEPS_PER_EPOCH
+
+if TYPE_CHECKING:
+    from trainstack.stackmodel.resolved import ResolvedStack
+
+JOB_KEY = "trainstack:job"
+# A job file is a job's settings: a few kilobytes. Its spec may be at most MAX_SPEC_BYTES.
+MAX_JOB_FILE_BYTES = 64 * 1024
+# What `trainstack local --standing` writes while it is up ({"version": 1, "pid": ..., "stack": ...}).
+STANDING_FILE = "standing.json"
+MAX_STANDING_BYTES = 4096
+# Options that set one key of the job, by key.
+BUILTIN_OPTIONS = ("model", "data", "epochs", "batch_size_per_replica", "steps_per_epoch", "image_size")
+CODE_OPTIONS = ("package", "module", "requirements", "image")
+
+
+class SubmitRefused(Exception):
+    """The job cannot be queued; each line of the message names one problem. Nothing was written."""
+
+
+def _job_file(path: Path) -> dict[str, Any]:
+    from trainstack.base.files import FileProblem, load_yaml, read_text
+
+    try:
+        value = load_yaml(read_text(path, MAX_JOB_FILE_BYTES))
+    except FileNotFoundError:
+        raise SubmitRefused(f"--job-file {path}: no such file") from None
+    except FileProblem as problem:
+        raise SubmitRefused(f"--job-file {path}: {problem}") from None
+    if not isinstance(value, dict):
+        raise SubmitRefused(f"--job-file {path}: a job file is a mapping of trainstack:job's keys (name, model, ...)")
+    return value
+
+
+def _env(values: list[str]) -> dict[str, str]:
+    env = {}
+    for text in values:
+        name, equals, value = text.partition("=")
+        if not equals or not name:
+            raise SubmitRefused(f"--env {text[:80]!r}: give NAME=VALUE (the value may be empty)")
+        env[name] = value
+    return env
+
+
+def job_settings(args: argparse.Namespace, stack_job: object) -> dict[str, Any]:
+    """The job's keys from the command line, on the base its options choose (module docstring)."""
+    if args.job_file is not None:
+        job = _job_file(args.job_file)
+    elif any(getattr(args, key) is not None for key in CODE_OPTIONS) or not isinstance(stack_job, dict):
+        job = {}
+    else:
+        job = dict(stack_job)
+        if job.pop("job_dir", None) is not None:
+            print(
+                "trainstack: submit: note: the stack's job.job_dir is not used: a queued job writes to "
+                "jobs/q<ID>_<name> in the stack's bucket",
+                file=sys.stderr,
+            )
+    for key in (*BUILTIN_OPTIONS, *CODE_OPTIONS, "name"):
+        if getattr(args, key) is not None:
+            job[key] = getattr(args, key)
+    if args.args is not None:
+        job["args"] = args.args
+    if args.env:
+        given = job.get("env")
+        job["env"] = {**(given if isinstance(given, dict) else {}), **_env(args.env)}
+    return job
+
+
+def checked_job(args: argparse.Namespace) -> tuple[ResolvedStack, ResolvedStack]:
+    """The stack as it is and the stack with the submitted job in place of its own, both
+    through the checks `validate` applies."""
+    from trainstack.base.errors import StackConfigError
+    from trainstack.stackmodel.feasibility import parse_check_and_derive
+    from trainstack.stackmodel.resolved import resolve_stack
+    from trainstack.stackmodel.stackfile import read_stack_config_map, stack_name_for
+    from trainstack_contract.queue import QUEUED_JOB_NAME
+
+    path = stack_path(args)
+    name = stack_name_for(path, None if args.stack_file else args.stack)
+    raw = read_stack_config_map(path)
+    cfg, facts = parse_check_and_derive(name, raw)
+    stack = resolve_stack(cfg, facts=facts)
+    job = job_settings(args, raw.get(JOB_KEY))
+    if "job_dir" in job:
+        raise SubmitRefused(
+            f"{JOB_KEY}.job_dir: a queued job writes to jobs/q<ID>_<name> in the stack's bucket; leave job_dir out"
+        )
+    try:
+        queued_cfg, queued_facts = parse_check_and_derive(name, {**raw, JOB_KEY: job})
+        queued = resolve_stack(queued_cfg, facts=queued_facts)
+    except StackConfigError as error:
+        raise SubmitRefused("\n".join(str(problem) for problem in error.problems)) from None
+    assert queued.job is not None
+    if QUEUED_JOB_NAME.fullmatch(queued.job.name) is None:
+        raise SubmitRefused(
+            f"{JOB_KEY}.name: {queued.job.name[:40]!r} is longer than the 100 characters a queued job's name may have"
+        )
+    return stack, queued
+
+
+def spec_values(stack: ResolvedStack, local: bool) -> dict[str, str]:
+    """The job's metadata values, as a node of the stack would have them in instance metadata
+    (`trainstack local`'s stand-in for the TPU VM on --local), its job directory aside."""
+    from trainstack.cloud.bootscripts import job_metadata
+
+    assert stack.job is not None
+    if stack.cluster is not None:
+        args = stack.cluster.trainer_args
+    else:
+        assert stack.tpu is not None
+        args = stack.tpu.trainer_args
+        if local:
+            from trainstack.localrun.nodes import TrainerOverrides, tpu_stand_in
+
+            args = tuple(tpu_stand_in(list(args), TrainerOverrides(), stack.job.builtin, stack.tpu.accelerator_type)[0])
+    values = job_metadata(stack.job, args)
+    values.pop(METADATA_KEYS.job_dir, None)
+    return values
+
+
+def runs_queue(stack: ResolvedStack) -> bool:
+    """Whether the stack's nodes run queued jobs (`ResolvedStack.runs_queue`: it has a job or
+    sets idle_minutes); a stack resolved before that attribute existed: whether it has a job."""
+    return bool(getattr(stack, "runs_queue", stack.job is not None))
+
+
+def wake_standing(place: QueuePlace, stack: ResolvedStack) -> str:
+    """--local: SIGUSR1 to the standing `trainstack local` process of the stack, which boots its
+    nodes that have exited; what happened, in words."""
+    assert place.workdir is not None
+    waits = f"the job waits for `trainstack local --stack {stack.stack} --standing`"
+    path = place.workdir / STANDING_FILE
+    try:
+        with path.open("rb") as handle:
+            document = json.loads(handle.read(MAX_STANDING_BYTES))
+    except FileNotFoundError:
+        return f"no standing local cluster is up ({path} is absent): {waits}"
+    except (OSError, ValueError):
+        return f"{path} is not what `trainstack local --standing` writes: {waits}"
+    pid = document.get("pid") if isinstance(document, dict) else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or document.get("stack") != stack.stack:
+        return f"{path} names no standing run of stack {stack.stack}: {waits}"
+    # A stale file's process id may be another program's by now: signal only a trainstack process.
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        command = None
+    words = [] if command is None else [Path(word.decode(errors="replace")).name for word in command.split(b"\0")]
+    if command is not None and not ("trainstack" in words and "local" in words):
+        return f"process {pid} of {path} is not `trainstack local` any more: {waits}"
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return f"the standing local cluster (process {pid}) is not up: {waits}"
+    except PermissionError:
+        return f"process {pid} (the standing local cluster) may not be signalled by this user: {waits}"
+    return f"the standing local cluster (process {pid}) boots its stopped nodes"
+
+
+def _start_machines(stack: ResolvedStack) -> int:
+    from trainstack.commands.machines import run_machines
+
+    nodes = [node.name for node in stack.cluster.nodes] if stack.cluster else []
+    nodes += [stack.tpu.name] if stack.tpu else []
+    return run_machines(stack, "start", nodes=nodes)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from trainstack.jobqueue.history import job_state
+    from trainstack.jobqueue.queue import ENDED, CodeObject, job_prefix, submit
+    from trainstack.jobqueue.store import StoreError
+    from trainstack_contract.status import utc_now
+
+    try:
+        stack, queued = checked_job(args)
+        if not runs_queue(stack):
+            raise SubmitRefused(
+                f"stack {stack.stack} runs no queue: its nodes boot with no job and no idle_minutes; set "
+                "trainstack:cluster.idle_minutes (or tpu.idle_minutes) and `pulumi up` first"
+            )
+        place = queue_place(args, stack)
+        job = queued.job
+        assert job is not None
+        code = [CodeObject(job.package.object_name, job.package.archive)] if job.package else []
+        code += [CodeObject(job.requirements.object_name, job.requirements.data)] if job.requirements else []
+        entry = submit(
+            place.store,
+            job.name,
+            spec_values(queued, args.local),
+            code,
+            utc_now(),
+            lambda queued_entry: job_state(place.objects, job_prefix(queued_entry)) in ENDED,
+        )
+    except (SubmitRefused, QueueUsageError, StoreError, StatusReadError) as error:
+        for line in str(error).splitlines():
+            print(f"trainstack: submit: {line}", file=sys.stderr)
+        return 1
+    print(
+        f"job {entry.id} ({entry.job_dir_name}) queued on stack {stack.stack}: {place.objects.location(job_prefix(entry))}"
+    )
+    if args.no_start:
+        return 0
+    if args.local:
+        print(wake_standing(place, stack))
+        return 0
+    return _start_machines(stack)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "submit",
+        help="queue a job on the stack's standing cluster or TPU VM (no `pulumi up`); prints its id",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_stack_arguments(parser)
+    parser.add_argument("--job-file", type=Path, help="a YAML or JSON file of trainstack:job's keys: the job, whole")
+    parser.add_argument("--name", help="the job's name (its directory is jobs/q<ID>_<NAME>)")
+    built_in = parser.add_argument_group("the built-in trainer (on the stack's own job unless --job-file)")
+    built_in.add_argument("--model", help="cnn, resnet50, ...")
+    built_in.add_argument("--data", help="'synthetic' or gs://BUCKET/PATH")
+    built_in.add_argument("--epochs", type=EPOCHS.parse)
+    built_in.add_argument("--batch-size-per-replica", type=BATCH_SIZE_PER_REPLICA.parse)
+    built_in.add_argument("--steps-per-epoch", type=STEPS_PER_EPOCH.parse)
+    built_in.add_argument("--image-size", type=IMAGE_SIZE.parse)
+    own = parser.add_argument_group("a team's code (the job is these options alone)")
+    own.add_argument("--package", help="the package directory (as job.package)")
+    own.add_argument("--module", help="run as `python -m MODULE`")
+    own.add_argument("--requirements", help="extra requirements file (as job.requirements)")
+    own.add_argument("--image", help="a container image (as job.image)")
+    parser.add_argument(
+        "--args", type=_job_arguments, help="the job's arguments as one shell-quoted string (replaces job.args)"
+    )
+    parser.add_argument(
+        "--env", action="append", metavar="NAME=VALUE", help="an environment variable of the job; repeat for several"
+    )
+    add_queue_arguments(parser)
+    parser.add_argument("--no-start", action="store_true", help="queue only: do not start stopped machines")
+    parser.set_defaults(func=cmd_submit)

@@ -1,0 +1,173 @@
+"""`trainstack jobs`: each job of a standing cluster as its status objects tell it: the stack's
+own job (job 0) and every queued one, with when it ran, on which nodes, what it cost at
+catalog prices and its final metric."""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from trainstack.jobqueue.queue import ENDED
+from trainstack.jobstate.report import Objects, StatusReadError, parse_time, printable, read_json
+from trainstack_contract import LAYOUT, STATES
+from trainstack_contract.queue import QueueEntry
+
+QUEUED = "QUEUED"
+# The stack's own job (job 0) before its first status: it is not queued, its machines have not run it.
+NO_STATUS = "NO STATUS"
+SECONDS_PER_HOUR = 3600
+# metrics.json keys shown as the job's final metric, the first one present.
+METRIC_KEYS = ("eval_accuracy", "final_accuracy", "eval_loss", "final_loss")
+
+
+@dataclass(frozen=True)
+class JobSource:
+    """Where one job's status objects are: the bucket and the job directory's prefix in it."""
+
+    id: int
+    name: str
+    objects: Objects
+    prefix: str
+    entry: QueueEntry | None = None  # None for job 0, the stack's own
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: int
+    name: str
+    state: str
+    job_dir: str
+    submitted: str | None = None
+    started: str | None = None
+    ended: str | None = None
+    duration_seconds: float | None = None
+    nodes: dict[str, str] = field(default_factory=dict)
+    cost_usd: float | None = None
+    metric: tuple[str, float] | None = None
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "state": self.state,
+            "job_dir": self.job_dir,
+            "submitted": self.submitted,
+            "started": self.started,
+            "ended": self.ended,
+            "duration_seconds": None if self.duration_seconds is None else round(self.duration_seconds, 1),
+            "nodes": self.nodes,
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 4),
+            "metric": None if self.metric is None else {"name": self.metric[0], "value": self.metric[1]},
+            "problem": self.problem,
+        }
+
+
+def _history_time(status: dict[str, Any], state: str) -> str | None:
+    """When the status first entered ``state``, from its history (oldest first)."""
+    for entry in status.get("history") or []:
+        if isinstance(entry, dict) and entry.get("state") == state and isinstance(entry.get("time"), str):
+            return str(entry["time"])
+    return None
+
+
+def _metric(metrics: dict[str, Any] | None) -> tuple[str, float] | None:
+    for key in METRIC_KEYS:
+        value = (metrics or {}).get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return key, float(value)
+    return None
+
+
+def _seconds(start: str | None, end: str | None, now: float) -> float | None:
+    began = parse_time(start)
+    if began is None:
+        return None
+    finished = parse_time(end)
+    return max(0.0, (finished.timestamp() if finished is not None else now) - began.timestamp())
+
+
+def job_row(source: JobSource, nodes: Sequence[str], hourly_usd: float | None, now: float) -> JobRow:
+    """One job's row; a status object that cannot be read is the row's problem, not the listing's."""
+    entry = source.entry
+    submitted = entry.submitted if entry else None
+    where = source.objects.location(source.prefix)
+    try:
+        status = read_json(source.objects, posixpath.join(source.prefix, LAYOUT.job_status))
+        node_states = {}
+        for node in nodes:
+            node_status = read_json(source.objects, posixpath.join(source.prefix, LAYOUT.node_status(node)))
+            if node_status is not None:
+                node_states[node] = str(node_status.get("state", "?"))[:20]
+        metrics = read_json(source.objects, posixpath.join(source.prefix, LAYOUT.metrics)) if status else None
+    except StatusReadError as error:
+        return JobRow(source.id, source.name, "UNREADABLE", where, submitted, problem=str(error))
+    state = str((status or {}).get("state") or (QUEUED if entry else NO_STATUS))[:20]
+    ended = str(status.get("time")) if status is not None and state in ENDED else None
+    if entry is not None and entry.cancelled is not None and state not in ENDED:
+        # Cancelled: a queued job never starts; a running one's nodes are ending it.
+        state, ended = STATES.cancelled, entry.cancelled
+    started = _history_time(status, STATES.running) if status is not None else None
+    duration = _seconds(started, ended, now) if started else None
+    cost = None if duration is None or hourly_usd is None else hourly_usd * duration / SECONDS_PER_HOUR
+    return JobRow(
+        source.id, source.name, state, where, submitted, started, ended, duration, node_states, cost, _metric(metrics)
+    )
+
+
+def _short_time(value: str | None) -> str:
+    """2026-11-25T21:40:00.123000Z as 2026-11-25 21:40:00."""
+    return "-" if value is None else value[:19].replace("T", " ")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    whole = int(round(seconds))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+COLUMNS = ("ID", "NAME", "STATE", "SUBMITTED", "STARTED", "ENDED", "DURATION", "NODES", "COST", "METRIC")
+
+
+def print_rows(rows: Sequence[JobRow], out: IO[str] | None = None) -> None:
+    out = out or sys.stdout
+    table = [COLUMNS]
+    for row in rows:
+        table.append(
+            (
+                str(row.id),
+                printable(row.name),
+                printable(row.state),
+                _short_time(row.submitted),
+                _short_time(row.started),
+                _short_time(row.ended),
+                _duration(row.duration_seconds),
+                str(len(row.nodes)),
+                "-" if row.cost_usd is None else f"${row.cost_usd:.2f}",
+                "-" if row.metric is None else f"{row.metric[0]}={row.metric[1]:.4g}",
+            )
+        )
+    widths = [max(len(line[column]) for line in table) for column in range(len(COLUMNS))]
+    for line in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip(), file=out)
+    for row in rows:
+        if row.problem:
+            print(f"warning: job {row.id}: {printable(row.problem)}", file=sys.stderr)
+
+
+def print_json(rows: Sequence[JobRow], out: IO[str] | None = None) -> None:
+    json.dump({"jobs": [row.to_json() for row in rows]}, out or sys.stdout, indent=2, sort_keys=True)
+    print(file=out or sys.stdout)
+
+
+def job_state(objects: Objects, prefix: str) -> str | None:
+    """The state status/job.json of the job directory ``prefix`` says, None before it has one."""
+    status = read_json(objects, posixpath.join(prefix, LAYOUT.job_status))
+    state = (status or {}).get("state")
+    return state if isinstance(state, str) else None
