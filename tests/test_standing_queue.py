@@ -1,0 +1,133 @@
+"""The experiment loop on a standing local cluster, end to end through the commands a user types:
+`trainstack local --standing` keeps a three-node MultiWorkerMirroredStrategy cluster up, jobs
+submitted back to back run one after the other in the same node processes, `cancel` ends the
+running job and the next starts, `jobs` lists them all, and the idle nodes stop themselves
+after `idle_minutes` (time-scaled, as the agent's other waits are) and the run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stack_helpers import write_stack
+from trainstack.base.project import PROJECT_ROOT as REPOSITORY_ROOT
+
+# Every bounded wait of the test: a cluster that takes longer has failed.
+WAIT_SECONDS = 600.0
+SHORT = ["--epochs", "1", "--steps-per-epoch", "2", "--image-size", "32", "--batch-size-per-replica", "8"]
+# Long enough to be running when it is cancelled.
+LONG = ["--epochs", "500", "--steps-per-epoch", "50", "--image-size", "32", "--batch-size-per-replica", "8"]
+
+
+def stack_config() -> dict[str, Any]:
+    shipped = yaml.safe_load((REPOSITORY_ROOT / "stacks" / "Pulumi.multiworker.yaml").read_text())["config"]
+    shipped["trainstack:cluster"]["idle_minutes"] = 1
+    shipped["trainstack:job"].update(epochs=1, steps_per_epoch=2, image_size=32, batch_size_per_replica=8)
+    return dict(shipped)
+
+
+def environment() -> dict[str, str]:
+    # One minute of idle time is 15 s here; every other wait of the agent shrinks alike.
+    return dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT), TRAINSTACK_AGENT_TIME_SCALE="0.25")
+
+
+def trainstack(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainstack", *args],
+        cwd=REPOSITORY_ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def until(predicate: Any, what: str, process: subprocess.Popen[str] | None = None) -> Any:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            raise AssertionError(
+                f"the standing run ended before {what}: {process.stdout.read() if process.stdout else ''}"
+            )
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not happen within {WAIT_SECONDS} s")
+
+
+def job_state(job_dir: Path) -> str | None:
+    try:
+        return str(json.loads((job_dir / "status" / "job.json").read_text())["state"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def incarnations(job_dir: Path) -> dict[str, str]:
+    """Each node's incarnation (one boot of its agent) in the job's status objects."""
+    found = {}
+    for path in sorted((job_dir / "status").glob("*.json")):
+        if path.stem not in ("job", "settings"):
+            found[path.stem] = json.loads(path.read_text())["incarnation"]
+    return found
+
+
+def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_idle_nodes_stop(
+    tmp_path: Path,
+) -> None:
+    stack_file = write_stack(tmp_path, stack_config(), stack="loop")
+    workdir = tmp_path / "work"
+    command = [sys.executable, "-m", "trainstack", "local", "--stack-file", str(stack_file), "--standing"]
+    standing = subprocess.Popen(
+        [*command, "--workdir", str(workdir)],
+        cwd=REPOSITORY_ROOT,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
+        # Queued while the stack's own job (job 0) still runs: they follow it, in submit order.
+        for name, options in (("first", SHORT), ("long", LONG), ("last", SHORT)):
+            submitted = trainstack("submit", *target, "--name", name, *options)
+            assert submitted.returncode == 0, submitted.stderr
+        jobs_dir = until(lambda: next(iter(workdir.glob("bucket/*/jobs")), None), "the bucket's jobs/", standing)
+        until(lambda: job_state(jobs_dir / "q2_long") == "RUNNING", "job 2 running", standing)
+        cancelled = trainstack("cancel", *target, "2")
+        assert cancelled.returncode == 0, cancelled.stderr
+        # The nodes end job 2, run job 3, then idle out: the run ends by itself.
+        output, _ = standing.communicate(timeout=WAIT_SECONDS)
+    finally:
+        if standing.poll() is None:
+            standing.kill()
+            standing.wait()
+    assert standing.returncode == 0, output
+    listed = trainstack("jobs", "--stack-file", str(stack_file), "--local", "--workdir", str(workdir), "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["id"]: row for row in json.loads(listed.stdout)["jobs"]}
+    assert {job_id: rows[job_id]["state"] for job_id in (0, 1, 2, 3)} == {
+        0: "SUCCEEDED",
+        1: "SUCCEEDED",
+        2: "CANCELLED",
+        3: "SUCCEEDED",
+    }, listed.stdout
+    for job_id in (0, 1, 3):
+        assert rows[job_id]["duration_seconds"] > 0, rows[job_id]
+    # One boot of each node's agent ran every job: the cluster's processes were never restarted.
+    job_dirs = [jobs_dir / "flowers_mwms", jobs_dir / "q1_first", jobs_dir / "q2_long", jobs_dir / "q3_last"]
+    seen = [incarnations(job_dir) for job_dir in job_dirs]
+    assert sorted(seen[0]) == ["chief", "worker-0", "worker-1"]
+    assert all(each == seen[0] for each in seen), seen
+    # Idle for idle_minutes: every node applied on_finish (stop) once, and nothing runs.
+    stops = (workdir / "self-stop.log").read_text().split("\n")
+    assert sorted(line.split()[-1] for line in stops if line) == ["chief", "worker-0", "worker-1"], stops
+    assert not (workdir / "standing.json").exists()
