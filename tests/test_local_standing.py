@@ -132,3 +132,23 @@ def test_standing_needs_nodes_that_run_a_queue(tmp_path: Path, capsys: pytest.Ca
     assert main(["local", "--stack-file", str(path), "--standing", "--workdir", str(tmp_path / "w")]) == 2
     err = capsys.readouterr().err
     assert "--standing" in err and "cluster.idle_minutes" in err and "Traceback" not in err
+
+
+def test_standing_tells_how_many_nodes_are_up_how_to_submit_and_when_they_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from trainstack.commands.local import standing_note
+    from trainstack_agent.timings import TIME_SCALE_VARIABLE
+
+    monkeypatch.delenv(TIME_SCALE_VARIABLE, raising=False)
+    note = standing_note(argparse.Namespace(workdir=None), standing_stack())
+    assert note == (
+        f"standing: 3 nodes up; submit jobs with `trainstack submit --stack standing --local ...`; "
+        f"they stop after {IDLE_MINUTES} idle minutes"
+    )
+    monkeypatch.setenv(TIME_SCALE_VARIABLE, "0.25")
+    note = standing_note(argparse.Namespace(workdir=tmp_path / "my work"), standing_stack())
+    assert f"--local --workdir '{tmp_path / 'my work'}' ...`" in note
+    assert note.endswith(f"they stop after {IDLE_MINUTES} idle minutes ({TIME_SCALE_VARIABLE}=0.25: 45 s here)")
