@@ -80,7 +80,8 @@ WRITE_ROLES = {
 # The IAM Conditions subset the program writes, turned into Python one token at a time: a
 # token outside it fails the test rather than being guessed at.
 _CEL_TOKEN = re.compile(
-    r'\s+|resource\.name\.startsWith\("(?P<prefix>[^"]*)"\)|resource\.type == "(?P<type>[^"]*)"|&&|\|\||!|\(|\)'
+    r'\s+|resource\.name\.startsWith\("(?P<prefix>[^"]*)"\)|resource\.name == "(?P<exact>[^"]*)"'
+    r'|resource\.type == "(?P<type>[^"]*)"|&&|\|\||!|\(|\)'
 )
 OBJECT_TYPE = "storage.googleapis.com/Object"
 
@@ -94,6 +95,8 @@ def admits(expression: str, bucket: str, name: str) -> bool:
         text = token[0]
         if token["prefix"] is not None:
             words.append(f"name.startswith({token['prefix']!r})")
+        elif token["exact"] is not None:
+            words.append(f"(name == {token['exact']!r})")
         elif token["type"] is not None:
             words.append(f"(type == {token['type']!r})")
         else:

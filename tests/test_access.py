@@ -7,11 +7,14 @@ from typing import Any
 
 import pytest
 
-from stack_helpers import base_config, plan_of, write_stack
+from stack_helpers import admits, base_config, plan_of, write_stack
 from trainstack.commands.main import main
 
 MEMBERS = ["user:ana@example.com", "group:ml-team@example.com"]
 PROJECT_BINDING = "gcp:projects/iAMMember:IAMMember"
+BUCKET_GRANT = "gcp:storage/bucketIAMMember:BucketIAMMember"
+INSTANCE_GRANT = "gcp:compute/instanceIAMMember:InstanceIAMMember"
+LOGIN = "roles/compute.osLogin"
 
 
 def with_access(config: dict[str, Any], members: list[str] = MEMBERS) -> dict[str, Any]:
@@ -25,9 +28,10 @@ def test_each_member_gets_tunnel_and_login_on_each_cluster_vm_and_act_as_on_its_
     assert len(vms) == 3
     tunnels = plan.of_type("gcp:iap/tunnelInstanceIAMMember:TunnelInstanceIAMMember")
     instance_grants = plan.of_type("gcp:compute/instanceIAMMember:InstanceIAMMember")
-    logins = [b for b in instance_grants if b.inputs["member"] in MEMBERS]
-    # The rest are the machines' own (the chief starting a preempted Spot worker again).
-    assert {b.inputs["member"] for b in instance_grants if b not in logins} == {
+    logins = [b for b in instance_grants if b.inputs["member"] in MEMBERS and b.inputs["role"] == LOGIN]
+    # The rest are the members' start grants (a queued job: test_queue_*) and the machines' own
+    # (the chief starting a preempted Spot worker again).
+    assert {b.inputs["member"] for b in instance_grants if b.inputs["member"] not in MEMBERS} == {
         "serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"
     }
     assert {(t.inputs["instance"], t.inputs["member"], t.inputs["role"]) for t in tunnels} == {
@@ -93,3 +97,87 @@ def test_access_members_must_be_named_principals(
     assert main(["validate", "--stack-file", str(path)]) == 1
     err = capsys.readouterr().err
     assert "trainstack:access.members" in err and words in err, err
+
+
+def _member_bucket_grants(plan: Any) -> dict[str, list[dict[str, Any]]]:
+    grants: dict[str, list[dict[str, Any]]] = {}
+    for grant in plan.of_type(BUCKET_GRANT):
+        grants.setdefault(grant.inputs["member"], []).append(grant.inputs)
+    return grants
+
+
+def test_queue_each_member_may_submit_list_and_cancel_and_nothing_more_in_the_bucket(tmp_path: Path) -> None:
+    """`submit` creates code and a spec and replaces the index; `jobs` reads; `cancel` replaces
+    the index: per member, create-only under trainstack/code/ and trainstack/queue/specs/, replace
+    of trainstack/queue/index.json alone, read of the bucket."""
+    plan = plan_of(write_stack(tmp_path, with_access(base_config())))
+    bucket = "test-project-123_test"
+    grants = _member_bucket_grants(plan)
+    for member in MEMBERS:
+        mine = grants[member]
+        assert sorted((g["role"], bool(g.get("condition"))) for g in mine) == [
+            ("roles/storage.objectCreator", True),
+            ("roles/storage.objectCreator", True),
+            ("roles/storage.objectUser", True),
+            ("roles/storage.objectViewer", False),
+        ]
+        for name, writes in [
+            ("trainstack/code/trainer-0123abcd.zip", {"roles/storage.objectCreator"}),
+            ("trainstack/queue/specs/" + "a" * 64 + ".json", {"roles/storage.objectCreator"}),
+            ("trainstack/queue/index.json", {"roles/storage.objectUser"}),
+            ("trainstack/queue/index.json.bak", set()),
+            ("trainstack/agent/trainstack-agent-0123456789abcdef.pyz", set()),
+            ("trainstack/python/node.txt", set()),
+            ("trainstack/queue/other.json", set()),
+            ("jobs/q1_a/status/job.json", set()),
+        ]:
+            assert {
+                g["role"] for g in mine if g.get("condition") and admits(g["condition"]["expression"], bucket, name)
+            } == writes, name
+
+
+def test_queue_each_member_may_start_each_cluster_vm_with_get_and_start_alone(tmp_path: Path) -> None:
+    plan = plan_of(write_stack(tmp_path, with_access(base_config())))
+    vms = {vm.inputs["name"] for vm in plan.of_type("gcp:compute/instance:Instance")}
+    [role] = [
+        r for r in plan.of_type("gcp:projects/iAMCustomRole:IAMCustomRole") if "queue_start" in r.inputs["roleId"]
+    ]
+    assert sorted(role.inputs["permissions"]) == ["compute.instances.get", "compute.instances.start"]
+    starts = [g for g in plan.of_type(INSTANCE_GRANT) if g.inputs["role"].endswith(role.inputs["roleId"])]
+    assert {(g.inputs["instanceName"], g.inputs["member"]) for g in starts} == {(vm, m) for vm in vms for m in MEMBERS}
+
+
+def test_queue_machine_accounts_get_nothing_new(tmp_path: Path) -> None:
+    """The machines' grants are the same with or without teammates who queue jobs."""
+
+    def machine_grants(config: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+        plan = plan_of(write_stack(tmp_path, config))
+        return sorted(
+            (r.type, r.inputs["member"], r.inputs["role"], str(r.inputs.get("condition")))
+            for r in plan.resources
+            if isinstance(r.inputs.get("member"), str) and r.inputs["member"] not in MEMBERS
+        )
+
+    assert machine_grants(with_access(base_config())) == machine_grants(base_config())
+
+
+def test_queue_no_grants_where_the_machines_run_no_queue(tmp_path: Path) -> None:
+    config = with_access(base_config())
+    config["trainstack:job"] = "none"
+    plan = plan_of(write_stack(tmp_path, config))
+    assert all(g.inputs["member"] not in MEMBERS for g in plan.of_type(BUCKET_GRANT))
+    assert not [r for r in plan.of_type("gcp:projects/iAMCustomRole:IAMCustomRole") if "queue" in r.inputs["roleId"]]
+    config["trainstack:cluster"]["idle_minutes"] = 5
+    assert set(_member_bucket_grants(plan_of(write_stack(tmp_path, config)))) >= set(MEMBERS)
+
+
+def test_queue_a_tpu_stack_grants_the_bucket_but_no_start(tmp_path: Path) -> None:
+    """A TPU VM has no per-node IAM: its start is left to a deployer, never granted project-wide."""
+    config = base_config()
+    del config["trainstack:cluster"]
+    config["trainstack:zone"] = "us-central1-b"
+    config["trainstack:tpu"] = {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"}
+    plan = plan_of(write_stack(tmp_path, with_access(config)))
+    assert set(_member_bucket_grants(plan)) >= set(MEMBERS)
+    assert not [g for g in plan.of_type(INSTANCE_GRANT) if g.inputs["member"] in MEMBERS]
+    assert not [b for b in plan.of_type(PROJECT_BINDING) if b.inputs["member"] in MEMBERS]

@@ -341,3 +341,39 @@ def test_local_paramserver_stack_trains_to_completion(tmp_path: Path) -> None:
     assert metrics["parameter_servers"] == 1 and metrics["strategy"] == "parameter_server"
     assert (result.job_dir / "model").is_dir()
     assert {s["state"] for s in result.node_status.values() if s} == {"SUCCEEDED"}
+
+
+def _with(cfg, **changes):  # type: ignore[no-untyped-def]
+    """``cfg`` with trainstack: keys replaced (``job=None``) or, as ``cluster={...}``, updated."""
+    update = {
+        key: getattr(cfg.settings, key).model_copy(update=value) if isinstance(value, dict) else value
+        for key, value in changes.items()
+    }
+    return cfg.model_copy(update={"settings": cfg.settings.model_copy(update=update)})
+
+
+def test_every_node_of_a_stack_that_runs_the_queue_is_told_its_idle_wait() -> None:
+    """The agent reads the idle wait from metadata: each cluster node and the TPU VM carry it
+    where the stack runs a queue (a job, or idle_minutes set), in seconds; nowhere else."""
+    key = "trainstack-idle-seconds"
+    cluster_boot = bootscripts.boot_files(resolve_stack(_with(stack("multiworker"), cluster={"idle_minutes": 3})))
+    assert {name: m[key] for name, m in cluster_boot.cluster_metadata.items()} == {
+        name: "180" for name in cluster_boot.cluster_metadata
+    }
+    assert len(cluster_boot.cluster_metadata) > 1
+    assert bootscripts.boot_files(resolve_stack(stack("tpu"))).tpu_metadata[key] == "600"
+    no_job = _with(stack("multiworker"), job=None)
+    assert all(key not in m for m in bootscripts.boot_files(resolve_stack(no_job)).cluster_metadata.values())
+    waiting = resolve_stack(_with(no_job, cluster={"idle_minutes": 0}))
+    assert all(m[key] == "0" for m in bootscripts.boot_files(waiting).cluster_metadata.values())
+
+
+@pytest.mark.parametrize("stack_name", ["multiworker", "tpu"])
+def test_a_one_shot_local_run_idles_zero_seconds_and_a_standing_one_the_stacks(stack_name: str, tmp_path: Path) -> None:
+    from trainstack.localrun.layout import lay_out
+
+    resolved = resolve_stack(stack(stack_name))
+    one_shot = lay_out(resolved, tmp_path / "one", TrainerOverrides())
+    assert {n.metadata["trainstack-idle-seconds"] for n in one_shot.nodes} == {"0"}
+    standing = lay_out(resolved, tmp_path / "standing", TrainerOverrides(), idle_seconds=600)
+    assert {n.metadata["trainstack-idle-seconds"] for n in standing.nodes} == {"600"}

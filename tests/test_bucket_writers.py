@@ -133,3 +133,47 @@ def test_plans_table_says_the_notebook_writes_its_own_area_and_not_the_jobs_stat
         "Who can write the job's status and backups in gs://test-project-123_test/jobs/flowers_mwms/:",
         f"  {training}",
     ]
+
+
+def with_teammates(tmp_path: Path, members: list[str]) -> Path:
+    config = base_config()
+    config["trainstack:access"] = {"members": members}
+    return write_stack(tmp_path, config)
+
+
+def test_teammates_who_queue_jobs_are_shown_as_such_and_no_machine_gains_a_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A teammate's queue grants reach trainstack/ by design: the plan lists them as queueing jobs
+    (create-only, or the index alone), not as a machine that can rewrite what nodes run, and the
+    job's status and backups stay the job's machines' alone."""
+    path = with_teammates(tmp_path, ["user:ana@example.com"])
+    access = plan_of(path).bucket_access()
+    assert access["writable_executed_objects"] == []
+    mine = sorted((g["objects"], g["queues_jobs"]) for g in access["grants"] if g["member"] == "user:ana@example.com")
+    assert mine == [
+        ("*", False),  # the reader
+        ("trainstack/code/*", True),
+        ("trainstack/queue/index.json", True),
+        ("trainstack/queue/specs/*", True),
+    ]
+    assert access["job_dir"]["writers"] == ["serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"]
+    assert main(["plan", "--stack-file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "user:ana@example.com: trainstack/queue/index.json (queues jobs: replaces this one object)" in out
+    assert "user:ana@example.com: trainstack/code/* (queues jobs: creates new objects, replaces none)" in out
+    assert "WARNING" not in out
+
+
+def test_a_queue_grant_held_by_a_machine_account_is_a_machine_that_can_rewrite_what_nodes_run(
+    tmp_path: Path,
+) -> None:
+    """Only a teammate's queue grants are spared the warning: the same grant on the training
+    account (listed in trainstack:access by mistake, or by a changed program) is flagged."""
+    from trainstack.cloud.planning import PlannedResource
+
+    plan = plan_of(with_teammates(tmp_path, ["user:ana@example.com"]))
+    [index] = [r for r in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember") if r.name.endswith("-index")]
+    machine = "serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"
+    plan.resources.append(PlannedResource(index.type, "machine-index", {**index.inputs, "member": machine}))
+    assert plan.bucket_access()["writable_executed_objects"] == [f"trainstack/ ({machine})"]

@@ -146,7 +146,7 @@ def test_a_stack_without_a_run_time_cap_is_refused(tmp_path: Path, capsys: pytes
         "test-cluster-worker-0",
         "test-cluster-worker-1",
     }
-    assert out[-1].startswith("test: 18 policies over ") and out[-1].endswith(": 3 mandatory, 0 advisory violation(s)")
+    assert out[-1].startswith("test: 19 policies over ") and out[-1].endswith(": 3 mandatory, 0 advisory violation(s)")
 
 
 def test_a_long_notebook_idle_timeout_is_advisory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -199,3 +199,31 @@ def test_a_missing_policy_environment_says_how_to_make_it(
     assert main(["check", "--stack", "dev"]) == 1
     err = capsys.readouterr().err
     assert "run `bash scripts/bootstrap`" in err and "Traceback" not in err
+
+
+def test_teammates_who_queue_jobs_pass_and_their_grants_on_a_machine_account_fail(tmp_path: Path) -> None:
+    """The real planned grants to queue jobs (under trainstack/, by design) pass every policy; the
+    same grant given to the training account is refused, and so is one reaching further."""
+    config = base_config()
+    config["trainstack:access"] = {"members": ["user:ana@example.com"]}
+    resources = plan_of(write_stack(tmp_path, config)).resource_documents()
+    _, findings = check.evaluate("test", resources, {})
+    assert [f for f in findings if f.enforcement == "mandatory"] == []
+    [index] = [r for r in resources if r["type"] == BUCKET_GRANT and r["name"].endswith("-index")]
+    on_machine = copy.deepcopy(index)
+    on_machine["name"] = "index-on-machine"
+    on_machine["inputs"]["member"] = "serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"
+    wider = copy.deepcopy(index)
+    wider["name"] = "index-prefix"
+    wider["inputs"]["condition"]["expression"] = (
+        wider["inputs"]["condition"]["expression"]
+        .replace('resource.name == "', 'resource.name.startsWith("')
+        .removesuffix('"')
+        + '")'
+    )
+    _, findings = check.evaluate("test", [*resources, on_machine, wider], {})
+    assert {(f.policy, f.resource_name) for f in findings} == {
+        ("queue-writers-are-teammates", "test"),
+        ("executed-objects-spared", "index-prefix"),
+    }
+    assert any("index-on-machine" in f.message for f in findings)

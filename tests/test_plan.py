@@ -443,6 +443,7 @@ ALLOWED_ROLES = {
     "roles/compute.osLogin": "a teammate's login without sudo, on one VM",
     "roles/iam.serviceAccountUser": "OS Login and Workbench need a teammate to act as the VM's account",
     "roles/notebooks.viewer": "a teammate opening the notebook",
+    "roles/storage.objectCreator": "a teammate queueing a job: new code and specs, under trainstack/ by name",
 }
 # Custom roles: what a node may do to its own cluster's VMs and TPU, and nothing else.
 ALLOWED_PERMISSIONS = {

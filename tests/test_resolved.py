@@ -186,3 +186,40 @@ def test_a_bucket_name_cloud_storage_refuses_is_refused(bucket: str) -> None:
     config["trainstack:storage"] = {"bucket": bucket}
     with pytest.raises(StackConfigError, match="trainstack:storage.bucket"):
         parse_stack_config("test", config)
+
+
+TPU = {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"}
+
+
+def test_a_stack_with_a_job_runs_the_queue_and_idles_ten_minutes_by_default() -> None:
+    stack = resolved()
+    assert stack.cluster is not None
+    assert stack.runs_queue and stack.cluster.idle_seconds == 600 and stack.idle_seconds == 600
+
+
+def test_idle_minutes_set_makes_a_stack_without_a_job_run_the_queue() -> None:
+    """A stack of machines that boot ready waits for submitted jobs only where it says how long."""
+    without = resolved({"trainstack:job": None})
+    assert not without.runs_queue and without.idle_seconds is None
+    assert without.cluster is not None and without.cluster.idle_seconds is None
+    standing = resolved({"trainstack:job": None, "trainstack:cluster": cluster(idle_minutes=30)})
+    assert standing.runs_queue and standing.idle_seconds == 30 * 60
+    assert resolved({"trainstack:cluster": cluster(idle_minutes=0)}).idle_seconds == 0
+
+
+def test_a_tpu_vm_takes_its_own_idle_minutes() -> None:
+    stack = resolved(
+        {
+            "trainstack:cluster": None,
+            "trainstack:job": None,
+            "trainstack:tpu": {**TPU, "idle_minutes": 45},
+            "trainstack:zone": "us-central1-b",
+        }
+    )
+    assert stack.tpu is not None and stack.runs_queue
+    assert stack.tpu.idle_seconds == stack.idle_seconds == 45 * 60
+
+
+def test_a_notebook_alone_runs_no_queue_even_with_a_job() -> None:
+    stack = resolved({"trainstack:cluster": None, "trainstack:notebook": {"machine_type": "n1-standard-8"}})
+    assert not stack.runs_queue and stack.idle_seconds is None

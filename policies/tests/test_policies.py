@@ -469,3 +469,104 @@ def test_a_narrow_custom_role_on_the_project_and_an_unbound_escalating_one_pass(
         custom_role("team_unused", ["iam.serviceAccounts.actAs"]),
     ]
     assert [v for v in violations(resources) if v.policy == "custom-role-escalation"] == []
+
+
+BUCKET_GRANT = "gcp:storage/bucketIAMMember:BucketIAMMember"
+TEAMMATE = "user:ana@example.com"
+
+
+def queue_grants(who: str = TEAMMATE, bucket: str = "team-bucket") -> list[dict[str, Any]]:
+    """A teammate's grants to queue jobs, as the program writes them (trainstack_contract.grants)."""
+    from trainstack_contract.grants import submit_grants
+
+    return [
+        {
+            "type": BUCKET_GRANT,
+            "name": f"queue-{grant.purpose}",
+            "inputs": {
+                "bucket": bucket,
+                "role": grant.role,
+                "member": who,
+                "condition": {"title": grant.title, "expression": grant.expression},
+            },
+        }
+        for grant in submit_grants(bucket)
+    ]
+
+
+def test_a_teammates_grants_to_queue_jobs_pass() -> None:
+    assert violations(compliant_stack() + queue_grants()) == []
+    assert violations(compliant_stack() + queue_grants("serviceAccount:ci@other-project.iam.gserviceaccount.com")) == []
+
+
+@pytest.mark.parametrize(
+    "who", [f"serviceAccount:{EMAIL}", "serviceAccount:team-train@elsewhere.iam.gserviceaccount.com"]
+)
+def test_grants_to_queue_jobs_held_by_a_machines_account_fail(who: str) -> None:
+    """The account a VM runs as (or one the stack creates) may never write under trainstack/."""
+    found = {(v.policy, v.resource_name) for v in violations(compliant_stack() + queue_grants(who))}
+    assert found == {("queue-writers-are-teammates", "team")}
+    [message] = {v.message for v in violations(compliant_stack() + queue_grants(who)[:1])}
+    assert "queue-code" in message and who in message
+
+
+@pytest.mark.parametrize(
+    ("role", "expression"),
+    [
+        # Replace, not create-only, where code lives.
+        (
+            "roles/storage.objectUser",
+            'resource.name.startsWith("projects/_/buckets/team-bucket/objects/trainstack/code/")',
+        ),
+        # Create-only, but under what else machines run.
+        (
+            "roles/storage.objectCreator",
+            'resource.name.startsWith("projects/_/buckets/team-bucket/objects/trainstack/")',
+        ),
+        # The index's prefix, not the index alone.
+        (
+            "roles/storage.objectUser",
+            'resource.name.startsWith("projects/_/buckets/team-bucket/objects/trainstack/queue/index.json")',
+        ),
+        # A queue grant's condition, on another bucket's objects.
+        (
+            "roles/storage.objectCreator",
+            'resource.name.startsWith("projects/_/buckets/other-bucket/objects/trainstack/code/")',
+        ),
+    ],
+)
+def test_a_write_under_trainstack_other_than_queueing_a_job_fails_even_for_a_teammate(
+    role: str, expression: str
+) -> None:
+    grant = {
+        "type": BUCKET_GRANT,
+        "name": "wide",
+        "inputs": {"bucket": "team-bucket", "role": role, "member": TEAMMATE, "condition": {"expression": expression}},
+    }
+    assert [(v.policy, v.resource_name) for v in violations(compliant_stack() + [grant])] == [
+        ("executed-objects-spared", "wide")
+    ]
+
+
+def test_a_queue_grant_to_other_than_a_named_principal_fails() -> None:
+    found = {(v.policy, v.resource_name) for v in violations(compliant_stack() + queue_grants("domain:example.com"))}
+    assert found == {("executed-objects-spared", f"queue-{p}") for p in ("code", "specs", "index")}
+
+
+def test_a_queue_grant_whose_member_is_unknown_fails_the_stack_rule() -> None:
+    """During preview a machine's account is not known yet: such a grant to queue jobs is refused."""
+    from pulumi_policy import StackValidationArgs
+    from pulumi_policy.policy import PolicyResource
+
+    [rule] = [p for p in POLICIES if p.name == "queue-writers-are-teammates"]
+    assert isinstance(rule, StackValidationPolicy)
+    grant = queue_grants()[2]["inputs"]
+    grant["member"] = UNKNOWN
+    resource = PolicyResource(BUCKET_GRANT, unknown_checking_proxy(grant), "urn", "idx", _options(), None, None, [], {})
+    found: list[str] = []
+
+    def record(message: str, urn: str | None = None) -> None:
+        found.append(message)
+
+    rule.validate(StackValidationArgs([resource], {}), record)
+    assert found and "not known before deployment" in found[0]

@@ -112,8 +112,16 @@ POLICIES: tuple[Policy, ...] = (
     ResourceValidationPolicy(
         name="executed-objects-spared",
         description="No bucket grant that writes objects can reach trainstack/, what machines run: its condition "
-        "excludes it by name.",
+        "excludes it by name, unless it is one of a named principal's grants to queue jobs (create-only under "
+        "trainstack/code/ and trainstack/queue/specs/, or trainstack/queue/index.json alone).",
         validate=rules.executed_objects_spared,
+        enforcement_level=MANDATORY,
+        framework=_own(),
+    ),
+    StackValidationPolicy(
+        name="queue-writers-are-teammates",
+        description="A grant to queue jobs goes to a teammate, never to an account the stack's machines run as.",
+        validate=rules.queue_writers_are_teammates,
         enforcement_level=MANDATORY,
         framework=_own(),
     ),

@@ -13,7 +13,17 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from trainstack_policies.contract import EXECUTED_PREFIX, MAX_RUN_SECONDS_KEY, STACK_LABEL, STORAGE_WRITE_ROLES
+from pulumi_policy.proxy import UnknownValueError
+
+from trainstack_policies.contract import (
+    EXECUTED_PREFIX,
+    MAX_RUN_SECONDS_KEY,
+    MEMBER_KINDS,
+    STACK_LABEL,
+    STORAGE_WRITE_ROLES,
+    is_submit_grant,
+    spares_executed,
+)
 from trainstack_policies.resources import (
     ACCOUNT,
     BUCKET,
@@ -182,21 +192,107 @@ def bucket_access(args: Any, report: Report) -> None:
         report('publicAccessPrevention must be "enforced"', None)
 
 
+def _bucket_write(props: Mapping[str, Any]) -> tuple[str, str | None, str | None] | None:
+    """(role, bucket, condition expression) of a bucket grant whose role writes objects."""
+    role = props.get("role")
+    if role not in STORAGE_WRITE_ROLES:
+        return None
+    bucket, condition = props.get("bucket"), mapping(props.get("condition"))
+    expression = condition.get("expression") if condition else None
+    return role, bucket if isinstance(bucket, str) else None, expression if isinstance(expression, str) else None
+
+
+def _queues_jobs(props: Mapping[str, Any], role: str, bucket: str | None, expression: str | None) -> bool:
+    """A grant that lets a named principal queue jobs, exactly as trainstack_contract.grants
+    writes it: create-only under trainstack/code/ or trainstack/queue/specs/, or the queue's
+    index alone. The stack-level rule queue-writers-are-teammates keeps machines out of it."""
+    if bucket is None or expression is None or not is_submit_grant(bucket, role, expression):
+        return False
+    members = _members(props)
+    return bool(members) and all(m.startswith(MEMBER_KINDS) for m in members)
+
+
+def _members(props: Mapping[str, Any]) -> list[Any]:
+    single = props.get("member")
+    return [*([single] if single is not None else []), *sequence(props.get("members"))]
+
+
 def executed_objects_spared(args: Any, report: Report) -> None:
     """What machines run lives under trainstack/ (in any bucket): a grant that may write objects
-    carries a condition that excludes it by name, whatever else it admits."""
-    if args.resource_type not in BUCKET_GRANTS or args.props.get("role") not in STORAGE_WRITE_ROLES:
+    carries a condition that excludes it by name, whatever else it admits; the one exception is
+    a teammate's grant to queue jobs (:func:`_queues_jobs`)."""
+    if args.resource_type not in BUCKET_GRANTS:
         return
-    bucket = args.props.get("bucket")
-    condition = mapping(args.props.get("condition"))
-    expression = condition.get("expression") if condition else None
-    excluded = f'&& !resource.name.startsWith("projects/_/buckets/{bucket}/objects/{EXECUTED_PREFIX}")'
-    if not isinstance(bucket, str) or not isinstance(expression, str) or excluded not in expression:
-        report(
-            f"{args.props.get('role')} on bucket {bucket} may write under {EXECUTED_PREFIX}, what machines run: "
-            f"its condition must end with {excluded}",
-            None,
-        )
+    write = _bucket_write(args.props)
+    if write is None:
+        return
+    role, bucket, expression = write
+    excluded = spares_executed(bucket) if bucket is not None else None
+    if excluded is not None and expression is not None and excluded in expression:
+        return
+    if _queues_jobs(args.props, role, bucket, expression):
+        return
+    report(
+        f"{role} on bucket {bucket} may write under {EXECUTED_PREFIX}, what machines run: its condition must end "
+        f"with {excluded or spares_executed('BUCKET')} (or be one of a teammate's grants to queue jobs)",
+        None,
+    )
+
+
+def _machine_accounts(resources: Any) -> set[str]:
+    """The accounts the stack's machines may run as: ids of the accounts it creates, and the
+    e-mails (and their ids) its machines name."""
+    found: set[str] = set()
+    for resource in resources:
+        try:
+            if resource.resource_type == ACCOUNT and isinstance(resource.props.get("accountId"), str):
+                found.add(resource.props["accountId"])
+            elif resource.resource_type in MACHINES:
+                for account in accounts(resource.resource_type, resource.props):
+                    email = account.get("email")
+                    if isinstance(email, str):
+                        found.update({email, email.split("@", 1)[0]})
+        except UnknownValueError:
+            continue
+    return found
+
+
+def _is_submit_grant(props: Mapping[str, Any]) -> bool:
+    write = _bucket_write(props)
+    if write is None:
+        return False
+    role, bucket, expression = write
+    return bucket is not None and expression is not None and is_submit_grant(bucket, role, expression)
+
+
+def queue_writers_are_teammates(args: Any, report: Report) -> None:
+    """A grant to queue jobs (under trainstack/, what machines run) goes to a teammate, never to
+    an account the stack's machines run as: a machine that could queue a job could run code on
+    every other one. A stack validation: it needs the machines and accounts with the grants."""
+    machines = _machine_accounts(args.resources)
+    for resource in args.resources:
+        if resource.resource_type not in BUCKET_GRANTS:
+            continue
+        try:
+            if not _is_submit_grant(resource.props):
+                continue
+        except UnknownValueError:
+            continue
+        where = f"{resource.resource_type} {resource.name}"
+        try:
+            members: list[str | None] = [m if isinstance(m, str) else None for m in _members(resource.props)]
+        except UnknownValueError:
+            members = [None]
+        for member in members or [None]:
+            email = member.split(":", 1)[-1] if member is not None else None
+            if email is None:
+                report(f"{where}: queues jobs for a principal not known before deployment; name a teammate", None)
+            elif email in machines or email.split("@", 1)[0] in machines or is_default_account(email):
+                report(
+                    f"{where}: lets {member}, an account the stack's machines run as, queue jobs (write under "
+                    f"{EXECUTED_PREFIX}); only the teammates trainstack:access names may",
+                    None,
+                )
 
 
 def _has_gpus(props: Mapping[str, Any]) -> bool:

@@ -214,6 +214,14 @@ def job_metadata(job: ResolvedJob | None, args: tuple[str, ...]) -> dict[str, st
     return metadata
 
 
+def idle_metadata(stack_idle_seconds: int | None, override: int | None = None) -> dict[str, str]:
+    """How long a node that runs the job queue waits for a job before it applies on_finish
+    (the stack's wait, or ``override``); nothing where the stack runs no queue (None)."""
+    if stack_idle_seconds is None:
+        return {}
+    return {METADATA_KEYS.idle_seconds: str(stack_idle_seconds if override is None else override)}
+
+
 def node_metadata(
     cluster: ResolvedCluster,
     node: ClusterNode,
@@ -223,9 +231,11 @@ def node_metadata(
     gpu_count: int | None = None,
     kind: NodeKind | None = None,
     wheelhouse: Wheelhouse | None = None,
+    idle_seconds: int | None = None,
 ) -> dict[str, str]:
     """Instance metadata a cluster node's agent reads; ``bucket`` is a gs:// URI or, locally, a
-    path; ``gpu_count`` overrides the node's GPUs (a local run has none)."""
+    path; ``gpu_count`` overrides the node's GPUs (a local run has none); ``idle_seconds``
+    overrides the cluster's idle wait (a one-shot local run idles 0 s) where it runs a queue."""
     gpus = node.accelerator.count if node.accelerator is not None else 0
     metadata = {
         METADATA_KEYS.node_kind: CLUSTER_NODE_KIND,
@@ -240,6 +250,7 @@ def node_metadata(
         **agent_metadata(bucket, kind or cluster_node_kind(), wheelhouse),
         **job_metadata(job, cluster.trainer_args if args is None else args),
     }
+    metadata.update(idle_metadata(cluster.idle_seconds, idle_seconds))
     if cluster.tf_cluster:
         metadata[METADATA_KEYS.cluster_key] = cluster.tf_cluster_metadata_key
     if len(cluster.nodes) > 1:
@@ -257,9 +268,10 @@ def tpu_metadata(
     args: tuple[str, ...] | None = None,
     kind: NodeKind | None = None,
     job: ResolvedJob | None = None,
+    idle_seconds: int | None = None,
 ) -> dict[str, str]:
-    """The TPU VM's metadata; ``trainstack local`` gives its own bucket, arguments, kind and
-    job (the stack's otherwise)."""
+    """The TPU VM's metadata; ``trainstack local`` gives its own bucket, arguments, kind, job
+    and idle wait (the stack's otherwise)."""
     bucket = bucket or stack.bucket_uri
     return {
         METADATA_KEYS.node_kind: TPU_NODE_KIND,
@@ -269,6 +281,7 @@ def tpu_metadata(
         METADATA_KEYS.max_run_seconds: str(tpu.max_run_seconds),
         **agent_metadata(bucket, kind or tpu_node_kind(tpu, stack.zone), stack.wheelhouse),
         **job_metadata(job or stack.job, tpu.trainer_args if args is None else args),
+        **idle_metadata(tpu.idle_seconds, idle_seconds),
     }
 
 

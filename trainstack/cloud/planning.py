@@ -35,6 +35,7 @@ from trainstack.cloud.pulumi_internals import (
 from trainstack.stackmodel.cost import CostReport, cost_report
 from trainstack.stackmodel.resolved import NodeCost, ResolvedStack, stack_warnings
 from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_INSTALL, STORAGE_WRITE_ROLES
+from trainstack_contract.grants import is_submit_grant
 
 PROGRAM = PROJECT_ROOT / "__main__.py"
 # A stand-in project number for the mocked getProject call (budgets filter by project number).
@@ -119,12 +120,15 @@ class Plan:
         job = self.resolved.job
         job_bucket = job.job_dir_bucket or bucket if job is not None else None
         job_grants = [_grant_document(g, job_bucket) for g in self._bucket_grants(job_bucket)] if job_bucket else []
-        # What a machine could rewrite and another then run: must be empty.
+        # What a machine could rewrite and another then run: must be empty. A teammate's grants
+        # to queue jobs are not a machine's (and create no object over another, nor touch what
+        # `pulumi up` put there but the queue's index).
+        teammates = set(self.resolved.access.members) - self.machine_members() if self.resolved.access else set()
         exposed = sorted(
             {
                 f"{name} ({grant['member']})"
                 for grant in grants
-                if grant["writes"]
+                if grant["writes"] and not (grant["queues_jobs"] and grant["member"] in teammates)
                 for name in [*executed, EXECUTED_PREFIX]
                 if _may_write(grant["area"], name)
             }
@@ -151,6 +155,13 @@ class Plan:
                 ),
             }
         return access
+
+    def machine_members(self) -> set[str]:
+        """The IAM members of the accounts this stack creates for its machines."""
+        return {
+            f"serviceAccount:{account.inputs['accountId']}@{account.inputs['project']}.iam.gserviceaccount.com"
+            for account in self.of_type("gcp:serviceaccount/account:Account")
+        }
 
     def _bucket_grants(self, bucket: str) -> list[PlannedResource]:
         return [
@@ -251,6 +262,7 @@ def with_stand_in_digests(artifacts: list[dict[str, Any]], stack: ResolvedStack)
 _OBJECTS_UNDER = re.compile(
     r'resource\.name\.startsWith\("projects/_/buckets/(?P<bucket>[^"/]+)/objects/(?P<prefix>[^"]*)"\)'
 )
+_OBJECT_NAMED = re.compile(r'resource\.name == "projects/_/buckets/(?P<bucket>[^"/]+)/objects/(?P<name>[^"]*)"')
 # The bucket itself (a listing), as components/identity's job-directory condition admits it.
 _BUCKET_ITSELF = 'resource.type == "storage.googleapis.com/Bucket" || '
 
@@ -261,14 +273,20 @@ class ObjectArea:
 
     prefix: str
     excluded: tuple[str, ...] = ()
+    # The one object named ``prefix`` alone (a ``resource.name ==`` condition).
+    exact: bool = False
 
     def admits(self, name: str) -> bool:
         """``name`` (an object, or a folder "a/": any object under it) is one it admits."""
+        if self.exact:
+            return name == self.prefix or (name.endswith("/") and self.prefix.startswith(name))
         inside = name.startswith(self.prefix) or (name.endswith("/") and self.prefix.startswith(name))
         return inside and not any(name.startswith(e) for e in self.excluded)
 
     def describe(self) -> str:
         """``jobs/x/*``, ``* except trainstack/*``: exclusions shown where they cut into the prefix."""
+        if self.exact:
+            return self.prefix
         shown = f"{self.prefix}*" if self.prefix else "*"
         return shown + "".join(f" except {e}*" for e in self.excluded if e.startswith(self.prefix))
 
@@ -279,6 +297,9 @@ def object_area(bucket: str, expression: str) -> ObjectArea | None:
     ``resource.type == Bucket ||`` in parentheses, on this bucket's objects; else None
     (a condition this report cannot read, taken as every object)."""
     text = expression.strip()
+    named = _OBJECT_NAMED.fullmatch(text)
+    if named is not None:
+        return ObjectArea(named["name"], exact=True) if named["bucket"] == bucket else None
     if text.startswith(_BUCKET_ITSELF) and text.endswith(")"):
         text = text.removeprefix(_BUCKET_ITSELF).strip()
         if not text.startswith("("):
@@ -301,6 +322,9 @@ def _grant_document(grant: PlannedResource, bucket: str) -> dict[str, Any]:
         "role": grant.inputs["role"],
         "objects": area.describe() if area is not None else "* (conditional)",
         "writes": grant.inputs["role"] in STORAGE_WRITE_ROLES,
+        # One of the grants a trainstack:access member queues jobs with (trainstack_contract.grants).
+        "queues_jobs": isinstance(condition, dict)
+        and is_submit_grant(bucket, grant.inputs["role"], condition["expression"]),
         "area": area,
     }
 

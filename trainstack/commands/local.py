@@ -177,6 +177,27 @@ def check_runnable_here(stack: ResolvedStack) -> None:
         raise LocalRefused(str(error)) from None
 
 
+def standing_note(args: argparse.Namespace, stack: ResolvedStack) -> str:
+    """What a user of `local --standing` needs: how many nodes are up, how to queue a job, when
+    they stop; refused (LocalRefused) where the stack's nodes run no queue."""
+    from trainstack_agent.timings import parse_time_scale
+
+    if not stack.runs_queue or stack.idle_seconds is None:
+        raise LocalRefused(
+            f"--standing: the nodes of stack {stack.name} run no job queue: give the stack a trainstack:job, or set "
+            f"{'tpu' if stack.tpu is not None else 'cluster'}.idle_minutes (how long they wait for a submitted job)"
+        )
+    nodes = 1 if stack.cluster is None else len(stack.cluster.nodes)
+    where = f" --workdir {shlex.quote(str(args.workdir))}" if args.workdir is not None else ""
+    minutes = f"{stack.idle_seconds / 60:g}"
+    scale = parse_time_scale(os.environ.get(TIME_SCALE_VARIABLE))
+    scaled = f" ({TIME_SCALE_VARIABLE}={scale:g}: {stack.idle_seconds * scale:g} s here)" if scale != 1 else ""
+    return (
+        f"standing: {nodes} node{'s' if nodes != 1 else ''} up; submit jobs with "
+        f"`trainstack submit --stack {stack.stack} --local{where} ...`; they stop after {minutes} idle minutes{scaled}"
+    )
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.jobstate.report import default_workdir
     from trainstack.localrun.outcome import LocalStackRunInterrupted, exit_code, report
@@ -190,6 +211,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         check_runnable_here(stack)
         overrides = trainer_overrides(args, stack)
         preempt = preempted_nodes(args, stack)
+        note = standing_note(args, stack) if args.standing else ""
     except LocalRefused as refused:
         print(f"trainstack: {refused}", file=sys.stderr)
         return refused.code
@@ -217,6 +239,8 @@ def cmd_local(args: argparse.Namespace) -> int:
             preempt=preempt,
             preempt_after=args.preempt_after or 0.0,
             allow_shared_network=args.allow_shared_network,
+            standing=args.standing,
+            standing_note=note,
         )
     except SharedNetworkRefused as refused:
         print(f"trainstack: {refused}", file=sys.stderr)
@@ -305,5 +329,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="where the nodes cannot have a network namespace of their own (not root, an image job), run them in "
         "this machine's network: TensorFlow's gRPC servers then listen on every interface (refused without it)",
+    )
+    local.add_argument(
+        "--standing",
+        action="store_true",
+        help="keep the nodes up for jobs `trainstack submit --local` queues, until each has waited idle_minutes "
+        "with an empty queue (time-scaled as the agent's other waits) or a signal stops the run",
     )
     local.set_defaults(func=cmd_local)

@@ -12,6 +12,7 @@ from trainstack.base.errors import ProgramExit
 from trainstack.commands.cost import format_report
 from trainstack.commands.stackargs import add_stack_arguments, read_stack
 from trainstack_contract import EXECUTED_PREFIX
+from trainstack_contract.grants import CREATE_ONLY_ROLE, REPLACE_ROLE
 
 if TYPE_CHECKING:
     from trainstack.cloud.plandiff import Change
@@ -60,11 +61,16 @@ def _print_plan(plan: Plan) -> None:
         print(line)
 
 
+# What each of a teammate's grants to queue jobs does, by role (trainstack_contract.grants).
+QUEUE_WRITES = {CREATE_ONLY_ROLE: "creates new objects, replaces none", REPLACE_ROLE: "replaces this one object"}
+
+
 def _print_bucket_access(access: dict[str, Any]) -> None:
     writers = [g for g in access["grants"] if g["writes"]]
     print(f"Who can write gs://{access['bucket']} (besides `pulumi up`; every machine reads it all):")
     for grant in writers:
-        print(f"  {grant['member']}: {grant['objects']}")
+        queues = f" (queues jobs: {QUEUE_WRITES.get(grant['role'], grant['role'])})" if grant.get("queues_jobs") else ""
+        print(f"  {grant['member']}: {grant['objects']}{queues}")
     if access["writable_executed_objects"]:
         print(f"  WARNING: a machine can rewrite what nodes run: {', '.join(access['writable_executed_objects'])}")
     elif access["executed_objects"]:

@@ -34,6 +34,7 @@ class LayoutOptions(TypedDict, total=False):
     gpu_count: int
     bucket: StandInBucket | None
     preempt: tuple[str, ...]
+    idle_seconds: int
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,11 @@ def lay_out(
     gpu_count: int = 0,
     bucket: StandInBucket | None = None,
     preempt: tuple[str, ...] = (),
+    idle_seconds: int = 0,
 ) -> LocalRunLayout:
     """``preempt``: nodes `--preempt` names (:func:`~trainstack.localrun.nodes.check_preemptible`
-    says which may be named).
+    says which may be named). ``idle_seconds``: how long nodes that run the job queue wait for
+    a job before they end (a one-shot run: 0; `local --standing`: the stack's idle wait).
 
     ``trainer_source``, ``kind`` and ``environment_installed`` let tests swap in a small
     built-in trainer and requirements and exercise the script's own install path;
@@ -134,9 +137,9 @@ def lay_out(
     # The nodes' metadata names the stand-in, not the cloud's job directory.
     job = None if job is None else dataclasses.replace(job, job_dir=directory.uri)
     machines = (
-        tpu_machine(stack, job, bucket.uri, overrides, kind, workdir, preempt)
+        tpu_machine(stack, job, bucket.uri, overrides, kind, workdir, preempt, idle_seconds)
         if stack.tpu is not None
-        else cluster_machines(stack, job, bucket.uri, overrides, kind, workdir, preempt, gpu_count)
+        else cluster_machines(stack, job, bucket.uri, overrides, kind, workdir, preempt, gpu_count, idle_seconds)
     )
     return LocalRunLayout(stack, workdir, kind, bucket, job, directory, machines, environment_installed)
 

@@ -145,6 +145,7 @@ def tpu_machine(
     kind: bootscripts.NodeKind,
     workdir: Path,
     preempt: tuple[str, ...],
+    idle_seconds: int = 0,
 ) -> LocalMachines:
     """The TPU VM as one node on this machine's CPU (:func:`tpu_stand_in`)."""
     tpu = stack.tpu
@@ -157,7 +158,7 @@ def tpu_machine(
         contract.CHIEF,
         0,
         tpu.vm_name,
-        bootscripts.tpu_metadata(stack, tpu, bucket_uri, tuple(args), kind, job),
+        bootscripts.tpu_metadata(stack, tpu, bucket_uri, tuple(args), kind, job, idle_seconds),
         workdir / "nodes" / contract.TPU_NODE / "state",
     )
     return LocalMachines(bootscripts.TPU_VM, "tpu-vm.sh", [node], notes=notes)
@@ -172,6 +173,7 @@ def cluster_machines(
     workdir: Path,
     preempt: tuple[str, ...],
     gpu_count: int,
+    idle_seconds: int = 0,
 ) -> LocalMachines:
     """Every node of the cluster, with the metadata ``pulumi up`` gives its VM; TF_CONFIG's
     cluster has loopback ports where the cloud has internal DNS names."""
@@ -185,7 +187,15 @@ def cluster_machines(
             node.index,
             node.vm_name,
             bootscripts.node_metadata(
-                cluster, node, bucket_uri, job, args, gpu_count=gpu_count, kind=kind, wheelhouse=stack.wheelhouse
+                cluster,
+                node,
+                bucket_uri,
+                job,
+                args,
+                gpu_count=gpu_count,
+                kind=kind,
+                wheelhouse=stack.wheelhouse,
+                idle_seconds=idle_seconds,
             ),
             workdir / "nodes" / node.name / "state",
         )

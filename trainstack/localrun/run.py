@@ -43,6 +43,7 @@ from trainstack.localrun.nodes import LocalNode, TrainerOverrides
 from trainstack.localrun.outcome import LocalStackRunInterrupted, LocalStackRunResult
 from trainstack.localrun.run_settings import write_record
 from trainstack.localrun.spot import PREEMPT_GRACE_SECONDS, SpotMachines, serve_stand_ins
+from trainstack.localrun.standing import WAKE_SIGNAL, remove_standing, write_standing
 from trainstack.localrun.standins import DirectoryBucket, StandInBucket
 from trainstack.localrun.supervisor import STOP_SECONDS, Supervisor
 from trainstack.localrun.workdir import check_adoptable, clear_workdir
@@ -280,6 +281,23 @@ class LocalStackRun:
         return collect_result(self.layout, list(self.compute.calls), list(self.spot.preemptions))
 
 
+def wait_standing(run: LocalStackRun, wake: threading.Event, timeout: float | None = None) -> LocalStackRunResult:
+    """`local --standing`: waits until every node's processes have exited (each idled out, or
+    ended) or ``timeout``; each time ``wake`` is set (SIGUSR1: a job was submitted), boots every
+    node that has exited again. Then stops what is left, as :meth:`LocalStackRun.wait` does."""
+    names = [n.name for n in run.nodes]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while run.supervisor.wait_for(lambda: wake.is_set() or run.supervisor.all_exited(names), deadline):
+        if not wake.is_set():
+            break
+        wake.clear()
+        run.spot.boot_stopped("a job was submitted")
+    run.spot.close()
+    stop_nodes(run.supervisor, run.layout, run.echo)
+    run._close()
+    return run.result()
+
+
 def run_local(
     stack: ResolvedStack,
     workdir: Path,
@@ -291,8 +309,14 @@ def run_local(
     preempt: tuple[str, ...] = (),
     preempt_after: float = 0.0,
     allow_shared_network: bool = False,
+    standing: bool = False,
+    standing_note: str = "",
 ) -> LocalStackRunResult:
-    """Runs the stack's cluster to its end. On SIGINT, SIGTERM or SIGHUP (its terminal closed,
+    """Runs the stack's cluster to its end. ``standing`` (`local --standing`): the nodes wait
+    for queued jobs for the stack's idle time instead of none, the run lasts until every node
+    has exited, ``<workdir>/standing.json`` names this process meanwhile, and SIGUSR1 boots
+    every node that has exited again (:func:`wait_standing`); ``standing_note`` is
+    printed once it is up. On SIGINT, SIGTERM or SIGHUP (its terminal closed,
     its ssh session dropped: the nodes, in sessions of their own, hear none of it) every node is
     stopped as a VM's shutdown stops it (its agent records INTERRUPTED; SIGKILL after a grace),
     and :class:`LocalStackRunInterrupted` carries what they recorded: the job stays resumable."""
@@ -308,7 +332,9 @@ def run_local(
         preempt=preempt,
         preempt_after=preempt_after,
         allow_shared_network=allow_shared_network,
+        idle_seconds=(stack.idle_seconds or 0) if standing else 0,
     )
+    wake = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -316,6 +342,8 @@ def run_local(
     # A SIGHUP this process was started ignoring (nohup) stays ignored.
     handled = [signal.SIGTERM, *([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else [])]
     previous = {signum: signal.signal(signum, on_signal) for signum in handled}
+    if standing:
+        previous[WAKE_SIGNAL] = signal.signal(WAKE_SIGNAL, lambda signum, frame: wake.set())
     try:
         try:
             started = run.start()
@@ -323,7 +351,12 @@ def run_local(
                 # What a resume must keep (trainstack.localrun.run_settings), once the work
                 # directory is one that `local` made.
                 write_record(workdir, stack.job.name, overrides)
-            return started.wait(timeout)
+            if not standing:
+                return started.wait(timeout)
+            write_standing(run.workdir, stack.stack)
+            if echo and standing_note:
+                print(standing_note, flush=True)
+            return wait_standing(started, wake, timeout)
         except KeyboardInterrupt as interrupt:
             # Further signals may not cut the stopping short.
             for each in (signal.SIGINT, *handled):
@@ -331,6 +364,8 @@ def run_local(
             name = str(interrupt) or "SIGINT"
             raise LocalStackRunInterrupted(name, run.interrupt()) from None
     finally:
+        if standing:
+            remove_standing(run.workdir)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         signal.signal(signal.SIGINT, signal.default_int_handler)

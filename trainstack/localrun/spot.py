@@ -119,6 +119,21 @@ class SpotMachines:
             print(f"[local] {local_node.name} started again by a Compute Engine API call", flush=True)
         return True
 
+    def boot_stopped(self, reason: str) -> list[str]:
+        """Boots every node whose processes have all exited again, through its boot script (as
+        :meth:`start_instance` does); the nodes booted. Nothing once the run closes."""
+        booted = []
+        with self._lock:
+            for local_node in self._by_instance.values():
+                if self._closing.is_set() or self.supervisor.running(local_node.name):
+                    continue
+                self.preempted.discard(local_node.name)
+                local_node.process = self._boot(local_node)
+                booted.append(local_node.name)
+        if self.echo and booted:
+            print(f"[local] {', '.join(booted)} booted again: {reason}", flush=True)
+        return booted
+
 
 def serve_stand_ins(
     machines: LocalMachines, zone: str, spot: SpotMachines, workdir: Path

@@ -29,6 +29,7 @@ from trainstack.jobcode.package import (
 )
 from trainstack.stackmodel.feasibility import CheckedFacts, effective_accelerator, resolved_strategy
 from trainstack.stackmodel.schema import (
+    DEFAULT_IDLE_MINUTES,
     Accelerator,
     Access,
     Budget,
@@ -120,6 +121,9 @@ class ResolvedCluster:
     max_restarts: int
     # Compute Engine's run-time cap in hours; None only when the stack acknowledged running unbounded.
     max_run_hours: float | None
+    # How long the nodes wait for a queued job before they apply on_finish; None: the stack runs
+    # no queue (ResolvedStack.runs_queue) and the nodes' metadata says nothing of it.
+    idle_seconds: int | None = None
 
     @property
     def chief(self) -> ClusterNode:
@@ -163,6 +167,8 @@ class ResolvedTpu:
     service_agent_role: str
     trainer_args: tuple[str, ...]
     cost: NodeCost
+    # As ResolvedCluster.idle_seconds.
+    idle_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,9 @@ class ResolvedStack:
     access: Access | None = None
     # The job's secret values by variable, as Pulumi decrypts them (None offline); their repr hides them.
     secret_values: dict[str, JobSecret] = field(default_factory=dict)
+    # The cluster's nodes and the TPU VM run a job queue (`trainstack submit`), then idle out: the
+    # stack has a job, or sets idle_minutes (see :func:`stack_runs_queue`).
+    runs_queue: bool = False
 
     @property
     def bucket_uri(self) -> str:
@@ -242,6 +251,14 @@ class ResolvedStack:
         ):
             return None
         return image
+
+    @property
+    def idle_seconds(self) -> int | None:
+        """How long the machines that run the queue wait for a job before they apply on_finish:
+        the TPU VM's where there is one (what `trainstack local` runs), else the cluster's; None
+        when the stack runs no queue."""
+        machines = self.tpu or self.cluster
+        return machines.idle_seconds if machines is not None else None
 
     @property
     def hourly_usd(self) -> float | None:
@@ -353,6 +370,26 @@ def _external_data_bucket(cfg: StackConfig, own_bucket: str) -> str | None:
 
 
 # --- Resolution ----------------------------------------------------------------------------------
+SECONDS_PER_MINUTE = 60
+
+
+def stack_runs_queue(cfg: StackConfig) -> bool:
+    """Whether the stack's cluster or TPU VM run queued jobs: they have a job of their own, or
+    the stack file sets idle_minutes (machines that boot ready, waiting for jobs)."""
+    settings = cfg.settings
+    if settings.cluster is None and settings.tpu is None:
+        return False
+    idle_set = any(m is not None and m.idle_minutes is not None for m in (settings.cluster, settings.tpu))
+    return settings.job is not None or idle_set
+
+
+def machine_idle_seconds(cfg: StackConfig, idle_minutes: int | None) -> int | None:
+    """The idle wait of a machine whose section sets ``idle_minutes``; None without a queue."""
+    if not stack_runs_queue(cfg):
+        return None
+    return (DEFAULT_IDLE_MINUTES if idle_minutes is None else idle_minutes) * SECONDS_PER_MINUTE
+
+
 def _cluster_node(
     cfg: StackConfig,
     catalog: Catalog,
@@ -421,6 +458,7 @@ def _resolve_cluster(cfg: StackConfig, catalog: Catalog, facts: CheckedFacts) ->
         heartbeat_timeout_seconds=cluster.heartbeat_timeout_seconds,
         max_restarts=cluster.max_restarts,
         max_run_hours=cluster.max_run_hours,
+        idle_seconds=machine_idle_seconds(cfg, cluster.idle_minutes),
     )
 
 
@@ -444,6 +482,7 @@ def _resolve_tpu(cfg: StackConfig, catalog: Catalog) -> ResolvedTpu | None:
         service_agent_role=tpu.service_agent_role,
         trainer_args=trainer_args(cfg, contract.TPU),
         cost=NodeCost(vm_name, description, tpu_hourly_usd(catalog, tpu.accelerator_type, tpu.spot, cfg.region)),
+        idle_seconds=machine_idle_seconds(cfg, tpu.idle_minutes),
     )
 
 
@@ -545,6 +584,7 @@ def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None, facts: Check
         budget=cfg.settings.budget,
         access=cfg.settings.access,
         secret_values=dict(cfg.settings.secrets),
+        runs_queue=stack_runs_queue(cfg),
     )
 
 

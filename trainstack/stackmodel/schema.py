@@ -119,6 +119,11 @@ ImageSize = Annotated[int, Field(ge=IMAGE_SIZE.low, le=IMAGE_SIZE.high)]
 MIN_RUN_HOURS = 0.01
 MAX_RUN_HOURS = 24 * 120
 MaxRunHours = Annotated[float, Field(ge=MIN_RUN_HOURS, le=MAX_RUN_HOURS)]
+# How long the cluster's nodes or the TPU VM wait with an empty job queue before they apply
+# on_finish: whole minutes, at most a week; 0 = as soon as the queue is empty.
+DEFAULT_IDLE_MINUTES = 10
+MAX_IDLE_MINUTES = 7 * 24 * 60
+IdleMinutes = Annotated[int, Field(ge=0, le=MAX_IDLE_MINUTES)]
 
 
 def _full_match(pattern: re.Pattern[str], value: str, what: str) -> str:
@@ -308,6 +313,9 @@ class Cluster(_Strict):
     # The chief starts a preempted Spot peer again at most this many times (per node) before
     # it ends the job FAILED; 0 never restarts one.
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 10
+    # Minutes the nodes wait for a queued job (`trainstack submit`) after their last one before
+    # they apply on_finish; None: not set (DEFAULT_IDLE_MINUTES where the nodes run a queue).
+    idle_minutes: IdleMinutes | None = None
 
     @model_validator(mode="after")
     def _uncapped_only_when_acknowledged(self) -> Cluster:
@@ -341,6 +349,8 @@ class Tpu(_Strict):
     # The TPU API has no run-time limit for TPU VMs: the boot script enforces this one.
     max_run_hours: MaxRunHours = 24
     service_agent_role: str = TPU_SERVICE_AGENT_ROLES[0]
+    # As cluster.idle_minutes, for the TPU VM.
+    idle_minutes: IdleMinutes | None = None
 
     @field_validator("service_agent_role")
     @classmethod

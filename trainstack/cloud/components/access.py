@@ -12,6 +12,15 @@ Nothing is granted project-wide. Roles, per member:
   on the instance, to find and open it.
 
 TPU VMs have no per-VM IAM, so their access would be project-wide; it is not granted.
+
+Where the stack's machines run a job queue, :class:`QueueAccess` lets the same members queue,
+list and cancel jobs (`trainstack submit`, `jobs`, `cancel`), on the bucket and each cluster VM
+alone (``trainstack_contract.grants``): read the bucket; create objects under
+``trainstack/code/`` and ``trainstack/queue/specs/`` (``roles/storage.objectCreator``, which
+replaces none); replace ``trainstack/queue/index.json`` alone (``roles/storage.objectUser`` on
+that one object); and get and start each cluster VM (a custom role with
+``compute.instances.get`` and ``compute.instances.start``, granted per instance). A stopped TPU
+VM is not theirs to start (project-wide only): `pulumi up` or a deployer starts it.
 """
 
 from __future__ import annotations
@@ -22,10 +31,16 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.cloud.components.identity import custom_role_id
+from trainstack_contract.grants import READ_ROLE, submit_grants
+
 TUNNEL_ROLE = "roles/iap.tunnelResourceAccessor"
 LOGIN_ROLE = "roles/compute.osLogin"
 ACT_AS_ROLE = "roles/iam.serviceAccountUser"
 NOTEBOOK_VIEWER_ROLE = "roles/notebooks.viewer"
+# What a member does to a stopped cluster VM when it queues a job: read its status, start it.
+# Nothing that changes the instance (no setMetadata, stop or delete).
+QUEUE_START_PERMISSIONS = ("compute.instances.get", "compute.instances.start")
 
 
 def member_slug(member: str) -> str:
@@ -93,6 +108,68 @@ class TeamAccess(pulumi.ComponentResource):
                     location=args.zone,
                     name=args.notebook_instance,
                     role=NOTEBOOK_VIEWER_ROLE,
+                    member=member,
+                    opts=child,
+                )
+        self.register_outputs({"members": list(args.members)})
+
+
+@dataclass(frozen=True)
+class QueueAccessArgs:
+    project: str
+    zone: str
+    stack_name: str
+    members: tuple[str, ...]
+    bucket_name: pulumi.Input[str]
+    # The bucket's name as the program chose it: the grants' conditions name it.
+    bucket: str
+    # Cluster VMs by node name (chief, worker-0, ...): what `submit` starts.
+    instances: dict[str, pulumi.Input[str]]
+
+
+class QueueAccess(pulumi.ComponentResource):
+    """What each trainstack:access member needs to queue, list and cancel jobs: bucket grants
+    limited by object name, and a start-only custom role on each cluster VM."""
+
+    def __init__(self, name: str, args: QueueAccessArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("trainstack:index:QueueAccess", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        start_role = None
+        if args.instances:
+            start_role = gcp.projects.IAMCustomRole(
+                f"{name}-start-role",
+                project=args.project,
+                role_id=custom_role_id(args.stack_name, "queue_start"),
+                title=f"trainstack {args.stack_name}: a teammate starts a node for a queued job",
+                description="trainstack: `trainstack submit` starts a stopped node of the cluster",
+                permissions=list(QUEUE_START_PERMISSIONS),
+                opts=child,
+            )
+        for member in args.members:
+            who = f"{name}-{member_slug(member)}"
+            gcp.storage.BucketIAMMember(
+                f"{who}-reader", bucket=args.bucket_name, role=READ_ROLE, member=member, opts=child
+            )
+            for grant in submit_grants(args.bucket):
+                gcp.storage.BucketIAMMember(
+                    f"{who}-{grant.purpose}",
+                    bucket=args.bucket_name,
+                    role=grant.role,
+                    member=member,
+                    condition=gcp.storage.BucketIAMMemberConditionArgs(
+                        title=grant.title, description=f"trainstack submit: {grant.title}", expression=grant.expression
+                    ),
+                    opts=child,
+                )
+            if start_role is None:
+                continue
+            for node, instance in args.instances.items():
+                gcp.compute.InstanceIAMMember(
+                    f"{who}-{node}-start",
+                    project=args.project,
+                    zone=args.zone,
+                    instance_name=instance,
+                    role=start_role.name,
                     member=member,
                     opts=child,
                 )

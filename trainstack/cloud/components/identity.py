@@ -21,7 +21,8 @@ import pulumi_gcp as gcp
 
 from trainstack.cloud.components import with_former_type
 from trainstack.jobcode.package import ImageRef
-from trainstack_contract import EXECUTED_PREFIX, LAYOUT
+from trainstack_contract import LAYOUT
+from trainstack_contract.grants import objects_under, spares_executed
 
 # Project-wide roles every machine needs: write logs (Cloud Logging collects the trainer's
 # journal) and metrics. Everything else is granted on the one bucket and repository.
@@ -43,15 +44,10 @@ WRITABLE_PREFIX = f"{LAYOUT.jobs}/"
 NOTEBOOK_PREFIX = f"{LAYOUT.notebooks}/"
 
 
-def objects_under(bucket: str, prefix: str) -> str:
-    """The CEL test that an object of ``bucket`` is named under ``prefix``."""
-    return f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}")'
-
-
 def writable_objects_condition(bucket: str, prefix: str = WRITABLE_PREFIX) -> str:
     """The CEL expression that limits a grant on ``bucket`` to objects under ``prefix``, never
     under what machines run (trainstack/), whatever ``prefix`` is."""
-    return f"{objects_under(bucket, prefix)} && !{objects_under(bucket, EXECUTED_PREFIX)}"
+    return f"{objects_under(bucket, prefix)} {spares_executed(bucket)}"
 
 
 def job_dir_condition(bucket: str, prefix: str) -> str:

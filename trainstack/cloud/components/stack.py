@@ -10,7 +10,7 @@ import pulumi
 
 from trainstack.cloud import bootscripts
 from trainstack.cloud.bootscripts import BootFiles
-from trainstack.cloud.components.access import TeamAccess, TeamAccessArgs
+from trainstack.cloud.components.access import QueueAccess, QueueAccessArgs, TeamAccess, TeamAccessArgs
 from trainstack.cloud.components.bucket import TrainingBucket, TrainingBucketArgs
 from trainstack.cloud.components.budget import BillingBudget, BillingBudgetArgs
 from trainstack.cloud.components.cluster import TrainingCluster, TrainingClusterArgs
@@ -109,7 +109,7 @@ class TrainingStack(pulumi.ComponentResource):
         )
         options = MachineOptions(self, network, secret_resources, bucket.ready)
         machines = declare_machines(stack, boot, identities, bucket, options)
-        declare_access_and_budget(stack, identities, machines, after_apis)
+        declare_access_and_budget(stack, identities, machines, bucket, after_apis)
         self.bucket_url = bucket.url
         self.registry_url = registry.url
         self.vm_names = stack.vm_names
@@ -352,9 +352,13 @@ def image_pin(stack: ResolvedStack, parent: pulumi.Resource) -> Callable[[Mappin
 
 
 def declare_access_and_budget(
-    stack: ResolvedStack, identities: Identities, machines: Machines, after_apis: pulumi.ResourceOptions
+    stack: ResolvedStack,
+    identities: Identities,
+    machines: Machines,
+    bucket: TrainingBucket,
+    after_apis: pulumi.ResourceOptions,
 ) -> None:
-    """The team's access to its machines, and the billing budget."""
+    """The team's access to its machines and its job queue, and the billing budget."""
     access = stack.access
     if access is not None and access.members and (machines.cluster is not None or machines.notebook is not None):
         TeamAccess(
@@ -367,6 +371,20 @@ def declare_access_and_budget(
                 node_account=identities.training.account_name if identities.training else None,
                 notebook_instance=machines.notebook.instance.name if machines.notebook else None,
                 notebook_account=identities.notebook.account_name if identities.notebook else None,
+            ),
+            opts=after_apis,
+        )
+    if access is not None and access.members and stack.runs_queue:
+        QueueAccess(
+            f"{stack.name}-queue-access",
+            QueueAccessArgs(
+                project=stack.project,
+                zone=stack.zone,
+                stack_name=stack.name,
+                members=tuple(access.members),
+                bucket_name=bucket.name,
+                bucket=stack.bucket_name,
+                instances={n: i.name for n, i in machines.cluster.instances.items()} if machines.cluster else {},
             ),
             opts=after_apis,
         )

@@ -1,0 +1,154 @@
+"""`trainstack local --standing`: the run's own plumbing, whatever the nodes' agent does between
+jobs. Each node here runs a small boot script in place of the real one (the queue loop is the
+agent's; it is tested there): the run names itself in standing.json while it is up, SIGUSR1
+boots every node that has exited again, and the run ends once every node has exited."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stack_helpers import base_config, write_stack
+from trainstack.cloud import bootscripts
+from trainstack.commands.main import main
+from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.run import run_local
+from trainstack.localrun.workdir import WORKDIR_MARKER
+from trainstack.stackmodel.feasibility import validate_stack
+from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
+from trainstack.stackmodel.schema import parse_stack_config
+
+# A hang guard, not a measure.
+HANG_SECONDS = 120.0
+IDLE_MINUTES = 3
+
+# Each boot: the node's idle wait as its metadata says it, then "boot"; the chief ends at once,
+# the workers once <workdir>/release exists; then "end".
+FAKE_BOOT = f"""#!/bin/bash
+state="$TRAINSTACK_STATE_DIR"
+node=$(basename "$(dirname "$state")")
+idle=$({sys.executable} -c 'import sys, urllib.request as u
+r = u.Request(sys.argv[1] + "/instance/attributes/trainstack-idle-seconds", headers={{"Metadata-Flavor": "Google"}})
+print(u.urlopen(r).read().decode())' "$TRAINSTACK_METADATA_ROOT")
+echo "boot idle=$idle" >> "$state/boots"
+if [ "$node" != chief ]; then
+  while [ ! -e "$state/../../../release" ]; do sleep 0.05; done
+fi
+echo end >> "$state/boots"
+"""
+
+
+def standing_stack() -> ResolvedStack:
+    """Chief and two workers, no job of their own: they wait for queued jobs IDLE_MINUTES."""
+    config = base_config()
+    config["trainstack:job"] = "none"
+    config["trainstack:cluster"]["idle_minutes"] = IDLE_MINUTES
+    return resolve_stack(validate_stack(parse_stack_config("standing", config)))
+
+
+def boots(workdir: Path, node: str) -> list[str]:
+    path = workdir / "nodes" / node / "state" / "boots"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def wait_until(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + HANG_SECONDS
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def fake_boot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bootscripts, "render", lambda *args, **kwargs: FAKE_BOOT)
+
+
+def test_a_standing_run_names_itself_wakes_exited_nodes_on_sigusr1_and_ends_when_all_have_exited(
+    tmp_path: Path, fake_boot: None
+) -> None:
+    workdir = tmp_path / "work"
+    standing = workdir / "standing.json"
+    seen: dict[str, Any] = {}
+
+    def drive() -> None:
+        """What a user and `submit --local` do while the run is up."""
+        try:
+            wait_until(standing.exists, "standing.json was not written")
+            seen["record"] = json.loads(standing.read_text())
+            wait_until(lambda: boots(workdir, "chief")[-1:] == ["end"], "the chief did not end its first boot")
+            seen["chief_before"] = boots(workdir, "chief")
+            os.kill(os.getpid(), signal.SIGUSR1)
+            wait_until(lambda: len(boots(workdir, "chief")) == 4, "SIGUSR1 did not boot the exited chief again")
+        finally:
+            # The workers end: every node has exited, and the run with them.
+            (workdir / "release").touch()
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    result = run_local(
+        standing_stack(),
+        workdir,
+        TrainerOverrides(),
+        echo=False,
+        timeout=HANG_SECONDS,
+        allow_shared_network=True,
+        standing=True,
+    )
+    driver.join(HANG_SECONDS)
+    assert seen["record"] == {"version": 1, "pid": os.getpid(), "stack": "standing"}
+    assert seen["chief_before"] == [f"boot idle={IDLE_MINUTES * 60}", "end"]
+    # Booted again through its boot script, with the same metadata; the workers, still up, were not.
+    assert boots(workdir, "chief") == [f"boot idle={IDLE_MINUTES * 60}", "end"] * 2
+    assert boots(workdir, "worker-0") == boots(workdir, "worker-1") == [f"boot idle={IDLE_MINUTES * 60}", "end"]
+    assert result.exit_codes == {"chief": 0, "worker-0": 0, "worker-1": 0}
+    assert not standing.exists()
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+
+
+def test_a_one_shot_run_idles_zero_seconds_and_writes_no_standing_record(tmp_path: Path, fake_boot: None) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / WORKDIR_MARKER).touch()
+    (workdir / "release").touch()
+    result = run_local(
+        standing_stack(), workdir, TrainerOverrides(), echo=False, timeout=HANG_SECONDS, allow_shared_network=True
+    )
+    assert {n: boots(workdir, n) for n in result.exit_codes} == {n: ["boot idle=0", "end"] for n in result.exit_codes}
+    assert not (workdir / "standing.json").exists()
+
+
+def test_standing_needs_nodes_that_run_a_queue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = base_config()
+    config["trainstack:job"] = "none"
+    path = write_stack(tmp_path, config)
+    assert main(["local", "--stack-file", str(path), "--standing", "--workdir", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert "--standing" in err and "cluster.idle_minutes" in err and "Traceback" not in err
+
+
+def test_standing_tells_how_many_nodes_are_up_how_to_submit_and_when_they_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from trainstack.commands.local import standing_note
+    from trainstack_agent.timings import TIME_SCALE_VARIABLE
+
+    monkeypatch.delenv(TIME_SCALE_VARIABLE, raising=False)
+    note = standing_note(argparse.Namespace(workdir=None), standing_stack())
+    assert note == (
+        f"standing: 3 nodes up; submit jobs with `trainstack submit --stack standing --local ...`; "
+        f"they stop after {IDLE_MINUTES} idle minutes"
+    )
+    monkeypatch.setenv(TIME_SCALE_VARIABLE, "0.25")
+    note = standing_note(argparse.Namespace(workdir=tmp_path / "my work"), standing_stack())
+    assert f"--local --workdir '{tmp_path / 'my work'}' ...`" in note
+    assert note.endswith(f"they stop after {IDLE_MINUTES} idle minutes ({TIME_SCALE_VARIABLE}=0.25: 45 s here)")
