@@ -16,9 +16,6 @@ job's id is printed. No Pulumi and no TensorFlow is imported on the way.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,9 +32,6 @@ if TYPE_CHECKING:
 JOB_KEY = "trainstack:job"
 # A job file is a job's settings: a few kilobytes. Its spec may be at most MAX_SPEC_BYTES.
 MAX_JOB_FILE_BYTES = 64 * 1024
-# What `trainstack local --standing` writes while it is up ({"version": 1, "pid": ..., "stack": ...}).
-STANDING_FILE = "standing.json"
-MAX_STANDING_BYTES = 4096
 # Options that set one key of the job, by key.
 BUILTIN_OPTIONS = ("model", "data", "epochs", "batch_size_per_replica", "steps_per_epoch", "image_size")
 CODE_OPTIONS = ("package", "module", "requirements", "image")
@@ -149,42 +143,17 @@ def spec_values(stack: ResolvedStack, local: bool) -> dict[str, str]:
 
 
 def runs_queue(stack: ResolvedStack) -> bool:
-    """Whether the stack's nodes run queued jobs (`ResolvedStack.runs_queue`: it has a job or
-    sets idle_minutes); a stack resolved before that attribute existed: whether it has a job."""
-    return bool(getattr(stack, "runs_queue", stack.job is not None))
+    """Whether the stack's nodes run queued jobs (it has a job or sets idle_minutes)."""
+    return stack.runs_queue
 
 
 def wake_standing(place: QueuePlace, stack: ResolvedStack) -> str:
-    """--local: SIGUSR1 to the standing `trainstack local` process of the stack, which boots its
-    nodes that have exited; what happened, in words."""
+    """--local: wakes the stack's standing `trainstack local` run, which boots its nodes that
+    have exited; what happened, in words."""
+    from trainstack.localrun.standing import wake
+
     assert place.workdir is not None
-    waits = f"the job waits for `trainstack local --stack {stack.stack} --standing`"
-    path = place.workdir / STANDING_FILE
-    try:
-        with path.open("rb") as handle:
-            document = json.loads(handle.read(MAX_STANDING_BYTES))
-    except FileNotFoundError:
-        return f"no standing local cluster is up ({path} is absent): {waits}"
-    except (OSError, ValueError):
-        return f"{path} is not what `trainstack local --standing` writes: {waits}"
-    pid = document.get("pid") if isinstance(document, dict) else None
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or document.get("stack") != stack.stack:
-        return f"{path} names no standing run of stack {stack.stack}: {waits}"
-    # A stale file's process id may be another program's by now: signal only a trainstack process.
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        command = None
-    words = [] if command is None else [Path(word.decode(errors="replace")).name for word in command.split(b"\0")]
-    if command is not None and not ("trainstack" in words and "local" in words):
-        return f"process {pid} of {path} is not `trainstack local` any more: {waits}"
-    try:
-        os.kill(pid, signal.SIGUSR1)
-    except ProcessLookupError:
-        return f"the standing local cluster (process {pid}) is not up: {waits}"
-    except PermissionError:
-        return f"process {pid} (the standing local cluster) may not be signalled by this user: {waits}"
-    return f"the standing local cluster (process {pid}) boots its stopped nodes"
+    return wake(place.workdir, stack.stack)
 
 
 def _start_machines(stack: ResolvedStack) -> int:
