@@ -25,6 +25,7 @@ from test_status import BUCKET, emulator_server  # noqa: F401 (a fixture)
 from trainstack.commands.main import main
 from trainstack.jobqueue import store as stores
 from trainstack.jobqueue.queue import CodeObject, read_index, submit
+from trainstack.localrun.workdir import claim_workdir
 from trainstack.stackmodel.cost import job_hourly
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_checked_stack
@@ -217,6 +218,8 @@ def test_bad_input_is_one_line_exit_1_and_nothing_written(
 ) -> None:
     options, job_text, named = BAD_INPUTS[case]
     root = bucket_dir(tmp_path)
+    # A work directory a standing run made (and `submit --local` adopts).
+    claim_workdir(tmp_path / "work", "test")
     (root / "trainstack" / "queue").mkdir(parents=True)
     if case == "corrupt index":
         (root / INDEX_OBJECT).write_bytes(b"{not json")
@@ -480,7 +483,7 @@ def test_submit_local_wakes_the_standing_run_and_only_a_trainstack_process(
 
     process = _waiting_process(tmp_path, command_line)
     try:
-        (tmp_path / "work").mkdir()
+        claim_workdir(tmp_path / "work", "test")
         (tmp_path / "work" / "standing.json").write_text(
             json.dumps({"version": 1, "pid": process.pid, "stack": "test"})
         )
@@ -499,3 +502,20 @@ def test_submit_local_wakes_the_standing_run_and_only_a_trainstack_process(
     finally:
         process.kill()
         process.wait()
+
+
+def test_submit_local_first_leaves_a_work_directory_the_standing_run_adopts_and_refuses_a_foreign_one(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainstack.localrun.workdir import check_adoptable
+
+    code, _, err = run(capsys, "submit", *local_args(stack, tmp_path))
+    assert code == 0, err
+    check_adoptable(tmp_path / "work")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("a user's file")
+    options = ["--stack-file", str(stack), "--local", "--workdir", str(foreign)]
+    code, _, err = run(capsys, "submit", *options)
+    assert code == 1 and "did not make it" in err, err
+    assert sorted(path.name for path in foreign.iterdir()) == ["notes.txt"]

@@ -168,6 +168,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from trainstack.jobqueue.history import job_state
     from trainstack.jobqueue.queue import ENDED, CodeObject, job_prefix, submit
     from trainstack.jobqueue.store import StoreError
+    from trainstack.localrun.workdir import WorkdirError, claim_workdir
     from trainstack_contract.status import utc_now
 
     try:
@@ -178,6 +179,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 "trainstack:cluster.idle_minutes (or tpu.idle_minutes) and `pulumi up` first"
             )
         place = queue_place(args, stack)
+        if place.workdir is not None:
+            # The work directory `local --standing` will run in, whichever of the two comes first.
+            claim_workdir(place.workdir, stack.stack)
         job = queued.job
         assert job is not None
         code = [CodeObject(job.package.object_name, job.package.archive)] if job.package else []
@@ -190,6 +194,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
             utc_now(),
             lambda queued_entry: job_state(place.objects, job_prefix(queued_entry)) in ENDED,
         )
+    except WorkdirError as error:
+        print(f"trainstack: submit: --workdir: {error}", file=sys.stderr)
+        return 1
     except (SubmitRefused, QueueUsageError, StoreError, StatusReadError) as error:
         for line in str(error).splitlines():
             print(f"trainstack: submit: {line}", file=sys.stderr)

@@ -18,7 +18,7 @@ from trainstack.localrun import staging
 from trainstack.localrun.nodes import LocalMachines, LocalNode, TrainerOverrides, cluster_machines, tpu_machine
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
-from trainstack.localrun.workdir import WORKDIR_MARKER, job_user_obstacle
+from trainstack.localrun.workdir import claim_workdir, job_user_obstacle
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
 from trainstack_agent.jobuser import JOB_USER_NAME
 from trainstack_contract import CHIEF, LAYOUT, STATES
@@ -77,7 +77,7 @@ class LocalRunLayout:
         (:func:`~trainstack.localrun.workdir.job_user_obstacle`): it then runs as the agent."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         obstacle = job_user_obstacle(self.workdir, agent_makes_environment=not self.environment_installed)
-        (self.workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {self.stack.stack}\n")
+        claim_workdir(self.workdir, self.stack.stack)
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
         staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse, self.kind.lock_artifact)
         staging.prepare_node_disks(

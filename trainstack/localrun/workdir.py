@@ -57,6 +57,14 @@ def check_adoptable(workdir: Path) -> None:
         )
 
 
+def claim_workdir(workdir: Path, stack: str) -> None:
+    """Makes ``workdir`` one that `trainstack local` made (its marker written), once it is
+    adoptable (:func:`check_adoptable`): `local` and `submit --local`, whichever comes first."""
+    check_adoptable(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {stack}\n")
+
+
 def unreachable_by_others(path: Path) -> Path | None:
     """The first directory above ``path`` (or ``path`` itself, with links followed) that
     another user may not pass through or run; None when every one may."""
