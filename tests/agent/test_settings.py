@@ -203,6 +203,9 @@ def test_a_queued_jobs_spec_reads_as_the_stacks_own_job_in_metadata_does(name: s
 
 def test_idle_seconds_is_read_whole_and_bounded() -> None:
     metadata = cluster_metadata("multiworker")
+    # A stack that runs a queue says how long its nodes idle; without the key, no queue.
+    assert read_settings(metadata).idle_seconds == 600  # type: ignore[arg-type]
+    del metadata.instance[KEYS.idle_seconds]
     assert read_settings(metadata).idle_seconds is None  # type: ignore[arg-type]
     metadata.instance[KEYS.idle_seconds] = "600"
     assert read_settings(metadata).idle_seconds == 600  # type: ignore[arg-type]

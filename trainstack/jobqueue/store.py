@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from trainstack.jobstate.report import READ_TIMEOUT_SECONDS, RETRY_SECONDS, gcs_errors, gcs_failure
+from trainstack.jobstate.report import (
+    READ_TIMEOUT_SECONDS,
+    RETRY_SECONDS,
+    StatusReadError,
+    gcs_errors,
+    gcs_failure,
+    read_local,
+)
 
 # How many times a read-modify-write reads again after another writer changed the object first.
 UPDATE_ATTEMPTS = 12
@@ -185,14 +192,11 @@ class DirectoryStore:
         for _ in range(UPDATE_ATTEMPTS):
             before = self._generation(name)
             try:
-                with path.open("rb") as handle:
-                    data = handle.read(limit + 1)
-            except FileNotFoundError:
+                data = read_local(path, limit)
+            except StatusReadError as error:
+                raise StoreError(str(error)) from None
+            if data is None:
                 return None
-            except OSError as error:
-                raise StoreError(f"cannot read {path}: {error.strerror or error}") from None
-            if len(data) > limit:
-                raise too_large(str(path), limit)
             if self._generation(name) == before:
                 return Versioned(data, before)
         raise StoreError(f"cannot read {path}: it changed {UPDATE_ATTEMPTS} times while being read; try again")

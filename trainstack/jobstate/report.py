@@ -62,8 +62,22 @@ class Objects(Protocol):
         ...
 
 
-def _too_large(where: str) -> StatusReadError:
-    return StatusReadError(f"{where} is larger than {MAX_OBJECT_BYTES} bytes; not a status object trainstack wrote")
+def _too_large(where: str, limit: int = MAX_OBJECT_BYTES) -> StatusReadError:
+    return StatusReadError(f"{where} is larger than {limit} bytes; not an object trainstack wrote")
+
+
+def read_local(path: Path, limit: int) -> bytes | None:
+    """A stand-in bucket's object (a file) of at most ``limit`` bytes; None when there is none."""
+    from trainstack.base.files import FileProblem, read_bounded
+
+    try:
+        return read_bounded(path, limit)
+    except FileNotFoundError:
+        return None
+    except FileProblem as problem:
+        if path.is_file() and path.stat().st_size > limit:
+            raise _too_large(str(path), limit) from None
+        raise StatusReadError(f"cannot read {path}: {problem}") from None
 
 
 class GcsObjects:
@@ -148,17 +162,7 @@ class LocalObjects:
         return str(self.root / name)
 
     def read(self, name: str) -> bytes | None:
-        path = self.root / name
-        try:
-            with path.open("rb") as handle:
-                data = handle.read(MAX_OBJECT_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            raise StatusReadError(f"cannot read {path}: {error.strerror or error}") from None
-        if len(data) > MAX_OBJECT_BYTES:
-            raise _too_large(str(path))
-        return data
+        return read_local(self.root / name, MAX_OBJECT_BYTES)
 
 
 def _one_line(value: object) -> str:
