@@ -369,11 +369,14 @@ def test_every_node_of_a_stack_that_runs_the_queue_is_told_its_idle_wait() -> No
 
 
 @pytest.mark.parametrize("stack_name", ["multiworker", "tpu"])
-def test_a_one_shot_local_run_idles_zero_seconds_and_a_standing_one_the_stacks(stack_name: str, tmp_path: Path) -> None:
+def test_a_one_shot_local_run_runs_no_queue_and_a_standing_one_idles_the_stacks(
+    stack_name: str, tmp_path: Path
+) -> None:
     from trainstack.localrun.layout import lay_out
 
     resolved = resolve_stack(stack(stack_name))
     one_shot = lay_out(resolved, tmp_path / "one", TrainerOverrides())
-    assert {n.metadata["trainstack-idle-seconds"] for n in one_shot.nodes} == {"0"}
+    # No queue at all: the stack's own job, then on_finish, as before the queue.
+    assert all("trainstack-idle-seconds" not in n.metadata for n in one_shot.nodes)
     standing = lay_out(resolved, tmp_path / "standing", TrainerOverrides(), idle_seconds=600)
     assert {n.metadata["trainstack-idle-seconds"] for n in standing.nodes} == {"600"}

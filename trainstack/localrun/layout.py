@@ -18,7 +18,7 @@ from trainstack.localrun import staging
 from trainstack.localrun.nodes import LocalMachines, LocalNode, TrainerOverrides, cluster_machines, tpu_machine
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
-from trainstack.localrun.workdir import claim_workdir, job_user_obstacle
+from trainstack.localrun.workdir import job_user_obstacle, mark_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
 from trainstack_agent.jobuser import JOB_USER_NAME
 from trainstack_contract import CHIEF, LAYOUT, STATES
@@ -34,7 +34,7 @@ class LayoutOptions(TypedDict, total=False):
     gpu_count: int
     bucket: StandInBucket | None
     preempt: tuple[str, ...]
-    idle_seconds: int
+    idle_seconds: int | None
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class LocalRunLayout:
         (:func:`~trainstack.localrun.workdir.job_user_obstacle`): it then runs as the agent."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         obstacle = job_user_obstacle(self.workdir, agent_makes_environment=not self.environment_installed)
-        claim_workdir(self.workdir, self.stack.stack)
+        mark_workdir(self.workdir, self.stack.stack)
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
         staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse, self.kind.lock_artifact)
         staging.prepare_node_disks(
@@ -105,11 +105,12 @@ def lay_out(
     gpu_count: int = 0,
     bucket: StandInBucket | None = None,
     preempt: tuple[str, ...] = (),
-    idle_seconds: int = 0,
+    idle_seconds: int | None = None,
 ) -> LocalRunLayout:
     """``preempt``: nodes `--preempt` names (:func:`~trainstack.localrun.nodes.check_preemptible`
     says which may be named). ``idle_seconds``: how long nodes that run the job queue wait for
-    a job before they end (a one-shot run: 0; `local --standing`: the stack's idle wait).
+    a job before they end (`local --standing`: the stack's idle wait); None, a one-shot run: the
+    nodes run no queue, the stack's own job alone, as before the queue.
 
     ``trainer_source``, ``kind`` and ``environment_installed`` let tests swap in a small
     built-in trainer and requirements and exercise the script's own install path;

@@ -137,6 +137,14 @@ class LocalMachines:
     preempt: tuple[str, ...] = ()
 
 
+def without_queue(metadata: dict[str, str], idle_seconds: int | None) -> dict[str, str]:
+    """A one-shot local run (``idle_seconds`` None): its nodes run the stack's own job alone,
+    with no queue, and apply on_finish at its end, as nodes did before the queue."""
+    if idle_seconds is None:
+        metadata.pop(contract.METADATA_KEYS.idle_seconds, None)
+    return metadata
+
+
 def tpu_machine(
     stack: ResolvedStack,
     job: ResolvedJob | None,
@@ -145,7 +153,7 @@ def tpu_machine(
     kind: bootscripts.NodeKind,
     workdir: Path,
     preempt: tuple[str, ...],
-    idle_seconds: int = 0,
+    idle_seconds: int | None = None,
 ) -> LocalMachines:
     """The TPU VM as one node on this machine's CPU (:func:`tpu_stand_in`)."""
     tpu = stack.tpu
@@ -158,7 +166,9 @@ def tpu_machine(
         contract.CHIEF,
         0,
         tpu.vm_name,
-        bootscripts.tpu_metadata(stack, tpu, bucket_uri, tuple(args), kind, job, idle_seconds),
+        without_queue(
+            bootscripts.tpu_metadata(stack, tpu, bucket_uri, tuple(args), kind, job, idle_seconds), idle_seconds
+        ),
         workdir / "nodes" / contract.TPU_NODE / "state",
     )
     return LocalMachines(bootscripts.TPU_VM, "tpu-vm.sh", [node], notes=notes)
@@ -173,7 +183,7 @@ def cluster_machines(
     workdir: Path,
     preempt: tuple[str, ...],
     gpu_count: int,
-    idle_seconds: int = 0,
+    idle_seconds: int | None = None,
 ) -> LocalMachines:
     """Every node of the cluster, with the metadata ``pulumi up`` gives its VM; TF_CONFIG's
     cluster has loopback ports where the cloud has internal DNS names."""
@@ -186,16 +196,19 @@ def cluster_machines(
             node.role,
             node.index,
             node.vm_name,
-            bootscripts.node_metadata(
-                cluster,
-                node,
-                bucket_uri,
-                job,
-                args,
-                gpu_count=gpu_count,
-                kind=kind,
-                wheelhouse=stack.wheelhouse,
-                idle_seconds=idle_seconds,
+            without_queue(
+                bootscripts.node_metadata(
+                    cluster,
+                    node,
+                    bucket_uri,
+                    job,
+                    args,
+                    gpu_count=gpu_count,
+                    kind=kind,
+                    wheelhouse=stack.wheelhouse,
+                    idle_seconds=idle_seconds,
+                ),
+                idle_seconds,
             ),
             workdir / "nodes" / node.name / "state",
         )

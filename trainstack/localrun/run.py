@@ -332,7 +332,7 @@ def run_local(
         preempt=preempt,
         preempt_after=preempt_after,
         allow_shared_network=allow_shared_network,
-        idle_seconds=(stack.idle_seconds or 0) if standing else 0,
+        idle_seconds=(stack.idle_seconds or 0) if standing else None,
     )
     wake = threading.Event()
 

@@ -61,6 +61,12 @@ def claim_workdir(workdir: Path, stack: str) -> None:
     """Makes ``workdir`` one that `trainstack local` made (its marker written), once it is
     adoptable (:func:`check_adoptable`): `local` and `submit --local`, whichever comes first."""
     check_adoptable(workdir)
+    mark_workdir(workdir, stack)
+
+
+def mark_workdir(workdir: Path, stack: str) -> None:
+    """Writes the marker that makes ``workdir`` one `trainstack local` made (``--fresh`` may
+    delete it); the caller has checked it may (:func:`check_adoptable`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / WORKDIR_MARKER).write_text(f"trainstack local work directory of stack {stack}\n")
 
