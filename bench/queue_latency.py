@@ -7,9 +7,10 @@ command's start to the end of the job's first training step. Standing: `trainsta
 `trainstack submit --stack S --local` queues the same job under a new name, and the figure is
 from the submit command's start to the end of that job's first step. Both jobs train one
 epoch of one step of the built-in trainer, so "the end of the first step" is when the trainer
-writes progress.json (its "time" field) in the job's directory. Each submit waits until the
-previous job has ended and SETTLE seconds more (a user's next command), and the rounds
-alternate with the cold runs so machine load drifts over both alike.
+writes progress.json (its "time" field) in the job's directory. Each run, cold or submitted,
+starts SETTLE seconds after the run before it ended (a user's next command, and the standing
+nodes' warm interpreters loaded, so that no run shares the CPU with them), and the rounds
+alternate so machine load drifts over both alike.
 
 Targets (issue 37): submit to first step at most 0.3x the cold run's start to first step;
 `submit` itself returns in under 2 s.
@@ -134,6 +135,9 @@ def main() -> None:
             # The stack's own job comes first (job 0); the loop starts once it has ended.
             job_ended(wait_for_file("bucket/*/jobs/*", standing_dir, deadline), deadline)
             for round_number in range(args.rounds):
+                # The standing nodes' warm interpreters load TensorFlow after each job: the cold
+                # run waits for that too, so that it shares the CPU with nothing.
+                time.sleep(SETTLE_SECONDS)
                 cold.append(cold_run(args.stack, Path(scratch) / f"cold-{round_number}"))
                 time.sleep(SETTLE_SECONDS)
                 took, to_step = submit(args.stack, standing_dir, f"probe{round_number}")
