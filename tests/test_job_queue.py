@@ -171,7 +171,7 @@ def test_submit_local_writes_code_spec_and_index_and_prints_the_id(
     code, out, err = run(capsys, "submit", *local_args(stack, tmp_path), "--epochs", "2", "--name", "exp1")
     assert code == 0, err
     assert out.splitlines()[0] == f"job 1 (q1_exp1) queued on stack test: {bucket_dir(tmp_path)}/jobs/q1_exp1"
-    assert "waits for `trainstack local --stack test --standing`" in out
+    assert f"waits for `trainstack local --stack-file {stack} --standing`" in out
     root = bucket_dir(tmp_path)
     index = QueueIndex.from_json((root / INDEX_OBJECT).read_bytes())
     [entry] = index.entries

@@ -146,12 +146,17 @@ def test_standing_tells_how_many_nodes_are_up_how_to_submit_and_when_they_stop(
     from trainstack_agent.timings import TIME_SCALE_VARIABLE
 
     monkeypatch.delenv(TIME_SCALE_VARIABLE, raising=False)
-    note = standing_note(argparse.Namespace(workdir=None), standing_stack())
+    note = standing_note(argparse.Namespace(workdir=None, stack="standing", stack_file=None), standing_stack())
     assert note == (
         f"standing: 3 nodes up; submit jobs with `trainstack submit --stack standing --local ...`; "
         f"they stop after {IDLE_MINUTES} idle minutes"
     )
     monkeypatch.setenv(TIME_SCALE_VARIABLE, "0.25")
-    note = standing_note(argparse.Namespace(workdir=tmp_path / "my work"), standing_stack())
-    assert f"--local --workdir '{tmp_path / 'my work'}' ...`" in note
+    named = argparse.Namespace(workdir=tmp_path / "my work", stack=None, stack_file=tmp_path / "Pulumi.standing.yaml")
+    note = standing_note(named, standing_stack())
+    # The stack as the user named it: a stack file stays a stack file.
+    assert (
+        f"`trainstack submit --stack-file {tmp_path / 'Pulumi.standing.yaml'} --local --workdir '{tmp_path / 'my work'}' ...`"
+        in note
+    )
     assert note.endswith(f"they stop after {IDLE_MINUTES} idle minutes ({TIME_SCALE_VARIABLE}=0.25: 45 s here)")

@@ -111,6 +111,14 @@ def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_
             standing.kill()
             standing.wait()
     assert standing.returncode == 0, output
+    # The run ends with every job it ran, as `jobs` lists them.
+    ending = output[output.index("standing: every node idled out") :]
+    assert [line.split()[:3] for line in ending.splitlines()[2:]] == [
+        ["0", "flowers_mwms", "SUCCEEDED"],
+        ["1", "first", "SUCCEEDED"],
+        ["2", "long", "CANCELLED"],
+        ["3", "last", "SUCCEEDED"],
+    ], ending
     listed = trainstack("jobs", "--stack-file", str(stack_file), "--local", "--workdir", str(workdir), "--json")
     assert listed.returncode == 0, listed.stderr
     rows = {row["id"]: row for row in json.loads(listed.stdout)["jobs"]}

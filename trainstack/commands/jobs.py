@@ -16,11 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainstack.commands.queueargs import QueueUsageError, add_queue_arguments, queue_place, stack_job_objects
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.jobstate.report import StatusReadError
+
+if TYPE_CHECKING:
+    from trainstack.jobqueue.history import JobRow
+    from trainstack.stackmodel.resolved import ResolvedStack
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -32,30 +36,37 @@ def _limit(text: str) -> int:
     return int(text)
 
 
-def cmd_jobs(args: argparse.Namespace) -> int:
-    from trainstack.jobqueue.history import JobSource, job_row, print_json, print_rows
+def job_rows(args: argparse.Namespace, stack: ResolvedStack, limit: int) -> list[JobRow]:
+    """One row per job: the stack's own (job 0), then the latest ``limit`` of the queue;
+    QueueUsageError or StoreError when the queue cannot be read."""
+    from trainstack.jobqueue.history import JobSource, job_row
     from trainstack.jobqueue.queue import job_prefix, read_index
-    from trainstack.jobqueue.store import StoreError
     from trainstack.jobstate.report import node_names
     from trainstack.stackmodel.cost import job_hourly
 
-    stack = load_resolved(args)
-    try:
-        place = queue_place(args, stack)
-        index = read_index(place.store)
-    except (QueueUsageError, StoreError) as error:
-        print(f"trainstack: jobs: {error}", file=sys.stderr)
-        return 1
+    place = queue_place(args, stack)
+    index = read_index(place.store)
     sources = []
     own = stack_job_objects(stack, place.bucket)
     if own is not None and stack.job is not None:
         sources.append(JobSource(0, stack.job.name, *own))
     sources += [
-        JobSource(entry.id, entry.name, place.objects, job_prefix(entry), entry)
-        for entry in index.entries[-args.limit :]
+        JobSource(entry.id, entry.name, place.objects, job_prefix(entry), entry) for entry in index.entries[-limit:]
     ]
     nodes, hourly, now = node_names(stack), job_hourly(stack), time.time()
-    rows = [job_row(source, nodes, hourly, now) for source in sources]
+    return [job_row(source, nodes, hourly, now) for source in sources]
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from trainstack.jobqueue.history import print_json, print_rows
+    from trainstack.jobqueue.store import StoreError
+
+    stack = load_resolved(args)
+    try:
+        rows = job_rows(args, stack, args.limit)
+    except (QueueUsageError, StoreError) as error:
+        print(f"trainstack: jobs: {error}", file=sys.stderr)
+        return 1
     if args.json:
         print_json(rows)
     elif rows:

@@ -12,15 +12,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainstack.commands.stackargs import add_stack_arguments, load_resolved
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option
 from trainstack.localrun.outcome import EXIT_CODES_HELP, LocalExit
 from trainstack_agent.timings import MIN_TIME_SCALE, TIME_SCALE_VARIABLE
 from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
 
 if TYPE_CHECKING:
     from trainstack.localrun.nodes import TrainerOverrides
+    from trainstack.localrun.outcome import LocalStackRunResult
     from trainstack.stackmodel.resolved import ResolvedStack
 
+# The jobs a standing run lists at its end, the latest first cut.
+MAX_STANDING_REPORT = 200
 # `docker info` asks the engine itself: a docker client without a running engine cannot run a job.
 DOCKER_INFO_SECONDS = 20
 
@@ -194,7 +197,7 @@ def standing_note(args: argparse.Namespace, stack: ResolvedStack) -> str:
     scaled = f" ({TIME_SCALE_VARIABLE}={scale:g}: {stack.idle_seconds * scale:g} s here)" if scale != 1 else ""
     return (
         f"standing: {nodes} node{'s' if nodes != 1 else ''} up; submit jobs with "
-        f"`trainstack submit --stack {stack.stack} --local{where} ...`; they stop after {minutes} idle minutes{scaled}"
+        f"`trainstack submit {stack_option(args)} --local{where} ...`; they stop after {minutes} idle minutes{scaled}"
     )
 
 
@@ -266,10 +269,32 @@ def cmd_local(args: argparse.Namespace) -> int:
             # would; the exit code still says what happened, the status objects the rest.
             sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - open until the process ends
         return LocalExit.INTERRUPTED
+    if args.standing:
+        return standing_report(args, stack, result)
     report(result)
     if result.succeeded:
         forget(workdir)
     return exit_code(result)
+
+
+def standing_report(args: argparse.Namespace, stack: ResolvedStack, result: LocalStackRunResult) -> int:
+    """The end of a standing run whose nodes idled out: the self-stops, and every job it ran
+    (the table `trainstack jobs --local` prints). 0: the cluster ran its queue and stopped;
+    each job's own end is in the table."""
+    from trainstack.commands.jobs import job_rows
+    from trainstack.commands.queueargs import QueueUsageError
+    from trainstack.jobqueue.history import print_rows
+    from trainstack.jobqueue.store import StoreError
+
+    print(f"standing: every node idled out and applied on_finish; self-stop calls recorded: {len(result.self_stops)}")
+    args.local = True
+    try:
+        rows = job_rows(args, stack, MAX_STANDING_REPORT)
+    except (QueueUsageError, StoreError) as error:
+        print(f"trainstack: the jobs cannot be listed: {error}", file=sys.stderr)
+        return 1
+    print_rows(rows)
+    return 0
 
 
 def register(subparsers: Any) -> None:

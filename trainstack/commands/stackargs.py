@@ -22,6 +22,14 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--stack-file", type=Path, help="path to a stack file")
 
 
+def stack_option(args: argparse.Namespace) -> str:
+    """The stack as the user named it, for a command line a message suggests."""
+    import shlex
+
+    stack_file = getattr(args, "stack_file", None)
+    return f"--stack-file {shlex.quote(str(stack_file))}" if stack_file else f"--stack {args.stack}"
+
+
 def stack_path(args: argparse.Namespace) -> Path:
     from trainstack.stackmodel.stackfile import stack_file_path
 

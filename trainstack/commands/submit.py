@@ -22,9 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 from trainstack.commands.local import _job_arguments
 from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
-from trainstack.commands.stackargs import add_stack_arguments, stack_path
+from trainstack.commands.stackargs import add_stack_arguments, stack_option, stack_path
 from trainstack.jobstate.report import StatusReadError
-from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, IMAGE_SIZE, METADATA_KEYS, STEPS_PER_EPOCH
+from trainstack_contract import (
+    BATCH_SIZE_PER_REPLICA,
+    EPOCHS,
+    IMAGE_SIZE,
+    METADATA_KEYS,
+    PATH_INSTALL,
+    STEPS_PER_EPOCH,
+    TPU_NODE,
+)
 
 if TYPE_CHECKING:
     from trainstack.stackmodel.resolved import ResolvedStack
@@ -147,13 +155,31 @@ def runs_queue(stack: ResolvedStack) -> bool:
     return stack.runs_queue
 
 
-def wake_standing(place: QueuePlace, stack: ResolvedStack) -> str:
+def fetch_for_local_nodes(queued: ResolvedStack, workdir: Path) -> None:
+    """--local: what the job's nodes install with pip (its requirements, its project), fetched
+    here into the work directory's find-links, as `trainstack local` fetches its own job's: the
+    local nodes reach no package index."""
+    job = queued.job
+    if job is None or job.package is None or (job.requirements is None and job.package.install == PATH_INSTALL):
+        return
+    import sys
+
+    from trainstack.localrun import staging
+    from trainstack.localrun.workdir import FIND_LINKS_DIR
+
+    node = queued.cluster.nodes[0].name if queued.cluster else TPU_NODE
+    venv_python = workdir / "nodes" / node / "state" / "venv" / "bin" / "python"
+    python = venv_python if venv_python.exists() else Path(sys.executable)
+    staging.fetch_for_pip(job, python, workdir / FIND_LINKS_DIR, echo=False)
+
+
+def wake_standing(place: QueuePlace, stack: ResolvedStack, args: argparse.Namespace) -> str:
     """--local: wakes the stack's standing `trainstack local` run, which boots its nodes that
     have exited; what happened, in words."""
     from trainstack.localrun.standing import wake
 
     assert place.workdir is not None
-    return wake(place.workdir, stack.stack)
+    return wake(place.workdir, stack.stack, stack_option(args))
 
 
 def _start_machines(stack: ResolvedStack) -> int:
@@ -168,6 +194,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from trainstack.jobqueue.history import job_state
     from trainstack.jobqueue.queue import ENDED, CodeObject, job_prefix, submit
     from trainstack.jobqueue.store import StoreError
+    from trainstack.localrun.wheels import FetchError
     from trainstack.localrun.workdir import WorkdirError, claim_workdir
     from trainstack_contract.status import utc_now
 
@@ -182,6 +209,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if place.workdir is not None:
             # The work directory `local --standing` will run in, whichever of the two comes first.
             claim_workdir(place.workdir, stack.stack)
+            fetch_for_local_nodes(queued, place.workdir)
         job = queued.job
         assert job is not None
         code = [CodeObject(job.package.object_name, job.package.archive)] if job.package else []
@@ -197,6 +225,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except WorkdirError as error:
         print(f"trainstack: submit: --workdir: {error}", file=sys.stderr)
         return 1
+    except FetchError as error:
+        print(
+            f"trainstack: submit: {error}; the nodes of `local` install from what this machine fetches", file=sys.stderr
+        )
+        return 1
     except (SubmitRefused, QueueUsageError, StoreError, StatusReadError) as error:
         for line in str(error).splitlines():
             print(f"trainstack: submit: {line}", file=sys.stderr)
@@ -207,7 +240,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.no_start:
         return 0
     if args.local:
-        print(wake_standing(place, stack))
+        print(wake_standing(place, stack, args))
         return 0
     return _start_machines(stack)
 

@@ -18,7 +18,7 @@ from trainstack.localrun import staging
 from trainstack.localrun.nodes import LocalMachines, LocalNode, TrainerOverrides, cluster_machines, tpu_machine
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
-from trainstack.localrun.workdir import job_user_obstacle, mark_workdir
+from trainstack.localrun.workdir import FIND_LINKS_DIR, job_user_obstacle, mark_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
 from trainstack_agent.jobuser import JOB_USER_NAME
 from trainstack_contract import CHIEF, LAYOUT, STATES
@@ -69,7 +69,7 @@ class LocalRunLayout:
 
     @property
     def pip_find_links(self) -> Path:
-        return self.workdir / "pip-find-links"
+        return self.workdir / FIND_LINKS_DIR
 
     def prepare(self, echo: bool) -> str | None:
         """The work directory as ``pulumi up`` and the VMs' disks would leave it. Returns why

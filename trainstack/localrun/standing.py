@@ -41,11 +41,11 @@ def remove_standing(workdir: Path) -> None:
 MAX_STANDING_BYTES: Final = 4096
 
 
-def wake(workdir: Path, stack: str) -> str:
+def wake(workdir: Path, stack: str, stack_option: str | None = None) -> str:
     """`submit --local`: WAKE_SIGNAL to the standing run of ``stack`` named in ``workdir``, which
     boots its nodes that have exited; what happened, in words. A stale record's process id may be
     another program's by now: only a `trainstack local` process is signalled."""
-    waits = f"the job waits for `trainstack local --stack {stack} --standing`"
+    waits = f"the job waits for `trainstack local {stack_option or f'--stack {stack}'} --standing`"
     path = standing_path(workdir)
     try:
         with path.open("rb") as handle:

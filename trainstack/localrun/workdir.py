@@ -15,6 +15,8 @@ from trainstack_agent.jobuser import JOB_USER_NAME
 
 # Written into every work directory `trainstack local` creates; `--fresh` deletes nothing else.
 WORKDIR_MARKER = ".trainstack-local-workdir"
+# In a work directory: what the nodes' pip installs from (they reach no package index).
+FIND_LINKS_DIR = "pip-find-links"
 
 
 class WorkdirError(Exception):
