@@ -412,3 +412,20 @@ def test_a_stack_with_a_cluster_and_a_tpu_uses_both_and_node_picks_one(
         ("POST", f"{path_b}/both-worker-1/start"),
     ]
     assert recorded_calls(gcloud_calls) == [tpu_start, tpu_start]
+
+
+def test_submit_starts_each_stopped_vm_without_awaiting_its_operation(
+    compute: FakeCompute, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A teammate who queues jobs holds get and start on each VM alone: awaiting the operation
+    would need compute.zoneOperations.get, project-wide, so `submit` only sends the starts."""
+    compute.statuses = {CHIEF: "TERMINATED", WORKER_0: "TERMINATED", WORKER_1: "RUNNING"}
+    compute.first_status = "RUNNING"
+    from trainstack.stackmodel.resolved import resolve_stack
+    from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
+
+    stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.multiworker.yaml")[0])
+    assert machines.run_machines(stack, "start", wait=False) == 0
+    assert compute.requests == [get(CHIEF), post(CHIEF, "start"), get(WORKER_0), post(WORKER_0, "start"), get(WORKER_1)]
+    out, _ = capsys.readouterr()
+    assert re.search(rf"chief +{CHIEF} +start requested \(was TERMINATED; operation operation-{CHIEF}-start\)", out)

@@ -304,8 +304,10 @@ def _act_on_vms(
     machines: Sequence[Machine],
     factory: Callable[[], ComputeClients],
     deadline: float,
+    wait: bool = True,
 ) -> tuple[list[Outcome], Callable[[], list[Outcome]]]:
-    """Sends every request now; the returned callable awaits the operations."""
+    """Sends every request now; the returned callable awaits the operations (``wait``) or
+    reports them requested."""
     if not machines:
         return [], list
     try:
@@ -313,6 +315,11 @@ def _act_on_vms(
     except _request_errors() as error:
         return [Outcome(m, False, _api_error(error, stack, action)) for m in machines], list
     outcomes, pending = _issue_vm_requests(action, stack, machines, clients, deadline)
+    if not wait:
+        requested = [
+            Outcome(p.machine, True, f"{action} requested (was {p.was}; operation {p.operation})") for p in pending
+        ]
+        return outcomes, lambda: requested
     return outcomes, lambda: _await_operations(action, stack, pending, clients, deadline)
 
 
@@ -344,8 +351,12 @@ def run_machines(
     dry_run: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     factory: Callable[[], ComputeClients] | None = None,
+    wait: bool = True,
 ) -> int:
-    """Start or stop the stack's machines (or those named in ``nodes``); returns the exit status."""
+    """Start or stop the stack's machines (or those named in ``nodes``); returns the exit status.
+    ``wait=False`` (`submit`): the VMs' requests are sent and reported as requested, their
+    operations not awaited (awaiting needs compute.zoneOperations.get, which only a project-wide
+    grant gives: a teammate who queues jobs holds get and start on each VM alone)."""
     try:
         machines = select_machines(stack_machines(stack), nodes)
     except NodeSelectionError as error:
@@ -383,7 +394,7 @@ def run_machines(
             )
             for m in others
         ]
-    immediate, await_vms = _act_on_vms(action, stack, vms, factory or compute_clients, deadline)
+    immediate, await_vms = _act_on_vms(action, stack, vms, factory or compute_clients, deadline, wait)
     outcomes += immediate
     if gcloud is not None:
         # While the VMs' operations run; gcloud waits for its own.

@@ -187,7 +187,7 @@ def _start_machines(stack: ResolvedStack) -> int:
 
     nodes = [node.name for node in stack.cluster.nodes] if stack.cluster else []
     nodes += [stack.tpu.name] if stack.tpu else []
-    return run_machines(stack, "start", nodes=nodes)
+    return run_machines(stack, "start", nodes=nodes, wait=False)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
