@@ -34,7 +34,7 @@ from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError, TooLarge
 from trainstack_agent.gcs import Storage
 from trainstack_agent.node import EXIT_ENDED, Clock, NodeAgent, apply_on_finish
-from trainstack_agent.settings import NodeSettings, SettingsError, job_from_spec
+from trainstack_agent.settings import NodeSettings, SettingsError, is_job_dir, job_from_spec
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
 from trainstack_contract.queue import (
@@ -56,6 +56,31 @@ ENDED_STATES: Final = (STATES.succeeded, STATES.failed, STATES.cancelled)
 DONE_FILE: Final = "queue-done.json"
 _DONE_VERSION: Final = 1
 _MAX_DONE_BYTES: Final = 64 * 1024
+
+
+# The job directory of the job this boot runs (or ran last), in the node's state directory: a
+# TPU VM's run-time cap records FAILED there, not in the stack's own job's directory.
+RUNNING_FILE: Final = "queue-running.json"
+_MAX_RUNNING_BYTES: Final = 8192
+
+
+def record_running(state_dir: Path, job_dir: str) -> None:
+    path = state_dir / RUNNING_FILE
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps({"job_dir": job_dir}) + "\n")
+    os.replace(temporary, path)
+
+
+def running_job_dir(state_dir: Path, bucket: str) -> str | None:
+    """The job directory :func:`record_running` recorded, if it is one of ``bucket``'s
+    (checked as instance metadata's is); None when there is none or it is not."""
+    try:
+        with (state_dir / RUNNING_FILE).open("rb") as handle:
+            document = json.loads(handle.read(_MAX_RUNNING_BYTES + 1))
+    except (OSError, ValueError):
+        return None
+    job_dir = document.get("job_dir") if isinstance(document, dict) else None
+    return job_dir if isinstance(job_dir, str) and is_job_dir(job_dir, bucket) else None
 
 
 class SpecRefused(Exception):
@@ -205,6 +230,8 @@ class JobQueue:
 
     def _run(self, node: NodeAgent) -> int:
         self.current = node
+        assert node.settings.job is not None
+        record_running(self.services.state_dir, node.settings.job.job_dir)
         try:
             code = node.run()
         finally:

@@ -32,7 +32,7 @@ from trainstack_agent.compute import ComputeApi, Place
 from trainstack_agent.endpoints import Endpoints, Host, from_environment
 from trainstack_agent.environment import Environment
 from trainstack_agent.gcs import Storage
-from trainstack_agent.jobqueue import JobQueue, QueueServices
+from trainstack_agent.jobqueue import JobQueue, QueueServices, running_job_dir
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.node import Clock, Launcher, NodeAgent, Services, SystemClock
 from trainstack_agent.processes import JobLauncher, Log, Processes
@@ -287,9 +287,13 @@ def record_cap(agent: Agent) -> None:
     except Exception as error:  # noqa: BLE001 - whatever fails, the cap still stops the machine
         agent.log(f"run-time cap: cannot read this node's settings ({error}); nothing recorded")
         return
-    if settings.job is None:
+    # A standing TPU VM's queued job, when one runs: the cap ends that one.
+    job_dir = running_job_dir(agent.host.state_dir, settings.bucket) if settings.idle_seconds is not None else None
+    if job_dir is None and settings.job is not None:
+        job_dir = settings.job.job_dir
+    if job_dir is None:
         return
-    board = Board(agent.storage, settings.job.job_dir, settings.node, new_incarnation())
+    board = Board(agent.storage, job_dir, settings.node, new_incarnation())
     try:
         job = board.job()
     except Unavailable as error:

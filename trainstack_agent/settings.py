@@ -276,7 +276,7 @@ def _job_env(reader: _Reader) -> tuple[tuple[str, str], ...]:
     return tuple(env.items())
 
 
-def _is_job_dir(job_dir: str, bucket: str) -> bool:
+def is_job_dir(job_dir: str, bucket: str) -> bool:
     """jobs/<name> of the stack's bucket, or a folder of a team's own bucket (job.job_dir);
     in `trainstack local` (a bucket that is a directory), the directory standing in for it."""
     prefix = f"{bucket}/{LAYOUT.jobs}/"
@@ -296,7 +296,7 @@ def _job(reader: _Reader, bucket: str) -> JobSettings | None:
     if mode == NO_JOB:
         return None
     job_dir = reader.required(KEYS.job_dir)
-    if not _is_job_dir(job_dir, bucket):
+    if not is_job_dir(job_dir, bucket):
         raise SettingsError(
             f"metadata {KEYS.job_dir} is neither a job directory of the bucket {bucket} nor gs://BUCKET/PREFIX"
         )

@@ -18,6 +18,7 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from http_stand_in import Scripted, scripted_server
@@ -74,6 +75,8 @@ class Cap:
     shutdowns: list[list[str]]
     log: io.StringIO
     released_at: list[float]
+    # The node's state directory (where a standing node records the job it runs).
+    state_dir: Path | None = None
 
     @property
     def stop_path(self) -> str:
@@ -84,6 +87,7 @@ class Cap:
             "TRAINSTACK_METADATA_ROOT": f"{self.server.root}/computeMetadata/v1",
             "TRAINSTACK_STORAGE_API": self.server.root,
             "TRAINSTACK_TPU_API": f"{self.server.root}/tpu/v2",
+            **({"TRAINSTACK_STATE_DIR": str(self.state_dir)} if self.state_dir else {}),
         }
         agent = TimedAgent(
             self.clock,
@@ -132,7 +136,7 @@ class Cap:
 
 
 @pytest.fixture
-def cap() -> Iterator[Cap]:
+def cap(tmp_path: Path) -> Iterator[Cap]:
     stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.tpu.yaml")[0])
     assert stack.tpu is not None and stack.job is not None
     metadata = {**bootscripts.tpu_metadata(stack, stack.tpu), METADATA_KEYS.max_run_seconds: str(CAP_SECONDS)}
@@ -156,7 +160,7 @@ def cap() -> Iterator[Cap]:
         tpu_name = metadata[METADATA_KEYS.tpu_name]
         server.answer(f"/tpu/v2/projects/{PROJECT}/locations/{ZONE}/nodes/{tpu_name}:stop", (200, b"{}"))
         status_path = f"/storage/v1/b/{bucket[5:]}/o/{name}"
-        yield Cap(server, FakeClock(), tpu_name, bucket, status_path, paths, [], io.StringIO(), [])
+        yield Cap(server, FakeClock(), tpu_name, bucket, status_path, paths, [], io.StringIO(), [], tmp_path / "state")
 
 
 def assert_stopped_through_the_tpu_api(cap: Cap, code: int, agent_exit: int) -> None:
@@ -286,3 +290,21 @@ def test_a_tpu_api_that_never_answers_ends_in_a_guest_shutdown(cap: Cap) -> None
     cap.server.answer(cap.stop_path, (503, b""))
     cap.run()
     assert cap.shutdowns == [["shutdown", "-h", "now"]]
+
+
+def test_a_standing_tpu_vms_cap_records_failed_in_the_queued_job_it_runs(cap: Cap) -> None:
+    """A standing TPU VM runs queued jobs after its own: at the cap, the one running is ended
+    FAILED, not the stack's own job that ended long before."""
+    from trainstack_agent.jobqueue import record_running
+
+    assert cap.state_dir is not None
+    cap.state_dir.mkdir()
+    record_running(cap.state_dir, f"{cap.bucket}/jobs/q3_sweep")
+    queued = urllib.parse.quote(f"jobs/q3_sweep/{LAYOUT.job_status}", safe="")
+    cap.server.answer(f"/storage/v1/b/{cap.bucket[5:]}/o/{queued}", (404, b""))
+    assert_stopped_through_the_tpu_api(cap, *cap.run())
+    uploads = [request["body"] for request in cap.server.requests if request["path"].startswith("/upload/")]
+    recorded = [body for body in uploads if b'"name": "jobs/q3_sweep/status/job.json"' in body]
+    assert recorded and all(b'"FAILED"' in body for body in recorded), uploads
+    own = urllib.parse.unquote(cap.job_status_path.rsplit("/o/", 1)[1])
+    assert own.startswith("jobs/") and not [body for body in uploads if f'"name": "{own}"'.encode() in body]
