@@ -20,6 +20,7 @@ from stack_helpers import base_config, write_stack
 from trainstack.cloud import bootscripts
 from trainstack.commands.main import main
 from trainstack.localrun.nodes import TrainerOverrides
+from trainstack.localrun.outcome import LocalExit
 from trainstack.localrun.run import run_local
 from trainstack.localrun.workdir import WORKDIR_MARKER
 from trainstack.stackmodel.feasibility import validate_stack
@@ -160,3 +161,28 @@ def test_standing_tells_how_many_nodes_are_up_how_to_submit_and_when_they_stop(
         in note
     )
     assert note.endswith(f"they stop after {IDLE_MINUTES} idle minutes ({TIME_SCALE_VARIABLE}=0.25: 45 s here)")
+
+
+def test_a_standing_run_stopped_by_a_signal_lists_its_jobs_and_says_how_to_resume_them(
+    tmp_path: Path, fake_boot: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stopped by SIGTERM (a terminal's Ctrl-C is SIGINT, handled alike): the run ends with the
+    jobs table and the command that resumes the queue, the standing one, not a one-shot run."""
+    config = base_config()
+    config["trainstack:job"] = "none"
+    config["trainstack:cluster"]["idle_minutes"] = IDLE_MINUTES
+    stack_file = write_stack(tmp_path, config, stack="standing")
+    workdir = tmp_path / "work"
+
+    def stop() -> None:
+        wait_until((workdir / "standing.json").exists, "standing.json was not written")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop, daemon=True).start()
+    argv = ["local", "--stack-file", str(stack_file), "--standing", "--workdir", str(workdir)]
+    code = main([*argv, "--allow-shared-network"])
+    (workdir / "release").touch()
+    out, err = capsys.readouterr()
+    assert code == LocalExit.INTERRUPTED, err
+    assert "standing: no job has run on this cluster yet" in out, out
+    assert f"`trainstack local --stack-file {stack_file} --standing --workdir {workdir}`" in err, err

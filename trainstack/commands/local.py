@@ -19,7 +19,7 @@ from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZ
 
 if TYPE_CHECKING:
     from trainstack.localrun.nodes import TrainerOverrides
-    from trainstack.localrun.outcome import LocalStackRunResult
+    from trainstack.localrun.outcome import LocalStackRunInterrupted, LocalStackRunResult
     from trainstack.stackmodel.resolved import ResolvedStack
 
 # The jobs a standing run lists at its end, the latest first cut.
@@ -257,6 +257,8 @@ def cmd_local(args: argparse.Namespace) -> int:
     except LocalStackRunInterrupted as interrupted:
         again = command_line(stack.stack, overrides, workdir if args.workdir else None)
         try:
+            if args.standing:
+                return standing_interrupted(args, stack, interrupted)
             report(interrupted.result)
             print(
                 f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded "
@@ -277,24 +279,46 @@ def cmd_local(args: argparse.Namespace) -> int:
     return exit_code(result)
 
 
-def standing_report(args: argparse.Namespace, stack: ResolvedStack, result: LocalStackRunResult) -> int:
-    """The end of a standing run whose nodes idled out: the self-stops, and every job it ran
-    (the table `trainstack jobs --local` prints). 0: the cluster ran its queue and stopped;
-    each job's own end is in the table."""
+def standing_interrupted(args: argparse.Namespace, stack: ResolvedStack, interrupted: LocalStackRunInterrupted) -> int:
+    """A standing run stopped by a signal: every job as `jobs --local` lists it, and how the
+    job that was running resumes (queued ones wait for the same)."""
+    print_standing_jobs(args, stack)
+    where = f" --workdir {shlex.quote(str(args.workdir))}" if args.workdir is not None else ""
+    print(
+        f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded INTERRUPTED; "
+        f"the job that was running resumes from its backup, and the queued ones follow, with "
+        f"`trainstack local {stack_option(args)} --standing{where}`",
+        file=sys.stderr,
+    )
+    return LocalExit.INTERRUPTED
+
+
+def print_standing_jobs(args: argparse.Namespace, stack: ResolvedStack) -> bool:
+    """The table `trainstack jobs --local` prints; False (and a line why) when it cannot."""
     from trainstack.commands.jobs import job_rows
     from trainstack.commands.queueargs import QueueUsageError
     from trainstack.jobqueue.history import print_rows
     from trainstack.jobqueue.store import StoreError
 
-    print(f"standing: every node idled out and applied on_finish; self-stop calls recorded: {len(result.self_stops)}")
     args.local = True
     try:
         rows = job_rows(args, stack, MAX_STANDING_REPORT)
     except (QueueUsageError, StoreError) as error:
         print(f"trainstack: the jobs cannot be listed: {error}", file=sys.stderr)
-        return 1
-    print_rows(rows)
-    return 0
+        return False
+    if rows:
+        print_rows(rows)
+    else:
+        print("standing: no job has run on this cluster yet")
+    return True
+
+
+def standing_report(args: argparse.Namespace, stack: ResolvedStack, result: LocalStackRunResult) -> int:
+    """The end of a standing run whose nodes idled out: the self-stops, and every job it ran
+    (the table `trainstack jobs --local` prints). 0: the cluster ran its queue and stopped;
+    each job's own end is in the table."""
+    print(f"standing: every node idled out and applied on_finish; self-stop calls recorded: {len(result.self_stops)}")
+    return 0 if print_standing_jobs(args, stack) else 1
 
 
 def register(subparsers: Any) -> None:
