@@ -254,6 +254,8 @@ def run(command: Command, workdir: Path) -> None:
 
 
 WRITING_OPTIONS = {"--out", "--sdist-dir", "--chart", "--workdir"}
+# Verbs that change what later commands of the block see (a stack file, the queue).
+WRITING_VERBS = {("import",), ("submit",), ("cancel",)}
 # Commands already run by an earlier block (read-only ones only): plans are the slow part.
 _already_run: set[tuple[tuple[str, ...], int]] = set()
 
@@ -289,7 +291,7 @@ def test_every_documented_command_works(block: Block, workdir: Path) -> None:
         if how == "parse":
             parse_only(step)
             continue
-        writes = step.stdout_to is not None or step.argv[:1] == ("import",) or WRITING_OPTIONS & set(step.argv)
+        writes = step.stdout_to is not None or step.argv[:1] in WRITING_VERBS or WRITING_OPTIONS & set(step.argv)
         key = (step.argv, step.expected)
         if not writes and key in _already_run:
             continue
