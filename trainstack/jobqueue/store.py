@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from trainstack.jobstate.report import (
     READ_TIMEOUT_SECONDS,
     RETRY_SECONDS,
+    GcsBucketAccess,
     StatusReadError,
     gcs_errors,
     gcs_failure,
@@ -75,23 +76,9 @@ def too_large(where: str, limit: int) -> StoreError:
 
 
 # --- Cloud Storage ---------------------------------------------------------------------------------
-class GcsStore:
-    """The stack's bucket (credentials: Application Default Credentials)."""
-
-    def __init__(self, project: str, bucket: str, client: Any = None) -> None:
-        self.project = project
-        self.bucket_name = bucket
-        self._client = client
-
-    def location(self, name: str) -> str:
-        return f"gs://{self.bucket_name}/{name}"
-
-    def _bucket(self) -> Any:
-        if self._client is None:
-            from google.cloud.storage import Client  # type: ignore[import-untyped]
-
-            self._client = Client(project=self.project)
-        return self._client.bucket(self.bucket_name)
+class GcsStore(GcsBucketAccess):
+    """The queue's objects in the stack's bucket, read with their generation and written under
+    a generation precondition."""
 
     def read(self, name: str, limit: int) -> Versioned | None:
         from google.api_core import exceptions
@@ -101,7 +88,7 @@ class GcsStore:
         retry = DEFAULT_RETRY.with_timeout(RETRY_SECONDS)
         for _ in range(UPDATE_ATTEMPTS):
             try:
-                blob = self._bucket().get_blob(name, timeout=READ_TIMEOUT_SECONDS, retry=retry)
+                blob = self.bucket().get_blob(name, timeout=READ_TIMEOUT_SECONDS, retry=retry)
                 if blob is None:
                     return None
                 if blob.size is not None and int(blob.size) > limit:
@@ -130,7 +117,7 @@ class GcsStore:
 
         where = self.location(name)
         try:
-            self._bucket().blob(name).upload_from_string(
+            self.bucket().blob(name).upload_from_string(
                 data,
                 content_type="application/json" if name.endswith(".json") else "application/octet-stream",
                 if_generation_match=if_generation_match,

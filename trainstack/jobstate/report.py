@@ -80,9 +80,10 @@ def read_local(path: Path, limit: int) -> bytes | None:
         raise StatusReadError(f"cannot read {path}: {problem}") from None
 
 
-class GcsObjects:
+class GcsBucketAccess:
     """The stack's bucket through ``google.cloud.storage`` (credentials: Application Default
-    Credentials; endpoint: ``STORAGE_EMULATOR_HOST`` when set, as the library reads it)."""
+    Credentials; endpoint: ``STORAGE_EMULATOR_HOST`` when set, as the library reads it): what
+    the status reader and the job queue's store share."""
 
     def __init__(self, project: str, bucket: str, client: Any = None) -> None:
         """``client``: a ``google.cloud.storage.Client``; by default one made on first use."""
@@ -93,12 +94,19 @@ class GcsObjects:
     def location(self, name: str) -> str:
         return f"gs://{self.bucket_name}/{name}"
 
-    def _blob(self, name: str) -> Any:
+    def bucket(self) -> Any:
         if self._client is None:
             from google.cloud.storage import Client  # type: ignore[import-untyped]
 
             self._client = Client(project=self.project)
-        return self._client.bucket(self.bucket_name).blob(name)
+        return self._client.bucket(self.bucket_name)
+
+
+class GcsObjects(GcsBucketAccess):
+    """Status objects read from the stack's bucket, bounded."""
+
+    def _blob(self, name: str) -> Any:
+        return self.bucket().blob(name)
 
     def read(self, name: str) -> bytes | None:
         from google.api_core import exceptions
