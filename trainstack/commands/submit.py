@@ -150,11 +150,6 @@ def spec_values(stack: ResolvedStack, local: bool) -> dict[str, str]:
     return values
 
 
-def runs_queue(stack: ResolvedStack) -> bool:
-    """Whether the stack's nodes run queued jobs (it has a job or sets idle_minutes)."""
-    return stack.runs_queue
-
-
 def fetch_for_local_nodes(queued: ResolvedStack, workdir: Path) -> None:
     """--local: what the job's nodes install with pip (its requirements, its project), fetched
     here into the work directory's find-links, as `trainstack local` fetches its own job's: the
@@ -200,7 +195,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     try:
         stack, queued = checked_job(args)
-        if not runs_queue(stack):
+        if not stack.runs_queue:
             raise SubmitRefused(
                 f"stack {stack.stack} runs no queue: its nodes boot with no job and no idle_minutes; set "
                 "trainstack:cluster.idle_minutes (or tpu.idle_minutes) and `pulumi up` first"

@@ -31,16 +31,16 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from trainstack.cloud.components.identity import custom_role_id
+from trainstack.cloud.components.identity import INSTANCE_RECOVER_PERMISSIONS, custom_role_id
 from trainstack_contract.grants import READ_ROLE, submit_grants
 
 TUNNEL_ROLE = "roles/iap.tunnelResourceAccessor"
 LOGIN_ROLE = "roles/compute.osLogin"
 ACT_AS_ROLE = "roles/iam.serviceAccountUser"
 NOTEBOOK_VIEWER_ROLE = "roles/notebooks.viewer"
-# What a member does to a stopped cluster VM when it queues a job: read its status, start it.
-# Nothing that changes the instance (no setMetadata, stop or delete).
-QUEUE_START_PERMISSIONS = ("compute.instances.get", "compute.instances.start")
+# What a member does to a stopped cluster VM when it queues a job is what the chief does to a
+# preempted Spot peer: read its status, start it; nothing that changes the instance.
+QUEUE_START_PERMISSIONS = INSTANCE_RECOVER_PERMISSIONS
 
 
 def member_slug(member: str) -> str:
