@@ -38,6 +38,7 @@ from trainstack_agent.settings import NodeSettings, SettingsError, is_job_dir, j
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
 from trainstack_contract.queue import (
+    ENDED_STATES,
     INDEX_OBJECT,
     MAX_ENTRIES,
     MAX_INDEX_BYTES,
@@ -51,7 +52,6 @@ from trainstack_contract.queue import (
 )
 from trainstack_contract.status import StatusDocument
 
-ENDED_STATES: Final = (STATES.succeeded, STATES.failed, STATES.cancelled)
 # The node's record of the queued jobs it is done with, in its state directory.
 DONE_FILE: Final = "queue-done.json"
 _DONE_VERSION: Final = 1

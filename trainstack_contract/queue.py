@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from trainstack_contract import EXECUTED_DIR, LAYOUT, METADATA_KEYS
+from trainstack_contract import EXECUTED_DIR, LAYOUT, METADATA_KEYS, STATES
 
 QUEUE_DIR: Final = f"{EXECUTED_DIR}/queue"
 INDEX_OBJECT: Final = f"{QUEUE_DIR}/index.json"
@@ -67,6 +67,11 @@ SPEC_KEYS: Final = frozenset(
 )
 # Each value of a spec: at most the agent's longest (the trainer's arguments, 64 KiB).
 MAX_SPEC_VALUE_CHARS: Final = 64 * 1024
+
+
+# A job whose status/job.json (or, for a node, its own status) says one of these has ended:
+# no node runs it again, and `cancel` leaves it as it is.
+ENDED_STATES: Final = frozenset({STATES.succeeded, STATES.failed, STATES.cancelled})
 
 
 class QueueFormatError(ValueError):

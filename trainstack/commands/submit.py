@@ -187,10 +187,11 @@ def _start_machines(stack: ResolvedStack) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from trainstack.jobqueue.history import job_state
-    from trainstack.jobqueue.queue import ENDED, CodeObject, job_prefix, submit
+    from trainstack.jobqueue.queue import CodeObject, job_prefix, submit
     from trainstack.jobqueue.store import StoreError
     from trainstack.localrun.wheels import FetchError
     from trainstack.localrun.workdir import WorkdirError, claim_workdir
+    from trainstack_contract.queue import ENDED_STATES
     from trainstack_contract.status import utc_now
 
     try:
@@ -215,7 +216,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             spec_values(queued, args.local),
             code,
             utc_now(),
-            lambda queued_entry: job_state(place.objects, job_prefix(queued_entry)) in ENDED,
+            lambda queued_entry: job_state(place.objects, job_prefix(queued_entry)) in ENDED_STATES,
         )
     except WorkdirError as error:
         print(f"trainstack: submit: --workdir: {error}", file=sys.stderr)

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from trainstack.jobqueue.queue import ENDED
 from trainstack.jobstate.report import Objects, StatusReadError, parse_time, printable, read_json
 from trainstack_contract import LAYOUT, STATES
-from trainstack_contract.queue import QueueEntry
+from trainstack_contract.queue import ENDED_STATES, QueueEntry
 
 QUEUED = "QUEUED"
 # The stack's own job (job 0) before its first status: it is not queued, its machines have not run it.
@@ -108,8 +107,8 @@ def job_row(source: JobSource, nodes: Sequence[str], hourly_usd: float | None, n
     except StatusReadError as error:
         return JobRow(source.id, source.name, "UNREADABLE", where, submitted, problem=str(error))
     state = str((status or {}).get("state") or (QUEUED if entry else NO_STATUS))[:20]
-    ended = str(status.get("time")) if status is not None and state in ENDED else None
-    if entry is not None and entry.cancelled is not None and state not in ENDED:
+    ended = str(status.get("time")) if status is not None and state in ENDED_STATES else None
+    if entry is not None and entry.cancelled is not None and state not in ENDED_STATES:
         # Cancelled: a queued job never starts; a running one's nodes are ending it.
         state, ended = STATES.cancelled, entry.cancelled
     started = _history_time(status, STATES.running) if status is not None else None

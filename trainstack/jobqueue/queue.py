@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trainstack.jobqueue.store import ObjectStore, StoreError, create, update
-from trainstack_contract import LAYOUT, STATES
+from trainstack_contract import LAYOUT
 from trainstack_contract.queue import (
     INDEX_OBJECT,
     MAX_ENTRIES,
@@ -24,7 +24,6 @@ from trainstack_contract.queue import (
 )
 
 # A job whose status/job.json says one of these has ended: it is not run again, nor cancelled.
-ENDED = frozenset({STATES.succeeded, STATES.failed, STATES.cancelled})
 
 
 @dataclass(frozen=True)
