@@ -20,6 +20,7 @@ LAYERS = (
     "stackmodel",
     "jobstate",
     "jobqueue",
+    "tuning",
     "cloud",
     "localrun",
     "interop",

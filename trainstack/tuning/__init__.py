@@ -1,0 +1,1 @@
+"""Hyperparameter tuning: AI Platform's spec, the study in the bucket, trials on the queue."""
