@@ -24,6 +24,7 @@ from trainstack.commands import (
     plan,
     status,
     submit,
+    tune,
     validate,
 )
 
@@ -38,6 +39,7 @@ VERBS = (
     local,
     submit,
     jobs,
+    tune,
     build,
     machines,
     browse,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainstack.jobstate.report import GcsObjects, LocalObjects, Objects, default_workdir, local_bucket
+from trainstack.jobstate.report import GcsObjects, ListedObjects, LocalObjects, Objects, default_workdir, local_bucket
 from trainstack_contract import LAYOUT
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class QueuePlace:
     """The stack's queue (read and written under preconditions) and its jobs' status objects."""
 
     store: ObjectStore
-    objects: Objects
+    objects: ListedObjects
     # --local: the run's work directory and its stand-in bucket; None on the cloud.
     workdir: Path | None = None
     bucket: Path | None = None

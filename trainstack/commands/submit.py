@@ -241,14 +241,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return _start_machines(stack)
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "submit",
-        help="queue a job on the stack's standing cluster or TPU VM (no `pulumi up`); prints its id",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_stack_arguments(parser)
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """The job's options (module docstring): `submit` and `tune` take the same."""
     parser.add_argument("--job-file", type=Path, help="a YAML or JSON file of trainstack:job's keys: the job, whole")
     parser.add_argument("--name", help="the job's name (its directory is jobs/q<ID>_<NAME>)")
     built_in = parser.add_argument_group("the built-in trainer (on the stack's own job unless --job-file)")
@@ -269,6 +263,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--env", action="append", metavar="NAME=VALUE", help="an environment variable of the job; repeat for several"
     )
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "submit",
+        help="queue a job on the stack's standing cluster or TPU VM (no `pulumi up`); prints its id",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_stack_arguments(parser)
+    add_job_arguments(parser)
     add_queue_arguments(parser)
     parser.add_argument("--no-start", action="store_true", help="queue only: do not start stopped machines")
     parser.set_defaults(func=cmd_submit)

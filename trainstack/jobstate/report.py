@@ -19,6 +19,7 @@ not a JSON object ends the command with one line saying which object and why.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import sys
 import time
@@ -60,6 +61,22 @@ class Objects(Protocol):
     def location(self, name: str) -> str:
         """Where the object is, for messages: ``gs://bucket/name`` or a local path."""
         ...
+
+
+class ListedObjects(Objects, Protocol):
+    """Objects that can also be listed and read with a bound of the caller's (a trial's summaries)."""
+
+    def names(self, prefix: str, limit: int) -> list[str]:
+        """The names under ``prefix`` (at most ``limit``; :class:`StatusReadError` beyond it)."""
+        ...
+
+    def read_upto(self, name: str, limit: int) -> bytes | None:
+        """As :meth:`Objects.read`, with ``limit`` for the bound."""
+        ...
+
+
+def _too_many(where: str, limit: int) -> StatusReadError:
+    return StatusReadError(f"{where} holds more than {limit} objects; not a job directory trainstack reads whole")
 
 
 def _too_large(where: str, limit: int = MAX_OBJECT_BYTES) -> StatusReadError:
@@ -109,15 +126,36 @@ class GcsObjects(GcsBucketAccess):
         return self.bucket().blob(name)
 
     def read(self, name: str) -> bytes | None:
-        from google.api_core import exceptions
+        return self.read_upto(name, MAX_OBJECT_BYTES)
+
+    def names(self, prefix: str, limit: int) -> list[str]:
         from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
+
+        where = self.location(prefix)
+        try:
+            blobs = self.bucket().list_blobs(
+                prefix=prefix,
+                max_results=limit + 1,
+                timeout=READ_TIMEOUT_SECONDS,
+                retry=DEFAULT_RETRY.with_timeout(RETRY_SECONDS),
+            )
+            found = [str(blob.name) for blob in blobs]
+        except gcs_errors() as error:
+            raise StatusReadError(gcs_failure(error, f"cannot list {where}", "storage.objects.list")) from None
+        if len(found) > limit:
+            raise _too_many(where, limit)
+        return found
+
+    def read_upto(self, name: str, limit: int) -> bytes | None:
+        from google.api_core import exceptions
+        from google.cloud.storage.retry import DEFAULT_RETRY
 
         where = self.location(name)
         try:
             # end is inclusive: one byte more than the bound tells a too-large object apart.
             data: bytes = self._blob(name).download_as_bytes(
                 start=0,
-                end=MAX_OBJECT_BYTES,
+                end=limit,
                 timeout=READ_TIMEOUT_SECONDS,
                 retry=DEFAULT_RETRY.with_timeout(RETRY_SECONDS),
             )
@@ -128,8 +166,8 @@ class GcsObjects(GcsBucketAccess):
             return b""
         except gcs_errors() as error:
             raise StatusReadError(gcs_failure(error, f"cannot read {where}", "storage.objects.get")) from None
-        if len(data) > MAX_OBJECT_BYTES:
-            raise _too_large(where)
+        if len(data) > limit:
+            raise _too_large(where, limit)
         return data
 
 
@@ -171,6 +209,26 @@ class LocalObjects:
 
     def read(self, name: str) -> bytes | None:
         return read_local(self.root / name, MAX_OBJECT_BYTES)
+
+    def read_upto(self, name: str, limit: int) -> bytes | None:
+        return read_local(self.root / name, limit)
+
+    def names(self, prefix: str, limit: int) -> list[str]:
+        """Files under ``prefix`` as object names (a directory's files, recursively, as a
+        bucket lists the objects under a prefix); links are not followed."""
+        base = self.root / prefix
+        if not base.is_dir():
+            return []
+        found = []
+        for directory, folders, files in os.walk(base):
+            for file_name in files:
+                path = Path(directory) / file_name
+                if path.is_file() and not path.is_symlink():
+                    found.append(path.relative_to(self.root).as_posix())
+                    if len(found) > limit:
+                        raise _too_many(str(base), limit)
+            folders.sort()
+        return sorted(found)
 
 
 def _one_line(value: object) -> str:

@@ -1,0 +1,351 @@
+"""``trainstack tune``: hyperparameter tuning as AI Platform Training ran it, on the stack's queue.
+
+    trainstack tune --stack S --spec hptuning_config.yaml [job options as `submit` takes them]
+    trainstack tune --stack S --study NAME              # resume a study from the bucket alone
+    trainstack tune status --stack S [--study NAME] [--chart FILE] [--json]
+
+--spec takes AI Platform's ``trainingInput.hyperparameters`` as written (alone, or in a job
+config such as a sample's hptuning_config.yaml). Each trial is a job on the stack's queue, named
+<study>_t<N>, with the job's own arguments and then the trial's parameters as --NAME=VALUE (AI
+Platform's convention), CLOUD_ML_TRIAL_ID=N in its environment, and its own job directory.
+Its metric is the spec's hyperparameterMetricTag, read from the cloudml-hypertune report or the
+TensorFlow summaries in that directory; a trial whose code never wrote the tag fails, naming
+the tags it did write. Suggestions and early stopping come from Optuna; the study's state is
+trainstack/tune/<study>/study.json in the stack's bucket.
+
+The command runs until the study ends (maxTrials trials ended, or more than maxFailedTrials
+failed). Stopping it (Ctrl-C, a closed terminal, a lost machine) loses nothing: queued and
+running trials go on on the stack's machines, and `tune` with the same spec, or with --study
+alone, resumes the study where it is. The stack runs one job at a time on all its machines:
+trials run one after another; maxParallelTrials is how many are queued or running at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from trainstack.commands.cost import chart_path
+from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved
+from trainstack.commands.submit import (
+    BUILTIN_OPTIONS,
+    CODE_OPTIONS,
+    SubmitRefused,
+    add_job_arguments,
+    checked_job,
+    fetch_for_local_nodes,
+    spec_values,
+    wake_standing,
+)
+from trainstack.jobstate.report import StatusReadError
+
+if TYPE_CHECKING:
+    from trainstack.stackmodel.resolved import ResolvedStack
+    from trainstack.tuning.engine import TuneServices
+    from trainstack.tuning.study import Study
+
+# How often the study's trials are looked at: the time from a trial's end to the next one's
+# queueing is at most this (a local cluster's is short: it is on this machine).
+POLL_SECONDS = 5.0
+LOCAL_POLL_SECONDS = 0.5
+MIN_POLL, MAX_POLL = 0.1, 600.0
+
+
+class Interrupted(Exception):
+    """A termination signal reached `tune`."""
+
+
+def _poll(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a number of seconds") from None
+    if not MIN_POLL <= value <= MAX_POLL:
+        raise argparse.ArgumentTypeError(f"{text[:20]} seconds: from {MIN_POLL} to {MAX_POLL:g}")
+    return value
+
+
+def _study_name(text: str) -> str:
+    from trainstack.tuning.study import STUDY_NAME
+
+    if STUDY_NAME.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r}: a study's name is a letter, then up to 63 letters, digits or '_' (its trials are "
+            "jobs named <study>_t<N>)"
+        )
+    return text
+
+
+def _job_options_given(args: argparse.Namespace) -> list[str]:
+    options = ["job_file", "name", "args", "env", *BUILTIN_OPTIONS, *CODE_OPTIONS]
+    return [f"--{key.replace('_', '-')}" for key in options if getattr(args, key, None)]
+
+
+def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace, code: list[Any]) -> TuneServices:
+    from trainstack.commands.submit import _start_machines
+    from trainstack.jobqueue.history import job_state
+    from trainstack.jobqueue.queue import CancelRefused, cancel, job_prefix, read_index, submit
+    from trainstack.jobstate.report import node_names
+    from trainstack.tuning.engine import TuneServices
+    from trainstack_contract.queue import ENDED_STATES
+    from trainstack_contract.status import utc_now
+
+    def ended(entry: Any) -> bool:
+        return job_state(place.objects, job_prefix(entry)) in ENDED_STATES
+
+    def queue_trial(name: str, values: dict[str, str], submitted: str) -> Any:
+        return submit(place.store, name, values, code, submitted, ended)
+
+    def cancel_job(job_id: int) -> None:
+        def ended_state(entry: Any) -> str | None:
+            state = job_state(place.objects, job_prefix(entry))
+            return state if state in ENDED_STATES else None
+
+        try:
+            cancel(place.store, job_id, utc_now(), ended_state)
+        except CancelRefused:
+            pass  # it has ended or was cancelled already: nothing runs
+
+    woken: list[bool] = []
+
+    def queued() -> None:
+        if args.local:
+            said = wake_standing(place, stack, args)
+            if not woken:
+                print(said)
+        elif not woken and not args.no_start:
+            _start_machines(stack)
+        woken.append(True)
+
+    return TuneServices(
+        store=place.store,
+        objects=place.objects,
+        submit=queue_trial,
+        cancel=cancel_job,
+        entries=lambda: {entry.id: entry for entry in read_index(place.store).entries},
+        queued=queued,
+        now=utc_now,
+        log=lambda line: print(line, flush=True),
+        chief=node_names(stack)[0],
+    )
+
+
+def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, list[Any]]:
+    """The stack, its queue and the study: opened from --spec and the job, or (--study without
+    --spec) read back from the bucket."""
+    from trainstack.jobqueue.queue import CodeObject
+    from trainstack.localrun.workdir import claim_workdir
+    from trainstack.tuning.engine import StudyRefused, open_study, read_study
+    from trainstack.tuning.spec import read_spec
+    from trainstack_contract.status import utc_now
+
+    if args.spec is None:
+        if args.study is None:
+            raise SubmitRefused(
+                "give --spec FILE (AI Platform's hyperparameters) to start or resume a study, or --study NAME to resume one"
+            )
+        given = _job_options_given(args)
+        if given:
+            raise SubmitRefused(
+                f"{', '.join(given)}: a study resumed by --study alone runs the job it was started with; give --spec too, or leave them out"
+            )
+        stack = load_resolved(args)
+        place = queue_place(args, stack)
+        study = read_study(place.store, args.study)
+        if study is None:
+            raise StudyRefused(f"no study {args.study} on stack {stack.stack}: start it with --spec FILE")
+        return stack, place, study, []
+    spec = read_spec(args.spec)
+    stack, queued = checked_job(args)
+    if not stack.runs_queue:
+        raise SubmitRefused(
+            f"stack {stack.stack} runs no queue: set trainstack:cluster.idle_minutes (or tpu.idle_minutes) and "
+            "`pulumi up` first; trials are jobs on the queue"
+        )
+    job = queued.job
+    assert job is not None
+    name = args.study or job.name
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", name) is None:
+        raise SubmitRefused(
+            f"the job's name {name[:40]!r} is too long for a study's: give --study NAME (up to 64 characters)"
+        )
+    place = queue_place(args, stack)
+    if place.workdir is not None:
+        claim_workdir(place.workdir, stack.stack)
+        fetch_for_local_nodes(queued, place.workdir)
+    code = [CodeObject(job.package.object_name, job.package.archive)] if job.package else []
+    code += [CodeObject(job.requirements.object_name, job.requirements.data)] if job.requirements else []
+    study, created = open_study(place.store, name, spec, spec_values(queued, args.local), utc_now())
+    if created:
+        print(f"study {name} started on stack {stack.stack}: {spec.max_trials} trials of {spec.algorithm}")
+    else:
+        print(f"study {name} resumed: {len(study.trials)} trials recorded")
+    return stack, place, study, code
+
+
+def _parallel_note(stack: ResolvedStack, study: Study) -> str | None:
+    parallel = min(study.spec.max_parallel_trials, study.spec.max_trials)
+    if parallel <= 1:
+        return None
+    machines = len(stack.cluster.nodes) if stack.cluster else 1
+    return (
+        f"note: maxParallelTrials {parallel}: stack {stack.stack} runs one job at a time on its {machines} "
+        f"machine(s), so trials run one after another; up to {parallel} are queued at once, each chosen "
+        "without the results of those still outstanding (as AI Platform's parallel trials were)"
+    )
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from trainstack.jobqueue.store import StoreError
+    from trainstack.localrun.wheels import FetchError
+    from trainstack.localrun.workdir import WorkdirError
+    from trainstack.tuning import engine
+    from trainstack.tuning.report import print_study
+    from trainstack.tuning.spec import SpecError
+
+    if args.tune_action == "status":
+        return cmd_status(args)
+    try:
+        stack, place, study, code = _open(args)
+        note = _parallel_note(stack, study)
+        if note:
+            print(note)
+        services = _services(args, stack, place, code)
+        poll = args.poll or (LOCAL_POLL_SECONDS if args.local else POLL_SECONDS)
+        try:
+            with _signals_interrupt():
+                study = engine.run(services, study.name, poll, time.sleep)
+        except Interrupted:
+            print(
+                f"\ntune stopped: the study's queued and running trials go on on stack {stack.stack}; "
+                f"`trainstack tune --stack {stack.stack} --study {study.name}{' --local' if args.local else ''}` "
+                "resumes it",
+                file=sys.stderr,
+            )
+            return 130
+    except SpecError as error:
+        for problem in error.problems:
+            print(f"trainstack: tune: {problem}", file=sys.stderr)
+        return 1
+    except WorkdirError as error:
+        print(f"trainstack: tune: --workdir: {error}", file=sys.stderr)
+        return 1
+    except FetchError as error:
+        print(f"trainstack: tune: {error}", file=sys.stderr)
+        return 1
+    except (SubmitRefused, QueueUsageError, StoreError, StatusReadError, engine.StudyRefused) as error:
+        for line in str(error).splitlines():
+            print(f"trainstack: tune: {line}", file=sys.stderr)
+        return 1
+    print_study(study)
+    return 0 if study.state == "SUCCEEDED" else 1
+
+
+class _signals_interrupt:
+    """SIGINT and SIGTERM end the command's loop as :class:`Interrupted` (the trials go on)."""
+
+    def __enter__(self) -> None:
+        def handler(number: int, frame: FrameType | None) -> None:
+            raise Interrupted(signal.Signals(number).name)
+
+        self.previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from trainstack.jobqueue.store import StoreError
+    from trainstack.tuning.engine import StudyRefused, read_study
+    from trainstack.tuning.report import print_study, study_json, write_chart
+    from trainstack.tuning.study import STUDIES_PREFIX
+
+    stack = load_resolved(args)
+    try:
+        place = queue_place(args, stack)
+        name = args.study
+        if name is None:
+            names = sorted(
+                {
+                    entry.split("/")[2]
+                    for entry in place.objects.names(STUDIES_PREFIX + "/", 10_000)
+                    if entry.count("/") == 3 and entry.endswith("/study.json")
+                }
+            )
+            if len(names) != 1:
+                known = ", ".join(names) or "none"
+                print(
+                    f"trainstack: tune status: give --study NAME (studies on stack {stack.stack}: {known})",
+                    file=sys.stderr,
+                )
+                return 1
+            name = names[0]
+        study = read_study(place.store, name)
+    except (QueueUsageError, StoreError, StatusReadError, StudyRefused) as error:
+        print(f"trainstack: tune status: {error}", file=sys.stderr)
+        return 1
+    if study is None:
+        print(f"trainstack: tune status: no study {name} on stack {stack.stack}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(study_json(study), indent=2, sort_keys=True))
+    else:
+        print_study(study)
+    if args.chart is not None:
+        try:
+            write_chart(study, args.chart)
+        except OSError as error:
+            print(f"trainstack: --chart {args.chart}: {error.strerror or error}", file=sys.stderr)
+            return 1
+        if not args.json:
+            print(f"chart written to {args.chart}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "tune",
+        help="hyperparameter tuning from AI Platform's hyperparameters spec: trials on the stack's queue",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="tune_action", metavar="status")
+    add_stack_arguments(parser)
+    parser.add_argument("--spec", type=Path, help="AI Platform's trainingInput.hyperparameters (YAML or JSON)")
+    parser.add_argument("--study", type=_study_name, help="the study's name (default: the job's name)")
+    add_job_arguments(parser)
+    add_queue_arguments(parser)
+    parser.add_argument(
+        "--poll",
+        type=_poll,
+        metavar="SECONDS",
+        help=f"how often trials are looked at (default {POLL_SECONDS:g}, {LOCAL_POLL_SECONDS:g} with --local)",
+    )
+    parser.add_argument("--no-start", action="store_true", help="queue trials only: do not start stopped machines")
+    parser.set_defaults(func=cmd_tune, tune_action=None)
+    status = actions.add_parser(
+        "status",
+        help="every trial of a study (parameters, metric, state) and the best",
+        description="Every trial of a study: its parameters, state and metric, and the best trial.",
+    )
+    add_stack_arguments(status)
+    status.add_argument("--study", type=_study_name, help="the study (default: the stack's only one)")
+    add_queue_arguments(status)
+    status.add_argument("--json", action="store_true", help="print the study as JSON")
+    status.add_argument(
+        "--chart",
+        type=chart_path,
+        metavar="FILE",
+        help="draw the metric per trial against each parameter (.png, .svg, .pdf)",
+    )
+    status.set_defaults(func=cmd_tune, tune_action="status")

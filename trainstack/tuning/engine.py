@@ -1,0 +1,343 @@
+"""What `trainstack tune` does, round after round, until the study ends: each trial's job read
+back from the queue and its status objects (and its metric once it has succeeded), a running
+trial stopped early when Optuna's pruner says so, and new trials asked and queued while fewer
+than maxParallelTrials are outstanding and fewer than maxTrials were asked.
+
+Every change goes into the study's object under a generation precondition first, and is then
+acted on (module docstring of :mod:`trainstack.tuning.study`): a `tune` killed at any point
+loses no trial, and the next `tune` of the study finishes what it left.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from trainstack.jobqueue.store import ObjectStore, StoreError, update
+from trainstack.jobstate.report import ListedObjects, StatusReadError, read_json
+from trainstack.tuning import optimizer
+from trainstack.tuning.metrics import read_metric
+from trainstack.tuning.spec import HyperparameterSpec
+from trainstack.tuning.study import (
+    CANCELLED,
+    FAILED,
+    MAX_STUDY_BYTES,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    STOPPED,
+    STUDY_ACTIVE,
+    STUDY_FAILED,
+    STUDY_SUCCEEDED,
+    SUCCEEDED,
+    Study,
+    StudyFormatError,
+    Trial,
+    parse_study,
+    study_object,
+    trial_job_name,
+)
+from trainstack_contract import LAYOUT, METADATA_KEYS, STATES
+from trainstack_contract.queue import ENDED_STATES, QueueEntry
+
+# The variable AI Platform and Vertex AI name the trial in (cloudml-hypertune reads it).
+TRIAL_ID_ENV = "CLOUD_ML_TRIAL_ID"
+
+
+class StudyRefused(Exception):
+    """The study cannot go on; one line says why. Nothing more was changed."""
+
+
+@dataclass
+class TuneServices:
+    """What the engine acts through: the study's store, the jobs' objects, and the queue."""
+
+    store: ObjectStore
+    objects: ListedObjects
+    # Queues a trial's job (name, spec values, submit time); the same three queue it once only.
+    submit: Callable[[str, dict[str, str], str], QueueEntry]
+    cancel: Callable[[int], None]
+    # The queue's entries by id (for the cancelled mark of a trial's job).
+    entries: Callable[[], dict[int, QueueEntry]]
+    # After a trial's job was queued: wake or start the stack's machines.
+    queued: Callable[[], None]
+    now: Callable[[], str]
+    log: Callable[[str], None]
+    # The node whose cloudml-hypertune report is the trial's (the chief).
+    chief: str
+
+
+def _change(services: TuneServices, name: str, change: Callable[[Study], Study | None]) -> Study:
+    """Applies ``change`` to the study's current object under a precondition (None: no change)."""
+    store = services.store
+    where = store.location(study_object(name))
+
+    def apply(data: bytes | None) -> tuple[bytes | None, Study]:
+        if data is None:
+            raise StudyRefused(f"no study {name} at {where}")
+        try:
+            current = parse_study(data, where)
+        except StudyFormatError as error:
+            raise StudyRefused(f"{error}; nothing was changed") from None
+        changed = change(current)
+        return (None, current) if changed is None else (changed.to_json(), changed)
+
+    return update(store, study_object(name), MAX_STUDY_BYTES, apply)
+
+
+def read_study(store: ObjectStore, name: str) -> Study | None:
+    where = store.location(study_object(name))
+    current = store.read(study_object(name), MAX_STUDY_BYTES)
+    if current is None:
+        return None
+    try:
+        return parse_study(current.data, where)
+    except StudyFormatError as error:
+        raise StudyRefused(str(error)) from None
+
+
+def open_study(
+    store: ObjectStore, name: str, spec: HyperparameterSpec, job: dict[str, str], now: str
+) -> tuple[Study, bool]:
+    """The study ``name``: created with this spec and job, or the existing one when it has the
+    same (a study resumes); whether it was created. :class:`StudyRefused` when one of that
+    name exists with another spec or job."""
+    where = store.location(study_object(name))
+    fresh = Study(name=name, spec=spec, job=job, created=now, seed=random.randrange(2**31))
+
+    def create_or_check(data: bytes | None) -> tuple[bytes | None, tuple[Study, bool]]:
+        if data is None:
+            return fresh.to_json(), (fresh, True)
+        try:
+            existing = parse_study(data, where)
+        except StudyFormatError as error:
+            raise StudyRefused(f"{error}; nothing was changed (give --study a new name for a new study)") from None
+        if existing.spec != spec:
+            raise StudyRefused(
+                f"study {name} ({where}) was started with another spec: give the same spec to resume it, "
+                "or --study NEW for a new study"
+            )
+        if existing.job != job:
+            raise StudyRefused(
+                f"study {name} ({where}) runs another job (other code, arguments or settings): give the same "
+                "job to resume it, or --study NEW for a new study"
+            )
+        return None, (existing, False)
+
+    return update(store, study_object(name), MAX_STUDY_BYTES, create_or_check)
+
+
+def trial_values(study: Study, trial: Trial) -> dict[str, str]:
+    """The trial's job: the study's job with the trial's --NAME=VALUE arguments after its own,
+    and its number in CLOUD_ML_TRIAL_ID."""
+    values = dict(study.job)
+    args = json.loads(values.get(METADATA_KEYS.trainer_args, "[]"))
+    values[METADATA_KEYS.trainer_args] = json.dumps([*args, *optimizer.arguments(study.spec, trial.params)])
+    env = json.loads(values.get(METADATA_KEYS.job_env, "{}"))
+    env[TRIAL_ID_ENV] = str(trial.number)
+    values[METADATA_KEYS.job_env] = json.dumps(env, separators=(",", ":"))
+    return values
+
+
+def _queue(services: TuneServices, study: Study, trial: Trial) -> Study:
+    """Queues a PENDING trial's job (once, whatever happened before) and records it QUEUED."""
+    entry = services.submit(trial_job_name(study.name, trial.number), trial_values(study, trial), trial.submitted)
+    job_dir = posixpath.join(LAYOUT.jobs, entry.job_dir_name)
+
+    def record(current: Study) -> Study | None:
+        now = current.trials[trial.number - 1]
+        if now.state != PENDING:
+            return None
+        return current.with_trial(replace(now, state=QUEUED, job_id=entry.id, job_dir=job_dir))
+
+    services.log(
+        f"trial {trial.number}: job {entry.id} ({entry.job_dir_name}) queued: "
+        + " ".join(optimizer.arguments(study.spec, trial.params))
+    )
+    services.queued()
+    return _change(services, study.name, record)
+
+
+def _ask(services: TuneServices, name: str) -> Study:
+    """Records the next trial PENDING with Optuna's suggestion, when the study has room for one."""
+
+    def add(current: Study) -> Study | None:
+        spec = current.spec
+        parallel = min(spec.max_parallel_trials, spec.max_trials)
+        if (
+            current.state != STUDY_ACTIVE
+            or len(current.trials) >= spec.max_trials
+            or len(current.outstanding) >= parallel
+            or current.failed >= spec.failures_allowed
+        ):
+            return None
+        try:
+            params = optimizer.suggest(current)
+        except optimizer.SearchExhausted:
+            return None
+        trial = Trial(number=len(current.trials) + 1, params=params, submitted=services.now())
+        return replace(current, trials=(*current.trials, trial))
+
+    return _change(services, name, add)
+
+
+def _ended(services: TuneServices, study: Study, trial: Trial, state: str, problem: str | None) -> Trial:
+    """The trial once its job has ended in ``state``."""
+    now = services.now()
+    if state == STATES.succeeded:
+        assert trial.job_dir is not None
+        reading = read_metric(services.objects, trial.job_dir, study.spec.hyperparameter_metric_tag, services.chief)
+        if reading.final is None:
+            return replace(
+                trial, state=FAILED, problem=reading.missing(study.spec.hyperparameter_metric_tag), ended=now
+            )
+        return replace(
+            trial, state=SUCCEEDED, metric=reading.final, steps=tuple(reading.steps), source=reading.source, ended=now
+        )
+    if state == STATES.cancelled:
+        return replace(trial, state=CANCELLED, problem=problem or "its job was cancelled", ended=now)
+    return replace(trial, state=FAILED, problem=problem or f"its job ended {state}", ended=now)
+
+
+def _observe(services: TuneServices, study: Study, trial: Trial, entry: QueueEntry | None) -> Trial:
+    """The trial as its job's status objects (and the queue's cancel mark) tell it now."""
+    assert trial.job_dir is not None
+    status = read_json(services.objects, posixpath.join(trial.job_dir, LAYOUT.job_status)) or {}
+    state = status.get("state")
+    if state in ENDED_STATES:
+        problem = status.get("reason") if isinstance(status.get("reason"), str) else None
+        return _ended(services, study, trial, str(state), problem and f"its job ended {state}: {problem[:300]}")
+    if entry is not None and entry.cancelled is not None and state is None:
+        # Cancelled while queued: its job never starts, and no node records it.
+        return _ended(services, study, trial, STATES.cancelled, None)
+    if state is None:
+        return trial
+    running = replace(trial, state=RUNNING)
+    if study.spec.enable_trial_early_stopping:
+        reading = read_metric(services.objects, trial.job_dir, study.spec.hyperparameter_metric_tag, services.chief)
+        running = replace(running, steps=tuple(reading.steps))
+        if optimizer.should_stop(study, running):
+            services.cancel(trial.job_id or 0)
+            last = running.steps[-1][1] if running.steps else None
+            return replace(
+                running,
+                state=STOPPED,
+                metric=last,
+                problem="stopped early: its values were worse than the median of the finished trials'",
+                ended=services.now(),
+            )
+    return running
+
+
+def _refresh(services: TuneServices, study: Study) -> Study:
+    """Every outstanding trial brought up to date; PENDING ones queued."""
+    entries = services.entries()
+    updates: dict[int, Trial] = {}
+    for trial in study.outstanding:
+        if trial.state == PENDING:
+            study = _queue(services, study, trial)
+            continue
+        try:
+            seen = _observe(services, study, trial, entries.get(trial.job_id or -1))
+        except StatusReadError as error:
+            services.log(f"trial {trial.number}: cannot read its job's state ({error}); trying again")
+            continue
+        if seen != trial:
+            updates[trial.number] = seen
+            if seen.state != trial.state:
+                services.log(_transition(study, seen))
+    if not updates:
+        return study
+
+    def apply(current: Study) -> Study | None:
+        changed = current
+        for number, seen in updates.items():
+            if current.trials[number - 1].outstanding:
+                changed = changed.with_trial(seen)
+        return changed
+
+    return _change(services, study.name, apply)
+
+
+def _transition(study: Study, trial: Trial) -> str:
+    what = f"trial {trial.number} {trial.state}"
+    if trial.metric is not None:
+        what += f": {study.spec.hyperparameter_metric_tag}={trial.metric:.6g}"
+    if trial.state == SUCCEEDED:
+        best = study.with_trial(trial).best()
+        if best is not None and best.number == trial.number:
+            what += " (best so far)"
+    if trial.problem:
+        what += f" ({trial.problem})"
+    return what
+
+
+def _finish(services: TuneServices, study: Study) -> Study:
+    """The study's end, when it has come: too many failed trials (the outstanding ones are
+    cancelled: nothing goes on billing for a study that has failed), or every trial ended."""
+    spec = study.spec
+    if study.state != STUDY_ACTIVE:
+        return study
+    if study.failed >= spec.failures_allowed:
+        for trial in study.outstanding:
+            if trial.job_id is not None:
+                try:
+                    services.cancel(trial.job_id)
+                except StoreError as error:
+                    services.log(f"trial {trial.number}: its job {trial.job_id} could not be cancelled: {error}")
+        problem = (
+            f"{study.failed} trials failed; the study stops at {spec.failures_allowed} "
+            f"(maxFailedTrials {spec.max_failed_trials or 'unset: trainstack decides'})"
+        )
+
+        def fail(current: Study) -> Study | None:
+            trials = tuple(
+                replace(t, state=CANCELLED, problem="the study failed", ended=services.now()) if t.outstanding else t
+                for t in current.trials
+            )
+            return replace(current, state=STUDY_FAILED, problem=problem, trials=trials)
+
+        return _change(services, study.name, fail)
+    exhausted = len(study.trials) >= spec.max_trials or (
+        spec.algorithm == "GRID_SEARCH" and len(study.trials) >= spec.grid_size()
+    )
+    if not exhausted or study.outstanding:
+        return study
+    best = study.best()
+
+    def end(current: Study) -> Study | None:
+        if current.outstanding or current.state != STUDY_ACTIVE:
+            return None
+        if best is None:
+            return replace(current, state=STUDY_FAILED, problem="no trial succeeded")
+        return replace(current, state=STUDY_SUCCEEDED)
+
+    return _change(services, study.name, end)
+
+
+def step(services: TuneServices, name: str) -> Study:
+    """One round: outstanding trials brought up to date, the study ended if it has, new trials
+    asked and queued while there is room."""
+    study = read_study(services.store, name)
+    if study is None:
+        raise StudyRefused(f"no study {name} at {services.store.location(study_object(name))}")
+    study = _refresh(services, study)
+    study = _finish(services, study)
+    while study.state == STUDY_ACTIVE:
+        asked = _ask(services, name)
+        if len(asked.trials) == len(study.trials):
+            break
+        study = _queue(services, asked, asked.trials[-1])
+    return _finish(services, study)
+
+
+def run(services: TuneServices, name: str, poll_seconds: float, sleep: Callable[[float], None]) -> Study:
+    """Rounds until the study has ended; returns its final state."""
+    while True:
+        study = step(services, name)
+        if study.state != STUDY_ACTIVE:
+            return study
+        sleep(poll_seconds)

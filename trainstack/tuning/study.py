@@ -1,0 +1,239 @@
+"""A study's state: one JSON object in the stack's bucket, ``trainstack/tune/<study>/study.json``,
+read-modify-written under Cloud Storage's generation preconditions (the queue's store), so the
+study outlives the machine that started it and two `tune` commands at once lose nothing.
+
+It holds the spec as given, the trials' job (its spec values, the same for every trial but for
+the trial's arguments and id), and every trial: its number (1, 2, ... as AI Platform's), its
+parameters, the queued job that runs it, its state and metric. A trial is recorded PENDING with
+its parameters and its submit time before its job is queued; the queue takes a job once per
+(name, spec, submit time), so a `tune` killed between the two queues that same job when it
+resumes, never a second one, and never loses the trial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from trainstack.tuning.spec import MAX_TRIALS, HyperparameterSpec, SpecError, spec_from_mapping
+
+STUDIES_PREFIX = "trainstack/tune"
+STUDY_OBJECT = "study.json"
+# A study's name: its trials' jobs are <study>_t<N> on the queue (at most 100 characters).
+STUDY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+VERSION = 1
+# 1000 trials of a few hundred bytes and up to 200 intermediate values each.
+MAX_STUDY_BYTES = 16 << 20
+
+PENDING = "PENDING"  # parameters chosen and recorded; its job not yet known to be queued
+QUEUED = "QUEUED"
+RUNNING = "RUNNING"
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
+STOPPED = "STOPPED"  # ended early: its intermediate values were worse than the others' median
+CANCELLED = "CANCELLED"  # its job was cancelled (`trainstack cancel`, or the study ended)
+TRIAL_STATES = (PENDING, QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED, CANCELLED)
+OUTSTANDING = frozenset({PENDING, QUEUED, RUNNING})
+
+STUDY_ACTIVE = "ACTIVE"
+STUDY_SUCCEEDED = "SUCCEEDED"
+STUDY_FAILED = "FAILED"
+STUDY_STATES = (STUDY_ACTIVE, STUDY_SUCCEEDED, STUDY_FAILED)
+
+
+class StudyFormatError(Exception):
+    """The study's object is not one trainstack wrote; the message says what is wrong."""
+
+
+def study_object(study: str) -> str:
+    return posixpath.join(STUDIES_PREFIX, study, STUDY_OBJECT)
+
+
+def trial_job_name(study: str, number: int) -> str:
+    return f"{study}_t{number}"
+
+
+@dataclass(frozen=True)
+class Trial:
+    number: int
+    params: dict[str, Any]
+    submitted: str
+    state: str = PENDING
+    job_id: int | None = None
+    job_dir: str | None = None
+    metric: float | None = None
+    steps: tuple[tuple[int, float], ...] = ()
+    source: str | None = None
+    problem: str | None = None
+    ended: str | None = None
+
+    @property
+    def outstanding(self) -> bool:
+        return self.state in OUTSTANDING
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "params": self.params,
+            "submitted": self.submitted,
+            "state": self.state,
+            "job_id": self.job_id,
+            "job_dir": self.job_dir,
+            "metric": self.metric,
+            "steps": [list(step) for step in self.steps],
+            "source": self.source,
+            "problem": self.problem,
+            "ended": self.ended,
+        }
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    spec: HyperparameterSpec
+    # The trials' job: the queue's spec values of the job every trial runs, before its arguments.
+    job: dict[str, str]
+    created: str
+    seed: int
+    state: str = STUDY_ACTIVE
+    trials: tuple[Trial, ...] = ()
+    problem: str | None = None
+
+    def to_json(self) -> bytes:
+        document = {
+            "version": VERSION,
+            "study": self.name,
+            "spec": self.spec.to_json(),
+            "job": self.job,
+            "created": self.created,
+            "seed": self.seed,
+            "state": self.state,
+            "problem": self.problem,
+            "trials": [trial.to_json() for trial in self.trials],
+        }
+        return json.dumps(document, indent=1, sort_keys=True).encode()
+
+    def counts(self) -> dict[str, int]:
+        counted = dict.fromkeys(TRIAL_STATES, 0)
+        for trial in self.trials:
+            counted[trial.state] += 1
+        return counted
+
+    @property
+    def outstanding(self) -> list[Trial]:
+        return [trial for trial in self.trials if trial.outstanding]
+
+    @property
+    def failed(self) -> int:
+        return sum(trial.state == FAILED for trial in self.trials)
+
+    def best(self) -> Trial | None:
+        """The SUCCEEDED trial with the best metric for the spec's goal (the first on ties)."""
+        done = [trial for trial in self.trials if trial.state == SUCCEEDED and trial.metric is not None]
+        if not done:
+            return None
+        sign = 1.0 if self.spec.goal == "MAXIMIZE" else -1.0
+        return max(done, key=lambda trial: (sign * (trial.metric or 0.0), -trial.number))
+
+    def with_trial(self, trial: Trial) -> Study:
+        trials = [trial if existing.number == trial.number else existing for existing in self.trials]
+        if all(existing.number != trial.number for existing in self.trials):
+            trials.append(trial)
+        return replace(self, trials=tuple(trials))
+
+
+def _field(document: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = document.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise StudyFormatError(f"{where}: {key} is missing or not a {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _optional(document: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = document.get(key)
+    if value is None:
+        return None
+    return _field(document, key, kind, where)
+
+
+def _trial(value: Any, where: str, names: tuple[str, ...]) -> Trial:
+    if not isinstance(value, dict):
+        raise StudyFormatError(f"{where} is not an object")
+    number = _field(value, "number", int, where)
+    params = _field(value, "params", dict, where)
+    if sorted(params) != sorted(names):
+        raise StudyFormatError(f"{where}: params are not the spec's parameters")
+    state = _field(value, "state", str, where)
+    if state not in TRIAL_STATES:
+        raise StudyFormatError(f"{where}: state {state[:20]!r} is not one of {', '.join(TRIAL_STATES)}")
+    metric = _optional(value, "metric", (int, float), where)
+    if metric is not None and not math.isfinite(metric):
+        raise StudyFormatError(f"{where}: metric is not a finite number")
+    steps = []
+    for step in _field(value, "steps", list, where):
+        if not (
+            isinstance(step, list)
+            and len(step) == 2
+            and isinstance(step[0], int)
+            and isinstance(step[1], (int, float))
+            and math.isfinite(step[1])
+        ):
+            raise StudyFormatError(f"{where}: steps holds something other than [step, value] pairs")
+        steps.append((step[0], float(step[1])))
+    return Trial(
+        number=number,
+        params=params,
+        submitted=_field(value, "submitted", str, where),
+        state=state,
+        job_id=_optional(value, "job_id", int, where),
+        job_dir=_optional(value, "job_dir", str, where),
+        metric=None if metric is None else float(metric),
+        steps=tuple(steps),
+        source=_optional(value, "source", str, where),
+        problem=_optional(value, "problem", str, where),
+        ended=_optional(value, "ended", str, where),
+    )
+
+
+def parse_study(data: bytes, where: str) -> Study:
+    """A study's object read back; :class:`StudyFormatError` naming ``where`` and what is wrong."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise StudyFormatError(f"{where} is not JSON ({str(error)[:100]}); not a study trainstack wrote") from None
+    if not isinstance(document, dict) or document.get("version") != VERSION:
+        raise StudyFormatError(f"{where} is not a version {VERSION} study of trainstack's")
+    try:
+        spec = spec_from_mapping(document.get("spec"), "spec")
+    except SpecError as error:
+        raise StudyFormatError(f"{where}: {error.problems[0]}") from None
+    job = _field(document, "job", dict, where)
+    if not all(isinstance(key, str) and isinstance(value, str) for key, value in job.items()):
+        raise StudyFormatError(f"{where}: job holds something other than text values")
+    raw_trials = _field(document, "trials", list, where)
+    if len(raw_trials) > MAX_TRIALS:
+        raise StudyFormatError(f"{where} holds {len(raw_trials)} trials, more than {MAX_TRIALS}")
+    trials = tuple(
+        _trial(value, f"{where}: trial {index + 1}", spec.parameter_names) for index, value in enumerate(raw_trials)
+    )
+    if [trial.number for trial in trials] != list(range(1, len(trials) + 1)):
+        raise StudyFormatError(f"{where}: trial numbers are not 1, 2, ... in order")
+    name = _field(document, "study", str, where)
+    state = _field(document, "state", str, where)
+    if STUDY_NAME.fullmatch(name) is None or state not in STUDY_STATES:
+        raise StudyFormatError(f"{where}: its name or state is not one trainstack writes")
+    return Study(
+        name=name,
+        spec=spec,
+        job=job,
+        created=_field(document, "created", str, where),
+        seed=_field(document, "seed", int, where),
+        state=state,
+        trials=trials,
+        problem=_optional(document, "problem", str, where),
+    )
