@@ -210,8 +210,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from trainstack.tuning.report import print_study
     from trainstack.tuning.spec import SpecError
 
-    if args.tune_action == "status":
+    if args.action == "status":
+        given = [*_job_options_given(args), *(["--spec"] if args.spec else []), *(["--poll"] if args.poll else [])]
+        if given:
+            print(
+                f"trainstack: tune status: {', '.join(given)}: these start or resume a study; status only reads it",
+                file=sys.stderr,
+            )
+            return 2
         return cmd_status(args)
+    if args.json or args.chart is not None:
+        print("trainstack: tune: --json and --chart belong to `trainstack tune status`", file=sys.stderr)
+        return 2
     try:
         stack, place, study, code = _open(args)
         note = _parallel_note(stack, study)
@@ -319,10 +329,19 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    actions = parser.add_subparsers(dest="tune_action", metavar="status")
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=("status",),
+        help="status: every trial of the study (parameters, metric, state) and the best; without it, run the study",
+    )
     add_stack_arguments(parser)
     parser.add_argument("--spec", type=Path, help="AI Platform's trainingInput.hyperparameters (YAML or JSON)")
-    parser.add_argument("--study", type=_study_name, help="the study's name (default: the job's name)")
+    parser.add_argument(
+        "--study",
+        type=_study_name,
+        help="the study's name (default: the job's name; for status, the stack's only study)",
+    )
     add_job_arguments(parser)
     add_queue_arguments(parser)
     parser.add_argument(
@@ -332,20 +351,12 @@ def register(subparsers: Any) -> None:
         help=f"how often trials are looked at (default {POLL_SECONDS:g}, {LOCAL_POLL_SECONDS:g} with --local)",
     )
     parser.add_argument("--no-start", action="store_true", help="queue trials only: do not start stopped machines")
-    parser.set_defaults(func=cmd_tune, tune_action=None)
-    status = actions.add_parser(
-        "status",
-        help="every trial of a study (parameters, metric, state) and the best",
-        description="Every trial of a study: its parameters, state and metric, and the best trial.",
-    )
-    add_stack_arguments(status)
-    status.add_argument("--study", type=_study_name, help="the study (default: the stack's only one)")
-    add_queue_arguments(status)
-    status.add_argument("--json", action="store_true", help="print the study as JSON")
-    status.add_argument(
+    shown = parser.add_argument_group("tune status")
+    shown.add_argument("--json", action="store_true", help="print the study as JSON")
+    shown.add_argument(
         "--chart",
         type=chart_path,
         metavar="FILE",
         help="draw the metric per trial against each parameter (.png, .svg, .pdf)",
     )
-    status.set_defaults(func=cmd_tune, tune_action="status")
+    parser.set_defaults(func=cmd_tune)

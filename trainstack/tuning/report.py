@@ -95,7 +95,9 @@ def write_chart(study: Study, path: Path) -> None:
     names = spec.parameter_names
     columns = min(3, len(names))
     rows = -(-len(names) // columns)
-    figure, axes_grid = pyplot.subplots(rows, columns, figsize=(4.5 * columns, 3.6 * rows), dpi=100, squeeze=False)
+    figure, axes_grid = pyplot.subplots(
+        rows, columns, figsize=(max(7.0, 4.5 * columns), 3.8 * rows), dpi=100, squeeze=False
+    )
     measured = [trial for trial in study.trials if trial.metric is not None]
     best = study.best()
     for index, name in enumerate(names):
@@ -116,7 +118,11 @@ def write_chart(study: Study, path: Path) -> None:
         if labels is not None:
             axes.set_xticks(range(len(labels)), [label[:12] for label in labels], rotation=30)
         elif param.scale_type == "UNIT_LOG_SCALE":
+            from matplotlib.ticker import NullFormatter
+
             axes.set_xscale("log")
+            # Labels on the decades only: minor ones overlap on a narrow panel.
+            axes.xaxis.set_minor_formatter(NullFormatter())
         axes.set_xlabel(name)
         axes.set_ylabel(spec.hyperparameter_metric_tag[:30])
         axes.grid(alpha=0.3)
