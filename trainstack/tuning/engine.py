@@ -100,13 +100,14 @@ def read_study(store: ObjectStore, name: str) -> Study | None:
 
 
 def open_study(
-    store: ObjectStore, name: str, spec: HyperparameterSpec, job: dict[str, str], now: str
+    store: ObjectStore, name: str, spec: HyperparameterSpec, job: dict[str, str], now: str, seed: int | None = None
 ) -> tuple[Study, bool]:
     """The study ``name``: created with this spec and job, or the existing one when it has the
     same (a study resumes); whether it was created. :class:`StudyRefused` when one of that
-    name exists with another spec or job."""
+    name exists with another spec or job. ``seed``: the suggestions' (by default a random one,
+    recorded in the study)."""
     where = store.location(study_object(name))
-    fresh = Study(name=name, spec=spec, job=job, created=now, seed=random.randrange(2**31))
+    fresh = Study(name=name, spec=spec, job=job, created=now, seed=random.randrange(2**31) if seed is None else seed)
 
     def create_or_check(data: bytes | None) -> tuple[bytes | None, tuple[Study, bool]]:
         if data is None:
