@@ -1005,6 +1005,7 @@ def test_plan_shows_job_env_and_every_node_carries_it_in_its_metadata(tmp_path: 
         ({"PATH": "/tmp"}, "PATH is set by trainstack"),
         ({"PYTHONPATH": "/tmp"}, "PYTHONPATH is set by trainstack"),
         ({"LD_PRELOAD": "/tmp/x.so"}, "LD_PRELOAD is set by trainstack"),
+        ({"CLOUD_ML_HP_METRIC_FILE": "/tmp/m"}, "CLOUD_ML_HP_METRIC_FILE is set by trainstack"),
         ({"1ST": "x"}, "'1ST': a name is letters, digits and '_'"),
         ({"X\n": "x"}, "a name is letters, digits and '_'"),
         ({"X-Y": "x"}, "a name is letters, digits and '_'"),
