@@ -542,6 +542,29 @@ def test_a_package_that_raises_fails_the_job_with_its_traceback_and_releases_the
     assert [line.split()[1:] for line in result.self_stops] == [["stop", "chief"]]
 
 
+# Reports a metric as cloudml-hypertune 0.1.0.dev6 does: the variable's file, one JSON object
+# per line with sorted keys (the package itself is not installed on the node).
+HYPERTUNE_PROBE = """
+import json, os, time
+path = os.environ["CLOUD_ML_HP_METRIC_FILE"]
+os.makedirs(os.path.dirname(path), exist_ok=True)
+body = {"timestamp": time.time(), "trial": "0", "accuracy": "0.875", "global_step": "7", "checkpoint_path": ""}
+with open(path, "w") as out:
+    out.write(json.dumps(body, sort_keys=True) + "\\n")
+"""
+
+
+def test_a_report_the_jobs_code_writes_through_hypertune_ends_in_its_job_directory(tmp_path: Path) -> None:
+    package = tmp_path / "elsewhere" / "hp_probe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "main.py").write_text(HYPERTUNE_PROBE)
+    result = run_local(single_node({"name": "hp", "package": str(package), "module": "hp_probe.main"}), tmp_path)
+    assert result.succeeded, result.logs
+    [line] = (result.job_dir / LAYOUT.hypertune_metrics("chief")).read_text().splitlines()
+    assert json.loads(line)["accuracy"] == "0.875" and json.loads(line)["global_step"] == "7"
+
+
 # A team's package named `trainer` with setup.py beside it, laid out as AI Platform's samples are.
 AI_PLATFORM_SAMPLE = PROJECT_ROOT / "tests" / "fixtures" / "ai_platform_sample"
 
@@ -1005,6 +1028,7 @@ def test_plan_shows_job_env_and_every_node_carries_it_in_its_metadata(tmp_path: 
         ({"PATH": "/tmp"}, "PATH is set by trainstack"),
         ({"PYTHONPATH": "/tmp"}, "PYTHONPATH is set by trainstack"),
         ({"LD_PRELOAD": "/tmp/x.so"}, "LD_PRELOAD is set by trainstack"),
+        ({"CLOUD_ML_HP_METRIC_FILE": "/tmp/m"}, "CLOUD_ML_HP_METRIC_FILE is set by trainstack"),
         ({"1ST": "x"}, "'1ST': a name is letters, digits and '_'"),
         ({"X\n": "x"}, "a name is letters, digits and '_'"),
         ({"X-Y": "x"}, "a name is letters, digits and '_'"),

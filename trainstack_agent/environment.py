@@ -19,6 +19,7 @@ from pathlib import Path
 
 from trainstack_agent import artifacts
 from trainstack_agent.gcs import Storage
+from trainstack_agent.hypertune import fresh_metric_file
 from trainstack_agent.jobuser import JobUser, prepare_job_user
 from trainstack_agent.processes import Log, Processes
 from trainstack_agent.settings import Artifact, NodeSettings
@@ -44,6 +45,8 @@ class Prepared:
     state_dir: Path
     # The unprivileged user the job's code runs as (None: the agent's own user).
     user: JobUser | None = None
+    # This job's own cloudml-hypertune report file (trainstack_agent.hypertune), if any.
+    metric_file: Path | None = None
 
 
 class Environment:
@@ -179,15 +182,17 @@ class Environment:
 
     def prepare_for_job_user(self) -> Prepared:
         """:meth:`prepare`, then the job's user (:mod:`trainstack_agent.jobuser`), with what a
-        module's code reads shared with it read-only. An image job's docker client stays root's
+        module's code reads shared with it read-only, and the job's own hypertune report file. An image job's docker client stays root's
         (Docker's socket is root's to use); its container runs as that user."""
         prepared = self.prepare()
         job = self.settings.job
         assert job is not None
-        if self.job_as_agent_user:
-            return prepared
-        readable = (self.venv, self.state_dir / "code") if job.module is not None else ()
-        return replace(prepared, user=prepare_job_user(self.state_dir, readable, job.job_dir))
+        user = None
+        if not self.job_as_agent_user:
+            readable = (self.venv, self.state_dir / "code") if job.module is not None else ()
+            user = prepare_job_user(self.state_dir, readable, job.job_dir)
+        # A new report file for every job: a standing node's next job never sees this one's.
+        return replace(prepared, user=user, metric_file=fresh_metric_file(self.state_dir, user))
 
     def prepare(self) -> Prepared:
         """Everything the job's code needs before it starts."""

@@ -2,7 +2,8 @@
 
 Every kind of job gets the same contract: ``--job-dir`` and the stack's arguments, TF_CONFIG
 for its role (multi-machine strategies), the directories Vertex AI names in ``AIP_*``
-variables, its secrets and the stack's ``job.env`` in the environment. Arguments are a list
+variables, its own file for cloudml-hypertune's reports (``CLOUD_ML_HP_METRIC_FILE``), its
+secrets and the stack's ``job.env`` in the environment. Arguments are a list
 handed to the kernel as they are: no shell parses any of them.
 """
 
@@ -16,6 +17,7 @@ from trainstack_agent.jobuser import JobUser
 from trainstack_agent.settings import NodeSettings
 from trainstack_contract import (
     FLAGS,
+    HYPERTUNE_METRIC_FILE_ENV,
     LAYOUT,
     TPU_NODE_KIND,
     VERTEX_CHECKPOINT_DIR_ENV,
@@ -51,7 +53,10 @@ def job_command(
     state_dir: Path,
     secrets: Mapping[str, str],
     user: JobUser | None = None,
+    metric_file: Path | None = None,
 ) -> JobCommand:
+    """``metric_file``: this job's own file for cloudml-hypertune's reports, on this node
+    (``CLOUD_ML_HP_METRIC_FILE``; the agent copies it to the job directory)."""
     job = settings.job
     assert job is not None
     env = dict(base_environment)
@@ -64,6 +69,9 @@ def job_command(
         env["TF_CONFIG"] = settings.tf_config
     # Which node this is (chief, worker-0, ps-1, tpu): the name in status objects and logs.
     env["NODE_NAME"] = settings.node
+    env.pop(HYPERTUNE_METRIC_FILE_ENV, None)
+    if metric_file is not None:
+        env[HYPERTUNE_METRIC_FILE_ENV] = str(metric_file)
     env.update(secrets)
     if job.module is not None:
         # An installed project is importable from the environment; other code from its tree.
@@ -88,6 +96,7 @@ def job_command(
         *vertex_directories(job.job_dir),
         "NODE_NAME",
         *(["TF_CONFIG"] if settings.tf_config else []),
+        *([HYPERTUNE_METRIC_FILE_ENV] if metric_file is not None else []),
         *secrets,
     ):
         options += ["--env", name]
@@ -104,6 +113,10 @@ def job_command(
     # container reaches with the node's credentials, over the host network.
     if not job.job_dir.startswith("gs://"):
         options += ["--volume", f"{job.job_dir}:{job.job_dir}"]
+    # The hypertune report's directory (this job's alone) at its own path, so that the variable
+    # names the same file inside the container as outside, where the agent copies it from.
+    if metric_file is not None:
+        options += ["--volume", f"{metric_file.parent}:{metric_file.parent}"]
     if user is not None:
         # The container's code runs as the job's unprivileged user too, with no capability and
         # no way to gain one: reaching its process (the gRPC port on the host network) gives

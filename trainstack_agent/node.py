@@ -35,12 +35,13 @@ from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError
 from trainstack_agent.clusterport import cluster_port_watch, port_listening
 from trainstack_agent.environment import Prepared
+from trainstack_agent.hypertune import MetricCopy
 from trainstack_agent.job import JobCommand, job_command
 from trainstack_agent.recovery import SpotRecovery
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.timings import Timings
-from trainstack_contract import STATES
+from trainstack_contract import LAYOUT, STATES
 from trainstack_contract.status import StatusDocument, StatusFormatError
 
 # How often the loops look at the job's code and at their duties (every other wait is in
@@ -296,6 +297,8 @@ class NodeAgent:
         # termination signal after the end (the shutdown on_finish asked for) records nothing.
         self._running = False
         self._finished = False
+        # The job's cloudml-hypertune report and its copy in the job directory, once prepared.
+        self.metrics: MetricCopy | None = None
 
     # --- the life of a boot ----------------------------------------------------------------
     def run(self) -> int:
@@ -341,6 +344,9 @@ class NodeAgent:
             return Outcome(1, str(error)[:400], refused=True)
         except Exception as error:  # noqa: BLE001 - the reason names what failed
             return Outcome(1, f"preparing the job failed: {str(error)[:300]}")
+        if prepared.metric_file is not None:
+            uri = f"{job.job_dir}/{LAYOUT.hypertune_metrics(self.settings.node)}"
+            self.metrics = MetricCopy(prepared.metric_file, prepared.user, self.board.storage, uri, self.log)
         limit, restarts = restart_limit(self.settings), 0
         while True:
             try:
@@ -391,6 +397,9 @@ class NodeAgent:
                 self.services.launcher.stop_all(close=self.release_at_end)
             except Exception as error:  # noqa: BLE001 - the end is recorded whatever happens here
                 self.log(f"could not end the job's processes: {type(error).__name__}: {error}")
+        # The code has ended: its last report reaches the job directory before its end does, so
+        # a reader that sees SUCCEEDED sees the final metric too.
+        self.copy_metrics()
         for write in (self.board.write_node, *([self.board.write_job] if self.settings.is_chief else [])):
             try:
                 write(state, outcome.exit_code, outcome.reason)
@@ -426,7 +435,18 @@ class NodeAgent:
             except CloudError as error:
                 self.log(f"could not record {state}: {error}")
         self.services.launcher.stop_all()
+        # After the status (a preempted VM has about 30 s): the ended code's last report.
+        self.copy_metrics()
         return EXIT_ENDED
+
+    def copy_metrics(self) -> None:
+        """The job's hypertune report to the job directory, if it changed; never fatal."""
+        if self.metrics is None:
+            return
+        try:
+            self.metrics.copy()
+        except Exception as error:  # noqa: BLE001 - the job's end is recorded whatever happens here
+            self.log(f"could not copy the job's hypertune report: {type(error).__name__}: {error}")
 
     # --- the steps ------------------------------------------------------------------------
     def _supervised(self, done: Callable[[], bool]) -> None:
@@ -528,6 +548,7 @@ class NodeAgent:
             prepared.state_dir,
             secrets,
             prepared.user,
+            prepared.metric_file,
         )
         job = self.settings.job
         assert job is not None
@@ -540,12 +561,18 @@ class NodeAgent:
         child = self.services.launcher.start(command)
         started = clock.monotonic()
         broken: list[str] = []
+        next_copy = started + self.services.timings.metric_copy
 
         def done() -> bool:
+            nonlocal next_copy
             if watch is not None:
                 watch.look(clock.monotonic())
             if child.poll() is not None:
                 return True
+            if clock.monotonic() >= next_copy:
+                # An intermediate report: a tuning process may stop the trial early on it.
+                next_copy = clock.monotonic() + self.services.timings.metric_copy
+                self.copy_metrics()
             lost = self._broken_peer(snapshot, started)
             if lost is not None:
                 broken.append(lost)

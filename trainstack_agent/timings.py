@@ -67,6 +67,10 @@ class Timings:
     # lines saying how long it has been idle.
     queue_poll: float = 0.5
     queue_idle_log: float = 60.0
+    # While the job's code runs, between looks at its cloudml-hypertune report (one stat of a
+    # local file; one upload only when it changed): a tuning process that stops a trial early
+    # sees an intermediate report within this long of the code's writing it.
+    metric_copy: float = 5.0
 
     @property
     def start_backoff(self) -> tuple[float, float]:

@@ -6,8 +6,8 @@ first step on this project's 2-core machines). So, once a built-in trainer's job
 agent starts the job user's Python with TensorFlow imported, waiting on a pipe; the next
 job of the built-in trainer that would start with the same interpreter, user, working
 directory and environment (but for the variables its code reads only once it runs: TF_CONFIG,
-NODE_NAME, the ``AIP_*`` directories, the code's path) is handed to it whole through that pipe
-and runs as ``python -m`` would run it. Anything else (a team's code, which may set variables
+NODE_NAME, the ``AIP_*`` directories, the hypertune report file, the code's path) is handed to
+it whole through that pipe and runs as ``python -m`` would run it. Anything else (a team's code, which may set variables
 before it imports TensorFlow; a job with its own env or secrets; a restart) starts a new
 interpreter as before. The warm interpreter is a child of the agent like the job's code: it
 ends with the agent, and a termination signal or an idle stop ends it.
@@ -27,6 +27,7 @@ from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobChild, JobLauncher
 from trainstack_contract import (
     BUILTIN_MODULE,
+    HYPERTUNE_METRIC_FILE_ENV,
     ONEDNN_SWITCH,
     VERTEX_CHECKPOINT_DIR_ENV,
     VERTEX_MODEL_DIR_ENV,
@@ -42,6 +43,8 @@ LATE_VARIABLES = frozenset(
         "TF_CONFIG",
         "NODE_NAME",
         "PYTHONPATH",
+        # Each job's own hypertune report file (trainstack_agent.hypertune), read at a report.
+        HYPERTUNE_METRIC_FILE_ENV,
         VERTEX_MODEL_DIR_ENV,
         VERTEX_CHECKPOINT_DIR_ENV,
         VERTEX_TENSORBOARD_DIR_ENV,

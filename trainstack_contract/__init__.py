@@ -193,6 +193,7 @@ class BucketLayout:
         progress.json        epochs completed so far
         metrics.json         final metrics; its presence marks the job finished
         tmp/<node>/          scratch paths of non-chief workers
+        hypertune/<node>.metrics  the node's cloudml-hypertune reports, copied by its agent
     """
 
     # In the bucket. Under trainstack/ (EXECUTED_DIR) is what nodes run: only `pulumi up` writes
@@ -227,6 +228,9 @@ class BucketLayout:
     job_settings: str = "status/settings.json"
     # The finished marker: a job whose metrics file has status FINISHED is not trained again.
     metrics: str = "metrics.json"
+    # Each node's copy of the file its job's code wrote through cloudml-hypertune
+    # (HYPERTUNE_METRIC_FILE_ENV): hypertune/<node>.metrics, its last whole lines.
+    hypertune_dir: str = "hypertune"
 
     @property
     def job_status(self) -> str:
@@ -243,6 +247,10 @@ class BucketLayout:
 
     def node_status(self, node: str) -> str:
         return posixpath.join(self.status_dir, f"{node}.json")
+
+    def hypertune_metrics(self, node: str) -> str:
+        """Where ``node``'s agent copies its job's hypertune report in the job directory."""
+        return posixpath.join(self.hypertune_dir, f"{node}.metrics")
 
     def code_archive(self, package: str, digest: str) -> str:
         return posixpath.join(self.code_dir, f"{package}-{digest}.zip")
@@ -311,6 +319,18 @@ VERTEX_MODEL_DIR_ENV: Final = "AIP_MODEL_DIR"
 VERTEX_CHECKPOINT_DIR_ENV: Final = "AIP_CHECKPOINT_DIR"
 VERTEX_TENSORBOARD_DIR_ENV: Final = "AIP_TENSORBOARD_LOG_DIR"
 
+# AI Platform's cloudml-hypertune package (hypertune/hypertune.py in cloudml-hypertune
+# 0.1.0.dev6 on PyPI, https://github.com/GoogleCloudPlatform/cloudml-hypertune) writes the
+# metric a tuning trial reports to the file this variable names (/tmp/hypertune/output.metrics
+# when unset): each report_hyperparameter_tuning_metric() rewrites the whole file with the last
+# 100 reports, one JSON object per line (sorted keys: "checkpoint_path", "global_step",
+# "timestamp", "trial", and the metric's tag; every value but the timestamp as text). The node
+# agent sets it to a file of its own for each job and copies that file to
+# LAYOUT.hypertune_metrics(node) in the job directory, at most its last
+# MAX_HYPERTUNE_METRICS_BYTES in whole lines.
+HYPERTUNE_METRIC_FILE_ENV: Final = "CLOUD_ML_HP_METRIC_FILE"
+MAX_HYPERTUNE_METRICS_BYTES: Final = 1 << 20
+
 
 # --- The job's own environment variables (job.env) ---------------------------------------------
 # What a stack sets in its job's environment (Vertex AI's container ``env``), beside what
@@ -328,6 +348,7 @@ RESERVED_JOB_ENV_NAMES: Final = frozenset(
         "TF_CONFIG",
         "CLUSTER_SPEC",
         "NODE_NAME",
+        HYPERTUNE_METRIC_FILE_ENV,
         "PATH",
         "HOME",
         "USER",

@@ -201,3 +201,26 @@ def test_an_images_job_env_goes_on_its_command_line_never_into_the_docker_client
     options = list(command.argv[: command.argv.index("registry.example/team/trainer:v1")])
     for pair in ("TF_USE_LEGACY_KERAS=1", "DOCKER_HOST=tcp://elsewhere:2375"):
         assert options[options.index(pair) - 1] == "--env"
+
+
+def test_every_preparation_of_a_job_gives_it_a_new_hypertune_report_file_in_the_state_directory(
+    tmp_path: Path,
+) -> None:
+    storage = MemoryStorage()
+    storage.objects[ARCHIVE] = zip_bytes({"keras_team/__init__.py": b"", "keras_team/task.py": b""})
+    code = Artifact(ARCHIVE, hashlib.sha256(storage.objects[ARCHIVE]).hexdigest())
+    node = settings()
+    assert node.job is not None
+    node = replace(node, job=replace(node.job, code=code, module="keras_team.task", install=PATH_INSTALL))
+    state = tmp_path / "state"
+    (state / "venv").mkdir(parents=True)
+    (state / "venv" / ".trainstack-requirements").write_text(requirements_stamp(None) + "\n")
+    reports = []
+    for _ in range(2):
+        environment = Environment(node, state, storage, RecordingProcesses(), lambda line: None, job_as_agent_user=True)  # type: ignore[arg-type]
+        ready = environment.prepare_for_job_user()
+        assert ready.metric_file is not None and ready.metric_file.parent.is_dir()
+        ready.metric_file.write_text('{"accuracy": "0.5"}\n')
+        reports.append(ready.metric_file)
+    assert reports[0] != reports[1] and not reports[0].exists()
+    assert all(report.is_relative_to(state / "hypertune") for report in reports)

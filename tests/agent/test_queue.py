@@ -15,11 +15,12 @@ from agent_fakes import BUCKET, JOB_DIR, FakeClock, FakeLauncher, MemoryStorage,
 from trainstack_agent.artifacts import DigestMismatch
 from trainstack_agent.board import Board
 from trainstack_agent.environment import Prepared
+from trainstack_agent.hypertune import fresh_metric_file
 from trainstack_agent.jobqueue import DONE_FILE, JobQueue, QueueServices
 from trainstack_agent.node import EXIT_ENDED, NodeAgent, Services
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.timings import Timings
-from trainstack_contract import METADATA_KEYS, STATES
+from trainstack_contract import HYPERTUNE_METRIC_FILE_ENV, LAYOUT, METADATA_KEYS, STATES
 from trainstack_contract.queue import (
     INDEX_OBJECT,
     MAX_SPEC_BYTES,
@@ -470,3 +471,33 @@ def test_a_job_that_ended_without_this_node_is_not_run_and_its_own_job_not_run_a
     assert q.queue.run() == 0
     assert q.job_dirs_started() == [queued_job_dir(BUCKET, third, "third")]
     assert f"queue: job 0 (the stack's own job, {JOB_DIR}) has ended; not running it again" in q.log
+
+
+def test_each_queued_job_gets_its_own_hypertune_report_file_and_never_sees_the_last_jobs(tmp_path: Path) -> None:
+    """A standing node runs trial after trial: each job's CLOUD_ML_HP_METRIC_FILE is new and
+    empty, and each job's report reaches its own job directory alone."""
+    storage = MemoryStorage()
+    first, second = submit(storage, "first"), submit(storage, "second")
+    node_state = tmp_path / "node"
+
+    def prepare(job_settings: NodeSettings) -> Prepared:
+        metric_file = fresh_metric_file(node_state, None)
+        return Prepared(node_state / "venv/bin/python", node_state / "code/x", node_state, metric_file=metric_file)
+
+    q = boot(tmp_path, runs=[(30.0, 0), (40.0, 0)], storage=storage, prepare=prepare)
+    found_at_start: list[bool] = []
+
+    def on_start(count: int) -> None:
+        report = Path(q.launcher.started[-1].env[HYPERTUNE_METRIC_FILE_ENV])
+        found_at_start.append(report.exists())
+        report.write_text(json.dumps({"accuracy": str(count / 10), "trial": str(count)}) + "\n")
+
+    q.launcher.on_start = on_start
+    assert q.queue.run() == 0
+    one, two = (Path(command.env[HYPERTUNE_METRIC_FILE_ENV]) for command in q.launcher.started)
+    assert one != two and found_at_start == [False, False]
+    # The first job's file is gone once the second is prepared.
+    assert not one.exists() and two.exists()
+    for job_id, name, trial in ((first, "first", 1), (second, "second", 2)):
+        copied = storage.objects[f"{queued_job_dir(BUCKET, job_id, name)}/{LAYOUT.hypertune_metrics('chief')}"]
+        assert json.loads(copied)["trial"] == str(trial)

@@ -117,6 +117,7 @@ def test_the_tpu_vms_metadata_reads_back() -> None:
         (KEYS.node_kind, "gke"),
         (KEYS.job_env, '{"TF_CONFIG": "{}"}'),
         (KEYS.job_env, '{"LD_PRELOAD": "/tmp/x.so"}'),
+        (KEYS.job_env, '{"CLOUD_ML_HP_METRIC_FILE": "/tmp/other.metrics"}'),
         (KEYS.job_env, '{"A": 1}'),
         (KEYS.job_env, '{"A": "line\\nbreak"}'),
         (KEYS.job_env, '{"A B": "x"}'),
