@@ -29,6 +29,7 @@ from trainstack_contract import (
     BUILTIN_MODULE,
     HYPERTUNE_METRIC_FILE_ENV,
     ONEDNN_SWITCH,
+    TRIAL_ID_ENV,
     VERTEX_CHECKPOINT_DIR_ENV,
     VERTEX_MODEL_DIR_ENV,
     VERTEX_TENSORBOARD_DIR_ENV,
@@ -45,6 +46,8 @@ LATE_VARIABLES = frozenset(
         "PYTHONPATH",
         # Each job's own hypertune report file (trainstack_agent.hypertune), read at a report.
         HYPERTUNE_METRIC_FILE_ENV,
+        # A tuning trial's number: each trial of a study has its own.
+        TRIAL_ID_ENV,
         VERTEX_MODEL_DIR_ENV,
         VERTEX_CHECKPOINT_DIR_ENV,
         VERTEX_TENSORBOARD_DIR_ENV,

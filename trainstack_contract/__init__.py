@@ -329,6 +329,10 @@ VERTEX_TENSORBOARD_DIR_ENV: Final = "AIP_TENSORBOARD_LOG_DIR"
 # LAYOUT.hypertune_metrics(node) in the job directory, at most its last
 # MAX_HYPERTUNE_METRICS_BYTES in whole lines.
 HYPERTUNE_METRIC_FILE_ENV: Final = "CLOUD_ML_HP_METRIC_FILE"
+# The trial a job is, in hyperparameter tuning (1, 2, ...), as AI Platform and Vertex AI set it
+# and cloudml-hypertune reads it ("trial" in its records): `trainstack tune` puts it in each
+# trial's job.env; TensorFlow never reads it.
+TRIAL_ID_ENV: Final = "CLOUD_ML_TRIAL_ID"
 MAX_HYPERTUNE_METRICS_BYTES: Final = 1 << 20
 
 

@@ -40,11 +40,8 @@ from trainstack.tuning.study import (
     study_object,
     trial_job_name,
 )
-from trainstack_contract import LAYOUT, METADATA_KEYS, STATES
+from trainstack_contract import LAYOUT, METADATA_KEYS, STATES, TRIAL_ID_ENV
 from trainstack_contract.queue import ENDED_STATES, QueueEntry
-
-# The variable AI Platform and Vertex AI name the trial in (cloudml-hypertune reads it).
-TRIAL_ID_ENV = "CLOUD_ML_TRIAL_ID"
 
 
 class StudyRefused(Exception):

@@ -25,12 +25,10 @@ import posixpath
 from dataclasses import dataclass, field
 
 from trainstack.jobstate.report import ListedObjects, StatusReadError
+from trainstack_contract import LAYOUT, MAX_HYPERTUNE_METRICS_BYTES
 
-HYPERTUNE_DIR = "hypertune"
 # cloudml-hypertune's keys beside the tag's.
 HYPERTUNE_KEYS = frozenset({"global_step", "timestamp", "trial", "checkpoint_path"})
-# The report holds at most 100 records of a few hundred bytes: 1 MiB is far more than one.
-MAX_REPORT_BYTES = 1 << 20
 # A trial's job directory: its summaries, checkpoints, model. Bounded listing and reads.
 MAX_JOB_OBJECTS = 5000
 MAX_EVENT_FILE_BYTES = 64 << 20
@@ -182,10 +180,10 @@ def read_metric(objects: ListedObjects, job_prefix: str, tag: str, chief: str) -
     directory cannot be listed."""
     reading = MetricReading()
     names = objects.names(job_prefix.rstrip("/") + "/", MAX_JOB_OBJECTS)
-    report = posixpath.join(job_prefix, HYPERTUNE_DIR, f"{chief}.metrics")
+    report = posixpath.join(job_prefix, LAYOUT.hypertune_metrics(chief))
     if report in names:
         try:
-            data = objects.read_upto(report, MAX_REPORT_BYTES)
+            data = objects.read_upto(report, MAX_HYPERTUNE_METRICS_BYTES)
         except StatusReadError as error:
             reading.problems.append(str(error))
             data = None
