@@ -421,7 +421,14 @@ def job_queue(
         storage=agent.storage,
         board=lambda job_dir: Board(agent.storage, job_dir, settings.node, incarnation),
         new_job=lambda job_settings, cancelled: job_node(
-            agent, job_settings, incarnation, processes, timings, cancelled, release_at_end=False, launcher=warm
+            agent,
+            job_settings,
+            incarnation,
+            processes,
+            timings,
+            cancelled,
+            release_at_end=False,
+            launcher=warm.for_job(job_settings.job is not None and job_settings.job.warm_start),
         ),
         between_jobs=lambda ended: warm.prepare_next(ended.job is not None and ended.job.warm_start),
         before_release=warm.discard,

@@ -236,14 +236,14 @@ class Processes:
         child.reader.join(timeout=5)
         return child.popen.returncode
 
-    def stop_all(self, grace: float | None = None, close: bool = True) -> None:
-        """Ends every child still running (SIGKILL after ``grace``, by default this boot's
-        stop grace); with ``close``, none starts after this (a standing node's job that ended
-        leaves the next one free to start)."""
+    def stop_all(self, grace: float | None = None, close: bool = True, keep: Child | None = None) -> None:
+        """Ends every child still running but ``keep`` (SIGKILL after ``grace``, by default this
+        boot's stop grace); with ``close``, none starts after this (a standing node's job that
+        ended leaves the next one free to start, and the warm interpreter waiting for it)."""
         grace = self.stop_grace if grace is None else grace
         with self._lock:
             self._closed = self._closed or close
-            children = list(self._children)
+            children = [child for child in self._children if child is not keep]
         for child in children:
             child.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -289,8 +289,8 @@ class JobLauncher:
         child = self.processes.start(command.argv, command.env, command.cwd, command.user)
         return JobChild(child, command.container, self.processes.stop_grace)
 
-    def stop_all(self, close: bool = True) -> None:
-        """Every child of this boot (installs included), and the job's containers."""
-        self.processes.stop_all(close=close)
+    def stop_all(self, close: bool = True, keep: Child | None = None) -> None:
+        """Every child of this boot (installs included) but ``keep``, and the job's containers."""
+        self.processes.stop_all(close=close, keep=keep)
         for container in self._containers:
             remove_container(container)

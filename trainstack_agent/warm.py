@@ -2,8 +2,9 @@
 
 Between a standing cluster's jobs the node has nothing to do; a new trainer process then
 spends most of its start importing TensorFlow (5 s of the 14 s from `trainstack local` to the
-first step on this project's 2-core machines). So, once a built-in trainer's job has ended, the
-agent starts the job user's Python with TensorFlow imported, waiting on a pipe; the next
+first step on this project's 2-core machines). So, as soon as a built-in trainer's job has
+started (and again once it has ended, if that one is gone), the agent starts the job user's
+Python importing TensorFlow at the lowest priority, then waiting on a pipe; the next
 job of the built-in trainer that would start with the same interpreter, user, working
 directory and environment (but for the variables its code reads only once it runs: TF_CONFIG,
 NODE_NAME, the ``AIP_*`` directories, the hypertune report file, the code's path) is handed to
@@ -56,21 +57,32 @@ LATE_VARIABLES = frozenset(
 # A pipe holds 64 KiB on Linux: a job that fits is handed over without waiting for the reader.
 MAX_HANDOFF_BYTES = 60 * 1024
 
-# The warm interpreter: imports PRELOAD, reads one job from the pipe named by its first
-# argument, and runs it as `python -m MODULE ARGS` would. An empty pipe (the agent ended it
-# without a job) ends it quietly.
+# The warm interpreter: imports PRELOAD in a thread of the lowest priority (nice 19: a
+# standing node prepares it while a job runs, and the job must not feel it), reads one job
+# from the pipe named by its first argument on its main thread, whose priority is the job's
+# own, waits for the imports, and runs the job as `python -m MODULE ARGS` would. Threads the
+# job starts take its main thread's priority. An empty pipe (the agent ended it without a job)
+# ends it quietly.
 RUNNER = """\
-import json, os, runpy, sys
+import json, os, runpy, sys, threading
 pipe, preload = int(sys.argv[1]), sys.argv[2:]
-for name in preload:
+def load():
     try:
-        __import__(name)
-    except ImportError:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
         pass
+    for name in preload:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+loader = threading.Thread(target=load, name="trainstack-preload", daemon=True)
+loader.start()
 with os.fdopen(pipe, "rb") as source:
     data = source.read()
 if not data:
-    sys.exit(0)
+    os._exit(0)
+loader.join()
 job = json.loads(data)
 os.environ.clear()
 os.environ.update(job["env"])
@@ -199,5 +211,33 @@ class WarmStarts:
         warm.child.stop()
 
     def stop_all(self, close: bool = True) -> None:
-        self.discard()
-        self.launcher.stop_all(close)
+        """Every child of the boot; between jobs (not ``close``) the warm interpreter waiting
+        for the next job is left to wait."""
+        if close or self._warm is None or self._warm.child.poll() is not None:
+            self.discard()
+            self.launcher.stop_all(close)
+            return
+        self.launcher.stop_all(close, keep=self._warm.child.child)
+
+    def for_job(self, allowed: bool) -> JobStarts:
+        """The launcher of one job: ``allowed``, its code is the built-in trainer's."""
+        return JobStarts(self, allowed)
+
+
+class JobStarts:
+    """The launcher one job of a standing node uses: its code started (in the warm interpreter
+    when one matches), then at once a warm interpreter prepared for the next job like it, while
+    this one runs: its imports, at the lowest priority, take what CPU the job leaves, so that the
+    queue's next job (a tuning study's next trial) finds TensorFlow loaded when this one ends."""
+
+    def __init__(self, warm: WarmStarts, allowed: bool) -> None:
+        self.warm = warm
+        self.allowed = allowed
+
+    def start(self, command: JobCommand) -> JobChild:
+        child = self.warm.start(command)
+        self.warm.prepare(command, self.allowed)
+        return child
+
+    def stop_all(self, close: bool = True) -> None:
+        self.warm.stop_all(close)

@@ -153,3 +153,62 @@ def test_after_a_builtin_job_the_queue_readies_a_warm_interpreter_for_the_next(
     child = starts.start(command(code, tmp_path, tmp_path / "b.json", "{}", "--exit", "0"))
     assert wait(child) == 0
     assert json.loads((tmp_path / "b.json").read_text())["preloaded"] is True
+
+
+def test_a_job_started_on_a_standing_node_readies_the_next_ones_interpreter_while_it_runs(
+    code: Path, tmp_path: Path, starts: WarmStarts
+) -> None:
+    job = starts.for_job(allowed=True)
+    first = job.start(command(code, tmp_path, tmp_path / "a.json", "{}", "--exit", "0"))
+    # Ready for the next job before this one has ended: a tuning study's next trial finds
+    # the imports done.
+    waiting = starts._warm
+    assert waiting is not None and waiting.child.poll() is None
+    assert wait(first) == 0
+    # The job's end stops its processes, not the interpreter waiting for the next job.
+    job.stop_all(close=False)
+    assert waiting.child.poll() is None
+    child = starts.for_job(allowed=True).start(command(code, tmp_path, tmp_path / "b.json", "{}", "--exit", "0"))
+    assert wait(child) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["pid"] == waiting.child.child.pid
+    # Ending the boot (close) ends the one the second job readied in turn.
+    again = starts._warm
+    assert again is not None
+    starts.stop_all(close=True)
+    assert again.child.poll() is not None
+
+
+def test_a_job_not_allowed_a_warm_start_readies_nothing(code: Path, tmp_path: Path, starts: WarmStarts) -> None:
+    child = starts.for_job(allowed=False).start(command(code, tmp_path, tmp_path / "a.json", "{}", "--exit", "0"))
+    assert wait(child) == 0
+    assert starts._warm is None
+
+
+def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path: Path) -> None:
+    # The preload records its thread's nice value; the job records its own (the main thread's).
+    # The module sits in the interpreter's working directory: on its path before the job's code.
+    preload_dir = tmp_path
+    (preload_dir / "probe_preload.py").write_text(
+        "import os, threading\nNICE = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
+    )
+    package = tmp_path / "code" / "trainer"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "task.py").write_text(
+        "import json, os, sys, threading, probe_preload\n"
+        "json.dump({'preload': probe_preload.NICE, 'job': os.getpriority(os.PRIO_PROCESS, threading.get_native_id())},"
+        " open(sys.argv[-1], 'w'))\n"
+    )
+    processes = Processes(Log(stream=io.StringIO(), journal=False))
+    warm = WarmStarts(JobLauncher(processes), lambda line: None, preload=("probe_preload",))
+    try:
+        out = tmp_path / "nice.json"
+        environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package.parent)}
+        argv = (sys.executable, "-m", BUILTIN_MODULE, "--out", str(out))
+        warm.prepare(JobCommand(argv, environment, tmp_path), allowed=True)
+        child = warm.start(JobCommand(argv, environment, tmp_path))
+        assert wait(child) == 0
+        record = json.loads(out.read_text())
+        assert record == {"preload": 19, "job": 0}
+    finally:
+        warm.stop_all()
