@@ -510,3 +510,149 @@ def test_an_image_by_tag_is_exported_as_given_and_said_to_be_unpinned(
     said = [line for line in err.splitlines() if "named by tag" in line]
     assert len(said) == (1 if reference == ":v1" else 0), err
     assert not said or ("NAME@sha256:" in said[0] and "trainstack:job.image" in said[0])
+
+
+# --- --tune-spec: the study as a Vertex AI HyperparameterTuningJob -----------------------------
+TUNE_SPEC = """\
+trainingInput:
+  hyperparameters:
+    goal: MINIMIZE
+    maxTrials: 12
+    maxParallelTrials: 3
+    maxFailedTrials: 2
+    enableTrialEarlyStopping: true
+    hyperparameterMetricTag: val_loss
+    algorithm: RANDOM_SEARCH
+    params:
+    - {parameterName: batch-size, type: INTEGER, minValue: 8, maxValue: 256, scaleType: UNIT_LINEAR_SCALE}
+    - {parameterName: learning-rate, type: DOUBLE, minValue: 1e-4, maxValue: 0.1, scaleType: UNIT_LOG_SCALE}
+    - {parameterName: optimizer, type: CATEGORICAL, categoricalValues: [adam, sgd]}
+    - {parameterName: units, type: DISCRETE, discreteValues: [32, 64, 128]}
+    - {parameterName: dropout, type: DOUBLE, minValue: 0, maxValue: 0.5}
+"""
+
+
+def tuning_job_of(text: str):
+    from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
+
+    return HyperparameterTuningJob.from_json(json.dumps(yaml.safe_load(text)), ignore_unknown_fields=False)
+
+
+def test_a_tune_spec_exports_a_hyperparameter_tuning_job_vertex_ai_parses(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from google.cloud.aiplatform_v1.types import StudySpec
+
+    spec_file = tmp_path / "hptuning_config.yaml"
+    spec_file.write_text(TUNE_SPEC)
+    code, out, err = export(capsys, "--stack", "paramserver", "--tune-spec", str(spec_file))
+    assert code == 0, err
+    job = tuning_job_of(out)
+    assert (job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count) == (12, 3, 2)
+    study = job.study_spec
+    (metric,) = study.metrics
+    assert (metric.metric_id, metric.goal) == ("val_loss", StudySpec.MetricSpec.GoalType.MINIMIZE)
+    assert study.algorithm == StudySpec.Algorithm.RANDOM_SEARCH
+    assert study.measurement_selection_type == StudySpec.MeasurementSelectionType.LAST_MEASUREMENT
+    # enableTrialEarlyStopping: the median rule, by step.
+    assert StudySpec.pb(study).WhichOneof("automated_stopping_spec") == "median_automated_stopping_spec"
+    assert study.median_automated_stopping_spec.use_elapsed_duration is False
+    batch, rate, optimizer, units, dropout = study.parameters
+    scale = StudySpec.ParameterSpec.ScaleType
+    assert batch.parameter_id == "batch-size" and batch.scale_type == scale.UNIT_LINEAR_SCALE
+    assert (batch.integer_value_spec.min_value, batch.integer_value_spec.max_value) == (8, 256)
+    assert rate.scale_type == scale.UNIT_LOG_SCALE
+    assert (rate.double_value_spec.min_value, rate.double_value_spec.max_value) == (0.0001, 0.1)
+    assert list(optimizer.categorical_value_spec.values) == ["adam", "sgd"]
+    assert list(units.discrete_value_spec.values) == [32.0, 64.0, 128.0]
+    # AI Platform's NONE is Vertex AI's unspecified scale: no scaling.
+    assert dropout.scale_type == scale.SCALE_TYPE_UNSPECIFIED
+    # The trials run the custom job `export vertex` prints without --tune-spec.
+    assert type(job.trial_job_spec).to_json(job.trial_job_spec) == CustomJobSpec.to_json(
+        spec_of(export(capsys, "--stack", "paramserver")[1])
+    )
+
+
+def test_the_tuning_jobs_json_is_the_rest_apis_own_spelling(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
+
+    spec_file = tmp_path / "hptuning_config.yaml"
+    spec_file.write_text(TUNE_SPEC)
+    code, out, err = export(capsys, "--stack", "multiworker", "--tune-spec", str(spec_file), "--format", "json")
+    assert code == 0, err
+    written = json.loads(out)
+    # What the client library writes for the same job (int64 as strings, enums by name), less the
+    # fields it writes out at their defaults.
+    library = json.loads(
+        HyperparameterTuningJob.to_json(
+            tuning_job_of(out), including_default_value_fields=False, use_integers_for_enums=False
+        )
+    )
+    assert written["studySpec"]["parameters"][:4] == library["studySpec"]["parameters"][:4]
+    # A bound of 0 is written, though the library leaves a proto3 default out: minValue is required.
+    assert written["studySpec"]["parameters"][4] == {
+        "parameterId": "dropout",
+        "doubleValueSpec": {"minValue": 0.0, "maxValue": 0.5},
+    }
+    assert written["studySpec"]["parameters"][0]["integerValueSpec"] == {"minValue": "8", "maxValue": "256"}
+    assert "scaleType" not in written["studySpec"]["parameters"][4]
+    assert written["displayName"] == library["displayName"] == "multiworker-flowers_mwms"
+
+
+def test_a_default_spec_is_bayesian_on_both_services_and_lets_vertex_decide_failures(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from google.cloud.aiplatform_v1.types import StudySpec
+
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(
+        "goal: MAXIMIZE\nparams:\n- {parameterName: lr, type: DOUBLE, minValue: 0.01, maxValue: 0.1}\n"
+    )
+    code, out, err = export(capsys, "--stack", "paramserver", "--tune-spec", str(spec_file))
+    assert code == 0, err
+    job = tuning_job_of(out)
+    assert job.study_spec.algorithm == StudySpec.Algorithm.ALGORITHM_UNSPECIFIED
+    assert StudySpec.pb(job.study_spec).WhichOneof("automated_stopping_spec") is None
+    assert (job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count) == (1, 1, 0)
+    assert job.study_spec.metrics[0].metric_id == "training/hptuning/metric"
+    assert "maxFailedTrialCount 0: Vertex AI decides" in err
+    assert "gcloud ai hp-tuning-jobs create" in out.splitlines()[1]
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("goal: MAXIMIZE\nparams: []\n", "hyperparameters.params: give 1 to 32 parameters"),
+        (
+            "goal: MAXIMIZE\nparams:\n- {parameterName: lr, type: DOUBLE, minValue: 1, maxValue: 0.1}\n",
+            "hyperparameters.params[0]: minValue 1 is not below maxValue 0.1",
+        ),
+        ("goal: MAXIMIZE\nmaxTrials: 5000\nparams: []\n", "hyperparameters.maxTrials: 5000 is outside 1 to 1000"),
+    ],
+)
+def test_a_bad_tune_spec_is_one_line_per_problem_and_exit_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, line: str
+) -> None:
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(text)
+    code, out, err = export(capsys, "--stack", "paramserver", "--tune-spec", str(spec_file))
+    assert code == 1 and out == ""
+    assert any(
+        problem.startswith(f"trainstack: export vertex --tune-spec: {spec_file}: {line}")
+        for problem in err.splitlines()
+    )
+    assert all(problem.startswith("trainstack: export vertex --tune-spec: ") for problem in err.splitlines())
+
+
+def test_a_missing_tune_spec_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = export(capsys, "--stack", "paramserver", "--tune-spec", str(tmp_path / "none.yaml"))
+    assert (code, out) == (1, "")
+    assert err == f"trainstack: export vertex --tune-spec: {tmp_path / 'none.yaml'}: no such file\n"
+
+
+def test_a_tune_spec_with_the_sdk_snippet_format_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(TUNE_SPEC)
+    code, out, err = export(capsys, "--stack", "paramserver", "--tune-spec", str(spec_file), "--format", "python")
+    assert (code, out) == (2, "")
+    assert err == "trainstack: --tune-spec: --format gcloud or json (the SDK snippet is a custom job)\n"

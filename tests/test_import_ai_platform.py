@@ -537,3 +537,150 @@ def test_a_tensorflow_1_runtimes_package_gets_no_legacy_keras_setting(
     assert code == 0, printed.err
     assert "env" not in config_of(out)["trainstack:job"]
     assert "TF_USE_LEGACY_KERAS" not in printed.out
+
+
+# --- trainingInput.hyperparameters: the study, written beside the stack -----------------------
+TUNED_JOB = """\
+jobId: census_hp_1
+trainingInput:
+  scaleTier: BASIC
+  region: us-central1
+  hyperparameters:
+    goal: MAXIMIZE
+    maxTrials: 4
+    maxParallelTrials: 2
+    hyperparameterMetricTag: epoch_accuracy
+    params:
+    - parameterName: batch-size
+      type: INTEGER
+      minValue: 8
+      maxValue: 256
+      scaleType: UNIT_LINEAR_SCALE
+    - parameterName: learning-rate
+      type: DOUBLE
+      minValue: 1e-2
+      maxValue: 0.1
+      scaleType: UNIT_LOG_SCALE
+"""
+
+
+def test_a_jobs_tuning_spec_is_written_beside_the_stack_for_trainstack_tune(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainstack.tuning.spec import read_spec, spec_from_mapping
+
+    source = write(tmp_path, TUNED_JOB)
+    code, out = run_import(tmp_path, source, "census")
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    spec_file = tmp_path / "Pulumi.census.hptuning.yaml"
+    command = f"trainstack tune --stack-file {out} --spec {spec_file}"
+    assert f"notice: hyperparameters (tuning) are in {spec_file}: run the study with `{command}`" in printed.out
+    assert f"wrote {spec_file}" in printed.out
+    # The study as written, normalised (camelCase, defaults written out), under trainingInput as
+    # Google's samples ship hptuning_config.yaml: `tune --spec` and gcloud --config both read it.
+    spec = read_spec(spec_file)
+    assert spec == spec_from_mapping(yaml.safe_load(TUNED_JOB)["trainingInput"]["hyperparameters"])
+    assert spec.params[1].min_value == 0.01
+    text = spec_file.read_text()
+    first, *rest = text.splitlines()
+    assert first == (
+        f"# Hyperparameter tuning spec imported from config.yaml by `trainstack import`; run it with `{command}`"
+    )
+    assert not any(line.startswith("#") for line in rest)
+    assert yaml.safe_load(text)["trainingInput"]["hyperparameters"]["maxFailedTrials"] == 0
+    # The stack itself is the job's one trial's machines, and its notice stays with it.
+    assert config_of(out)["trainstack:cluster"]["chief"]["machine_type"] == "n1-standard-4"
+    assert f"# notice: hyperparameters (tuning) are in {spec_file}" in out.read_text()
+    assert "not imported" not in printed.out
+
+
+def test_the_tune_command_names_a_stack_in_stacks_by_its_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trainstack.stackmodel.stackfile as stackfile
+
+    monkeypatch.setattr(stackfile, "STACKS_DIR", tmp_path / "stacks")
+    assert main(["import", str(write(tmp_path, TUNED_JOB)), "--stack", "team"]) == 0, capsys.readouterr().err
+    spec_file = tmp_path / "stacks" / "Pulumi.team.hptuning.yaml"
+    assert spec_file.is_file() and (tmp_path / "stacks" / "Pulumi.team.yaml").is_file()
+    assert f"`trainstack tune --stack team --spec {spec_file}`" in capsys.readouterr().out
+
+
+def test_a_saved_command_lines_config_brings_its_tuning_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path, TUNED_JOB, "hptuning_config.yaml")
+    command = write(
+        tmp_path,
+        "gcloud ai-platform jobs submit training census_1 --region us-central1 "
+        "--master-image-uri us-central1-docker.pkg.dev/team-project/trainers/census:1 --config hptuning_config.yaml\n",
+        "submit.txt",
+    )
+    code, _ = run_import(tmp_path, command, "census")
+    assert code == 0, capsys.readouterr().err
+    assert [p.parameter_name for p in read_spec_of(tmp_path / "Pulumi.census.hptuning.yaml")] == [
+        "batch-size",
+        "learning-rate",
+    ]
+
+
+def read_spec_of(path: Path) -> list:
+    from trainstack.tuning.spec import read_spec
+
+    return list(read_spec(path).params)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        ("maxTrials: 4", "maxTrials: 100000", "trainingInput.hyperparameters.maxTrials: 100000 is outside 1 to 1000"),
+        (
+            "minValue: 8",
+            "minValue: 300",
+            "trainingInput.hyperparameters.params[0]: minValue 300 is not below maxValue 256",
+        ),
+        ("type: DOUBLE", "type: FLOAT", "trainingInput.hyperparameters.params[1].type: 'FLOAT' is not one of"),
+        ("parameterName: batch-size", "parameterName: --batch-size;rm", "params[0].parameterName: '--batch-size;rm'"),
+    ],
+)
+def test_a_tuning_spec_with_problems_fails_the_import_one_line_each_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, line: str
+) -> None:
+    source = write(tmp_path, TUNED_JOB.replace(old, new))
+    code, out = run_import(tmp_path, source, "census")
+    err = capsys.readouterr().err
+    assert code == 1
+    (problem,) = err.splitlines()
+    assert problem.startswith(f"trainstack: import {source}: ") and line in problem, problem
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
+def test_every_problem_of_a_tuning_spec_is_named_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = write(tmp_path, TUNED_JOB.replace("goal: MAXIMIZE", "goal: UP").replace("maxTrials: 4", "maxTrials: 0"))
+    assert run_import(tmp_path, source, "census")[0] == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(": ", 2)[2].split(":")[0] for line in lines] == [
+        "trainingInput.hyperparameters.goal",
+        "trainingInput.hyperparameters.maxTrials",
+    ]
+
+
+def test_an_existing_tuning_spec_is_kept_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = write(tmp_path, TUNED_JOB)
+    spec_file = tmp_path / "Pulumi.census.hptuning.yaml"
+    spec_file.write_text("# a study of the team's own\n")
+    code, out = run_import(tmp_path, source, "census")
+    assert code == 1
+    assert f"{spec_file} exists; not overwriting it (--force to replace it)" in capsys.readouterr().err
+    assert spec_file.read_text() == "# a study of the team's own\n" and not out.exists()
+    code, out = run_import(tmp_path, source, "census", "--force")
+    assert code == 0, capsys.readouterr().err
+    assert read_spec_of(spec_file)[0].parameter_name == "batch-size"
+
+
+def test_a_job_without_a_tuning_spec_writes_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = write(tmp_path, "trainingInput:\n  scaleTier: BASIC\n  hyperparameters: null\n")
+    code, out = run_import(tmp_path, source, "plain")
+    assert code == 0, capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.plain.yaml", "config.yaml"]

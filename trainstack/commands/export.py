@@ -10,11 +10,31 @@ from typing import Any
 
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved, read_stack
 from trainstack.interop.tfplan import ConversionError, terraform_plan
-from trainstack.interop.vertex import FORMATS, ExportProblem, custom_job_spec, render, sdist_object
+from trainstack.interop.vertex import (
+    FORMATS,
+    ExportProblem,
+    custom_job_spec,
+    render,
+    render_tuning,
+    sdist_object,
+    tuning_job,
+)
 
 
 def cmd_export_vertex(args: argparse.Namespace) -> int:
+    tuning = None
+    if args.tune_spec is not None:
+        from trainstack.tuning.spec import SpecError, read_spec
 
+        if args.format == "python":
+            print("trainstack: --tune-spec: --format gcloud or json (the SDK snippet is a custom job)", file=sys.stderr)
+            return 2
+        try:
+            tuning = read_spec(args.tune_spec)
+        except SpecError as error:
+            for problem in error.problems:
+                print(f"trainstack: export vertex --tune-spec: {problem}", file=sys.stderr)
+            return 1
     stack = load_resolved(args)
     package_uri = None
     if args.sdist_dir is not None:
@@ -35,9 +55,11 @@ def cmd_export_vertex(args: argparse.Namespace) -> int:
     except ExportProblem as problem:
         print(f"trainstack: export vertex: {problem}", file=sys.stderr)
         return 1
+    if tuning is not None:
+        job = tuning_job(stack, tuning, spec, notes)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    sys.stdout.write(render(stack, spec, args.format))
+    sys.stdout.write(render(stack, spec, args.format) if tuning is None else render_tuning(stack, job, args.format))
     return 0
 
 
@@ -60,6 +82,13 @@ def _register_vertex(targets: Any) -> None:
         "--sdist-dir",
         type=Path,
         help="for a team's package: build its Python source distribution here (Vertex AI installs it with pip)",
+    )
+    vertex.add_argument(
+        "--tune-spec",
+        type=Path,
+        metavar="FILE",
+        help="AI Platform's hyperparameter tuning spec (trainingInput.hyperparameters, as `trainstack tune --spec` "
+        "reads it): print a Vertex AI HyperparameterTuningJob whose trials run the custom job",
     )
     vertex.set_defaults(func=cmd_export_vertex)
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainstack.base.errors import one_line, shorten
 from trainstack.base.names import zone_argument
@@ -44,6 +46,10 @@ from trainstack.interop.jobfile_reading import (
     whole_number,
     without_job_dir,
 )
+from trainstack.tuning.spec import SpecError
+
+if TYPE_CHECKING:
+    from trainstack.tuning.spec import HyperparameterSpec
 
 CHIEF_POOL, WORKER_POOL, PS_POOL, EVALUATOR_POOL = range(4)
 # The project placeholder of the shipped stacks: `plan` names it as one to replace.
@@ -240,7 +246,7 @@ def import_file(path: Path, stack: str, project: str, zone: str | None) -> Impor
         settings["trainstack:tpu"] = shape.tpu
     if shape.job is not None:
         settings["trainstack:job"] = shape.job
-    return Imported(settings, notices)
+    return Imported(settings, notices, tuning=shape.tuning)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -265,6 +271,18 @@ def cmd_import(args: argparse.Namespace) -> int:
     except ImportProblem as problem:
         print(f"trainstack: import {one_line(str(args.file))}: {one_line(str(problem))}", file=sys.stderr)
         return 1
+    except SpecError as error:
+        for spec_problem in error.problems:
+            print(f"trainstack: import {one_line(str(args.file))}: {spec_problem}", file=sys.stderr)
+        return 1
+    tuning = tuning_path(destination) if imported.tuning is not None else None
+    if tuning is not None:
+        if tuning.exists() and not args.force:
+            print(f"trainstack: {tuning} exists; not overwriting it (--force to replace it)", file=sys.stderr)
+            return 1
+        imported.notices.append(
+            f"hyperparameters (tuning) are in {tuning}: run the study with {tune_command(args, destination, tuning)}"
+        )
     for notice in imported.notices:
         print(f"notice: {one_line(notice)}")
     try:
@@ -285,14 +303,61 @@ def cmd_import(args: argparse.Namespace) -> int:
         ]
     )
     try:
-        write_checked(
-            destination, header + yaml.safe_dump({"config": imported.config}, sort_keys=False), imported.config
-        )
+        stack_text = header + yaml.safe_dump({"config": imported.config}, sort_keys=False)
+        if tuning is None or imported.tuning is None:
+            write_checked(destination, stack_text, imported.config)
+        else:
+            origin = f"Hyperparameter tuning spec imported from {args.file.name} by `trainstack import`"
+            spec_header = f"# {one_line(f'{origin}; run it with {tune_command(args, destination, tuning)}')}\n"
+            with staged_spec(tuning, spec_header, imported.tuning) as commit:
+                write_checked(destination, stack_text, imported.config)
+                commit()
+            print(f"wrote {tuning}")
     except ImportProblem as problem:
         print(f"trainstack: import {one_line(str(args.file))}: {one_line(str(problem))}", file=sys.stderr)
         return 1
     print(f"wrote {destination}{'' if checked else ' (it does not validate yet: see above)'}")
     return 0 if checked else 1
+
+
+def tuning_path(stack_file: Path) -> Path:
+    """Where import writes a job's tuning spec: beside its stack file, named after it
+    (stacks/Pulumi.team.yaml -> stacks/Pulumi.team.hptuning.yaml)."""
+    return stack_file.with_name(f"{stack_file.stem}.hptuning.yaml")
+
+
+def tune_command(args: argparse.Namespace, stack_file: Path, spec_file: Path) -> str:
+    """The command that runs the imported study, naming the stack as later commands find it."""
+    import shlex
+
+    from trainstack.stackmodel.stackfile import stack_file_path
+
+    same = stack_file.resolve() == stack_file_path(args.stack).resolve()
+    stack = f"--stack {args.stack}" if same else f"--stack-file {shlex.quote(str(stack_file))}"
+    return f"`trainstack tune {stack} --spec {shlex.quote(str(spec_file))}`"
+
+
+@contextmanager
+def staged_spec(destination: Path, header: str, spec: HyperparameterSpec) -> Iterator[Callable[[], None]]:
+    """The spec written beside ``destination`` and read back (as `tune` will read it) before the
+    stack file is written; the caller's commit moves it into place, else nothing is left."""
+    import yaml
+
+    from trainstack.tuning.spec import read_spec
+
+    text = header + yaml.safe_dump({"trainingInput": {"hyperparameters": spec.to_json()}}, sort_keys=False)
+    temporary = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
+    try:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(text, encoding="utf-8")
+        try:
+            if read_spec(temporary) != spec:
+                raise ImportProblem("the tuning spec would not read back as written; nothing was written")
+        except SpecError as error:
+            raise ImportProblem(f"the tuning spec would not read back ({error}); nothing was written") from None
+        yield lambda: os.replace(temporary, destination)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def write_checked(destination: Path, text: str, config: dict[str, Any]) -> None:

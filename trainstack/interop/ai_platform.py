@@ -29,6 +29,7 @@ from trainstack.interop.jobfile_reading import (
     without_job_dir,
 )
 from trainstack.jobcode.node_environment import pinned_version
+from trainstack.tuning.spec import HyperparameterSpec, spec_from_mapping
 from trainstack_contract import EXTERNAL_JOB_DIR
 
 TPU_WORKER = "cloud_tpu"
@@ -68,6 +69,8 @@ class TrainingShape:
     tpu: dict[str, Any] | None = None
     job: dict[str, Any] | None = None
     region: str | None = None
+    # trainingInput.hyperparameters, checked: the study `trainstack tune` runs on the stack.
+    tuning: HyperparameterSpec | None = None
 
     @property
     def gpus(self) -> set[str]:
@@ -368,8 +371,6 @@ def _unported(training_input: dict[str, Any], notices: list[str]) -> None:
     )
     if others:
         notices.append(f"not imported, a stack has no key for them: {', '.join(others)}")
-    if get(training_input, "hyperparameters"):
-        notices.append("hyperparameters (tuning) are not imported: a stack runs one trial")
 
 
 # Why a trainingInput file alone names no code a stack can ship.
@@ -396,6 +397,11 @@ def shape_of(
     _legacy_keras(training_input, shape.job, notices)
     _scheduling(training_input, shape, notices)
     _unported(training_input, notices)
+    # A spec with problems fails the import (SpecError: one line a problem): a study is not
+    # half-imported. `import` writes it beside the stack file, for `trainstack tune`.
+    spec = get(training_input, "hyperparameters")
+    if spec is not None:
+        shape.tuning = spec_from_mapping(spec, "trainingInput.hyperparameters")
     return shape
 
 

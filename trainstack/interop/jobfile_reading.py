@@ -8,9 +8,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainstack.base.errors import shorten
+
+if TYPE_CHECKING:
+    from trainstack.tuning.spec import HyperparameterSpec
 
 MAX_IMPORT_BYTES = 1024 * 1024
 DEFAULT_REGION = "us-central1"
@@ -24,6 +27,8 @@ class ImportProblem(ValueError):
 class Imported:
     config: dict[str, Any]
     notices: list[str] = field(default_factory=list)
+    # The job's hyperparameter tuning spec, when it had one (AI Platform's trainingInput.hyperparameters).
+    tuning: HyperparameterSpec | None = None
 
 
 def get(mapping: Any, *names: str) -> Any:

@@ -20,6 +20,7 @@ from trainstack.jobcode.sdist import sdist_filename
 if TYPE_CHECKING:
     from trainstack.catalog import TrainingContainer
     from trainstack.stackmodel.resolved import ClusterNode, ResolvedStack
+    from trainstack.tuning.spec import HyperparameterSpec, ParameterSpec
 
 FORMATS = ("gcloud", "python", "json")
 # Vertex AI's pool order: the chief, the workers, the parameter servers.
@@ -307,3 +308,100 @@ def render(stack: ResolvedStack, spec: dict[str, Any], output: str) -> str:
             return True
 
     return header + yaml.dump(spec, Dumper=PlainDumper, sort_keys=False)
+
+
+# --- A study as a Vertex AI HyperparameterTuningJob (`export vertex --tune-spec FILE`) ----------
+# AI Platform's scaleType NONE is Vertex AI's SCALE_TYPE_UNSPECIFIED ("by default, no scaling is
+# applied"): the enum's default, which the REST API's JSON leaves out, so it is not written.
+NO_SCALE = "NONE"
+# AI Platform's finalMetric was "the final objective metric seen for this trial": the last one.
+MEASUREMENT_SELECTION = "LAST_MEASUREMENT"
+# enableTrialEarlyStopping named no rule. Vertex AI's median rule stops a trial whose best value
+# is below the median of the completed trials' at the same step: a rule that needs only the
+# measurements cloudml-hypertune reports (by step, not by elapsed time).
+EARLY_STOPPING = ("medianAutomatedStoppingSpec", {"useElapsedDuration": False})
+
+
+def _value_spec(param: ParameterSpec) -> tuple[str, dict[str, Any]]:
+    if param.type == "DOUBLE":
+        return "doubleValueSpec", {"minValue": param.min_value, "maxValue": param.max_value}
+    if param.type == "INTEGER":
+        assert param.min_value is not None and param.max_value is not None
+        # int64 fields are JSON strings in Vertex AI's REST API (proto3's JSON mapping).
+        return "integerValueSpec", {"minValue": str(int(param.min_value)), "maxValue": str(int(param.max_value))}
+    if param.type == "CATEGORICAL":
+        return "categoricalValueSpec", {"values": list(param.categorical_values or ())}
+    return "discreteValueSpec", {"values": list(param.discrete_values or ())}
+
+
+def study_spec(spec: HyperparameterSpec) -> dict[str, Any]:
+    """AI Platform's HyperparameterSpec as Vertex AI's StudySpec (REST field names)."""
+    parameters = []
+    for param in spec.params:
+        key, value = _value_spec(param)
+        parameter: dict[str, Any] = {"parameterId": param.parameter_name, key: value}
+        if param.scale_type != NO_SCALE:
+            parameter["scaleType"] = param.scale_type
+        parameters.append(parameter)
+    study: dict[str, Any] = {
+        "metrics": [{"metricId": spec.hyperparameter_metric_tag, "goal": spec.goal}],
+        "parameters": parameters,
+        # Both services' ALGORITHM_UNSPECIFIED is their default, Bayesian optimization (Vizier).
+        "algorithm": spec.algorithm,
+        "measurementSelectionType": MEASUREMENT_SELECTION,
+    }
+    if spec.enable_trial_early_stopping:
+        key, value = EARLY_STOPPING
+        study[key] = dict(value)
+    return study
+
+
+def tuning_job(
+    stack: ResolvedStack, spec: HyperparameterSpec, trial_job_spec: dict[str, Any], notes: list[str]
+) -> dict[str, Any]:
+    """The study as a Vertex AI HyperparameterTuningJob whose trials run ``trial_job_spec``."""
+    notes.append(
+        f"each trial reports its metric with cloudml-hypertune under the tag {spec.hyperparameter_metric_tag} "
+        "(Vertex AI's documented way); its parameters come as --NAME=VALUE arguments after the job's own"
+    )
+    job_dir = trial_job_spec.get("baseOutputDirectory", {}).get("outputUriPrefix")
+    notes.append(
+        f"every trial gets the same --job-dir {job_dir}; Vertex AI gives trial N its own AIP_MODEL_DIR, "
+        "AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR under <baseOutputDirectory>/N/: code that writes to "
+        "--job-dir alone has every trial write there"
+    )
+    if spec.max_failed_trials == 0:
+        notes.append("maxFailedTrials 0 is maxFailedTrialCount 0: Vertex AI decides when failed trials end the study")
+    if spec.resume_previous_job_id:
+        notes.append(
+            f"resumePreviousJobId {spec.resume_previous_job_id} is not carried: a Vertex AI tuning job starts "
+            "a study of its own"
+        )
+    return {
+        "displayName": display_name(stack),
+        "studySpec": study_spec(spec),
+        "maxTrialCount": spec.max_trials,
+        "parallelTrialCount": spec.max_parallel_trials,
+        "maxFailedTrialCount": spec.max_failed_trials,
+        "trialJobSpec": trial_job_spec,
+    }
+
+
+def render_tuning(stack: ResolvedStack, job: dict[str, Any], output: str) -> str:
+    if output == "json":
+        return json.dumps(job, indent=2) + "\n"
+    import yaml
+
+    header = (
+        f"# Vertex AI HyperparameterTuningJob for stack {stack.name}:\n"
+        f"#   gcloud ai hp-tuning-jobs create --project {stack.project} --region {stack.region} "
+        f"--display-name {display_name(stack)} --max-trial-count {job['maxTrialCount']} "
+        f"--parallel-trial-count {job['parallelTrialCount']} --config FILE\n"
+    )
+    body = {key: value for key, value in job.items() if key != "displayName"}
+
+    class PlainDumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return header + yaml.dump(body, Dumper=PlainDumper, sort_keys=False)

@@ -80,6 +80,16 @@ class ParameterSpec(_Strict):
             )
         return value
 
+    @field_validator("min_value", "max_value", "discrete_values", mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        # YAML reads yes/no/true as booleans, which a float field would take as 1.0 and 0.0.
+        values = value if isinstance(value, list | tuple) else [value]
+        for item in values:
+            if isinstance(item, bool):
+                raise ValueError(f"each value is a number, not {shorten(item)}")
+        return value
+
     @field_validator("categorical_values")
     @classmethod
     def _categories(cls, values: tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -196,21 +206,25 @@ class HyperparameterSpec(_Strict):
     @classmethod
     def _max_trials(cls, value: int) -> int:
         if not 1 <= value <= MAX_TRIALS:
-            raise ValueError(f"{value} is outside 1 to {MAX_TRIALS} (each trial is a job on the stack's queue)")
+            raise ValueError(
+                f"{shorten(value)} is outside 1 to {MAX_TRIALS} (each trial is a job on the stack's queue)"
+            )
         return value
 
     @field_validator("max_parallel_trials")
     @classmethod
     def _parallel(cls, value: int) -> int:
         if not 1 <= value <= MAX_PARALLEL_TRIALS:
-            raise ValueError(f"{value} is outside 1 to {MAX_PARALLEL_TRIALS}")
+            raise ValueError(f"{shorten(value)} is outside 1 to {MAX_PARALLEL_TRIALS}")
         return value
 
     @field_validator("max_failed_trials")
     @classmethod
     def _failed(cls, value: int) -> int:
         if not 0 <= value <= MAX_TRIALS:
-            raise ValueError(f"{value} is outside 0 to {MAX_TRIALS} (0: trainstack decides, as AI Platform did)")
+            raise ValueError(
+                f"{shorten(value)} is outside 0 to {MAX_TRIALS} (0: trainstack decides, as AI Platform did)"
+            )
         return value
 
     @field_validator("hyperparameter_metric_tag")
