@@ -57,20 +57,39 @@ LATE_VARIABLES = frozenset(
 # A pipe holds 64 KiB on Linux: a job that fits is handed over without waiting for the reader.
 MAX_HANDOFF_BYTES = 60 * 1024
 
-# The warm interpreter: imports PRELOAD in a thread of the lowest priority (nice 19: a
-# standing node prepares it while a job runs, and the job must not feel it), reads one job
-# from the pipe named by its first argument on its main thread, whose priority is the job's
-# own, waits for the imports, and runs the job as `python -m MODULE ARGS` would. Threads the
-# job starts take its main thread's priority. An empty pipe (the agent ended it without a job)
-# ends it quietly.
+# The warm interpreter: imports PRELOAD at the lowest priority (a standing node prepares it
+# while a job runs, and the job must not feel it), reads one job from the pipe named by its
+# first argument, takes back a job's own priority, waits for the imports and runs the job as
+# `python -m MODULE ARGS` would. The lowest priority is nice 19 for the importing thread and,
+# where Linux groups processes by session (autogroup: the agent starts each child in a session
+# of its own, and nice then only weighs threads within their group), for the process's group
+# too, which any process may set back to 0. Linux takes one such change in 0.1 s from all the
+# processes without CAP_SYS_ADMIN together (EAGAIN otherwise: a cluster's nodes on one machine
+# ask at once), so each is tried again, a bounded number of times. An empty pipe (the agent
+# ended it without a job) ends it quietly.
 RUNNER = """\
-import json, os, runpy, sys, threading
+import json, os, runpy, sys, threading, time
 pipe, preload = int(sys.argv[1]), sys.argv[2:]
+lock, group = threading.Lock(), {"niced": False, "job": False}
+def group_nice(value):
+    for attempt in range(40):
+        try:
+            with open("/proc/self/autogroup", "w") as handle:
+                handle.write(str(value))
+            return True
+        except BlockingIOError:
+            time.sleep(0.03 + 0.05 * (attempt % 3))
+        except OSError:
+            return False
+    return False
 def load():
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     except (AttributeError, OSError):
         pass
+    with lock:
+        if not group["job"]:
+            group["niced"] = group_nice(19)
     for name in preload:
         try:
             __import__(name)
@@ -82,6 +101,10 @@ with os.fdopen(pipe, "rb") as source:
     data = source.read()
 if not data:
     os._exit(0)
+with lock:
+    group["job"] = True
+    if group["niced"]:
+        group_nice(0)
 loader.join()
 job = json.loads(data)
 os.environ.clear()

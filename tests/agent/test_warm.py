@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -189,15 +190,20 @@ def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path:
     # The module sits in the interpreter's working directory: on its path before the job's code.
     preload_dir = tmp_path
     (preload_dir / "probe_preload.py").write_text(
-        "import os, threading\nNICE = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
+        "import json, os, threading\n"
+        "NICE = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
+        "GROUP = open('/proc/self/autogroup').read().split()[-1] if os.path.exists('/proc/self/autogroup') else None\n"
+        "json.dump([NICE, GROUP], open('preloaded.tmp', 'w'))\n"
+        "os.rename('preloaded.tmp', 'preloaded.json')\n"
     )
     package = tmp_path / "code" / "trainer"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "task.py").write_text(
         "import json, os, sys, threading, probe_preload\n"
-        "json.dump({'preload': probe_preload.NICE, 'job': os.getpriority(os.PRIO_PROCESS, threading.get_native_id())},"
-        " open(sys.argv[-1], 'w'))\n"
+        "group = open('/proc/self/autogroup').read().split()[-1] if os.path.exists('/proc/self/autogroup') else None\n"
+        "json.dump({'preload': probe_preload.NICE, 'job': os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),"
+        " 'preload_group': probe_preload.GROUP, 'job_group': group}, open(sys.argv[-1], 'w'))\n"
     )
     processes = Processes(Log(stream=io.StringIO(), journal=False))
     warm = WarmStarts(JobLauncher(processes), lambda line: None, preload=("probe_preload",))
@@ -206,9 +212,17 @@ def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path:
         environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package.parent)}
         argv = (sys.executable, "-m", BUILTIN_MODULE, "--out", str(out))
         warm.prepare(JobCommand(argv, environment, tmp_path), allowed=True)
+        # The job comes once the imports are done (as it does when a job runs meanwhile).
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "preloaded.json").exists():
+            assert time.monotonic() < deadline, "the preload did not run"
+            time.sleep(0.05)
         child = warm.start(JobCommand(argv, environment, tmp_path))
         assert wait(child) == 0
         record = json.loads(out.read_text())
-        assert record == {"preload": 19, "job": 0}
+        assert (record["preload"], record["job"]) == (19, 0)
+        # Where Linux groups processes by session (autogroup), the group's priority too.
+        if Path("/proc/self/autogroup").exists():
+            assert (record["preload_group"], record["job_group"]) == ("19", "0")
     finally:
         warm.stop_all()
