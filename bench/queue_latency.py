@@ -12,8 +12,15 @@ starts SETTLE seconds after the run before it ended (a user's next command, and 
 nodes' warm interpreters loaded, so that no run shares the CPU with them), and the rounds
 alternate so machine load drifts over both alike.
 
+Then, on the same standing cluster, `trainstack tune --local` runs a study of the same job
+(ROUNDS + 1 trials of the learning rate, one at a time, as maxParallelTrials 1 runs them): the
+figure is from one trial's end (SUCCEEDED in its status/job.json, as the nodes record it) to
+the next trial's first step (its progress.json), which takes in the tune command's poll, its
+metric reading and suggestion, the submit, and the node's start of the next job.
+
 Targets (issue 37): submit to first step at most 0.3x the cold run's start to first step;
-`submit` itself returns in under 2 s.
+`submit` itself returns in under 2 s. (Issue 38): a trial's end to the next trial's first step
+under 5 s.
 
     python bench/queue_latency.py [--stack multiworker] [--rounds 3]
 """
@@ -115,6 +122,51 @@ def submit(stack: str, workdir: Path, name: str) -> tuple[float, float]:
     return returned, step - started
 
 
+TUNE_SPEC = """\
+trainingInput:
+  hyperparameters:
+    goal: MAXIMIZE
+    hyperparameterMetricTag: epoch_accuracy
+    maxTrials: {trials}
+    maxParallelTrials: 1
+    params:
+      - parameterName: learning-rate
+        type: DOUBLE
+        minValue: 0.0001
+        maxValue: 0.1
+        scaleType: UNIT_LOG_SCALE
+"""
+
+
+def ended_at(job_dir: Path) -> float:
+    """When the nodes recorded the job SUCCEEDED (seconds since the epoch)."""
+    from datetime import datetime
+
+    history = json.loads((job_dir / "status" / "job.json").read_text())["history"]
+    succeeded = next(entry["time"] for entry in history if entry["state"] == "SUCCEEDED")
+    return datetime.fromisoformat(succeeded.replace("Z", "+00:00")).timestamp()
+
+
+def tune(stack: str, workdir: Path, trials: int, scratch: Path) -> list[float]:
+    """Seconds from each trial's end to the next trial's first step, in a study of ``trials``."""
+    spec = scratch / "hptuning_config.yaml"
+    spec.write_text(TUNE_SPEC.format(trials=trials))
+    subprocess.run(
+        [*TRAINSTACK, "tune", "--stack", stack, "--local", "--workdir", str(workdir), "--spec", str(spec)]
+        + ["--name", "tuneprobe", *ONE_STEP],
+        cwd=REPOSITORY,
+        env=environment(),
+        check=True,
+        capture_output=True,
+        timeout=JOB_SECONDS * trials,
+    )
+    job_dirs = sorted(workdir.glob("bucket/*/jobs/q*_tuneprobe_t*"), key=lambda path: int(path.name.rsplit("_t", 1)[1]))
+    gaps = []
+    for finished, following in zip(job_dirs, job_dirs[1:], strict=False):
+        gaps.append(first_step(following / "progress.json", time.monotonic() + 5) - ended_at(finished))
+    return gaps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", default="multiworker")
@@ -143,8 +195,10 @@ def main() -> None:
                 took, to_step = submit(args.stack, standing_dir, f"probe{round_number}")
                 returned.append(took)
                 loop.append(to_step)
+            time.sleep(SETTLE_SECONDS)
+            gaps = tune(args.stack, standing_dir, args.rounds + 1, Path(scratch))
         finally:
-            standing.send_signal(signal.SIGINT)
+            standing.send_signal(signal.SIGTERM)
             try:
                 standing.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -159,6 +213,11 @@ def main() -> None:
     ratio = s / c
     print(f"ratio {ratio:.2f}; target: at most 0.3: {'met' if ratio <= 0.3 else 'MISSED'}")
     print(f"`submit` returned in {r:.2f} s (runs: {runs(returned)}); target: under 2 s: {'met' if r < 2 else 'MISSED'}")
+    g = statistics.median(gaps)
+    print(
+        f"`tune`: a trial's end to the next trial's first step: {g:.2f} s (gaps: {runs(gaps)}); "
+        f"target: under 5 s: {'met' if max(gaps) < 5 else 'MISSED'}"
+    )
 
 
 if __name__ == "__main__":

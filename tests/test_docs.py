@@ -8,7 +8,8 @@
   repository). Commands that need the cloud (`status`, `logs` without `--local` or
   `--print-query`; `build`, `start`, `stop` without `--dry-run`) and those that need a local run
   first (`status --local`, `logs --local`) are parsed only, and so are `submit`, `jobs` and
-  `cancel` without `--local`; `local` goes through every check
+  `cancel` without `--local` and `tune` (a study runs until its trials have run on a cluster);
+  `local` goes through every check
   its command makes before it starts the nodes, and stops there;
 - inline `.venv/bin/trainstack ...` spans name a verb and flags that exist;
 - the command is spelled one way, and every relative link and anchor leads somewhere.
@@ -199,6 +200,8 @@ def how_to_check(argv: tuple[str, ...]) -> str:
         return "run" if "--print-query" in argv and "--local" not in argv else "parse"
     if verb in ("submit", "jobs", "cancel"):
         return "run" if "--local" in argv else "parse"
+    if verb == "tune":
+        return "parse"
     return "run"
 
 

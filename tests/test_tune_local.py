@@ -1,0 +1,123 @@
+"""A study on a standing local cluster, end to end through the commands a user types:
+`trainstack tune --local` queues trials of the built-in trainer with Optuna's parameters, the
+`tune` command is killed while trials are queued and running and resumed with --study alone,
+and every trial runs once, with its own parameters, its metric read from the summaries in its
+own job directory; `tune status` names the best and draws the chart."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from test_standing_queue import REPOSITORY_ROOT, environment, trainstack, until
+
+from stack_helpers import write_stack
+
+SPEC = """\
+trainingInput:
+  hyperparameters:
+    goal: MAXIMIZE
+    hyperparameterMetricTag: epoch_accuracy
+    maxTrials: 3
+    maxParallelTrials: 2
+    params:
+      - parameterName: learning-rate
+        type: DOUBLE
+        minValue: 0.0001
+        maxValue: 0.1
+        scaleType: UNIT_LOG_SCALE
+"""
+SHORT = ["--epochs", "1", "--steps-per-epoch", "2", "--image-size", "32", "--batch-size-per-replica", "8"]
+
+
+def stack_config() -> dict[str, Any]:
+    shipped = yaml.safe_load((REPOSITORY_ROOT / "stacks" / "Pulumi.dev.yaml").read_text())["config"]
+    shipped["trainstack:cluster"]["idle_minutes"] = 2
+    shipped["trainstack:job"].update(epochs=1, steps_per_epoch=2, image_size=32, batch_size_per_replica=8)
+    return dict(shipped)
+
+
+def study_document(bucket: Path) -> dict[str, Any] | None:
+    path = bucket / "trainstack" / "tune" / "study" / "study.json"
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_metric(tmp_path: Path) -> None:
+    stack_file = write_stack(tmp_path, stack_config(), stack="tuned")
+    workdir = tmp_path / "work"
+    spec = tmp_path / "hptuning_config.yaml"
+    spec.write_text(SPEC)
+    target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
+    standing = subprocess.Popen(
+        [sys.executable, "-m", "trainstack", "local", "--stack-file", str(stack_file), "--standing"]
+        + ["--workdir", str(workdir)],
+        cwd=REPOSITORY_ROOT,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        bucket = until(lambda: next(iter(sorted((workdir / "bucket").glob("*_tuned"))), None), "the bucket", standing)
+        tune = subprocess.Popen(
+            [sys.executable, "-m", "trainstack", "tune", *target, "--spec", str(spec), "--name", "study", *SHORT],
+            cwd=REPOSITORY_ROOT,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+        def first_trial_running() -> bool:
+            study = study_document(bucket)
+            return bool(study and study["trials"] and study["trials"][0]["state"] == "RUNNING")
+
+        until(first_trial_running, "the first trial running", standing)
+        tune.send_signal(signal.SIGTERM)
+        out, err = tune.communicate(timeout=60)
+        assert tune.returncode == 130, out + err
+        assert "go on on stack tuned" in err and "--study study --local` resumes it" in err
+        assert "Traceback" not in err
+        left = study_document(bucket)
+        assert left is not None and 1 <= len(left["trials"]) <= 2
+        # Resumed from the bucket alone: its spec and job are in the study.
+        resumed = trainstack("tune", *target, "--study", "study")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "study study resumed" in resumed.stdout
+    finally:
+        standing.send_signal(signal.SIGTERM)
+        standing.communicate(timeout=120)
+    study = study_document(bucket)
+    assert study is not None and study["state"] == "SUCCEEDED"
+    trials = study["trials"]
+    assert [trial["state"] for trial in trials] == ["SUCCEEDED"] * 3
+    assert len({trial["params"]["learning-rate"] for trial in trials}) == 3
+    # One job per trial, whatever the kill interrupted.
+    index = json.loads((bucket / "trainstack" / "queue" / "index.json").read_text())
+    assert [entry["name"] for entry in index["entries"]] == ["study_t1", "study_t2", "study_t3"]
+    for trial in trials:
+        job_dir = bucket / trial["job_dir"]
+        # The metric is the trial's own: what its trainer logged for its (only) epoch.
+        assert trial["source"] == str(job_dir / "logs" / "train")
+        assert trial["metric"] == json.loads((job_dir / "progress.json").read_text())["accuracy"]
+        # What the nodes ran: the job's arguments, then the trial's, and the trial's number.
+        settings = json.loads((job_dir / "status" / "settings.json").read_text())
+        assert settings["args"][-1] == f"--learning-rate={trial['params']['learning-rate']!r}"
+        assert (
+            settings["args"][:-1]
+            == json.loads((bucket / trials[0]["job_dir"] / "status" / "settings.json").read_text())["args"][:-1]
+        )
+        assert settings["env"] == [f"CLOUD_ML_TRIAL_ID={trial['number']}"]
+    shown = trainstack("tune", "status", *target, "--chart", str(tmp_path / "study.png"))
+    assert shown.returncode == 0, shown.stderr
+    best = max(trials, key=lambda trial: (trial["metric"], -trial["number"]))
+    assert f"best: trial {best['number']} (job {best['job_id']})" in shown.stdout
+    assert (tmp_path / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
