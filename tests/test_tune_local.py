@@ -102,7 +102,7 @@ def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_me
     assert len({trial["params"]["learning-rate"] for trial in trials}) == 3
     # One job per trial, whatever the kill interrupted.
     index = json.loads((bucket / "trainstack" / "queue" / "index.json").read_text())
-    assert [entry["name"] for entry in index["entries"]] == ["study_t1", "study_t2", "study_t3"]
+    assert [entry["name"] for entry in index["jobs"]] == ["study_t1", "study_t2", "study_t3"]
     for trial in trials:
         job_dir = bucket / trial["job_dir"]
         # The metric is the trial's own: what its trainer logged for its (only) epoch.

@@ -161,6 +161,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
         study = read_study(place.store, args.study)
         if study is None:
             raise StudyRefused(f"no study {args.study} on stack {stack.stack}: start it with --spec FILE")
+        print(f"study {study.name} resumed: {len(study.trials)} trials recorded")
         return stack, place, study, []
     spec = read_spec(args.spec)
     stack, queued = checked_job(args)
