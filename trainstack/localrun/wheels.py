@@ -81,16 +81,36 @@ def missing_distributions(python: Path, targets: list[str]) -> list[str]:
     return missing
 
 
+def pins_of_requirements(requirements: Path) -> list[str]:
+    """The requirements file's lines without their hashes (``pandas==2.3.3``): what the nodes
+    have installed, hash-locked, by the time they install the project."""
+    from trainstack.jobcode.node_environment import requirement_lines
+
+    text = requirements.read_text(encoding="utf-8")
+    return [line.split(" --", 1)[0] for _, line in requirement_lines(text)]
+
+
 def fetch_for_nodes(python: Path, destination: Path, requirements: Path | None, project: Path | None) -> list[str]:
     """Fills ``destination`` with what the nodes' pip installs for the job's ``requirements``
     file and ``project``; returns the distributions fetched, by NAME==VERSION."""
     destination.mkdir(parents=True, exist_ok=True)
     # Apart, as the nodes install them: the requirements hash-locked (a file with hashes puts pip
-    # in hash-checking mode, which a local project, having none, cannot pass), then the project.
+    # in hash-checking mode, which a local project, having none, cannot pass), then the project,
+    # on top of the versions the requirements pinned (as constraints without their hashes: the
+    # project's own unpinned dependencies must not bring a second version of one of them).
     missing: list[str] = []
-    for targets in (["-r", str(requirements)] if requirements is not None else [], [str(project)] if project else []):
-        if targets:
-            missing += [each for each in missing_distributions(python, targets) if each not in missing]
+    with tempfile.TemporaryDirectory(prefix="trainstack-pins-") as scratch:
+        constraints: list[str] = []
+        if requirements is not None:
+            missing += missing_distributions(python, ["-r", str(requirements)])
+            if project is not None:
+                pins = Path(scratch) / "constraints.txt"
+                pins.write_text("".join(f"{line}\n" for line in pins_of_requirements(requirements)), encoding="utf-8")
+                constraints = ["-c", str(pins)]
+        if project is not None:
+            for each in missing_distributions(python, [*constraints, str(project)]):
+                if each not in missing:
+                    missing.append(each)
     if missing:
         _pip(
             python,

@@ -1,0 +1,82 @@
+"""What `trainstack local` fetches for its nodes' pip (they reach no index), with pip itself
+against a local index: a job whose hash-locked requirements pin a version and whose project
+depends on the same distribution unpinned gets that one version, as the nodes install it
+(requirements first, then the project), not a second, newer one that would make the download
+impossible (a team's package with a setup.py, as AI Platform's samples have)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainstack.localrun.wheels import fetch_for_nodes
+
+SETUP = """\
+from setuptools import setup
+setup(name={name!r}, version={version!r}, py_modules=[{module!r}], install_requires={requires!r})
+"""
+PYPROJECT = """\
+[build-system]
+requires = ["dep==2.0"]
+build-backend = "setuptools.build_meta"
+"""
+
+
+def project(root: Path, name: str, version: str, requires: list[str]) -> Path:
+    root.mkdir(parents=True)
+    module = name.replace("-", "_")
+    (root / f"{module}.py").write_text("")
+    (root / "setup.py").write_text(SETUP.format(name=name, version=version, module=module, requires=requires))
+    return root
+
+
+def wheel(source: Path, dists: Path) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
+        + ["--wheel-dir", str(dists), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    return next(dists.glob(f"{source.name.replace('-', '_')}-*.whl"))
+
+
+@pytest.fixture
+def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Wheels of dep 1.0 and 2.0 in a directory that is pip's whole index for the test."""
+    dists = tmp_path / "dists"
+    dists.mkdir()
+    for version in ("1.0", "2.0"):
+        built = wheel(project(tmp_path / f"src-{version}" / "dep", "dep", version, []), dists)
+        built.rename(dists / built.name)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(dists))
+    # The project's metadata is prepared with this environment's setuptools (no index to fetch one from).
+    monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    return dists
+
+
+def test_a_project_gets_the_version_its_requirements_pin_not_a_second_one(tmp_path: Path, local_index: Path) -> None:
+    digest = hashlib.sha256(next(local_index.glob("dep-1.0-*.whl")).read_bytes()).hexdigest()
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"dep==1.0 \\\n    --hash=sha256:{digest}\n")
+    team = project(tmp_path / "team" / "team-trainer", "team-trainer", "0.1", ["dep"])
+    (team / "pyproject.toml").write_text(PYPROJECT)
+    destination = tmp_path / "find-links"
+    fetched = fetch_for_nodes(Path(sys.executable), destination, requirements, team)
+    assert fetched == ["dep==1.0"]
+    assert sorted(path.name.split("-")[1] for path in destination.glob("dep-*.whl")) == ["1.0", "2.0"]
+    # 2.0 is there as the project's build requirement only (pyproject.toml), not as a runtime pin.
+    wheels = sorted(path.name for path in destination.glob("*.whl"))
+    assert wheels == sorted(path.name for path in local_index.glob("dep-*.whl"))
+
+
+def test_a_project_alone_gets_its_newest_dependency(tmp_path: Path, local_index: Path) -> None:
+    team = project(tmp_path / "team" / "team-trainer", "team-trainer", "0.1", ["dep"])
+    (team / "pyproject.toml").write_text(PYPROJECT)
+    assert fetch_for_nodes(Path(sys.executable), tmp_path / "find-links", None, team) == ["dep==2.0"]
