@@ -84,7 +84,8 @@ def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_me
         tune.send_signal(signal.SIGTERM)
         out, err = tune.communicate(timeout=60)
         assert tune.returncode == 130, out + err
-        assert "go on on stack tuned" in err and "--study study --local` resumes it" in err
+        assert "go on on stack tuned" in err
+        assert f"`trainstack tune {' '.join(target)} --study study` resumes it" in err
         assert "Traceback" not in err
         left = study_document(bucket)
         assert left is not None and 1 <= len(left["trials"]) <= 2

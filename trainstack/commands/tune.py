@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainstack.commands.cost import chart_path
 from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
-from trainstack.commands.stackargs import add_stack_arguments, load_resolved
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option
 from trainstack.commands.submit import (
     BUILTIN_OPTIONS,
     CODE_OPTIONS,
@@ -81,6 +81,15 @@ def _study_name(text: str) -> str:
             "jobs named <study>_t<N>)"
         )
     return text
+
+
+def _local_options(args: argparse.Namespace) -> str:
+    """--local and its --workdir, as the user gave them, for a command line a message suggests."""
+    import shlex
+
+    if not args.local:
+        return ""
+    return " --local" + (f" --workdir {shlex.quote(str(args.workdir))}" if args.workdir else "")
 
 
 def _job_options_given(args: argparse.Namespace) -> list[str]:
@@ -236,8 +245,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         except Interrupted:
             print(
                 f"\ntune stopped: the study's queued and running trials go on on stack {stack.stack}; "
-                f"`trainstack tune --stack {stack.stack} --study {study.name}{' --local' if args.local else ''}` "
-                "resumes it",
+                f"`trainstack tune {stack_option(args)}{_local_options(args)} --study {study.name}` resumes it",
                 file=sys.stderr,
             )
             return 130
