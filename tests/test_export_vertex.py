@@ -585,7 +585,7 @@ def test_the_tuning_jobs_json_is_the_rest_apis_own_spelling(capsys: pytest.Captu
     # fields it writes out at their defaults.
     library = json.loads(
         HyperparameterTuningJob.to_json(
-            tuning_job_of(out), including_default_value_fields=False, use_integers_for_enums=False
+            tuning_job_of(out), always_print_fields_with_no_presence=False, use_integers_for_enums=False
         )
     )
     assert written["studySpec"]["parameters"][:4] == library["studySpec"]["parameters"][:4]
