@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +91,22 @@ def cmd_cost(args: argparse.Namespace) -> int:
         if not report.columns:
             print("trainstack: --chart: the stack has no job machines to chart", file=sys.stderr)
             return 1
-        try:
-            write_chart(report, args.chart)
-        except OSError as error:
-            print(f"trainstack: --chart {args.chart}: {error.strerror or error}", file=sys.stderr)
+        if not save_chart(lambda path: write_chart(report, path), args.chart, announce=not args.json):
             return 1
-        if not args.json:
-            print(f"chart written to {args.chart}")
     return 0
+
+
+def save_chart(draw: Callable[[Path], None], path: Path, announce: bool) -> bool:
+    """A chart drawn into ``path`` by ``draw`` (`cost --chart`, `tune status --chart`); False,
+    with the reason on stderr, when the file cannot be written."""
+    try:
+        draw(path)
+    except OSError as error:
+        print(f"trainstack: --chart {path}: {error.strerror or error}", file=sys.stderr)
+        return False
+    if announce:
+        print(f"chart written to {path}")
+    return True
 
 
 def _hours(text: str) -> float:

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from trainstack.commands.cost import chart_path
+from trainstack.commands.cost import chart_path, save_chart
 from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option
 from trainstack.commands.submit import (
@@ -320,14 +320,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(study_json(study), indent=2, sort_keys=True))
     else:
         print_study(study)
-    if args.chart is not None:
-        try:
-            write_chart(study, args.chart)
-        except OSError as error:
-            print(f"trainstack: --chart {args.chart}: {error.strerror or error}", file=sys.stderr)
-            return 1
-        if not args.json:
-            print(f"chart written to {args.chart}")
+    if args.chart is not None and not save_chart(lambda path: write_chart(study, path), args.chart, not args.json):
+        return 1
     return 0
 
 
