@@ -178,6 +178,8 @@ def services(bucket: Path, **overrides: Any) -> engine.TuneServices:
         "now": lambda: next(clock),
         "log": Log(),
         "chief": "chief",
+        # Every round looks at running trials' values (the tests' rounds are not timed).
+        "early_stop_seconds": 0.0,
     }
     fields.update(overrides)
     return engine.TuneServices(**fields)
@@ -410,6 +412,29 @@ def test_reverse_log_scale_stays_in_range_and_is_dense_near_the_maximum(bucket: 
     assert len(values) == 40 and all(0.01 <= value <= 0.99 for value in values)
     # Mirrored log sampling: most of the mass near the maximum (a uniform draw would put about half above 0.5).
     assert sum(value > 0.9 for value in values) > 10
+
+
+def test_early_stopping_reads_a_running_trials_values_at_most_once_per_interval(bucket: Path) -> None:
+    start(bucket, spec(maxTrials=2, enableTrialEarlyStopping=True))
+    now = [0.0]
+    looks: list[str] = []
+    objects = LocalObjects(bucket)
+
+    class Counting(LocalObjects):
+        def names(self, prefix: str, limit: int) -> list[str]:
+            looks.append(prefix)
+            return objects.names(prefix, limit)
+
+    tune = services(bucket, objects=Counting(bucket), early_stop_seconds=30.0, clock=lambda: now[0])
+    nodes = Nodes(bucket, DirectoryStore(bucket), score)
+    engine.step(tune, "study")
+    nodes.work()  # the first trial runs
+    for _ in range(5):
+        engine.step(tune, "study")
+    assert len(looks) == 1
+    now[0] = 31.0
+    engine.step(tune, "study")
+    assert len(looks) == 2
 
 
 def test_the_engine_never_reads_a_job_directory_outside_the_trials_own(bucket: Path) -> None:

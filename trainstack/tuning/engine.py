@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import posixpath
 import random
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from trainstack.jobqueue.store import ObjectStore, StoreError, update
 from trainstack.jobstate.report import ListedObjects, StatusReadError, read_json
@@ -65,6 +66,12 @@ class TuneServices:
     log: Callable[[str], None]
     # The node whose cloudml-hypertune report is the trial's (the chief).
     chief: str
+    # Early stopping reads a running trial's job directory (a listing, its event files) at most
+    # this often: each look costs requests to the bucket, and trials report per epoch.
+    early_stop_seconds: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    # When each running trial's values were last read (by trial number).
+    looked: dict[int, float] = field(default_factory=dict)
 
 
 def _change(services: TuneServices, name: str, change: Callable[[Study], Study | None]) -> Study:
@@ -214,7 +221,11 @@ def _observe(services: TuneServices, study: Study, trial: Trial, entry: QueueEnt
     if state is None:
         return trial
     running = replace(trial, state=RUNNING)
-    if study.spec.enable_trial_early_stopping:
+    last = services.looked.get(trial.number)
+    if study.spec.enable_trial_early_stopping and (
+        last is None or services.clock() - last >= services.early_stop_seconds
+    ):
+        services.looked[trial.number] = services.clock()
         reading = read_metric(services.objects, trial.job_dir, study.spec.hyperparameter_metric_tag, services.chief)
         running = replace(running, steps=tuple(reading.steps))
         if optimizer.should_stop(study, running):
