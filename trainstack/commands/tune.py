@@ -23,7 +23,6 @@ trials run one after another; maxParallelTrials is how many are queued or runnin
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import time
@@ -153,6 +152,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
     from trainstack.localrun.workdir import claim_workdir
     from trainstack.tuning.engine import StudyRefused, open_study, read_study
     from trainstack.tuning.spec import read_spec
+    from trainstack.tuning.study import STUDY_NAME
     from trainstack_contract.status import utc_now
 
     if args.spec is None:
@@ -182,7 +182,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
     job = queued.job
     assert job is not None
     name = args.study or job.name
-    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", name) is None:
+    if STUDY_NAME.fullmatch(name) is None:
         raise SubmitRefused(
             f"the job's name {name[:40]!r} is too long for a study's: give --study NAME (up to 64 characters)"
         )
@@ -201,7 +201,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
 
 
 def _parallel_note(stack: ResolvedStack, study: Study) -> str | None:
-    parallel = min(study.spec.max_parallel_trials, study.spec.max_trials)
+    parallel = study.spec.parallel_trials
     if parallel <= 1:
         return None
     machines = len(stack.cluster.nodes) if stack.cluster else 1
@@ -287,20 +287,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from trainstack.jobqueue.store import StoreError
     from trainstack.tuning.engine import StudyRefused, read_study
     from trainstack.tuning.report import print_study, study_json, write_chart
-    from trainstack.tuning.study import STUDIES_PREFIX
+    from trainstack.tuning.study import study_names
 
     stack = load_resolved(args)
     try:
         place = queue_place(args, stack)
         name = args.study
         if name is None:
-            names = sorted(
-                {
-                    entry.split("/")[2]
-                    for entry in place.objects.names(STUDIES_PREFIX + "/", 10_000)
-                    if entry.count("/") == 3 and entry.endswith("/study.json")
-                }
-            )
+            names = study_names(place.objects)
             if len(names) != 1:
                 known = ", ".join(names) or "none"
                 print(

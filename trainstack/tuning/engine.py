@@ -171,11 +171,10 @@ def _ask(services: TuneServices, name: str) -> Study:
 
     def add(current: Study) -> Study | None:
         spec = current.spec
-        parallel = min(spec.max_parallel_trials, spec.max_trials)
         if (
             current.state != STUDY_ACTIVE
             or len(current.trials) >= spec.max_trials
-            or len(current.outstanding) >= parallel
+            or len(current.outstanding) >= spec.parallel_trials
             or current.failed >= spec.failures_allowed
         ):
             return None

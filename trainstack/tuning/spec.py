@@ -269,6 +269,11 @@ class HyperparameterSpec(_Strict):
         return min(10, max(1, math.ceil(self.max_trials / 4)))
 
     @property
+    def parallel_trials(self) -> int:
+        """Trials queued or running at once: maxParallelTrials, never more than maxTrials."""
+        return min(self.max_parallel_trials, self.max_trials)
+
+    @property
     def parameter_names(self) -> tuple[str, ...]:
         return tuple(param.parameter_name for param in self.params)
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trainstack.jobstate.report import ListedObjects
 from trainstack.tuning.spec import MAX_TRIALS, HyperparameterSpec, SpecError, spec_from_mapping
 
 STUDIES_PREFIX = "trainstack/tune"
@@ -27,6 +28,8 @@ STUDY_OBJECT = "study.json"
 # A study's name: its trials' jobs are <study>_t<N> on the queue (at most 100 characters).
 STUDY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 VERSION = 1
+# Objects listed under trainstack/tune/ to find a stack's studies.
+MAX_STUDIES = 10_000
 # 1000 trials of a few hundred bytes and up to 200 intermediate values each.
 MAX_STUDY_BYTES = 16 << 20
 
@@ -52,6 +55,16 @@ class StudyFormatError(Exception):
 
 def study_object(study: str) -> str:
     return posixpath.join(STUDIES_PREFIX, study, STUDY_OBJECT)
+
+
+def study_names(objects: ListedObjects, limit: int = MAX_STUDIES) -> list[str]:
+    """The studies of a stack: the names under trainstack/tune/ that hold a study object."""
+    names = set()
+    for name in objects.names(STUDIES_PREFIX + "/", limit):
+        parts = name.split("/")
+        if len(parts) == 4 and parts[3] == STUDY_OBJECT and STUDY_NAME.fullmatch(parts[2]):
+            names.add(parts[2])
+    return sorted(names)
 
 
 def trial_job_name(study: str, number: int) -> str:
