@@ -26,9 +26,10 @@ SHORT = ["--epochs", "1", "--steps-per-epoch", "2", "--image-size", "32", "--bat
 LONG = ["--epochs", "500", "--steps-per-epoch", "50", "--image-size", "32", "--batch-size-per-replica", "8"]
 
 
-def stack_config() -> dict[str, Any]:
-    shipped = yaml.safe_load((REPOSITORY_ROOT / "stacks" / "Pulumi.multiworker.yaml").read_text())["config"]
-    shipped["trainstack:cluster"]["idle_minutes"] = 1
+def stack_config(shipped_stack: str = "multiworker", idle_minutes: int = 1) -> dict[str, Any]:
+    """A shipped stack whose job trains briefly, with a short idle time (time-scaled here)."""
+    shipped = yaml.safe_load((REPOSITORY_ROOT / "stacks" / f"Pulumi.{shipped_stack}.yaml").read_text())["config"]
+    shipped["trainstack:cluster"]["idle_minutes"] = idle_minutes
     shipped["trainstack:job"].update(epochs=1, steps_per_epoch=2, image_size=32, batch_size_per_replica=8)
     return dict(shipped)
 

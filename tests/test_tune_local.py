@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-from test_standing_queue import REPOSITORY_ROOT, environment, trainstack, until
+from test_standing_queue import REPOSITORY_ROOT, SHORT, environment, stack_config, trainstack, until
 
 from stack_helpers import write_stack
 
@@ -32,14 +31,6 @@ trainingInput:
         maxValue: 0.1
         scaleType: UNIT_LOG_SCALE
 """
-SHORT = ["--epochs", "1", "--steps-per-epoch", "2", "--image-size", "32", "--batch-size-per-replica", "8"]
-
-
-def stack_config() -> dict[str, Any]:
-    shipped = yaml.safe_load((REPOSITORY_ROOT / "stacks" / "Pulumi.dev.yaml").read_text())["config"]
-    shipped["trainstack:cluster"]["idle_minutes"] = 2
-    shipped["trainstack:job"].update(epochs=1, steps_per_epoch=2, image_size=32, batch_size_per_replica=8)
-    return dict(shipped)
 
 
 def study_document(bucket: Path) -> dict[str, Any] | None:
@@ -51,7 +42,7 @@ def study_document(bucket: Path) -> dict[str, Any] | None:
 
 
 def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_metric(tmp_path: Path) -> None:
-    stack_file = write_stack(tmp_path, stack_config(), stack="tuned")
+    stack_file = write_stack(tmp_path, stack_config("dev", idle_minutes=2), stack="tuned")
     workdir = tmp_path / "work"
     spec = tmp_path / "hptuning_config.yaml"
     spec.write_text(SPEC)

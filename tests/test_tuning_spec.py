@@ -21,25 +21,7 @@ from trainstack.tuning.spec import (
 )
 
 # As Google's census tf-keras sample ships it (ai-platform-samples training/tensorflow/census/tf-keras).
-SAMPLE = """\
-trainingInput:
-  hyperparameters:
-    goal: MAXIMIZE
-    maxTrials: 4
-    maxParallelTrials: 2
-    hyperparameterMetricTag: epoch_accuracy
-    params:
-    - parameterName: batch-size
-      type: INTEGER
-      minValue: 8
-      maxValue: 256
-      scaleType: UNIT_LINEAR_SCALE
-    - parameterName: learning-rate
-      type: DOUBLE
-      minValue: 0.01
-      maxValue: 0.1
-      scaleType: UNIT_LOG_SCALE
-"""
+SAMPLE = (Path(__file__).parent / "fixtures" / "imports" / "census_hptuning_config.yaml").read_text()
 SPEC_LINES = SAMPLE.split("hyperparameters:\n", 1)[1]
 
 
