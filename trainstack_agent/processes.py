@@ -30,6 +30,8 @@ AGENT_TAG = "trainstack"
 JOB_TAG = "trainstack-trainer"
 JOURNAL_SOCKET = Path("/run/systemd/journal/stdout")
 # After SIGTERM, how long a child gets before SIGKILL (Timings.stop_grace by default).
+# How long a stopped group's processes may take to end once SIGKILLed.
+KILL_WAIT_SECONDS = 5.0
 STOP_GRACE_SECONDS = Timings().stop_grace
 
 
@@ -169,8 +171,35 @@ class Child:
         except (ProcessLookupError, PermissionError):
             pass
         code = self.popen.wait()
+        # SIGKILL takes effect when each process is next scheduled: on a loaded machine one of
+        # the group may still run a moment after killpg returns. The job has ended only once
+        # none does (zombies, waiting for their reaper, run nothing); bounded.
+        deadline = time.monotonic() + KILL_WAIT_SECONDS
+        while group_running(self.popen.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.reader.join(timeout=5)
         return code
+
+
+def group_running(group: int) -> bool:
+    """Whether a process of process group ``group`` still runs (Linux's /proc; a zombie does
+    not run). False where there is no /proc to tell."""
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return False
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "stat"), encoding="utf-8", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After the command's name: state, parent, process group.
+        if len(fields) > 2 and fields[2] == str(group) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 class Processes:

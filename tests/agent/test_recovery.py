@@ -16,7 +16,7 @@ from agent_fakes import JOB_DIR, FakeClock, FakeInstances, MemoryStorage, World,
 from trainstack_agent.board import Board
 from trainstack_agent.job import JobCommand
 from trainstack_agent.node import EXIT_ENDED
-from trainstack_agent.processes import JobChild, JobLauncher, Log, Processes
+from trainstack_agent.processes import JobChild, JobLauncher, Log, Processes, group_running
 from trainstack_agent.recovery import TERMINATED, SpotRecovery
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
@@ -290,3 +290,17 @@ def test_a_job_recorded_failed_leaves_no_job_process_running_whatever_on_finish_
         assert w.releases == ([] if on_finish == "keep" else ["stop"])
     finally:
         trainer.stop_all()
+
+
+def test_a_stopped_group_has_no_process_running_once_stop_returns(tmp_path: Path) -> None:
+    # The leader and a worker it started; stop returns only once neither runs (a zombie left
+    # for its reaper runs nothing).
+    trainer = _RealTrainer(tmp_path / "pids")
+    child = trainer.start(JobCommand(("unused",), {}, tmp_path))
+    leader = child.child.popen.pid
+    assert group_running(leader)
+    assert len(trainer.running()) == 2
+    child.stop(grace=0.0)
+    assert not group_running(leader)
+    assert trainer.running() == []
+    trainer.stop_all()
