@@ -443,3 +443,40 @@ def vertex_training_containers() -> list[TrainingContainer]:
         )  # fmt: skip
         for row in _rows("vertex_training_containers.csv")
     ]
+
+
+# --- Compute Engine quota metrics, for `trainstack quota` ---------------------------------------
+
+
+@dataclass(frozen=True)
+class QuotaMetric:
+    """Which Compute Engine quota metric (``Quota.metric`` of regions.get or projects.get) a
+    resource draws on: ``kind`` gpu (by GPU type), cpu (by machine series), tpu (by generation)
+    or gpus_all_regions; ``pool`` on_demand or preemptible. An empty ``metric``: Compute Engine's
+    quotas report none for it (said, never guessed)."""
+
+    kind: str
+    name: str
+    pool: str
+    metric: str
+    scope: str  # "region" (regions.get) or "project" (projects.get)
+    quota_id: str  # Cloud Quotas' ID for `gcloud beta quotas preferences create`; empty: unknown
+    note: str
+
+
+@cache
+def quota_metrics() -> dict[tuple[str, str, str], QuotaMetric]:
+    """(kind, name, pool) -> the metric, from quota_metrics.csv."""
+    records = (
+        QuotaMetric(
+            kind=row["kind"],
+            name=row["name"],
+            pool=row["pool"],
+            metric=row["metric"],
+            scope=row["scope"],
+            quota_id=row["quota_id"],
+            note=row["note"],
+        )
+        for row in _rows("quota_metrics.csv")
+    )
+    return {(r.kind, r.name, r.pool): r for r in records}

@@ -1,0 +1,217 @@
+"""`trainstack quota` end to end through the real Google client: the shipped stacks' needs against
+answers of Compute Engine's regions.get and projects.get held to the published schema, with the
+exact figures, the requests' project and region, and every failure as one line."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.googleapi_fakes import FakeGoogle, api_disabled, error, ok
+from trainstack.commands import quota as quota_command
+from trainstack.commands.main import main
+
+PROJECT = "your-gcp-project"  # the shipped stacks' gcp:project
+REGION_URI = f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/regions/us-central1"
+PROJECT_URI = f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}"
+
+
+def region(**quotas: tuple[float, float]) -> tuple[dict[str, str], str]:
+    body = {
+        "kind": "compute#region",
+        "name": "us-central1",
+        "status": "UP",
+        "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in quotas.items()],
+    }
+    return ok("compute", "v1", "compute.regions.get", body)
+
+
+def project(**quotas: tuple[float, float]) -> tuple[dict[str, str], str]:
+    body = {
+        "kind": "compute#project",
+        "name": PROJECT,
+        "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in quotas.items()],
+    }
+    return ok("compute", "v1", "compute.projects.get", body)
+
+
+def run(
+    stack: str, answers: list[tuple[dict[str, str], str]], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> tuple[int, dict[str, Any], FakeGoogle, str]:
+    http = FakeGoogle(answers)
+    monkeypatch.setattr(quota_command, "HTTP", http)
+    code = main(["quota", "--stack", stack, "--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out) if captured.out else {}, http, captured.err
+
+
+def by_metric(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {q["metric"]: q for q in report["quotas"] if q["metric"]}
+
+
+def test_a_gpu_stack_that_fits_reads_its_region_and_project(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    answers = [region(CPUS=(24.0, 4.0), NVIDIA_T4_GPUS=(1.0, 0.0)), project(GPUS_ALL_REGIONS=(4.0, 1.0))]
+    code, report, http, _ = run("dev", answers, monkeypatch, capsys)
+    assert code == 0
+    assert report["fits"] is True and report["region"] == "us-central1" and report["project"] == PROJECT
+    quotas = by_metric(report)
+    assert set(quotas) == {"CPUS", "NVIDIA_T4_GPUS", "GPUS_ALL_REGIONS"}
+    assert (quotas["CPUS"]["need"], quotas["CPUS"]["available"], quotas["CPUS"]["status"]) == (8, 20.0, "fits")
+    assert (quotas["NVIDIA_T4_GPUS"]["need"], quotas["NVIDIA_T4_GPUS"]["available"]) == (1, 1.0)
+    assert (quotas["GPUS_ALL_REGIONS"]["need"], quotas["GPUS_ALL_REGIONS"]["scope"]) == (1, "project")
+    assert http.uris[0].split("?")[0] == REGION_URI
+    assert http.uris[1].split("?")[0] == PROJECT_URI
+    http.assert_all_used()
+
+
+def test_an_exceeded_gpu_quota_says_by_how_much_and_how_to_ask(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    answers = [region(CPUS=(24.0, 4.0), NVIDIA_T4_GPUS=(1.0, 1.0)), project(GPUS_ALL_REGIONS=(4.0, 1.0))]
+    code, report, _, _ = run("dev", answers, monkeypatch, capsys)
+    assert code == 1 and report["fits"] is False
+    t4 = by_metric(report)["NVIDIA_T4_GPUS"]
+    assert (t4["status"], t4["need"], t4["limit"], t4["usage"], t4["available"], t4["short_by"]) == (
+        "exceeded",
+        1,
+        1.0,
+        1.0,
+        0.0,
+        1.0,
+    )
+    assert t4["request"] == [
+        f"https://console.cloud.google.com/iam-admin/quotas?project={PROJECT} (search for NVIDIA_T4_GPUS)",
+        "gcloud beta quotas preferences create --service=compute.googleapis.com "
+        f"--project={PROJECT} --quota-id=NVIDIA-T4-GPUS-per-project-region --preferred-value=2 "
+        "--dimensions=region=us-central1",
+    ]
+    assert by_metric(report)["CPUS"]["status"] == "fits"
+
+
+def test_the_text_report_names_the_shortfall(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    http = FakeGoogle([region(CPUS=(4.0, 0.0), NVIDIA_T4_GPUS=(1.0, 0.0)), project(GPUS_ALL_REGIONS=(4.0, 0.0))])
+    monkeypatch.setattr(quota_command, "HTTP", http)
+    assert main(["quota", "--stack", "dev"]) == 1
+    out = capsys.readouterr().out
+    assert "EXCEEDED     CPUS" in out
+    assert "need 8, limit 4, used 0, available 4: short by 4" in out
+    assert "--quota-id=CPUS-per-project-region --preferred-value=8 --dimensions=region=us-central1" in out
+
+
+def test_spot_nodes_draw_on_the_preemptible_quotas_when_the_project_has_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # multiworker: the chief (n1-standard-8, 2 T4) on demand, two workers (the same) on Spot.
+    answers = [
+        region(
+            CPUS=(8.0, 0.0),
+            NVIDIA_T4_GPUS=(2.0, 0.0),
+            PREEMPTIBLE_CPUS=(16.0, 0.0),
+            PREEMPTIBLE_NVIDIA_T4_GPUS=(4.0, 1.0),
+        ),
+        project(GPUS_ALL_REGIONS=(8.0, 0.0)),
+    ]
+    code, report, _, _ = run("multiworker", answers, monkeypatch, capsys)
+    assert code == 1
+    quotas = by_metric(report)
+    assert (quotas["NVIDIA_T4_GPUS"]["need"], quotas["NVIDIA_T4_GPUS"]["status"]) == (2, "fits")
+    assert (quotas["CPUS"]["need"], quotas["CPUS"]["status"]) == (8, "fits")
+    assert (quotas["PREEMPTIBLE_CPUS"]["need"], quotas["PREEMPTIBLE_CPUS"]["status"]) == (16, "fits")
+    spot = quotas["PREEMPTIBLE_NVIDIA_T4_GPUS"]
+    assert (spot["need"], spot["available"], spot["short_by"], spot["status"]) == (4, 3.0, 1.0, "exceeded")
+    assert sorted(spot["nodes"]) == ["multiworker-worker-0", "multiworker-worker-1"]
+    assert quotas["GPUS_ALL_REGIONS"]["need"] == 6
+
+
+def test_spot_nodes_draw_on_the_standard_quotas_without_preemptible_quota(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # No preemptible T4 quota (limit 0) and no PREEMPTIBLE_CPUS at all: everything on the standard ones.
+    answers = [
+        region(CPUS=(24.0, 0.0), NVIDIA_T4_GPUS=(6.0, 0.0), PREEMPTIBLE_NVIDIA_T4_GPUS=(0.0, 0.0)),
+        project(GPUS_ALL_REGIONS=(8.0, 0.0)),
+    ]
+    code, report, _, _ = run("multiworker", answers, monkeypatch, capsys)
+    assert code == 0
+    quotas = by_metric(report)
+    assert set(quotas) == {"CPUS", "NVIDIA_T4_GPUS", "GPUS_ALL_REGIONS"}
+    assert (quotas["NVIDIA_T4_GPUS"]["need"], quotas["CPUS"]["need"]) == (6, 24)
+    assert any("Spot draws on the standard quota" in n for n in quotas["NVIDIA_T4_GPUS"]["notes"])
+
+
+def test_a_metric_the_answer_lacks_is_said_and_fails_the_check(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    answers = [region(CPUS=(24.0, 0.0)), project(GPUS_ALL_REGIONS=(4.0, 0.0))]
+    code, report, _, _ = run("dev", answers, monkeypatch, capsys)
+    assert code == 1
+    t4 = by_metric(report)["NVIDIA_T4_GPUS"]
+    assert (t4["status"], t4["limit"], t4["available"]) == ("missing", None, None)
+    assert t4["notes"] == ["regions.get for us-central1 reported no NVIDIA_T4_GPUS: not checked"]
+
+
+def test_a_tpu_generation_compute_engine_does_not_report_is_said(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    answers = [region(CPUS=(24.0, 0.0), TPU_PODSLICE_V4=(32.0, 0.0)), project(GPUS_ALL_REGIONS=(4.0, 0.0))]
+    code, report, http, _ = run("tpu", answers, monkeypatch, capsys)
+    assert code == 0
+    (line,) = report["quotas"]
+    assert (line["metric"], line["what"], line["need"], line["status"]) == (None, "v2 TPU chips", 4, "not reported")
+    assert "no TPU v2 metric" in line["notes"][0]
+    assert "Cloud TPU API" in report["notes"][0]
+    assert (
+        http.uris[0].split("?")[0]
+        == f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/regions/us-central1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (
+            error(403, "Required 'compute.regions.get' permission for 'projects/your-gcp-project'", reason="forbidden"),
+            "the quotas of us-central1 in your-gcp-project: permission denied (Required 'compute.regions.get'",
+        ),
+        (
+            api_disabled("compute.googleapis.com"),
+            "gcloud services enable compute.googleapis.com --project your-gcp-project",
+        ),
+        (
+            error(404, "The resource 'projects/your-gcp-project/regions/us-central1' was not found", reason="notFound"),
+            "the quotas of us-central1 in your-gcp-project: not found (The resource",
+        ),
+    ],
+    ids=["permission-denied", "api-disabled", "region-not-found"],
+)
+def test_a_failed_call_is_one_line_and_exit_1(
+    answer: tuple[dict[str, str], str], expected: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    code, report, _, err = run("dev", [answer], monkeypatch, capsys)
+    assert code == 1 and report == {}
+    assert err.startswith("trainstack quota: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert expected in err
+
+
+def test_failures_print_one_line_on_stderr(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setattr(
+        quota_command, "HTTP", FakeGoogle([region(CPUS=(1.0, 0.0)), api_disabled("compute.googleapis.com")])
+    )
+    assert main(["quota", "--stack", "dev"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.err.startswith("trainstack quota: the quotas of project your-gcp-project: the API is disabled")
+
+
+def test_no_credentials_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    import google.auth
+    from google.auth import exceptions
+
+    def no_credentials(**_: Any) -> Any:
+        raise exceptions.DefaultCredentialsError("Your default credentials were not found.")
+
+    monkeypatch.setattr(quota_command, "HTTP", None)
+    monkeypatch.setattr(google.auth, "default", no_credentials)
+    assert main(["quota", "--stack", "dev"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "trainstack quota: no Google Cloud credentials found: run `gcloud auth application-default login` "
+        "(or set GOOGLE_APPLICATION_CREDENTIALS)\n"
+    )
