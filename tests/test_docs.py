@@ -200,7 +200,7 @@ def how_to_check(argv: tuple[str, ...]) -> str:
         return "run" if "--print-query" in argv and "--local" not in argv else "parse"
     if verb in ("submit", "jobs", "cancel"):
         return "run" if "--local" in argv else "parse"
-    if verb == "tune":
+    if verb in ("tune", "quota"):
         return "parse"
     return "run"
 
