@@ -5,6 +5,7 @@ exact figures, the requests' project and region, and every failure as one line."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from tests.googleapi_fakes import FakeGoogle, api_disabled, error, ok
 from trainstack.commands import quota as quota_command
 from trainstack.commands.main import main
 
+ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "your-gcp-project"  # the shipped stacks' gcp:project
 REGION_URI = f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/regions/us-central1"
 PROJECT_URI = f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}"
@@ -215,3 +217,26 @@ def test_no_credentials_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: Any
         "trainstack quota: no Google Cloud credentials found: run `gcloud auth application-default login` "
         "(or set GOOGLE_APPLICATION_CREDENTIALS)\n"
     )
+
+
+def test_built_in_gpus_count_and_a_series_without_a_cpu_metric_is_said(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    text = (ROOT / "stacks" / "Pulumi.dev.yaml").read_text(encoding="utf-8")
+    text = text.replace(
+        "machine_type: n1-standard-8\n      accelerator: {type: nvidia-tesla-t4, count: 1}",
+        "machine_type: g2-standard-24",
+    )
+    assert "g2-standard-24" in text
+    stack_file = tmp_path / "Pulumi.l4.yaml"
+    stack_file.write_text(text, encoding="utf-8")
+    http = FakeGoogle([region(CPUS=(24.0, 0.0), NVIDIA_L4_GPUS=(1.0, 0.0)), project(GPUS_ALL_REGIONS=(4.0, 0.0))])
+    monkeypatch.setattr(quota_command, "HTTP", http)
+    assert main(["quota", "--stack-file", str(stack_file), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    l4 = by_metric(report)["NVIDIA_L4_GPUS"]  # g2-standard-24 carries 2 L4 (machine_types.csv)
+    assert (l4["need"], l4["short_by"], l4["status"]) == (2, 1.0, "exceeded")
+    assert "CPUS" not in by_metric(report)
+    (cpu,) = [q for q in report["quotas"] if q["metric"] is None]
+    assert (cpu["what"], cpu["need"], cpu["status"]) == ("g2 vCPUs", 24, "not reported")
+    assert "no G2 CPU metric" in cpu["notes"][0]
