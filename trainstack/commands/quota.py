@@ -1,5 +1,5 @@
 """``trainstack quota``: the project's Compute Engine quotas the stack draws on, read before
-`pulumi up` (:mod:`trainstack.cloud.quota`); exit 1 when one would be exceeded or the check failed."""
+`pulumi up` (:mod:`trainstack.stackmodel.quota`); exit 1 when one would be exceeded or the check failed."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 
 if TYPE_CHECKING:
-    from trainstack.cloud.quota import QuotaLine, QuotaReport
+    from trainstack.stackmodel.quota import QuotaLine, QuotaReport
 
 # The HTTP object the Google client uses; None: the user's application default credentials.
 # Tests set the library's HttpMockSequence here.
@@ -23,7 +23,7 @@ def _figure(value: float | None) -> str:
 
 
 def format_line(line: QuotaLine) -> list[str]:
-    from trainstack.cloud.quota import EXCEEDED, FITS, NOT_REPORTED
+    from trainstack.stackmodel.quota import EXCEEDED, FITS, NOT_REPORTED
 
     name = line.metric or "(no Compute Engine metric)"
     head = f"  {line.status.upper():<12} {name:<34} {line.scope:<12} need {line.need:g}"
@@ -52,7 +52,7 @@ def format_report(report: QuotaReport) -> list[str]:
 def cmd_quota(args: argparse.Namespace) -> int:
     from trainstack.base.googleapis import GoogleApiError
     from trainstack.catalog import load_catalog
-    from trainstack.cloud.quota import quota_report
+    from trainstack.stackmodel.quota import quota_report
 
     stack = load_resolved(args)
     try:
