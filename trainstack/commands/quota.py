@@ -71,6 +71,13 @@ def register(subparsers: Any) -> None:
     quota = subparsers.add_parser(
         "quota",
         help="the project's Compute Engine quotas the stack needs (GPUs, Spot GPUs, CPUs, TPU chips): which it would exceed",
+        description=(
+            "Read the project's regional and project-wide Compute Engine quotas (regions.get, projects.get) with "
+            "your application default credentials and compare them with what the stack's VMs need, before "
+            "`pulumi up`. Exit 0 when everything fits; 1 when a quota would be exceeded, a quota the stack "
+            "needs is missing from Google's answer, or the call failed. Needs compute.regions.get and "
+            "compute.projects.get (roles/compute.viewer)."
+        ),
     )
     add_stack_arguments(quota)
     quota.add_argument("--json", action="store_true", help="print JSON")
