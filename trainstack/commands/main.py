@@ -26,6 +26,7 @@ from trainstack.commands import (
     submit,
     tune,
     validate,
+    zones,
 )
 
 # The parser is built for every command, so this module and those it imports at the top load
@@ -46,6 +47,7 @@ VERBS = (
     status,
     logs,
     cost,
+    zones,
     import_job,
     check,
     init,
