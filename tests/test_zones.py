@@ -7,6 +7,9 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +250,22 @@ def test_bad_input_is_one_problem_and_exit_1(capsys: pytest.CaptureFixture[str])
         main(["zones", "--stack", "dev", "--limit", "0"])
     assert exit_info.value.code == 2
     assert "--limit: '0': a whole number from 1 to 1000" in capsys.readouterr().err
+
+
+def test_the_command_module_loads_no_pydantic_pulumi_or_tensorflow() -> None:
+    # main.py builds every command's parser at start-up: a command imports what it needs when it runs.
+    code = (
+        "import sys, trainstack.commands.zones\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'pulumi', 'pulumi_gcp', 'tensorflow'})\n"
+        "print(heavy)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert done.stdout.strip() == "[]"
