@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from trainstack.catalog import Catalog, load_catalog
 from trainstack.stackmodel.cost import hourly_in_region
 from trainstack.stackmodel.feasibility import offered_zones, tpu_offered_zones
-from trainstack.stackmodel.resolved import ResolvedStack, describe_machine
+from trainstack.stackmodel.resolved import ResolvedStack
 from trainstack.stackmodel.schema import NAMESPACE
 
 ZONE_KEY = f"{NAMESPACE}:zone"
@@ -69,18 +69,18 @@ def _what_and_where(stack: ResolvedStack, catalog: Catalog) -> tuple[list[str], 
     described: list[str] = []
     restrictions: list[frozenset[str]] = []
     unrestricted = False
-    machines = [(n.machine_type, n.accelerator, n.spot) for n in stack.cluster.nodes] if stack.cluster else []
+    machines = [(n.machine_type, n.accelerator, n.cost) for n in stack.cluster.nodes] if stack.cluster else []
     if stack.notebook is not None:
-        machines.append((stack.notebook.machine_type, stack.notebook.accelerator, False))
-    for machine_type, accelerator, spot in machines:
-        described.append(describe_machine(machine_type, accelerator, spot))
+        machines.append((stack.notebook.machine_type, stack.notebook.accelerator, stack.notebook.cost))
+    for machine_type, accelerator, cost in machines:
+        described.append(cost.description)
         zones = offered_zones(machine_type, accelerator, catalog)
         if zones is None:
             unrestricted = True
         else:
             restrictions.append(zones)
     if stack.tpu is not None:
-        described.append(f"{stack.tpu.accelerator_type}{' (spot)' if stack.tpu.spot else ''}")
+        described.append(stack.tpu.cost.description)
         restrictions.append(frozenset(tpu_offered_zones(stack.tpu.accelerator_type, catalog)))
     counted = Counter(described)
     return [f"{count} x {what}" if count > 1 else what for what, count in counted.items()], restrictions, unrestricted
