@@ -27,6 +27,7 @@ from trainstack.commands import (
     submit,
     tune,
     validate,
+    zones,
 )
 
 # The parser is built for every command, so this module and those it imports at the top load
@@ -48,6 +49,7 @@ VERBS = (
     logs,
     cost,
     quota,
+    zones,
     import_job,
     check,
     init,

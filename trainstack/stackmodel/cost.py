@@ -86,8 +86,9 @@ def _job_hours(stack: ResolvedStack) -> float | None:
     return None
 
 
-def _on_demand_hourly(stack: ResolvedStack, catalog: Catalog) -> float | None:
-    """The job's machines as they are, every Spot one on demand instead."""
+def _job_machine_prices(stack: ResolvedStack, catalog: Catalog, region: str, as_they_are: bool) -> list[float | None]:
+    """Each machine that runs the job (the cluster's nodes, the TPU VM) per hour at ``region``'s
+    list prices: Spot where the stack's node is Spot (``as_they_are``), else every one on demand."""
     from trainstack.stackmodel.resolved import machine_hourly_usd, tpu_hourly_usd
 
     prices: list[float | None] = []
@@ -98,14 +99,44 @@ def _on_demand_hourly(stack: ResolvedStack, catalog: Catalog) -> float | None:
                     catalog,
                     node.machine_type,
                     node.accelerator,
-                    False,
+                    node.spot and as_they_are,
                     node.disk_gb,
                     node.boot_disk_type,
-                    stack.region,
+                    region,
                 )
             )
     if stack.tpu is not None:
-        prices.append(tpu_hourly_usd(catalog, stack.tpu.accelerator_type, False, stack.region))
+        prices.append(tpu_hourly_usd(catalog, stack.tpu.accelerator_type, stack.tpu.spot and as_they_are, region))
+    return prices
+
+
+def _on_demand_hourly(stack: ResolvedStack, catalog: Catalog) -> float | None:
+    """The job's machines as they are, every Spot one on demand instead."""
+    return _sum(_job_machine_prices(stack, catalog, stack.region, as_they_are=False))
+
+
+def hourly_in_region(stack: ResolvedStack, region: str, catalog: Catalog | None = None) -> float | None:
+    """The whole stack's price per running hour (:attr:`ResolvedStack.hourly_usd`: its machines
+    with their GPUs and boot disks, Spot where its nodes are, the notebook) had it been created
+    in ``region``; None when the catalog has no price there for some part, never another
+    region's figure."""
+    from trainstack.stackmodel.resolved import machine_hourly_usd
+
+    catalog = catalog or load_catalog()
+    prices = _job_machine_prices(stack, catalog, region, as_they_are=True)
+    notebook = stack.notebook
+    if notebook is not None:
+        prices.append(
+            machine_hourly_usd(
+                catalog,
+                notebook.machine_type,
+                notebook.accelerator,
+                False,
+                notebook.disk_gb,
+                notebook.boot_disk_type,
+                region,
+            )
+        )
     return _sum(prices)
 
 

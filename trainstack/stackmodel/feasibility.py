@@ -167,6 +167,21 @@ def _gpu_zones(machine_type: str, declared: Accelerator | None, catalog: Catalog
     return None
 
 
+def offered_zones(machine_type: str, declared: Accelerator | None, catalog: Catalog) -> frozenset[str] | None:
+    """The zones that offer a VM's machine type with its GPUs, by the rule :func:`check_machine`
+    applies (built-in GPUs: the machine type's zones; attached ones: the GPU's). None for a
+    machine without GPUs: the catalog records no zones for those, and any zone is taken."""
+    found = _gpu_zones(machine_type, declared, catalog)
+    return None if found is None else found[1]
+
+
+def tpu_offered_zones(accelerator_type: str, catalog: Catalog) -> list[str]:
+    """The zones that offer this TPU slice (:func:`check_tpu`'s rule: per slice size); empty
+    for a type the catalog does not know."""
+    found = catalog.tpu_generation_for(accelerator_type)
+    return [] if found is None else catalog.tpu_zones_for(found[0].generation, found[1])
+
+
 def _check_n1_attachment(key: str, machine_type: str, accelerator: Accelerator, catalog: Catalog) -> list[Problem]:
     machine = catalog.machine_types[machine_type]
     gpu = accelerator.type
