@@ -1,5 +1,5 @@
 """Name patterns shared by the stack schema and the commands that take a place on their own
-(``gpus --zone``): standard library only, so such commands load no schema library."""
+(``gpus --zone``, ``init --project``): standard library only, so such commands load no schema library."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ REGION_PATTERN = re.compile(r"[a-z]+-[a-z]+[0-9]+")
 # A zone is its region and one letter (us-central1-a); the region is then checked
 # against the catalog's list of regions.
 ZONE_PATTERN = re.compile(r"(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]")
+# A Google Cloud project ID: 6 to 30 lower-case letters, digits and hyphens, a letter first.
+PROJECT_ID_PATTERN = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
 
 
 def zone_argument(text: str) -> str:

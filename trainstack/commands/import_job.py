@@ -46,7 +46,6 @@ from trainstack.interop.jobfile_reading import (
     whole_number,
     without_job_dir,
 )
-from trainstack.tuning.spec import SpecError
 
 if TYPE_CHECKING:
     from trainstack.tuning.spec import HyperparameterSpec
@@ -255,6 +254,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from trainstack.base.errors import StackConfigError
     from trainstack.stackmodel.feasibility import parse_and_check
     from trainstack.stackmodel.stackfile import STACKS_DIR
+    from trainstack.tuning.spec import SpecError
 
     destination = args.out or STACKS_DIR / f"Pulumi.{args.stack}.yaml"
     if args.out is not None and args.out.name != f"Pulumi.{args.stack}.yaml":
@@ -343,7 +343,7 @@ def staged_spec(destination: Path, header: str, spec: HyperparameterSpec) -> Ite
     stack file is written; the caller's commit moves it into place, else nothing is left."""
     import yaml
 
-    from trainstack.tuning.spec import read_spec
+    from trainstack.tuning.spec import SpecError, read_spec
 
     text = header + yaml.safe_dump({"trainingInput": {"hyperparameters": spec.to_json()}}, sort_keys=False)
     temporary = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.base.errors import shorten
+from trainstack.base.names import PROJECT_ID_PATTERN
 from trainstack.catalog import Catalog, load_catalog
 from trainstack.interop.jobfile_reading import choose_zone, job_name_of_stack
-from trainstack.stackmodel.schema import PROJECT_ID_PATTERN
 
 PLACEHOLDER_PROJECT = "your-gcp-project"
 DEFAULT_REGION = "us-central1"

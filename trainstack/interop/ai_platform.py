@@ -13,7 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainstack.base.errors import shorten
 from trainstack.catalog import legacy_machine_types, load_catalog, scale_tiers
@@ -29,8 +29,12 @@ from trainstack.interop.jobfile_reading import (
     without_job_dir,
 )
 from trainstack.jobcode.node_environment import pinned_version
-from trainstack.tuning.spec import HyperparameterSpec, spec_from_mapping
 from trainstack_contract import EXTERNAL_JOB_DIR
+
+if TYPE_CHECKING:
+    # pydantic, which the spec needs, loads only when a config holds `hyperparameters`: the
+    # command line builds `import`'s parser at every start (trainstack.commands.main).
+    from trainstack.tuning.spec import HyperparameterSpec
 
 TPU_WORKER = "cloud_tpu"
 # "type TPU_V2 and count 8: no other number of TPU v2 cores can be attached" (seed 001); a TPU VM
@@ -401,6 +405,8 @@ def shape_of(
     # half-imported. `import` writes it beside the stack file, for `trainstack tune`.
     spec = get(training_input, "hyperparameters")
     if spec is not None:
+        from trainstack.tuning.spec import spec_from_mapping
+
         shape.tuning = spec_from_mapping(spec, "trainingInput.hyperparameters")
     return shape
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainstack.base.errors import Problem, StackConfigError, shorten
-from trainstack.base.names import REGION_PATTERN, ZONE_PATTERN
+from trainstack.base.names import PROJECT_ID_PATTERN, REGION_PATTERN, ZONE_PATTERN
 from trainstack.jobcode.package import MODULE_PATTERN, check_image_syntax
 from trainstack_contract import (
     AUTO,
@@ -67,7 +67,6 @@ LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")
 RESERVED_LABEL_PREFIX = "trainstack-"
 # Compute Engine allows 64 labels per resource; the program adds at most two of its own.
 MAX_USER_LABELS = 62
-PROJECT_ID_PATTERN = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
 BILLING_ACCOUNT_PATTERN = re.compile(r"[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}")
 # gs://BUCKET[/PATH]: bucket names are 3-63 lowercase letters, digits, "-", "_" and ".";
 # object paths are printable and bounded.
