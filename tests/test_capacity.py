@@ -171,7 +171,13 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         f"{C}.chief.capacity",
         "n1-standard-8 (N1) cannot be created with flex-start; machine series that can: A2, A3, A4, G2",
     ),
-    ("flex_start_over_7_days", H200, {f"{C}.max_run_hours": 200}, f"{C}.max_run_hours", "over flex-start's bound of 168"),
+    (
+        "flex_start_over_7_days",
+        H200,
+        {f"{C}.max_run_hours": 200},
+        f"{C}.max_run_hours",
+        "over flex-start's bound of 168",
+    ),
     (
         "flex_start_uncapped",
         H200,

@@ -61,7 +61,9 @@ class MachineType:
     builtin_gpu_count: int
     on_demand_usd_hr: float | None  # without its GPUs
     spot_usd_hr: float | None
-    on_demand_allowed: bool  # False: Compute Engine creates it only as Spot, flex-start or reserved (capacity_rules.csv)
+    on_demand_allowed: (
+        bool  # False: Compute Engine creates it only as Spot, flex-start or reserved (capacity_rules.csv)
+    )
     nic_type: str | None  # the network interface the series requires (A3: GVNIC)
     boot_disk_type: str  # the Compute Engine disk type of its boot disk (A3 Ultra: hyperdisk-balanced)
 

@@ -43,14 +43,14 @@ from trainstack_contract import (
     AUTO,
     EXTERNAL_JOB_DIR,
     FLEX_START,
-    ON_DEMAND,
-    RESERVATION,
-    SPOT,
     LAYOUT,
     MIRRORED,
     MULTI_WORKER_MIRRORED,
+    ON_DEMAND,
     ONE_DEVICE,
     PARAMETER_SERVER,
+    RESERVATION,
+    SPOT,
     auto_strategy,
 )
 

@@ -485,8 +485,7 @@ def _resolve_cluster(cfg: StackConfig, catalog: Catalog, facts: CheckedFacts) ->
     if cluster.parameter_servers is not None:
         ps = cluster.parameter_servers
         nodes += [
-            _cluster_node(cfg, catalog, contract.PS, i, None, ps, ps.machine_type, ps.disk_gb)
-            for i in range(ps.count)
+            _cluster_node(cfg, catalog, contract.PS, i, None, ps, ps.machine_type, ps.disk_gb) for i in range(ps.count)
         ]
     strategy = facts.strategy or resolved_strategy(cluster, catalog)
     tf_cluster: dict[str, list[str]] = {}

@@ -21,11 +21,8 @@ from trainstack.base.names import REGION_PATTERN, ZONE_PATTERN
 from trainstack.jobcode.package import MODULE_PATTERN, check_image_syntax
 from trainstack_contract import (
     AUTO,
-    CAPACITIES,
-    ON_DEMAND,
-    RESERVATION,
-    SPOT,
     BATCH_SIZE_PER_REPLICA,
+    CAPACITIES,
     CNN,
     EPOCHS,
     EXECUTED_PREFIX,
@@ -38,7 +35,10 @@ from trainstack_contract import (
     MAX_JOB_ENV,
     MAX_JOB_ENV_CHARS,
     NO_JOB,
+    ON_DEMAND,
     PACKAGE_JOB,
+    RESERVATION,
+    SPOT,
     STACK_LABEL,
     STEPS_PER_EPOCH,
     SYNTHETIC_DATA,
@@ -293,7 +293,9 @@ class CapacityChoice(_Strict):
     @field_validator("reservation")
     @classmethod
     def _reservation_name(cls, name: str | None) -> str | None:
-        what = "a reservation name: lowercase letters, digits and hyphens, starting with a letter, at most 63 characters"
+        what = (
+            "a reservation name: lowercase letters, digits and hyphens, starting with a letter, at most 63 characters"
+        )
         return None if name is None else _full_match(RESERVATION_NAME_PATTERN, name, what)
 
     @model_validator(mode="after")

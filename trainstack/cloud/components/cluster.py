@@ -20,7 +20,6 @@ from trainstack.cloud.components.identity import (
 )
 from trainstack.stackmodel.resolved import ClusterNode, FlexStart, ResolvedCluster
 
-
 # A specifically targeted reservation is named by this label key
 # (https://cloud.google.com/compute/docs/reference/rest/v1/ReservationAffinity).
 RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
@@ -41,9 +40,7 @@ def reservation_affinity_for(node: ClusterNode) -> gcp.compute.InstanceReservati
     )
 
 
-def flex_start_scheduling(
-    flex: FlexStart, cluster: ResolvedCluster
-) -> gcp.compute.InstanceSchedulingArgs:
+def flex_start_scheduling(flex: FlexStart, cluster: ResolvedCluster) -> gcp.compute.InstanceSchedulingArgs:
     """A Dynamic Workload Scheduler flex-start VM: FLEX_START, restarted by nothing, terminated
     as the catalog says at the end of its run duration (validate checked the duration)."""
     seconds = cluster.max_run_seconds
