@@ -96,8 +96,8 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "a3_highgpu_1g_on_demand",
         {f"{C}.chief": {"machine_type": "a3-highgpu-1g"}, f"{C}.workers": DELETE},
-        f"{C}.chief.spot",
-        "only as Spot",
+        f"{C}.chief.capacity",
+        "cannot be created on demand; get it with capacity: spot, flex_start or reservation",
     ),
     (
         "t4_on_a2",
@@ -246,7 +246,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "typo_nested_key",
         {f"{C}.workers.machine": "n1-standard-8"},
         f"{C}.workers.machine",
-        "valid keys here: accelerator, count, disk_gb, machine_type, spot",
+        "valid keys here: accelerator, capacity, count, disk_gb, machine_type, reservation, spot",
     ),
     (
         "accelerator_on_parameter_server",

@@ -17,6 +17,7 @@ from typing import Final, Protocol
 
 from trainstack_agent.metadata import Metadata
 from trainstack_contract import (
+    CAPACITIES,
     CLUSTER_NODE_KIND,
     CODE_INSTALLS,
     EXTERNAL_JOB_DIR,
@@ -144,6 +145,10 @@ class NodeSettings:
     # Seconds with an empty job queue before on_finish; None: this node runs no queue (its own
     # job, if any, then on_finish, as before the queue).
     idle_seconds: int | None = None
+    # How the node got its machine (CAPACITIES) where its metadata says: flex_start or
+    # reservation; None on an on-demand or Spot node, whose metadata names none. Read only: the
+    # agent's behaviour does not depend on it yet.
+    capacity: str | None = None
 
     @property
     def is_chief(self) -> bool:
@@ -386,6 +391,8 @@ def read_settings(metadata: Metadata) -> NodeSettings:
     python = _python(reader, bucket)
     job = _job(reader, bucket)
     idle_seconds = _idle_seconds(reader)
+    capacity_text = reader.optional(KEYS.capacity)
+    capacity = None if capacity_text is None else _choice(KEYS.capacity, capacity_text, CAPACITIES)
     if kind == TPU_NODE_KIND:
         return NodeSettings(
             kind=kind,
@@ -403,6 +410,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
             tpu_name=_match(KEYS.tpu_name, reader.required(KEYS.tpu_name), NODE_NAME, "a TPU node name"),
             max_run_seconds=_whole(KEYS.max_run_seconds, reader.required(KEYS.max_run_seconds), 1, MAX_RUN_SECONDS),
             idle_seconds=idle_seconds,
+            capacity=capacity,
         )
     assert kind == CLUSTER_NODE_KIND
     role = _choice(KEYS.role, reader.required(KEYS.role), ROLES)
@@ -438,6 +446,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
         max_restarts=_whole(KEYS.max_restarts, reader.optional(KEYS.max_restarts) or "0", 0, 100),
         recover=recover,
         idle_seconds=idle_seconds,
+        capacity=capacity,
     )
 
 

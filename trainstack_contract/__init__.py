@@ -498,6 +498,9 @@ class MetadataKeys:
     # "true" for the built-in trainer's job: a standing node may start it in a warm interpreter
     # that loaded TensorFlow before the job came (trainstack_agent.warm); a team's code never.
     warm_start: str = "trainstack-warm-start"
+    # How the node got its machine (CAPACITIES): written for flex_start and reservation nodes;
+    # absent on an on-demand or Spot node, whose metadata stays as before the key existed.
+    capacity: str = "trainstack-capacity"
 
 
 METADATA_KEYS: Final = MetadataKeys()
@@ -511,6 +514,17 @@ NodeKind = Literal["cluster", "tpu"]
 CLUSTER_NODE_KIND: Final = "cluster"
 TPU_NODE_KIND: Final = "tpu"
 NODE_KINDS: Final[tuple[str, ...]] = get_args(NodeKind)
+
+# How a node gets its machine (the stack's `capacity` key; Compute Engine's provisioning
+# models): on demand, Spot, Dynamic Workload Scheduler flex-start, or from a reservation.
+# The program writes it into a node's metadata (METADATA_KEYS.capacity) where it is not one of
+# the two every stack had before the key existed (on demand, Spot).
+Capacity = Literal["on_demand", "spot", "flex_start", "reservation"]
+ON_DEMAND: Final = "on_demand"
+SPOT: Final = "spot"
+FLEX_START: Final = "flex_start"
+RESERVATION: Final = "reservation"
+CAPACITIES: Final[tuple[str, ...]] = get_args(Capacity)
 
 
 # --- TF_CONFIG -------------------------------------------------------------------------------

@@ -61,7 +61,9 @@ class MachineType:
     builtin_gpu_count: int
     on_demand_usd_hr: float | None  # without its GPUs
     spot_usd_hr: float | None
-    on_demand_allowed: bool  # False: Compute Engine creates it only as Spot (or Flex-start / reserved)
+    on_demand_allowed: (
+        bool  # False: Compute Engine creates it only as Spot, flex-start or reserved (capacity_rules.csv)
+    )
     nic_type: str | None  # the network interface the series requires (A3: GVNIC)
     boot_disk_type: str  # the Compute Engine disk type of its boot disk (A3 Ultra: hyperdisk-balanced)
 
@@ -127,6 +129,76 @@ class HourlyPrice:
 
 
 @dataclass(frozen=True)
+class CapacityRule:
+    """One row of capacity_rules.csv: a rule of how machines are had, with its source."""
+
+    rule: str
+    subject: str
+    value: str
+    note: str
+    source: str
+    as_of: str
+
+
+@dataclass(frozen=True)
+class CapacityRules:
+    """Google's rules for flex-start, reservations and TPU capacity (capacity_rules.csv)."""
+
+    rows: tuple[CapacityRule, ...] = ()
+
+    def _value(self, rule: str, subject: str = "") -> str | None:
+        return next((r.value for r in self.rows if r.rule == rule and r.subject == subject), None)
+
+    def row(self, rule: str, subject: str = "") -> CapacityRule | None:
+        return next((r for r in self.rows if r.rule == rule and r.subject == subject), None)
+
+    @property
+    def flex_start_series(self) -> frozenset[str]:
+        """The machine series a standalone flex-start VM can be created with."""
+        return frozenset(r.subject for r in self.rows if r.rule == "flex_start_series" and r.value == "yes")
+
+    @property
+    def flex_start_discounted_series(self) -> frozenset[str]:
+        """The series whose flex-start price Google says is below on demand."""
+        row = next((r for r in self.rows if r.rule == "flex_start_discounted_series"), None)
+        return frozenset(row.subject.split()) if row is not None and row.value == "yes" else frozenset()
+
+    @property
+    def flex_start_max_run_hours(self) -> float | None:
+        value = self._value("flex_start_max_run_hours")
+        return float(value) if value else None
+
+    @property
+    def flex_start_termination_action(self) -> str:
+        return self._value("flex_start_termination_action") or "DELETE"
+
+    @property
+    def flex_start_automatic_restart(self) -> bool:
+        return self._value("flex_start_automatic_restart") == "yes"
+
+    @property
+    def flex_start_stoppable(self) -> bool:
+        return self._value("flex_start_stoppable") == "yes"
+
+    @property
+    def reservation_with_spot(self) -> bool:
+        return self._value("reservation_spot") == "yes"
+
+    @property
+    def reservation_match(self) -> str:
+        row = self.row("reservation_match")
+        return row.note if row is not None else ""
+
+    @property
+    def reservation_provisioning_model(self) -> str:
+        return self._value("reservation_provisioning_model") or "STANDARD"
+
+    def tpu_capacities(self) -> dict[str, CapacityRule]:
+        """Each capacity a TPU VM may be asked for, and whether it can (value yes/no) and why."""
+        return {r.subject: r for r in self.rows if r.rule == "tpu_capacity"}
+
+
+@dataclass(frozen=True)
 class Catalog:
     gpus: dict[str, Gpu]
     machine_types: dict[str, MachineType]
@@ -149,6 +221,8 @@ class Catalog:
     # Built-in GPU -> zone -> the machine types carrying it that the zone offers (None: all of
     # them). Availability is per machine type: a2-megagpu-16g is in fewer zones than a2-highgpu-1g.
     gpu_zone_machines: dict[str, dict[str, frozenset[str] | None]] = field(default_factory=dict)
+    # How machines can be had: flex-start, reservations, TPU capacity (capacity_rules.csv).
+    capacity: CapacityRules = field(default_factory=CapacityRules)
 
     def _hourly(self, kind: str, name: str, region: str, spot: bool, base: HourlyPrice | None) -> float | None:
         regional = self.regional_prices.get((kind, name, region))
@@ -350,6 +424,12 @@ def load_catalog() -> Catalog:
         regional_prices=_regional_prices(),
         regional_rates=_regional_rates(),
         gpu_zone_machines=dict(gpu_zone_machines),
+        capacity=CapacityRules(
+            tuple(
+                CapacityRule(row["rule"], row["subject"], row["value"], row["note"], row["source"], row["as_of"])
+                for row in _rows("capacity_rules.csv")
+            )
+        ),
     )
 
 

@@ -30,10 +30,12 @@ from trainstack.stackmodel.schema import NAMESPACE
 from trainstack_contract import (
     CHIEF,
     CLUSTER_NODE_KIND,
+    FLEX_START,
     LAYOUT,
     METADATA_KEYS,
     NO_JOB,
     PATH_INSTALL,
+    RESERVATION,
     TPU_NODE_KIND,
     requirements_stamp,
 )
@@ -222,6 +224,17 @@ def idle_metadata(stack_idle_seconds: int | None, override: int | None = None) -
     return {METADATA_KEYS.idle_seconds: str(stack_idle_seconds if override is None else override)}
 
 
+# The capacities a node's metadata names: on-demand and Spot nodes' metadata stays as it was
+# before capacity existed (their VMs are not updated by an upgrade of trainstack).
+_CAPACITIES_IN_METADATA = (FLEX_START, RESERVATION)
+
+
+def capacity_metadata(capacity: str) -> dict[str, str]:
+    """How the node got its machine, for its agent: flex_start or reservation; nothing for on
+    demand or Spot."""
+    return {METADATA_KEYS.capacity: capacity} if capacity in _CAPACITIES_IN_METADATA else {}
+
+
 def node_metadata(
     cluster: ResolvedCluster,
     node: ClusterNode,
@@ -251,6 +264,7 @@ def node_metadata(
         **job_metadata(job, cluster.trainer_args if args is None else args),
     }
     metadata.update(idle_metadata(cluster.idle_seconds, idle_seconds))
+    metadata.update(capacity_metadata(node.capacity))
     if cluster.tf_cluster:
         metadata[METADATA_KEYS.cluster_key] = cluster.tf_cluster_metadata_key
     if len(cluster.nodes) > 1:
@@ -282,6 +296,7 @@ def tpu_metadata(
         **agent_metadata(bucket, kind or tpu_node_kind(tpu, stack.zone), stack.wheelhouse),
         **job_metadata(job or stack.job, tpu.trainer_args if args is None else args),
         **idle_metadata(tpu.idle_seconds, idle_seconds),
+        **capacity_metadata(tpu.capacity),
     }
 
 

@@ -31,6 +31,7 @@ def _describe(resource_inputs: dict[str, object]) -> str:
         "region",
         "scheduling",
         "schedulingConfig",
+        "reservationAffinity",
         "role",
         "service",
     ):

@@ -163,6 +163,39 @@ def _stopped_monthly(stack: ResolvedStack, catalog: Catalog) -> float | None:
     return _sum(disks) if disks else 0.0
 
 
+def capacity_notes(stack: ResolvedStack, catalog: Catalog) -> list[str]:
+    """How the flex-start and reserved machines are priced, and what a reservation bills
+    (catalog: capacity_rules.csv); nothing for a stack of on-demand and Spot machines."""
+    import trainstack_contract as contract
+
+    nodes = list(stack.cluster.nodes) if stack.cluster else []
+    flex = [n for n in nodes if n.capacity == contract.FLEX_START]
+    notes = []
+    discounted = catalog.capacity.flex_start_discounted_series
+    cheaper = [n.vm_name for n in flex if n.machine_type.split("-")[0] in discounted]
+    if cheaper:
+        notes.append(
+            f"flex-start: {', '.join(cheaper)} priced at the on-demand list price, an upper bound: Google prices "
+            f"flex-start {', '.join(sorted(s.upper() for s in discounted))} machines below on demand, and the catalog "
+            "holds no flex-start price (capacity_rules.csv)"
+        )
+    if len(cheaper) < len(flex):
+        notes.append(
+            "flex-start: "
+            + ", ".join(n.vm_name for n in flex if n.vm_name not in cheaper)
+            + " priced at the on-demand list price: Google names no flex-start discount for its series (capacity_rules.csv)"
+        )
+    reserved = [n.vm_name for n in nodes if n.capacity == contract.RESERVATION]
+    reserved += [stack.tpu.vm_name] if stack.tpu is not None and stack.tpu.capacity == contract.RESERVATION else []
+    if reserved:
+        notes.append(
+            f"reservation: {', '.join(reserved)} {'consumes' if len(reserved) == 1 else 'consume'} a reservation, which bills at on-demand rates for as long as "
+            "it exists, whether these machines run, are stopped or deleted; the machines bill nothing more for what "
+            "it covers (the prices shown are those rates). The stopped and run figures leave the reservation out"
+        )
+    return notes
+
+
 def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: Catalog | None = None) -> CostReport:
     catalog = catalog or load_catalog()
     region = stack.region
@@ -236,6 +269,7 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
             f"one run can cost up to ${one_run_max:,.2f} ({cap_hours:g} h at ${machines_hourly:,.2f}/h), more than "
             f"budget.monthly_usd ${budget.monthly_usd:,.2f}"
         )
+    notes += capacity_notes(stack, catalog)
     if hourly is None:
         notes.append(f"some part has no {region} price in the catalog: totals that include it are unknown")
     return CostReport(

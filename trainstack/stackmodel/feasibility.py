@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainstack.base.errors import Problem, StackConfigError
-from trainstack.catalog import Catalog, N1GpuLimit, load_catalog
+from trainstack.catalog import Catalog, MachineType, N1GpuLimit, load_catalog
 from trainstack.jobcode.node_environment import Pin, cluster_pins, project_conflicts, requirements_file_conflicts
 from trainstack.jobcode.package import (
     PROJECT_LAYOUT,
@@ -31,20 +31,26 @@ from trainstack.jobcode.package import (
 from trainstack.stackmodel.schema import (
     NAMESPACE,
     Accelerator,
+    CapacityChoice,
     Cluster,
     Job,
     StackConfig,
+    Tpu,
     parse_stack_config,
 )
 from trainstack.stackmodel.siblings import stack_buckets
 from trainstack_contract import (
     AUTO,
     EXTERNAL_JOB_DIR,
+    FLEX_START,
     LAYOUT,
     MIRRORED,
     MULTI_WORKER_MIRRORED,
+    ON_DEMAND,
     ONE_DEVICE,
     PARAMETER_SERVER,
+    RESERVATION,
+    SPOT,
     auto_strategy,
 )
 
@@ -81,9 +87,15 @@ def effective_accelerator(machine_type: str, declared: Accelerator | None, catal
 
 
 def check_machine(
-    key: str, machine_type: str, accelerator: Accelerator | None, zone: str, catalog: Catalog, spot: bool = False
+    key: str,
+    machine_type: str,
+    accelerator: Accelerator | None,
+    zone: str,
+    catalog: Catalog,
+    capacity: str = ON_DEMAND,
 ) -> list[Problem]:
-    """A machine type with its GPUs: known, attachable in that count, offered in the zone."""
+    """A machine type with its GPUs: known, attachable in that count, offered in the zone, and
+    to be had with ``capacity``."""
     machine = catalog.machine_types.get(machine_type)
     if machine is None:
         close = difflib.get_close_matches(machine_type, list(catalog.machine_types), n=5, cutoff=0.5)
@@ -93,14 +105,7 @@ def check_machine(
             else f"known series: {_join(sorted({m.series for m in catalog.machine_types.values()}))}"
         )
         return [Problem(f"{key}.machine_type", f"unknown machine type {machine_type!r}; {hint}")]
-    problems: list[Problem] = []
-    if not spot and not machine.on_demand_allowed:
-        problems.append(
-            Problem(
-                f"{key}.spot",
-                f"{machine_type} cannot be created on demand, only as Spot (or with a reservation); set spot: true or pick another machine type",
-            )
-        )
+    problems = _check_machine_capacity(key, machine, capacity, catalog)
     if machine.builtin_gpu:
         # Its GPUs come with it: the machine type itself must be offered in the zone.
         zones = catalog.machine_zones(machine_type)
@@ -144,6 +149,111 @@ def check_machine(
         # (A machine with built-in GPUs was checked against its own zones above.)
         problems.append(Problem(f"{accel_key}.type", _not_offered(gpu.name, zone, zones)))
     return problems
+
+
+# --- Capacity: how each node gets its machine (catalog: capacity_rules.csv) -------------------
+CAPACITY_RULES = "catalog: capacity_rules.csv"
+
+
+def capacity_ways(machine: MachineType, catalog: Catalog) -> list[str]:
+    """The capacities other than on demand that ``machine`` can be had with."""
+    ways = [SPOT]
+    if machine.series in catalog.capacity.flex_start_series:
+        ways.append(FLEX_START)
+    return [*ways, RESERVATION]
+
+
+def _or_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+def _check_machine_capacity(key: str, machine: MachineType, capacity: str, catalog: Catalog) -> list[Problem]:
+    """``capacity`` for one machine type: on demand where Compute Engine allows it, flex-start
+    on the series that take it."""
+    if capacity == ON_DEMAND and not machine.on_demand_allowed:
+        ways = _or_list(capacity_ways(machine, catalog))
+        return [
+            Problem(
+                f"{key}.capacity",
+                f"{machine.name} cannot be created on demand; get it with capacity: {ways} "
+                f"(spot: true is capacity: spot), or pick another machine type",
+            )
+        ]
+    rules = catalog.capacity
+    if capacity == FLEX_START and machine.series not in rules.flex_start_series:
+        return [
+            Problem(
+                f"{key}.capacity",
+                f"flex_start: {machine.name} ({machine.series.upper()}) cannot be created with flex-start; machine series "
+                f"that can: {_join(sorted(s.upper() for s in rules.flex_start_series))} ({CAPACITY_RULES})",
+            )
+        ]
+    return []
+
+
+def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]:
+    """What flex-start asks of the whole cluster: a run duration within its bound, and an
+    on_finish its VMs can carry out."""
+    key = f"{NAMESPACE}:cluster"
+    pools: list[tuple[str, CapacityChoice]] = [("chief", cluster.chief)]
+    pools += [("workers", cluster.workers)] if cluster.workers is not None and cluster.workers.count else []
+    pools += (
+        [("parameter_servers", cluster.parameter_servers)]
+        if cluster.parameter_servers is not None and cluster.parameter_servers.count
+        else []
+    )
+    flex = [f"{name}" for name, pool in pools if pool.effective_capacity == FLEX_START]
+    if not flex:
+        return []
+    rules = catalog.capacity
+    which = f"cluster.{_join(flex)} {'is' if len(flex) == 1 else 'are'} flex-start"
+    bound = rules.flex_start_max_run_hours
+    problems: list[Problem] = []
+    if cluster.max_run_hours is None:
+        problems.append(
+            Problem(
+                f"{key}.max_run_hours",
+                f"null, but {which}: a flex-start VM needs a run duration; set max_run_hours (at most {bound:g}) "
+                "and remove acknowledge_bills_until_stopped",
+            )
+        )
+    elif bound is not None and cluster.max_run_hours > bound:
+        problems.append(
+            Problem(
+                f"{key}.max_run_hours",
+                f"{cluster.max_run_hours:g} is over flex-start's bound of {bound:g} hours ({bound / 24:g} days), and "
+                f"{which}; set max_run_hours to at most {bound:g} ({CAPACITY_RULES})",
+            )
+        )
+    if cluster.on_finish == "stop" and not rules.flex_start_stoppable:
+        problems.append(
+            Problem(
+                f"{key}.on_finish",
+                f"stop, but {which}: Compute Engine deletes a flex-start VM at the end of its run "
+                f"(termination action {rules.flex_start_termination_action}) and a stopped one is not known to start "
+                f"again; use on_finish: delete (or keep) ({CAPACITY_RULES})",
+            )
+        )
+    return problems
+
+
+def _check_tpu_capacity(tpu: Tpu, catalog: Catalog) -> list[Problem]:
+    """The capacities a TPU VM can be created with through pulumi-gcp's tpu.V2Vm."""
+    key = f"{NAMESPACE}:tpu"
+    offered = catalog.capacity.tpu_capacities()
+    rule = offered.get(tpu.effective_capacity)
+    if rule is not None and rule.value != "yes":
+        possible = _join(name for name, r in offered.items() if r.value == "yes")
+        return [Problem(f"{key}.capacity", f"{tpu.effective_capacity}: not for a TPU VM: {rule.note}; use {possible}")]
+    if tpu.reservation is not None:
+        return [
+            Problem(
+                f"{key}.reservation",
+                f"{tpu.reservation}: a TPU VM cannot name its reservation (tpu.V2Vm's scheduling_config has only "
+                "reserved: true); leave reservation out to consume any matching reservation of the project",
+            )
+        ]
+    return []
 
 
 def _not_offered(what: str, zone: str, zones: Iterable[str]) -> str:
@@ -234,14 +344,18 @@ def _check_cluster(cfg: StackConfig, catalog: Catalog) -> tuple[list[Problem], s
     zone = cfg.settings.zone
     key = f"{NAMESPACE}:cluster"
     chief, workers = cluster.chief, cluster.workers
-    problems = check_machine(f"{key}.chief", chief.machine_type, chief.accelerator, zone, catalog, chief.spot)
+    problems = check_machine(
+        f"{key}.chief", chief.machine_type, chief.accelerator, zone, catalog, chief.effective_capacity
+    )
     if workers is not None:
         problems += check_machine(
-            f"{key}.workers", workers.machine_type, workers.accelerator, zone, catalog, workers.spot
+            f"{key}.workers", workers.machine_type, workers.accelerator, zone, catalog, workers.effective_capacity
         )
     if cluster.parameter_servers is not None:
         ps = cluster.parameter_servers
-        problems += check_machine(f"{key}.parameter_servers", ps.machine_type, None, zone, catalog, ps.spot)
+        problems += check_machine(
+            f"{key}.parameter_servers", ps.machine_type, None, zone, catalog, ps.effective_capacity
+        )
         machine = catalog.machine_types.get(ps.machine_type)
         if machine is not None and machine.builtin_gpu:
             problems.append(
@@ -250,6 +364,8 @@ def _check_cluster(cfg: StackConfig, catalog: Catalog) -> tuple[list[Problem], s
                     f"{ps.machine_type} carries GPUs that parameter servers do not use; choose a CPU machine type such as n1-highmem-8",
                 )
             )
+
+    problems += _check_cluster_capacity(cluster, catalog)
 
     # One cluster, one zone: every GPU type it uses must be offered there, as AI Platform
     # Training required (https://cloud.google.com/ai-platform/training/docs/using-gpus).
@@ -395,7 +511,8 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
                 f"{tpu.accelerator_type} spans several hosts; trainstack runs single-host TPU VMs: {_join(single_host)}",
             )
         )
-    if tpu.spot and tpu.effective_on_finish == "stop":
+    problems += _check_tpu_capacity(tpu, catalog)
+    if tpu.is_spot and tpu.effective_on_finish == "stop":
         # Google: a Spot TPU cannot be restarted once stopped or preempted, only recreated.
         problems.append(
             Problem(

@@ -33,6 +33,7 @@ from trainstack.stackmodel.schema import (
     Accelerator,
     Access,
     Budget,
+    CapacityChoice,
     JobSecret,
     NodeSpec,
     OnFinish,
@@ -84,6 +85,15 @@ class ResolvedJob:
 
 
 @dataclass(frozen=True)
+class FlexStart:
+    """What Compute Engine requires of a flex-start VM (catalog: capacity_rules.csv)."""
+
+    termination_action: str
+    automatic_restart: bool
+    max_run_hours: float | None
+
+
+@dataclass(frozen=True)
 class ClusterNode:
     """One VM of the training cluster: the chief, a worker or a parameter server."""
 
@@ -95,12 +105,18 @@ class ClusterNode:
     accelerator: Accelerator | None  # what the VM really gets, built-in GPUs included
     # True for N1, which takes attached GPUs; A2/A3/G2 machine types bring theirs.
     attach_accelerator: bool
-    spot: bool
+    spot: bool  # capacity == spot
     disk_gb: int
     boot_disk_type: str
     nic_type: str | None
     image: Image
     cost: NodeCost
+    # How the VM gets its machine (contract.CAPACITIES), and the reservation it consumes
+    # (None with capacity reservation: any matching one).
+    capacity: contract.Capacity = contract.ON_DEMAND
+    reservation: str | None = None
+    # Set for a flex-start node alone.
+    flex_start: FlexStart | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +185,8 @@ class ResolvedTpu:
     cost: NodeCost
     # As ResolvedCluster.idle_seconds.
     idle_seconds: int | None = None
+    # As ClusterNode.capacity; a TPU VM takes on_demand, spot or reservation (any matching one).
+    capacity: contract.Capacity = contract.ON_DEMAND
 
 
 @dataclass(frozen=True)
@@ -308,9 +326,25 @@ def tpu_hourly_usd(catalog: Catalog, accelerator_type: str, spot: bool, region: 
     return None if per_chip is None else per_chip * generation.chips(size)
 
 
-def describe_machine(machine_type: str, accelerator: Accelerator | None, spot: bool) -> str:
+def describe_capacity(capacity: str, reservation: str | None = None) -> str:
+    """How a node's price line names its capacity: nothing on demand, " (spot)" as before."""
+    if capacity == contract.ON_DEMAND:
+        return ""
+    if capacity == contract.RESERVATION:
+        return f" (reservation {reservation})" if reservation else " (any matching reservation)"
+    return f" ({capacity.replace('_', '-')})"
+
+
+def describe_machine(
+    machine_type: str,
+    accelerator: Accelerator | None,
+    spot: bool,
+    capacity: str | None = None,
+    reservation: str | None = None,
+) -> str:
     gpus = f" + {accelerator.count} x {accelerator.type}" if accelerator else ""
-    return f"{machine_type}{gpus}{' (spot)' if spot else ''}"
+    how = describe_capacity(capacity or (contract.SPOT if spot else contract.ON_DEMAND), reservation)
+    return f"{machine_type}{gpus}{how}"
 
 
 # --- Names and arguments ---------------------------------------------------------------------
@@ -396,14 +430,18 @@ def _cluster_node(
     role: str,
     index: int,
     spec: NodeSpec | None,
+    pool: CapacityChoice,
     machine_type: str,
-    spot: bool,
     disk_gb: int,
 ) -> ClusterNode:
     machine = catalog.machine_types[machine_type]
     accelerator = effective_accelerator(machine_type, spec.accelerator if spec else None, catalog)
     name = contract.node_name(role, index)
     vm_name = contract.vm_name(cfg.name, name)
+    capacity, spot = pool.effective_capacity, pool.is_spot
+    # Flex-start and reserved VMs are priced at the on-demand list price: Google's flex-start
+    # prices are not in the catalog (an upper bound), and a reservation bills at on-demand rates
+    # (see trainstack.stackmodel.cost for what the report says of both).
     price = machine_hourly_usd(catalog, machine_type, accelerator, spot, disk_gb, machine.boot_disk_type, cfg.region)
     return ClusterNode(
         role=role,
@@ -418,7 +456,17 @@ def _cluster_node(
         boot_disk_type=machine.boot_disk_type,
         nic_type=machine.nic_type,
         image=catalog.images["gpu" if accelerator is not None else "cpu"],
-        cost=NodeCost(vm_name, describe_machine(machine_type, accelerator, spot), price),
+        cost=NodeCost(vm_name, describe_machine(machine_type, accelerator, spot, capacity, pool.reservation), price),
+        capacity=capacity,
+        reservation=pool.reservation,
+        flex_start=_flex_start(catalog) if capacity == contract.FLEX_START else None,
+    )
+
+
+def _flex_start(catalog: Catalog) -> FlexStart:
+    rules = catalog.capacity
+    return FlexStart(
+        rules.flex_start_termination_action, rules.flex_start_automatic_restart, rules.flex_start_max_run_hours
     )
 
 
@@ -427,18 +475,17 @@ def _resolve_cluster(cfg: StackConfig, catalog: Catalog, facts: CheckedFacts) ->
     if cluster is None:
         return None
     chief = cluster.chief
-    nodes = [_cluster_node(cfg, catalog, contract.CHIEF, 0, chief, chief.machine_type, chief.spot, chief.disk_gb)]
+    nodes = [_cluster_node(cfg, catalog, contract.CHIEF, 0, chief, chief, chief.machine_type, chief.disk_gb)]
     if cluster.workers is not None:
         pool = cluster.workers
         nodes += [
-            _cluster_node(cfg, catalog, contract.WORKER, i, pool, pool.machine_type, pool.spot, pool.disk_gb)
+            _cluster_node(cfg, catalog, contract.WORKER, i, pool, pool, pool.machine_type, pool.disk_gb)
             for i in range(pool.count)
         ]
     if cluster.parameter_servers is not None:
         ps = cluster.parameter_servers
         nodes += [
-            _cluster_node(cfg, catalog, contract.PS, i, None, ps.machine_type, ps.spot, ps.disk_gb)
-            for i in range(ps.count)
+            _cluster_node(cfg, catalog, contract.PS, i, None, ps, ps.machine_type, ps.disk_gb) for i in range(ps.count)
         ]
     strategy = facts.strategy or resolved_strategy(cluster, catalog)
     tf_cluster: dict[str, list[str]] = {}
@@ -468,21 +515,22 @@ def _resolve_tpu(cfg: StackConfig, catalog: Catalog) -> ResolvedTpu | None:
         return None
     runtime = catalog.tpu_runtimes[tpu.runtime_version]
     vm_name = contract.vm_name(cfg.name, contract.TPU_NODE)
-    description = f"{tpu.accelerator_type}{' (spot)' if tpu.spot else ''}"
+    description = f"{tpu.accelerator_type}{describe_capacity(tpu.effective_capacity)}"
     return ResolvedTpu(
         name=contract.TPU_NODE,
         vm_name=vm_name,
         accelerator_type=tpu.accelerator_type,
         runtime_version=tpu.runtime_version,
         tensorflow_minor=".".join(runtime.tensorflow_version.split(".")[:2]),
-        spot=tpu.spot,
+        spot=tpu.is_spot,
         on_finish=tpu.effective_on_finish,
         on_finish_chosen=tpu.on_finish is not None,
         max_run_seconds=round(tpu.max_run_hours * SECONDS_PER_HOUR),
         service_agent_role=tpu.service_agent_role,
         trainer_args=trainer_args(cfg, contract.TPU),
-        cost=NodeCost(vm_name, description, tpu_hourly_usd(catalog, tpu.accelerator_type, tpu.spot, cfg.region)),
+        cost=NodeCost(vm_name, description, tpu_hourly_usd(catalog, tpu.accelerator_type, tpu.is_spot, cfg.region)),
         idle_seconds=machine_idle_seconds(cfg, tpu.idle_minutes),
+        capacity=tpu.effective_capacity,
     )
 
 

@@ -22,6 +22,7 @@ from trainstack.jobcode.package import MODULE_PATTERN, check_image_syntax
 from trainstack_contract import (
     AUTO,
     BATCH_SIZE_PER_REPLICA,
+    CAPACITIES,
     CNN,
     EPOCHS,
     EXECUTED_PREFIX,
@@ -34,10 +35,14 @@ from trainstack_contract import (
     MAX_JOB_ENV,
     MAX_JOB_ENV_CHARS,
     NO_JOB,
+    ON_DEMAND,
     PACKAGE_JOB,
+    RESERVATION,
+    SPOT,
     STACK_LABEL,
     STEPS_PER_EPOCH,
     SYNTHETIC_DATA,
+    Capacity,
     ClusterStrategy,
     JobMode,
     Model,
@@ -270,12 +275,59 @@ class Accelerator(_Strict):
     count: PositiveInt
 
 
-class NodeSpec(_Strict):
+# A Compute Engine reservation's name: a lowercase RFC 1035 label of 1-63 characters
+# (https://cloud.google.com/compute/docs/reference/rest/v1/reservations, name).
+RESERVATION_NAME_PATTERN = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class CapacityChoice(_Strict):
+    """How a node (a pool's VMs, the TPU VM) gets its machine: ``capacity`` (CAPACITIES), with
+    ``reservation`` naming the reservation to consume (absent: any matching one). ``spot: true``
+    is the older spelling of ``capacity: spot``."""
+
+    spot: bool = False
+    capacity: Capacity | None = None
+    reservation: str | None = None
+
+    @field_validator("reservation")
+    @classmethod
+    def _reservation_name(cls, name: str | None) -> str | None:
+        what = (
+            "a reservation name: lowercase letters, digits and hyphens, starting with a letter, at most 63 characters"
+        )
+        return None if name is None else _full_match(RESERVATION_NAME_PATTERN, name, what)
+
+    @model_validator(mode="after")
+    def _one_capacity(self) -> CapacityChoice:
+        if self.spot and self.capacity not in (None, SPOT):
+            raise ValueError(
+                f"spot: true and capacity: {self.capacity} name two ways to get the machine; keep one "
+                f"(capacity: one of {', '.join(CAPACITIES)})"
+            )
+        if self.reservation is not None and self.effective_capacity != RESERVATION:
+            raise ValueError(
+                f"reservation: {self.reservation} names a reservation to consume, which only capacity: "
+                f"{RESERVATION} does (capacity is {self.effective_capacity})"
+            )
+        return self
+
+    @property
+    def effective_capacity(self) -> Capacity:
+        """The capacity asked for: ``capacity``, else spot when ``spot: true``, else on demand."""
+        if self.capacity is not None:
+            return self.capacity
+        return SPOT if self.spot else ON_DEMAND
+
+    @property
+    def is_spot(self) -> bool:
+        return self.effective_capacity == SPOT
+
+
+class NodeSpec(CapacityChoice):
     """One VM shape: the chief, or each VM of a pool."""
 
     machine_type: str
     accelerator: Accelerator | None = None
-    spot: bool = False
     disk_gb: Annotated[int, Field(ge=50, le=65536)] = 200
 
 
@@ -284,12 +336,11 @@ class WorkerPool(NodeSpec):
     count: Annotated[int, Field(ge=0, le=3790)]
 
 
-class ParameterServerPool(_Strict):
+class ParameterServerPool(CapacityChoice):
     """Parameter servers hold variables on CPU and RAM; they take no accelerator."""
 
     count: Annotated[int, Field(ge=0, le=200)]
     machine_type: str
-    spot: bool = False
     disk_gb: Annotated[int, Field(ge=50, le=65536)] = 100
 
 
@@ -339,10 +390,9 @@ class Cluster(_Strict):
         return self.parameter_servers.count if self.parameter_servers else 0
 
 
-class Tpu(_Strict):
+class Tpu(CapacityChoice):
     accelerator_type: str
     runtime_version: str
-    spot: bool = False
     # None: not set by the user; see effective_on_finish.
     on_finish: OnFinish | None = None
     # The TPU API has no run-time limit for TPU VMs: the boot script enforces this one.
@@ -368,7 +418,7 @@ class Tpu(_Strict):
         on_finish means delete for Spot and stop otherwise."""
         if self.on_finish is not None:
             return self.on_finish
-        return "delete" if self.spot else "stop"
+        return "delete" if self.is_spot else "stop"
 
 
 class Notebook(_Strict):

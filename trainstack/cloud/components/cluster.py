@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+import trainstack_contract as contract
 from trainstack.cloud.components.identity import (
     CLOUD_PLATFORM_SCOPE,
     INSTANCE_RECOVER_PERMISSIONS,
@@ -17,11 +18,46 @@ from trainstack.cloud.components.identity import (
     NodeActionRole,
     NodeActionRoleArgs,
 )
-from trainstack.stackmodel.resolved import ClusterNode, ResolvedCluster
+from trainstack.stackmodel.resolved import ClusterNode, FlexStart, ResolvedCluster
+
+# A specifically targeted reservation is named by this label key
+# (https://cloud.google.com/compute/docs/reference/rest/v1/ReservationAffinity).
+RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
+
+
+def reservation_affinity_for(node: ClusterNode) -> gcp.compute.InstanceReservationAffinityArgs | None:
+    """The reservation a reservation node consumes: the one it names, else any that matches;
+    None for every other node (their arguments stay as they were before capacity existed)."""
+    if node.capacity != contract.RESERVATION:
+        return None
+    if node.reservation is None:
+        return gcp.compute.InstanceReservationAffinityArgs(type="ANY_RESERVATION")
+    return gcp.compute.InstanceReservationAffinityArgs(
+        type="SPECIFIC_RESERVATION",
+        specific_reservation=gcp.compute.InstanceReservationAffinitySpecificReservationArgs(
+            key=RESERVATION_NAME_KEY, values=[node.reservation]
+        ),
+    )
+
+
+def flex_start_scheduling(flex: FlexStart, cluster: ResolvedCluster) -> gcp.compute.InstanceSchedulingArgs:
+    """A Dynamic Workload Scheduler flex-start VM: FLEX_START, restarted by nothing, terminated
+    as the catalog says at the end of its run duration (validate checked the duration)."""
+    seconds = cluster.max_run_seconds
+    assert seconds is not None, "validate refuses flex-start without max_run_hours"
+    return gcp.compute.InstanceSchedulingArgs(
+        provisioning_model="FLEX_START",
+        automatic_restart=flex.automatic_restart,
+        on_host_maintenance="TERMINATE",
+        instance_termination_action=flex.termination_action,
+        max_run_duration=gcp.compute.InstanceSchedulingMaxRunDurationArgs(seconds=seconds),
+    )
 
 
 def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.InstanceSchedulingArgs:
-    """Maintenance, spot and the run-time cap for one node."""
+    """Maintenance, the provisioning model (node.capacity) and the run-time cap for one node."""
+    if node.flex_start is not None:
+        return flex_start_scheduling(node.flex_start, cluster)
     # At the run-time cap the VM stops, or is deleted when the stack asks for on_finish:
     # delete; either way it no longer bills for its CPUs and GPUs.
     termination = "DELETE" if cluster.on_finish == "delete" else "STOP"
@@ -41,6 +77,8 @@ def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.I
             instance_termination_action="STOP",
             max_run_duration=max_run,
         )
+    # On demand, or from a reservation: a VM consuming an ordinary reservation is a standard VM
+    # with a reservation affinity (RESERVATION_BOUND is for calendar-mode reservations).
     return gcp.compute.InstanceSchedulingArgs(
         provisioning_model="STANDARD",
         automatic_restart=True,
@@ -177,6 +215,7 @@ def node_instance(
         machine_type=node.machine_type,
         guest_accelerators=accelerators,
         scheduling=scheduling_for(node, args.cluster),
+        reservation_affinity=reservation_affinity_for(node),
         boot_disk=gcp.compute.InstanceBootDiskArgs(
             auto_delete=True,
             initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(

@@ -19,6 +19,7 @@ from trainstack.cloud.components.identity import (
     TpuServiceAgentArgs,
 )
 from trainstack.stackmodel.resolved import ResolvedTpu
+from trainstack_contract import RESERVATION
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,10 @@ class TpuVm(pulumi.ComponentResource):
             service_account=gcp.tpu.V2VmServiceAccountArgs(
                 email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
             ),
-            scheduling_config=gcp.tpu.V2VmSchedulingConfigArgs(spot=tpu.spot),
+            # reserved: created under a reservation (any matching one: V2Vm cannot name it).
+            scheduling_config=gcp.tpu.V2VmSchedulingConfigArgs(spot=tpu.spot)
+            if tpu.capacity != RESERVATION
+            else gcp.tpu.V2VmSchedulingConfigArgs(reserved=True),
             shielded_instance_config=gcp.tpu.V2VmShieldedInstanceConfigArgs(enable_secure_boot=True),
             metadata={
                 "startup-script": args.startup_script,

@@ -1,0 +1,279 @@
+"""How each node gets its machine (`capacity`): flex-start and reservations beside on demand and
+Spot, checked against Google's rules in catalog/capacity_rules.csv and planned with the
+scheduling Compute Engine requires (asserted on the Pulumi mocks' recorded inputs)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stack_helpers import plan_for, plan_of, write_stack
+from trainstack.cloud.planning import Plan, PlannedResource
+from trainstack.commands.main import main
+from trainstack_agent.settings import SettingsError, read_settings
+from trainstack_contract import METADATA_KEYS
+
+INSTANCE = "gcp:compute/instance:Instance"
+TPU_VM = "gcp:tpu/v2Vm:V2Vm"
+C = "trainstack:cluster"
+HOURS = 48
+
+# Two H200 machines: the chief from a named reservation, the worker flex-start.
+H200: dict[str, Any] = {
+    "gcp:project": "test-project-123",
+    "gcp:region": "us-central1",
+    "trainstack:zone": "us-central1-b",
+    "trainstack:cluster": {
+        "chief": {"machine_type": "a3-ultragpu-8g", "capacity": "reservation", "reservation": "h200-team"},
+        "workers": {"count": 1, "machine_type": "a3-ultragpu-8g", "capacity": "flex_start"},
+        "max_run_hours": HOURS,
+        "on_finish": "delete",
+    },
+    "trainstack:job": {"name": "h200", "epochs": 1},
+}
+TPU: dict[str, Any] = {
+    "gcp:project": "test-project-123",
+    "gcp:region": "us-central1",
+    "trainstack:zone": "us-central1-b",
+    "trainstack:tpu": {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"},
+}
+
+
+REMOVE = object()
+
+
+def changed(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``{"trainstack:cluster.chief.capacity": "spot"}``-style changes (REMOVE removes)."""
+    config = copy.deepcopy(base)
+    for dotted, value in changes.items():
+        top, *path = dotted.split(".")
+        node = config.setdefault(top, {})
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        if value is REMOVE:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = value
+    return config
+
+
+def instance(plan: Plan, node: str) -> PlannedResource:
+    [found] = [r for r in plan.of_type(INSTANCE) if r.inputs["name"].endswith(f"-{node}")]
+    return found
+
+
+class Attributes:
+    """A VM's instance and project attributes as the metadata server serves them to its agent,
+    from what the plan sets."""
+
+    def __init__(self, plan: Plan, node: str, **changes: str) -> None:
+        self.values = {**instance(plan, node).inputs["metadata"], **changes}
+        items = plan.of_type("gcp:compute/projectMetadataItem:ProjectMetadataItem")
+        self.project = {item.inputs["key"]: item.inputs["value"] for item in items}
+
+    def attribute(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def project_attribute(self, key: str) -> str | None:
+        return self.project.get(key)
+
+
+@pytest.fixture(scope="module")
+def h200_plan(tmp_path_factory: pytest.TempPathFactory) -> Plan:
+    return plan_of(write_stack(tmp_path_factory.mktemp("h200"), H200))
+
+
+def test_a_flex_start_node_is_planned_with_the_scheduling_google_requires(h200_plan: Plan) -> None:
+    scheduling = instance(h200_plan, "worker-0").inputs["scheduling"]
+    assert scheduling["provisioningModel"] == "FLEX_START"
+    assert scheduling["automaticRestart"] is False
+    assert scheduling["instanceTerminationAction"] == "DELETE"
+    assert scheduling["maxRunDuration"]["seconds"] == HOURS * 3600
+    assert "preemptible" not in scheduling
+    assert "reservationAffinity" not in instance(h200_plan, "worker-0").inputs
+
+
+def test_a_reservation_node_consumes_the_reservation_it_names(h200_plan: Plan) -> None:
+    chief = instance(h200_plan, "chief").inputs
+    assert chief["scheduling"]["provisioningModel"] == "STANDARD"
+    assert chief["reservationAffinity"] == {
+        "type": "SPECIFIC_RESERVATION",
+        "specificReservation": {"key": "compute.googleapis.com/reservation-name", "values": ["h200-team"]},
+    }
+
+
+def test_a_reservation_node_without_a_name_consumes_any_matching_reservation(tmp_path: Path) -> None:
+    plan = plan_of(write_stack(tmp_path, changed(H200, {f"{C}.chief.reservation": REMOVE})))
+    assert instance(plan, "chief").inputs["reservationAffinity"] == {"type": "ANY_RESERVATION"}
+
+
+def test_the_agent_reads_each_nodes_capacity_from_its_metadata(h200_plan: Plan) -> None:
+    worker = read_settings(Attributes(h200_plan, "worker-0"))  # type: ignore[arg-type]
+    chief = read_settings(Attributes(h200_plan, "chief"))  # type: ignore[arg-type]
+    assert (worker.capacity, chief.capacity) == ("flex_start", "reservation")
+    wrong = Attributes(h200_plan, "chief", **{METADATA_KEYS.capacity: "preemptible"})
+    with pytest.raises(SettingsError, match=METADATA_KEYS.capacity):
+        read_settings(wrong)  # type: ignore[arg-type]
+
+
+def test_on_demand_and_spot_nodes_keep_their_arguments_and_metadata() -> None:
+    plan = plan_for("multiworker")
+    for resource in plan.of_type(INSTANCE):
+        assert "reservationAffinity" not in resource.inputs
+        assert METADATA_KEYS.capacity not in resource.inputs["metadata"]
+        assert resource.inputs["scheduling"]["provisioningModel"] in ("STANDARD", "SPOT")
+    assert read_settings(Attributes(plan, "worker-0")).capacity is None  # type: ignore[arg-type]
+
+
+def test_capacity_spot_is_planned_as_spot_true_was(tmp_path: Path) -> None:
+    old = plan_of(write_stack(tmp_path, changed(H200, {f"{C}.workers.capacity": REMOVE, f"{C}.workers.spot": True})))
+    new = plan_of(write_stack(tmp_path, changed(H200, {f"{C}.workers.capacity": "spot"}), stack="new"))
+    assert instance(old, "worker-0").inputs["scheduling"] == instance(new, "worker-0").inputs["scheduling"]
+    assert instance(new, "worker-0").inputs["scheduling"]["provisioningModel"] == "SPOT"
+
+
+def test_a_reserved_tpu_vm_is_created_under_a_reservation(tmp_path: Path) -> None:
+    plan = plan_of(write_stack(tmp_path, changed(TPU, {"trainstack:tpu.capacity": "reservation"})))
+    [tpu] = plan.of_type(TPU_VM)
+    assert tpu.inputs["schedulingConfig"] == {"reserved": True}
+
+
+def test_cost_says_how_flex_start_and_reserved_machines_are_priced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cost", "--stack-file", str(write_stack(tmp_path, H200)), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    descriptions = {node["name"]: node["description"] for node in report["nodes"]}
+    assert descriptions["test-worker-0"].endswith("(flex-start)")
+    assert descriptions["test-chief"].endswith("(reservation h200-team)")
+    notes = " ".join(report["notes"])
+    assert "flex-start: test-worker-0 priced at the on-demand list price, an upper bound" in notes
+    assert "bills at on-demand rates for as long as it exists, whether these machines run" in notes
+
+
+INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
+    # (case id, base, changes, key the message must name, words it must contain)
+    (
+        "h200_on_demand",
+        H200,
+        {f"{C}.chief.capacity": REMOVE, f"{C}.chief.reservation": REMOVE},
+        f"{C}.chief.capacity",
+        "a3-ultragpu-8g cannot be created on demand; get it with capacity: spot, flex_start or reservation",
+    ),
+    (
+        "flex_start_on_n1",
+        H200,
+        {f"{C}.chief": {"machine_type": "n1-standard-8", "capacity": "flex_start"}, f"{C}.workers": REMOVE},
+        f"{C}.chief.capacity",
+        "n1-standard-8 (N1) cannot be created with flex-start; machine series that can: A2, A3, A4, G2",
+    ),
+    (
+        "flex_start_over_7_days",
+        H200,
+        {f"{C}.max_run_hours": 200},
+        f"{C}.max_run_hours",
+        "over flex-start's bound of 168",
+    ),
+    (
+        "flex_start_uncapped",
+        H200,
+        {f"{C}.max_run_hours": None, f"{C}.acknowledge_bills_until_stopped": True},
+        f"{C}.max_run_hours",
+        "a flex-start VM needs a run duration",
+    ),
+    ("flex_start_stopped", H200, {f"{C}.on_finish": "stop"}, f"{C}.on_finish", "use on_finish: delete"),
+    (
+        "spot_and_reservation",
+        H200,
+        {f"{C}.chief.spot": True},
+        f"{C}.chief",
+        "spot: true and capacity: reservation name two ways",
+    ),
+    (
+        "reservation_with_capacity_spot",
+        H200,
+        {f"{C}.chief.capacity": "spot"},
+        f"{C}.chief",
+        "reservation: h200-team names a reservation to consume, which only capacity: reservation does",
+    ),
+    (
+        "reservation_without_capacity",
+        H200,
+        {f"{C}.workers.capacity": REMOVE, f"{C}.workers.reservation": "h200-team"},
+        f"{C}.workers",
+        "only capacity: reservation does (capacity is on_demand)",
+    ),
+    ("reservation_name", H200, {f"{C}.chief.reservation": "H200_team"}, f"{C}.chief.reservation", "a reservation name"),
+    (
+        "unknown_capacity",
+        H200,
+        {f"{C}.workers.capacity": "preemptible"},
+        f"{C}.workers.capacity",
+        "'on_demand', 'spot', 'flex_start' or 'reservation'",
+    ),
+    (
+        "tpu_flex_start",
+        TPU,
+        {"trainstack:tpu.capacity": "flex_start"},
+        "trainstack:tpu.capacity",
+        "flex_start: not for a TPU VM: TPU flex-start is requested through queued resources",
+    ),
+    (
+        "tpu_named_reservation",
+        TPU,
+        {"trainstack:tpu.capacity": "reservation", "trainstack:tpu.reservation": "tpu-res"},
+        "trainstack:tpu.reservation",
+        "a TPU VM cannot name its reservation",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("base", "changes", "key", "words"), [case[1:] for case in INVALID], ids=[case[0] for case in INVALID]
+)
+def test_invalid_capacity_is_refused_in_one_line_naming_the_key(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    base: dict[str, Any],
+    changes: dict[str, Any],
+    key: str,
+    words: str,
+) -> None:
+    code = main(["validate", "--stack-file", str(write_stack(tmp_path, changed(base, changes)))])
+    output = capsys.readouterr()
+    text = output.out + output.err
+    assert code == 1
+    lines = [line.strip() for line in text.splitlines() if line.strip().startswith(f"{key}:")]
+    assert any(words in line for line in lines), f"{words!r} under {key} not in:\n{text}"
+    assert "Traceback" not in text
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {f"{C}.workers.capacity": "spot"},
+        {f"{C}.workers.capacity": REMOVE, f"{C}.workers.spot": True},
+        {f"{C}.max_run_hours": 168},
+    ],
+    ids=["flex-and-reservation", "capacity-spot", "spot-true", "flex-at-its-bound"],
+)
+def test_capacities_google_allows_validate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any]
+) -> None:
+    code = main(["validate", "--stack-file", str(write_stack(tmp_path, changed(H200, changes)))])
+    assert code == 0, capsys.readouterr()
+
+
+def test_every_capacity_rule_carries_its_source() -> None:
+    from trainstack.catalog import load_catalog
+
+    rules = load_catalog().capacity
+    assert rules.rows and all(r.source and r.as_of[:4].isdigit() for r in rules.rows)
+    assert rules.flex_start_max_run_hours == 168
+    assert rules.flex_start_termination_action == "DELETE"
+    assert not rules.reservation_with_spot
