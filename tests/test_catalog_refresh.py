@@ -145,12 +145,15 @@ def billing_answers() -> list[tuple[dict[str, str], str]]:
             ),
             sku(
                 "A2",
-                "Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Americas",
+                # Spot told by its usage type alone (TPU SKUs tell it in the description)
+                "Nvidia Tesla T4 GPU attached to preemptible VMs running in Americas",
                 "Preemptible",
                 ["us-central1"],
                 "0",
                 150000000,
             ),  # fmt: skip
+            # not the on-demand hour: a reservation's price, and a commitment
+            sku("A5", "Reserved Nvidia L4 GPU running in Americas", "OnDemand", ["us-central1"], "0", 300000000),
             sku("A3", "Commitment v1: Nvidia L4 GPU running in Americas", "Commit1Yr", ["us-central1"], "0", 1000),
             sku("A4", "Nvidia L4 GPU running in Americas", "OnDemand", ["us-central1"], "0", 560040000),
         ],
@@ -417,8 +420,22 @@ def test_a_refresh_that_fails_while_writing_keeps_the_previous_overlay(
         return real_header(filename)
 
     monkeypatch.setattr(refresh_module, "_header", failing_header)
-    with pytest.raises(OSError):
-        run_all(overlay_dir, monkeypatch, capsys)
+    fake_google(monkeypatch, {"compute": compute_answers(), "tpu": tpu_answers(), "cloudbilling": billing_answers()})
+    with pytest.raises(OSError):  # a later day: every row the failed refresh wrote would differ
+        main(
+            [
+                "catalog",
+                "refresh",
+                "--project",
+                PROJECT,
+                "--today",
+                "2026-11-27",
+                "--out",
+                str(overlay_dir),
+                "--regions",
+                "us-central1",
+            ]
+        )
     assert {p.name: p.read_text(encoding="utf-8") for p in overlay_dir.iterdir()} == before
     assert sorted(p.name for p in overlay_dir.parent.iterdir()) == ["catalog"]
 
