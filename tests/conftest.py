@@ -18,6 +18,10 @@ from trainstack_agent.timings import TIME_SCALE_VARIABLE
 # quarter; tests/agent checks the waits themselves at their real values, against a fake clock.
 AGENT_TIME_SCALE = "0.25"
 
+# The tests hold to the shipped catalog: an overlay a `trainstack catalog refresh` left in the
+# checkout must not change what they see (tests/test_catalog_refresh.py points it elsewhere).
+os.environ["TRAINSTACK_CATALOG"] = "shipped"
+
 
 @pytest.fixture(autouse=True)
 def quicker_agent_waits(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,8 @@ from datetime import date
 from functools import cache
 from importlib import resources
 
+from trainstack.catalog.overlay import Overlay, current_overlay, shown_path
+
 # Google prices a month as 730 hours.
 HOURS_PER_MONTH = 730
 # The region of the prices in gpus.csv, machine_types.csv, tpu_generations.csv and disks.csv.
@@ -313,17 +315,19 @@ class Catalog:
         return [g for g in self.tpu_generations.values() if self.tensorflow_runtimes(g.generation)]
 
 
-def _rows(filename: str) -> list[dict[str, str]]:
+def _rows(filename: str, overlay: Overlay | None = None) -> list[dict[str, str]]:
+    """The shipped rows of ``filename``, with ``overlay``'s (`catalog refresh`) laid over them."""
     text = resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
-    return list(csv.DictReader(text.splitlines()))
+    shipped = list(csv.DictReader(text.splitlines()))
+    return shipped if overlay is None else overlay.merge(filename, shipped)
 
 
-def _regional_prices() -> dict[tuple[str, str, str], HourlyPrice]:
+def _regional_prices(overlay: Overlay | None) -> dict[tuple[str, str, str], HourlyPrice]:
     return {
         (row["kind"], row["name"], row["region"]): HourlyPrice(
             _optional_float(row["on_demand_usd_hr"]), _optional_float(row["spot_usd_hr"])
         )
-        for row in _rows("regional_prices.csv")
+        for row in _rows("regional_prices.csv", overlay)
     }
 
 
@@ -339,6 +343,34 @@ def _regional_rates() -> dict[tuple[str, str, str], float]:
 
 @cache
 def load_catalog() -> Catalog:
+    """The catalog the commands and the Pulumi program use: the shipped CSVs, with the overlay
+    of the last `trainstack catalog refresh` over them unless TRAINSTACK_CATALOG=shipped."""
+    return build_catalog(current_overlay())
+
+
+@cache
+def shipped_as_of() -> str:
+    """The month of the shipped catalog's newest GPU and price rows ("2026-11")."""
+    return max(row["as_of"][:7] for name in ("gpus.csv", "gpu_zones.csv") for row in _rows(name))
+
+
+def catalog_line() -> str:
+    """Which catalog the commands use, in one line for their output."""
+    overlay = current_overlay()
+    if overlay is None:
+        return f"catalog: shipped ({shipped_as_of()})"
+    return (
+        f"catalog: refreshed {overlay.refreshed} from project {overlay.project} "
+        f"(overlay {shown_path(overlay.directory)}), shipped {shipped_as_of()} beneath"
+    )
+
+
+def build_catalog(overlay: Overlay | None) -> Catalog:
+    """The shipped catalog with ``overlay`` laid over it (None: the shipped CSVs alone)."""
+
+    def rows(filename: str) -> list[dict[str, str]]:
+        return _rows(filename, overlay)
+
     gpus = {
         row["gpu"]: Gpu(
             name=row["gpu"],
@@ -350,7 +382,7 @@ def load_catalog() -> Catalog:
             spot_usd_hr=_optional_float(row["spot_usd_hr"]),
             note=row["note"],
         )
-        for row in _rows("gpus.csv")
+        for row in rows("gpus.csv")
     }
     machine_types = {
         row["machine_type"]: MachineType(
@@ -366,15 +398,15 @@ def load_catalog() -> Catalog:
             nic_type=row["nic_type"] or None,
             boot_disk_type=row["boot_disk_type"],
         )
-        for row in _rows("machine_types.csv")
+        for row in rows("machine_types.csv")
     }
     limits: dict[str, dict[int, N1GpuLimit]] = defaultdict(dict)
-    for row in _rows("n1_gpu_limits.csv"):
+    for row in rows("n1_gpu_limits.csv"):
         limit = N1GpuLimit(row["gpu"], int(row["gpu_count"]), int(row["max_vcpus"]), float(row["max_memory_gb"]))
         limits[limit.gpu][limit.count] = limit
     gpu_zones: dict[str, set[str]] = defaultdict(set)
     gpu_zone_machines: dict[str, dict[str, frozenset[str] | None]] = defaultdict(dict)
-    for row in _rows("gpu_zones.csv"):
+    for row in rows("gpu_zones.csv"):
         gpu_zones[row["gpu"]].add(row["zone"])
         machines = None if row["machine_types"] == "all" else frozenset(row["machine_types"].split())
         gpu_zone_machines[row["gpu"]][row["zone"]] = machines
@@ -390,10 +422,10 @@ def load_catalog() -> Catalog:
             on_demand_usd_chip_hr=_optional_float(row["on_demand_usd_chip_hr"]),
             spot_usd_chip_hr=_optional_float(row["spot_usd_chip_hr"]),
         )
-        for row in _rows("tpu_generations.csv")
+        for row in rows("tpu_generations.csv")
     }
     tpu_zones: dict[str, dict[str, frozenset[int] | None]] = defaultdict(dict)
-    for row in _rows("tpu_zones.csv"):
+    for row in rows("tpu_zones.csv"):
         sizes = None if row["sizes"] == "all" else frozenset(int(size) for size in row["sizes"].split())
         tpu_zones[row["generation"]][row["zone"]] = sizes
     runtimes = {
@@ -403,10 +435,10 @@ def load_catalog() -> Catalog:
             generations=tuple(row["generations"].split()),
             status=row["status"],
         )
-        for row in _rows("tpu_runtimes.csv")
+        for row in rows("tpu_runtimes.csv")
     }
     images: dict[str, Image] = {}
-    for row in _rows("images.csv"):
+    for row in rows("images.csv"):
         # The first row per purpose is the one the program uses; later rows are alternatives.
         images.setdefault(row["purpose"], Image(row["purpose"], row["image_project"], row["image_family"]))
     return Catalog(
@@ -418,10 +450,10 @@ def load_catalog() -> Catalog:
         tpu_zones=dict(tpu_zones),
         tpu_runtimes=runtimes,
         images=images,
-        disk_usd_gb_month={row["disk_type"]: _optional_float(row["usd_gb_month"]) for row in _rows("disks.csv")},
-        regions=frozenset(row["region"] for row in _rows("regions.csv")),
-        zones=frozenset(row["zone"] for row in _rows("zones.csv")),
-        regional_prices=_regional_prices(),
+        disk_usd_gb_month={row["disk_type"]: _optional_float(row["usd_gb_month"]) for row in rows("disks.csv")},
+        regions=frozenset(row["region"] for row in rows("regions.csv")),
+        zones=frozenset(row["zone"] for row in rows("zones.csv")),
+        regional_prices=_regional_prices(overlay),
         regional_rates=_regional_rates(),
         gpu_zone_machines=dict(gpu_zone_machines),
         capacity=CapacityRules(

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainstack.base.names import region_argument, zone_argument
-from trainstack.catalog import BASE_PRICE_REGION, Catalog, load_catalog
+from trainstack.catalog import BASE_PRICE_REGION, Catalog, catalog_line, load_catalog
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,19 @@ def _place(args: argparse.Namespace) -> tuple[Catalog, str, str | None] | int:
     return catalog, region, zone
 
 
+def with_catalog_line(command: Any) -> Any:
+    """The command, followed by the line saying which catalog it read (on stderr under --json)."""
+
+    def run(args: argparse.Namespace) -> int:
+        status = int(command(args))
+        if status == 0:
+            print(catalog_line(), file=sys.stderr if getattr(args, "json", False) else sys.stdout)
+        return status
+
+    return run
+
+
+@with_catalog_line
 def cmd_gpus(args: argparse.Namespace) -> int:
     if isinstance(place_of := _place(args), int):
         return place_of
@@ -252,6 +265,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     return 0
 
 
+@with_catalog_line
 def cmd_tpus(args: argparse.Namespace) -> int:
     if isinstance(place_of := _place(args), int):
         return place_of

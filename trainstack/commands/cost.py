@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.base.errors import shorten
+from trainstack.catalog import catalog_line
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.stackmodel.cost import CostReport, cost_report
 
@@ -87,6 +88,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         print("\n".join(format_report(report)))
+    print(catalog_line(), file=sys.stderr if args.json else sys.stdout)
     if args.chart is not None:
         if not report.columns:
             print("trainstack: --chart: the stack has no job machines to chart", file=sys.stderr)

@@ -9,9 +9,11 @@ import os
 import sys
 
 from trainstack.base.errors import StackConfigError
+from trainstack.catalog.overlay import OverlayError
 from trainstack.commands import (
     browse,
     build,
+    catalog,
     check,
     cost,
     export,
@@ -50,6 +52,7 @@ VERBS = (
     cost,
     quota,
     zones,
+    catalog,
     import_job,
     check,
     init,
@@ -92,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except StackConfigError as error:
         print(error.report(), file=sys.stderr)
+        return 1
+    except OverlayError as error:
+        print(f"trainstack: {error}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # `plan | head` closed the pipe: not an error of ours. Silence the flush at exit.

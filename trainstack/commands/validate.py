@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.base.errors import StackConfigError
+from trainstack.catalog import catalog_line
 from trainstack.commands.stackargs import add_stack_arguments, load_checked
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ def validate(config: StackConfig, facts: CheckedFacts | None = None) -> int:
 
     resolved, _ = prepare(config, facts)
     print(_summary(resolved))
+    print(catalog_line())
     for warning in stack_warnings(resolved):
         print(f"warning: {warning}", file=sys.stderr)
     return 0

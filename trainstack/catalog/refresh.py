@@ -1,0 +1,440 @@
+"""`trainstack catalog refresh`: offerings and prices read from Google's APIs into the catalog
+overlay (:mod:`trainstack.catalog.overlay`), and what changed against the shipped CSVs.
+
+Read: Compute Engine ``acceleratorTypes.aggregatedList`` (the GPU types of every zone) and
+``machineTypes.aggregatedList`` (the machine types with built-in GPUs, per zone) into
+gpu_zones.csv and zones.csv rows; Cloud TPU v2 ``projects.locations.acceleratorTypes.list``
+per TPU zone into tpu_zones.csv rows (``runtimeVersions.list`` is compared, not written); the
+Cloud Billing Catalog's ``services.skus.list`` for GPU prices per GPU and TPU prices per chip,
+on demand and Spot, into regional_prices.csv rows. Machine prices (vCPU and memory SKUs per
+series) are not rebuilt: their SKUs do not name the machine type.
+
+A zone that an answer marks unreachable, or leaves out, keeps its shipped rows: only zones
+read completely replace theirs.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from trainstack.base.googleapis import GoogleApiError, pages
+from trainstack.catalog import Catalog, build_catalog
+from trainstack.catalog.overlay import MANIFEST, Overlay
+
+# Cloud Billing service ids (https://cloud.google.com/skus): Compute Engine, Cloud TPU.
+COMPUTE_SERVICE = "services/6F81-5844-456A"
+TPU_SERVICE = "services/E000-3F24-B8AA"
+# SKUs that are not the plain on-demand or Spot hour (commitments, reservations, sole tenancy,
+# virtual workstations, flex-start and calendar-mode capacity).
+EXCLUDED_SKU = re.compile(r"commit|reserv|sole tenan|virtual workstation|\bDWS\b|calendar|flex", re.IGNORECASE)
+# Compute Engine's per-zone warnings that mean the zone was not read (compute.v1 discovery
+# document, the ScopedList warning codes); NO_RESULTS_ON_PAGE means read, and empty.
+UNREAD_WARNINGS = frozenset({"UNREACHABLE", "PARTIAL_SUCCESS"})
+
+ServiceFactory = Callable[[str, str], Any]
+
+
+@dataclass
+class Refresh:
+    """What one refresh read: overlay rows per file, the zones each file holds completely,
+    and what it could not read or did not rebuild (one line each)."""
+
+    project: str
+    regions: tuple[str, ...]
+    today: str
+    rows: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    zones_read: dict[str, set[str]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def overlay(self, directory: Path) -> Overlay:
+        return Overlay(
+            directory=directory,
+            refreshed=self.today,
+            project=self.project,
+            regions=self.regions,
+            zones_read={name: frozenset(zones) for name, zones in self.zones_read.items()},
+            notes=tuple(self.notes),
+        )
+
+    @property
+    def read_anything(self) -> bool:
+        return any(self.rows.values())
+
+
+def _source(method: str, project: str) -> str:
+    return f"{method} (project {project})"
+
+
+def _region(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def _scoped(
+    answers: Iterable[dict[str, Any]], key: str, regions: frozenset[str]
+) -> tuple[dict[str, list[Any]], set[str]]:
+    """An aggregatedList's items per zone of ``regions``, and the zones it could not read."""
+    items: dict[str, list[Any]] = {}
+    unread: set[str] = set()
+    for answer in answers:
+        unread.update(u.rsplit("/", 1)[-1] for u in answer.get("unreachables", []))
+        for scope, scoped in answer.get("items", {}).items():
+            zone = scope.rsplit("/", 1)[-1]
+            if not scope.startswith("zones/") or _region(zone) not in regions:
+                continue
+            if scoped.get("warning", {}).get("code") in UNREAD_WARNINGS:
+                unread.add(zone)
+            items.setdefault(zone, []).extend(scoped.get(key, []))
+    return items, unread
+
+
+def read_gpu_zones(compute: Any, refresh: Refresh, catalog: Catalog) -> None:
+    project, regions = refresh.project, frozenset(refresh.regions)
+    series = sorted({m.name.split("-")[0] for m in catalog.machine_types.values() if m.builtin_gpu})
+    accelerators, unread_a = _scoped(
+        pages(
+            compute.acceleratorTypes().aggregatedList(project=project, maxResults=500),
+            compute.acceleratorTypes().aggregatedList_next,
+            "the GPU types per zone (compute.acceleratorTypes.aggregatedList)",
+            project,
+        ),
+        "acceleratorTypes",
+        regions,
+    )
+    machines, unread_m = _scoped(
+        pages(
+            compute.machineTypes().aggregatedList(
+                project=project, maxResults=500, filter=f"name eq '({'|'.join(series)})-.*'"
+            ),
+            compute.machineTypes().aggregatedList_next,
+            "the machine types with GPUs per zone (compute.machineTypes.aggregatedList)",
+            project,
+        ),
+        "machineTypes",
+        regions,
+    )
+    known = {zone for zone in catalog.zones if _region(zone) in regions}
+    read = (set(accelerators) & set(machines)) - unread_a - unread_m
+    kept = sorted((known | set(accelerators) | set(machines)) - read)
+    if kept:
+        refresh.problems.append(
+            f"{len(kept)} zone(s) not read (unreachable or missing from the answer), their shipped rows kept: "
+            + _bounded(kept)
+        )
+    rows: list[dict[str, str]] = []
+    unknown: dict[str, set[str]] = defaultdict(set)
+    for zone in sorted(read):
+        carrying: dict[str, set[str]] = defaultdict(set)
+        for machine in machines[zone]:
+            for accelerator in machine.get("accelerators", []):
+                carrying[str(accelerator.get("guestAcceleratorType"))].add(str(machine["name"]))
+            if machine["name"] not in catalog.machine_types:
+                unknown["machine type"].add(str(machine["name"]))
+        for accelerator in accelerators[zone]:
+            gpu = catalog.gpus.get(str(accelerator["name"]))
+            if gpu is None:
+                unknown["GPU type"].add(str(accelerator["name"]))
+                continue
+            offered = "all" if gpu.attach == "n1" else " ".join(sorted(carrying.get(gpu.name, ())))
+            if offered:
+                rows.append(
+                    {
+                        "gpu": gpu.name,
+                        "zone": zone,
+                        "machine_types": offered,
+                        "note": f"maximumCardsPerInstance {accelerator.get('maximumCardsPerInstance', '?')}",
+                        "source": _source("compute.acceleratorTypes.aggregatedList", project),
+                        "as_of": refresh.today,
+                    }
+                )
+    for kind, names in sorted(unknown.items()):
+        refresh.notes.append(
+            f"{kind}s the API lists and the catalog does not know (not added): {_bounded(sorted(names))}"
+        )
+    refresh.rows["gpu_zones.csv"] = rows
+    refresh.zones_read["gpu_zones.csv"] = read
+    refresh.rows["zones.csv"] = [
+        {"region": _region(z), "zone": z, "note": "", "source": _source("compute", project), "as_of": refresh.today}
+        for z in sorted(read - catalog.zones)
+    ]
+
+
+def read_tpu_zones(tpu: Any, refresh: Refresh, catalog: Catalog) -> None:
+    project, regions = refresh.project, frozenset(refresh.regions)
+    locations = [
+        str(location.get("locationId", ""))
+        for answer in pages(
+            tpu.projects().locations().list(name=f"projects/{project}"),
+            tpu.projects().locations().list_next,
+            "the Cloud TPU locations (tpu.projects.locations.list)",
+            project,
+        )
+        for location in answer.get("locations", [])
+    ]
+    zones = sorted(z for z in locations if re.fullmatch(r"[a-z]+-[a-z]+[0-9]+-[a-z]", z) and _region(z) in regions)
+    by_prefix = {g.prefix: g.generation for g in catalog.tpu_generations.values()}
+    rows: list[dict[str, str]] = []
+    read: set[str] = set()
+    runtimes: set[str] = set()
+    for zone in zones:
+        parent = f"projects/{project}/locations/{zone}"
+        try:
+            types = [
+                str(t.get("type", ""))
+                for answer in pages(
+                    tpu.projects().locations().acceleratorTypes().list(parent=parent),
+                    tpu.projects().locations().acceleratorTypes().list_next,
+                    f"the TPU types of {zone}",
+                    project,
+                )
+                for t in answer.get("acceleratorTypes", [])
+            ]
+            runtimes.update(
+                str(r.get("version", ""))
+                for answer in pages(
+                    tpu.projects().locations().runtimeVersions().list(parent=parent),
+                    tpu.projects().locations().runtimeVersions().list_next,
+                    f"the TPU runtimes of {zone}",
+                    project,
+                )
+                for r in answer.get("runtimeVersions", [])
+            )
+        except GoogleApiError as error:
+            refresh.problems.append(f"{error}; its shipped rows kept")
+            continue
+        read.add(zone)
+        sizes: dict[str, set[int]] = defaultdict(set)
+        for name in types:
+            prefix, _, size = name.rpartition("-")
+            if prefix in by_prefix and size.isdigit():
+                sizes[by_prefix[prefix]].add(int(size))
+        for generation, offered in sorted(sizes.items()):
+            rows.append(
+                {
+                    "generation": generation,
+                    "zone": zone,
+                    "sizes": " ".join(str(s) for s in sorted(offered)),
+                    "note": "",
+                    "source": _source("tpu.projects.locations.acceleratorTypes.list", project),
+                    "as_of": refresh.today,
+                }
+            )
+    refresh.rows["tpu_zones.csv"] = rows
+    refresh.zones_read["tpu_zones.csv"] = read
+    new = sorted(r for r in runtimes - set(catalog.tpu_runtimes) if r.startswith("tpu-vm-tf-"))
+    if new:
+        refresh.notes.append(
+            f"TensorFlow TPU runtimes the API lists and tpu_runtimes.csv lacks (not added): {_bounded(new)}"
+        )
+
+
+@dataclass(frozen=True)
+class SkuRule:
+    kind: str
+    name: str
+    pattern: re.Pattern[str]
+    chips_per_sku: int
+
+
+def sku_rules() -> list[SkuRule]:
+    text = resources.files("trainstack.catalog").joinpath("billing_skus.csv").read_text(encoding="utf-8")
+    return [
+        SkuRule(row["kind"], row["name"], re.compile(row["sku_description_regex"]), int(row["chips_per_sku"] or 1))
+        for row in csv.DictReader(text.splitlines())
+    ]
+
+
+def hourly_usd(sku: dict[str, Any]) -> float | None:
+    """The first tier's USD price per hour of a SKU; None when it is not priced by the hour in USD."""
+    for info in sku.get("pricingInfo", [])[:1]:
+        expression = info.get("pricingExpression", {})
+        rates = expression.get("tieredRates", [])
+        if expression.get("usageUnit") != "h" or not rates:
+            return None
+        price = rates[0].get("unitPrice", {})
+        if price.get("currencyCode", "USD") != "USD":
+            return None
+        return int(price.get("units", "0") or 0) + int(price.get("nanos", 0) or 0) / 1e9
+    return None
+
+
+def _is_spot(sku: dict[str, Any]) -> bool | None:
+    usage = sku.get("category", {}).get("usageType")
+    description = str(sku.get("description", ""))
+    if usage == "Preemptible" or re.search(r"\b(Preemptible|Spot)\b", description):
+        return True
+    return False if usage == "OnDemand" else None
+
+
+def read_prices(billing: Any, refresh: Refresh, catalog: Catalog) -> None:
+    regions = frozenset(refresh.regions)
+    rules = sku_rules()
+    found: dict[tuple[str, str, str, bool], set[float]] = defaultdict(set)
+    for service in (COMPUTE_SERVICE, TPU_SERVICE):
+        for answer in pages(
+            billing.services().skus().list(parent=service, currencyCode="USD", pageSize=5000),
+            billing.services().skus().list_next,
+            f"the prices of {service} (cloudbilling.services.skus.list)",
+            refresh.project,
+        ):
+            for sku in answer.get("skus", []):
+                description = str(sku.get("description", ""))
+                spot, price = _is_spot(sku), hourly_usd(sku)
+                if spot is None or price is None or EXCLUDED_SKU.search(description):
+                    continue
+                for rule in rules:
+                    if rule.pattern.search(description):
+                        for region in set(sku.get("serviceRegions", [])) & regions:
+                            found[(rule.kind, rule.name, region, spot)].add(round(price / rule.chips_per_sku, 6))
+    ambiguous = sorted(f"{k[1]} {k[2]}" for k, v in found.items() if len(v) > 1)
+    if ambiguous:
+        refresh.notes.append(f"prices left as shipped, several SKUs disagree: {_bounded(ambiguous)}")
+    rows = []
+    for kind, name, region in sorted({k[:3] for k in found}):
+        on_demand, spot_prices = (found.get((kind, name, region, s), set()) for s in (False, True))
+        if len(on_demand) > 1 or len(spot_prices) > 1 or not (on_demand or spot_prices):
+            continue
+        shipped = _shipped_price(catalog, kind, name, region)
+        rows.append(
+            {
+                "kind": kind,
+                "name": name,
+                "region": region,
+                "on_demand_usd_hr": _text(next(iter(on_demand)) if on_demand else shipped[0]),
+                "spot_usd_hr": _text(next(iter(spot_prices)) if spot_prices else shipped[1]),
+                "source": _source("cloudbilling.services.skus.list", refresh.project)
+                + ("" if on_demand and spot_prices else "; the side the SKUs lack is the shipped figure"),
+                "as_of": refresh.today,
+            }
+        )
+    refresh.rows["regional_prices.csv"] = rows
+
+
+def _shipped_price(catalog: Catalog, kind: str, name: str, region: str) -> tuple[float | None, float | None]:
+    price = catalog.gpu_usd_hr if kind == "gpu" else catalog.tpu_chip_usd_hr
+    return price(name, region, False), price(name, region, True)
+
+
+def _text(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"
+
+
+def _bounded(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def refresh_catalog(services: ServiceFactory, project: str, regions: tuple[str, ...], today: str) -> Refresh:
+    """Read every part it can; a part whose API fails is one problem line, the others still count."""
+    shipped = build_catalog(None)
+    refresh = Refresh(project=project, regions=regions, today=today)
+    parts: list[tuple[str, str, str, Callable[[Any, Refresh, Catalog], None]]] = [
+        ("GPU offerings", "compute", "v1", read_gpu_zones),
+        ("TPU offerings", "tpu", "v2", read_tpu_zones),
+        ("prices", "cloudbilling", "v1", read_prices),
+    ]
+    for what, api, version, read in parts:
+        try:
+            read(services(api, version), refresh, shipped)
+        except GoogleApiError as error:
+            refresh.problems.append(f"{what} not refreshed: {error}")
+    refresh.notes.append(
+        "not rebuilt (shipped figures kept): machine prices (vCPU and memory SKUs per series), "
+        "machine shapes and rules, TPU runtimes' generations, disk and network rates"
+    )
+    return refresh
+
+
+def write_overlay(refresh: Refresh, directory: Path) -> Overlay:
+    """The overlay written whole into a folder beside ``directory``, then renamed into place:
+    a refresh that stops part-way leaves the previous overlay (or none), never half of one."""
+    import json
+
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".catalog-", dir=directory.parent))
+    try:
+        for filename, rows in refresh.rows.items():
+            header = _header(filename)
+            with (staging / filename).open("w", encoding="utf-8", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=header)
+                writer.writeheader()
+                writer.writerows(rows)
+        overlay = refresh.overlay(directory)
+        (staging / MANIFEST).write_text(json.dumps(overlay.to_json(), indent=2) + "\n", encoding="utf-8")
+        old = directory.with_name(directory.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if directory.exists():
+            directory.rename(old)
+        staging.rename(directory)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return overlay
+
+
+def _header(filename: str) -> list[str]:
+    text = resources.files("trainstack.catalog").joinpath(filename).read_text(encoding="utf-8")
+    return next(csv.reader(text.splitlines()))
+
+
+def _usd(value: float | None) -> str:
+    return "none" if value is None else f"${value:g}"
+
+
+def _price_changes(shipped: Catalog, refreshed: Catalog) -> list[str]:
+    lines = []
+    for kind, name, region in sorted(k for k in refreshed.regional_prices if k[0] in ("gpu", "tpu_chip")):
+        old, new = _shipped_price(shipped, kind, name, region), _shipped_price(refreshed, kind, name, region)
+        unit = "per GPU" if kind == "gpu" else "per chip"
+        for side, before, after in (("on demand", old[0], new[0]), ("Spot", old[1], new[1])):
+            if before != after and after is not None:
+                trend = "new" if before is None else ("up" if after > before else "down")
+                lines.append(f"price {name} {side} in {region} ({unit}/h): {_usd(before)} -> {_usd(after)} ({trend})")
+    return lines
+
+
+def _zone_changes(what: str, old: Iterable[str], new: Iterable[str], read: frozenset[str]) -> list[str]:
+    before, after = set(old) & read, set(new) & read
+    lines = []
+    if after - before:
+        lines.append(f"{what}: zones added: {', '.join(sorted(after - before))}")
+    if before - after:
+        lines.append(f"{what}: zones removed: {', '.join(sorted(before - after))}")
+    return lines
+
+
+def changes(shipped: Catalog, refreshed: Catalog, overlay: Overlay) -> list[str]:
+    """Every difference the overlay makes: prices up or down with both figures, zones added or
+    removed per GPU type, per machine type with built-in GPUs and per TPU generation."""
+    lines = _price_changes(shipped, refreshed)
+    gpu_read = overlay.zones_read.get("gpu_zones.csv", frozenset())
+    for gpu in sorted(set(shipped.gpu_zones) | set(refreshed.gpu_zones)):
+        lines += _zone_changes(gpu, shipped.gpu_zones.get(gpu, ()), refreshed.gpu_zones.get(gpu, ()), gpu_read)
+    for machine in sorted(m.name for m in shipped.machine_types.values() if m.builtin_gpu):
+        old, new = shipped.machine_zones(machine), refreshed.machine_zones(machine)
+        if old & gpu_read and not new & gpu_read:
+            lines.append(f"machine type {machine}: removed from every zone read ({', '.join(sorted(old & gpu_read))})")
+        else:
+            lines += _zone_changes(f"machine type {machine}", old, new, gpu_read)
+    tpu_read = overlay.zones_read.get("tpu_zones.csv", frozenset())
+    for generation in sorted(shipped.tpu_generations):
+        old_zones, new_zones = shipped.tpu_zones.get(generation, {}), refreshed.tpu_zones.get(generation, {})
+        lines += _zone_changes(f"TPU {generation}", old_zones, new_zones, tpu_read)
+        for zone in sorted(set(old_zones) & set(new_zones) & tpu_read):
+            if old_zones[zone] != new_zones[zone]:
+                sizes = [
+                    " ".join(str(s) for s in sorted(z)) if z is not None else "all"
+                    for z in (old_zones[zone], new_zones[zone])
+                ]
+                lines.append(f"TPU {generation} in {zone}: sizes {sizes[0]} -> {sizes[1]}")
+    return lines
