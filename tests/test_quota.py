@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.googleapi_fakes import FakeGoogle, api_disabled, error, ok
 from trainstack.commands import quota as quota_command
@@ -240,3 +241,39 @@ def test_built_in_gpus_count_and_a_series_without_a_cpu_metric_is_said(
     (cpu,) = [q for q in report["quotas"] if q["metric"] is None]
     assert (cpu["what"], cpu["need"], cpu["status"]) == ("g2 vCPUs", 24, "not reported")
     assert "no G2 CPU metric" in cpu["notes"][0]
+
+
+def test_flex_start_draws_on_the_preemptible_quota_and_a_reserved_node_on_the_standard_one(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # Google: flex-start VMs "consume preemptible quota" (capacity_rules.csv, flex_start_quota).
+    config = {
+        "gcp:project": PROJECT,
+        "gcp:region": "us-central1",
+        "trainstack:zone": "us-central1-a",
+        "trainstack:cluster": {
+            "chief": {"machine_type": "a2-highgpu-1g", "capacity": "reservation", "reservation": "team-a100"},
+            "workers": {"count": 2, "machine_type": "a2-highgpu-1g", "capacity": "flex_start"},
+            "max_run_hours": 24,
+            "on_finish": "delete",
+        },
+    }
+    stack_file = tmp_path / "Pulumi.a100.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
+    answers = [
+        region(
+            A2_CPUS=(24.0, 0.0),
+            NVIDIA_A100_GPUS=(1.0, 0.0),
+            PREEMPTIBLE_CPUS=(24.0, 0.0),
+            PREEMPTIBLE_NVIDIA_A100_GPUS=(1.0, 0.0),
+        ),
+        project(GPUS_ALL_REGIONS=(8.0, 0.0)),
+    ]
+    monkeypatch.setattr(quota_command, "HTTP", FakeGoogle(answers))
+    assert main(["quota", "--stack-file", str(stack_file), "--json"]) == 1
+    quotas = by_metric(json.loads(capsys.readouterr().out))
+    flex = quotas["PREEMPTIBLE_NVIDIA_A100_GPUS"]
+    assert (flex["need"], flex["short_by"], flex["status"]) == (2, 1.0, "exceeded")
+    assert len(flex["nodes"]) == 2 and all("worker" in node for node in flex["nodes"])
+    reserved = quotas["NVIDIA_A100_GPUS"]
+    assert (reserved["need"], reserved["status"]) == (1, "fits")

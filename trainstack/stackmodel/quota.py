@@ -19,7 +19,10 @@ from typing import Any
 from trainstack.base.googleapis import build_service, execute
 from trainstack.catalog import Catalog, QuotaMetric, quota_metrics
 from trainstack.stackmodel.resolved import ResolvedStack
+from trainstack_contract import FLEX_START, SPOT
+from trainstack_contract import ON_DEMAND as ON_DEMAND_CAPACITY
 
+# The quota pools (quota_metrics.csv's pool column).
 ON_DEMAND = "on_demand"
 PREEMPTIBLE = "preemptible"
 FITS, EXCEEDED, MISSING, NOT_REPORTED = "fits", "exceeded", "missing", "not reported"
@@ -27,13 +30,18 @@ CONSOLE_QUOTAS = "https://console.cloud.google.com/iam-admin/quotas"
 GPUS_ALL_REGIONS = ("gpus_all_regions", "all", "any")
 
 
-def quota_pool(spot: bool) -> str:
-    """The quota pool a node draws from: Spot VMs draw on the preemptible quotas (when the
-    project has them; see :func:`check_quotas`), the rest on the standard ones.
-
-    The node's capacity (on_demand, spot, flex_start, reservation) maps here once the stack
-    has a capacity key; today a node says only whether it is Spot."""
-    return PREEMPTIBLE if spot else ON_DEMAND
+def quota_pool(capacity: str, catalog: Catalog) -> str:
+    """The quota pool a node draws from, by its capacity: Spot VMs draw on the preemptible
+    quotas (when the project has them; see :func:`check_quotas`); flex-start VMs where the
+    catalog's flex_start_quota rule says (Google: preemptible); on-demand VMs and VMs that
+    consume a reservation on the standard ones. Whether a reservation's own quota covers the
+    VMs that consume it was not confirmed, so they are counted as on-demand VMs: the safe side."""
+    if capacity == SPOT:
+        return PREEMPTIBLE
+    if capacity == FLEX_START:
+        rule = catalog.capacity.row("flex_start_quota")
+        return PREEMPTIBLE if rule is not None and rule.value == PREEMPTIBLE else ON_DEMAND
+    return ON_DEMAND
 
 
 @dataclass(frozen=True)
@@ -131,11 +139,13 @@ def stack_needs(stack: ResolvedStack, catalog: Catalog) -> list[Need]:
 
     machines = []
     if stack.cluster is not None:
-        machines += [(n.vm_name, n.machine_type, n.accelerator, n.spot) for n in stack.cluster.nodes]
-    if stack.notebook is not None:  # a Workbench instance is a Compute Engine VM, never Spot
-        machines.append((stack.notebook.instance_name, stack.notebook.machine_type, stack.notebook.accelerator, False))
-    for vm_name, machine_type, accelerator, spot in machines:
-        pool = quota_pool(spot)
+        machines += [(n.vm_name, n.machine_type, n.accelerator, n.capacity) for n in stack.cluster.nodes]
+    if stack.notebook is not None:  # a Workbench instance is a Compute Engine VM, on demand
+        machines.append(
+            (stack.notebook.instance_name, stack.notebook.machine_type, stack.notebook.accelerator, ON_DEMAND_CAPACITY)
+        )
+    for vm_name, machine_type, accelerator, capacity in machines:
+        pool = quota_pool(capacity, catalog)
         machine = catalog.machine_types[machine_type]
         add("cpu", machine.series, pool, machine.vcpus, vm_name)
         if accelerator is not None:  # built-in GPUs (A2, A3, A4, G2) included
@@ -144,7 +154,13 @@ def stack_needs(stack: ResolvedStack, catalog: Catalog) -> list[Need]:
         found = catalog.tpu_generation_for(stack.tpu.accelerator_type)
         if found is not None:
             generation, size = found
-            add("tpu", generation.generation, quota_pool(stack.tpu.spot), generation.chips(size), stack.tpu.vm_name)
+            add(
+                "tpu",
+                generation.generation,
+                quota_pool(stack.tpu.capacity, catalog),
+                generation.chips(size),
+                stack.tpu.vm_name,
+            )
     return [
         Need(kind, name, pool, amount, tuple(nodes[(kind, name, pool)]))
         for (kind, name, pool), amount in amounts.items()
