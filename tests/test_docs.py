@@ -200,7 +200,7 @@ def how_to_check(argv: tuple[str, ...]) -> str:
         return "run" if "--print-query" in argv and "--local" not in argv else "parse"
     if verb in ("submit", "jobs", "cancel"):
         return "run" if "--local" in argv else "parse"
-    if verb in ("tune", "quota"):
+    if verb in ("tune", "quota") or tuple(argv[:2]) == ("catalog", "refresh"):
         return "parse"
     return "run"
 
