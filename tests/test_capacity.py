@@ -277,3 +277,12 @@ def test_every_capacity_rule_carries_its_source() -> None:
     assert rules.flex_start_max_run_hours == 168
     assert rules.flex_start_termination_action == "DELETE"
     assert not rules.reservation_with_spot
+
+
+@pytest.mark.parametrize("example", sorted((Path(__file__).parents[1] / "examples" / "capacity").glob("Pulumi.*.yaml")))
+def test_the_capacity_examples_validate_and_plan_their_capacity(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", "--stack-file", str(example)]) == 0, capsys.readouterr()
+    models = {instance.inputs["scheduling"]["provisioningModel"] for instance in plan_of(example).of_type(INSTANCE)}
+    assert "FLEX_START" in models
