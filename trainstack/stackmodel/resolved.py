@@ -105,7 +105,6 @@ class ClusterNode:
     accelerator: Accelerator | None  # what the VM really gets, built-in GPUs included
     # True for N1, which takes attached GPUs; A2/A3/G2 machine types bring theirs.
     attach_accelerator: bool
-    spot: bool  # capacity == spot
     disk_gb: int
     boot_disk_type: str
     nic_type: str | None
@@ -117,6 +116,10 @@ class ClusterNode:
     reservation: str | None = None
     # Set for a flex-start node alone.
     flex_start: FlexStart | None = None
+
+    @property
+    def spot(self) -> bool:
+        return self.capacity == contract.SPOT
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,6 @@ class ResolvedTpu:
     runtime_version: str
     # The runtime's TensorFlow, major.minor: the tf-keras line the boot script adds.
     tensorflow_minor: str
-    spot: bool
     on_finish: OnFinish
     # False: tpu.on_finish was left out and on_finish is the default for its kind (spot or not).
     on_finish_chosen: bool
@@ -187,6 +189,10 @@ class ResolvedTpu:
     idle_seconds: int | None = None
     # As ClusterNode.capacity; a TPU VM takes on_demand, spot or reservation (any matching one).
     capacity: contract.Capacity = contract.ON_DEMAND
+
+    @property
+    def spot(self) -> bool:
+        return self.capacity == contract.SPOT
 
 
 @dataclass(frozen=True)
@@ -451,7 +457,6 @@ def _cluster_node(
         machine_type=machine_type,
         accelerator=accelerator,
         attach_accelerator=accelerator is not None and not machine.builtin_gpu,
-        spot=spot,
         disk_gb=disk_gb,
         boot_disk_type=machine.boot_disk_type,
         nic_type=machine.nic_type,
@@ -522,7 +527,6 @@ def _resolve_tpu(cfg: StackConfig, catalog: Catalog) -> ResolvedTpu | None:
         accelerator_type=tpu.accelerator_type,
         runtime_version=tpu.runtime_version,
         tensorflow_minor=".".join(runtime.tensorflow_version.split(".")[:2]),
-        spot=tpu.is_spot,
         on_finish=tpu.effective_on_finish,
         on_finish_chosen=tpu.on_finish is not None,
         max_run_seconds=round(tpu.max_run_hours * SECONDS_PER_HOUR),
