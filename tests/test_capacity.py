@@ -70,7 +70,7 @@ class Attributes:
     """A VM's instance and project attributes as the metadata server serves them to its agent,
     from what the plan sets."""
 
-    def __init__(self, plan: Plan, node: str, **changes: str) -> None:
+    def __init__(self, plan: Plan, node: str, **changes: str | None) -> None:
         self.values = {**instance(plan, node).inputs["metadata"], **changes}
         items = plan.of_type("gcp:compute/projectMetadataItem:ProjectMetadataItem")
         self.project = {item.inputs["key"]: item.inputs["value"] for item in items}
@@ -115,9 +115,16 @@ def test_the_agent_reads_each_nodes_capacity_from_its_metadata(h200_plan: Plan) 
     worker = read_settings(Attributes(h200_plan, "worker-0"))  # type: ignore[arg-type]
     chief = read_settings(Attributes(h200_plan, "chief"))  # type: ignore[arg-type]
     assert (worker.capacity, chief.capacity) == ("flex_start", "reservation")
+    # The flex-start node knows its run duration (cluster.max_run_hours), to end its job before
+    # Compute Engine deletes it; the reserved one, whose machine stays, has none.
+    assert (worker.max_run_seconds, chief.max_run_seconds) == (HOURS * 3600, None)
     wrong = Attributes(h200_plan, "chief", **{METADATA_KEYS.capacity: "preemptible"})
     with pytest.raises(SettingsError, match=METADATA_KEYS.capacity):
         read_settings(wrong)  # type: ignore[arg-type]
+    # A flex-start node that cannot tell when its run ends does not start (its boot stops it).
+    unknown_end = Attributes(h200_plan, "worker-0", **{METADATA_KEYS.max_run_seconds: None})
+    with pytest.raises(SettingsError, match="flex-start node must know when its run ends"):
+        read_settings(unknown_end)  # type: ignore[arg-type]
 
 
 def test_on_demand_and_spot_nodes_keep_their_arguments_and_metadata() -> None:

@@ -34,6 +34,7 @@ from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError, TooLarge
 from trainstack_agent.gcs import Storage
 from trainstack_agent.node import EXIT_ENDED, Clock, NodeAgent, apply_on_finish
+from trainstack_agent.runend import RunEnd
 from trainstack_agent.settings import NodeSettings, SettingsError, is_job_dir, job_from_spec
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
@@ -169,6 +170,8 @@ class QueueServices:
     between_jobs: Callable[[NodeSettings], None] = lambda ended: None
     # Before on_finish at the end of the idle wait.
     before_release: Callable[[], None] = lambda: None
+    # A flex-start node's: when its work ends; it then takes no further job and applies on_finish.
+    run_end: RunEnd | None = None
 
 
 class JobQueue:
@@ -200,7 +203,15 @@ class JobQueue:
             if node.outcome is not None and node.outcome.refused:
                 return code
         last_end, next_idle_log = clock.monotonic(), clock.monotonic()
+        what = f"queue: empty for {self.idle_limit:g} s"
         while True:
+            run_end = self.services.run_end
+            if run_end is not None and clock.monotonic() >= run_end.at:
+                what = (
+                    "queue: this machine's flex-start run is about to end; queued jobs stay queued for the "
+                    "machines a later `pulumi up` creates"
+                )
+                break
             index = self.index.read()
             entry = self._next(index)
             if entry is not None:
@@ -223,7 +234,6 @@ class JobQueue:
                 next_idle_log = clock.monotonic() + self.services.timings.queue_idle_log
             clock.sleep(self.services.timings.queue_poll)
         self._released = True
-        what = f"queue: empty for {self.idle_limit:g} s"
         self.services.before_release()
         apply_on_finish(self.settings.on_finish, self.services.release, self.log, what=what)
         return code

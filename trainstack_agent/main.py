@@ -38,6 +38,7 @@ from trainstack_agent.node import Clock, Launcher, NodeAgent, Services, SystemCl
 from trainstack_agent.processes import JobLauncher, Log, Processes
 from trainstack_agent.recovery import SpotRecovery
 from trainstack_agent.release import Release
+from trainstack_agent.runend import RunEnd, flex_start_end
 from trainstack_agent.secrets import read_secrets
 from trainstack_agent.settings import (
     KEYS,
@@ -352,6 +353,7 @@ def job_node(
     cancelled: Callable[[], str | None] | None = None,
     release_at_end: bool = True,
     launcher: Launcher | None = None,
+    run_end: RunEnd | None = None,
 ) -> NodeAgent:
     """One job's life on this node (``settings.job``; None: a node without a job), with its
     own status objects, environment, secrets and Spot recovery."""
@@ -393,6 +395,7 @@ def job_node(
         environment=dict(agent.environment),
         timings=timings,
         cancelled=cancelled,
+        run_end=run_end,
     )
     return NodeAgent(settings, services, datetime.now(timezone.utc), release_at_end=release_at_end)
 
@@ -412,7 +415,13 @@ def job_environment(agent: Agent, settings: NodeSettings, processes: Processes) 
 
 
 def job_queue(
-    agent: Agent, settings: NodeSettings, incarnation: str, processes: Processes, timings: Timings, time_scale: float
+    agent: Agent,
+    settings: NodeSettings,
+    incarnation: str,
+    processes: Processes,
+    timings: Timings,
+    time_scale: float,
+    run_end: RunEnd | None = None,
 ) -> JobQueue:
     """A standing node's boot: its own job, then the queue (``trainstack_agent.jobqueue``),
     the built-in trainer's jobs started in a warm interpreter where they can be."""
@@ -429,6 +438,7 @@ def job_queue(
             cancelled,
             release_at_end=False,
             launcher=warm.for_job(job_settings.job is not None and job_settings.job.warm_start),
+            run_end=run_end,
         ),
         between_jobs=lambda ended: warm.prepare_next(ended.job is not None and ended.job.warm_start),
         before_release=warm.discard,
@@ -439,6 +449,7 @@ def job_queue(
         state_dir=agent.host.state_dir,
         timings=timings,
         time_scale=time_scale,
+        run_end=run_end,
     )
     return JobQueue(settings, services)
 
@@ -465,11 +476,16 @@ def run_node(agent: Agent) -> int:
     # One incarnation per boot: every job this boot runs names it in its status objects.
     incarnation = new_incarnation()
     processes = Processes(log, keep_fds=(lock,), stop_grace=timings.stop_grace)
+    # A flex-start node ends its work before Compute Engine deletes the machine; the margin
+    # scales with the other waits, the run itself does not.
+    ends = flex_start_end(settings, host.state_dir, time.time(), time.monotonic(), timings.run_end_margin)
+    if ends is not None:
+        log(f"flex-start: this node ends its work {timings.run_end_margin:g} s before its run ends")
     node: NodeAgent | JobQueue
     if settings.idle_seconds is None:
-        node = job_node(agent, settings, incarnation, processes, timings)
+        node = job_node(agent, settings, incarnation, processes, timings, run_end=ends)
     else:
-        node = job_queue(agent, settings, incarnation, processes, timings, time_scale)
+        node = job_queue(agent, settings, incarnation, processes, timings, time_scale, run_end=ends)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         for each in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

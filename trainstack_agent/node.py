@@ -38,6 +38,7 @@ from trainstack_agent.environment import Prepared
 from trainstack_agent.hypertune import MetricCopy
 from trainstack_agent.job import JobCommand, job_command
 from trainstack_agent.recovery import SpotRecovery
+from trainstack_agent.runend import RunEnd
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.timings import Timings
@@ -136,6 +137,8 @@ class Services:
     listening: Callable[[int], bool | None] = port_listening
     # A queued job's: why it was cancelled (`trainstack cancel`), or None; asked every peer_poll.
     cancelled: Callable[[], str | None] | None = None
+    # A flex-start node's: when its work ends, before Compute Engine deletes the machine.
+    run_end: RunEnd | None = None
 
 
 class Duties:
@@ -161,6 +164,9 @@ class Duties:
 
     def tick(self) -> None:
         """Raises :class:`Ended` when this node's work must end."""
+        run_end = self.services.run_end
+        if run_end is not None and self.services.clock.monotonic() >= run_end.at:
+            raise Ended(run_end.reason)
         self._look_for_cancel()
         if self.settings.is_chief:
             self._chief()
@@ -337,6 +343,8 @@ class NodeAgent:
             except job_record.SettingsChanged as changed:
                 return Outcome(1, str(changed)[:1200], refused=True)
         try:
+            # A duty may end the work before anything starts (a flex-start run already over).
+            self.duties.tick()
             prepared = self._supervised_preparation()
         except Ended as ended:
             return ended_outcome(ended)

@@ -21,6 +21,7 @@ from trainstack_contract import (
     CLUSTER_NODE_KIND,
     CODE_INSTALLS,
     EXTERNAL_JOB_DIR,
+    FLEX_START,
     IMAGE_JOB,
     JOB_MODES,
     LAYOUT,
@@ -139,15 +140,16 @@ class NodeSettings:
     max_restarts: int = 0
     # The chief's only: (node, instance) of the Spot peers it starts again after a preemption.
     recover: tuple[tuple[str, str], ...] = ()
-    # A TPU VM's only: its node name for the TPU API, and its run-time cap.
+    # A TPU VM's only: its node name for the TPU API. Its run-time cap, which a flex-start
+    # cluster node also has (its run duration).
     tpu_name: str | None = None
     max_run_seconds: int | None = None
     # Seconds with an empty job queue before on_finish; None: this node runs no queue (its own
     # job, if any, then on_finish, as before the queue).
     idle_seconds: int | None = None
     # How the node got its machine (CAPACITIES) where its metadata says: flex_start or
-    # reservation; None on an on-demand or Spot node, whose metadata names none. Read only: the
-    # agent's behaviour does not depend on it yet.
+    # reservation; None on an on-demand or Spot node, whose metadata names none. A flex-start
+    # node also reads max_run_seconds, its run duration (trainstack_agent.runend).
     capacity: str | None = None
 
     @property
@@ -447,7 +449,23 @@ def read_settings(metadata: Metadata) -> NodeSettings:
         recover=recover,
         idle_seconds=idle_seconds,
         capacity=capacity,
+        max_run_seconds=_flex_start_run(reader, capacity),
     )
+
+
+def _flex_start_run(reader: _Reader, capacity: str | None) -> int | None:
+    """A flex-start cluster node's run duration (the agent ends its work before it is deleted);
+    None on any other cluster node, whose run-time cap is Compute Engine's alone."""
+    text = reader.optional(KEYS.max_run_seconds)
+    if capacity != FLEX_START:
+        if text is not None:
+            raise SettingsError(f"metadata {KEYS.max_run_seconds} is set on a cluster node that is not flex-start")
+        return None
+    if text is None:
+        raise SettingsError(
+            f"metadata {KEYS.max_run_seconds} is missing: a flex-start node must know when its run ends"
+        )
+    return _whole(KEYS.max_run_seconds, text, 1, MAX_RUN_SECONDS)
 
 
 def known_identity(metadata: Metadata) -> tuple[str | None, str | None]:

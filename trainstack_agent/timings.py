@@ -71,6 +71,9 @@ class Timings:
     # local file; one upload only when it changed): a tuning process that stops a trial early
     # sees an intermediate report within this long of the code's writing it.
     metric_copy: float = 5.0
+    # A flex-start node ends its job this long before Compute Engine deletes the machine at the
+    # end of its run duration: time for the code to end (stop_grace) and the status to be written.
+    run_end_margin: float = 300.0
 
     @property
     def start_backoff(self) -> tuple[float, float]:

@@ -21,6 +21,7 @@ from trainstack_agent.cloud import CloudError, TooLarge, Unavailable
 from trainstack_agent.environment import Prepared
 from trainstack_agent.job import JobCommand
 from trainstack_agent.node import NodeAgent, Services
+from trainstack_agent.runend import RunEnd
 from trainstack_agent.settings import JobSettings, NodeSettings, PythonSettings
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES, tf_cluster
@@ -254,6 +255,7 @@ def world(
     recovery_factory: Callable[[Board, FakeClock, Callable[[str], None]], object] | None = None,
     timings: Timings | None = None,
     listening: Callable[[int], bool | None] | None = None,
+    run_end: RunEnd | None = None,
 ) -> World:
     clock = FakeClock()
     storage = MemoryStorage()
@@ -278,6 +280,7 @@ def world(
         timings=timings or Timings(),
         # No test here reads this machine's /proc by accident: nothing listens unless told.
         listening=listening or (lambda port: False),
+        run_end=run_end,
     )
     agent = NodeAgent(node_settings, services, clock.utc())
     return World(clock, storage, launcher, releases, log, agent, board, preempted)

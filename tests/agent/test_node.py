@@ -13,6 +13,7 @@ from trainstack_agent.artifacts import DigestMismatch
 from trainstack_agent.cloud import CloudError
 from trainstack_agent.environment import Prepared
 from trainstack_agent.node import EXIT_ENDED, restart_limit
+from trainstack_agent.runend import RunEnd
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
@@ -547,3 +548,23 @@ def test_the_shutdown_that_on_finish_asked_for_records_nothing_over_the_jobs_end
     chief, job = w.status("chief"), w.job_status()
     assert chief is not None and chief.state == STATES.succeeded
     assert job is not None and job.state == STATES.succeeded
+
+
+def test_a_flex_start_node_ends_the_job_before_its_run_ends_saying_why_and_releases_the_machine() -> None:
+    """Compute Engine deletes a flex-start machine at the end of its run and cannot start it
+    again: the node ends the job itself first rather than leave it RUNNING until a timeout."""
+    why = "the flex-start run of this machine ends at 2026-11-23T10:10:00Z"
+    w = world(settings(on_finish="delete"), runs=[(5000.0, 0)], run_end=RunEnd(300.0, why))
+    assert w.agent.run() == EXIT_ENDED
+    chief, job = w.status("chief"), w.job_status()
+    assert chief is not None and chief.state == STATES.failed and chief.reason == why
+    assert job is not None and job.state == STATES.failed and job.reason == why
+    assert w.launcher.children[0].stopped
+    assert w.releases == ["delete"]
+    assert w.clock.now < 300.0 + Timings().stop_grace + Timings().peer_poll
+
+
+def test_a_flex_start_node_past_its_run_end_at_boot_starts_no_code() -> None:
+    w = world(settings(on_finish="delete"), runs=[(10.0, 0)], run_end=RunEnd(-1.0, "the flex-start run ended"))
+    assert w.agent.run() == EXIT_ENDED
+    assert w.launcher.started == [] and w.releases == ["delete"]

@@ -18,6 +18,7 @@ from trainstack_agent.environment import Prepared
 from trainstack_agent.hypertune import fresh_metric_file
 from trainstack_agent.jobqueue import DONE_FILE, JobQueue, QueueServices
 from trainstack_agent.node import EXIT_ENDED, NodeAgent, Services
+from trainstack_agent.runend import RunEnd
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.timings import Timings
 from trainstack_contract import HYPERTUNE_METRIC_FILE_ENV, LAYOUT, METADATA_KEYS, STATES
@@ -103,6 +104,7 @@ def boot(
     incarnation: str = "1111",
     time_scale: float = 1.0,
     prepare: Callable[[NodeSettings], Prepared] = fake_prepare,
+    run_end: RunEnd | None = None,
 ) -> Queue:
     """A node's boot with the queue; by default a single node without a job of its own."""
     clock = FakeClock()
@@ -136,6 +138,7 @@ def boot(
             timings=Timings(),
             listening=lambda port: False,
             cancelled=cancelled,
+            run_end=run_end,
         )
         return NodeAgent(job_settings, services, clock.utc(), release_at_end=False)
 
@@ -149,6 +152,7 @@ def boot(
         log=log.append,
         state_dir=state_dir,
         time_scale=time_scale,
+        run_end=run_end,
     )
     return Queue(clock, storage, launcher, releases, log, JobQueue(base, services), prepare)
 
@@ -501,3 +505,24 @@ def test_each_queued_job_gets_its_own_hypertune_report_file_and_never_sees_the_l
     for job_id, name, trial in ((first, "first", 1), (second, "second", 2)):
         copied = storage.objects[f"{queued_job_dir(BUCKET, job_id, name)}/{LAYOUT.hypertune_metrics('chief')}"]
         assert json.loads(copied)["trial"] == str(trial)
+
+
+def test_a_flex_start_node_ends_its_job_before_its_run_ends_and_leaves_the_queue_to_later_machines(
+    tmp_path: Path,
+) -> None:
+    """Compute Engine deletes a flex-start machine at the end of its run: the node ends the
+    running job first, saying why, takes no further job and applies on_finish (delete)."""
+    storage = MemoryStorage()
+    first, second = submit(storage, "first"), submit(storage, "second")
+    why = "the flex-start run of this machine ends at 2026-11-23T10:05:00Z"
+    node = settings(peers=(), with_job=False, on_finish="delete")
+    q = boot(tmp_path, runs=[(500.0, 0), (20.0, 0)], node_settings=node, storage=storage, run_end=RunEnd(100.0, why))
+    q.queue.run()
+    assert states(storage, first, "first") == [STATES.running, STATES.failed]
+    ended = status(storage, first, "first")
+    assert ended is not None and ended.reason == why
+    assert q.launcher.children[0].stopped and len(q.launcher.started) == 1
+    # The second job was never taken: it is still queued, for the machines a later `pulumi up` creates.
+    assert status(storage, second, "second") is None
+    assert [action for _, action in q.releases] == ["delete"]
+    assert q.releases[0][0] < 100.0 + Timings().peer_poll + Timings().stop_grace + 1

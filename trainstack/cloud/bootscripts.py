@@ -229,10 +229,16 @@ def idle_metadata(stack_idle_seconds: int | None, override: int | None = None) -
 _CAPACITIES_IN_METADATA = (FLEX_START, RESERVATION)
 
 
-def capacity_metadata(capacity: str) -> dict[str, str]:
+def capacity_metadata(capacity: str, max_run_seconds: int | None = None) -> dict[str, str]:
     """How the node got its machine, for its agent: flex_start or reservation; nothing for on
-    demand or Spot."""
-    return {METADATA_KEYS.capacity: capacity} if capacity in _CAPACITIES_IN_METADATA else {}
+    demand or Spot. A flex-start node also gets its run duration: its agent ends the job
+    before Compute Engine deletes the machine (trainstack_agent.runend)."""
+    if capacity not in _CAPACITIES_IN_METADATA:
+        return {}
+    metadata = {METADATA_KEYS.capacity: capacity}
+    if capacity == FLEX_START and max_run_seconds is not None:
+        metadata[METADATA_KEYS.max_run_seconds] = str(max_run_seconds)
+    return metadata
 
 
 def node_metadata(
@@ -264,7 +270,7 @@ def node_metadata(
         **job_metadata(job, cluster.trainer_args if args is None else args),
     }
     metadata.update(idle_metadata(cluster.idle_seconds, idle_seconds))
-    metadata.update(capacity_metadata(node.capacity))
+    metadata.update(capacity_metadata(node.capacity, cluster.max_run_seconds))
     if cluster.tf_cluster:
         metadata[METADATA_KEYS.cluster_key] = cluster.tf_cluster_metadata_key
     if len(cluster.nodes) > 1:
