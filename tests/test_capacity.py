@@ -22,18 +22,32 @@ TPU_VM = "gcp:tpu/v2Vm:V2Vm"
 C = "trainstack:cluster"
 HOURS = 48
 
-# Two H200 machines: the chief from a named reservation, the worker flex-start.
+# Two H200 machines from flex-start (a cluster is flex-start throughout or not at all).
 H200: dict[str, Any] = {
     "gcp:project": "test-project-123",
     "gcp:region": "us-central1",
     "trainstack:zone": "us-central1-b",
     "trainstack:cluster": {
-        "chief": {"machine_type": "a3-ultragpu-8g", "capacity": "reservation", "reservation": "h200-team"},
+        "chief": {"machine_type": "a3-ultragpu-8g", "capacity": "flex_start"},
         "workers": {"count": 1, "machine_type": "a3-ultragpu-8g", "capacity": "flex_start"},
         "max_run_hours": HOURS,
         "on_finish": "delete",
     },
     "trainstack:job": {"name": "h200", "epochs": 1},
+}
+# The same two machines from the named reservation h200-team.
+RESERVED: dict[str, Any] = {
+    **H200,
+    "trainstack:cluster": {
+        "chief": {"machine_type": "a3-ultragpu-8g", "capacity": "reservation", "reservation": "h200-team"},
+        "workers": {
+            "count": 1,
+            "machine_type": "a3-ultragpu-8g",
+            "capacity": "reservation",
+            "reservation": "h200-team",
+        },
+        "max_run_hours": HOURS,
+    },
 }
 TPU: dict[str, Any] = {
     "gcp:project": "test-project-123",
@@ -87,6 +101,11 @@ def h200_plan(tmp_path_factory: pytest.TempPathFactory) -> Plan:
     return plan_of(write_stack(tmp_path_factory.mktemp("h200"), H200))
 
 
+@pytest.fixture(scope="module")
+def reserved_plan(tmp_path_factory: pytest.TempPathFactory) -> Plan:
+    return plan_of(write_stack(tmp_path_factory.mktemp("reserved"), RESERVED))
+
+
 def test_a_flex_start_node_is_planned_with_the_scheduling_google_requires(h200_plan: Plan) -> None:
     scheduling = instance(h200_plan, "worker-0").inputs["scheduling"]
     assert scheduling["provisioningModel"] == "FLEX_START"
@@ -97,8 +116,8 @@ def test_a_flex_start_node_is_planned_with_the_scheduling_google_requires(h200_p
     assert "reservationAffinity" not in instance(h200_plan, "worker-0").inputs
 
 
-def test_a_reservation_node_consumes_the_reservation_it_names(h200_plan: Plan) -> None:
-    chief = instance(h200_plan, "chief").inputs
+def test_a_reservation_node_consumes_the_reservation_it_names(reserved_plan: Plan) -> None:
+    chief = instance(reserved_plan, "chief").inputs
     assert chief["scheduling"]["provisioningModel"] == "STANDARD"
     assert chief["reservationAffinity"] == {
         "type": "SPECIFIC_RESERVATION",
@@ -107,18 +126,18 @@ def test_a_reservation_node_consumes_the_reservation_it_names(h200_plan: Plan) -
 
 
 def test_a_reservation_node_without_a_name_consumes_any_matching_reservation(tmp_path: Path) -> None:
-    plan = plan_of(write_stack(tmp_path, changed(H200, {f"{C}.chief.reservation": REMOVE})))
+    plan = plan_of(write_stack(tmp_path, changed(RESERVED, {f"{C}.chief.reservation": REMOVE})))
     assert instance(plan, "chief").inputs["reservationAffinity"] == {"type": "ANY_RESERVATION"}
 
 
-def test_the_agent_reads_each_nodes_capacity_from_its_metadata(h200_plan: Plan) -> None:
+def test_the_agent_reads_each_nodes_capacity_from_its_metadata(h200_plan: Plan, reserved_plan: Plan) -> None:
     worker = read_settings(Attributes(h200_plan, "worker-0"))  # type: ignore[arg-type]
-    chief = read_settings(Attributes(h200_plan, "chief"))  # type: ignore[arg-type]
+    chief = read_settings(Attributes(reserved_plan, "chief"))  # type: ignore[arg-type]
     assert (worker.capacity, chief.capacity) == ("flex_start", "reservation")
     # The flex-start node knows its run duration (cluster.max_run_hours), to end its job before
     # Compute Engine deletes it; the reserved one, whose machine stays, has none.
     assert (worker.max_run_seconds, chief.max_run_seconds) == (HOURS * 3600, None)
-    wrong = Attributes(h200_plan, "chief", **{METADATA_KEYS.capacity: "preemptible"})
+    wrong = Attributes(reserved_plan, "chief", **{METADATA_KEYS.capacity: "preemptible"})
     with pytest.raises(SettingsError, match=METADATA_KEYS.capacity):
         read_settings(wrong)  # type: ignore[arg-type]
     # A flex-start node that cannot tell when its run ends does not start (its boot stops it).
@@ -137,8 +156,10 @@ def test_on_demand_and_spot_nodes_keep_their_arguments_and_metadata() -> None:
 
 
 def test_capacity_spot_is_planned_as_spot_true_was(tmp_path: Path) -> None:
-    old = plan_of(write_stack(tmp_path, changed(H200, {f"{C}.workers.capacity": REMOVE, f"{C}.workers.spot": True})))
-    new = plan_of(write_stack(tmp_path, changed(H200, {f"{C}.workers.capacity": "spot"}), stack="new"))
+    spot_true = {f"{C}.workers.capacity": REMOVE, f"{C}.workers.reservation": REMOVE, f"{C}.workers.spot": True}
+    old = plan_of(write_stack(tmp_path, changed(RESERVED, spot_true)))
+    spot = {f"{C}.workers.capacity": "spot", f"{C}.workers.reservation": REMOVE}
+    new = plan_of(write_stack(tmp_path, changed(RESERVED, spot), stack="new"))
     assert instance(old, "worker-0").inputs["scheduling"] == instance(new, "worker-0").inputs["scheduling"]
     assert instance(new, "worker-0").inputs["scheduling"]["provisioningModel"] == "SPOT"
 
@@ -153,20 +174,26 @@ def test_cost_says_how_flex_start_and_reserved_machines_are_priced(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["cost", "--stack-file", str(write_stack(tmp_path, H200)), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    descriptions = {node["name"]: node["description"] for node in report["nodes"]}
-    assert descriptions["test-worker-0"].endswith("(flex-start)")
-    assert descriptions["test-chief"].endswith("(reservation h200-team)")
-    notes = " ".join(report["notes"])
-    assert "flex-start: test-worker-0 priced at the on-demand list price, an upper bound" in notes
-    assert "bills at on-demand rates for as long as it exists, whether these machines run" in notes
+    flex = json.loads(capsys.readouterr().out)
+    assert main(["cost", "--stack-file", str(write_stack(tmp_path, RESERVED, stack="reserved")), "--json"]) == 0
+    reserved = json.loads(capsys.readouterr().out)
+    assert {node["description"] for node in flex["nodes"]} == {"a3-ultragpu-8g + 8 x nvidia-h200-141gb (flex-start)"}
+    assert {node["description"] for node in reserved["nodes"]} == {
+        "a3-ultragpu-8g + 8 x nvidia-h200-141gb (reservation h200-team)"
+    }
+    assert "flex-start: test-chief, test-worker-0 priced at the on-demand list price, an upper bound" in " ".join(
+        flex["notes"]
+    )
+    assert "bills at on-demand rates for as long as it exists, whether these machines run" in " ".join(
+        reserved["notes"]
+    )
 
 
 INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     # (case id, base, changes, key the message must name, words it must contain)
     (
         "h200_on_demand",
-        H200,
+        RESERVED,
         {f"{C}.chief.capacity": REMOVE, f"{C}.chief.reservation": REMOVE},
         f"{C}.chief.capacity",
         "a3-ultragpu-8g cannot be created on demand; get it with capacity: spot, flex_start or reservation",
@@ -195,26 +222,47 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     ("flex_start_stopped", H200, {f"{C}.on_finish": "stop"}, f"{C}.on_finish", "use on_finish: delete"),
     (
         "spot_and_reservation",
-        H200,
+        RESERVED,
         {f"{C}.chief.spot": True},
         f"{C}.chief",
         "spot: true and capacity: reservation name two ways",
     ),
     (
         "reservation_with_capacity_spot",
-        H200,
+        RESERVED,
         {f"{C}.chief.capacity": "spot"},
         f"{C}.chief",
         "reservation: h200-team names a reservation to consume, which only capacity: reservation does",
     ),
     (
         "reservation_without_capacity",
-        H200,
-        {f"{C}.workers.capacity": REMOVE, f"{C}.workers.reservation": "h200-team"},
+        RESERVED,
+        {f"{C}.workers.capacity": REMOVE},
         f"{C}.workers",
         "only capacity: reservation does (capacity is on_demand)",
     ),
-    ("reservation_name", H200, {f"{C}.chief.reservation": "H200_team"}, f"{C}.chief.reservation", "a reservation name"),
+    (
+        "reservation_name",
+        RESERVED,
+        {f"{C}.chief.reservation": "H200_team"},
+        f"{C}.chief.reservation",
+        "a reservation name",
+    ),
+    (
+        "flex_start_beside_spot",
+        H200,
+        {f"{C}.workers.capacity": "spot"},
+        f"{C}.workers.capacity",
+        "spot, but cluster.chief is flex-start: a flex-start VM is deleted after max_run_hours and cannot be started "
+        "again, and the cluster's other machines would wait for it; make every node of the cluster flex_start, or none",
+    ),
+    (
+        "flex_start_beside_reservation",
+        RESERVED,
+        {f"{C}.workers.capacity": "flex_start", f"{C}.workers.reservation": REMOVE, f"{C}.on_finish": "delete"},
+        f"{C}.chief.capacity",
+        "reservation, but cluster.workers is flex-start",
+    ),
     (
         "unknown_capacity",
         H200,
@@ -260,19 +308,26 @@ def test_invalid_capacity_is_refused_in_one_line_naming_the_key(
 
 
 @pytest.mark.parametrize(
-    "changes",
+    ("base", "changes"),
     [
-        {},
-        {f"{C}.workers.capacity": "spot"},
-        {f"{C}.workers.capacity": REMOVE, f"{C}.workers.spot": True},
-        {f"{C}.max_run_hours": 168},
+        (H200, {}),
+        (RESERVED, {}),
+        (RESERVED, {f"{C}.workers.capacity": "spot", f"{C}.workers.reservation": REMOVE}),
+        (RESERVED, {f"{C}.workers.capacity": REMOVE, f"{C}.workers.reservation": REMOVE, f"{C}.workers.spot": True}),
+        (H200, {f"{C}.max_run_hours": 168}),
     ],
-    ids=["flex-and-reservation", "capacity-spot", "spot-true", "flex-at-its-bound"],
+    ids=[
+        "flex-start",
+        "reservation",
+        "reservation-and-capacity-spot",
+        "reservation-and-spot-true",
+        "flex-at-its-bound",
+    ],
 )
 def test_capacities_google_allows_validate(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], base: dict[str, Any], changes: dict[str, Any]
 ) -> None:
-    code = main(["validate", "--stack-file", str(write_stack(tmp_path, changed(H200, changes)))])
+    code = main(["validate", "--stack-file", str(write_stack(tmp_path, changed(base, changes)))])
     assert code == 0, capsys.readouterr()
 
 
@@ -291,5 +346,5 @@ def test_the_capacity_examples_validate_and_plan_their_capacity(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["validate", "--stack-file", str(example)]) == 0, capsys.readouterr()
-    models = {instance.inputs["scheduling"]["provisioningModel"] for instance in plan_of(example).of_type(INSTANCE)}
-    assert "FLEX_START" in models
+    for vm in plan_of(example).of_type(INSTANCE):
+        assert vm.inputs["scheduling"]["provisioningModel"] == "FLEX_START" or "reservationAffinity" in vm.inputs

@@ -243,37 +243,45 @@ def test_built_in_gpus_count_and_a_series_without_a_cpu_metric_is_said(
     assert "no G2 CPU metric" in cpu["notes"][0]
 
 
-def test_flex_start_draws_on_the_preemptible_quota_and_a_reserved_node_on_the_standard_one(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
-) -> None:
-    # Google: flex-start VMs "consume preemptible quota" (capacity_rules.csv, flex_start_quota).
+def a100_stack(tmp_path: Path, capacity: dict[str, str], on_finish: str = "stop") -> Path:
+    """A chief and two workers, a2-highgpu-1g (1 A100 each), of the capacity given."""
     config = {
         "gcp:project": PROJECT,
         "gcp:region": "us-central1",
         "trainstack:zone": "us-central1-a",
         "trainstack:cluster": {
-            "chief": {"machine_type": "a2-highgpu-1g", "capacity": "reservation", "reservation": "team-a100"},
-            "workers": {"count": 2, "machine_type": "a2-highgpu-1g", "capacity": "flex_start"},
+            "chief": {"machine_type": "a2-highgpu-1g", **capacity},
+            "workers": {"count": 2, "machine_type": "a2-highgpu-1g", **capacity},
             "max_run_hours": 24,
-            "on_finish": "delete",
+            "on_finish": on_finish,
         },
     }
-    stack_file = tmp_path / "Pulumi.a100.yaml"
+    stack_file = tmp_path / f"Pulumi.a100-{capacity['capacity']}.yaml"
     stack_file.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
-    answers = [
-        region(
-            A2_CPUS=(24.0, 0.0),
-            NVIDIA_A100_GPUS=(1.0, 0.0),
-            PREEMPTIBLE_CPUS=(24.0, 0.0),
-            PREEMPTIBLE_NVIDIA_A100_GPUS=(1.0, 0.0),
-        ),
-        project(GPUS_ALL_REGIONS=(8.0, 0.0)),
-    ]
-    monkeypatch.setattr(quota_command, "HTTP", FakeGoogle(answers))
-    assert main(["quota", "--stack-file", str(stack_file), "--json"]) == 1
-    quotas = by_metric(json.loads(capsys.readouterr().out))
-    flex = quotas["PREEMPTIBLE_NVIDIA_A100_GPUS"]
-    assert (flex["need"], flex["short_by"], flex["status"]) == (2, 1.0, "exceeded")
-    assert len(flex["nodes"]) == 2 and all("worker" in node for node in flex["nodes"])
-    reserved = quotas["NVIDIA_A100_GPUS"]
-    assert (reserved["need"], reserved["status"]) == (1, "fits")
+    return stack_file
+
+
+def test_flex_start_draws_on_the_preemptible_quota_and_a_reserved_node_on_the_standard_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # Google: flex-start VMs "consume preemptible quota" (capacity_rules.csv, flex_start_quota).
+    quotas = {
+        "A2_CPUS": (24.0, 0.0),
+        "NVIDIA_A100_GPUS": (3.0, 0.0),
+        "PREEMPTIBLE_CPUS": (48.0, 0.0),
+        "PREEMPTIBLE_NVIDIA_A100_GPUS": (2.0, 0.0),
+    }
+    flex = a100_stack(tmp_path, {"capacity": "flex_start"}, on_finish="delete")
+    reserved = a100_stack(tmp_path, {"capacity": "reservation", "reservation": "team-a100"})
+    reports = []
+    for stack_file in (flex, reserved):
+        monkeypatch.setattr(quota_command, "HTTP", FakeGoogle([region(**quotas), project(GPUS_ALL_REGIONS=(8.0, 0.0))]))
+        main(["quota", "--stack-file", str(stack_file), "--json"])
+        reports.append(by_metric(json.loads(capsys.readouterr().out)))
+    flex_quotas, reserved_quotas = reports
+    gpus = flex_quotas["PREEMPTIBLE_NVIDIA_A100_GPUS"]
+    assert (gpus["need"], gpus["short_by"], gpus["status"]) == (3, 1.0, "exceeded")
+    assert "NVIDIA_A100_GPUS" not in flex_quotas and flex_quotas["PREEMPTIBLE_CPUS"]["need"] == 36
+    gpus = reserved_quotas["NVIDIA_A100_GPUS"]
+    assert (gpus["need"], gpus["status"]) == (3, "fits")
+    assert "PREEMPTIBLE_NVIDIA_A100_GPUS" not in reserved_quotas

@@ -192,8 +192,8 @@ def _check_machine_capacity(key: str, machine: MachineType, capacity: str, catal
 
 
 def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]:
-    """What flex-start asks of the whole cluster: a run duration within its bound, and an
-    on_finish its VMs can carry out."""
+    """What flex-start asks of the whole cluster: every node flex-start, a run duration within
+    its bound, and an on_finish its VMs can carry out."""
     key = f"{NAMESPACE}:cluster"
     pools: list[tuple[str, CapacityChoice]] = [("chief", cluster.chief)]
     pools += [("workers", cluster.workers)] if cluster.workers is not None and cluster.workers.count else []
@@ -208,7 +208,19 @@ def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]
     rules = catalog.capacity
     which = f"cluster.{_join(flex)} {'is' if len(flex) == 1 else 'are'} flex-start"
     bound = rules.flex_start_max_run_hours
-    problems: list[Problem] = []
+    problems: list[Problem] = [
+        # Compute Engine deletes a flex-start VM at the end of its run and cannot start it
+        # again: a machine of another capacity would outlive it and wait for it, idle and
+        # billing, with every job it takes after.
+        Problem(
+            f"{key}.{name}.capacity",
+            f"{pool.effective_capacity}, but {which}: a flex-start VM is deleted after max_run_hours and cannot be "
+            "started again, and the cluster's other machines would wait for it; make every node of the cluster "
+            "flex_start, or none (the flex-start machines in a stack of their own)",
+        )
+        for name, pool in pools
+        if pool.effective_capacity != FLEX_START
+    ]
     if cluster.max_run_hours is None:
         problems.append(
             Problem(
