@@ -14,7 +14,7 @@ import pytest
 
 from tests.googleapi_fakes import FakeGoogle, api_disabled, error, ok
 from trainstack.base import googleapis
-from trainstack.catalog import load_catalog
+from trainstack.catalog import build_catalog, load_catalog
 from trainstack.catalog.overlay import CATALOG_VARIABLE, MANIFEST
 from trainstack.commands.main import main
 
@@ -112,7 +112,9 @@ def tpu_answers() -> list[tuple[dict[str, str], str]]:
     ]
 
 
-def sku(sku_id: str, description: str, usage: str, regions: list[str], units: str, nanos: int) -> dict[str, Any]:
+def sku(
+    sku_id: str, description: str, usage: str, regions: list[str], units: str, nanos: int, unit: str = "h"
+) -> dict[str, Any]:
     return {
         "name": f"services/6F81-5844-456A/skus/{sku_id}",
         "skuId": sku_id,
@@ -127,7 +129,7 @@ def sku(sku_id: str, description: str, usage: str, regions: list[str], units: st
         "pricingInfo": [
             {
                 "pricingExpression": {
-                    "usageUnit": "h",
+                    "usageUnit": unit,
                     "tieredRates": [
                         {"startUsageAmount": 0, "unitPrice": {"currencyCode": "USD", "units": units, "nanos": nanos}}
                     ],
@@ -156,6 +158,35 @@ def billing_answers() -> list[tuple[dict[str, str], str]]:
             sku("A5", "Reserved Nvidia L4 GPU running in Americas", "OnDemand", ["us-central1"], "0", 300000000),
             sku("A3", "Commitment v1: Nvidia L4 GPU running in Americas", "Commit1Yr", ["us-central1"], "0", 1000),
             sku("A4", "Nvidia L4 GPU running in Americas", "OnDemand", ["us-central1"], "0", 560040000),
+            # N1 machines: per vCPU-hour and per GiB-hour, on demand and Spot; a custom type's SKU is not theirs
+            sku("C1", "N1 Predefined Instance Core running in Americas", "OnDemand", ["us-central1"], "0", 35000000),
+            sku(
+                "C2",
+                "N1 Predefined Instance Ram running in Americas",
+                "OnDemand",
+                ["us-central1"],
+                "0",
+                5000000,
+                "GiBy.h",
+            ),
+            sku(
+                "C3",
+                "Spot Preemptible N1 Predefined Instance Core running in Americas",
+                "Preemptible",
+                ["us-central1"],
+                "0",
+                10000000,
+            ),
+            sku(
+                "C4",
+                "Spot Preemptible N1 Predefined Instance Ram running in Americas",
+                "Preemptible",
+                ["us-central1"],
+                "0",
+                2000000,
+                "GiBy.h",
+            ),
+            sku("C5", "N1 Custom Instance Core running in Americas", "OnDemand", ["us-central1"], "0", 990000000),
         ],
         "nextPageToken": "",
     }
@@ -243,11 +274,18 @@ def test_refresh_writes_the_overlay_from_the_answers(
         ("v6e", "us-central1-a", "8"),
     ]
     prices = {(r["kind"], r["name"], r["region"]): r for r in overlay_rows(overlay_dir, "regional_prices.csv")}
-    assert set(prices) == {
+    assert {key for key in prices if key[0] != "machine"} == {
         ("gpu", "nvidia-tesla-t4", "us-central1"),
         ("gpu", "nvidia-l4", "us-central1"),
         ("tpu_chip", "v2", "us-central1"),
     }
+    # every N1 machine type from its vCPUs and memory: n1-standard-8 is 8 vCPUs and 30 GB
+    n1 = prices.pop(("machine", "n1-standard-8", "us-central1"))
+    assert (n1["on_demand_usd_hr"], n1["spot_usd_hr"]) == ("0.43", "0.14")
+    assert {name for kind, name, _ in prices if kind == "machine"} == {
+        m.name for m in build_catalog(None).machine_types.values() if m.series == "n1"
+    } - {"n1-standard-8"}
+    prices = {key: row for key, row in prices.items() if key[0] != "machine"}
     t4 = prices["gpu", "nvidia-tesla-t4", "us-central1"]
     assert (t4["on_demand_usd_hr"], t4["spot_usd_hr"]) == ("0.4", "0.15")
     # the commitment SKU is not the on-demand price; the Spot side the SKUs lack stays shipped
@@ -278,7 +316,7 @@ def test_refresh_prints_what_changed_bounded_and_each_problem_in_one_line(
     assert "GPU types the API lists and the catalog does not know (not added): nvidia-rtx-pro-6000" in out
     assert "machine types the API lists and the catalog does not know (not added): a3-edgegpu-8g" in out
     assert "tpu-vm-tf-2.19.0-pjrt" in out
-    assert "machine prices (vCPU and memory SKUs per series)" in out
+    assert "prices of machine series billing_skus.csv does not name (A3, A4)" in out
     problems = err.splitlines()
     assert problems == [
         "trainstack: catalog refresh: 1 zone(s) not read (unreachable or missing from the answer), "
@@ -292,6 +330,14 @@ def test_refresh_prints_what_changed_bounded_and_each_problem_in_one_line(
     everything = capsys.readouterr().out
     assert len([line for line in everything.splitlines() if line.startswith("  ")]) == total > 30
     assert "  machine type g2-standard-8: zones removed: us-central1-b\n" in everything
+    # machine types last (many to a series), each priced from its series' vCPU and memory SKUs
+    assert everything.rstrip().endswith(
+        "price n1-standard-96 Spot in us-central1 (per machine, GPUs apart/h): $1.5318 -> $1.68 (up)"
+    )
+    assert (
+        "  price n1-standard-8 on demand in us-central1 (per machine, GPUs apart/h): $0.38 -> $0.43 (up)\n"
+        in everything
+    )
     assert (
         "  machine type a2-highgpu-1g: removed from every zone read (us-central1-a, us-central1-b, us-central1-f)"
         in everything

@@ -6,8 +6,8 @@ Read: Compute Engine ``acceleratorTypes.aggregatedList`` (the GPU types of every
 gpu_zones.csv and zones.csv rows; Cloud TPU v2 ``projects.locations.acceleratorTypes.list``
 per TPU zone into tpu_zones.csv rows (``runtimeVersions.list`` is compared, not written); the
 Cloud Billing Catalog's ``services.skus.list`` for GPU prices per GPU and TPU prices per chip,
-on demand and Spot, into regional_prices.csv rows. Machine prices (vCPU and memory SKUs per
-series) are not rebuilt: their SKUs do not name the machine type.
+on demand and Spot, and for each machine type of the series billing_skus.csv names, its vCPUs
+and memory at its series' per-vCPU and per-GB SKUs, into regional_prices.csv rows.
 
 A zone that an answer marks unreachable, or leaves out, keeps its shipped rows: only zones
 read completely replace theirs.
@@ -253,12 +253,17 @@ def sku_rules() -> list[SkuRule]:
     ]
 
 
-def hourly_usd(sku: dict[str, Any]) -> float | None:
-    """The first tier's USD price per hour of a SKU; None when it is not priced by the hour in USD."""
+# The unit a SKU of each kind is priced in: an hour of a GPU, TPU device or vCPU; a GiB-hour of
+# memory (Compute Engine's "GB" of memory is a GiB).
+USAGE_UNITS = {"machine_ram": "GiBy.h"}
+
+
+def hourly_usd(sku: dict[str, Any], unit: str = "h") -> float | None:
+    """The first tier's USD price per ``unit`` of a SKU; None when it is priced otherwise."""
     for info in sku.get("pricingInfo", [])[:1]:
         expression = info.get("pricingExpression", {})
         rates = expression.get("tieredRates", [])
-        if expression.get("usageUnit") != "h" or not rates:
+        if expression.get("usageUnit") != unit or not rates:
             return None
         price = rates[0].get("unitPrice", {})
         if price.get("currencyCode", "USD") != "USD":
@@ -288,13 +293,15 @@ def read_prices(billing: Any, refresh: Refresh, catalog: Catalog) -> None:
         ):
             for sku in answer.get("skus", []):
                 description = str(sku.get("description", ""))
-                spot, price = _is_spot(sku), hourly_usd(sku)
-                if spot is None or price is None or EXCLUDED_SKU.search(description):
+                spot = _is_spot(sku)
+                if spot is None or EXCLUDED_SKU.search(description):
                     continue
                 for rule in rules:
-                    if rule.pattern.search(description):
+                    price = hourly_usd(sku, USAGE_UNITS.get(rule.kind, "h"))
+                    if price is not None and rule.pattern.search(description):
                         for region in set(sku.get("serviceRegions", [])) & regions:
                             found[(rule.kind, rule.name, region, spot)].add(round(price / rule.chips_per_sku, 6))
+    _add_machine_prices(found, catalog)
     ambiguous = sorted(f"{k[1]} {k[2]}" for k, v in found.items() if len(v) > 1)
     if ambiguous:
         refresh.notes.append(f"prices left as shipped, several SKUs disagree: {_bounded(ambiguous)}")
@@ -319,8 +326,26 @@ def read_prices(billing: Any, refresh: Refresh, catalog: Catalog) -> None:
     refresh.rows["regional_prices.csv"] = rows
 
 
+def _add_machine_prices(found: dict[tuple[str, str, str, bool], set[float]], catalog: Catalog) -> None:
+    """Each machine type of a series whose vCPU and memory prices were read, in each region and
+    on each side (on demand, Spot) that has both: vCPUs x per-vCPU + GB x per-GB. For a series
+    with built-in GPUs (A2, G2) that is the host part, as machine_types.csv holds it."""
+    rates = {key: next(iter(values)) for key, values in found.items() if len(values) == 1}
+    for (kind, series, region, spot), core in list(rates.items()):
+        ram = rates.get(("machine_ram", series, region, spot))
+        if kind != "machine_core" or ram is None:
+            continue
+        for machine in catalog.machine_types.values():
+            if machine.series == series:
+                found[("machine", machine.name, region, spot)].add(
+                    round(machine.vcpus * core + machine.memory_gb * ram, 6)
+                )
+    for key in [key for key in found if key[0] in ("machine_core", "machine_ram")]:
+        del found[key]
+
+
 def _shipped_price(catalog: Catalog, kind: str, name: str, region: str) -> tuple[float | None, float | None]:
-    price = catalog.gpu_usd_hr if kind == "gpu" else catalog.tpu_chip_usd_hr
+    price = {"gpu": catalog.gpu_usd_hr, "machine": catalog.machine_usd_hr}.get(kind, catalog.tpu_chip_usd_hr)
     return price(name, region, False), price(name, region, True)
 
 
@@ -348,7 +373,7 @@ def refresh_catalog(services: ServiceFactory, project: str, regions: tuple[str, 
         except GoogleApiError as error:
             refresh.problems.append(f"{what} not refreshed: {error}")
     refresh.notes.append(
-        "not rebuilt (shipped figures kept): machine prices (vCPU and memory SKUs per series), "
+        "not rebuilt (shipped figures kept): prices of machine series billing_skus.csv does not name (A3, A4), "
         "machine shapes and rules, TPU runtimes' generations, disk and network rates"
     )
     return refresh
@@ -391,11 +416,13 @@ def _usd(value: float | None) -> str:
     return "none" if value is None else f"${value:g}"
 
 
-def _price_changes(shipped: Catalog, refreshed: Catalog) -> list[str]:
+def _price_changes(shipped: Catalog, refreshed: Catalog, kinds: tuple[str, ...]) -> list[str]:
     lines = []
-    for kind, name, region in sorted(k for k in refreshed.regional_prices if k[0] in ("gpu", "tpu_chip")):
+    order = {"gpu": 0, "tpu_chip": 1, "machine": 2}
+    keys = sorted((k for k in refreshed.regional_prices if k[0] in kinds), key=lambda k: (order[k[0]], k[1:]))
+    for kind, name, region in keys:
         old, new = _shipped_price(shipped, kind, name, region), _shipped_price(refreshed, kind, name, region)
-        unit = "per GPU" if kind == "gpu" else "per chip"
+        unit = {"gpu": "per GPU", "machine": "per machine, GPUs apart"}.get(kind, "per chip")
         for side, before, after in (("on demand", old[0], new[0]), ("Spot", old[1], new[1])):
             if before != after and after is not None:
                 trend = "new" if before is None else ("up" if after > before else "down")
@@ -416,7 +443,7 @@ def _zone_changes(what: str, old: Iterable[str], new: Iterable[str], read: froze
 def changes(shipped: Catalog, refreshed: Catalog, overlay: Overlay) -> list[str]:
     """Every difference the overlay makes: prices up or down with both figures, zones added or
     removed per GPU type, per machine type with built-in GPUs and per TPU generation."""
-    lines = _price_changes(shipped, refreshed)
+    lines = _price_changes(shipped, refreshed, ("gpu", "tpu_chip"))
     gpu_read = overlay.zones_read.get("gpu_zones.csv", frozenset())
     for gpu in sorted(set(shipped.gpu_zones) | set(refreshed.gpu_zones)):
         lines += _zone_changes(gpu, shipped.gpu_zones.get(gpu, ()), refreshed.gpu_zones.get(gpu, ()), gpu_read)
@@ -437,4 +464,5 @@ def changes(shipped: Catalog, refreshed: Catalog, overlay: Overlay) -> list[str]
                     for z in (old_zones[zone], new_zones[zone])
                 ]
                 lines.append(f"TPU {generation} in {zone}: sizes {sizes[0]} -> {sizes[1]}")
-    return lines
+    # Machine types last: they come many to a series, and the printed list is cut after 30 lines.
+    return lines + _price_changes(shipped, refreshed, ("machine",))

@@ -141,8 +141,8 @@ def register(subparsers: Any) -> None:
         help="refresh the catalog from Google's APIs; show or diff the overlay",
         description=(
             "The shipped catalog (trainstack/catalog/*.csv, each row with its source and date) is the offline "
-            "default. `refresh` reads GPU and TPU offerings per zone (Compute Engine, Cloud TPU) and GPU and TPU "
-            "prices (Cloud Billing Catalog) with your application default credentials into .trainstack/catalog, "
+            "default. `refresh` reads GPU and TPU offerings per zone (Compute Engine, Cloud TPU) and GPU, TPU and "
+            "machine prices (Cloud Billing Catalog) with your application default credentials into .trainstack/catalog, "
             "which every command and the Pulumi program then read over the shipped rows; TRAINSTACK_CATALOG=shipped "
             "ignores it. Details: docs/catalog.md."
         ),
@@ -153,8 +153,8 @@ def register(subparsers: Any) -> None:
         help="read offerings and prices with your credentials into .trainstack/catalog",
         description=(
             "Exit 0 when some part was read (each part that failed is one line on stderr), 1 when nothing was "
-            "and the catalog is unchanged. Machine prices, shapes and rules are not rebuilt: they stay the "
-            "shipped ones."
+            "and the catalog is unchanged. A3 and A4 machine prices, machine shapes and rules are not rebuilt: "
+            "they stay the shipped ones."
         ),
     )
     refresh_parser.add_argument("--project", help="the project whose view of Google Cloud to read")
