@@ -139,3 +139,24 @@ class MetricCopy:
             return False
         self._version, self._copied, self._problem = version, data, None
         return True
+
+
+class JobMetrics:
+    """The job's report on this node, once its preparation named one (:meth:`follow`), copied to
+    the job directory by :meth:`copy`, which logs a failure and is never fatal."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+        self.current: MetricCopy | None = None
+
+    def follow(self, copy: MetricCopy) -> None:
+        self.current = copy
+
+    def copy(self) -> None:
+        """The job's hypertune report to the job directory, if it changed; never fatal."""
+        if self.current is None:
+            return
+        try:
+            self.current.copy()
+        except Exception as error:  # noqa: BLE001 - the job's end is recorded whatever happens here
+            self.log(f"could not copy the job's hypertune report: {type(error).__name__}: {error}")

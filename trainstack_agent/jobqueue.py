@@ -33,8 +33,11 @@ from typing import Final
 from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError, TooLarge
 from trainstack_agent.gcs import Storage
-from trainstack_agent.node import EXIT_ENDED, Clock, NodeAgent, apply_on_finish
+from trainstack_agent.jobend import apply_on_finish
+from trainstack_agent.node import NodeAgent
+from trainstack_agent.outcome import EXIT_ENDED
 from trainstack_agent.runend import RunEnd
+from trainstack_agent.services import Clock
 from trainstack_agent.settings import NodeSettings, SettingsError, is_job_dir, job_from_spec
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES

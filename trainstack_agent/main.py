@@ -34,12 +34,13 @@ from trainstack_agent.environment import Environment
 from trainstack_agent.gcs import Storage
 from trainstack_agent.jobqueue import JobQueue, QueueServices, running_job_dir
 from trainstack_agent.metadata import Metadata
-from trainstack_agent.node import Clock, Launcher, NodeAgent, Services, SystemClock
+from trainstack_agent.node import NodeAgent
 from trainstack_agent.processes import JobLauncher, Log, Processes
 from trainstack_agent.recovery import SpotRecovery
 from trainstack_agent.release import Release
 from trainstack_agent.runend import RunEnd, flex_start_end
 from trainstack_agent.secrets import read_secrets
+from trainstack_agent.services import Clock, Launcher, Services, SystemClock
 from trainstack_agent.settings import (
     KEYS,
     MAX_RUN_SECONDS,

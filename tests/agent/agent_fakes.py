@@ -20,8 +20,9 @@ from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError, TooLarge, Unavailable
 from trainstack_agent.environment import Prepared
 from trainstack_agent.job import JobCommand
-from trainstack_agent.node import NodeAgent, Services
+from trainstack_agent.node import NodeAgent
 from trainstack_agent.runend import RunEnd
+from trainstack_agent.services import Services
 from trainstack_agent.settings import JobSettings, NodeSettings, PythonSettings
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES, tf_cluster

@@ -12,10 +12,11 @@ from agent_fakes import JOB_DIR, World, settings, world
 from trainstack_agent.artifacts import DigestMismatch
 from trainstack_agent.cloud import CloudError
 from trainstack_agent.environment import Prepared
-from trainstack_agent.node import EXIT_ENDED, restart_limit
+from trainstack_agent.outcome import EXIT_ENDED
 from trainstack_agent.runend import RunEnd
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.timings import Timings
+from trainstack_agent.training import restart_limit
 from trainstack_contract import STATES
 from trainstack_contract.status import first_status
 

@@ -17,8 +17,10 @@ from trainstack_agent.board import Board
 from trainstack_agent.environment import Prepared
 from trainstack_agent.hypertune import fresh_metric_file
 from trainstack_agent.jobqueue import DONE_FILE, JobQueue, QueueServices
-from trainstack_agent.node import EXIT_ENDED, NodeAgent, Services
+from trainstack_agent.node import NodeAgent
+from trainstack_agent.outcome import EXIT_ENDED
 from trainstack_agent.runend import RunEnd
+from trainstack_agent.services import Services
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.timings import Timings
 from trainstack_contract import HYPERTUNE_METRIC_FILE_ENV, LAYOUT, METADATA_KEYS, STATES

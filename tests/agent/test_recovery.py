@@ -15,7 +15,7 @@ import pytest
 from agent_fakes import JOB_DIR, FakeClock, FakeInstances, MemoryStorage, World, settings, world
 from trainstack_agent.board import Board
 from trainstack_agent.job import JobCommand
-from trainstack_agent.node import EXIT_ENDED
+from trainstack_agent.outcome import EXIT_ENDED
 from trainstack_agent.processes import JobChild, JobLauncher, Log, Processes, group_running
 from trainstack_agent.recovery import TERMINATED, SpotRecovery
 from trainstack_agent.timings import Timings

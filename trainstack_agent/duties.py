@@ -1,0 +1,162 @@
+"""What a node does every tick, whatever else it is doing (:class:`Duties`), and the loops
+that tick them while it waits for something else (:func:`supervise`, :func:`supervised_preparation`).
+
+The chief refreshes its heartbeat in the job's status, watches its peers' status and starts
+preempted Spot peers again; every other node watches that heartbeat and ends its work when the
+chief recorded FAILED or CANCELLED or fell silent. Every node ends its work when the job is
+cancelled or a flex-start run is about to end.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+from trainstack_agent.cloud import CloudError
+from trainstack_agent.environment import Prepared
+from trainstack_agent.outcome import Cancelled, Ended
+from trainstack_agent.services import Services
+from trainstack_agent.settings import NodeSettings
+from trainstack_contract import STATES
+from trainstack_contract.status import StatusDocument, StatusFormatError
+
+# How often the loops look at the job's code and at their duties (every other wait is in
+# :class:`Timings`).
+TICK_SECONDS = 0.25
+DOWN_STATES = (STATES.preempted, STATES.interrupted)
+
+
+class Duties:
+    """What a node does every tick, whatever else it is doing (preparing, waiting, training)."""
+
+    def __init__(self, settings: NodeSettings, services: Services, started_at: datetime) -> None:
+        self.settings = settings
+        self.services = services
+        self.started_at = started_at
+        now = services.clock.monotonic()
+        self.next_heartbeat = now
+        self.next_recovery = now
+        self.next_watch = now
+        self.next_peer_watch = now
+        self.next_cancel_look = now
+        self.last_seen: bytes | None = None
+        self.seen_at = now
+        # The chief's last look at each peer's status, and the peers it saw down; on other
+        # nodes, the peers the chief's last heartbeat said were down.
+        self.peer_documents: dict[str, StatusDocument | None] = {}
+        self.peer_documents_at = float("-inf")
+        self.peers_down: tuple[str, ...] = ()
+
+    def tick(self) -> None:
+        """Raises :class:`Ended` when this node's work must end."""
+        run_end = self.services.run_end
+        if run_end is not None and self.services.clock.monotonic() >= run_end.at:
+            raise Ended(run_end.reason)
+        self._look_for_cancel()
+        if self.settings.is_chief:
+            self._chief()
+        else:
+            self._watch_chief()
+
+    def _look_for_cancel(self) -> None:
+        cancelled, now = self.services.cancelled, self.services.clock.monotonic()
+        if cancelled is None or now < self.next_cancel_look:
+            return
+        self.next_cancel_look = now + self.services.timings.peer_poll
+        reason = cancelled()
+        if reason is not None:
+            raise Cancelled(reason)
+
+    def _watch_peers(self, now: float) -> None:
+        """The chief reads every peer's status; a change in who is down is written at once."""
+        if not self.settings.other_nodes or now < self.next_peer_watch:
+            return
+        self.next_peer_watch = now + self.services.timings.peer_watch
+        try:
+            self.peer_documents = {peer: self.services.board.peer(peer) for peer in self.settings.other_nodes}
+            self.peer_documents_at = now
+        except CloudError as error:
+            self.services.log(f"could not read the peers' status: {error}")
+            return
+        down = tuple(peer for peer, doc in self.peer_documents.items() if doc is not None and doc.state in DOWN_STATES)
+        if down != self.peers_down:
+            self.peers_down = down
+            self.next_heartbeat = now
+
+    def _chief(self) -> None:
+        services, now = self.services, self.services.clock.monotonic()
+        self._watch_peers(now)
+        if now >= self.next_heartbeat:
+            self.next_heartbeat = now + self.settings.heartbeat_seconds
+            try:
+                services.board.write_job(STATES.running, peers_down=self.peers_down)
+            except CloudError as error:
+                services.log(f"could not refresh the heartbeat in {services.board.job_uri}: {error}")
+        if services.recovery is not None and now >= self.next_recovery:
+            # A Spot peer known to be down is looked at often: it is started the moment
+            # Compute Engine has stopped it.
+            recovering = any(node in self.peers_down for node, _ in self.settings.recover)
+            timings = services.timings
+            self.next_recovery = now + (timings.recover_fast_poll if recovering else timings.recover_poll)
+            reason = services.recovery.look()
+            if reason is not None:
+                raise Ended(reason)
+
+    def _watch_chief(self) -> None:
+        services, now = self.services, self.services.clock.monotonic()
+        if now < self.next_watch:
+            return
+        self.next_watch = now + min(services.timings.peer_poll, self.settings.heartbeat_seconds)
+        try:
+            raw = services.board.read_raw(services.board.job_uri)
+        except CloudError as error:
+            services.log(f"could not read the job's status: {error}")
+            raw = self.last_seen
+        document = _status(raw)
+        if document is not None and document.state == STATES.failed and document.moment > self.started_at:
+            raise Ended("the chief recorded the job FAILED")
+        if document is not None and document.state == STATES.cancelled and document.moment > self.started_at:
+            raise Cancelled("the chief recorded the job CANCELLED")
+        self.peers_down = tuple(peer for peer in document.peers_down if peer != self.settings.node) if document else ()
+        if raw != self.last_seen:
+            self.last_seen, self.seen_at = raw, now
+        elif now - self.seen_at >= self.settings.peer_timeout_seconds:
+            raise Ended(f"no heartbeat from the chief for {self.settings.peer_timeout_seconds} s")
+
+
+def supervise(duties: Duties, done: Callable[[], bool]) -> None:
+    """Ticks this node's duties until ``done`` holds; :class:`Ended` ends it early."""
+    clock = duties.services.clock
+    while not done():
+        duties.tick()
+        clock.sleep(TICK_SECONDS)
+
+
+def supervised_preparation(duties: Duties) -> Prepared:
+    """The job's preparation (environment, code or image) in a thread of its own, this node's
+    duties ticking meanwhile; what it raised is raised here."""
+    result: list[Prepared] = []
+    failure: list[BaseException] = []
+
+    def prepare() -> None:
+        try:
+            result.append(duties.services.prepare())
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+            failure.append(error)
+
+    worker = threading.Thread(target=prepare, name="prepare", daemon=True)
+    worker.start()
+    supervise(duties, lambda: not worker.is_alive())
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def _status(raw: bytes | None) -> StatusDocument | None:
+    if raw is None:
+        return None
+    try:
+        return StatusDocument.from_json(raw)
+    except StatusFormatError:
+        return None
