@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from trainstack_agent.cloud import CloudError
 from trainstack_agent.gcs import Storage
 from trainstack_contract import LAYOUT
 from trainstack_contract.status import (
@@ -106,6 +107,17 @@ class Board:
         self.storage.write(self.node_uri(self.node), document.to_json().encode())
         self._own = document
         return document
+
+    def record(
+        self, state: str, exit_code: int | None, reason: str | None, job_too: bool, log: Callable[[str], None]
+    ) -> None:
+        """This node's status (and, ``job_too``, the job's) in ``state``; a write Cloud Storage
+        gave up on is logged, and the other is still made."""
+        for write in (self.write_node, *([self.write_job] if job_too else [])):
+            try:
+                write(state, exit_code, reason)
+            except CloudError as error:
+                log(f"could not record {state}: {error}")
 
     def set_warning(self, name: str, text: str | None) -> None:
         """Records (or, with None, withdraws) one of this node's warnings in its status, which

@@ -49,7 +49,17 @@ class Prepared:
     metric_file: Path | None = None
 
 
-class Environment:
+def run_step(processes: Processes, argv: list[str], timeout: float, what: str) -> None:
+    """One install step, bounded by ``timeout``; :class:`PreparationError` names a failed one."""
+    code = processes.run(argv, timeout)
+    if code != 0:
+        raise PreparationError(f"{what} failed (exit {code})")
+
+
+class PythonEnvironment:
+    """The job's virtual environment: the pinned requirements once per lock, the job's extra
+    requirements and its project once per content."""
+
     def __init__(
         self,
         settings: NodeSettings,
@@ -57,9 +67,7 @@ class Environment:
         storage: Storage,
         processes: Processes,
         log: Log,
-        skip_registry_login: bool = False,
         find_links: Path | None = None,
-        job_as_agent_user: bool = False,
     ) -> None:
         self.settings = settings
         self.state_dir = state_dir
@@ -68,20 +76,16 @@ class Environment:
         self.storage = storage
         self.processes = processes
         self.log = log
-        self.skip_registry_login = skip_registry_login
         # Where pip finds what the job installs instead of a package index: `trainstack local`
         # fetches it there first, as its nodes reach no network.
         self.find_links = find_links
-        self.job_as_agent_user = job_as_agent_user
 
     @property
     def python(self) -> Path:
         return self.venv / "bin" / "python"
 
     def _run(self, argv: list[str], timeout: float, what: str) -> None:
-        code = self.processes.run(argv, timeout)
-        if code != 0:
-            raise PreparationError(f"{what} failed (exit {code})")
+        run_step(self.processes, argv, timeout, what)
 
     def _pip(self, *arguments: str, what: str) -> None:
         if self.wheelhouse.is_dir():
@@ -92,7 +96,7 @@ class Environment:
             source = ["--timeout", "60"]
         self._run([str(self.python), "-m", "pip", "install", "--quiet", *source, *arguments], PIP_SECONDS, what)
 
-    def python_environment(self) -> None:
+    def install(self) -> None:
         """The virtual environment with the pinned requirements, installed once per stamp."""
         python = self.settings.python
         stamp = requirements_stamp(python.lock.sha256 if python.lock is not None else None)
@@ -148,6 +152,42 @@ class Environment:
         self._pip(str(code_dir), what="installing the job's project")
         marker.write_text(archive.sha256 + "\n")
 
+
+class Environment:
+    """Everything the job's code needs before it starts: its Python environment
+    (:class:`PythonEnvironment`) and code archive, or its image; and the job's user."""
+
+    def __init__(
+        self,
+        settings: NodeSettings,
+        state_dir: Path,
+        storage: Storage,
+        processes: Processes,
+        log: Log,
+        skip_registry_login: bool = False,
+        find_links: Path | None = None,
+        job_as_agent_user: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.state_dir = state_dir
+        self.storage = storage
+        self.processes = processes
+        self.log = log
+        self.skip_registry_login = skip_registry_login
+        self.job_as_agent_user = job_as_agent_user
+        self.packages = PythonEnvironment(settings, state_dir, storage, processes, log, find_links)
+
+    @property
+    def python(self) -> Path:
+        return self.packages.python
+
+    def python_environment(self) -> None:
+        """The virtual environment with the pinned requirements, installed once per stamp."""
+        self.packages.install()
+
+    def _run(self, argv: list[str], timeout: float, what: str) -> None:
+        run_step(self.processes, argv, timeout, what)
+
     def code(self, archive: Artifact) -> Path:
         """The job's code archive, verified and unpacked afresh at every boot into a
         directory named after it."""
@@ -189,7 +229,7 @@ class Environment:
         assert job is not None
         user = None
         if not self.job_as_agent_user:
-            readable = (self.venv, self.state_dir / "code") if job.module is not None else ()
+            readable = (self.packages.venv, self.state_dir / "code") if job.module is not None else ()
             user = prepare_job_user(self.state_dir, readable, job.job_dir)
         # A new report file for every job: a standing node's next job never sees this one's.
         return replace(prepared, user=user, metric_file=fresh_metric_file(self.state_dir, user))
@@ -202,12 +242,12 @@ class Environment:
             self.docker(job.image)
             return Prepared(self.python, None, self.state_dir)
         assert job.code is not None
-        self.python_environment()
+        self.packages.install()
         if job.requirements is not None:
-            self.job_requirements(job.requirements)
+            self.packages.job_requirements(job.requirements)
         code_dir = self.code(job.code)
         if job.install == PROJECT_INSTALL:
-            self.project(code_dir, job.code)
+            self.packages.project(code_dir, job.code)
             # Installed: run from the environment, not from the unpacked tree.
             return Prepared(self.python, None, self.state_dir)
         return Prepared(self.python, code_dir, self.state_dir)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainstack_agent.cloud import CloudError
 from trainstack_agent.hypertune import JobMetrics
 from trainstack_agent.outcome import EXIT_ENDED, Outcome
 from trainstack_agent.services import Services
@@ -49,14 +48,6 @@ class JobEnd:
         self.metrics = metrics
         self.release_at_end = release_at_end
 
-    def _record(self, state: str, exit_code: int | None, reason: str | None, job_too: bool) -> None:
-        board, log = self.services.board, self.services.log
-        for write in (board.write_node, *([board.write_job] if job_too else [])):
-            try:
-                write(state, exit_code, reason)
-            except CloudError as error:
-                log(f"could not record {state}: {error}")
-
     def apply_on_finish(self, refused: bool = False) -> None:
         apply_on_finish(self.settings.on_finish, self.services.release, self.services.log, refused=refused)
 
@@ -78,7 +69,7 @@ class JobEnd:
         # The code has ended: its last report reaches the job directory before its end does, so
         # a reader that sees SUCCEEDED sees the final metric too.
         self.metrics.copy()
-        self._record(state, outcome.exit_code, outcome.reason, job_too=self.settings.is_chief)
+        self.services.board.record(state, outcome.exit_code, outcome.reason, self.settings.is_chief, self.services.log)
         if self.release_at_end or outcome.refused:
             self.apply_on_finish(refused=outcome.refused)
         return outcome.exit_code
@@ -100,7 +91,7 @@ class JobEnd:
         )
         # The status first: a preempted VM has about 30 s, and its peers look for this state.
         # The chief's also says so of the job (`trainstack status`): resumable, not running.
-        self._record(state, None, signal_name, job_too=self.settings.is_chief and running)
+        self.services.board.record(state, None, signal_name, self.settings.is_chief and running, log)
         self.services.launcher.stop_all()
         # After the status (a preempted VM has about 30 s): the ended code's last report.
         self.metrics.copy()

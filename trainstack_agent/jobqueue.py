@@ -91,6 +91,23 @@ class SpecRefused(Exception):
     """A queued job's spec that fails its checks; the message says why."""
 
 
+def queued_settings(storage: Storage, settings: NodeSettings, entry: QueueEntry, job_dir: str) -> NodeSettings:
+    """A queued job's settings from its spec; SpecRefused says why not. Cloud Storage giving
+    up raises CloudError: the job is looked at again."""
+    uri = f"{settings.bucket}/{spec_object(entry.spec_sha256)}"
+    try:
+        data = storage.read(uri, MAX_SPEC_BYTES)
+    except TooLarge:
+        raise SpecRefused(f"the job's spec {uri} is larger than {MAX_SPEC_BYTES} bytes") from None
+    if data is None:
+        raise SpecRefused(f"the job's spec {uri} does not exist")
+    try:
+        job = job_from_spec(read_spec(data, entry.spec_sha256), settings.bucket, job_dir)
+    except (QueueFormatError, SettingsError) as error:
+        raise SpecRefused(f"the job's spec {uri}: {str(error)[:400]}") from None
+    return replace(settings, job=job)
+
+
 class IndexReader:
     """The queue's index as last read: one that cannot be read (corrupt, oversize, Cloud
     Storage giving up) leaves the last one in force, and is logged once per problem."""
@@ -177,6 +194,58 @@ class QueueServices:
     run_end: RunEnd | None = None
 
 
+class NextJob:
+    """Which job this node runs next: the first of the queue's index it is not done with, not
+    cancelled, whose status and this node's own are not SUCCEEDED, FAILED or CANCELLED."""
+
+    def __init__(self, settings: NodeSettings, services: QueueServices, done: DoneJobs) -> None:
+        self.settings = settings
+        self.services = services
+        self.log = services.log
+        self.done = done
+
+    def _read_status(self, board: Board, uri: str) -> StatusDocument | None:
+        """None when absent, or unreadable: the job's own run then records what it cannot read."""
+        try:
+            return board.read(uri)
+        except Exception:  # noqa: BLE001 - unreadable is not ended; the job's run says why
+            return None
+
+    def ended(self, job_dir: str) -> bool:
+        """Whether the job at ``job_dir`` has ended, for the cluster or for this node."""
+        board = self.services.board(job_dir)
+        for uri in (board.job_uri, board.node_uri(self.settings.node)):
+            document = self._read_status(board, uri)
+            if document is not None and document.state in ENDED_STATES:
+                return True
+        return False
+
+    def next(self, index: QueueIndex) -> QueueEntry | None:
+        """The first runnable job of the index; each one found done is recorded so."""
+        for entry in index.entries:
+            if entry.id in self.done:
+                continue
+            job_dir = queued_job_dir(self.settings.bucket, entry.id, entry.name)
+            if entry.cancelled is not None:
+                self._skip_cancelled(entry, job_dir)
+            elif not self.ended(job_dir):
+                return entry
+            self.done.add(entry.id, index)
+        return None
+
+    def _skip_cancelled(self, entry: QueueEntry, job_dir: str) -> None:
+        """A job cancelled before this node ran it: skipped. One this node had started (and was
+        interrupted in) is recorded CANCELLED, by the chief for the job too."""
+        board = self.services.board(job_dir)
+        own = self._read_status(board, board.node_uri(self.settings.node))
+        if own is None or own.state in ENDED_STATES:
+            self.log(f"queue: job {entry.id} ({entry.job_dir_name}) was cancelled: skipping it")
+            return
+        self.log(f"queue: job {entry.id} ({entry.job_dir_name}) was cancelled while this node was down")
+        reason = f"job {entry.id} was cancelled at {entry.cancelled}"
+        board.record(STATES.cancelled, None, reason, self.settings.is_chief, self.log)
+
+
 class JobQueue:
     """One boot of a standing node (``settings.idle_seconds`` set)."""
 
@@ -187,6 +256,7 @@ class JobQueue:
         self.log = services.log
         self.index = IndexReader(services.storage, settings.bucket, services.log)
         self.done = DoneJobs(services.state_dir / DONE_FILE, services.log)
+        self.next_job = NextJob(settings, services, self.done)
         self.idle_limit = settings.idle_seconds * services.time_scale
         # The job running now; None between jobs.
         self.current: NodeAgent | None = None
@@ -197,7 +267,7 @@ class JobQueue:
         clock, code = self.services.clock, 0
         if self.settings.job is None:
             self.services.ready()
-        elif self._ended(self.settings.job.job_dir):
+        elif self.next_job.ended(self.settings.job.job_dir):
             self.log(f"queue: job 0 (the stack's own job, {self.settings.job.job_dir}) has ended; not running it again")
         else:
             self.log(f"queue: job 0 (the stack's own job, {self.settings.job.job_dir}) starting")
@@ -216,7 +286,7 @@ class JobQueue:
                 )
                 break
             index = self.index.read()
-            entry = self._next(index)
+            entry = self.next_job.next(index)
             if entry is not None:
                 queued = self._start(entry, index)
                 if queued is not None:
@@ -264,89 +334,21 @@ class JobQueue:
             self.log(f"received {signal_name} between jobs: exiting; the next boot runs the queue again")
         return EXIT_ENDED
 
-    # --- which job next ------------------------------------------------------------------
-    def _read_status(self, board: Board, uri: str) -> StatusDocument | None:
-        """None when absent, or unreadable: the job's own run then records what it cannot read."""
-        try:
-            return board.read(uri)
-        except Exception:  # noqa: BLE001 - unreadable is not ended; the job's run says why
-            return None
-
-    def _ended(self, job_dir: str) -> bool:
-        """Whether the job at ``job_dir`` has ended, for the cluster or for this node."""
-        board = self.services.board(job_dir)
-        for uri in (board.job_uri, board.node_uri(self.settings.node)):
-            document = self._read_status(board, uri)
-            if document is not None and document.state in ENDED_STATES:
-                return True
-        return False
-
-    def _next(self, index: QueueIndex) -> QueueEntry | None:
-        """The first runnable job of the index; each one found done is recorded so."""
-        for entry in index.entries:
-            if entry.id in self.done:
-                continue
-            job_dir = queued_job_dir(self.settings.bucket, entry.id, entry.name)
-            if entry.cancelled is not None:
-                self._skip_cancelled(entry, job_dir)
-            elif not self._ended(job_dir):
-                return entry
-            self.done.add(entry.id, index)
-        return None
-
-    def _skip_cancelled(self, entry: QueueEntry, job_dir: str) -> None:
-        """A job cancelled before this node ran it: skipped. One this node had started (and was
-        interrupted in) is recorded CANCELLED, by the chief for the job too."""
-        board = self.services.board(job_dir)
-        own = self._read_status(board, board.node_uri(self.settings.node))
-        if own is None or own.state in ENDED_STATES:
-            self.log(f"queue: job {entry.id} ({entry.job_dir_name}) was cancelled: skipping it")
-            return
-        self.log(f"queue: job {entry.id} ({entry.job_dir_name}) was cancelled while this node was down")
-        reason = f"job {entry.id} was cancelled at {entry.cancelled}"
-        writes = [board.write_node] + ([board.write_job] if self.settings.is_chief else [])
-        for write in writes:
-            try:
-                write(STATES.cancelled, None, reason)
-            except CloudError as error:
-                self.log(f"could not record {STATES.cancelled}: {error}")
-
     # --- one queued job ------------------------------------------------------------------
-    def _spec(self, entry: QueueEntry, job_dir: str) -> NodeSettings:
-        """The job's settings from its spec; SpecRefused says why not. Cloud Storage giving
-        up raises CloudError: the job is looked at again."""
-        uri = f"{self.settings.bucket}/{spec_object(entry.spec_sha256)}"
-        try:
-            data = self.services.storage.read(uri, MAX_SPEC_BYTES)
-        except TooLarge:
-            raise SpecRefused(f"the job's spec {uri} is larger than {MAX_SPEC_BYTES} bytes") from None
-        if data is None:
-            raise SpecRefused(f"the job's spec {uri} does not exist")
-        try:
-            job = job_from_spec(read_spec(data, entry.spec_sha256), self.settings.bucket, job_dir)
-        except (QueueFormatError, SettingsError) as error:
-            raise SpecRefused(f"the job's spec {uri}: {str(error)[:400]}") from None
-        return replace(self.settings, job=job)
-
     def _start(self, entry: QueueEntry, index: QueueIndex) -> NodeAgent | None:
         """The job's life on this node, ready to run; None when its spec is refused (the job
         is recorded FAILED, and done) or cannot be read now."""
         job_dir = queued_job_dir(self.settings.bucket, entry.id, entry.name)
         label = f"job {entry.id} ({entry.job_dir_name})"
         try:
-            settings = self._spec(entry, job_dir)
+            settings = queued_settings(self.services.storage, self.settings, entry, job_dir)
         except CloudError as error:
             self.log(f"queue: cannot read the spec of {label} ({str(error)[:300]}); looking again")
             return None
         except SpecRefused as refused:
             self.log(f"queue: {label} refused: {refused}")
             board = self.services.board(job_dir)
-            writes = [board.write_node] + ([board.write_job] if self.settings.is_chief else [])
-            for write in writes:
-                try:
-                    write(STATES.failed, 1, str(refused))
-                except CloudError as error:
-                    self.log(f"could not record {STATES.failed}: {error}")
+            board.record(STATES.failed, 1, str(refused), self.settings.is_chief, self.log)
             self.done.add(entry.id, index)
             return None
         self.log(f"queue: {label} starting")
