@@ -181,10 +181,6 @@ class Environment:
     def python(self) -> Path:
         return self.packages.python
 
-    def python_environment(self) -> None:
-        """The virtual environment with the pinned requirements, installed once per stamp."""
-        self.packages.install()
-
     def _run(self, argv: list[str], timeout: float, what: str) -> None:
         run_step(self.processes, argv, timeout, what)
 

@@ -159,7 +159,7 @@ def take_boot_lock(state_dir: Path) -> int | None:
 def boot_ready(agent: Agent, settings: NodeSettings, environment: Environment) -> None:
     """A node without a job (a dev box): the environment is installed and TF_CONFIG written
     where a user's shell finds it; nothing starts, and the run-time cap still stops it."""
-    environment.python_environment()
+    environment.packages.install()
     where = ""
     if settings.tf_config is not None:
         state_file = agent.host.state_dir / "tf_config.json"
@@ -168,7 +168,7 @@ def boot_ready(agent: Agent, settings: NodeSettings, environment: Environment) -
             profile = agent.host.profile_dir / "trainstack-tf-config.sh"
             profile.write_text(f"export TF_CONFIG={shlex.quote(settings.tf_config)}\n")
         where = f", TF_CONFIG in {state_file}"
-    agent.log(f"node {settings.node} ready: no job to run; python environment {environment.venv}{where}")
+    agent.log(f"node {settings.node} ready: no job to run; python environment {environment.packages.venv}{where}")
 
 
 class CapOrdersError(ValueError):
