@@ -11,8 +11,11 @@ on the node images' own Python (3.10 and later) with the standard library alone:
   pinned in metadata, and install it;
 - ``board``: the job's status objects (``trainstack_contract.status``);
 - ``recovery``: the chief starts preempted Spot peers again, with back-off and a bound;
-- ``trainer``: the job's code as a supervised child process;
-- ``node``: the life of one boot: prepare, wait for peers, train, recover, finish;
+- ``processes``: the job's code as a supervised child process;
+- ``node``: the life of one boot: prepare, wait for peers, train, recover, finish; its parts
+  ``duties`` (every tick: heartbeat, watches, cancel), ``peers`` (lost and down peers),
+  ``training`` (the code's runs and restarts) and ``jobend`` (recording the end, on_finish);
+- ``jobqueue``: a standing node's queue of jobs, one ``node`` life each;
 - ``main``: the entry point (``python3 trainstack-agent-<digest>.pyz``).
 
 ``trainstack local`` runs this same agent, with the cloud endpoints pointed at local

@@ -20,7 +20,7 @@ POLL_SECONDS = 0.1
 # the guest turns into SIGTERM) and being stopped
 # (https://cloud.google.com/compute/docs/instances/spot#preemption-process).
 PREEMPT_GRACE_SECONDS = 30.0
-# The node agent's line when it starts the job's code (trainstack_agent/node.py).
+# The node agent's line when it starts the job's code (trainstack_agent/training.py).
 JOB_STARTED = "trainstack: starting the job"
 # Compute Engine's instance statuses, as the stand-in reports a node's.
 RUNNING, STOPPING, TERMINATED = "RUNNING", "STOPPING", "TERMINATED"
