@@ -22,7 +22,7 @@ from trainstack_agent.gcs import Storage
 from trainstack_agent.hypertune import fresh_metric_file
 from trainstack_agent.jobuser import JobUser, prepare_job_user
 from trainstack_agent.processes import Log, Processes
-from trainstack_agent.settings import Artifact, NodeSettings
+from trainstack_agent.settings import Artifact, NodeSettings, PythonSettings
 from trainstack_contract import PROJECT_INSTALL, requirements_stamp
 
 # Bounds on each install step: a hung mirror must not keep a node billing.
@@ -56,36 +56,34 @@ def run_step(processes: Processes, argv: list[str], timeout: float, what: str) -
         raise PreparationError(f"{what} failed (exit {code})")
 
 
+@dataclass(frozen=True)
 class PythonEnvironment:
     """The job's virtual environment: the pinned requirements once per lock, the job's extra
     requirements and its project once per content."""
 
-    def __init__(
-        self,
-        settings: NodeSettings,
-        state_dir: Path,
-        storage: Storage,
-        processes: Processes,
-        log: Log,
-        find_links: Path | None = None,
-    ) -> None:
-        self.settings = settings
-        self.state_dir = state_dir
-        self.venv = state_dir / "venv"
-        self.wheelhouse = state_dir / "wheelhouse"
-        self.storage = storage
-        self.processes = processes
-        self.log = log
-        # Where pip finds what the job installs instead of a package index: `trainstack local`
-        # fetches it there first, as its nodes reach no network.
-        self.find_links = find_links
+    settings: PythonSettings
+    state_dir: Path
+    storage: Storage
+    processes: Processes
+    log: Log
+    # Where pip finds what the job installs instead of a package index: `trainstack local`
+    # fetches it there first, as its nodes reach no network.
+    find_links: Path | None = None
+
+    def _run(self, argv: list[str], timeout: float, what: str) -> None:
+        run_step(self.processes, argv, timeout, what)
+
+    @property
+    def venv(self) -> Path:
+        return self.state_dir / "venv"
+
+    @property
+    def wheelhouse(self) -> Path:
+        return self.state_dir / "wheelhouse"
 
     @property
     def python(self) -> Path:
         return self.venv / "bin" / "python"
-
-    def _run(self, argv: list[str], timeout: float, what: str) -> None:
-        run_step(self.processes, argv, timeout, what)
 
     def _pip(self, *arguments: str, what: str) -> None:
         if self.wheelhouse.is_dir():
@@ -98,7 +96,7 @@ class PythonEnvironment:
 
     def install(self) -> None:
         """The virtual environment with the pinned requirements, installed once per stamp."""
-        python = self.settings.python
+        python = self.settings
         stamp = requirements_stamp(python.lock.sha256 if python.lock is not None else None)
         marker = self.venv / ".trainstack-requirements"
         if marker.is_file() and marker.read_text().strip() == stamp:
@@ -171,11 +169,11 @@ class Environment:
         self.settings = settings
         self.state_dir = state_dir
         self.storage = storage
+        self.packages = PythonEnvironment(settings.python, state_dir, storage, processes, log, find_links)
         self.processes = processes
         self.log = log
         self.skip_registry_login = skip_registry_login
         self.job_as_agent_user = job_as_agent_user
-        self.packages = PythonEnvironment(settings, state_dir, storage, processes, log, find_links)
 
     @property
     def python(self) -> Path:
