@@ -229,10 +229,12 @@ def fit(config: TrainerConfig, setup: TrainingSetup, model: Any, layout: JobLayo
     """Trains from the backup (if any) to the last epoch; returns the seconds it took."""
     import tf_keras as keras
 
+    from trainer.callbacks import make_callbacks
+
     save_freq = checkpointing.backup_save_frequency(
         config.save_every_steps, setup.steps_per_execution, setup.kind == strategies.PARAMETER_SERVER
     )
-    callbacks = checkpointing.make_callbacks(setup.strategy, layout, record, save_freq, setup.task_type, setup.task_id)
+    callbacks = make_callbacks(setup.strategy, layout, record, save_freq, setup.task_type, setup.task_id)
     make_input = data.make_input_fn(config, setup.source, setup.steps, training=True)
     train_input = keras.utils.experimental.DatasetCreator(make_input)
     started = time.perf_counter()
