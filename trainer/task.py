@@ -60,7 +60,8 @@ def run(config: TrainerConfig) -> int:
     # None of these import TensorFlow at module level.
     from trainer import jobdir, locations, roles, training
     from trainer.config import ConfigError
-    from trainer.data import DataError, check_examples, describe_data
+    from trainer.data_checks import check_examples
+    from trainer.data_sources import DataError, describe_data
     from trainer.jobdir import JobLayout
     from trainer.strategy import EVALUATOR, PS, WORKER, StrategyError, choose_strategy, parse_tf_config
 
