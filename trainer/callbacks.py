@@ -174,6 +174,9 @@ class StepAccurateBackupAndRestore(keras.callbacks.BackupAndRestore):  # type: i
     TensorFlow's traceback.
     """
 
+    # BackupAndRestore's own count of train_function calls since its last backup.
+    _batches_count: int
+
     def __init__(self, record: RunRecord, checkpoint_dir: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._record = record

@@ -91,7 +91,7 @@ def _first_record(path: str) -> bytes | None:
 def _check_first_example(record: bytes, num_classes: int) -> None:
     """The first tf.train.Example against the feature spec, its image header and label."""
     import tensorflow as tf
-    from google.protobuf.message import DecodeError
+    from google.protobuf.message import DecodeError  # type: ignore[import-untyped]  # protobuf ships no types
 
     try:
         features = tf.train.Example.FromString(record).features.feature

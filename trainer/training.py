@@ -22,7 +22,7 @@ from trainer.config import TrainerConfig
 from trainer.data_sources import DataSource
 from trainer.jobdir import JobLayout
 from trainer.strategy import ClusterInfo
-from trainstack_contract import FINISHED
+from trainstack_contract import FINISHED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def set_up(config: TrainerConfig, cluster: ClusterInfo, source: DataSource, layo
         layout.backup_dir,
         mine,
         is_chief=checkpointing.is_writer(strategy),
-        broadcast=kind == strategies.MULTI_WORKER_MIRRORED,
+        broadcast=kind == MULTI_WORKER_MIRRORED,
     )
     keras.mixed_precision.set_global_policy(job.precision)
     setup = TrainingSetup(
@@ -185,7 +185,7 @@ def node_choice(
     # see docs/trainer.md), so auto enables it only for a single GPU. Multi-device
     # strategies would put the all-reduce inside the compiled step, and TPUs
     # compile with XLA anyway.
-    use_xla = config.xla == "on" or (config.xla == "auto" and kind == strategies.ONE_DEVICE and num_gpus > 0)
+    use_xla = config.xla == "on" or (config.xla == "auto" and kind == ONE_DEVICE and num_gpus > 0)
     return job_settings.JobSettings(
         precision=precision,
         xla=use_xla,
@@ -232,7 +232,7 @@ def fit(config: TrainerConfig, setup: TrainingSetup, model: Any, layout: JobLayo
     from trainer.callbacks import make_callbacks
 
     save_freq = checkpointing.backup_save_frequency(
-        config.save_every_steps, setup.steps_per_execution, setup.kind == strategies.PARAMETER_SERVER
+        config.save_every_steps, setup.steps_per_execution, setup.kind == PARAMETER_SERVER
     )
     callbacks = make_callbacks(setup.strategy, layout, record, save_freq, setup.task_type, setup.task_id)
     make_input = data_pipeline.make_input_fn(config, setup.source, setup.steps, training=True)
@@ -289,9 +289,7 @@ def node_metrics(
         "replicas": setup.replicas,
         # Under parameter servers the chief only coordinates; workers do the steps.
         "workers": (
-            len(cluster.cluster.get("worker", []))
-            if kind == strategies.PARAMETER_SERVER
-            else max(1, cluster.num_workers)
+            len(cluster.cluster.get("worker", [])) if kind == PARAMETER_SERVER else max(1, cluster.num_workers)
         ),
         "parameter_servers": cluster.num_ps,
         "batch_size_per_replica": config.batch_size_per_replica,
