@@ -5,7 +5,7 @@
     TF_ENABLE_ONEDNN_OPTS=0 .venv/bin/python bench/profile_trainer.py   # TensorFlow's own kernels
 
 It builds the model and the input pipeline with the trainer's own code
-(``trainer.config``, ``trainer.data``, ``trainer.training``), trains one
+(``trainer.config``, ``trainer.data_sources``, ``trainer.data_pipeline``, ``trainer.training``), trains one
 warm-up epoch, then records ``--steps`` steps with
 ``tf.profiler.experimental`` and sums the time of every op the profiler saw on
 the host, by op type. The trace stays in ``--logdir`` for TensorBoard's
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf
     import tf_keras as keras
 
-    from trainer import data, precision, training
+    from trainer import data_pipeline, data_sources, precision, training
     from trainer.config import parse_args
     from trainstack_contract import ONE_DEVICE
 
@@ -89,10 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         chosen = precision.auto_precision(ONE_DEVICE, 0) if config.precision == "auto" else config.precision
         keras.mixed_precision.set_global_policy(chosen)
-        source = data.count_records(config, data.describe_data(config))
+        source = data_sources.count_records(config, data_sources.describe_data(config))
         steps_per_execution = training.largest_divisor_at_most(args.steps, config.steps_per_execution)
         model = training.build_and_compile(config, source, steps_per_execution, use_xla=config.xla == "on")
-        dataset: Any = data.make_input_fn(config, source, args.steps, training=True)(tf.distribute.InputContext())
+        dataset: Any = data_pipeline.make_input_fn(config, source, args.steps, training=True)(
+            tf.distribute.InputContext()
+        )
         model.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0)  # traces, fills the cache
 
         logdir = args.logdir or Path(scratch) / "profile"

@@ -65,8 +65,8 @@ def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int, see
     import tensorflow as tf
     import tf_keras as keras
 
-    from trainer.data import SYNTHETIC_EVAL_EXAMPLES, SYNTHETIC_EVAL_OFFSET, synthetic_examples
     from trainer.kernels import onednn_enabled
+    from trainer.synthetic_images import SYNTHETIC_EVAL_EXAMPLES, SYNTHETIC_EVAL_OFFSET, synthetic_examples
 
     keras.utils.set_random_seed(seed)
     strategy = tf.distribute.MirroredStrategy()

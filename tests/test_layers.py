@@ -1,4 +1,5 @@
-"""The package's shape: folders by layer, imports that only point down, no circle.
+"""The house's shape: the library's folders by layer, imports that only point down, no circle
+in any package, and units a reader can hold in mind.
 
 A newcomer finds each part from the folder names alone (README's module map); these tests
 keep that true as code is added, including imports made inside functions."""
@@ -10,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "trainstack"
+REPOSITORY = Path(__file__).resolve().parents[1]
+PACKAGE = REPOSITORY / "trainstack"
+# Every package of the house: the library, the built-in trainer, the node agent, the contract
+# they share and the policy pack. Each is imported by its folder's name.
+PACKAGES = (
+    PACKAGE,
+    REPOSITORY / "trainer",
+    REPOSITORY / "trainstack_agent",
+    REPOSITORY / "trainstack_contract",
+    REPOSITORY / "policies" / "trainstack_policies",
+)
 
 # Bottom to top: a module may import its own folder and the folders before it, never after.
 LAYERS = (
@@ -29,27 +40,33 @@ LAYERS = (
 ENTRY_POINTS = {"__init__.py", "__main__.py"}
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def modules_of(package: Path) -> dict[str, Path]:
+    """The package's modules by their dotted name (a folder's ``__init__.py`` by the folder's)."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
 
 
 def imported_modules(path: Path) -> set[str]:
-    """Every trainstack module the file imports, at the top or inside a function."""
+    """Every module of the house's packages the file imports, at the top or inside a function."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "trainstack" or node.module.startswith("trainstack."):
+            if node.module.split(".")[0] in PACKAGE_NAMES:
                 # `from trainstack.x import y` may name a module y or a name in x.
                 for alias in node.names:
                     candidate = f"{node.module}.{alias.name}"
-                    found.add(candidate if candidate in MODULES else node.module)
+                    found.add(candidate if candidate in ALL_MODULES else node.module)
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("trainstack."))
-    return {name for name in found if name != "trainstack"}
+            found.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGE_NAMES)
+    return found
 
 
-MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+PACKAGE_NAMES = {package.name for package in PACKAGES}
+MODULES = modules_of(PACKAGE)
+ALL_MODULES = {name: path for package in PACKAGES for name, path in modules_of(package).items()}
 
 
 def layer_of(module: str) -> int:
@@ -71,12 +88,16 @@ def test_every_folder_is_a_layer_with_a_one_line_docstring() -> None:
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[1:2] and m.split(".")[1] in LAYERS))
 def test_imports_point_down_the_layers(module: str) -> None:
-    upward = [target for target in sorted(imported_modules(MODULES[module])) if layer_of(target) > layer_of(module)]
+    library = sorted(target for target in imported_modules(MODULES[module]) if target.startswith("trainstack."))
+    upward = [target for target in library if layer_of(target) > layer_of(module)]
     assert upward == [], f"{module} imports a layer above its own ({LAYERS[layer_of(module)]})"
 
 
-def test_no_import_circle() -> None:
-    graph = {m: {t for t in imported_modules(p) if t in MODULES and t != m} for m, p in MODULES.items()}
+@pytest.mark.parametrize("package", [package.name for package in PACKAGES])
+def test_no_import_circle(package: str) -> None:
+    """No circle in what the package's modules import, followed into the other packages too
+    (so a circle that leaves the package and comes back is found)."""
+    graph = {m: {t for t in imported_modules(p) if t in ALL_MODULES and t != m} for m, p in ALL_MODULES.items()}
     circles: list[list[str]] = []
     state: dict[str, int] = {}  # 1 on the current path, 2 done
 
@@ -89,7 +110,7 @@ def test_no_import_circle() -> None:
                 visit(target, [*path, target])
         state[module] = 2
 
-    for module in sorted(graph):
+    for module in sorted(m for m in graph if m.split(".")[0] == package):
         if module not in state:
             visit(module, [module])
     assert circles == []
@@ -157,6 +178,23 @@ def long_units(root: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("folder", ["trainstack", "trainer"])
-def test_no_function_or_class_is_longer_than_a_screenful_or_two(folder: str) -> None:
-    assert long_units(PACKAGE.parent / folder) == []
+@pytest.mark.parametrize(
+    "package",
+    [
+        pytest.param(
+            package,
+            id=package.name,
+            marks=[
+                pytest.mark.xfail(
+                    strict=True,
+                    reason="NodeAgent split lands on house-agent; Environment and JobQueue are over the size too",
+                )
+            ]
+            if package.name == "trainstack_agent"
+            else [],
+        )
+        for package in PACKAGES
+    ],
+)
+def test_no_function_or_class_is_longer_than_a_screenful_or_two(package: Path) -> None:
+    assert long_units(package) == []

@@ -1,8 +1,8 @@
 """The trainer's Keras callbacks: progress and resume point, epoch checkpoints, TensorBoard
-scalars, and backups that land on every epoch's end.
+scalars, and backups that land on every epoch's end, in the order :func:`make_callbacks` gives.
 
-Imported by :func:`trainer.checkpointing.make_callbacks` once TensorFlow is needed, so that
-the trainer's command line answers without loading it.
+This module imports TensorFlow: :func:`trainer.training.fit` imports it once training starts,
+so that the trainer's command line answers without loading it.
 """
 
 from __future__ import annotations
@@ -174,6 +174,9 @@ class StepAccurateBackupAndRestore(keras.callbacks.BackupAndRestore):  # type: i
     TensorFlow's traceback.
     """
 
+    # BackupAndRestore's own count of train_function calls since its last backup.
+    _batches_count: int
+
     def __init__(self, record: RunRecord, checkpoint_dir: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._record = record
@@ -210,3 +213,23 @@ class StepAccurateBackupAndRestore(keras.callbacks.BackupAndRestore):  # type: i
         # An epoch-end backup (save_freq "epoch") reaches the end of that epoch.
         steps_into_epoch = self._record.steps_per_epoch if self.save_freq == "epoch" else int(batch) + 1
         self._record.backed_up_to_step = int(epoch) * self._record.steps_per_epoch + steps_into_epoch
+
+
+def make_callbacks(
+    strategy: Any, layout: JobLayout, record: RunRecord, save_freq: int | str, task_type: str, task_id: int
+) -> list[Any]:
+    """Callback order matters: the backup is written before progress reports the epoch."""
+    return [
+        StepAccurateBackupAndRestore(
+            record,
+            layout.checkpoint_dir,
+            layout.backup_dir,
+            save_freq=save_freq,
+            # Kept until metrics.json is written, so a restart
+            # between fit and export does not train again.
+            delete_checkpoint=False,
+        ),
+        EpochCheckpoint(strategy, layout, record, task_type, task_id),
+        ProgressCallback(strategy, layout, record),
+        ScalarLogger(strategy, layout, record),
+    ]

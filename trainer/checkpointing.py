@@ -1,4 +1,5 @@
-"""Surviving restarts: backups, epoch checkpoints, progress, TensorBoard and export.
+"""Surviving restarts: who writes, the backup frequency, the run record, a damaged backup,
+TensorBoard scalars and export (the Keras callbacks that use them: :mod:`trainer.callbacks`).
 
 Who writes is decided by the strategy (``strategy.extended.should_checkpoint``),
 never by parsing TF_CONFIG by hand. Saves that involve every worker (MWMS
@@ -132,28 +133,6 @@ class RunRecord:
     started_at_step: int = 0
     trained_to_step: int = 0
     backed_up_to_step: int = 0
-
-
-def make_callbacks(
-    strategy: Any, layout: JobLayout, record: RunRecord, save_freq: int | str, task_type: str, task_id: int
-) -> list[Any]:
-    """Callback order matters: the backup is written before progress reports the epoch."""
-    from trainer import callbacks
-
-    return [
-        callbacks.StepAccurateBackupAndRestore(
-            record,
-            layout.checkpoint_dir,
-            layout.backup_dir,
-            save_freq=save_freq,
-            # Kept until metrics.json is written, so a restart
-            # between fit and export does not train again.
-            delete_checkpoint=False,
-        ),
-        callbacks.EpochCheckpoint(strategy, layout, record, task_type, task_id),
-        callbacks.ProgressCallback(strategy, layout, record),
-        callbacks.ScalarLogger(strategy, layout, record),
-    ]
 
 
 def write_scalar(name: str, value: float, step: int) -> None:

@@ -160,7 +160,7 @@ def _settings_from(content: Mapping[str, Any], problem: str) -> JobSettings:
     fields = {field.name: field.type for field in dataclasses.fields(JobSettings)}
     if set(content) != set(fields):
         raise ConfigError(f"{problem} (its keys differ from {sorted(fields)}); remove the backup to start over")
-    kinds = {"str": str, "bool": bool, "int": int, "float": (int, float)}
+    kinds: dict[str, type | tuple[type, ...]] = {"str": str, "bool": bool, "int": int, "float": (int, float)}
     for name, type_name in fields.items():
         value = content[name]
         wanted = kinds[str(type_name)]

@@ -98,7 +98,7 @@ def _time_convolution(dtype_name: str) -> float:
     images = tf.cast(generator.normal(PROBE_SHAPE), dtype)
     kernel = tf.cast(generator.normal((3, 3, PROBE_SHAPE[-1], PROBE_FILTERS)), dtype)
 
-    @tf.function(jit_compile=False)
+    @tf.function(jit_compile=False)  # type: ignore[untyped-decorator]  # TensorFlow ships no type information
     def convolve() -> tf.Tensor:
         return tf.nn.conv2d(images, kernel, strides=1, padding="SAME")
 

@@ -15,10 +15,10 @@ import os
 import time
 from typing import Any
 
-from trainer import data, jobdir
+from trainer import data_checks, data_pipeline, data_sources, jobdir
 from trainer.checkpointing import write_scalar
 from trainer.config import TrainerConfig
-from trainer.data import DataSource
+from trainer.data_sources import DataSource
 from trainer.jobdir import JobLayout
 from trainer.strategy import ClusterInfo
 
@@ -71,18 +71,18 @@ def run_evaluator(config: TrainerConfig, layout: JobLayout, source: DataSource) 
     from trainer import model as models
 
     marker_at_start = _marker_to_ignore(layout, config.overwrite)
-    source = data.count_records(config, source)
+    source = data_sources.count_records(config, source)
     network = models.build_model(config.model, config.image_size, source.num_classes)
     models.compile_model(network, config.learning_rate, steps_per_execution=1, jit_compile=False)
     steps = max(1, config.eval_steps or source.num_eval_examples // config.batch_size_per_replica)
-    eval_data = data.make_input_fn(config, source, steps, training=False)(tf.distribute.InputContext())
+    eval_data = data_pipeline.make_input_fn(config, source, steps, training=False)(tf.distribute.InputContext())
     writer = tf.summary.create_file_writer(jobdir.join(layout.log_dir, "eval"))
     checkpoint = tf.train.Checkpoint(model=network)
 
     def evaluate(path: str) -> None:
         checkpoint.restore(path).expect_partial()
         epoch = int(path.rsplit("-", 1)[-1])
-        with data.input_errors(config, "evaluation"):
+        with data_checks.input_errors(config, "evaluation"):
             loss, accuracy = network.evaluate(eval_data, steps=steps, verbose=0)
         log.info("evaluated %s: loss=%.4f accuracy=%.4f", path, loss, accuracy)
         with writer.as_default():

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from trainer import kernels
 from trainer.config import TrainerConfig, parse_args
-from trainstack_contract import AUTO, EXIT_PEER_LOST, FINISHED, LAYOUT, SYNTHETIC_DATA
+from trainstack_contract import AUTO, EVALUATOR, EXIT_PEER_LOST, FINISHED, LAYOUT, PS, SYNTHETIC_DATA, WORKER
 
 log = logging.getLogger("trainer")
 
@@ -60,9 +60,10 @@ def run(config: TrainerConfig) -> int:
     # None of these import TensorFlow at module level.
     from trainer import jobdir, locations, roles, training
     from trainer.config import ConfigError
-    from trainer.data import DataError, check_examples, describe_data
+    from trainer.data_checks import check_examples
+    from trainer.data_sources import DataError, describe_data
     from trainer.jobdir import JobLayout
-    from trainer.strategy import EVALUATOR, PS, WORKER, StrategyError, choose_strategy, parse_tf_config
+    from trainer.strategy import StrategyError, choose_strategy, parse_tf_config
 
     layout = JobLayout.from_config(config)
     try:

@@ -14,15 +14,15 @@ import sys
 import time
 from typing import Any
 
-from trainer import checkpointing, data, job_settings, jobdir, kernels
+from trainer import checkpointing, data_checks, data_pipeline, data_sources, job_settings, jobdir, kernels
 from trainer import precision as precisions
 from trainer import strategy as strategies
 from trainer.checkpointing import RunRecord
 from trainer.config import TrainerConfig
-from trainer.data import DataSource
+from trainer.data_sources import DataSource
 from trainer.jobdir import JobLayout
 from trainer.strategy import ClusterInfo
-from trainstack_contract import FINISHED
+from trainstack_contract import FINISHED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def set_up(config: TrainerConfig, cluster: ClusterInfo, source: DataSource, layo
     task_type, task_id = strategies.task_identity(strategy)
     # Not before: counting and the precision probe run TensorFlow ops, which must follow the
     # strategy's set-up.
-    source = data.count_records(config, source)
+    source = data_sources.count_records(config, source)
     mine = node_choice(config, kind, num_gpus, strategy.num_replicas_in_sync, source)
     job = job_settings.decide(
         config,
@@ -141,7 +141,7 @@ def set_up(config: TrainerConfig, cluster: ClusterInfo, source: DataSource, layo
         layout.backup_dir,
         mine,
         is_chief=checkpointing.is_writer(strategy),
-        broadcast=kind == strategies.MULTI_WORKER_MIRRORED,
+        broadcast=kind == MULTI_WORKER_MIRRORED,
     )
     keras.mixed_precision.set_global_policy(job.precision)
     setup = TrainingSetup(
@@ -180,12 +180,12 @@ def node_choice(
     """The settings this node would train with on its own: its flags, its probe, its devices."""
     precision = precisions.auto_precision(kind, num_gpus) if config.precision == "auto" else config.precision
     global_batch = config.batch_size_per_replica * replicas
-    steps = data.steps_per_epoch(config, source, global_batch)
+    steps = data_sources.steps_per_epoch(config, source, global_batch)
     # XLA on the CPU halves this CNN's speed (its convolutions lose oneDNN; measured,
     # see docs/trainer.md), so auto enables it only for a single GPU. Multi-device
     # strategies would put the all-reduce inside the compiled step, and TPUs
     # compile with XLA anyway.
-    use_xla = config.xla == "on" or (config.xla == "auto" and kind == strategies.ONE_DEVICE and num_gpus > 0)
+    use_xla = config.xla == "on" or (config.xla == "auto" and kind == ONE_DEVICE and num_gpus > 0)
     return job_settings.JobSettings(
         precision=precision,
         xla=use_xla,
@@ -229,14 +229,16 @@ def fit(config: TrainerConfig, setup: TrainingSetup, model: Any, layout: JobLayo
     """Trains from the backup (if any) to the last epoch; returns the seconds it took."""
     import tf_keras as keras
 
+    from trainer.callbacks import make_callbacks
+
     save_freq = checkpointing.backup_save_frequency(
-        config.save_every_steps, setup.steps_per_execution, setup.kind == strategies.PARAMETER_SERVER
+        config.save_every_steps, setup.steps_per_execution, setup.kind == PARAMETER_SERVER
     )
-    callbacks = checkpointing.make_callbacks(setup.strategy, layout, record, save_freq, setup.task_type, setup.task_id)
-    make_input = data.make_input_fn(config, setup.source, setup.steps, training=True)
+    callbacks = make_callbacks(setup.strategy, layout, record, save_freq, setup.task_type, setup.task_id)
+    make_input = data_pipeline.make_input_fn(config, setup.source, setup.steps, training=True)
     train_input = keras.utils.experimental.DatasetCreator(make_input)
     started = time.perf_counter()
-    with data.input_errors(config, "training"):
+    with data_checks.input_errors(config, "training"):
         model.fit(train_input, epochs=config.epochs, steps_per_epoch=setup.steps, callbacks=callbacks, verbose=2)
     return time.perf_counter() - started
 
@@ -249,11 +251,11 @@ def evaluate(config: TrainerConfig, setup: TrainingSetup, model: Any) -> tuple[f
     if eval_steps <= 0:
         return None, None
     eval_input = keras.utils.experimental.DatasetCreator(
-        data.make_input_fn(config, setup.source, setup.steps, training=False)
+        data_pipeline.make_input_fn(config, setup.source, setup.steps, training=False)
     )
     # Keras prints evaluation steps like training steps: say which is which.
     log.info("evaluation on held-out data: %d steps", eval_steps)
-    with data.input_errors(config, "evaluation"):
+    with data_checks.input_errors(config, "evaluation"):
         eval_loss, eval_accuracy = model.evaluate(eval_input, steps=eval_steps, verbose=2)
     log.info("evaluation: loss=%.4f accuracy=%.4f", eval_loss, eval_accuracy)
     return eval_loss, eval_accuracy
@@ -287,9 +289,7 @@ def node_metrics(
         "replicas": setup.replicas,
         # Under parameter servers the chief only coordinates; workers do the steps.
         "workers": (
-            len(cluster.cluster.get("worker", []))
-            if kind == strategies.PARAMETER_SERVER
-            else max(1, cluster.num_workers)
+            len(cluster.cluster.get("worker", [])) if kind == PARAMETER_SERVER else max(1, cluster.num_workers)
         ),
         "parameter_servers": cluster.num_ps,
         "batch_size_per_replica": config.batch_size_per_replica,

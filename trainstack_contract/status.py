@@ -105,6 +105,17 @@ def _incarnation(document: dict[str, Any]) -> str:
     return incarnation
 
 
+def _peers_down(document: dict[str, Any]) -> tuple[str, ...]:
+    peers_down = document.get("peers_down") or []
+    if (
+        not isinstance(peers_down, list)
+        or len(peers_down) > MAX_PEERS
+        or not all(isinstance(peer, str) and _NODE_PATTERN.fullmatch(peer) for peer in peers_down)
+    ):
+        raise StatusFormatError(f"peers_down must be a list of at most {MAX_PEERS} node names")
+    return tuple(peers_down)
+
+
 @dataclass(frozen=True)
 class HistoryEntry:
     """One state a node went through: the oldest first in :attr:`StatusDocument.history`."""
@@ -203,13 +214,7 @@ class StatusDocument:
         history = document.get("history") or []
         if not isinstance(history, list) or len(history) > STATUS_HISTORY_LIMIT:
             raise StatusFormatError(f"history must be a list of at most {STATUS_HISTORY_LIMIT} entries")
-        peers_down = document.get("peers_down") or []
-        if (
-            not isinstance(peers_down, list)
-            or len(peers_down) > MAX_PEERS
-            or not all(isinstance(peer, str) and _NODE_PATTERN.fullmatch(peer) for peer in peers_down)
-        ):
-            raise StatusFormatError(f"peers_down must be a list of at most {MAX_PEERS} node names")
+        peers_down = _peers_down(document)
         return cls(
             state=_state(document),
             node=node,
@@ -219,7 +224,7 @@ class StatusDocument:
             exit_code=exit_code,
             reason=_text(document, "reason", required=False),
             history=tuple(HistoryEntry.from_dict(entry) for entry in history),
-            peers_down=tuple(peers_down),
+            peers_down=peers_down,
             warnings=_warnings(document),
         )
 

@@ -77,7 +77,7 @@ def test_backup_frequency_counts_executions_not_steps() -> None:
 
 
 def test_synthetic_images_are_deterministic_and_class_dependent() -> None:
-    from trainer.data import synthetic_examples
+    from trainer.synthetic_images import synthetic_examples
 
     first = list(synthetic_examples(0, 200, 24, 5, seed=7).as_numpy_iterator())
     again = list(synthetic_examples(0, 200, 24, 5, seed=7).as_numpy_iterator())
@@ -92,7 +92,7 @@ def test_synthetic_images_are_deterministic_and_class_dependent() -> None:
 
 
 def test_image_folder_split_is_stable(tmp_path: Path) -> None:
-    from trainer.data import describe_data
+    from trainer.data_sources import describe_data
 
     for class_name in ("cats", "dogs"):
         (tmp_path / class_name).mkdir()
