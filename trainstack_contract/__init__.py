@@ -156,19 +156,6 @@ def vm_name(prefix: str, node: str) -> str:
 EXECUTED_DIR: Final = "trainstack"
 EXECUTED_PREFIX: Final = f"{EXECUTED_DIR}/"
 
-# Cloud Storage roles that can create, replace or delete objects
-# (https://cloud.google.com/storage/docs/access-control/iam-roles).
-STORAGE_WRITE_ROLES: Final = frozenset(
-    {
-        "roles/storage.admin",
-        "roles/storage.objectAdmin",
-        "roles/storage.objectCreator",
-        "roles/storage.objectUser",
-        "roles/storage.legacyBucketOwner",
-        "roles/storage.legacyBucketWriter",
-        "roles/storage.legacyObjectOwner",
-    }
-)
 
 
 def under_prefix(name: str, prefix: str) -> bool:

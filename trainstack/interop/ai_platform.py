@@ -30,6 +30,7 @@ from trainstack.interop.jobfile_reading import (
 )
 from trainstack.jobcode.node_environment import pinned_version
 from trainstack_contract import EXTERNAL_JOB_DIR
+from trainstack_contract.names import JOB_NAME
 
 if TYPE_CHECKING:
     # pydantic, which the spec needs, loads only when a config holds `hyperparameters`: the
@@ -437,7 +438,6 @@ SWITCHES = {"--stream-logs", "--async", "--use-chief-in-tf-config", "--enable-we
 VALUE_FLAGS = {*FIELD_FLAGS, *ACCELERATOR_FLAGS, *IMAGE_FLAGS, *OTHER_FLAGS}
 # What a shell would expand in a word: $NAME, ${...}, $1, $@ and the other special parameters.
 SHELL_VARIABLE = re.compile(r"\$(?:\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])")
-JOB_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 
 
 @dataclass

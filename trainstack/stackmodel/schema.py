@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from trainstack.base.errors import Problem, StackConfigError, shorten
 from trainstack.base.names import PROJECT_ID_PATTERN, REGION_PATTERN, ZONE_PATTERN
-from trainstack.jobcode.package import MODULE_PATTERN, check_image_syntax
+from trainstack.jobcode.package import check_image_syntax
 from trainstack_contract import (
     AUTO,
     BATCH_SIZE_PER_REPLICA,
@@ -49,6 +49,7 @@ from trainstack_contract import (
     job_env_problem,
     under_prefix,
 )
+from trainstack_contract.names import JOB_NAME, MODULE_NAME
 
 NAMESPACE = "trainstack"
 
@@ -56,9 +57,6 @@ OnFinish = Literal["stop", "delete", "keep"]
 
 # Every pattern below is applied with re.fullmatch: with re.match and "$", a trailing
 # newline passes ("j1\n"), and a value that reaches a shell or a resource name must not.
-# Job names as AI Platform Training named jobs: letters, digits and underscores, starting with
-# a letter, at most 128 characters (https://cloud.google.com/ai-platform/training/docs/managing-models-jobs).
-JOB_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 # Resource names derive from the stack name (VMs, bucket, service account id "<name>-train"),
 # so it must be a lowercase RFC 1035 label short enough that the longest derived name fits:
 # service account ids are limited to 30 characters.
@@ -76,7 +74,6 @@ BILLING_ACCOUNT_PATTERN = re.compile(r"[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}")
 # gs://BUCKET[/PATH]: bucket names are 3-63 lowercase letters, digits, "-", "_" and ".";
 # object paths are printable and bounded.
 GCS_URI_PATTERN = re.compile(r"gs://(?P<bucket>[a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(/[^\x00-\x1f\x7f]{0,1000})?")
-PRIMITIVE_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
 # The Cloud TPU service agent (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com)
 # holds roles/tpu.serviceAgent (https://cloud.google.com/iam/docs/service-agents).
 # AI Platform Training had it granted roles/ml.serviceAgent
@@ -480,7 +477,7 @@ class Job(_Strict):
     @classmethod
     def _job_name_rules(cls, name: str) -> str:
         return _full_match(
-            JOB_NAME_PATTERN,
+            JOB_NAME,
             name,
             "a valid job name: use letters, digits and underscores, start with a letter, at most 128 characters",
         )
@@ -525,7 +522,7 @@ class Job(_Strict):
     @classmethod
     def _module_name(cls, module: str | None) -> str | None:
         what = "a Python module name (dotted identifiers, as `python -m` takes: mypackage.task)"
-        return None if module is None else _full_match(MODULE_PATTERN, module, what)
+        return None if module is None else _full_match(MODULE_NAME, module, what)
 
     @field_validator("image")
     @classmethod
