@@ -157,7 +157,6 @@ EXECUTED_DIR: Final = "trainstack"
 EXECUTED_PREFIX: Final = f"{EXECUTED_DIR}/"
 
 
-
 def under_prefix(name: str, prefix: str) -> bool:
     """True when the object name or folder ``name`` is ``prefix`` (a folder, "a/") or lies
     under it: ``trainstack`` and ``trainstack/code`` are under ``trainstack/``, ``trainstackx`` is not."""

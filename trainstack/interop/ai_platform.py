@@ -179,7 +179,7 @@ def _tpu_runtime() -> str:
         runtime
         for runtime in load_catalog().tpu_runtimes.values()
         if TPU_GENERATION in runtime.generations and runtime.status == "current"
-        and runtime.version.startswith("tpu-vm-tf-") and "-pod-" not in runtime.version
+        and runtime.version.startswith("tpu-vm-tf-") and not runtime.is_pod
     ]  # fmt: skip
     newest = max(runtimes, key=lambda r: (tuple(int(p) for p in r.tensorflow_version.split(".")), -len(r.version)))
     return newest.version

@@ -516,7 +516,7 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
     if size in generation.valid_suffixes and generation.is_multi_host(size):
         # The boot script runs the trainer with TPUClusterResolver("local"): one host. A pod
         # slice runs the script on every host and needs a launcher this project lacks.
-        single_host = [f"{generation.prefix}-{s}" for s in generation.valid_suffixes if not generation.is_multi_host(s)]
+        single_host = [f"{generation.prefix}-{s}" for s in generation.single_host_suffixes]
         problems.append(
             Problem(
                 f"{key}.accelerator_type",
