@@ -62,7 +62,8 @@ def run(config: TrainerConfig) -> int:
     from trainer.config import ConfigError
     from trainer.data import DataError, check_examples, describe_data
     from trainer.jobdir import JobLayout
-    from trainer.strategy import EVALUATOR, PS, WORKER, StrategyError, choose_strategy, parse_tf_config
+    from trainer.strategy import StrategyError, choose_strategy, parse_tf_config
+    from trainstack_contract import EVALUATOR, PS, WORKER
 
     layout = JobLayout.from_config(config)
     try:

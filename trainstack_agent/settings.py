@@ -39,6 +39,7 @@ from trainstack_contract import (
     job_env_problem,
 )
 from trainstack_contract.names import JOB_NAME, MODULE_NAME, NODE_INSTANCE_LIST, NODE_LIST, NODE_NAME, SHA256
+from trainstack_contract.tf_config import TfConfigError, check_task, read_cluster, tf_config
 
 KEYS: Final = METADATA_KEYS
 _WHOLE: Final = re.compile(r"[0-9]{1,9}")
@@ -358,21 +359,14 @@ def _tf_config(reader: _Reader, role: str, index: int) -> str | None:
     if not text:
         raise SettingsError(f"project metadata {key} (the TF_CONFIG cluster) is missing")
     try:
-        cluster = json.loads(text)
+        cluster = read_cluster(json.loads(text))
     except ValueError:
         raise SettingsError(f"project metadata {key} is not a TF_CONFIG cluster") from None
-    if not (
-        isinstance(cluster, dict)
-        and all(
-            isinstance(name, str) and isinstance(tasks, list) and all(isinstance(task, str) for task in tasks)
-            for name, tasks in cluster.items()
-        )
-        and index < len(cluster.get(role, []))
-    ):
-        raise SettingsError(f"project metadata {key} is not a TF_CONFIG cluster with task {role} {index}")
+    try:
+        check_task(cluster, role, index)
+    except TfConfigError:
+        raise SettingsError(f"project metadata {key} is not a TF_CONFIG cluster with task {role} {index}") from None
     # One function builds TF_CONFIG for the Pulumi side, the local runs and this agent.
-    from trainstack_contract import tf_config
-
     return tf_config(cluster, role, index)
 
 

@@ -9,7 +9,7 @@ Standard library only, Python 3.10: it ships to the nodes inside the agent's arc
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Final, Literal, get_args
 
 # Job names as AI Platform Training named jobs: letters, digits and underscores, starting with
 # a letter, at most 128 characters (https://cloud.google.com/ai-platform/training/docs/managing-models-jobs).
@@ -39,3 +39,27 @@ SHA256: Final = re.compile(r"[0-9a-f]{64}")
 # are: the program takes no other file into one, and a node installs no other.
 WHEEL_FILE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,200}\.whl")
 MAX_WHEELS: Final = 2000
+
+
+# The roles of a cluster's members: TF_CONFIG's task types.
+Role = Literal["chief", "worker", "ps"]
+CHIEF: Final = "chief"
+WORKER: Final = "worker"
+PS: Final = "ps"
+ROLES: Final[tuple[str, ...]] = get_args(Role)
+# A TF_CONFIG task type that is not a cluster member (the trainer's side-car evaluator).
+EVALUATOR: Final = "evaluator"
+# Node names of the machines that are not cluster members.
+TPU_NODE: Final = "tpu"
+NOTEBOOK_NODE: Final = "notebook"
+
+
+def node_name(role: str, index: int) -> str:
+    """A node's name in status objects, logs, local directories and VM names:
+    chief (there is one), worker-0, ps-1."""
+    return CHIEF if role == CHIEF else f"{role}-{index}"
+
+
+def vm_name(prefix: str, node: str) -> str:
+    """The Compute Engine or TPU name of a node of the stack named ``prefix``."""
+    return f"{prefix}-{node}"
