@@ -28,15 +28,15 @@ from trainstack.jobcode.package import (
     package_layout,
     project_path,
 )
+from trainstack.stackmodel.configmap import parse_stack_config
+from trainstack.stackmodel.naming import NAMESPACE
 from trainstack.stackmodel.schema import (
-    NAMESPACE,
     Accelerator,
     CapacityChoice,
     Cluster,
     Job,
     StackConfig,
     Tpu,
-    parse_stack_config,
 )
 from trainstack.stackmodel.siblings import stack_buckets
 from trainstack_contract import (
