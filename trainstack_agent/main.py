@@ -42,7 +42,6 @@ from trainstack_agent.runend import RunEnd, flex_start_end
 from trainstack_agent.secrets import read_secrets
 from trainstack_agent.settings import (
     KEYS,
-    MAX_RUN_SECONDS,
     NodeSettings,
     SettingsError,
     known_identity,
@@ -51,6 +50,7 @@ from trainstack_agent.settings import (
 from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
 from trainstack_agent.warm import WarmStarts
 from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE, TPU_NODE_KIND
+from trainstack_contract.metadata import MAX_RUN_SECONDS
 from trainstack_contract.names import NODE_NAME, PROJECT_ID
 
 EXIT_ABORTED = 1

@@ -38,6 +38,13 @@ from trainstack_contract import (
     TPU_NODE_KIND,
     job_env_problem,
 )
+from trainstack_contract.metadata import (
+    MAX_IDLE_MINUTES,
+    MAX_JOB_ARGS,
+    MAX_RESTARTS,
+    MAX_RUN_SECONDS,
+    ON_FINISH_CHOICES,
+)
 from trainstack_contract.names import JOB_NAME, MODULE_NAME, NODE_INSTANCE_LIST, NODE_LIST, NODE_NAME, SHA256
 from trainstack_contract.tf_config import TfConfigError, check_task, read_cluster, tf_config
 
@@ -56,14 +63,11 @@ _SECRETS: Final = re.compile(
     r"[A-Z][A-Z0-9_]{0,99}=[A-Za-z0-9_-]{1,255}( [A-Z][A-Z0-9_]{0,99}=[A-Za-z0-9_-]{1,255}){0,19}"
 )
 _PROJECT_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
-MAX_TRAINER_ARGS: Final = 256
+MAX_TRAINER_ARGS: Final = MAX_JOB_ARGS
 MAX_TRAINER_ARGS_CHARS: Final = 64 * 1024
-ON_FINISH: Final = ("stop", "delete", "keep")
 # How long a node with an empty job queue waits before on_finish: at most a week, as the
-# stack file's idle_minutes (0 to 10080).
-MAX_IDLE_SECONDS: Final = 10080 * 60
-# A TPU VM's run-time cap: at most Compute Engine's longest (120 days), as max_run_hours.
-MAX_RUN_SECONDS: Final = 120 * 86400
+# stack file's idle_minutes.
+MAX_IDLE_SECONDS: Final = MAX_IDLE_MINUTES * 60
 
 
 class SettingsError(ValueError):
@@ -375,7 +379,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
     reader = _Reader(metadata)
     kind = _choice(KEYS.node_kind, reader.required(KEYS.node_kind), NODE_KINDS)
     bucket = _match(KEYS.bucket, reader.required(KEYS.bucket), _BUCKET, "a gs:// bucket")
-    on_finish = _choice(KEYS.on_finish, reader.required(KEYS.on_finish), ON_FINISH)
+    on_finish = _choice(KEYS.on_finish, reader.required(KEYS.on_finish), ON_FINISH_CHOICES)
     gpu_count = _whole(KEYS.gpu_count, reader.optional(KEYS.gpu_count) or "0", 0, 64)
     python = _python(reader, bucket)
     job = _job(reader, bucket)
@@ -432,7 +436,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
         job=job,
         tf_config=_tf_config(reader, role, index),
         peers=peers,
-        max_restarts=_whole(KEYS.max_restarts, reader.optional(KEYS.max_restarts) or "0", 0, 100),
+        max_restarts=_whole(KEYS.max_restarts, reader.optional(KEYS.max_restarts) or "0", 0, MAX_RESTARTS),
         recover=recover,
         idle_seconds=idle_seconds,
         capacity=capacity,

@@ -107,3 +107,20 @@ SPOT: Final = "spot"
 FLEX_START: Final = "flex_start"
 RESERVATION: Final = "reservation"
 CAPACITIES: Final[tuple[str, ...]] = get_args(Capacity)
+
+# What a node does when its work ends (the stack's on_finish; the metadata's on_finish key):
+# stop its machine, delete it, or keep it running.
+OnFinish = Literal["stop", "delete", "keep"]
+ON_FINISH_CHOICES: Final[tuple[str, ...]] = get_args(OnFinish)
+
+# Bounds the stack file's keys take and a node checks again in its metadata.
+# Compute Engine's longest run-time limit, 120 days: the stack's max_run_hours, a TPU VM's cap
+# (max_run_seconds) and a flex-start node's run.
+MAX_RUN_SECONDS: Final = 120 * 86400
+# How long a node waits with an empty job queue before on_finish: whole minutes, at most a week
+# (the stack's idle_minutes; idle_seconds in metadata).
+MAX_IDLE_MINUTES: Final = 7 * 24 * 60
+# How often the chief starts one preempted Spot peer again before the job fails (max_restarts).
+MAX_RESTARTS: Final = 100
+# The job's arguments (job.args; trainer_args in metadata): at most this many.
+MAX_JOB_ARGS: Final = 256

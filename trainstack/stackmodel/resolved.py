@@ -35,11 +35,11 @@ from trainstack.stackmodel.schema import (
     Budget,
     CapacityChoice,
     NodeSpec,
-    OnFinish,
     StackConfig,
     Storage,
 )
 from trainstack.stackmodel.secrets import JobSecret
+from trainstack_contract.metadata import OnFinish
 
 SECONDS_PER_HOUR = 3600
 

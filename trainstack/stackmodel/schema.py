@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -66,9 +66,8 @@ from trainstack_contract import (
     job_env_problem,
     under_prefix,
 )
+from trainstack_contract.metadata import MAX_IDLE_MINUTES, MAX_JOB_ARGS, MAX_RESTARTS, MAX_RUN_SECONDS, OnFinish
 from trainstack_contract.names import JOB_NAME, MODULE_NAME
-
-OnFinish = Literal["stop", "delete", "keep"]
 
 # The Cloud TPU service agent (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com)
 # holds roles/tpu.serviceAgent (https://cloud.google.com/iam/docs/service-agents).
@@ -102,7 +101,7 @@ ALWAYS_STACK_SET_FLAGS = (FLAGS.job_dir,)
 MAX_PATH_CHARS = 4096
 # Bounds on job.args: they travel in instance metadata (Compute Engine: 256 KB per value,
 # 512 KB per instance, startup script included).
-MAX_ARGS = 256
+MAX_ARGS = MAX_JOB_ARGS
 MAX_ARG_CHARS = 4096
 MAX_ARGS_TOTAL_CHARS = 32 * 1024
 
@@ -114,12 +113,11 @@ Steps = Annotated[int, Field(ge=STEPS_PER_EPOCH.low, le=STEPS_PER_EPOCH.high)]
 ImageSize = Annotated[int, Field(ge=IMAGE_SIZE.low, le=IMAGE_SIZE.high)]
 # Compute Engine accepts run-time limits from 30 seconds up to 120 days.
 MIN_RUN_HOURS = 0.01
-MAX_RUN_HOURS = 24 * 120
+MAX_RUN_HOURS = MAX_RUN_SECONDS // 3600
 MaxRunHours = Annotated[float, Field(ge=MIN_RUN_HOURS, le=MAX_RUN_HOURS)]
 # How long the cluster's nodes or the TPU VM wait with an empty job queue before they apply
 # on_finish: whole minutes, at most a week; 0 = as soon as the queue is empty.
 DEFAULT_IDLE_MINUTES = 10
-MAX_IDLE_MINUTES = 7 * 24 * 60
 IdleMinutes = Annotated[int, Field(ge=0, le=MAX_IDLE_MINUTES)]
 
 
@@ -241,7 +239,7 @@ class Cluster(_Strict):
     heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=24 * 3600)] = 600
     # The chief starts a preempted Spot peer again at most this many times (per node) before
     # it ends the job FAILED; 0 never restarts one.
-    max_restarts: Annotated[int, Field(ge=0, le=100)] = 10
+    max_restarts: Annotated[int, Field(ge=0, le=MAX_RESTARTS)] = 10
     # Minutes the nodes wait for a queued job (`trainstack submit`) after their last one before
     # they apply on_finish; None: not set (DEFAULT_IDLE_MINUTES where the nodes run a queue).
     idle_minutes: IdleMinutes | None = None
