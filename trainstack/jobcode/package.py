@@ -35,7 +35,7 @@ from trainstack.base.errors import shorten
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.jobcode.node_environment import logical_lines, unhashed_requirements
 from trainstack_contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
-from trainstack_contract.names import MAX_WHEELS, MODULE_NAME, WHEEL_FILE
+from trainstack_contract.names import MAX_WHEELS, MODULE_NAME, PROJECT_ID, WHEEL_FILE
 
 # Relative package and requirements paths are relative to the project root, where
 # Pulumi.yaml is, whatever directory a command runs from.
@@ -64,7 +64,7 @@ _IMAGE_PATH = r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*){0,
 _IMAGE_REFERENCE = r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})|@(?P<digest>sha256:[0-9a-f]{64}))"
 FULL_IMAGE_PATTERN = re.compile(
     r"(?P<location>[a-z]+(?:-[a-z]+[0-9]+)?)-docker\.pkg\.dev"
-    r"/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])"
+    rf"/(?P<project>{PROJECT_ID.pattern})"
     r"/(?P<repository>[a-z][a-z0-9-]{0,62})"
     rf"/(?P<image>{_IMAGE_PATH}){_IMAGE_REFERENCE}"
 )
