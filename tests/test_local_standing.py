@@ -23,9 +23,9 @@ from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.outcome import LocalExit
 from trainstack.localrun.run import run_local
 from trainstack.localrun.workdir import WORKDIR_MARKER
+from trainstack.stackmodel.configmap import parse_stack_config
 from trainstack.stackmodel.feasibility import validate_stack
 from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
-from trainstack.stackmodel.schema import parse_stack_config
 
 # A hang guard, not a measure.
 HANG_SECONDS = 120.0

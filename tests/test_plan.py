@@ -16,13 +16,13 @@ from stack_helpers import SHIPPED_STACKS, base_config, plan_for, plan_of, write_
 from trainstack.cloud.planning import Plan, PlannedResource
 from trainstack.commands.main import main
 from trainstack.stackmodel.stackfile import STACKS_DIR, read_stack_config_map
+from trainstack_contract.iam import PRIMITIVE_ROLES
 
 INSTANCE = "gcp:compute/instance:Instance"
 TPU_VM = "gcp:tpu/v2Vm:V2Vm"
 WORKBENCH = "gcp:workbench/instance:Instance"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 BUCKET = "gcp:storage/bucket:Bucket"
-PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
 
 
 def account_email(plan: Plan, suffix: str) -> str:

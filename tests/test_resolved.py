@@ -13,9 +13,9 @@ import trainstack_contract as contract
 from stack_helpers import base_config
 from trainer.strategy import ClusterInfo, choose_strategy
 from trainstack.base.errors import StackConfigError
+from trainstack.stackmodel.configmap import parse_stack_config
 from trainstack.stackmodel.feasibility import validate_stack
 from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
-from trainstack.stackmodel.schema import parse_stack_config
 
 
 def resolved(changes: dict[str, Any] | None = None, stack: str = "test") -> ResolvedStack:
@@ -163,7 +163,7 @@ def test_auto_means_the_same_strategy_to_the_stack_and_to_the_trainer(
 def test_bucket_names_are_unique_per_project_and_stack() -> None:
     """Defect: project team-a-project + stack prod and project team-a + stack project-prod
     both made the global bucket name team-a-project-prod."""
-    from trainstack.stackmodel.schema import default_bucket_name
+    from trainstack.stackmodel.naming import default_bucket_name
 
     assert default_bucket_name("team-a-project", "prod") != default_bucket_name("team-a", "project-prod")
     for project, name in (("team-a-project", "prod"), ("team-a", "project-prod")):

@@ -601,7 +601,7 @@ def test_a_spot_tpu_without_on_finish_is_valid_and_deletes_itself(
 def test_stack_names_that_share_their_first_24_characters_get_different_resource_names() -> None:
     """Defect: two stacks whose names shared their first 24 characters got the same VM,
     service-account and bucket names, and both validated."""
-    from trainstack.stackmodel.schema import RESOURCE_NAME_PATTERN, default_resource_name
+    from trainstack.stackmodel.naming import RESOURCE_NAME_PATTERN, default_resource_name
 
     names = {
         stack: default_resource_name(stack)

@@ -9,25 +9,21 @@ logical CPU devices of a test.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainstack_contract import (
     AUTO,
     CHIEF,
-    EVALUATOR,
     MIRRORED,
     MULTI_WORKER_MIRRORED,
     ONE_DEVICE,
     PARAMETER_SERVER,
-    PS,
     TPU,
-    WORKER,
     auto_strategy,
-    node_name,
 )
+from trainstack_contract.tf_config import TfConfig, TfConfigError
+from trainstack_contract.tf_config import parse_tf_config as read_tf_config
 
 if TYPE_CHECKING:  # TensorFlow is imported lazily so the choice logic stays cheap to test.
     import tensorflow as tf
@@ -37,91 +33,18 @@ class StrategyError(ValueError):
     """The requested strategy does not fit the environment."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ClusterInfo:
-    """What TF_CONFIG says about the cluster and this process's place in it."""
-
-    cluster: dict[str, list[str]]
-    task_type: str | None
-    task_id: int
-
-    @property
-    def num_workers(self) -> int:
-        """Training workers, counting the chief (MWMS treats it as worker 0)."""
-        return len(self.cluster.get(CHIEF, [])) + len(self.cluster.get(WORKER, []))
-
-    @property
-    def num_ps(self) -> int:
-        return len(self.cluster.get(PS, []))
-
-    @property
-    def is_distributed(self) -> bool:
-        return bool(self.cluster)
-
-    @property
-    def task_name(self) -> str:
-        return node_name(self.task_type or "local", self.task_id)
+# What TF_CONFIG says about the cluster and this process's place in it (the contract reads it).
+ClusterInfo = TfConfig
 
 
 def parse_tf_config(environ: Mapping[str, str]) -> ClusterInfo:
-    """Reads TF_CONFIG; an absent or empty one means a single local process.
-
-    Every shape TensorFlow would misread (or trip over much later, on one node only) is a
-    StrategyError naming what is wrong: the trainer reads TF_CONFIG before it waits for peers.
-    """
-    raw = environ.get("TF_CONFIG", "").strip()
-    if not raw:
-        return ClusterInfo(cluster={}, task_type=None, task_id=0)
+    """Reads TF_CONFIG (the contract's reading); an absent or empty one means a single local
+    process. A TF_CONFIG TensorFlow would misread is a StrategyError naming what is wrong: the
+    trainer reads TF_CONFIG before it waits for peers."""
     try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise StrategyError(f"TF_CONFIG is not valid JSON: {error}") from error
-    if not isinstance(parsed, dict):
-        raise StrategyError(f'TF_CONFIG must be a JSON object {{"cluster": ..., "task": ...}}, got {raw[:80]}')
-    cluster = _tf_config_cluster(parsed.get("cluster", {}))
-    task = parsed.get("task", {})
-    if not isinstance(task, dict):
-        raise StrategyError(f'TF_CONFIG task must be an object like {{"type": "worker", "index": 0}}, got {task!r}')
-    task_type = task.get("type")
-    task_id = _task_index(task.get("index", 0))
-    known = {CHIEF, WORKER, PS, EVALUATOR}
-    if task_type is not None and task_type not in known:
-        raise StrategyError(f"TF_CONFIG task type {task_type!r} is not one of {sorted(known)}")
-    if task_type in (CHIEF, WORKER, PS):
-        members = len(cluster.get(task_type, []))
-        if task_id >= members:
-            listed = f"indexes 0..{members - 1}" if members else "none"
-            raise StrategyError(
-                f"TF_CONFIG task {task_type}:{task_id} is not in its cluster "
-                f"({members} {task_type} task(s) listed: {listed})"
-            )
-    if len(cluster.get(CHIEF, [])) > 1:
-        raise StrategyError("TF_CONFIG may name at most one chief")
-    return ClusterInfo(cluster=cluster, task_type=task_type, task_id=task_id)
-
-
-def _task_index(index: Any) -> int:
-    """A whole number from 0; "1" is read as 1, as TensorFlow's resolvers do."""
-    if isinstance(index, str) and index.strip().isdigit():
-        return int(index)
-    # bool is an int to Python, not to anyone writing TF_CONFIG by hand.
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise StrategyError(f"TF_CONFIG task index must be a whole number from 0, got {index!r}")
-    return index
-
-
-def _tf_config_cluster(raw: Any) -> dict[str, list[str]]:
-    """The cluster of TF_CONFIG: each role a list of "host:port" strings.
-
-    ``list()`` of a lone string would split it into characters, one "task" per letter."""
-    if not isinstance(raw, dict):
-        raise StrategyError(f'TF_CONFIG cluster must be an object like {{"worker": ["host:port"]}}, got {raw!r}')
-    cluster: dict[str, list[str]] = {}
-    for role, addresses in raw.items():
-        if not isinstance(addresses, list) or not all(isinstance(address, str) for address in addresses):
-            raise StrategyError(f'TF_CONFIG cluster {role!r} must be a list of "host:port" strings, got {addresses!r}')
-        cluster[role] = list(addresses)
-    return cluster
+        return read_tf_config(environ.get("TF_CONFIG", ""))
+    except TfConfigError as error:
+        raise StrategyError(str(error)) from error
 
 
 def choose_strategy(requested: str, cluster: ClusterInfo, num_gpus: int, tpu: str | None, logical_cpus: int = 1) -> str:

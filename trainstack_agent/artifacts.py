@@ -10,14 +10,14 @@ the bounds.
 from __future__ import annotations
 
 import json
-import re
 import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from trainstack_agent.gcs import Storage
-from trainstack_agent.settings import SHA256, Artifact
+from trainstack_agent.settings import Artifact
+from trainstack_contract.names import MAX_WHEELS, SHA256, WHEEL_FILE
 
 # Bounds on what a node downloads and unpacks (the Pulumi side refuses larger packages).
 MAX_ARCHIVE_BYTES = 200 * 1024 * 1024
@@ -28,8 +28,6 @@ MAX_REQUIREMENTS_BYTES = 64 * 1024
 MAX_LOCK_BYTES = 1024 * 1024
 MAX_MANIFEST_BYTES = 1024 * 1024
 MAX_WHEEL_BYTES = 8 * 1024 * 1024 * 1024
-MAX_WHEELS = 2000
-_WHEEL_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,200}\.whl")
 
 
 class ArtifactError(Exception):
@@ -94,7 +92,7 @@ def read_manifest(path: Path) -> list[Wheel]:
     for wheel in wheels:
         if not (
             isinstance(wheel.filename, str)
-            and _WHEEL_FILE.fullmatch(wheel.filename)
+            and WHEEL_FILE.fullmatch(wheel.filename)
             and isinstance(wheel.sha256, str)
             and SHA256.fullmatch(wheel.sha256)
         ):

@@ -20,7 +20,6 @@ and the node says so. Each read is bounded; the kernel lists listening sockets f
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from trainstack_agent.cloud import CloudError
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.timings import Timings
 from trainstack_contract.status import CLUSTER_PORT_WARNING, TF_CONFIG_DOCS
+from trainstack_contract.tf_config import TfConfigError, parse_tf_config
 
 # This process's network namespace (/proc/net is a link to /proc/self/net).
 PROC_NET: Final = Path("/proc/self/net")
@@ -46,12 +46,10 @@ _HEX_PORT: Final = re.compile(r"[0-9A-Fa-f]{4}")
 def own_port(tf_config: str) -> int | None:
     """The port TF_CONFIG gives this node's task (``host:port``), or None when it names none."""
     try:
-        document = json.loads(tf_config)
-        task = document["task"]
-        address = document["cluster"][task["type"]][task["index"]]
-    except (ValueError, KeyError, IndexError, TypeError):
+        address = parse_tf_config(tf_config).own_address
+    except TfConfigError:
         return None
-    if not isinstance(address, str):
+    if address is None:
         return None
     port = address.rpartition(":")[2]
     if _PORT.fullmatch(port) is None or not 1 <= int(port) <= 65535:

@@ -43,8 +43,6 @@ from trainstack_agent.secrets import read_secrets
 from trainstack_agent.services import Clock, Launcher, Services, SystemClock
 from trainstack_agent.settings import (
     KEYS,
-    MAX_RUN_SECONDS,
-    NODE_NAME,
     NodeSettings,
     SettingsError,
     known_identity,
@@ -53,6 +51,8 @@ from trainstack_agent.settings import (
 from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
 from trainstack_agent.warm import WarmStarts
 from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE, TPU_NODE_KIND
+from trainstack_contract.metadata import MAX_RUN_SECONDS
+from trainstack_contract.names import NODE_NAME, PROJECT_ID
 
 EXIT_ABORTED = 1
 # After the TPU run-time cap's SIGTERM, how long the agent gets to record and end its work.
@@ -64,7 +64,6 @@ CAP_CHECK_SECONDS = 60.0
 CAP_RECORD_SECONDS = 180.0
 # The cap's arguments (it runs as root): a project id as the stack file takes it, a zone (the
 # AI zones' suffixes, like us-central1-ai1, included), whole numbers.
-PROJECT_ID: Final = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
 ZONE: Final = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z][a-z0-9]{0,7}")
 _CAP_NUMBER: Final = re.compile(r"[0-9]{1,12}")
 _CAP_RELEASE: Final = re.compile(r"stop|delete")

@@ -38,38 +38,36 @@ from trainstack_contract import (
     TPU_NODE_KIND,
     job_env_problem,
 )
+from trainstack_contract.metadata import (
+    MAX_IDLE_MINUTES,
+    MAX_JOB_ARGS,
+    MAX_RESTARTS,
+    MAX_RUN_SECONDS,
+    ON_FINISH_CHOICES,
+)
+from trainstack_contract.names import JOB_NAME, MODULE_NAME, NODE_INSTANCE_LIST, NODE_LIST, NODE_NAME, SHA256
+from trainstack_contract.tf_config import TfConfigError, check_task, read_cluster, tf_config
 
 KEYS: Final = METADATA_KEYS
-NODE_NAME: Final = re.compile(r"[a-z][a-z0-9-]{0,62}")
-_NODE_LIST: Final = re.compile(r"[a-z][a-z0-9-]{0,62}( [a-z][a-z0-9-]{0,62}){0,4095}")
-_RECOVER_LIST: Final = re.compile(
-    r"[a-z][a-z0-9-]{0,62}=[a-z][a-z0-9-]{0,62}( [a-z][a-z0-9-]{0,62}=[a-z][a-z0-9-]{0,62}){0,4095}"
-)
 _WHOLE: Final = re.compile(r"[0-9]{1,9}")
-SHA256: Final = re.compile(r"[0-9a-f]{64}")
 # gs://BUCKET (Cloud Storage's bucket names), or an absolute local path in `trainstack local`
 # (any printable path: it is only ever used as a path, never by a shell).
 _BUCKET: Final = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^\x00-\x1f\x7f]{1,4000}")
-_JOB_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 _LOCAL_PATH: Final = re.compile(r"(/[^\x00-\x1f\x7f/]{1,255}){1,64}")
 _CODE_ARCHIVE: Final = re.compile(re.escape(LAYOUT.code_dir) + r"/[A-Za-z0-9_][A-Za-z0-9_.-]{0,150}\.zip")
 _REQUIREMENTS: Final = re.compile(re.escape(LAYOUT.code_dir) + r"/requirements-[0-9a-f]{16}\.txt")
 _WHEELHOUSE: Final = re.compile(re.escape(LAYOUT.wheelhouse) + r"/manifest-[0-9a-f]{16}\.json")
 _PYTHON_LOCK: Final = re.compile(re.escape(LAYOUT.python_dir) + r"/lock-[0-9a-f]{16}\.txt")
-_MODULE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
 _IMAGE: Final = re.compile(r"[a-z0-9.-]{1,253}/[A-Za-z0-9._/:@-]{1,1000}")
 _SECRETS: Final = re.compile(
     r"[A-Z][A-Z0-9_]{0,99}=[A-Za-z0-9_-]{1,255}( [A-Z][A-Z0-9_]{0,99}=[A-Za-z0-9_-]{1,255}){0,19}"
 )
 _PROJECT_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
-MAX_TRAINER_ARGS: Final = 256
+MAX_TRAINER_ARGS: Final = MAX_JOB_ARGS
 MAX_TRAINER_ARGS_CHARS: Final = 64 * 1024
-ON_FINISH: Final = ("stop", "delete", "keep")
 # How long a node with an empty job queue waits before on_finish: at most a week, as the
-# stack file's idle_minutes (0 to 10080).
-MAX_IDLE_SECONDS: Final = 10080 * 60
-# A TPU VM's run-time cap: at most Compute Engine's longest (120 days), as max_run_hours.
-MAX_RUN_SECONDS: Final = 120 * 86400
+# stack file's idle_minutes.
+MAX_IDLE_SECONDS: Final = MAX_IDLE_MINUTES * 60
 
 
 class SettingsError(ValueError):
@@ -287,7 +285,7 @@ def is_job_dir(job_dir: str, bucket: str) -> bool:
     """jobs/<name> of the stack's bucket, or a folder of a team's own bucket (job.job_dir);
     in `trainstack local` (a bucket that is a directory), the directory standing in for it."""
     prefix = f"{bucket}/{LAYOUT.jobs}/"
-    if job_dir.startswith(prefix) and _JOB_NAME.fullmatch(job_dir[len(prefix) :]) is not None:
+    if job_dir.startswith(prefix) and JOB_NAME.fullmatch(job_dir[len(prefix) :]) is not None:
         return True
     if EXTERNAL_JOB_DIR.fullmatch(job_dir) is not None:
         return True
@@ -316,7 +314,7 @@ def _job(reader: _Reader, bucket: str) -> JobSettings | None:
     env = _job_env(reader)
     if mode == PACKAGE_JOB:
         code = reader.artifact(KEYS.code_archive, KEYS.code_archive_sha256, bucket, _CODE_ARCHIVE, "a code archive")
-        module = _match(KEYS.module, reader.required(KEYS.module), _MODULE, "a Python module name")
+        module = _match(KEYS.module, reader.required(KEYS.module), MODULE_NAME, "a Python module name")
         requirements = None
         if reader.optional(KEYS.requirements) is not None:
             requirements = reader.artifact(
@@ -365,21 +363,14 @@ def _tf_config(reader: _Reader, role: str, index: int) -> str | None:
     if not text:
         raise SettingsError(f"project metadata {key} (the TF_CONFIG cluster) is missing")
     try:
-        cluster = json.loads(text)
+        cluster = read_cluster(json.loads(text))
     except ValueError:
         raise SettingsError(f"project metadata {key} is not a TF_CONFIG cluster") from None
-    if not (
-        isinstance(cluster, dict)
-        and all(
-            isinstance(name, str) and isinstance(tasks, list) and all(isinstance(task, str) for task in tasks)
-            for name, tasks in cluster.items()
-        )
-        and index < len(cluster.get(role, []))
-    ):
-        raise SettingsError(f"project metadata {key} is not a TF_CONFIG cluster with task {role} {index}")
+    try:
+        check_task(cluster, role, index)
+    except TfConfigError:
+        raise SettingsError(f"project metadata {key} is not a TF_CONFIG cluster with task {role} {index}") from None
     # One function builds TF_CONFIG for the Pulumi side, the local runs and this agent.
-    from trainstack_contract import tf_config
-
     return tf_config(cluster, role, index)
 
 
@@ -388,7 +379,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
     reader = _Reader(metadata)
     kind = _choice(KEYS.node_kind, reader.required(KEYS.node_kind), NODE_KINDS)
     bucket = _match(KEYS.bucket, reader.required(KEYS.bucket), _BUCKET, "a gs:// bucket")
-    on_finish = _choice(KEYS.on_finish, reader.required(KEYS.on_finish), ON_FINISH)
+    on_finish = _choice(KEYS.on_finish, reader.required(KEYS.on_finish), ON_FINISH_CHOICES)
     gpu_count = _whole(KEYS.gpu_count, reader.optional(KEYS.gpu_count) or "0", 0, 64)
     python = _python(reader, bucket)
     job = _job(reader, bucket)
@@ -419,7 +410,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
     index = _whole(KEYS.index, reader.required(KEYS.index), 0, 4095)
     node = _match(KEYS.node_name, reader.required(KEYS.node_name), NODE_NAME, "a node name")
     peers_text = reader.optional(KEYS.peers)
-    peers = tuple(_match(KEYS.peers, peers_text, _NODE_LIST, "a list of node names").split(" ")) if peers_text else ()
+    peers = tuple(_match(KEYS.peers, peers_text, NODE_LIST, "a list of node names").split(" ")) if peers_text else ()
     if peers and node not in peers:
         raise SettingsError(f"metadata {KEYS.peers} does not name this node ({node})")
     recover_text = reader.optional(KEYS.recover)
@@ -427,7 +418,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
     if recover_text is not None:
         if role != "chief":
             raise SettingsError(f"metadata {KEYS.recover} is set on a node that is not the chief")
-        _match(KEYS.recover, recover_text, _RECOVER_LIST, "a list of NODE=INSTANCE")
+        _match(KEYS.recover, recover_text, NODE_INSTANCE_LIST, "a list of NODE=INSTANCE")
         recover = tuple((pair.split("=")[0], pair.split("=")[1]) for pair in recover_text.split(" "))
         if not all(name in peers and name != node for name, _ in recover):
             raise SettingsError(f"metadata {KEYS.recover} names a node that is not a peer")
@@ -445,7 +436,7 @@ def read_settings(metadata: Metadata) -> NodeSettings:
         job=job,
         tf_config=_tf_config(reader, role, index),
         peers=peers,
-        max_restarts=_whole(KEYS.max_restarts, reader.optional(KEYS.max_restarts) or "0", 0, 100),
+        max_restarts=_whole(KEYS.max_restarts, reader.optional(KEYS.max_restarts) or "0", 0, MAX_RESTARTS),
         recover=recover,
         idle_seconds=idle_seconds,
         capacity=capacity,
@@ -481,6 +472,6 @@ def known_identity(metadata: Metadata) -> tuple[str | None, str | None]:
     if not (node and NODE_NAME.fullmatch(node) and bucket and _BUCKET.fullmatch(bucket) and job_dir):
         return None, None
     prefix = f"{bucket}/{LAYOUT.jobs}/"
-    if not job_dir.startswith(prefix) or _JOB_NAME.fullmatch(job_dir[len(prefix) :]) is None:
+    if not job_dir.startswith(prefix) or JOB_NAME.fullmatch(job_dir[len(prefix) :]) is None:
         return None, None
     return node, job_dir

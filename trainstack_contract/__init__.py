@@ -14,12 +14,42 @@ no Pulumi, and the Pulumi side must not pay for a TensorFlow import.
 from __future__ import annotations
 
 import argparse
-import json
-import posixpath
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Generic, Literal, TypeVar, get_args
+
+from trainstack_contract.layout import EXECUTED_DIR as EXECUTED_DIR
+from trainstack_contract.layout import EXECUTED_PREFIX as EXECUTED_PREFIX
+from trainstack_contract.layout import EXTERNAL_JOB_DIR as EXTERNAL_JOB_DIR
+from trainstack_contract.layout import FINISHED as FINISHED
+from trainstack_contract.layout import LAYOUT as LAYOUT
+from trainstack_contract.layout import BucketLayout as BucketLayout
+from trainstack_contract.layout import under_prefix as under_prefix
+from trainstack_contract.metadata import CAPACITIES as CAPACITIES
+from trainstack_contract.metadata import CLUSTER_NODE_KIND as CLUSTER_NODE_KIND
+from trainstack_contract.metadata import FLEX_START as FLEX_START
+from trainstack_contract.metadata import METADATA_KEYS as METADATA_KEYS
+from trainstack_contract.metadata import NODE_KINDS as NODE_KINDS
+from trainstack_contract.metadata import ON_DEMAND as ON_DEMAND
+from trainstack_contract.metadata import RESERVATION as RESERVATION
+from trainstack_contract.metadata import SPOT as SPOT
+from trainstack_contract.metadata import STACK_LABEL as STACK_LABEL
+from trainstack_contract.metadata import TPU_NODE_KIND as TPU_NODE_KIND
+from trainstack_contract.metadata import Capacity as Capacity
+from trainstack_contract.metadata import MetadataKeys as MetadataKeys
+from trainstack_contract.metadata import NodeKind as NodeKind
+from trainstack_contract.names import CHIEF as CHIEF
+from trainstack_contract.names import EVALUATOR as EVALUATOR
+from trainstack_contract.names import NOTEBOOK_NODE as NOTEBOOK_NODE
+from trainstack_contract.names import PS as PS
+from trainstack_contract.names import ROLES as ROLES
+from trainstack_contract.names import TPU_NODE as TPU_NODE
+from trainstack_contract.names import WORKER as WORKER
+from trainstack_contract.names import Role as Role
+from trainstack_contract.names import node_name as node_name
+from trainstack_contract.names import vm_name as vm_name
+from trainstack_contract.tf_config import tf_cluster as tf_cluster
+from trainstack_contract.tf_config import tf_config as tf_config
 
 # --- Strategies ----------------------------------------------------------------------
 # What a stack's cluster may ask for; the trainer also takes "tpu" (the TPU VM asks for it).
@@ -123,167 +153,6 @@ class TrainerFlags:
 FLAGS: Final = TrainerFlags()
 # The --tpu value on a TPU VM: the TPU attached to this host.
 LOCAL_TPU: Final = "local"
-
-
-# --- Nodes -------------------------------------------------------------------------------
-Role = Literal["chief", "worker", "ps"]
-CHIEF: Final = "chief"
-WORKER: Final = "worker"
-PS: Final = "ps"
-ROLES: Final[tuple[str, ...]] = get_args(Role)
-# A TF_CONFIG task type that is not a cluster member (the trainer's side-car evaluator).
-EVALUATOR: Final = "evaluator"
-# Node names of the machines that are not cluster members.
-TPU_NODE: Final = "tpu"
-NOTEBOOK_NODE: Final = "notebook"
-
-
-def node_name(role: str, index: int) -> str:
-    """A node's name in status objects, logs, local directories and VM names:
-    chief (there is one), worker-0, ps-1."""
-    return CHIEF if role == CHIEF else f"{role}-{index}"
-
-
-def vm_name(prefix: str, node: str) -> str:
-    """The Compute Engine or TPU name of a node of the stack named ``prefix``."""
-    return f"{prefix}-{node}"
-
-
-# --- The bucket and the job directory --------------------------------------------------
-# What trainstack executes from, in its own bucket and in any other: the agent, the job's code
-# and requirements, the wheelhouse, the notebook's post-startup script. No job directory and no
-# machine's write grant may reach it, in any bucket.
-EXECUTED_DIR: Final = "trainstack"
-EXECUTED_PREFIX: Final = f"{EXECUTED_DIR}/"
-
-# Cloud Storage roles that can create, replace or delete objects
-# (https://cloud.google.com/storage/docs/access-control/iam-roles).
-STORAGE_WRITE_ROLES: Final = frozenset(
-    {
-        "roles/storage.admin",
-        "roles/storage.objectAdmin",
-        "roles/storage.objectCreator",
-        "roles/storage.objectUser",
-        "roles/storage.legacyBucketOwner",
-        "roles/storage.legacyBucketWriter",
-        "roles/storage.legacyObjectOwner",
-    }
-)
-
-
-def under_prefix(name: str, prefix: str) -> bool:
-    """True when the object name or folder ``name`` is ``prefix`` (a folder, "a/") or lies
-    under it: ``trainstack`` and ``trainstack/code`` are under ``trainstack/``, ``trainstackx`` is not."""
-    return name == prefix.removesuffix("/") or name.startswith(prefix)
-
-
-@dataclass(frozen=True)
-class BucketLayout:
-    """Object names in the stack's bucket, and paths inside a job directory.
-
-    Job directory (a gs:// URI on the cloud, a local path in ``trainstack local``):
-
-        status/job.json      the job's state, written by the chief's boot script (its heartbeat)
-        status/<node>.json   each node's state and exit code
-        status/settings.json what the job was first started with (module or image, arguments, env)
-        backup/              BackupAndRestore state, removed by Keras when training ends
-        checkpoints/         weights after every epoch
-        logs/                TensorBoard event files
-        model/               the exported SavedModel
-        progress.json        epochs completed so far
-        metrics.json         final metrics; its presence marks the job finished
-        tmp/<node>/          scratch paths of non-chief workers
-        hypertune/<node>.metrics  the node's cloudml-hypertune reports, copied by its agent
-    """
-
-    # In the bucket. Under trainstack/ (EXECUTED_DIR) is what nodes run: only `pulumi up` writes
-    # it (a machine's account writes its job directory or its notebook area alone, and every
-    # write grant excludes trainstack/ by name), every object is named by its content, and
-    # each node checks its sha256, pinned in metadata, before use.
-    # The job's code (the built-in trainer or a team's package) and its extra requirements:
-    # a code change is a new object, so no node runs stale code.
-    code_dir: str = f"{EXECUTED_DIR}/code"
-    # The node agent's archive (trainstack_agent, run by every node's boot script).
-    agent_dir: str = f"{EXECUTED_DIR}/agent"
-    # Wheels a stack ships for nodes to install from instead of a package index
-    # (storage.wheelhouse), listed with their digests in a manifest.
-    wheelhouse: str = f"{EXECUTED_DIR}/wheelhouse"
-    # The hash-locked requirements of the nodes' Python environment (locks/ in the repository).
-    python_dir: str = f"{EXECUTED_DIR}/python"
-    notebook_dir: str = f"{EXECUTED_DIR}/notebook"
-    # Job directories: jobs/<name>, written by the machines that run that job alone.
-    jobs: str = "jobs"
-    # The notebook's own area: what its account may write (it reads the rest, results included).
-    notebooks: str = "notebooks"
-    # In a job directory:
-    status_dir: str = "status"
-    backup_dir: str = "backup"
-    checkpoint_dir: str = "checkpoints"
-    log_dir: str = "logs"
-    model_dir: str = "model"
-    tmp_dir: str = "tmp"
-    progress: str = "progress.json"
-    # What the job was first started with (module or image, arguments, env), written by the chief's
-    # agent: a job started again under its name with other settings is refused.
-    job_settings: str = "status/settings.json"
-    # The finished marker: a job whose metrics file has status FINISHED is not trained again.
-    metrics: str = "metrics.json"
-    # Each node's copy of the file its job's code wrote through cloudml-hypertune
-    # (HYPERTUNE_METRIC_FILE_ENV): hypertune/<node>.metrics, its last whole lines.
-    hypertune_dir: str = "hypertune"
-
-    @property
-    def job_status(self) -> str:
-        """The job's own status object, beside its nodes'."""
-        return self.node_status("job")
-
-    def job_dir(self, bucket: str, job_name: str) -> str:
-        """``bucket`` is a gs:// URI or, locally, a directory path."""
-        return posixpath.join(bucket, self.jobs, job_name)
-
-    def notebook_job_dir(self, bucket: str) -> str:
-        """Where the notebook's own runs write: in its area, never a cluster's job directory."""
-        return posixpath.join(bucket, self.notebooks, "runs")
-
-    def node_status(self, node: str) -> str:
-        return posixpath.join(self.status_dir, f"{node}.json")
-
-    def hypertune_metrics(self, node: str) -> str:
-        """Where ``node``'s agent copies its job's hypertune report in the job directory."""
-        return posixpath.join(self.hypertune_dir, f"{node}.metrics")
-
-    def code_archive(self, package: str, digest: str) -> str:
-        return posixpath.join(self.code_dir, f"{package}-{digest}.zip")
-
-    def code_requirements(self, digest: str) -> str:
-        return posixpath.join(self.code_dir, f"requirements-{digest}.txt")
-
-    def agent_archive(self, digest: str) -> str:
-        return posixpath.join(self.agent_dir, f"trainstack-agent-{digest}.pyz")
-
-    def wheelhouse_manifest(self, digest: str) -> str:
-        return posixpath.join(self.wheelhouse, f"manifest-{digest}.json")
-
-    def python_lock(self, digest: str) -> str:
-        return posixpath.join(self.python_dir, f"lock-{digest}.txt")
-
-    def wheel(self, filename: str) -> str:
-        return posixpath.join(self.wheelhouse, filename)
-
-    def notebook_script(self, digest: str) -> str:
-        return posixpath.join(self.notebook_dir, f"post-startup-{digest}.sh")
-
-
-LAYOUT: Final = BucketLayout()
-# A job directory a stack names itself (job.job_dir, AI Platform's --job-dir) in place of
-# jobs/<name> in its own bucket: gs://BUCKET/PREFIX, PREFIX one or more folder names of
-# letters, digits and "._=-" (never "." or ".." alone); the nodes get write access under it alone.
-EXTERNAL_JOB_DIR: Final = re.compile(
-    r"gs://(?P<bucket>[a-z0-9][a-z0-9_-]{1,61}[a-z0-9])"
-    r"/(?P<prefix>(?!\.{1,2}(?:/|$))[A-Za-z0-9_.=-]{1,200}(?:/(?!\.{1,2}(?:/|$))[A-Za-z0-9_.=-]{1,200}){0,15})"
-)
-# The ``status`` of a finished job's metrics file.
-FINISHED: Final = "finished"
 
 
 @dataclass(frozen=True)
@@ -426,117 +295,3 @@ def requirements_stamp(lock_sha256: str | None) -> str:
     requirements, or none): the agent reinstalls when it changes, and `trainstack local` stamps
     the environment it lends its nodes the same way."""
     return lock_sha256 or "none"
-
-
-# --- Instance metadata the boot scripts and the node agent read -------------------------------
-@dataclass(frozen=True)
-class MetadataKeys:
-    # The node agent's archive (a gs:// URI, or a path in `trainstack local`) and its sha256:
-    # all a boot script reads.
-    agent: str = "trainstack-agent"
-    agent_sha256: str = "trainstack-agent-sha256"
-    # What kind of machine the agent runs on (NODE_KINDS): how it releases itself.
-    node_kind: str = "trainstack-node-kind"
-    # The TPU node's own name (a TPU VM's host name is not the node's).
-    tpu_name: str = "trainstack-tpu-name"
-    role: str = "trainstack-role"
-    index: str = "trainstack-index"
-    node_name: str = "trainstack-node-name"
-    # Names the project attribute that holds the TF_CONFIG cluster.
-    cluster_key: str = "trainstack-cluster-key"
-    job_dir: str = "trainstack-job-dir"
-    bucket: str = "trainstack-bucket"
-    trainer_args: str = "trainstack-trainer-args"
-    on_finish: str = "trainstack-on-finish"
-    # How often the chief refreshes its heartbeat, and the others look at it.
-    heartbeat_seconds: str = "trainstack-heartbeat-seconds"
-    # How long the others wait for a new heartbeat before taking the chief for dead.
-    peer_timeout_seconds: str = "trainstack-peer-timeout-seconds"
-    # The TPU VM's run-time cap (Compute Engine's max_run_duration has no TPU equivalent).
-    max_run_seconds: str = "trainstack-max-run-seconds"
-    # What the node runs (JOB_MODES), and with what: a package's archive object and module
-    # (with its extra requirements object, if any), or a container image.
-    job_mode: str = "trainstack-job-mode"
-    code_archive: str = "trainstack-code-archive"
-    code_archive_sha256: str = "trainstack-code-archive-sha256"
-    module: str = "trainstack-module"
-    # CODE_INSTALLS; absent means on PYTHONPATH.
-    code_install: str = "trainstack-code-install"
-    requirements: str = "trainstack-requirements"
-    requirements_sha256: str = "trainstack-requirements-sha256"
-    image: str = "trainstack-image"
-    # The Python environment the agent installs for the job's code: a hash-locked requirements
-    # object (locks/ in the repository) and its sha256, installed with --require-hashes
-    # --no-deps; whether it sees the image's own packages (a TPU runtime's TensorFlow), and an
-    # optional wheelhouse manifest to install from (with its sha256).
-    python_lock: str = "trainstack-python-lock"
-    python_lock_sha256: str = "trainstack-python-lock-sha256"
-    system_site_packages: str = "trainstack-system-site-packages"
-    wheelhouse: str = "trainstack-wheelhouse"
-    wheelhouse_sha256: str = "trainstack-wheelhouse-sha256"
-    # A Workbench instance's post-startup script (a gs:// URI, or a path in tests) and its
-    # sha256: the instance's startup script fetches it, checks it and runs it.
-    notebook_script: str = "trainstack-post-startup"
-    notebook_script_sha256: str = "trainstack-post-startup-sha256"
-    # GPUs on the node: a container gets them passed through (docker run --gpus all).
-    gpu_count: str = "trainstack-gpu-count"
-    # The job's secrets by name only, "ENV_NAME=SECRET_ID ...": the values stay in Secret
-    # Manager until the boot script fetches them into the job's environment.
-    secrets: str = "trainstack-secrets"
-    # The job's own environment variables (job.env), a JSON object of names and text values.
-    job_env: str = "trainstack-job-env"
-    # Every node of the cluster by name, "chief worker-0 ...": a node whose trainer lost a
-    # peer waits until none of them is down before it starts the trainer again.
-    peers: str = "trainstack-peers"
-    # The chief's only: the Spot peers it starts again when Compute Engine has preempted
-    # them, "NODE=INSTANCE ...", and how often it does so for one node before the job FAILS.
-    recover: str = "trainstack-recover"
-    max_restarts: str = "trainstack-max-restarts"
-    # How long a node waits with an empty job queue before it applies on_finish (seconds; 0:
-    # at once, as a node without a queue did). `submit` starts stopped nodes again.
-    idle_seconds: str = "trainstack-idle-seconds"
-    # "true" for the built-in trainer's job: a standing node may start it in a warm interpreter
-    # that loaded TensorFlow before the job came (trainstack_agent.warm); a team's code never.
-    warm_start: str = "trainstack-warm-start"
-    # How the node got its machine (CAPACITIES): written for flex_start and reservation nodes;
-    # absent on an on-demand or Spot node, whose metadata stays as before the key existed.
-    capacity: str = "trainstack-capacity"
-
-
-METADATA_KEYS: Final = MetadataKeys()
-
-# The label naming the stack on every resource the program creates: what the billing budget
-# filters on and what the policy pack's cost-labels rule requires by default.
-STACK_LABEL: Final = "trainstack-stack"
-
-# What kind of machine a node is: a Compute Engine VM of a training cluster, or a TPU VM.
-NodeKind = Literal["cluster", "tpu"]
-CLUSTER_NODE_KIND: Final = "cluster"
-TPU_NODE_KIND: Final = "tpu"
-NODE_KINDS: Final[tuple[str, ...]] = get_args(NodeKind)
-
-# How a node gets its machine (the stack's `capacity` key; Compute Engine's provisioning
-# models): on demand, Spot, Dynamic Workload Scheduler flex-start, or from a reservation.
-# The program writes it into a node's metadata (METADATA_KEYS.capacity) where it is not one of
-# the two every stack had before the key existed (on demand, Spot).
-Capacity = Literal["on_demand", "spot", "flex_start", "reservation"]
-ON_DEMAND: Final = "on_demand"
-SPOT: Final = "spot"
-FLEX_START: Final = "flex_start"
-RESERVATION: Final = "reservation"
-CAPACITIES: Final[tuple[str, ...]] = get_args(Capacity)
-
-
-# --- TF_CONFIG -------------------------------------------------------------------------------
-def tf_cluster(members: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
-    """The ``cluster`` of TF_CONFIG from (role, "host:port") pairs, in the order given:
-    a role's list index is its task index."""
-    cluster: dict[str, list[str]] = {}
-    for role, address in members:
-        cluster.setdefault(role, []).append(address)
-    return cluster
-
-
-def tf_config(cluster: dict[str, list[str]], role: str, index: int) -> str:
-    """One node's TF_CONFIG."""
-    return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})

@@ -32,7 +32,7 @@ CREATE_ONLY_ROLE: Final = "roles/storage.objectCreator"
 REPLACE_ROLE: Final = "roles/storage.objectUser"
 # What a member reads: the index, specs and every job's directory (`trainstack jobs`).
 READ_ROLE: Final = "roles/storage.objectViewer"
-# Principals a stack file may name in trainstack:access (schema.MEMBER_PATTERN).
+# Principals a stack file may name in trainstack:access (trainstack.stackmodel.naming.MEMBER_PATTERN).
 MEMBER_KINDS: Final = ("user:", "group:", "serviceAccount:")
 
 

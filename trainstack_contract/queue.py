@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from trainstack_contract import EXECUTED_DIR, LAYOUT, METADATA_KEYS, STATES
+from trainstack_contract.names import SHA256
 
 QUEUE_DIR: Final = f"{EXECUTED_DIR}/queue"
 INDEX_OBJECT: Final = f"{QUEUE_DIR}/index.json"
@@ -45,7 +46,6 @@ MAX_JOB_ID: Final = 10**9
 # A queued job's name: as trainstack:job.name, short enough that jobs/q<id>_<name> is a job
 # directory name (at most 128 characters).
 QUEUED_JOB_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,99}")
-_SHA256: Final = re.compile(r"[0-9a-f]{64}")
 # UTC, as status objects write it: 2026-11-25T21:40:00.123000Z
 _TIME: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
 # What a spec may set: the job's own metadata keys (bootscripts.job_metadata), no other.
@@ -131,7 +131,7 @@ class QueueEntry:
         if not isinstance(name, str) or QUEUED_JOB_NAME.fullmatch(name) is None:
             raise QueueFormatError(f"{where}: name is not a job name (letters, digits, '_', at most 100)")
         sha = value.get("spec_sha256")
-        if not isinstance(sha, str) or _SHA256.fullmatch(sha) is None:
+        if not isinstance(sha, str) or SHA256.fullmatch(sha) is None:
             raise QueueFormatError(f"{where}: spec_sha256 is not a sha256 in hex")
         submitted = value.get("submitted")
         if not isinstance(submitted, str) or _TIME.fullmatch(submitted) is None:

@@ -19,18 +19,18 @@ from datetime import datetime, timezone
 from typing import Any, Final
 
 from trainstack_contract import STATES, STATUS_HISTORY_LIMIT
+from trainstack_contract.names import MAX_NODES, NODE_NAME
 
 # What a status object may hold: its states, a node name or "job", bounded free text.
 _STATE_NAMES: Final = frozenset(
     (STATES.running, STATES.succeeded, STATES.failed, STATES.interrupted, STATES.preempted, STATES.cancelled)
 )
-_NODE_PATTERN: Final = re.compile(r"[a-z][a-z0-9-]{0,62}")
 _INCARNATION_PATTERN: Final = re.compile(r"[0-9a-f]{0,32}")
 # 2026-11-23T10:00:05.123456Z; the shell wrote nanoseconds, which read as microseconds.
 _TIME_PATTERN: Final = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z")
 MAX_REASON_CHARS: Final = 500
 # A cluster has at most this many nodes (the stack's bound on workers, parameter servers and a chief).
-MAX_PEERS: Final = 4096
+MAX_PEERS: Final = MAX_NODES
 # A status object is a few kilobytes at most (50 history entries of bounded size).
 MAX_STATUS_BYTES: Final = 256 * 1024
 # A node's warnings: what it saw that did not fail the job but should be said (``warnings``,
@@ -110,7 +110,7 @@ def _peers_down(document: dict[str, Any]) -> tuple[str, ...]:
     if (
         not isinstance(peers_down, list)
         or len(peers_down) > MAX_PEERS
-        or not all(isinstance(peer, str) and _NODE_PATTERN.fullmatch(peer) for peer in peers_down)
+        or not all(isinstance(peer, str) and NODE_NAME.fullmatch(peer) for peer in peers_down)
     ):
         raise StatusFormatError(f"peers_down must be a list of at most {MAX_PEERS} node names")
     return tuple(peers_down)
@@ -200,7 +200,7 @@ class StatusDocument:
             raise StatusFormatError("not a JSON object")
         node = _text(document, "node")
         assert node is not None
-        if not _NODE_PATTERN.fullmatch(node):
+        if not NODE_NAME.fullmatch(node):
             raise StatusFormatError(f"node {node[:40]!r} is not a node name")
         time = _text(document, "time")
         assert time is not None

@@ -22,6 +22,7 @@ from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceVali
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from trainstack_policies import POLICIES
+from trainstack_policies.contract import PRIMITIVE_ROLES
 from trainstack_policies.offline import InputError, Violation, _options, evaluate, settings
 
 PACK = Path(__file__).resolve().parent.parent
@@ -240,7 +241,7 @@ def test_a_machine_type_with_built_in_gpus_must_terminate_on_maintenance() -> No
     assert violations(resources) == []
 
 
-@pytest.mark.parametrize("role", ["roles/owner", "roles/editor", "roles/viewer"])
+@pytest.mark.parametrize("role", sorted(PRIMITIVE_ROLES))
 def test_primitive_roles_fire_on_member_binding_and_policy_resources(role: str) -> None:
     resources = compliant_stack() + [
         {"type": "gcp:storage/bucketIAMMember:BucketIAMMember", "name": "b", "inputs": member(role, "user:a@b.c")},

@@ -16,8 +16,9 @@ if not (CHECKOUT / "trainstack_contract" / "__init__.py").is_file():
 if str(CHECKOUT) not in sys.path:
     sys.path.append(str(CHECKOUT))
 
-from trainstack_contract import EXECUTED_PREFIX, METADATA_KEYS, STACK_LABEL, STORAGE_WRITE_ROLES  # noqa: E402
+from trainstack_contract import EXECUTED_PREFIX, METADATA_KEYS, STACK_LABEL  # noqa: E402
 from trainstack_contract.grants import MEMBER_KINDS, is_submit_grant, spares_executed  # noqa: E402
+from trainstack_contract.iam import PRIMITIVE_ROLES, STORAGE_WRITE_ROLES  # noqa: E402
 
 MAX_RUN_SECONDS_KEY = METADATA_KEYS.max_run_seconds
 
@@ -25,6 +26,7 @@ __all__ = [
     "EXECUTED_PREFIX",
     "MAX_RUN_SECONDS_KEY",
     "MEMBER_KINDS",
+    "PRIMITIVE_ROLES",
     "STACK_LABEL",
     "STORAGE_WRITE_ROLES",
     "is_submit_grant",

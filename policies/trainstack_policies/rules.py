@@ -19,6 +19,7 @@ from trainstack_policies.contract import (
     EXECUTED_PREFIX,
     MAX_RUN_SECONDS_KEY,
     MEMBER_KINDS,
+    PRIMITIVE_ROLES,
     STACK_LABEL,
     STORAGE_WRITE_ROLES,
     is_submit_grant,
@@ -50,7 +51,6 @@ Report = Callable[[str, Any], None]
 # https://cloud.google.com/iap/docs/using-tcp-forwarding (checked 2026-11)
 IAP_RANGE = ipaddress.ip_network("35.235.240.0/20")
 ANYWHERE = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
-PRIMITIVE_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
 PUBLIC_MEMBERS = frozenset({"allUsers", "allAuthenticatedUsers"})
 # Machine families whose GPUs come with the machine type (no guestAccelerators input):
 # A2 (A100), A3 (H100/H200), A4 (B200), G2 (L4). Compute Engine GPU machine types, 2026-11.

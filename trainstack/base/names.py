@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import re
 
+from trainstack_contract.names import PROJECT_ID
+
 REGION_PATTERN = re.compile(r"[a-z]+-[a-z]+[0-9]+")
 # A zone is its region and one letter (us-central1-a); the region is then checked
 # against the catalog's list of regions.
 ZONE_PATTERN = re.compile(r"(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]")
-# A Google Cloud project ID: 6 to 30 lower-case letters, digits and hyphens, a letter first.
-PROJECT_ID_PATTERN = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
+# A Google Cloud project ID (the node agent reads its project with the same pattern).
+PROJECT_ID_PATTERN = PROJECT_ID
 
 
 def zone_argument(text: str) -> str:

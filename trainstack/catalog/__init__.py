@@ -14,6 +14,7 @@ from functools import cache
 from importlib import resources
 
 from trainstack.catalog.overlay import Overlay, current_overlay, shown_path
+from trainstack_contract.tpu import is_multi_host, is_pod_runtime
 
 # Google prices a month as 730 hours.
 HOURS_PER_MONTH = 730
@@ -95,7 +96,12 @@ class TpuGeneration:
 
     def is_multi_host(self, suffix: int) -> bool:
         """A slice larger than one host is a pod slice: several TPU VMs, a ``-pod-`` runtime."""
-        return self.chips(suffix) > self.chips_per_host
+        return is_multi_host(self.chips(suffix), self.chips_per_host)
+
+    @property
+    def single_host_suffixes(self) -> list[int]:
+        """The slice sizes of one host: the ones trainstack runs."""
+        return [suffix for suffix in self.valid_suffixes if not self.is_multi_host(suffix)]
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,11 @@ class TpuRuntime:
     tensorflow_version: str
     generations: tuple[str, ...]
     status: str
+
+    @property
+    def is_pod(self) -> bool:
+        """A runtime for pod slices, which trainstack does not run."""
+        return is_pod_runtime(self.version)
 
 
 def _version_key(version: str) -> tuple[int, ...]:
@@ -289,7 +300,7 @@ class Catalog:
     def tensorflow_runtime(self, generation: str) -> TpuRuntime | None:
         """The current single-host TensorFlow runtime a new stack takes for ``generation``."""
         return next(
-            (r for r in self.tensorflow_runtimes(generation) if r.status == "current" and "-pod-" not in r.version),
+            (r for r in self.tensorflow_runtimes(generation) if r.status == "current" and not r.is_pod),
             None,
         )
 

@@ -25,8 +25,8 @@ from trainstack.base.project import PROJECT_ROOT
 from trainstack.jobcode import artifacts
 from trainstack.jobcode.node_environment import NODE_LOCK, locked_requirements, tpu_lock
 from trainstack.jobcode.package import Wheelhouse
+from trainstack.stackmodel.naming import NAMESPACE
 from trainstack.stackmodel.resolved import ClusterNode, ResolvedCluster, ResolvedJob, ResolvedStack, ResolvedTpu
-from trainstack.stackmodel.schema import NAMESPACE
 from trainstack_contract import (
     CHIEF,
     CLUSTER_NODE_KIND,

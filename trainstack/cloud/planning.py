@@ -34,8 +34,9 @@ from trainstack.cloud.pulumi_internals import (
 )
 from trainstack.stackmodel.cost import CostReport, cost_report
 from trainstack.stackmodel.resolved import NodeCost, ResolvedStack, stack_warnings
-from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_INSTALL, STORAGE_WRITE_ROLES
+from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_INSTALL
 from trainstack_contract.grants import is_submit_grant
+from trainstack_contract.iam import STORAGE_WRITE_ROLES
 
 PROGRAM = PROJECT_ROOT / "__main__.py"
 # A stand-in project number for the mocked getProject call (budgets filter by project number).

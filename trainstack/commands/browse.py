@@ -103,7 +103,7 @@ def tpu_listings(catalog: Catalog, region: str, zone: str | None = None) -> list
     listings = []
     # Only the generations with a TensorFlow runtime: a TPU VM of trainstack runs TensorFlow (not TPU7x).
     for generation in catalog.tensorflow_tpu_generations():
-        single_host = [s for s in generation.valid_suffixes if not generation.is_multi_host(s)]
+        single_host = generation.single_host_suffixes
         types = [f"{generation.prefix}-{size}" for size in single_host]
         zones = sorted(
             {
@@ -121,9 +121,7 @@ def tpu_listings(catalog: Catalog, region: str, zone: str | None = None) -> list
                 zones=zones,
                 # Single-host TensorFlow runtimes: the pod runtimes are for slices trainstack does
                 # not run, the base images (JAX, PyTorch) bring no TensorFlow.
-                runtimes=sorted(
-                    r.version for r in catalog.tensorflow_runtimes(generation.generation) if "-pod-" not in r.version
-                ),
+                runtimes=sorted(r.version for r in catalog.tensorflow_runtimes(generation.generation) if not r.is_pod),
                 on_demand_usd_chip_hr=catalog.tpu_chip_usd_hr(generation.generation, region, spot=False),
                 spot_usd_chip_hr=catalog.tpu_chip_usd_hr(generation.generation, region, spot=True),
             )

@@ -11,10 +11,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from trainstack.base.names import REGION_PATTERN
+from trainstack.base.names import PROJECT_ID_PATTERN, REGION_PATTERN
 
-# Project ids: 6 to 30 lowercase letters, digits and hyphens, starting with a letter.
-PROJECT_PATTERN = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 # How many changes `refresh` prints; `catalog diff` prints them all.
 SHOWN_CHANGES = 30
 
@@ -46,7 +44,7 @@ def _project(args: argparse.Namespace) -> str | None:
             file=sys.stderr,
         )
         return None
-    if not PROJECT_PATTERN.fullmatch(project):
+    if not PROJECT_ID_PATTERN.fullmatch(project):
         print(
             f"trainstack: catalog refresh: --project {project[:60]!r} is not a project id "
             "(6-30 lowercase letters, digits and hyphens, starting with a letter)",

@@ -26,11 +26,10 @@ from trainstack.interop.ai_platform import (
     TPU_SIZE,
     TPU_SLICE,
     TrainingShape,
-    is_command_line,
     shape_of,
-    shape_of_command_line,
     strategy_for,
 )
+from trainstack.interop.ai_platform_command import is_command_line, shape_of_command_line
 from trainstack.interop.jobfile_reading import (
     DEFAULT_REGION,
     MAX_DIGITS,
@@ -146,7 +145,7 @@ def _job(pools: list[Any], project: str, stack: str, notices: list[str]) -> dict
 def _env(variables: Any, notices: list[str]) -> dict[str, Any] | None:
     """container_spec.env ([{name, value}, ...]) as job.env; a variable whose name says it holds
     a secret is left out (the stack file would show its value) and named, with the way to keep it."""
-    from trainstack.stackmodel.schema import SECRET_COMMAND, SECRET_LIKE_ENV_NAME
+    from trainstack.stackmodel.secrets import SECRET_COMMAND, SECRET_LIKE_ENV_NAME
 
     if not variables:
         return None
@@ -383,7 +382,7 @@ def write_checked(destination: Path, text: str, config: dict[str, Any]) -> None:
 
 def _name(text: str) -> str:
     """The stack name, by the one rule every command uses (Pulumi's own)."""
-    from trainstack.stackmodel.schema import stack_name_problem
+    from trainstack.stackmodel.naming import stack_name_problem
 
     if (problem := stack_name_problem(text)) is not None:
         raise argparse.ArgumentTypeError(problem)

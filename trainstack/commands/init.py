@@ -225,7 +225,7 @@ def _tpu_runtime(catalog: Catalog, generation: str) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from trainstack.stackmodel.schema import stack_name_problem
+    from trainstack.stackmodel.naming import stack_name_problem
 
     problem = stack_name_problem(args.stack)
     if problem is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from trainstack.commands.stackargs import add_stack_arguments, load_resolved, st
 from trainstack.localrun.outcome import EXIT_CODES_HELP, LocalExit
 from trainstack_agent.timings import MIN_TIME_SCALE, TIME_SCALE_VARIABLE
 from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
+from trainstack_contract.names import NODE_NAME
 
 if TYPE_CHECKING:
     from trainstack.localrun.nodes import TrainerOverrides
@@ -57,10 +57,7 @@ def _job_arguments(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"{text!r}: {error} (quote as in a shell)") from None
 
 
-# `local --preempt`: node names as the cluster names them, a few at a time.
-_NODE_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
-
-
+# `local --preempt`: node names as the cluster names them (NODE_NAME), a few at a time.
 MAX_PREEMPTED_NODES = 16
 
 
@@ -71,7 +68,7 @@ MAX_PREEMPT_AFTER_SECONDS = 24 * 3600
 def _node_names(text: str) -> tuple[str, ...]:
     """argparse type for `local --preempt NODE[,NODE...]`."""
     names = tuple(text.split(","))
-    if len(names) > MAX_PREEMPTED_NODES or not all(_NODE_NAME.fullmatch(name) for name in names):
+    if len(names) > MAX_PREEMPTED_NODES or not all(NODE_NAME.fullmatch(name) for name in names):
         raise argparse.ArgumentTypeError(
             f"{text[:80]!r}: node names as the cluster has them (worker-0, ps-0, ...), separated by commas, "
             f"at most {MAX_PREEMPTED_NODES}"

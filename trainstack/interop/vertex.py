@@ -16,6 +16,7 @@ from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from trainstack.jobcode.sdist import sdist_filename
+from trainstack_contract import MULTI_WORKER_MIRRORED, ROLES
 
 if TYPE_CHECKING:
     from trainstack.catalog import TrainingContainer
@@ -23,9 +24,8 @@ if TYPE_CHECKING:
     from trainstack.tuning.spec import HyperparameterSpec, ParameterSpec
 
 FORMATS = ("gcloud", "python", "json")
-# Vertex AI's pool order: the chief, the workers, the parameter servers.
-POOL_ROLES = ("chief", "worker", "ps")
-MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
+# Vertex AI's pool order: the chief, the workers, the parameter servers (the contract's order).
+POOL_ROLES = ROLES
 # The boot disk types a Vertex AI training replica takes (DiskSpec.boot_disk_type).
 VERTEX_BOOT_DISKS = ("pd-ssd", "pd-standard")
 

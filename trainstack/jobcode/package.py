@@ -35,6 +35,7 @@ from trainstack.base.errors import shorten
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.jobcode.node_environment import logical_lines, unhashed_requirements
 from trainstack_contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
+from trainstack_contract.names import MAX_WHEELS, MODULE_NAME, PROJECT_ID, WHEEL_FILE
 
 # Relative package and requirements paths are relative to the project root, where
 # Pulumi.yaml is, whatever directory a command runs from.
@@ -42,8 +43,6 @@ BUILTIN_SOURCE = PROJECT_ROOT / BUILTIN_PACKAGE
 # The contract the built-in trainer imports: shipped beside it in its archive and image.
 CONTRACT_SOURCE = Path(trainstack_contract.__file__).resolve().parent
 
-# A dotted Python module name (`python -m` takes nothing else).
-MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
 # Bounds on what a package archive may hold: it is code and small configuration, uploaded
 # at every `pulumi up` that changes it and fetched by every node at every boot.
 MAX_PACKAGE_FILES = 5000
@@ -65,7 +64,7 @@ _IMAGE_PATH = r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*){0,
 _IMAGE_REFERENCE = r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})|@(?P<digest>sha256:[0-9a-f]{64}))"
 FULL_IMAGE_PATTERN = re.compile(
     r"(?P<location>[a-z]+(?:-[a-z]+[0-9]+)?)-docker\.pkg\.dev"
-    r"/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])"
+    rf"/(?P<project>{PROJECT_ID.pattern})"
     r"/(?P<repository>[a-z][a-z0-9-]{0,62})"
     rf"/(?P<image>{_IMAGE_PATH}){_IMAGE_REFERENCE}"
 )
@@ -187,10 +186,8 @@ class ExtraRequirements:
         return _shown(self.path)
 
 
-# A wheelhouse: wheel files only (pip runs no code to install a wheel, unlike a source
-# archive), named as wheels are, within bounds the nodes also enforce.
-WHEEL_FILE_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,200}\.whl")
-MAX_WHEELS = 2000
+# A wheelhouse: wheel files only (WHEEL_FILE, at most MAX_WHEELS), within bounds the nodes
+# also enforce.
 MAX_WHEELHOUSE_BYTES = 20 * 1024**3
 
 
@@ -222,7 +219,7 @@ def load_wheelhouse(source: Path) -> Wheelhouse:
     for path in sorted(source.iterdir()):
         if path.is_symlink() or not path.is_file():
             raise CodeError(f"{path.name} is not a regular file; a wheelhouse holds wheel files only")
-        if WHEEL_FILE_PATTERN.fullmatch(path.name) is None:
+        if WHEEL_FILE.fullmatch(path.name) is None:
             raise CodeError(
                 f"{shorten(path.name)} is not a wheel (NAME-VERSION-TAGS.whl); a wheelhouse holds wheels only, "
                 "which install without running code: `pip download --only-binary=:all: -d DIR -r FILE` makes one"
@@ -413,7 +410,7 @@ def module_meant(source: Path, module: str) -> str | None:
     """The module name ``module`` stands for when given relative to the package at ``source``
     (``task`` for ``trainer.task``), or None."""
     meant = f"{source.name}.{module}"
-    if MODULE_PATTERN.fullmatch(meant) and module_file(source, meant) is not None:
+    if MODULE_NAME.fullmatch(meant) and module_file(source, meant) is not None:
         return meant
     return None
 
@@ -438,7 +435,7 @@ def modules_of(package: Path) -> list[str]:
                 if entry.is_symlink() or not _is_shipped(Path(entry.name)) or "." in part or part == "__init__":
                     continue
                 name = dotted if part == "__main__" else f"{dotted}.{part}"
-                if MODULE_PATTERN.fullmatch(name) is None:
+                if MODULE_NAME.fullmatch(name) is None:
                     continue
                 if is_module:
                     found.append(name)

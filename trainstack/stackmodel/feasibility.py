@@ -28,15 +28,15 @@ from trainstack.jobcode.package import (
     package_layout,
     project_path,
 )
+from trainstack.stackmodel.configmap import parse_stack_config
+from trainstack.stackmodel.naming import NAMESPACE
 from trainstack.stackmodel.schema import (
-    NAMESPACE,
     Accelerator,
     CapacityChoice,
     Cluster,
     Job,
     StackConfig,
     Tpu,
-    parse_stack_config,
 )
 from trainstack.stackmodel.siblings import stack_buckets
 from trainstack_contract import (
@@ -516,7 +516,7 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
     if size in generation.valid_suffixes and generation.is_multi_host(size):
         # The boot script runs the trainer with TPUClusterResolver("local"): one host. A pod
         # slice runs the script on every host and needs a launcher this project lacks.
-        single_host = [f"{generation.prefix}-{s}" for s in generation.valid_suffixes if not generation.is_multi_host(s)]
+        single_host = [f"{generation.prefix}-{s}" for s in generation.single_host_suffixes]
         problems.append(
             Problem(
                 f"{key}.accelerator_type",

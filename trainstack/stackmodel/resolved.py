@@ -34,12 +34,12 @@ from trainstack.stackmodel.schema import (
     Access,
     Budget,
     CapacityChoice,
-    JobSecret,
     NodeSpec,
-    OnFinish,
     StackConfig,
     Storage,
 )
+from trainstack.stackmodel.secrets import JobSecret
+from trainstack_contract.metadata import OnFinish
 
 SECONDS_PER_HOUR = 3600
 

@@ -1,6 +1,7 @@
-"""Typed stack configuration: the one place raw stack-file values are read.
+"""Typed stack configuration: the models a stack file's ``trainstack:`` keys are read into.
 
-A stack file (``stacks/Pulumi.<stack>.yaml``) is parsed once into :class:`StackConfig`.
+A stack file (``stacks/Pulumi.<stack>.yaml``) is parsed once into :class:`StackConfig`
+(:func:`trainstack.stackmodel.configmap.parse_stack_config` reads its ``config:`` map).
 Structure and value ranges are checked here by pydantic (unknown keys are errors, so a
 typo never falls back to a default); cloud facts (which GPU fits which machine, which zone
 offers what) are checked afterwards by :mod:`trainstack.stackmodel.feasibility` against the catalog.
@@ -8,17 +9,33 @@ offers what) are checked afterwards by :mod:`trainstack.stackmodel.feasibility` 
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trainstack.base.errors import Problem, StackConfigError, shorten
-from trainstack.base.names import PROJECT_ID_PATTERN, REGION_PATTERN, ZONE_PATTERN
-from trainstack.jobcode.package import MODULE_PATTERN, check_image_syntax
+from trainstack.base.errors import shorten
+from trainstack.base.names import ZONE_PATTERN
+from trainstack.jobcode.package import check_image_syntax
+from trainstack.stackmodel.naming import (
+    BILLING_ACCOUNT_PATTERN,
+    BUCKET_NAME_PATTERN,
+    GCS_URI_PATTERN,
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    MAX_ACCESS_MEMBERS,
+    MAX_USER_LABELS,
+    MEMBER_PATTERN,
+    RESERVATION_NAME_PATTERN,
+    RESERVED_LABEL_PREFIX,
+    RESOURCE_NAME_MAX,
+    RESOURCE_NAME_PATTERN,
+    default_bucket_name,
+    default_resource_name,
+    full_match,
+)
+from trainstack.stackmodel.secrets import SECRET_COMMAND, SECRET_LIKE_ENV_NAME, JobSecret, check_secret_names
 from trainstack_contract import (
     AUTO,
     BATCH_SIZE_PER_REPLICA,
@@ -49,34 +66,9 @@ from trainstack_contract import (
     job_env_problem,
     under_prefix,
 )
+from trainstack_contract.metadata import MAX_IDLE_MINUTES, MAX_JOB_ARGS, MAX_RESTARTS, MAX_RUN_SECONDS, OnFinish
+from trainstack_contract.names import JOB_NAME, MODULE_NAME
 
-NAMESPACE = "trainstack"
-
-OnFinish = Literal["stop", "delete", "keep"]
-
-# Every pattern below is applied with re.fullmatch: with re.match and "$", a trailing
-# newline passes ("j1\n"), and a value that reaches a shell or a resource name must not.
-# Job names as AI Platform Training named jobs: letters, digits and underscores, starting with
-# a letter, at most 128 characters (https://cloud.google.com/ai-platform/training/docs/managing-models-jobs).
-JOB_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
-# Resource names derive from the stack name (VMs, bucket, service account id "<name>-train"),
-# so it must be a lowercase RFC 1035 label short enough that the longest derived name fits:
-# service account ids are limited to 30 characters.
-RESOURCE_NAME_MAX = 24
-RESOURCE_NAME_PATTERN = re.compile(r"[a-z]([-a-z0-9]{0,22}[a-z0-9])?")
-# Pulumi's stack names: letters, digits, "-", "_" and "."; at most 100 characters.
-STACK_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,100}")
-LABEL_KEY_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")
-# Labels the program sets itself on every resource; a stack may not set or override them.
-RESERVED_LABEL_PREFIX = "trainstack-"
-# Compute Engine allows 64 labels per resource; the program adds at most two of its own.
-MAX_USER_LABELS = 62
-BILLING_ACCOUNT_PATTERN = re.compile(r"[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}")
-# gs://BUCKET[/PATH]: bucket names are 3-63 lowercase letters, digits, "-", "_" and ".";
-# object paths are printable and bounded.
-GCS_URI_PATTERN = re.compile(r"gs://(?P<bucket>[a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(/[^\x00-\x1f\x7f]{0,1000})?")
-PRIMITIVE_ROLES = frozenset({"roles/owner", "roles/editor", "roles/viewer"})
 # The Cloud TPU service agent (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com)
 # holds roles/tpu.serviceAgent (https://cloud.google.com/iam/docs/service-agents).
 # AI Platform Training had it granted roles/ml.serviceAgent
@@ -109,7 +101,7 @@ ALWAYS_STACK_SET_FLAGS = (FLAGS.job_dir,)
 MAX_PATH_CHARS = 4096
 # Bounds on job.args: they travel in instance metadata (Compute Engine: 256 KB per value,
 # 512 KB per instance, startup script included).
-MAX_ARGS = 256
+MAX_ARGS = MAX_JOB_ARGS
 MAX_ARG_CHARS = 4096
 MAX_ARGS_TOTAL_CHARS = 32 * 1024
 
@@ -121,127 +113,17 @@ Steps = Annotated[int, Field(ge=STEPS_PER_EPOCH.low, le=STEPS_PER_EPOCH.high)]
 ImageSize = Annotated[int, Field(ge=IMAGE_SIZE.low, le=IMAGE_SIZE.high)]
 # Compute Engine accepts run-time limits from 30 seconds up to 120 days.
 MIN_RUN_HOURS = 0.01
-MAX_RUN_HOURS = 24 * 120
+MAX_RUN_HOURS = MAX_RUN_SECONDS // 3600
 MaxRunHours = Annotated[float, Field(ge=MIN_RUN_HOURS, le=MAX_RUN_HOURS)]
 # How long the cluster's nodes or the TPU VM wait with an empty job queue before they apply
 # on_finish: whole minutes, at most a week; 0 = as soon as the queue is empty.
 DEFAULT_IDLE_MINUTES = 10
-MAX_IDLE_MINUTES = 7 * 24 * 60
 IdleMinutes = Annotated[int, Field(ge=0, le=MAX_IDLE_MINUTES)]
-
-
-def _full_match(pattern: re.Pattern[str], value: str, what: str) -> str:
-    """``value`` when the whole of it matches ``pattern``; else a message quoting it (shortened)."""
-    if not pattern.fullmatch(value):
-        raise ValueError(f"{shorten(value)} is not {what}")
-    return value
 
 
 class _Strict(BaseModel):
     # allow_inf_nan=False: ".inf" or ".nan" in YAML is a float too, and passes ge/le checks.
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
-
-# A job's secret is handed to its code as an environment variable of this name.
-SECRET_NAME_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
-# Names the boot script or the trainer already set, or that change how programs load.
-RESERVED_SECRET_PREFIXES = ("AIP_", "TF_", "TRAINSTACK_", "CLOUDSDK_", "GOOGLE_", "LD_", "PYTHON", "CUDA_", "NVIDIA_")
-RESERVED_SECRET_NAMES = frozenset({"PATH", "HOME", "USER", "SHELL", "IFS", "PS4", "BASH_ENV", "ENV"})
-MAX_SECRETS = 20
-# Secret Manager's limit on one version's payload.
-MAX_SECRET_BYTES = 64 * 1024
-SECRET_COMMAND = "pulumi config set --path --secret 'trainstack:secrets.{name}' VALUE"
-
-
-class JobSecret:
-    """One secret value the job needs. ``value`` is None offline, where the stack file holds
-    only Pulumi's ciphertext; under `pulumi up` it is the decrypted value. Its repr never
-    shows the value, so no error message, log or plan can."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: str | None) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return "JobSecret(<set>)" if self.value is None else "JobSecret(<value>)"
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-        from pydantic_core import core_schema
-
-        return core_schema.no_info_plain_validator_function(cls._validate)
-
-    @classmethod
-    def _validate(cls, value: Any) -> JobSecret:
-        if isinstance(value, JobSecret):
-            return value
-        if isinstance(value, Mapping) and set(value) == {"secure"} and isinstance(value["secure"], str):
-            return cls(None)
-        if isinstance(value, str):
-            raise ValueError(
-                "is written in clear text; set it as a secret: pulumi config set --path --secret "
-                "'trainstack:secrets.<NAME>' VALUE"
-            )
-        raise ValueError("a secret set with pulumi config set --path --secret 'trainstack:secrets.<NAME>' VALUE")
-
-
-SECRET_ELSEWHERE = (
-    "is set as a secret (pulumi config set --secret), but this setting reaches the machines' metadata and boot "
-    "log in clear text; keep secret values in trainstack:secrets (pulumi config set --path --secret "
-    "'trainstack:secrets.<NAME>' VALUE): the job's code reads $NAME from its environment"
-)
-# How the Pulumi CLI writes an encrypted value in a stack file.
-_SECURE = "secure"
-
-
-def holds_secure_value(value: Any, depth: int = 0) -> bool:
-    """Whether a stack file's value holds a ``{secure: ...}`` value anywhere (``--path --secret``
-    encrypts one leaf of a structured value)."""
-    if depth > 32:
-        return False
-    if isinstance(value, Mapping):
-        if set(value) == {_SECURE}:
-            return True
-        return any(holds_secure_value(item, depth + 1) for item in value.values())
-    if isinstance(value, list):
-        return any(holds_secure_value(item, depth + 1) for item in value)
-    return False
-
-
-def engine_secrets(value: Any) -> Any:
-    """The engine's decrypted ``trainstack:secrets`` (a key it marks secret), each value wrapped
-    so that nothing downstream can print it."""
-    if not isinstance(value, Mapping):
-        return value
-    return {
-        name: JobSecret(secret) if isinstance(secret, str) and len(secret.encode()) <= MAX_SECRET_BYTES else secret
-        for name, secret in value.items()
-    }
-
-
-def check_secret_names(secrets: dict[str, JobSecret]) -> dict[str, JobSecret]:
-    if len(secrets) > MAX_SECRETS:
-        raise ValueError(f"{len(secrets)} secrets: at most {MAX_SECRETS}")
-    for name in secrets:
-        if not isinstance(name, str) or not SECRET_NAME_PATTERN.fullmatch(name):
-            raise ValueError(
-                f"secret name {shorten(name)}: an environment variable name, capital letters, digits and '_', "
-                "starting with a letter, at most 64 characters"
-            )
-        if name in RESERVED_SECRET_NAMES or name.startswith(RESERVED_SECRET_PREFIXES):
-            raise ValueError(
-                f"secret name {name}: reserved (names {', '.join(sorted(RESERVED_SECRET_NAMES))} and names starting "
-                f"{', '.join(RESERVED_SECRET_PREFIXES)} are set by the system, trainstack or TensorFlow)"
-            )
-    return secrets
-
-
-# A name that says it holds a secret (HF_TOKEN, WANDB_API_KEY, DB_PASSWORD): job.env is written
-# in clear text into the machines' metadata, their boot log and the plan.
-SECRET_LIKE_ENV_NAME = re.compile(
-    r"(?i)(?:.*_)?(?:PASSWORD|PASSWD|PASS|PWD|SECRET|TOKEN|CREDENTIALS?|API_?KEY|KEYS?|AUTH|PAT)(?:_.*)?"
-)
 
 
 def check_job_env(env: Any) -> Any:
@@ -275,11 +157,6 @@ class Accelerator(_Strict):
     count: PositiveInt
 
 
-# A Compute Engine reservation's name: a lowercase RFC 1035 label of 1-63 characters
-# (https://cloud.google.com/compute/docs/reference/rest/v1/reservations, name).
-RESERVATION_NAME_PATTERN = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
-
-
 class CapacityChoice(_Strict):
     """How a node (a pool's VMs, the TPU VM) gets its machine: ``capacity`` (CAPACITIES), with
     ``reservation`` naming the reservation to consume (absent: any matching one). ``spot: true``
@@ -295,7 +172,7 @@ class CapacityChoice(_Strict):
         what = (
             "a reservation name: lowercase letters, digits and hyphens, starting with a letter, at most 63 characters"
         )
-        return None if name is None else _full_match(RESERVATION_NAME_PATTERN, name, what)
+        return None if name is None else full_match(RESERVATION_NAME_PATTERN, name, what)
 
     @model_validator(mode="after")
     def _one_capacity(self) -> CapacityChoice:
@@ -362,7 +239,7 @@ class Cluster(_Strict):
     heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=24 * 3600)] = 600
     # The chief starts a preempted Spot peer again at most this many times (per node) before
     # it ends the job FAILED; 0 never restarts one.
-    max_restarts: Annotated[int, Field(ge=0, le=100)] = 10
+    max_restarts: Annotated[int, Field(ge=0, le=MAX_RESTARTS)] = 10
     # Minutes the nodes wait for a queued job (`trainstack submit`) after their last one before
     # they apply on_finish; None: not set (DEFAULT_IDLE_MINUTES where the nodes run a queue).
     idle_minutes: IdleMinutes | None = None
@@ -479,8 +356,8 @@ class Job(_Strict):
     @field_validator("name")
     @classmethod
     def _job_name_rules(cls, name: str) -> str:
-        return _full_match(
-            JOB_NAME_PATTERN,
+        return full_match(
+            JOB_NAME,
             name,
             "a valid job name: use letters, digits and underscores, start with a letter, at most 128 characters",
         )
@@ -525,7 +402,7 @@ class Job(_Strict):
     @classmethod
     def _module_name(cls, module: str | None) -> str | None:
         what = "a Python module name (dotted identifiers, as `python -m` takes: mypackage.task)"
-        return None if module is None else _full_match(MODULE_PATTERN, module, what)
+        return None if module is None else full_match(MODULE_NAME, module, what)
 
     @field_validator("image")
     @classmethod
@@ -561,15 +438,9 @@ class Budget(_Strict):
     @field_validator("billing_account")
     @classmethod
     def _billing_account_format(cls, account: str) -> str:
-        return _full_match(
+        return full_match(
             BILLING_ACCOUNT_PATTERN, account, "a billing account id: expected the form 012345-6789AB-CDEF01"
         )
-
-
-# Cloud Storage bucket names: 3-63 lowercase letters, digits, "-" and "_", starting and ending
-# with a letter or digit, no "goog" prefix; dots are left out (they make a domain-named bucket,
-# which needs domain verification). https://cloud.google.com/storage/docs/buckets#naming
-BUCKET_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]")
 
 
 class Storage(_Strict):
@@ -591,20 +462,12 @@ class Storage(_Strict):
     def _bucket_name(cls, bucket: str | None) -> str | None:
         if bucket is None:
             return None
-        _full_match(BUCKET_NAME_PATTERN, bucket, "a bucket name: 3-63 lowercase letters, digits, '-' and '_'")
+        full_match(BUCKET_NAME_PATTERN, bucket, "a bucket name: 3-63 lowercase letters, digits, '-' and '_'")
         if bucket.startswith("goog") or "google" in bucket:
             raise ValueError(
                 f"{bucket} is not a bucket name Cloud Storage allows: none begins with goog or holds google"
             )
         return bucket
-
-
-# IAM principals a stack may grant machine access to: people, groups and service accounts
-# by email (https://cloud.google.com/iam/docs/principal-identifiers).
-MEMBER_PATTERN = re.compile(
-    r"(user|group|serviceAccount):[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63}){1,8}"
-)
-MAX_ACCESS_MEMBERS = 50
 
 
 class Access(_Strict):
@@ -617,7 +480,7 @@ class Access(_Strict):
     @classmethod
     def _principals(cls, members: list[str]) -> list[str]:
         for member in members:
-            _full_match(MEMBER_PATTERN, member, "an IAM principal: user:EMAIL, group:EMAIL or serviceAccount:EMAIL")
+            full_match(MEMBER_PATTERN, member, "an IAM principal: user:EMAIL, group:EMAIL or serviceAccount:EMAIL")
         duplicates = sorted({m for m in members if members.count(m) > 1})
         if duplicates:
             raise ValueError(f"listed more than once: {', '.join(duplicates)}")
@@ -673,13 +536,13 @@ class Settings(_Strict):
     @field_validator("zone")
     @classmethod
     def _zone_name(cls, zone: str) -> str:
-        return _full_match(ZONE_PATTERN, zone, "a zone name: zones look like us-central1-a")
+        return full_match(ZONE_PATTERN, zone, "a zone name: zones look like us-central1-a")
 
     @field_validator("name")
     @classmethod
     def _resource_name(cls, name: str | None) -> str | None:
         what = f"a valid name: lowercase letters, digits and hyphens, starting with a letter, at most {RESOURCE_NAME_MAX} characters"
-        return None if name is None else _full_match(RESOURCE_NAME_PATTERN, name, what)
+        return None if name is None else full_match(RESOURCE_NAME_PATTERN, name, what)
 
     @field_validator("labels")
     @classmethod
@@ -725,201 +588,3 @@ class StackConfig(BaseModel):
     def bucket_name(self) -> str:
         """The stack's bucket: storage.bucket, else ``<project>_<name>``."""
         return self.settings.storage.bucket or default_bucket_name(self.project, self.name)
-
-
-def default_bucket_name(project: str, name: str) -> str:
-    """The stack's bucket: ``<project>_<name>``. Bucket names are global, and neither a project
-    id nor a stack's name holds "_", so no other (project, stack) pair gives the same name
-    (with "-", project team-a-project + stack prod and team-a + project-prod collided)."""
-    return f"{project}_{name}"
-
-
-# Characters of the stack-name hash that keep two stacks' derived names apart.
-NAME_HASH_CHARS = 5
-
-
-def default_resource_name(stack: str) -> str:
-    """The stack name as a valid resource-name prefix ("dev" -> "dev", "Team_A" -> "team-a-3f1c2").
-
-    When the name must change to fit (case, characters, length), a short hash of the whole
-    stack name is appended, so two stacks whose names differ only in what was dropped
-    ("Team_A" and "team-a", or two long names sharing their first 24 characters) still get
-    different VMs, buckets and service accounts."""
-    name = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-")
-    if not name or not name[0].isalpha():
-        name = f"ts-{name}".rstrip("-")
-    if name == stack and len(name) <= RESOURCE_NAME_MAX:
-        return name
-    digest = hashlib.sha256(stack.encode()).hexdigest()[:NAME_HASH_CHARS]
-    return f"{name[: RESOURCE_NAME_MAX - NAME_HASH_CHARS - 1].rstrip('-')}-{digest}"
-
-
-def stack_name_problem(stack: str) -> str | None:
-    """Why ``stack`` is not a Pulumi stack name, or None when it is one."""
-    if not STACK_NAME_PATTERN.fullmatch(stack) or stack in (".", ".."):
-        return (
-            f"{shorten(stack)} is not a stack name: letters, digits, '-', '_' and '.', "
-            "at most 100 characters, not '.' or '..'"
-        )
-    return None
-
-
-# Pulumi passes each config value as a string; no sensible stack value comes near this.
-MAX_CONFIG_VALUE_CHARS = 1024 * 1024
-
-
-def decode_config_value(value: Any) -> Any:
-    """Pulumi hands config values to the program as strings; objects and numbers arrive as JSON text."""
-    if not isinstance(value, str) or len(value) > MAX_CONFIG_VALUE_CHARS:
-        return value
-    try:
-        return json.loads(value)
-    except (ValueError, RecursionError):
-        return value
-
-
-def _key_for(loc: tuple[int | str, ...]) -> str:
-    if not loc:
-        return f"{NAMESPACE}:"
-    head, *rest = loc
-    path = f"{NAMESPACE}:{head}"
-    for part in rest:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
-def _valid_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    """The field names allowed at ``loc`` (for the 'unknown key' message)."""
-    current: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        field = current.model_fields.get(part) if isinstance(current, type) and issubclass(current, BaseModel) else None
-        if field is None:
-            return []
-        annotation = field.annotation
-        candidates = getattr(annotation, "__args__", (annotation,))
-        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-        if current is None:
-            return []
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return sorted(current.model_fields)
-    return []
-
-
-def problems_from_validation_error(error: ValidationError) -> list[Problem]:
-    problems = []
-    for detail in error.errors():
-        loc = tuple(detail["loc"])
-        kind = detail["type"]
-        if kind == "extra_forbidden":
-            valid = _valid_keys(Settings, loc)
-            message = f"unknown key; valid keys here: {', '.join(valid)}" if valid else "unknown key"
-        elif kind == "missing":
-            message = "required key is missing"
-        else:
-            message = str(detail["msg"]).removeprefix("Value error, ")
-            if "input" in detail and kind not in {"model_type", "dict_type", "value_error"}:
-                message = f"{message} (got {shorten(detail['input'])})"
-        problems.append(Problem(_key_for(loc), message))
-    return problems
-
-
-def _salvage(
-    stack: str, project: str, region: str, settings_raw: dict[str, Any], failing: frozenset[str]
-) -> StackConfig | None:
-    """The stack without its failing sections, when that much is valid (for the catalog's
-    rules to check the rest in the same pass); None when a required section failed."""
-    try:
-        settings = Settings.model_validate({k: v for k, v in settings_raw.items() if k not in failing})
-    except ValidationError:
-        return None
-    return StackConfig(stack=stack, project=project, region=region, settings=settings)
-
-
-STACK_FILE_TOP_LEVEL_KEYS = frozenset({"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"})
-
-
-# Config namespaces are Pulumi project and provider names: ASCII, lowercase.
-CONFIG_NAMESPACE_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-# The namespaces a stack file's keys belong to: a key in a near miss of one is a typo that
-# would otherwise leave its setting at the default in silence.
-KNOWN_NAMESPACES = (NAMESPACE, "gcp")
-
-
-def namespace_problem(namespace: str, name: str) -> str | None:
-    """Why ``namespace`` cannot be meant as written, or None."""
-    import difflib
-
-    if not CONFIG_NAMESPACE_PATTERN.fullmatch(namespace):
-        return "a config namespace is lowercase ASCII letters, digits, '-' and '_' (a look-alike letter is not one)"
-    if namespace not in KNOWN_NAMESPACES and (close := difflib.get_close_matches(namespace, KNOWN_NAMESPACES, 1, 0.75)):
-        return f"namespace {namespace!r} is not {close[0]!r}: did you mean {close[0]}:{shorten(name).strip(chr(39))}?"
-    return None
-
-
-def parse_stack_config(stack: str, config: Mapping[str, Any], secret_keys: frozenset[str] = frozenset()) -> StackConfig:
-    """Turn the ``config:`` mapping of a stack file into a :class:`StackConfig`.
-
-    ``config`` keys are namespaced (``gcp:project``, ``trainstack:cluster``); values may be
-    already-decoded YAML or the JSON strings Pulumi passes to a running program.
-    Raises :class:`StackConfigError` listing every problem found.
-    """
-    problems: list[Problem] = []
-    settings_raw: dict[str, Any] = {}
-    for key, value in config.items():
-        if not isinstance(key, str) or ":" not in key:
-            problems.append(Problem(str(key), "config keys are namespaced, e.g. 'trainstack:zone' or 'gcp:project'"))
-            continue
-        namespace, _, name = key.partition(":")
-        if (misspelt := namespace_problem(namespace, name)) is not None:
-            problems.append(Problem(shorten(key).strip("'"), misspelt))
-            continue
-        if namespace == NAMESPACE:
-            if name != "secrets" and (key in secret_keys or holds_secure_value(value)):
-                # Every other setting reaches the machines' metadata and boot log as it is.
-                problems.append(Problem(key, SECRET_ELSEWHERE))
-                continue
-            settings_raw[name] = decode_config_value(value)
-            if name == "secrets" and key in secret_keys:
-                settings_raw[name] = engine_secrets(settings_raw[name])
-
-    if (stack_problem := stack_name_problem(stack)) is not None:
-        problems.append(Problem("stack", stack_problem))
-    project = config.get("gcp:project")
-    region = config.get("gcp:region")
-    if not isinstance(project, str) or not PROJECT_ID_PATTERN.fullmatch(project):
-        problems.append(
-            Problem(
-                "gcp:project",
-                f"a Google Cloud project id is required (6-30 lowercase letters, digits, hyphens), got {shorten(project)}",
-            )
-        )
-    if not isinstance(region, str) or not REGION_PATTERN.fullmatch(region):
-        problems.append(Problem("gcp:region", f"a region such as us-central1 is required, got {shorten(region)}"))
-
-    # Salvage only when the stack name, project and region are sound: the rules need them.
-    salvageable = not problems
-    settings: Settings | None = None
-    partial: StackConfig | None = None
-    dropped: frozenset[str] = frozenset()
-    try:
-        settings = Settings.model_validate(settings_raw)
-    except ValidationError as error:
-        problems.extend(problems_from_validation_error(error))
-        if salvageable and isinstance(project, str) and isinstance(region, str):
-            failing = frozenset(str(detail["loc"][0]) for detail in error.errors() if detail["loc"])
-            partial = _salvage(stack, project, region, settings_raw, failing)
-            dropped = frozenset(f"{NAMESPACE}:{name}" for name in failing)
-
-    if settings is not None and not (settings.cluster or settings.tpu or settings.notebook):
-        problems.append(
-            Problem(
-                f"{NAMESPACE}:cluster",
-                "a stack needs at least one of trainstack:cluster, trainstack:tpu, trainstack:notebook",
-            )
-        )
-    if problems or settings is None:
-        raise StackConfigError(problems, partial, dropped)
-    assert isinstance(project, str) and isinstance(region, str)
-    return StackConfig(stack=stack, project=project, region=region, settings=settings)

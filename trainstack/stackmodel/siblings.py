@@ -14,7 +14,7 @@ from typing import Any
 
 from trainstack.base.files import FileProblem, load_yaml, read_text
 from trainstack.base.project import PROJECT_ROOT
-from trainstack.stackmodel.schema import NAMESPACE, default_bucket_name, default_resource_name
+from trainstack.stackmodel.naming import NAMESPACE, default_bucket_name, default_resource_name
 
 STACKS_DIR = PROJECT_ROOT / "stacks"
 # A generous stack file is a few kilobytes.

@@ -13,8 +13,10 @@ from typing import Any
 
 from trainstack.base.errors import Problem, StackConfigError, shorten
 from trainstack.base.files import FileProblem, load_yaml, read_text
+from trainstack.stackmodel.configmap import STACK_FILE_TOP_LEVEL_KEYS
 from trainstack.stackmodel.feasibility import CheckedFacts, parse_check_and_derive
-from trainstack.stackmodel.schema import STACK_FILE_TOP_LEVEL_KEYS, StackConfig, stack_name_problem
+from trainstack.stackmodel.naming import stack_name_problem
+from trainstack.stackmodel.schema import StackConfig
 
 # Where the project's stack files are, and how a file names its stack: kept here too for callers.
 from trainstack.stackmodel.siblings import MAX_STACK_FILE_BYTES as MAX_STACK_FILE_BYTES

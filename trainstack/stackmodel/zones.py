@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from trainstack.catalog import Catalog, load_catalog
 from trainstack.stackmodel.cost import hourly_in_region
 from trainstack.stackmodel.feasibility import offered_zones, tpu_offered_zones
+from trainstack.stackmodel.naming import NAMESPACE
 from trainstack.stackmodel.resolved import ResolvedStack
-from trainstack.stackmodel.schema import NAMESPACE
 
 ZONE_KEY = f"{NAMESPACE}:zone"
 REGION_KEY = "gcp:region"
