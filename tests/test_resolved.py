@@ -13,7 +13,7 @@ import trainstack_contract as contract
 from stack_helpers import base_config
 from trainer.strategy import ClusterInfo, choose_strategy
 from trainstack.base.errors import StackConfigError
-from trainstack.stackmodel.feasibility import validate_stack
+from trainstack.stackmodel.feasibility import parse_and_check
 from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
 from trainstack.stackmodel.schema import parse_stack_config
 
@@ -22,7 +22,7 @@ def resolved(changes: dict[str, Any] | None = None, stack: str = "test") -> Reso
     config = base_config()
     for key, value in (changes or {}).items():
         config[key] = value
-    return resolve_stack(validate_stack(parse_stack_config(stack, config)))
+    return resolve_stack(parse_and_check(stack, config))
 
 
 def cluster(**pools: Any) -> dict[str, Any]:
