@@ -17,6 +17,17 @@ from trainstack.stackmodel.stackfile import STACKS_DIR, read_stack_config_map, s
 
 SHIPPED_STACKS = sorted(stack_name_from_path(p) for p in STACKS_DIR.glob("Pulumi.*.yaml"))
 
+# The built-in trainer's flags for a job short enough to run locally that still saves
+# (every 10 steps) and can be killed and resumed mid-way; two held-out batches of evaluation.
+SHORT_RESUMABLE_JOB = {
+    "--epochs": "3",
+    "--steps-per-epoch": "30",
+    "--image-size": "32",
+    "--batch-size-per-replica": "8",
+    "--save-every-steps": "10",
+    "--eval-steps": "2",
+}
+
 # A valid multi-worker stack that the invalid-input tests mutate one key at a time.
 BASE_CONFIG: dict[str, Any] = {
     "gcp:project": "test-project-123",

@@ -11,11 +11,13 @@ import hashlib
 import json
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from stack_helpers import SHORT_RESUMABLE_JOB
 from trainstack.cloud import bootscripts
 from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.outcome import LocalStackRunResult
@@ -195,10 +197,12 @@ def test_a_wheel_the_lock_does_not_hash_is_refused(tmp_path: Path, probe_trainer
     assert any("--require-hashes" in line or "HASHES" in line for line in result.logs["chief"]), result.logs["chief"]
 
 
-def test_a_lock_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:
+def wheelhouse_run(tmp_path: Path, probe_trainer: Path, hashed: bool) -> tuple[LocalStackRun, bootscripts.NodeKind]:
+    """The dev stack with a wheelhouse, and the node kind its nodes install: a lock of the probe
+    wheel, with the wheel's digest when ``hashed``, another digest otherwise."""
     cfg = stack_with_wheelhouse(tmp_path)
-    kind = probe_kind("trainstack-probe==1.0", tmp_path / "wheels" / PROBE_WHEEL)
-    local = LocalStackRun(
+    kind = probe_kind("trainstack-probe==1.0", tmp_path / "wheels" / PROBE_WHEEL if hashed else None)
+    return LocalStackRun(
         resolve_stack(cfg),
         tmp_path / "run",
         TrainerOverrides(),
@@ -206,41 +210,43 @@ def test_a_lock_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path
         trainer_source=probe_trainer,
         kind=kind,
         environment_installed=False,
-    )
+    ), kind
+
+
+def run_with_bucket_object_changed(
+    local: LocalStackRun, object_name: str, change: Callable[[Path], object], refusal: str
+) -> LocalStackRunResult:
+    """``local`` run after someone with write access to the bucket changed one object that
+    `pulumi up` uploaded: the node refuses it (``refusal`` in the job's FAILED reason) and
+    releases itself."""
     local.prepare()
-    # Someone with write access to the bucket drops the hashes from the lock after `pulumi up`.
-    lock = local.workdir / "bucket" / local.stack.bucket_name / kind.lock_artifact.object_name
-    lock.write_text("trainstack-probe==1.0\n")
+    change(local.workdir / "bucket" / local.stack.bucket_name / object_name)
     local.prepare = lambda: None  # type: ignore[method-assign]
     result = local.start().wait(timeout=300)
     assert result.job_status is not None and result.job_status["state"] == "FAILED"
-    assert "does not match the sha256 pinned in metadata" in result.job_status["reason"]
+    assert refusal in result.job_status["reason"]
     assert len(result.self_stops) == 1
+    return result
+
+
+def test_a_lock_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:
+    local, kind = wheelhouse_run(tmp_path, probe_trainer, hashed=True)
+
+    def drop_the_hashes(lock: Path) -> None:
+        lock.write_text("trainstack-probe==1.0\n")
+
+    refusal = "does not match the sha256 pinned in metadata"
+    run_with_bucket_object_changed(local, kind.lock_artifact.object_name, drop_the_hashes, refusal)
 
 
 def test_a_wheel_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:
-    cfg = stack_with_wheelhouse(tmp_path)
-    local = LocalStackRun(
-        resolve_stack(cfg),
-        tmp_path / "run",
-        TrainerOverrides(),
-        echo=False,
-        trainer_source=probe_trainer,
-        kind=probe_kind("trainstack-probe==1.0"),
-        environment_installed=False,
+    local, _ = wheelhouse_run(tmp_path, probe_trainer, hashed=False)
+    run_with_bucket_object_changed(
+        local,
+        LAYOUT.wheel(PROBE_WHEEL),
+        lambda wheel: wheel.write_bytes(wheel.read_bytes() + b"\0"),
+        f"{PROBE_WHEEL} does not match the sha256 pinned in metadata",
     )
-    local.prepare()
-    # Someone with write access to the bucket swaps a wheel after `pulumi up`.
-    wheel = local.workdir / "bucket" / local.stack.bucket_name / LAYOUT.wheel("trainstack_probe-1.0-py3-none-any.whl")
-    wheel.write_bytes(wheel.read_bytes() + b"\0")
-    local.prepare = lambda: None  # type: ignore[method-assign]
-    result = local.start().wait(timeout=300)
-    assert result.job_status is not None and result.job_status["state"] == "FAILED"
-    assert (
-        "trainstack_probe-1.0-py3-none-any.whl does not match the sha256 pinned in metadata"
-        in result.job_status["reason"]
-    )
-    assert len(result.self_stops) == 1
     assert not (local.workdir / "nodes" / "chief" / "state" / "venv" / ".trainstack-requirements").exists()
 
 
@@ -250,32 +256,23 @@ def test_a_code_archive_replaced_in_the_bucket_is_refused_and_the_node_released(
     local = LocalStackRun(
         resolve_stack(stack("dev")), tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer
     )
-    local.prepare()
     assert local.job is not None and local.job.package is not None
-    archive = local.workdir / "bucket" / local.stack.bucket_name / local.job.package.object_name
-    with zipfile.ZipFile(archive, "a") as bundle:
-        bundle.writestr("trainer/sitecustomize.py", "import os\n")
-    local.prepare = lambda: None  # type: ignore[method-assign]
-    result = local.start().wait(timeout=300)
-    assert result.job_status is not None and result.job_status["state"] == "FAILED"
-    assert (
-        f"{local.job.package.object_name} does not match the sha256 pinned in metadata" in result.job_status["reason"]
+    package = local.job.package.object_name
+
+    def add_a_module(archive: Path) -> None:
+        with zipfile.ZipFile(archive, "a") as bundle:
+            bundle.writestr("trainer/sitecustomize.py", "import os\n")
+
+    run_with_bucket_object_changed(
+        local, package, add_a_module, f"{package} does not match the sha256 pinned in metadata"
     )
-    assert len(result.self_stops) == 1
     assert not (tmp_path / "bucket" / local.stack.bucket_name / "jobs" / local.job.name / "probe").exists()
 
 
 @pytest.mark.slow
 def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(tmp_path: Path) -> None:
     cfg = stack("multiworker")
-    overrides = {
-        "--epochs": "3",
-        "--steps-per-epoch": "30",
-        "--image-size": "32",
-        "--batch-size-per-replica": "8",
-        "--save-every-steps": "10",
-        "--eval-steps": "2",
-    }
+    overrides = SHORT_RESUMABLE_JOB
     first = LocalStackRun(resolve_stack(cfg), tmp_path, TrainerOverrides(overrides), echo=False).start()
     progress = first.job_dir / "progress.json"
     deadline = time.monotonic() + 300

@@ -210,13 +210,20 @@ class _Recorder:
         return subprocess.CompletedProcess(argv, self.codes.pop(0))
 
 
+def _docker_build(monkeypatch: pytest.MonkeyPatch, codes: Sequence[int], exit_code: int) -> _Recorder:
+    """`build --builder docker` of the multiworker stack with docker and gcloud installed, each
+    command it runs answering the next of ``codes``; it exits ``exit_code``."""
+    recorder = _Recorder(codes)
+    monkeypatch.setattr(subprocess, "run", recorder)
+    monkeypatch.setattr(shutil, "which", _which("docker", "gcloud"))
+    assert main(["build", "--stack", "multiworker", "--tag", "v1", "--builder", "docker"]) == exit_code
+    return recorder
+
+
 def test_runs_each_command_from_the_repository_root(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    recorder = _Recorder([0, 0, 0])
-    monkeypatch.setattr(subprocess, "run", recorder)
-    monkeypatch.setattr(shutil, "which", _which("docker", "gcloud"))
-    assert main(["build", "--stack", "multiworker", "--tag", "v1", "--builder", "docker"]) == 0
+    recorder = _docker_build(monkeypatch, [0, 0, 0], exit_code=0)
     assert [argv for argv, _ in recorder.calls] == [
         ["/usr/bin/docker", "build", "--file", "Dockerfile", "--tag", f"{REGISTRY}/trainer:v1", "."],
         ["/usr/bin/gcloud", "auth", "configure-docker", "us-central1-docker.pkg.dev", "--quiet"],
@@ -229,10 +236,7 @@ def test_runs_each_command_from_the_repository_root(
 def test_stops_at_the_first_failure_with_its_exit_code(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    recorder = _Recorder([0, 7, 0])
-    monkeypatch.setattr(subprocess, "run", recorder)
-    monkeypatch.setattr(shutil, "which", _which("docker", "gcloud"))
-    assert main(["build", "--stack", "multiworker", "--tag", "v1", "--builder", "docker"]) == 7
+    recorder = _docker_build(monkeypatch, [0, 7, 0], exit_code=7)
     assert len(recorder.calls) == 2
     captured = capsys.readouterr()
     assert "image:" not in captured.out

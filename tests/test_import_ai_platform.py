@@ -32,6 +32,13 @@ def config_of(out: Path) -> dict:
     return yaml.safe_load(out.read_text())["config"]
 
 
+def imported_job(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, name: str) -> dict:
+    """The trainstack:job of the stack imported from a gcloud command line, the import succeeding."""
+    code, out = run_import(tmp_path, write(tmp_path, command, "submit.txt"), name)
+    assert code == 0, capsys.readouterr().err
+    return config_of(out)["trainstack:job"]
+
+
 # (tier, chief machine, chief GPU, workers, parameter servers); BASIC_TPU has no cluster.
 TIERS = [
     ("BASIC", "n1-standard-4", None, 0, 0),
@@ -272,15 +279,11 @@ def test_values_that_carry_no_credential_still_import(tmp_path: Path, capsys: py
         "--learning-rate=0.001",
         "--url=https://example.com/data?x=1",
     ]
-    source = write(
-        tmp_path,
+    command = (
         "gcloud ai-platform jobs submit training j --scale-tier basic --master-image-uri "
-        f"us-central1-docker.pkg.dev/team-proj-1/images/trainer:v2 -- {' '.join(args)}\n",
-        "submit.txt",
+        f"us-central1-docker.pkg.dev/team-proj-1/images/trainer:v2 -- {' '.join(args)}\n"
     )
-    code, out = run_import(tmp_path, source, "clean")
-    assert code == 0, capsys.readouterr().err
-    assert config_of(out)["trainstack:job"]["args"] == args
+    assert imported_job(tmp_path, capsys, command, "clean")["args"] == args
 
 
 @pytest.mark.parametrize(
@@ -315,15 +318,12 @@ def test_a_command_line_that_cannot_become_a_stack_is_one_line(
 
 def test_an_image_command_line_runs_the_image_with_its_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     image = "us-central1-docker.pkg.dev/team-proj-1/images/trainer:v2"
-    source = write(
-        tmp_path,
+    command = (
         "gcloud ai-platform jobs submit training nightly_1 --region us-central1 --scale-tier basic-gpu "
-        f"--master-image-uri {image} -- --epochs 3\n",
-        "submit.txt",
+        f"--master-image-uri {image} -- --epochs 3\n"
     )
-    code, out = run_import(tmp_path, source, "nightly")
-    assert code == 0, capsys.readouterr().err
-    assert config_of(out)["trainstack:job"] == {"name": "nightly_1", "image": image, "args": ["--epochs", "3"]}
+    job = imported_job(tmp_path, capsys, command, "nightly")
+    assert job == {"name": "nightly_1", "image": image, "args": ["--epochs", "3"]}
 
 
 def test_a_line_break_in_a_copied_value_stays_inside_its_comment(

@@ -463,13 +463,16 @@ def _waiting_process(tmp_path: Path, marker: str) -> Any:
     import sys
 
     code = (
-        "import signal, sys, time, pathlib\n"
+        "import signal, sys, pathlib\n"
         "signal.signal(signal.SIGUSR1, lambda *_: pathlib.Path(sys.argv[1]).write_text('woken'))\n"
         "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
+        "sys.stdin.read()\n"  # waits until the test ends it, however long the test takes
     )
     process = subprocess.Popen(
-        [sys.executable, "-c", code, str(tmp_path / marker), *marker.split()], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", code, str(tmp_path / marker), *marker.split()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout is not None and process.stdout.readline() == "ready\n"
     return process

@@ -23,8 +23,7 @@ from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.outcome import LocalExit
 from trainstack.localrun.run import run_local
 from trainstack.localrun.workdir import WORKDIR_MARKER
-from trainstack.stackmodel.configmap import parse_stack_config
-from trainstack.stackmodel.feasibility import validate_stack
+from trainstack.stackmodel.feasibility import parse_and_check
 from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
 
 # A hang guard, not a measure.
@@ -55,7 +54,7 @@ def standing_stack() -> ResolvedStack:
     config = base_config()
     config["trainstack:job"] = "none"
     config["trainstack:cluster"]["idle_minutes"] = IDLE_MINUTES
-    return resolve_stack(validate_stack(parse_stack_config("standing", config)))
+    return resolve_stack(parse_and_check("standing", config))
 
 
 def boots(workdir: Path, node: str) -> list[str]:

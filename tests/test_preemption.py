@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from stack_helpers import SHORT_RESUMABLE_JOB
 from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.run import LocalStackRun
@@ -25,15 +26,6 @@ from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 
 pytestmark = pytest.mark.slow
 
-SHORT_JOB = {
-    "--epochs": "3",
-    "--steps-per-epoch": "30",
-    "--image-size": "32",
-    "--batch-size-per-replica": "8",
-    "--save-every-steps": "10",
-    # Two held-out batches: evaluation is checked elsewhere, the resumption here.
-    "--eval-steps": "2",
-}
 DEADLINE_SECONDS = 600
 
 
@@ -70,7 +62,7 @@ def history(result: LocalStackRunResult, node: str) -> list[str]:
 
 def test_a_preempted_multiworker_spot_worker_is_started_again_and_the_job_resumes(tmp_path: Path) -> None:
     cfg = stack_with("multiworker", tmp_path)
-    run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(SHORT_JOB), echo=False).start()
+    run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(SHORT_RESUMABLE_JOB), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
     result = run.wait(timeout=DEADLINE_SECONDS)
@@ -139,7 +131,7 @@ def test_a_teams_own_trainer_resumes_from_its_backup_after_a_preemption(
 
 def test_a_preempted_parameter_server_worker_is_started_again_and_the_job_succeeds(tmp_path: Path) -> None:
     cfg = stack_with("paramserver", tmp_path)
-    overrides = {**SHORT_JOB, "--epochs": "4", "--steps-per-epoch": "100"}
+    overrides = {**SHORT_RESUMABLE_JOB, "--epochs": "4", "--steps-per-epoch": "100"}
     run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
@@ -161,7 +153,7 @@ def test_a_node_preempted_more_than_max_restarts_times_fails_the_job_and_every_n
     cfg = stack_with("multiworker", tmp_path, max_restarts=1)
     # Far longer than the test: the job must still be training at the second preemption,
     # which ends it.
-    overrides = {**SHORT_JOB, "--epochs": "5000"}
+    overrides = {**SHORT_RESUMABLE_JOB, "--epochs": "5000"}
     run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
     wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")

@@ -14,7 +14,7 @@ from stack_helpers import base_config
 from trainer.strategy import ClusterInfo, choose_strategy
 from trainstack.base.errors import StackConfigError
 from trainstack.stackmodel.configmap import parse_stack_config
-from trainstack.stackmodel.feasibility import validate_stack
+from trainstack.stackmodel.feasibility import parse_and_check
 from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
 
 
@@ -22,25 +22,19 @@ def resolved(changes: dict[str, Any] | None = None, stack: str = "test") -> Reso
     config = base_config()
     for key, value in (changes or {}).items():
         config[key] = value
-    return resolve_stack(validate_stack(parse_stack_config(stack, config)))
+    return resolve_stack(parse_and_check(stack, config))
+
+
+# The chief's shape, and each worker's in these tests.
+T4_NODE = {"machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 2}}
 
 
 def cluster(**pools: Any) -> dict[str, Any]:
-    return {"chief": {"machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 2}}, **pools}
+    return {"chief": T4_NODE, **pools}
 
 
 def test_nodes_are_named_once_for_status_objects_logs_and_vms() -> None:
-    stack = resolved(
-        {
-            "trainstack:cluster": cluster(
-                workers={
-                    "count": 2,
-                    "machine_type": "n1-standard-8",
-                    "accelerator": {"type": "nvidia-tesla-t4", "count": 2},
-                }
-            )
-        }
-    )
+    stack = resolved({"trainstack:cluster": cluster(workers={"count": 2, **T4_NODE})})
     assert stack.cluster is not None
     assert [(n.role, n.index, n.name, n.vm_name) for n in stack.cluster.nodes] == [
         ("chief", 0, "chief", "test-chief"),
@@ -56,11 +50,7 @@ def test_the_tf_config_cluster_lists_internal_names_by_role_in_task_order() -> N
     stack = resolved(
         {
             "trainstack:cluster": cluster(
-                workers={
-                    "count": 2,
-                    "machine_type": "n1-standard-8",
-                    "accelerator": {"type": "nvidia-tesla-t4", "count": 2},
-                },
+                workers={"count": 2, **T4_NODE},
                 parameter_servers={"count": 1, "machine_type": "n1-highmem-8"},
             )
         }

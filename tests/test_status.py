@@ -3,6 +3,7 @@ emulator (through the real client library) and from the stand-in bucket of `trai
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import socket
@@ -17,6 +18,7 @@ from gcp_storage_emulator.server import create_server
 from google.cloud import storage
 
 from stack_helpers import base_config, write_stack
+from trainstack.commands import status as status_command
 from trainstack.commands.main import main
 from trainstack.jobstate import report as status_report
 from trainstack.localrun.nodes import TrainerOverrides
@@ -132,30 +134,58 @@ def test_a_local_runs_status_reads_the_same_from_its_directory_and_from_the_buck
 
 
 # --- (b) the chief's heartbeat -----------------------------------------------------------------------
-def test_heartbeat_age_is_now_minus_the_time_of_the_running_job_status(
-    tmp_path: Path, bucket: storage.Bucket, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = stack_file(tmp_path)
-    written = time.time() - 95
+# The clock `trainstack status` reads in these tests: build_report's ``now``, fixed, so that what the
+# command prints does not depend on how long the test took to get there.
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC).timestamp()
+
+
+@pytest.fixture
+def clock_at_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status_command, "build_report", functools.partial(status_report.build_report, now=NOW))
+
+
+def put_running_job_status(bucket: storage.Bucket, written: float) -> None:
     put(
         bucket,
         LAYOUT.job_status,
         {"state": "RUNNING", "node": "chief", "exit_code": None, "time": script_time(written)},
     )
+
+
+@pytest.mark.usefixtures("clock_at_now")
+def test_heartbeat_age_is_now_minus_the_time_of_the_running_job_status(
+    tmp_path: Path, bucket: storage.Bucket, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = stack_file(tmp_path)
+    put_running_job_status(bucket, NOW - 95)
     put(bucket, LAYOUT.node_status("chief"), {"state": "RUNNING", "node": "chief", "exit_code": None, "time": "t"})
     document = status_json(capsys, "--stack-file", str(path))
-    assert 95 <= document["heartbeat_age_seconds"] < 95 + 30
+    assert document["heartbeat_age_seconds"] == 95
     assert document["heartbeat_timeout_seconds"] == 600
     assert main(["status", "--stack-file", str(path)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^chief heartbeat: 9[5-9] s ago$", out, re.MULTILINE), out
+    assert re.search(r"^chief heartbeat: 95 s ago$", out, re.MULTILINE), out
 
 
+def test_without_a_given_clock_the_heartbeat_age_is_measured_from_the_time_of_the_call(
+    tmp_path: Path, bucket: storage.Bucket, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = stack_file(tmp_path)
+    written = datetime.fromisoformat(script_time(time.time() - 95)).timestamp()
+    put_running_job_status(bucket, written)
+    before = time.time()
+    document = status_json(capsys, "--stack-file", str(path))
+    after = time.time()
+    # to_json rounds the age to milliseconds.
+    assert before - written - 0.0005 <= document["heartbeat_age_seconds"] <= after - written + 0.0005
+
+
+@pytest.mark.usefixtures("clock_at_now")
 def test_a_heartbeat_older_than_the_timeout_says_the_chief_may_be_gone(
     tmp_path: Path, bucket: storage.Bucket, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = stack_file(tmp_path)
-    put(bucket, LAYOUT.job_status, {"state": "RUNNING", "exit_code": None, "time": script_time(time.time() - 3 * 3600)})
+    put(bucket, LAYOUT.job_status, {"state": "RUNNING", "exit_code": None, "time": script_time(NOW - 3 * 3600)})
     assert main(["status", "--stack-file", str(path)]) == 0
     out = capsys.readouterr().out
     assert "chief heartbeat: 3 h 0 min ago; older than the 600 s heartbeat timeout" in out

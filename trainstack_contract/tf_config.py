@@ -44,10 +44,6 @@ class TfConfig:
         return len(self.cluster.get(PS, []))
 
     @property
-    def is_distributed(self) -> bool:
-        return bool(self.cluster)
-
-    @property
     def task_name(self) -> str:
         return node_name(self.task_type or "local", self.task_id)
 

@@ -238,14 +238,14 @@ def test_a_warning_that_cannot_be_written_is_logged_and_the_job_goes_on() -> Non
 # --- /proc/net, read for real ------------------------------------------------------------------
 LISTENER = textwrap.dedent(
     """
-    import socket, sys, time
+    import socket, sys
     family = socket.AF_INET6 if sys.argv[1] == "ipv6" else socket.AF_INET
     server = socket.socket(family)
     server.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", 0))
     if sys.argv[2] == "listen":
         server.listen()
     print(server.getsockname()[1], flush=True)
-    time.sleep(60)
+    sys.stdin.read()  # holds the socket until the test ends it
     """
 )
 
@@ -256,7 +256,9 @@ def process_with_a_socket() -> Iterator[Callable[[str, str], int]]:
     started: list[subprocess.Popen[str]] = []
 
     def start(family: str, mode: str) -> int:
-        child = subprocess.Popen([sys.executable, "-c", LISTENER, family, mode], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", LISTENER, family, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         started.append(child)
         assert child.stdout is not None
         return int(child.stdout.readline())

@@ -51,12 +51,15 @@ def test_the_settle_window_a_node_waits_after_a_failed_step_is_the_scaled_one() 
     assert 30.0 + timings.peer_settle <= w.clock.now < 30.0 + Timings().peer_settle
 
 
-# Ignores SIGTERM, says so, and ends by itself (exit 0) after 5 s unless killed first.
+# Ignores SIGTERM, says so, and ends by itself (exit 0) only once the test's process is gone: a
+# loaded machine cannot make it end before the kill, and a failed test leaves no process behind.
 _STUBBORN = (
-    "import signal, sys, time\n"
+    "import os, signal, time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "parent = os.getppid()\n"
     "print('ready', flush=True)\n"
-    "time.sleep(5)\n"
+    "while os.getppid() == parent:\n"
+    "    time.sleep(0.1)\n"
 )
 
 

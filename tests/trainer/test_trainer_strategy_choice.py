@@ -79,7 +79,7 @@ def test_tf_config_roles_are_parsed() -> None:
     assert info.task_type == "evaluator"
     assert info.num_workers == 3 and info.num_ps == 1
     assert parse_tf_config(tf_config({"worker": 2}, "worker", 1)).task_name == "worker-1"
-    assert not LOCAL.is_distributed and LOCAL.task_type is None
+    assert not LOCAL.cluster and LOCAL.task_type is None
 
 
 @pytest.mark.parametrize(

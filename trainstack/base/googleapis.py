@@ -25,13 +25,6 @@ MAX_PAGES = 200
 CREDENTIALS_HINT = "run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)"
 READ_ONLY_SCOPE = "https://www.googleapis.com/auth/cloud-platform.read-only"
 
-# The services behind each API, for the one-line "enable it" answer.
-SERVICE_OF_API = {
-    "compute": "compute.googleapis.com",
-    "tpu": "tpu.googleapis.com",
-    "cloudbilling": "cloudbilling.googleapis.com",
-}
-
 
 class GoogleApiError(Exception):
     """A call to a Google API failed for a reason outside this program; ``str()`` is one line."""

@@ -197,15 +197,6 @@ class CapacityRules:
     def reservation_with_spot(self) -> bool:
         return self._value("reservation_spot") == "yes"
 
-    @property
-    def reservation_match(self) -> str:
-        row = self.row("reservation_match")
-        return row.note if row is not None else ""
-
-    @property
-    def reservation_provisioning_model(self) -> str:
-        return self._value("reservation_provisioning_model") or "STANDARD"
-
     def tpu_capacities(self) -> dict[str, CapacityRule]:
         """Each capacity a TPU VM may be asked for, and whether it can (value yes/no) and why."""
         return {r.subject: r for r in self.rows if r.rule == "tpu_capacity"}

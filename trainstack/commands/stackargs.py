@@ -45,13 +45,6 @@ def read_stack(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return stack_name_for(path, None if args.stack_file else args.stack), read_stack_config_map(path)
 
 
-def load_config(args: argparse.Namespace) -> StackConfig:
-    """The stack the arguments name, parsed and checked against the catalog (as `validate`)."""
-    from trainstack.stackmodel.stackfile import load_stack
-
-    return load_stack(stack_path(args), None if args.stack_file else args.stack)[0]
-
-
 def load_resolved(args: argparse.Namespace) -> ResolvedStack:
     """The stack the arguments name, checked (as `validate`) and resolved once, with what the
     checks derived (the team's package is read and hashed once)."""

@@ -344,10 +344,6 @@ def _fits(vcpus: int, memory_gb: float, limit: N1GpuLimit | None) -> bool:
     return limit is not None and vcpus <= limit.max_vcpus and memory_gb <= limit.max_memory_gb
 
 
-def check_cluster(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
-    return _check_cluster(cfg, catalog)[0]
-
-
 def _check_cluster(cfg: StackConfig, catalog: Catalog) -> tuple[list[Problem], str | None]:
     """The cluster's problems, and its strategy (``auto`` resolved; None without a cluster)."""
     cluster = cfg.settings.cluster
@@ -591,13 +587,9 @@ def _check_job_args(job: Job) -> list[Problem]:
     return problems
 
 
-def check_job(cfg: StackConfig) -> list[Problem]:
-    """Which code the job runs, and that it is there: before any VM exists, not at boot."""
-    return _check_job(cfg)[0]
-
-
 def _check_job(cfg: StackConfig) -> tuple[list[Problem], CodePackage | None, ExtraRequirements | None]:
-    """The job's problems, and the team's package and requirements as read for the check."""
+    """Which code the job runs, and that it is there (before any VM exists, not at boot): the
+    job's problems, and the team's package and requirements as read for the check."""
     job = cfg.settings.job
     package: CodePackage | None = None
     requirements: ExtraRequirements | None = None
@@ -757,10 +749,6 @@ def check_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[
     return problems, CheckedFacts(package, requirements, wheelhouse, strategy)
 
 
-def check_wheelhouse(cfg: StackConfig) -> list[Problem]:
-    return _check_wheelhouse(cfg)[0]
-
-
 def _check_wheelhouse(cfg: StackConfig) -> tuple[list[Problem], Wheelhouse | None]:
     wheelhouse = cfg.settings.storage.wheelhouse
     if wheelhouse is None:
@@ -773,11 +761,6 @@ def _check_wheelhouse(cfg: StackConfig) -> tuple[list[Problem], Wheelhouse | Non
         return [], load_wheelhouse(project_path(wheelhouse))
     except CodeError as error:
         return [Problem(f"{NAMESPACE}:storage.wheelhouse", str(error))], None
-
-
-def validate_stack(cfg: StackConfig, catalog: Catalog | None = None) -> StackConfig:
-    """Return ``cfg`` when it fits the catalog, else raise with every problem found."""
-    return validate_and_derive(cfg, catalog)[0]
 
 
 def validate_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[StackConfig, CheckedFacts]:

@@ -77,12 +77,6 @@ class ResolvedJob:
         match = contract.EXTERNAL_JOB_DIR.fullmatch(self.job_dir) if self.job_dir_bucket else None
         return match["prefix"] if match else None
 
-    @property
-    def code_objects(self) -> tuple[str, ...]:
-        """What the nodes fetch from the bucket at boot."""
-        objects = [self.package.object_name] if self.package else []
-        return (*objects, *([self.requirements.object_name] if self.requirements else []))
-
 
 @dataclass(frozen=True)
 class FlexStart:

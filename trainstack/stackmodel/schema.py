@@ -153,8 +153,8 @@ def check_job_env(env: Any) -> Any:
 
 
 class Accelerator(_Strict):
-    type: str
-    count: PositiveInt
+    type: str = Field(description="the GPU type as Compute Engine names it (`nvidia-tesla-t4`)")
+    count: PositiveInt = Field(description="how many GPUs of that type")
 
 
 class CapacityChoice(_Strict):
@@ -162,9 +162,17 @@ class CapacityChoice(_Strict):
     ``reservation`` naming the reservation to consume (absent: any matching one). ``spot: true``
     is the older spelling of ``capacity: spot``."""
 
-    spot: bool = False
-    capacity: Capacity | None = None
-    reservation: str | None = None
+    spot: bool = Field(default=False, description="`true` is the older spelling of `capacity: spot`")
+    capacity: Capacity | None = Field(
+        default=None,
+        description="how the node gets its machine ([below](#how-each-node-gets-its-machine)); a TPU VM takes "
+        "`on_demand`, `spot` or `reservation`. Not set: `spot` with `spot: true`, else `on_demand`",
+    )
+    reservation: str | None = Field(
+        default=None,
+        description="with `capacity: reservation` only: the name of the Compute Engine reservation to consume. "
+        "Not set: any matching reservation",
+    )
 
     @field_validator("reservation")
     @classmethod
@@ -203,46 +211,79 @@ class CapacityChoice(_Strict):
 class NodeSpec(CapacityChoice):
     """One VM shape: the chief, or each VM of a pool."""
 
-    machine_type: str
-    accelerator: Accelerator | None = None
-    disk_gb: Annotated[int, Field(ge=50, le=65536)] = 200
+    machine_type: str = Field(description="the Compute Engine machine type (`n1-standard-8`)")
+    accelerator: Accelerator | None = Field(default=None, description="the GPUs the VM gets: `{type, count}`")
+    disk_gb: Annotated[int, Field(ge=50, le=65536)] = Field(default=200, description="the boot disk's size in GB")
 
 
 class WorkerPool(NodeSpec):
     # Every node takes an address of the stack's /20 subnet (4092 usable).
-    count: Annotated[int, Field(ge=0, le=3790)]
+    count: Annotated[int, Field(ge=0, le=3790)] = Field(description="how many workers")
 
 
 class ParameterServerPool(CapacityChoice):
     """Parameter servers hold variables on CPU and RAM; they take no accelerator."""
 
-    count: Annotated[int, Field(ge=0, le=200)]
-    machine_type: str
-    disk_gb: Annotated[int, Field(ge=50, le=65536)] = 100
+    count: Annotated[int, Field(ge=0, le=200)] = Field(description="how many parameter servers")
+    machine_type: str = Field(description="the Compute Engine machine type (`n1-highmem-8`)")
+    disk_gb: Annotated[int, Field(ge=50, le=65536)] = Field(default=100, description="the boot disk's size in GB")
 
 
 class Cluster(_Strict):
-    chief: NodeSpec
-    workers: WorkerPool | None = None
-    parameter_servers: ParameterServerPool | None = None
-    strategy: ClusterStrategy = AUTO
+    chief: NodeSpec = Field(description="the chief's VM (TF_CONFIG's `chief`)")
+    workers: WorkerPool | None = Field(
+        default=None, description="the workers' VMs: each as the chief, and their `count`"
+    )
+    parameter_servers: ParameterServerPool | None = Field(
+        default=None, description="the parameter servers' VMs: CPU and RAM, no accelerator"
+    )
+    strategy: ClusterStrategy = Field(
+        default=AUTO,
+        description="the built-in trainer's distribution strategy; `auto`: chosen from the cluster's parameter "
+        "servers, machines and GPUs per machine",
+    )
     # A hard cap on billing if a job hangs: Compute Engine stops (or deletes) the VM after this long.
     # null turns it off, and only together with acknowledge_bills_until_stopped: true.
-    max_run_hours: MaxRunHours | None = 24
-    acknowledge_bills_until_stopped: bool = False
-    on_finish: OnFinish = "stop"
+    max_run_hours: MaxRunHours | None = Field(
+        default=24,
+        description=f"Compute Engine stops (or deletes) each VM after this many hours (at most {MAX_RUN_HOURS}, "
+        "120 days, Compute Engine's limit): a hard cap on billing if a job hangs; `null` only with "
+        "`acknowledge_bills_until_stopped: true`",
+    )
+    acknowledge_bills_until_stopped: bool = Field(
+        default=False,
+        description="`true` with `max_run_hours: null` only: no run-time cap, the machines bill until someone "
+        "stops them",
+    )
+    on_finish: OnFinish = Field(default="stop", description="what the VMs do when the job ends")
     # TF_CONFIG port on every node; the firewall opens exactly this port between cluster nodes.
-    port: Annotated[int, Field(ge=1024, le=65535)] = 2222
+    port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        default=2222, description="the TF_CONFIG port; the firewall opens exactly this port between the cluster's nodes"
+    )
     # The chief's boot script refreshes a heartbeat in the job status while the job runs; any
     # other node that sees no new heartbeat for this long takes the chief for dead, ends its
     # trainer, records FAILED and applies on_finish instead of billing until max_run_hours.
-    heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=24 * 3600)] = 600
+    heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=24 * 3600)] = Field(
+        default=600,
+        description="10 s to a day: a node that sees no new heartbeat of the chief for this long takes it for "
+        "dead, ends its trainer, records FAILED and applies `on_finish`",
+    )
     # The chief starts a preempted Spot peer again at most this many times (per node) before
     # it ends the job FAILED; 0 never restarts one.
-    max_restarts: Annotated[int, Field(ge=0, le=MAX_RESTARTS)] = 10
+    max_restarts: Annotated[int, Field(ge=0, le=MAX_RESTARTS)] = Field(
+        default=10,
+        description="how many times (per node) the chief starts a preempted Spot peer again before it ends the "
+        "job FAILED; 0 never restarts one",
+    )
     # Minutes the nodes wait for a queued job (`trainstack submit`) after their last one before
     # they apply on_finish; None: not set (DEFAULT_IDLE_MINUTES where the nodes run a queue).
-    idle_minutes: IdleMinutes | None = None
+    idle_minutes: IdleMinutes | None = Field(
+        default=None,
+        description=f"whole minutes: how long the nodes wait for a job `trainstack submit` queues, after their "
+        "last one (or boot), before they apply `on_finish`; 0 = at once. The nodes run the queue where the "
+        "stack has a job or sets `idle_minutes` ([below](#a-cluster-without-a-job)). Not set: "
+        f"{DEFAULT_IDLE_MINUTES} where the nodes run a queue",
+    )
 
     @model_validator(mode="after")
     def _uncapped_only_when_acknowledged(self) -> Cluster:
@@ -268,15 +309,29 @@ class Cluster(_Strict):
 
 
 class Tpu(CapacityChoice):
-    accelerator_type: str
-    runtime_version: str
+    accelerator_type: str = Field(description="the TPU type, one host (`v2-8`)")
+    runtime_version: str = Field(description="the TPU VM's software version (`tpu-vm-tf-2.17.0-pjrt`)")
     # None: not set by the user; see effective_on_finish.
-    on_finish: OnFinish | None = None
+    on_finish: OnFinish | None = Field(
+        default=None,
+        description="what the TPU VM does when the job ends. Not set: `stop`, or `delete` for a Spot TPU, which "
+        "cannot be started again; `plan` says which applies",
+    )
     # The TPU API has no run-time limit for TPU VMs: the boot script enforces this one.
-    max_run_hours: MaxRunHours = 24
-    service_agent_role: str = TPU_SERVICE_AGENT_ROLES[0]
+    max_run_hours: MaxRunHours = Field(
+        default=24, description="the run-time cap, in hours: the TPU API has none, the boot script enforces this one"
+    )
+    service_agent_role: str = Field(
+        default=TPU_SERVICE_AGENT_ROLES[0],
+        description=" or ".join(f"`{role}`" for role in TPU_SERVICE_AGENT_ROLES)
+        + ": the role of the Cloud TPU service agent ([security.md](security.md#what-each-account-can-do))",
+    )
     # As cluster.idle_minutes, for the TPU VM.
-    idle_minutes: IdleMinutes | None = None
+    idle_minutes: IdleMinutes | None = Field(
+        default=None,
+        description=f"as `cluster.idle_minutes`, for the TPU VM. Not set: {DEFAULT_IDLE_MINUTES} where the TPU VM "
+        "runs a queue",
+    )
 
     @field_validator("service_agent_role")
     @classmethod
@@ -299,37 +354,63 @@ class Tpu(CapacityChoice):
 
 
 class Notebook(_Strict):
-    machine_type: str
-    accelerator: Accelerator | None = None
-    idle_timeout_minutes: Annotated[int, Field(ge=10, le=10080)] = 180
-    disk_gb: Annotated[int, Field(ge=150, le=65536)] = 150
+    machine_type: str = Field(description="the Compute Engine machine type (`n1-standard-8`)")
+    accelerator: Accelerator | None = Field(default=None, description="the GPUs the notebook gets: `{type, count}`")
+    idle_timeout_minutes: Annotated[int, Field(ge=10, le=10080)] = Field(
+        default=180, description="the instance stops after this many idle minutes"
+    )
+    disk_gb: Annotated[int, Field(ge=150, le=65536)] = Field(default=150, description="the boot disk's size in GB")
+
+
+# docs/stacks.md's words for the job's keys (the key table is generated from the Field descriptions).
+_OWN_CODE = "([own-code.md](own-code.md))"
+_DATA_WORDS = (
+    f"data: `{SYNTHETIC_DATA}` (images made in memory) or a `gs://BUCKET/PATH` the training service account can read"
+)
+_STEPS_WORDS = "steps per epoch. Not set: one pass over the training files (synthetic data: the trainer's own default)"
+_ARGS_WORDS = f"more arguments for the job's code: each printable text of at most {MAX_ARG_CHARS} characters"
+_ENV_WORDS = (
+    "environment variables for the job's code (Vertex AI's container `env`) beside the ones trainstack sets, e.g. "
+    '`{TF_USE_LEGACY_KERAS: "1"}` for code written for tf.keras as Keras 2: names of letters, digits and `_`; '
+    f"values quoted text; at most {MAX_JOB_ENV}; not names trainstack or the loader own (`TF_CONFIG`, `AIP_*`, "
+    "`PATH`, `PYTHONPATH`, `LD_*` ...) nor secrets ([own-code.md](own-code.md#environment-variables))"
+)
+_JOB_DIR_WORDS = (
+    "`gs://BUCKET/PREFIX`: a folder of a bucket the team already has (AI Platform's `--job-dir`), never under "
+    f"`{EXECUTED_PREFIX}`, in no bucket of another stack, and under `{LAYOUT.jobs}/` in the stack's own bucket; "
+    "the job's machines may write under that folder alone ([security.md](security.md#what-each-account-can-do)). "
+    f"Not set: `gs://<bucket>/{LAYOUT.jobs}/<job.name>`"
+)
+
+
+def _trainer_setting(default: Any, words: str) -> Any:
+    """A setting of the built-in trainer, as a field with its description."""
+    return Field(default=default, description=f"the built-in trainer's {words} ([trainer.md](trainer.md#flags))")
 
 
 class Job(_Strict):
     """What the cluster or TPU VM runs: the built-in trainer (``model`` and the settings after
     it), a team's Python package (``package`` and ``module``), or a container ``image``."""
 
-    name: str = "train"
+    name: str = Field(
+        default="train", description="letters, digits and underscores, starting with a letter, at most 128 characters"
+    )
     # The built-in trainer's settings.
-    model: Model = CNN
-    data: str = SYNTHETIC_DATA
-    epochs: Epochs = EPOCHS.default
-    batch_size_per_replica: BatchSize = BATCH_SIZE_PER_REPLICA.default
-    steps_per_epoch: Steps | None = STEPS_PER_EPOCH.default
-    image_size: ImageSize = IMAGE_SIZE.default
-    # A team's own code: a package directory run as `python -m module`, with extra
-    # requirements, or a container image. Checked against the files by trainstack.stackmodel.feasibility.
-    package: str | None = None
-    module: str | None = None
-    requirements: str | None = None
-    image: str | None = None
-    args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
-    # Environment variables the job's code runs with (Vertex AI's container env), beside the
-    # ones trainstack sets: TF_USE_LEGACY_KERAS: "1" for code written for tf.keras as Keras 2.
-    env: dict[str, str] = Field(default_factory=dict)
-    # Where the job writes, when not under jobs/<name> of the stack's bucket: a folder of a
-    # bucket the team already has (AI Platform's --job-dir).
-    job_dir: str | None = None
+    model: Model = _trainer_setting(CNN, "model")
+    data: str = _trainer_setting(SYNTHETIC_DATA, _DATA_WORDS)
+    epochs: Epochs = _trainer_setting(EPOCHS.default, "epochs")
+    batch_size_per_replica: BatchSize = _trainer_setting(BATCH_SIZE_PER_REPLICA.default, "batch size per replica")
+    steps_per_epoch: Steps | None = _trainer_setting(STEPS_PER_EPOCH.default, _STEPS_WORDS)
+    image_size: ImageSize = _trainer_setting(IMAGE_SIZE.default, "image size, in pixels a side")
+    # A team's own code. Checked against the files by trainstack.stackmodel.feasibility.
+    package: str | None = Field(default=None, description=f"a team's Python package {_OWN_CODE}")
+    module: str | None = Field(default=None, description=f"the package's module the job runs (`python -m`) {_OWN_CODE}")
+    requirements: str | None = Field(default=None, description=f"the extra requirements of the package {_OWN_CODE}")
+    image: str | None = Field(default=None, description="a container image ([own-code.md](own-code.md#an-image))")
+    args: list[str] = Field(default_factory=list, max_length=MAX_ARGS, description=_ARGS_WORDS)
+    env: dict[str, str] = Field(default_factory=dict, description=_ENV_WORDS)
+    # Where the job writes, when not under jobs/<name> of the stack's bucket.
+    job_dir: str | None = Field(default=None, description=_JOB_DIR_WORDS)
 
     @property
     def mode(self) -> JobMode:
@@ -428,11 +509,15 @@ class Job(_Strict):
 
 
 class Budget(_Strict):
-    billing_account: str
+    """A billing budget that alerts as the stack spends."""
+
+    billing_account: str = Field(description="the billing account's id: `012345-6789AB-CDEF01`")
     # In the billing account's own currency (the budget names none, so Google uses the account's).
-    monthly_usd: Annotated[float, Field(gt=0, le=100_000_000)]
+    monthly_usd: Annotated[float, Field(gt=0, le=100_000_000)] = Field(
+        description="the budget a month, in the billing account's own currency"
+    )
     thresholds: list[Annotated[float, Field(gt=0, le=2)]] = Field(
-        default_factory=lambda: [0.5, 0.9, 1.0], max_length=20
+        default_factory=lambda: [0.5, 0.9, 1.0], max_length=20, description="the fractions of the budget that alert"
     )
 
     @field_validator("billing_account")
@@ -446,16 +531,25 @@ class Budget(_Strict):
 class Storage(_Strict):
     # The bucket holds a user's data, checkpoints and models. By default `pulumi destroy`
     # leaves it (and its contents) in place and only forgets it; set this to true to delete it.
-    delete_on_destroy: bool = False
+    delete_on_destroy: bool = Field(
+        default=False, description="whether `pulumi destroy` may delete the bucket and what it holds; else it stays"
+    )
     # Noncurrent object versions (overwritten checkpoints) are removed after this many days.
-    noncurrent_version_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    noncurrent_version_days: Annotated[int, Field(ge=1, le=3650)] = Field(
+        default=30, description="how many days overwritten objects are kept"
+    )
     # The bucket's name, when it must not be the default `<project>_<name>`: a stack made before
     # that default keeps its bucket (`<project>-<name>`) by naming it here.
-    bucket: str | None = None
+    bucket: str | None = Field(
+        default=None,
+        description="the bucket's name ([deploying.md](deploying.md#the-bucket)). Not set: `<project>_<name>`",
+    )
     # A directory of wheels (`pip download -d DIR -r requirements-node.txt`) that `pulumi up`
     # uploads; nodes install from it, each wheel checked against its digest, instead of from
     # the package index (private nodes then need no internet access to boot).
-    wheelhouse: Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)] | None = None
+    wheelhouse: Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)] | None = Field(
+        default=None, description="a directory of wheels the nodes install from ([own-code.md](own-code.md#a-package))"
+    )
 
     @field_validator("bucket")
     @classmethod
@@ -474,7 +568,10 @@ class Access(_Strict):
     """Teammates who may reach the stack's machines: IAP SSH through OS Login on the cluster
     VMs, and the Workbench notebook."""
 
-    members: list[str] = Field(max_length=MAX_ACCESS_MEMBERS)
+    members: list[str] = Field(
+        max_length=MAX_ACCESS_MEMBERS,
+        description="`user:EMAIL`, `group:EMAIL` or `serviceAccount:EMAIL` ([security.md](security.md#access-for-teammates))",
+    )
 
     @field_validator("members")
     @classmethod
@@ -490,20 +587,37 @@ class Access(_Strict):
 class Settings(_Strict):
     """The ``trainstack:`` namespace of a stack file."""
 
-    zone: str
-    name: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    cluster: Cluster | None = None
-    tpu: Tpu | None = None
-    notebook: Notebook | None = None
+    zone: str = Field(description="the zone of every machine, in `gcp:region`")
+    name: str | None = Field(
+        default=None,
+        description=f"prefix of every resource name: lowercase letters, digits, `-`, at most {RESOURCE_NAME_MAX} "
+        "characters. Not set: the stack name",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"labels on every resource: at most {MAX_USER_LABELS} of a stack's own; keys starting "
+        f"`{RESERVED_LABEL_PREFIX}` are trainstack's",
+    )
+    cluster: Cluster | None = Field(default=None, description="VMs that train: a chief, workers and parameter servers")
+    tpu: Tpu | None = Field(default=None, description="a TPU VM that trains")
+    notebook: Notebook | None = Field(default=None, description="a Vertex AI Workbench instance")
     # None (omitted, or `job: none`): the machines boot ready and start no trainer.
-    job: Job | None = None
-    budget: Budget | None = None
-    storage: Storage = Field(default_factory=Storage)
-    access: Access | None = None
+    job: Job | None = Field(
+        default=None,
+        description="what the cluster or TPU VM runs: the built-in trainer (`model` and the settings after it), a "
+        "team's Python package (`package` and `module`), or a container `image`. Not set, or `job: none`: no job, "
+        "the machines boot ready ([below](#a-cluster-without-a-job))",
+    )
+    budget: Budget | None = Field(default=None, description="a billing budget that alerts as the stack spends")
+    storage: Storage = Field(default_factory=Storage, description="the stack's bucket")
+    access: Access | None = Field(default=None, description="teammates who may reach the machines")
     # Tokens the job needs (an experiment-tracking key): stored in Secret Manager by the
     # program, readable by the training accounts alone, fetched by the boot script at run time.
-    secrets: dict[str, JobSecret] = Field(default_factory=dict)
+    secrets: dict[str, JobSecret] = Field(
+        default_factory=dict,
+        description="values the job's code reads from its environment: set with `pulumi config set --path --secret "
+        "'trainstack:secrets.NAME' VALUE`, never in clear text ([security.md](security.md#secrets-a-job-needs))",
+    )
 
     @field_validator("secrets")
     @classmethod
@@ -571,8 +685,8 @@ class StackConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     stack: str
-    project: str
-    region: str
+    project: str = Field(description="the Google Cloud project")
+    region: str = Field(description="the region; the zone must be inside it")
     settings: Settings
 
     @property
