@@ -32,8 +32,11 @@ def main() -> int:
         resolved = json.loads(report.read_text())["install"]
     total = 0
     for item in resolved:
-        request = urllib.request.Request(item["download_info"]["url"], method="HEAD")
-        with urllib.request.urlopen(request, timeout=30) as response:
+        url = item["download_info"]["url"]
+        if not url.startswith("https://"):
+            raise SystemExit(f"pip reported a wheel that is not on an https index: {url}")
+        request = urllib.request.Request(url, method="HEAD")  # noqa: S310 - https only, checked above
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - https only, checked above
             total += int(response.headers["Content-Length"])
     print(f"{len(resolved)} wheels, {total} bytes ({total / 2**30:.2f} GiB) for requirements-node.txt")
     return 0

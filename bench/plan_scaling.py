@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainstack.cloud.planning import run_plan  # noqa: E402
-from trainstack.stackmodel.stackfile import read_stack_config_map, stack_file_path  # noqa: E402
+from trainstack.cloud.planning import run_plan
+from trainstack.stackmodel.stackfile import read_stack_config_map, stack_file_path
 
 SIZES = (1, 64, 512)
 LINEAR_NOISE_ALLOWANCE = 1.1

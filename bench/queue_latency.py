@@ -28,6 +28,7 @@ under 5 s.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -152,8 +153,20 @@ def tune(stack: str, workdir: Path, trials: int, scratch: Path) -> list[float]:
     spec = scratch / "hptuning_config.yaml"
     spec.write_text(TUNE_SPEC.format(trials=trials))
     subprocess.run(
-        [*TRAINSTACK, "tune", "--stack", stack, "--local", "--workdir", str(workdir), "--spec", str(spec)]
-        + ["--name", "tuneprobe", *ONE_STEP],
+        [
+            *TRAINSTACK,
+            "tune",
+            "--stack",
+            stack,
+            "--local",
+            "--workdir",
+            str(workdir),
+            "--spec",
+            str(spec),
+            "--name",
+            "tuneprobe",
+            *ONE_STEP,
+        ],
         cwd=REPOSITORY,
         env=environment(),
         check=True,
@@ -162,7 +175,7 @@ def tune(stack: str, workdir: Path, trials: int, scratch: Path) -> list[float]:
     )
     job_dirs = sorted(workdir.glob("bucket/*/jobs/q*_tuneprobe_t*"), key=lambda path: int(path.name.rsplit("_t", 1)[1]))
     gaps = []
-    for finished, following in zip(job_dirs, job_dirs[1:], strict=False):
+    for finished, following in itertools.pairwise(job_dirs):
         gaps.append(first_step(following / "progress.json", time.monotonic() + 5) - ended_at(finished))
     return gaps
 

@@ -24,8 +24,8 @@ import sys
 # Keras 3 cannot train under MultiWorkerMirroredStrategy (keras-team/keras#20585): tf-keras.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import tensorflow as tf
+import tf_keras as keras
 
 SUMMARY = "summary.json"
 

@@ -243,7 +243,8 @@ def test_a_machine_type_with_built_in_gpus_must_terminate_on_maintenance() -> No
 
 @pytest.mark.parametrize("role", sorted(PRIMITIVE_ROLES))
 def test_primitive_roles_fire_on_member_binding_and_policy_resources(role: str) -> None:
-    resources = compliant_stack() + [
+    resources = [
+        *compliant_stack(),
         {"type": "gcp:storage/bucketIAMMember:BucketIAMMember", "name": "b", "inputs": member(role, "user:a@b.c")},
         {
             "type": "gcp:projects/iAMBinding:IAMBinding",
@@ -262,12 +263,13 @@ def test_primitive_roles_fire_on_member_binding_and_policy_resources(role: str) 
 
 @pytest.mark.parametrize("who", ["allUsers", "allAuthenticatedUsers"])
 def test_public_members_fire(who: str) -> None:
-    resources = compliant_stack() + [
+    resources = [
+        *compliant_stack(),
         {
             "type": "gcp:storage/bucketIAMMember:BucketIAMMember",
             "name": "public-read",
             "inputs": member("roles/storage.objectViewer", who),
-        }
+        },
     ]
     found = violations(resources)
     assert [(v.policy, v.resource_name) for v in found] == [("no-public-members", "public-read")]
@@ -279,7 +281,7 @@ def test_public_members_fire(who: str) -> None:
     ["roles/iam.serviceAccountUser", "roles/storage.admin", "roles/compute.instanceAdmin.v1", "roles/owner"],
 )
 def test_a_broad_scope_account_may_not_hold_an_admin_or_impersonation_role(role: str) -> None:
-    resources = compliant_stack() + [{"type": PROJECT_MEMBER, "name": "too-much", "inputs": member(role)}]
+    resources = [*compliant_stack(), {"type": PROJECT_MEMBER, "name": "too-much", "inputs": member(role)}]
     found = [v for v in violations(resources) if v.policy == "broad-scope-least-privilege"]
     assert len(found) == 1 and found[0].resource_name == "team" and "too-much" in found[0].message
     assert role in found[0].message
@@ -451,7 +453,8 @@ def custom_role(role_id: str, permissions: list[str]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("permission", ["iam.serviceAccounts.actAs", "resourcemanager.projects.setIamPolicy"])
 def test_a_custom_role_that_escalates_may_not_be_bound_on_the_project(permission: str) -> None:
-    resources = compliant_stack() + [
+    resources = [
+        *compliant_stack(),
         custom_role("team_helper", ["compute.instances.get", permission]),
         {
             "type": PROJECT_MEMBER,
@@ -464,7 +467,8 @@ def test_a_custom_role_that_escalates_may_not_be_bound_on_the_project(permission
 
 
 def test_a_narrow_custom_role_on_the_project_and_an_unbound_escalating_one_pass() -> None:
-    resources = compliant_stack() + [
+    resources = [
+        *compliant_stack(),
         custom_role("team_release", ["tpu.nodes.get", "tpu.nodes.stop", "tpu.nodes.delete"]),
         {"type": PROJECT_MEMBER, "name": "release", "inputs": member("projects/my-project/roles/team_release")},
         custom_role("team_unused", ["iam.serviceAccounts.actAs"]),
@@ -544,7 +548,7 @@ def test_a_write_under_trainstack_other_than_queueing_a_job_fails_even_for_a_tea
         "name": "wide",
         "inputs": {"bucket": "team-bucket", "role": role, "member": TEAMMATE, "condition": {"expression": expression}},
     }
-    assert [(v.policy, v.resource_name) for v in violations(compliant_stack() + [grant])] == [
+    assert [(v.policy, v.resource_name) for v in violations([*compliant_stack(), grant])] == [
         ("executed-objects-spared", "wide")
     ]
 

@@ -105,9 +105,8 @@ def _check_type(where: str, spec: Mapping[str, Any], value: Any) -> None:
     if kind == "array":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InputError(f"policy config {where}: a list of strings")
-    elif kind == "number":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise InputError(f"policy config {where}: a positive number")
+    elif kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise InputError(f"policy config {where}: a positive number")
 
 
 def _reporter(

@@ -10,6 +10,7 @@ and the message says to write it into the stack by hand then.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 # scheme://USER[:PASSWORD]@host: anything between "//" and an "@" before the path.
@@ -42,7 +43,7 @@ def _mean_class_run(text: str) -> float:
     def kind(character: str) -> int:
         return 0 if character.isupper() else 1 if character.islower() else 2
 
-    runs = 1 + sum(kind(a) != kind(b) for a, b in zip(text, text[1:], strict=False))
+    runs = 1 + sum(kind(a) != kind(b) for a, b in itertools.pairwise(text))
     return len(text) / runs
 
 

@@ -554,7 +554,7 @@ def vertex_training_containers() -> list[TrainingContainer]:
             row["uri"],
             date.fromisoformat(row["available_until"]),
             row["note"],
-        )  # fmt: skip
+        )
         for row in _rows("vertex_training_containers.csv")
     ]
 

@@ -157,7 +157,8 @@ def _environment(templates: Path = TEMPLATES_DIR) -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(templates),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
-        autoescape=False,
+        # The templates render shell, not HTML: every value goes through the shell-quoting finalize.
+        autoescape=False,  # noqa: S701
         finalize=_shell_finalize,
     )
 

@@ -123,9 +123,12 @@ def _job(pools: list[Any], project: str, stack: str, notices: list[str]) -> dict
         # Job names are letters, digits and underscores: the stack's name, spelled so.
         job: dict[str, Any] = {"name": job_name_of_stack(stack), "image": image}
         args = get(container, "args")
-        if isinstance(args, list) and all(isinstance(a, str) for a in args):
-            if kept := without_job_dir(args, notices):
-                job["args"] = kept
+        if (
+            isinstance(args, list)
+            and all(isinstance(a, str) for a in args)
+            and (kept := without_job_dir(args, notices))
+        ):
+            job["args"] = kept
         if get(container, "command"):
             notices.append("container_spec.command is not imported: a stack runs the image's own entry point")
         if (env := _env(get(container, "env"), notices)) is not None:

@@ -29,11 +29,12 @@ DOCKER_INFO_SECONDS = 20
 
 
 def docker_engine_answers() -> bool:
-    if shutil.which("docker") is None:
+    docker = shutil.which("docker")
+    if docker is None:
         return False
     try:
         return (
-            subprocess.run(["docker", "info"], capture_output=True, timeout=DOCKER_INFO_SECONDS, check=False).returncode
+            subprocess.run([docker, "info"], capture_output=True, timeout=DOCKER_INFO_SECONDS, check=False).returncode
             == 0
         )
     except (OSError, subprocess.TimeoutExpired):

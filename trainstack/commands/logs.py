@@ -28,6 +28,7 @@ https://cloud.google.com/sdk/gcloud/reference/beta/logging/tail).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import shutil
 import subprocess
@@ -109,10 +110,8 @@ def log_query(sources: list[LogSource]) -> str:
         names = [s.vm_name for s in sources if s.resource_type == resource_type]
         if names:
             groups.append((f"resource.type={_quote(resource_type)}", f"{label}={_any_of(names)}"))
-    if len(groups) == 1:
-        lines = list(groups[0])
-    else:
-        lines = [" OR ".join(f"({kind} AND {names})" for kind, names in groups)]
+    # One kind of source: its two conditions as two lines, which Logging ANDs; both: an OR of pairs.
+    lines = list(groups[0]) if len(groups) == 1 else [" OR ".join(f"({kind} AND {names})" for kind, names in groups)]
     lines.append(f"jsonPayload.SYSLOG_IDENTIFIER={_any_of(list(IDENTIFIERS))}")
     return "\n".join(lines)
 
@@ -247,10 +246,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        try:
+        # Ctrl-C ends a --follow: the normal way out, not an error.
+        with contextlib.suppress(KeyboardInterrupt):
             print_local_logs(workdir, [s.node for s in chosen], args.follow, args.verbose)
-        except KeyboardInterrupt:
-            pass
         return 0
     query = log_query(chosen)
     if args.print_query:

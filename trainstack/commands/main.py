@@ -73,12 +73,12 @@ def bind_command_line_values(argv: list[str]) -> list[str]:
     value that starts with ``-`` and holds no space (``--args "--num-epochs=60"``) as an
     option of its own and stops with `expected one argument`. Nothing after ``--`` is touched."""
     bound: list[str] = []
-    tokens = iter(argv)
-    for token in tokens:
-        if token == "--":
-            return [*bound, token, *tokens]
-        value = next(tokens, None) if token in local.COMMAND_LINE_OPTIONS else None
-        bound.append(token if value is None else f"{token}={value}")
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            return [*bound, word, *words]
+        value = next(words, None) if word in local.COMMAND_LINE_OPTIONS else None
+        bound.append(word if value is None else f"{word}={value}")
     return bound
 
 

@@ -23,6 +23,7 @@ trials run one after another; maxParallelTrials is how many are queued or runnin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import time
@@ -116,10 +117,9 @@ def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace,
             state = job_state(place.objects, job_prefix(entry))
             return state if state in ENDED_STATES else None
 
-        try:
+        # CancelRefused: it has ended or was cancelled already: nothing runs.
+        with contextlib.suppress(CancelRefused):
             cancel(place.store, job_id, utc_now(), ended_state)
-        except CancelRefused:
-            pass  # it has ended or was cancelled already: nothing runs
 
     woken: list[bool] = []
 
@@ -240,7 +240,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         services = _services(args, stack, place, code)
         poll = args.poll or (LOCAL_POLL_SECONDS if args.local else POLL_SECONDS)
         try:
-            with _signals_interrupt():
+            with _SignalsInterrupt():
                 study = engine.run(services, study.name, poll, time.sleep)
         except Interrupted:
             print(
@@ -267,7 +267,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0 if study.state == "SUCCEEDED" else 1
 
 
-class _signals_interrupt:
+class _SignalsInterrupt:
     """SIGINT and SIGTERM end the command's loop as :class:`Interrupted` (the trials go on)."""
 
     def __enter__(self) -> None:

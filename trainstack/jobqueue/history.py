@@ -127,7 +127,7 @@ def _short_time(value: str | None) -> str:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    whole = int(round(seconds))
+    whole = round(seconds)
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 

@@ -247,7 +247,8 @@ def update(
         try:
             store.write(name, data, if_generation_match=0 if current is None else current.generation)
         except PreconditionFailed:
-            time.sleep(random.uniform(0, min(MAX_BACKOFF_SECONDS, UPDATE_BACKOFF_SECONDS * 2**attempt)))
+            # A jitter that spreads writers apart, not a secret.
+            time.sleep(random.uniform(0, min(MAX_BACKOFF_SECONDS, UPDATE_BACKOFF_SECONDS * 2**attempt)))  # noqa: S311
             continue
         return result
     raise StoreError(

@@ -348,7 +348,7 @@ def build_report(
 
 
 def _duration(seconds: float) -> str:
-    whole = int(round(seconds))
+    whole = round(seconds)
     if whole < 0:
         return f"{-whole} s in the future (clock skew?)"
     if whole < 120:

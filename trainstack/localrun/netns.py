@@ -52,10 +52,11 @@ class LoopbackNetwork:
     def create(cls) -> LoopbackNetwork:
         if os.geteuid() != 0:
             raise NamespaceUnavailable("a network namespace needs root")
-        if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        unshare = shutil.which("unshare")
+        if unshare is None or shutil.which("nsenter") is None:
             raise NamespaceUnavailable("unshare and nsenter (util-linux) are not installed")
         holder = subprocess.Popen(
-            ["unshare", "--net", "--", "sleep", "infinity"], stdin=subprocess.DEVNULL, start_new_session=True
+            [unshare, "--net", "--", "sleep", "infinity"], stdin=subprocess.DEVNULL, start_new_session=True
         )
         network = cls(holder)
         deadline = time.monotonic() + _READY_SECONDS

@@ -25,7 +25,8 @@ from trainstack.stackmodel.resolved import ResolvedJob
 # What the metadata server stand-in answers for the project id and the VM's token, and the
 # Compute Engine stand-in accepts.
 LOCAL_PROJECT = "trainstack-local"
-LOCAL_TOKEN = "trainstack-local-token"
+# A stand-in's fixed token: it opens nothing outside this machine.
+LOCAL_TOKEN = "trainstack-local-token"  # noqa: S105
 
 
 class MetadataServer(ThreadingHTTPServer):
@@ -135,7 +136,7 @@ class _ComputeHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         target = self._target("GET")
         if target is None:
             return
@@ -146,7 +147,7 @@ class _ComputeHandler(BaseHTTPRequestHandler):
             return
         self._answer({"kind": "compute#instance", "name": instance, "status": status})
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         target = self._target("POST")
         if target is None:
             return
@@ -160,14 +161,14 @@ class _ComputeHandler(BaseHTTPRequestHandler):
             {"kind": "compute#operation", "operationType": "start", "targetLink": instance, "status": "RUNNING"}
         )
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server names it so
         """Quiet: the calls are recorded in the log file instead."""
 
 
 class _MetadataHandler(BaseHTTPRequestHandler):
     server: MetadataServer
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         # The real server refuses requests without this header; so does the stand-in.
         if self.headers.get("Metadata-Flavor") != "Google":
             self.send_error(403, "Missing Metadata-Flavor:Google header")
@@ -188,7 +189,7 @@ class _MetadataHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server names it so
         """Quiet: the nodes' own logs say what they fetched."""
 
 

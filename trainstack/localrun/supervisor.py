@@ -16,6 +16,7 @@ The policy (who waits for whom, and for how long) stays with the callers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -113,15 +114,12 @@ def signal_tree(process: subprocess.Popen[str], signum: int) -> None:
     if process.poll() is not None:
         return
     below = descendants(process.pid)
-    try:
+    # ProcessLookupError: that one has ended by itself meanwhile.
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
-    except ProcessLookupError:
-        pass
     for pid in below:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
 
 def print_flushed(text: str, out: TextIO) -> bool:
@@ -303,10 +301,8 @@ class Supervisor(ProcessTable):
         """SIGKILL to what is left of the group of ``name`` once its leader has exited (a
         watcher the boot started in its own group, which a VM's stop would have ended)."""
         for pid in group_members(self._children[name].process.pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def close(self, timeout: float = READER_JOIN_SECONDS) -> None:
         """Waits for the reader threads to reach the end of their output (each up to

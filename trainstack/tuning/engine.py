@@ -111,7 +111,7 @@ def open_study(
     name exists with another spec or job. ``seed``: the suggestions' (by default a random one,
     recorded in the study)."""
     where = store.location(study_object(name))
-    fresh = Study(name=name, spec=spec, job=job, created=now, seed=random.randrange(2**31) if seed is None else seed)
+    fresh = Study(name=name, spec=spec, job=job, created=now, seed=random.randrange(2**31) if seed is None else seed)  # noqa: S311 - a search seed, not a secret
 
     def create_or_check(data: bytes | None) -> tuple[bytes | None, tuple[Study, bool]]:
         if data is None:

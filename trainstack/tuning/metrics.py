@@ -123,7 +123,7 @@ def _scalars(data: bytes, tag: str, tags_seen: set[str]) -> list[tuple[float, in
         while True:
             try:
                 reader.GetNext()
-            except Exception:  # the stub's end of file (and a torn last record) ends the file
+            except Exception:  # noqa: BLE001 - the stub's end of file (and a torn last record) ends the file
                 break
             event = event_pb2.Event.FromString(reader.record())
             for value in event.summary.value:

@@ -68,7 +68,7 @@ def _mirrored(param: ParameterSpec, value: Any) -> Any:
         return value
     assert param.min_value is not None and param.max_value is not None
     mirrored = param.min_value + param.max_value - value
-    return int(round(mirrored)) if param.type == "INTEGER" else min(param.max_value, max(param.min_value, mirrored))
+    return round(mirrored) if param.type == "INTEGER" else min(param.max_value, max(param.min_value, mirrored))
 
 
 def to_internal(param: ParameterSpec, value: Any) -> Any:

@@ -11,6 +11,7 @@ naming the key, what it holds and what it may hold, before anything runs.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -113,7 +114,7 @@ class ParameterSpec(_Strict):
             raise ValueError(f"give 1 to {MAX_VALUES} values (got {len(values)})")
         if not all(math.isfinite(value) for value in values):
             raise ValueError("every value is a finite number")
-        if any(later <= earlier for earlier, later in zip(values, values[1:], strict=False)):
+        if any(later <= earlier for earlier, later in itertools.pairwise(values)):
             raise ValueError(f"values in increasing order, each once (got {shorten(list(values))})")
         return values
 

@@ -162,7 +162,7 @@ class Study:
 
 def _field(document: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = document.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise StudyFormatError(f"{where}: {key} is missing or not a {getattr(kind, '__name__', kind)}")
     return value
 
