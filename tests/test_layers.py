@@ -178,23 +178,6 @@ def long_units(root: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    "package",
-    [
-        pytest.param(
-            package,
-            id=package.name,
-            marks=[
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="NodeAgent split lands on house-agent; Environment and JobQueue are over the size too",
-                )
-            ]
-            if package.name == "trainstack_agent"
-            else [],
-        )
-        for package in PACKAGES
-    ],
-)
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda package: package.name)
 def test_no_function_or_class_is_longer_than_a_screenful_or_two(package: Path) -> None:
     assert long_units(package) == []
