@@ -96,7 +96,8 @@ def test_access_members_must_be_named_principals(
     path = write_stack(tmp_path, with_access(base_config(), members))
     assert main(["validate", "--stack-file", str(path)]) == 1
     err = capsys.readouterr().err
-    assert "trainstack:access.members" in err and words in err, err
+    assert "trainstack:access.members" in err, err
+    assert words in err, err
 
 
 def _member_bucket_grants(plan: Any) -> dict[str, list[dict[str, Any]]]:

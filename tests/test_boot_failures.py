@@ -71,10 +71,12 @@ def test_sigterm_leaves_the_job_resumable_and_applies_no_on_finish(
     wait_for(lambda: trainers_started(local), 60, "the trainer to start")
     local.signal_node("chief", signal.SIGTERM)
     interrupted = local.wait(timeout=60)
-    assert interrupted.node_status["chief"] is not None and interrupted.node_status["chief"]["state"] == "INTERRUPTED"
+    assert interrupted.node_status["chief"] is not None
+    assert interrupted.node_status["chief"]["state"] == "INTERRUPTED"
     # Resumable, not ended: the chief records the job INTERRUPTED (`status` shows it is not
     # training), never FAILED, and the next boot trains it to the end.
-    assert interrupted.job_status is not None and interrupted.job_status["state"] == "INTERRUPTED"
+    assert interrupted.job_status is not None
+    assert interrupted.job_status["state"] == "INTERRUPTED"
     assert interrupted.self_stops == [], "on_finish was applied on a termination signal"
     assert any("received SIGTERM" in line for line in interrupted.logs["chief"])
 
@@ -114,7 +116,8 @@ def test_after_the_chief_is_killed_the_other_nodes_end_after_the_heartbeat_timeo
     result = local.wait(timeout=10)
     for node in ("worker-0", "worker-1", "ps-0"):
         status = result.node_status[node]
-        assert status is not None and status["state"] == "FAILED", (node, status)
+        assert status is not None, (node, status)
+        assert status["state"] == "FAILED", (node, status)
         assert status["reason"] == f"no heartbeat from the chief for {timeout} s"
     # paramserver's on_finish is delete: each surviving node released itself.
     assert sorted(line.split()[1:] for line in result.self_stops) == [
@@ -135,7 +138,8 @@ def test_missing_required_metadata_stops_the_node_and_writes_no_status(tmp_path:
     missing = (f"required metadata {key} is missing" for key in (METADATA_KEYS.role, METADATA_KEYS.job_dir))
     assert any(text in line for text in missing for line in result.logs["chief"]), result.logs["chief"]
     assert [line.split()[1] for line in result.self_stops] == ["stop"]
-    assert not list(tmp_path.rglob("-.json")) and not (Path("/status")).exists()
+    assert not list(tmp_path.rglob("-.json"))
+    assert not (Path("/status")).exists()
     assert not any("starting the job" in line for line in result.logs["chief"])
 
 
@@ -174,8 +178,10 @@ def test_an_optional_key_the_metadata_server_cannot_serve_fails_closed(tmp_path:
     result = local.start().wait(timeout=300)
     for node in ("chief", "worker-0", "worker-1"):
         status = result.node_status[node]
-        assert status is not None and status["state"] == "FAILED", node
-        assert METADATA_KEYS.secrets in status["reason"] and "HTTP 503" in status["reason"]
+        assert status is not None, node
+        assert status["state"] == "FAILED", node
+        assert METADATA_KEYS.secrets in status["reason"]
+        assert "HTTP 503" in status["reason"]
         assert not any("starting the job" in line for line in result.logs[node])
     assert sorted(line.split()[1] for line in result.self_stops) == ["stop"] * 3
 
@@ -188,7 +194,9 @@ def test_an_unknown_on_finish_stops_the_node_before_anything_runs(tmp_path: Path
     local.nodes[0].metadata[METADATA_KEYS.on_finish] = "hibernate"
     result = local.start().wait(timeout=60)
     status = result.node_status["chief"]
-    assert status is not None and status["state"] == "FAILED" and METADATA_KEYS.on_finish in status["reason"]
+    assert status is not None
+    assert status["state"] == "FAILED"
+    assert METADATA_KEYS.on_finish in status["reason"]
     assert [line.split()[1] for line in result.self_stops] == ["stop"]
 
 
@@ -202,7 +210,9 @@ def test_an_agent_time_scale_that_is_not_a_factor_stops_the_node_before_anything
     )
     result = local.start().wait(timeout=60)
     status = result.node_status["chief"]
-    assert status is not None and status["state"] == "FAILED" and TIME_SCALE_VARIABLE in status["reason"]
+    assert status is not None
+    assert status["state"] == "FAILED"
+    assert TIME_SCALE_VARIABLE in status["reason"]
     assert [line.split()[1] for line in result.self_stops] == ["stop"]
     assert not any("starting the job" in line for line in result.logs["chief"])
 
@@ -312,7 +322,8 @@ def test_self_delete_sends_one_delete_request_for_this_instance_with_its_own_tok
 def test_a_cluster_node_stops_by_a_guest_shutdown_with_no_api_call(recorder: str) -> None:
     release, shutdowns = release_for("cluster", recorder)
     release("stop")
-    assert _Recorder.requests == [] and shutdowns == [["shutdown", "-h", "now"]]
+    assert _Recorder.requests == []
+    assert shutdowns == [["shutdown", "-h", "now"]]
 
 
 @pytest.mark.parametrize(

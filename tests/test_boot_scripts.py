@@ -80,11 +80,9 @@ def test_single_machine_stack_gets_no_tf_config(tmp_path: Path, probe_trainer: P
 
 def test_status_objects_and_on_finish(tmp_path: Path, probe_trainer: Path) -> None:
     result = run(stack("paramserver"), tmp_path, probe_trainer)
-    assert (
-        result.job_status is not None
-        and result.job_status["state"] == "SUCCEEDED"
-        and result.job_status["exit_code"] == 0
-    )
+    assert result.job_status is not None
+    assert result.job_status["state"] == "SUCCEEDED"
+    assert result.job_status["exit_code"] == 0
     assert all(s is not None and s["state"] == "SUCCEEDED" for s in result.node_status.values())
     # paramserver asks for on_finish: delete, once per node.
     assert sorted(line.split()[1:] for line in result.self_stops) == sorted(["delete", n] for n in result.node_status)
@@ -99,13 +97,15 @@ def test_after_a_failed_chief_the_other_nodes_stop_waiting(
     monkeypatch.setenv("PROBE_OTHERS_SLEEP", "600")
     # The others would serve for ten minutes: the reasons below say they saw the chief's FAILED.
     result = run(stack("paramserver"), tmp_path, probe_trainer)
-    assert result.job_status is not None and (result.job_status["state"], result.job_status["exit_code"]) == (
+    assert result.job_status is not None
+    assert (result.job_status["state"], result.job_status["exit_code"]) == (
         "FAILED",
         3,
     )
     for node in ("worker-0", "worker-1", "ps-0"):
         status = result.node_status[node]
-        assert status is not None and status["state"] == "FAILED", node
+        assert status is not None, node
+        assert status["state"] == "FAILED", node
         assert any("the chief recorded the job FAILED" in line for line in result.logs[node])
     assert len(result.self_stops) == 4
 
@@ -157,7 +157,8 @@ def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_
     result = run(
         cfg, tmp_path / "run", probe_trainer, kind=probe_kind("trainstack-absent==1.0"), environment_installed=False
     )
-    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert result.job_status is not None
+    assert result.job_status["state"] == "FAILED"
     assert result.job_status["exit_code"] != 0
     assert result.job_status.get("reason") == (
         "preparing the job failed: installing the pinned requirements failed (exit 1)"
@@ -190,7 +191,8 @@ def test_a_wheel_the_lock_does_not_hash_is_refused(tmp_path: Path, probe_trainer
     result = run(
         cfg, tmp_path / "run", probe_trainer, kind=probe_kind("trainstack-probe==1.0"), environment_installed=False
     )
-    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert result.job_status is not None
+    assert result.job_status["state"] == "FAILED"
     assert result.job_status.get("reason") == (
         "preparing the job failed: installing the pinned requirements failed (exit 1)"
     )
@@ -223,7 +225,8 @@ def run_with_bucket_object_changed(
     change(local.workdir / "bucket" / local.stack.bucket_name / object_name)
     local.prepare = lambda: None  # type: ignore[method-assign]
     result = local.start().wait(timeout=300)
-    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert result.job_status is not None
+    assert result.job_status["state"] == "FAILED"
     assert refusal in result.job_status["reason"]
     assert len(result.self_stops) == 1
     return result
@@ -256,7 +259,8 @@ def test_a_code_archive_replaced_in_the_bucket_is_refused_and_the_node_released(
     local = LocalStackRun(
         resolve_stack(stack("dev")), tmp_path, TrainerOverrides(), echo=False, trainer_source=probe_trainer
     )
-    assert local.job is not None and local.job.package is not None
+    assert local.job is not None
+    assert local.job.package is not None
     package = local.job.package.object_name
 
     def add_a_module(archive: Path) -> None:
@@ -279,11 +283,13 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     # Kill once the chief reports a finished epoch (its backup is written before that).
     while not (progress.exists() and json.loads(progress.read_text() or "{}").get("epochs_completed", 0) >= 1):
         assert time.monotonic() < deadline, "no epoch finished in time"
-        assert first.nodes[0].process is not None and first.nodes[0].process.poll() is None, first.nodes[0].lines
+        assert first.nodes[0].process is not None, first.nodes[0].lines
+        assert first.nodes[0].process.poll() is None, first.nodes[0].lines
         time.sleep(0.2)
     first.kill_all()
     killed = first.result()
-    assert killed.job_status is not None and killed.job_status["state"] == "RUNNING"
+    assert killed.job_status is not None
+    assert killed.job_status["state"] == "RUNNING"
     assert not (killed.job_dir / "metrics.json").exists()
 
     second = (
@@ -291,9 +297,12 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     )
     assert second.succeeded, "\n".join(second.logs["chief"])
     chief_log = "\n".join(second.logs["chief"])
-    assert "python environment ready" in chief_log and "installing" not in chief_log
+    assert "python environment ready" in chief_log
+    assert "installing" not in chief_log
     metrics = json.loads((second.job_dir / "metrics.json").read_text())
-    assert metrics["epochs_resumed"] >= 1 and metrics["epochs_run"] <= 2 and metrics["replicas"] == 3
+    assert metrics["epochs_resumed"] >= 1
+    assert metrics["epochs_run"] <= 2
+    assert metrics["replicas"] == 3
     # Evaluation lines are labelled, and the closing figures rounded.
     assert "evaluation: loss=" in chief_log
     [done] = [line for line in second.logs["chief"] if "trainer: done:" in line]
@@ -306,9 +315,11 @@ def test_local_multiworker_restart_resumes_and_a_finished_job_is_not_retrained(t
     assert third.succeeded
     for lines in third.logs.values():
         text = "\n".join(lines)
-        assert "already SUCCEEDED" in text and "starting the job" not in text
+        assert "already SUCCEEDED" in text
+        assert "starting the job" not in text
     assert len(third.self_stops) == 6, "on_finish is applied again on every node"
-    assert third.found_finished and not second.found_finished
+    assert third.found_finished
+    assert not second.found_finished
     assert json.loads((third.job_dir / "metrics.json").read_text()) == metrics
 
 
@@ -335,7 +346,8 @@ def test_local_paramserver_stack_trains_to_completion(tmp_path: Path) -> None:
     result = run(stack("paramserver"), tmp_path, overrides=overrides)
     assert result.succeeded, "\n".join(result.logs["chief"])
     metrics = json.loads((result.job_dir / "metrics.json").read_text())
-    assert metrics["parameter_servers"] == 1 and metrics["strategy"] == "parameter_server"
+    assert metrics["parameter_servers"] == 1
+    assert metrics["strategy"] == "parameter_server"
     assert (result.job_dir / "model").is_dir()
     assert {s["state"] for s in result.node_status.values() if s} == {"SUCCEEDED"}
 

@@ -33,7 +33,8 @@ def test_gpus_lists_counts_zones_and_prices_of_the_region(capsys: pytest.Capture
     assert n1_8 == {1, 2, 4}
     assert {m["gpu_count"] for m in t4["machines"] if m["machine_type"] == "n1-standard-64"} == {4}
     a100 = {m["machine_type"]: m["gpu_count"] for m in gpus["nvidia-tesla-a100"]["machines"]}
-    assert a100["a2-highgpu-2g"] == 2 and a100["a2-megagpu-16g"] == 16
+    assert a100["a2-highgpu-2g"] == 2
+    assert a100["a2-megagpu-16g"] == 16
     assert "nvidia-tesla-k80" not in gpus, "retired GPUs only with --all"
 
 
@@ -45,10 +46,13 @@ def test_gpus_in_another_region_are_priced_there_or_unknown(capsys: pytest.Captu
     assert all(zone.startswith("europe-west4-") for g in gpus.values() for zone in g["zones"])
     # No P4 row for us-west1: unknown, never the us-central1 price.
     p4 = gpus_json(capsys, "--zone", "us-west1-b")["nvidia-tesla-p4"]
-    assert p4["on_demand_usd_hr"] is None and p4["zones"] == []
+    assert p4["on_demand_usd_hr"] is None
+    assert p4["zones"] == []
     assert main(["gpus", "--zone", "us-west1-b"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("nvidia-tesla-p4"))
-    assert "unknown" in line and "0.60" not in line and "not offered in us-west1-b" in line
+    assert "unknown" in line
+    assert "0.60" not in line
+    assert "not offered in us-west1-b" in line
 
 
 def test_tpus_lists_single_host_slices_with_their_prices(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,7 +77,8 @@ def test_a_bad_place_is_refused_naming_it(capsys: pytest.CaptureFixture[str], ar
         code = int(exit_.code or 0)
     assert code == 2
     err = capsys.readouterr().err
-    assert ("unknown region" in err or "is not a" in err) and "Traceback" not in err
+    assert "unknown region" in err or "is not a" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("command", ["gpus", "tpus"])
@@ -89,7 +94,8 @@ def test_gpus_are_listed_cheapest_first_with_unknown_prices_last(capsys: pytest.
     assert main(["gpus", "--json"]) == 0
     prices = [g["on_demand_usd_hr"] for g in json.loads(capsys.readouterr().out)["gpus"]]
     known = [p for p in prices if p is not None]
-    assert known == sorted(known) and prices[: len(known)] == known
+    assert known == sorted(known)
+    assert prices[: len(known)] == known
 
 
 @pytest.mark.parametrize(("name", "expected"), [("A100", {"nvidia-tesla-a100", "nvidia-a100-80gb"}),
@@ -101,7 +107,8 @@ def test_a_name_narrows_the_gpus_listed(capsys: pytest.CaptureFixture[str], name
 def test_a_name_that_matches_nothing_exits_1_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["gpus", "k99\n$(x)"]) == 1
     err = capsys.readouterr().err
-    assert "no GPU matches 'k99\\n$(x)'" in err and "nvidia-tesla-t4" in err
+    assert "no GPU matches 'k99\\n$(x)'" in err
+    assert "nvidia-tesla-t4" in err
     assert main(["tpus", "v99"]) == 1
     assert "no TPU generation matches 'v99'" in capsys.readouterr().err
 
@@ -120,7 +127,8 @@ def test_all_regions_lists_every_region_that_offers_a_gpu_cheapest_first(capsys:
         )
         assert offer["on_demand_usd_hr"] == catalog.gpu_usd_hr("nvidia-tesla-a100", offer["region"], spot=False)
     known = [o["on_demand_usd_hr"] for o in offers if o["on_demand_usd_hr"] is not None]
-    assert known == sorted(known) and offers[0]["region"] == "us-central1"
+    assert known == sorted(known)
+    assert offers[0]["region"] == "us-central1"
     assert main(["gpus", "nvidia-tesla-a100", "--all-regions"]) == 0
     assert "nvidia-tesla-a100       us-central1                     2.93" in capsys.readouterr().out
 
@@ -128,7 +136,8 @@ def test_all_regions_lists_every_region_that_offers_a_gpu_cheapest_first(capsys:
 def test_all_regions_lists_tpu_generations_by_region(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tpus", "v5p", "--all-regions", "--json"]) == 0
     offers = json.loads(capsys.readouterr().out)["tpus"]
-    assert offers and {o["name"] for o in offers} == {"v5p"}
+    assert offers
+    assert {o["name"] for o in offers} == {"v5p"}
     assert "us-central1" in {o["region"] for o in offers}
 
 

@@ -209,7 +209,8 @@ def test_init_refuses_a_region_whose_a100_zones_lack_the_16_gpu_machine(
     code, output = run(
         capsys, "init", "--stack", "team", "--gpu", "nvidia-tesla-a100:16", "--region", "us-east1", "--out", str(out)
     )
-    assert code == 2 and not out.exists(), output
+    assert code == 2, output
+    assert not out.exists(), output
     assert "--region us-east1: no zone of it offers a2-megagpu-16g (16 x nvidia-tesla-a100)" in output
 
 
@@ -235,7 +236,8 @@ def test_gpus_in_a_zone_lists_no_machine_type_the_zone_lacks(capsys: pytest.Capt
 
 def test_gpus_in_a_zone_says_which_gpus_have_no_machine_there(capsys: pytest.CaptureFixture[str]) -> None:
     listed = gpus_listed(capsys, "--zone", "us-central1-f")
-    assert listed["nvidia-h100-80gb"]["machines"] == [] and listed["nvidia-l4"]["machines"] == []
+    assert listed["nvidia-h100-80gb"]["machines"] == []
+    assert listed["nvidia-l4"]["machines"] == []
     assert {m["machine_type"] for m in gpus_listed(capsys, "--zone", "us-east1-b")["nvidia-tesla-a100"]["machines"]} == {
         "a2-highgpu-1g", "a2-highgpu-2g", "a2-highgpu-4g", "a2-highgpu-8g",
     }  # fmt: skip
@@ -267,6 +269,7 @@ def test_import_picks_a_zone_by_the_machine_types_own_zones(
     assert notice in output
     assert f"trainstack:zone: {zone}" in out.read_text()
     if zone == "us-east1-b":
-        assert code == 1 and "trainstack:cluster.chief.machine_type: a2-megagpu-16g" in output
+        assert code == 1
+        assert "trainstack:cluster.chief.machine_type: a2-megagpu-16g" in output
     else:
         assert code == 0, output

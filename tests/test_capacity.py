@@ -335,7 +335,8 @@ def test_every_capacity_rule_carries_its_source() -> None:
     from trainstack.catalog import load_catalog
 
     rules = load_catalog().capacity
-    assert rules.rows and all(r.source and r.as_of[:4].isdigit() for r in rules.rows)
+    assert rules.rows
+    assert all(r.source and r.as_of[:4].isdigit() for r in rules.rows)
     assert rules.flex_start_max_run_hours == 168
     assert rules.flex_start_termination_action == "DELETE"
     assert not rules.reservation_with_spot

@@ -105,7 +105,8 @@ def test_every_machine_type_with_built_in_gpus_has_zones_and_they_are_its_gpus()
     for machine in builtin:
         zones = catalog.machine_zones(machine.name)
         assert zones, f"{machine.name}: no zone in gpu_zones.csv"
-        assert zones <= catalog.gpu_zones[machine.builtin_gpu] and zones <= catalog.zones, machine.name
+        assert zones <= catalog.gpu_zones[machine.builtin_gpu], machine.name
+        assert zones <= catalog.zones, machine.name
     for gpu, by_zone in catalog.gpu_zone_machines.items():
         carriers = {m.name for m in builtin if m.builtin_gpu == gpu}
         for zone, machines in by_zone.items():
@@ -151,7 +152,8 @@ def test_a4_carries_eight_b200_at_the_prices_of_the_source() -> None:
         224,
         3968,
     )
-    assert catalog.gpus["nvidia-b200"].attach == "builtin" and catalog.gpus["nvidia-b200"].memory_gb == 180
+    assert catalog.gpus["nvidia-b200"].attach == "builtin"
+    assert catalog.gpus["nvidia-b200"].memory_gb == 180
 
     def machine(region: str, spot: bool) -> float | None:
         host = catalog.machine_usd_hr("a4-highgpu-8g", region, spot)
@@ -163,6 +165,7 @@ def test_a4_carries_eight_b200_at_the_prices_of_the_source() -> None:
     assert machine("us-central1", spot=True) == pytest.approx(37.7464)
     assert machine("europe-west4", spot=True) == pytest.approx(34.0736)
     # us-east4's row reads 64.44, another SKU than us-central1's: unknown, not a guess.
-    assert machine("us-east4", spot=False) is None and machine("us-east4", spot=True) == pytest.approx(32.6064)
+    assert machine("us-east4", spot=False) is None
+    assert machine("us-east4", spot=True) == pytest.approx(32.6064)
     # A region with no row has no price, never us-central1's.
     assert machine("europe-west1", spot=False) is None

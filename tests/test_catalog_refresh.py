@@ -366,7 +366,8 @@ def test_the_commands_read_the_overlay_and_say_which_catalog(
     assert catalog.tpu_zones["v2"]["us-central1-b"] == frozenset({8})  # TPU zone not read: shipped row
     assert main(["gpus", "t4"]) == 0
     out = capsys.readouterr().out
-    assert "us-central1-a, us-central1-c" in out and "0.40" in out
+    assert "us-central1-a, us-central1-c" in out
+    assert "0.40" in out
     assert out.splitlines()[-1] == line
     assert main(["tpus", "--json"]) == 0
     captured = capsys.readouterr()
@@ -429,7 +430,8 @@ def test_nothing_read_exits_1_and_leaves_no_overlay(
         "'compute.acceleratorTypes.list' permission for 'projects/my-project')"
     )
     assert "gcloud services enable tpu.googleapis.com --project my-project" in lines[1]
-    assert "prices not refreshed" in lines[2] and "permission denied" in lines[2]
+    assert "prices not refreshed" in lines[2]
+    assert "permission denied" in lines[2]
     assert lines[3] == "trainstack: catalog refresh: nothing read; the catalog is unchanged"
     assert not overlay_dir.exists()
 
@@ -447,7 +449,8 @@ def test_no_credentials_is_one_line(
     assert refresh(overlay_dir) == 1
     err = capsys.readouterr().err
     assert "no Google Cloud credentials found: run `gcloud auth application-default login`" in err
-    assert "Traceback" not in err and not overlay_dir.exists()
+    assert "Traceback" not in err
+    assert not overlay_dir.exists()
 
 
 def test_a_refresh_that_fails_while_writing_keeps_the_previous_overlay(

@@ -127,7 +127,8 @@ def test_a_broad_scope_account_granted_an_admin_role_fails_the_stack_policy() ->
     grant["name"], grant["inputs"]["role"] = "storage-admin-grant", "roles/storage.admin"
     _, findings = check.evaluate("multiworker", [*resources, grant], {})
     assert [(f.policy, f.resource_name) for f in findings] == [("broad-scope-least-privilege", "multiworker")]
-    assert "storage-admin-grant" in findings[0].message and "multiworker-train@" in findings[0].message
+    assert "storage-admin-grant" in findings[0].message
+    assert "multiworker-train@" in findings[0].message
 
 
 def test_a_stack_without_a_run_time_cap_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -140,13 +141,15 @@ def test_a_stack_without_a_run_time_cap_is_refused(tmp_path: Path, capsys: pytes
     assert main(["check", "--stack-file", str(path)]) == 1
     out = capsys.readouterr().out.splitlines()
     refused = [line for line in out if line.startswith("mandatory")]
-    assert len(refused) == 3 and all("run-time-bound" in line and "maxRunDuration" in line for line in refused)
+    assert len(refused) == 3
+    assert all("run-time-bound" in line and "maxRunDuration" in line for line in refused)
     assert {line.split()[2] for line in refused} == {
         "test-cluster-chief",
         "test-cluster-worker-0",
         "test-cluster-worker-1",
     }
-    assert out[-1].startswith("test: 19 policies over ") and out[-1].endswith(": 3 mandatory, 0 advisory violation(s)")
+    assert out[-1].startswith("test: 19 policies over ")
+    assert out[-1].endswith(": 3 mandatory, 0 advisory violation(s)")
 
 
 def test_a_long_notebook_idle_timeout_is_advisory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,7 +192,9 @@ def test_bad_policy_config_is_one_line(
     config.write_text(content)
     assert main(["check", "--stack", "dev", "--policy-config", str(config)]) == 1
     err = capsys.readouterr().err
-    assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert words in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
 
 
 def test_a_missing_policy_environment_says_how_to_make_it(
@@ -198,7 +203,8 @@ def test_a_missing_policy_environment_says_how_to_make_it(
     monkeypatch.setenv("TRAINSTACK_POLICY_PYTHON", str(tmp_path / "no-such-python"))
     assert main(["check", "--stack", "dev"]) == 1
     err = capsys.readouterr().err
-    assert "run `bash scripts/bootstrap`" in err and "Traceback" not in err
+    assert "run `bash scripts/bootstrap`" in err
+    assert "Traceback" not in err
 
 
 def test_teammates_who_queue_jobs_pass_and_their_grants_on_a_machine_account_fail(tmp_path: Path) -> None:

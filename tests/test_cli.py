@@ -90,12 +90,14 @@ def test_the_script_plan_out_writes_runs_only_a_verified_agent(
         result = subprocess.run(
             ["bash", str(tmp_path / "out" / "cluster-node.sh")], env=env, capture_output=True, text=True, timeout=60
         )
-    assert metadata.requests and all(r["headers"].get("Metadata-Flavor") == "Google" for r in metadata.requests)
+    assert metadata.requests
+    assert all(r["headers"].get("Metadata-Flavor") == "Google" for r in metadata.requests)
     if digest_matches:
         assert (result.returncode, result.stdout) == (0, "stand-in agent ran\n"), result.stderr
         assert not stops.exists()
     else:
-        assert result.returncode == 1 and "stand-in agent ran" not in result.stdout
+        assert result.returncode == 1
+        assert "stand-in agent ran" not in result.stdout
         assert "does not match its sha256 in metadata" in result.stderr
         assert stops.read_text().endswith(" stop boot-script\n")
 
@@ -182,7 +184,8 @@ def test_random_stack_files_never_produce_a_traceback(
     assert code in (0, 1)
     if code == 1:
         problem_lines = captured.err.splitlines()[1:]
-        assert problem_lines and all(line.startswith("  ") and ": " in line for line in problem_lines)
+        assert problem_lines
+        assert all(line.startswith("  ") and ": " in line for line in problem_lines)
 
 
 @pytest.mark.parametrize("out", ["/etc/passwd", "/proc/no-such/dir"])
@@ -192,7 +195,8 @@ def test_plan_out_to_a_file_or_an_impossible_place_is_one_line_and_exit_1(
     """Defect: `plan --out /etc/passwd` ended in a FileExistsError traceback."""
     assert main(["plan", "--stack", "dev", "--out", out]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"trainstack: --out {out}: ") and len(err.splitlines()) == 1
+    assert err.startswith(f"trainstack: --out {out}: ")
+    assert len(err.splitlines()) == 1
 
 
 def console_command() -> str:
@@ -209,7 +213,8 @@ def test_the_console_command_runs_the_same_cli(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.startswith("stack dev is valid")
     failed = subprocess.run([console_command(), "validate", "--stack", "no-such-stack"], capture_output=True, text=True)
-    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert failed.returncode == 1
+    assert "Traceback" not in failed.stderr
 
 
 def test_the_console_command_completes_subcommands_and_stack_flags(tmp_path: Path) -> None:
@@ -259,7 +264,8 @@ def test_local_preempt_refuses_what_cannot_be_preempted_before_starting_anything
         code = main(["local", "--stack", "multiworker", "--workdir", str(workdir), *arguments])
         assert code == 2
     error = capsys.readouterr().err
-    assert message in error and "Traceback" not in error
+    assert message in error
+    assert "Traceback" not in error
     assert not workdir.exists(), "nothing may start for a refused --preempt"
 
 
@@ -270,5 +276,6 @@ def test_local_refuses_an_agent_time_scale_that_is_not_a_factor_before_starting_
     workdir = tmp_path / "run"
     assert main(["local", "--stack", "multiworker", "--workdir", str(workdir)]) == 2
     error = capsys.readouterr().err
-    assert "TRAINSTACK_AGENT_TIME_SCALE must be a factor from 0.05 to 1" in error and "Traceback" not in error
+    assert "TRAINSTACK_AGENT_TIME_SCALE must be a factor from 0.05 to 1" in error
+    assert "Traceback" not in error
     assert not workdir.exists()

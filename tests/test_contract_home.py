@@ -119,7 +119,8 @@ def test_the_contract_defines_each_pattern_once() -> None:
 def test_the_scan_finds_a_copy_however_it_is_written(source: str, what: str) -> None:
     patterns, collections = contract_rules()
     [(line, found)] = copies(source, patterns, collections)
-    assert line == 1 and what in found
+    assert line == 1
+    assert what in found
 
 
 def test_the_primitive_roles_are_googles_basic_roles() -> None:

@@ -94,16 +94,19 @@ def test_chart_is_a_png_of_the_columns(tmp_path: Path, capsys: pytest.CaptureFix
     chart = tmp_path / "cost.png"
     assert main(["cost", "--stack", "multiworker", "--chart", str(chart)]) == 0
     with Image.open(chart) as image:
-        assert image.format == "PNG" and image.size == (800, 450)
+        assert image.format == "PNG"
+        assert image.size == (800, 450)
         colours = {colour for _, colour in image.convert("RGB").getcolors(maxcolors=1_000_000)}
     # Both known columns are drawn in their colours; an empty chart would be white and black.
-    assert (0x3B, 0x7D, 0xD8) in colours and (0xD8, 0x61, 0x3B) in colours
+    assert (0x3B, 0x7D, 0xD8) in colours
+    assert (0xD8, 0x61, 0x3B) in colours
 
 
 def test_a_chart_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cost", "--stack", "multiworker", "--chart", str(tmp_path / "no" / "such" / "dir.png")]) == 1
     err = capsys.readouterr().err
-    assert "--chart" in err and "Traceback" not in err
+    assert "--chart" in err
+    assert "Traceback" not in err
 
 
 def test_the_nat_gateway_is_priced_per_vm_up_to_32_then_flat(
@@ -135,5 +138,7 @@ def test_a_chart_suffix_that_names_no_format_is_refused_before_anything_is_writt
     with pytest.raises(SystemExit) as exit_:
         main(["cost", "--stack", "multiworker", "--chart", str(chart)])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "Traceback" not in err
-    assert "the file name's suffix says the format: .png, .svg, .pdf" in err and not chart.exists()
+    assert exit_.value.code == 2
+    assert "Traceback" not in err
+    assert "the file name's suffix says the format: .png, .svg, .pdf" in err
+    assert not chart.exists()

@@ -98,7 +98,10 @@ def test_every_yaml_example_validates(block: Block, tmp_path: Path, capsys: pyte
     else:
         # A few keys shown on their own, indented as under config: (access, an image job).
         fragment = yaml.safe_load(textwrap.dedent(block.text))
-        assert isinstance(fragment, dict) and all(str(key).startswith("trainstack:") for key in fragment), (
+        assert isinstance(fragment, dict), (
+            f"{block.where}: a yaml example is a stack file (`config:` first) or trainstack: keys"
+        )
+        assert all(str(key).startswith("trainstack:") for key in fragment), (
             f"{block.where}: a yaml example is a stack file (`config:` first) or trainstack: keys"
         )
         base = yaml.safe_load((ROOT / "stacks" / "Pulumi.multiworker.yaml").read_text(encoding="utf-8"))
@@ -118,7 +121,8 @@ def test_the_readmes_first_stack_example_is_the_one_the_hook_checks() -> None:
 def test_the_readme_starts_with_the_two_set_up_commands() -> None:
     first = fenced_blocks(ROOT / "README.md")[0]
     lines = first.text.splitlines()
-    assert first.lang == "bash" and len(lines) == 2
+    assert first.lang == "bash"
+    assert len(lines) == 2
     assert lines[0].startswith(f"bash scripts/bootstrap && {COMMAND} local --stack multiworker --fresh")
     assert lines[1].startswith("bash scripts/test ")
 

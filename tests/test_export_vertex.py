@@ -49,7 +49,8 @@ def test_the_gcloud_config_parses_into_vertex_ais_custom_job_spec(
     assert code == 0, err
     spec = spec_of(out)
     resolved = stack(name)
-    assert resolved.cluster is not None and resolved.job is not None
+    assert resolved.cluster is not None
+    assert resolved.job is not None
     roles = [node.role for node in resolved.cluster.nodes]
     expected = [(role, roles.count(role)) for role in ("chief", "worker", "ps") if role in roles]
     assert [pool.replica_count for pool in spec.worker_pool_specs] == [count for _, count in expected]
@@ -112,23 +113,27 @@ def test_a_teams_package_runs_on_the_stacks_own_image_not_a_container_past_its_e
     assert code == 0, err
     pools = spec_of(out).worker_pool_specs
     resolved = stack("ownpackage")
-    assert resolved.job is not None and resolved.job.package is not None
+    assert resolved.job is not None
+    assert resolved.job.package is not None
     expired = {c.uri for c in vertex_training_containers()}
     for pool in pools:
         container = pool.container_spec
         assert container.image_uri.startswith(resolved.registry_url + "/trainer:")
-        assert container.image_uri not in expired and not pool.python_package_spec.executor_image_uri
+        assert container.image_uri not in expired
+        assert not pool.python_package_spec.executor_image_uri
         assert list(container.command[:2]) == ["sh", "-c"]
         assert list(container.args[1:2]) == [resolved.job.package.module]
         assert list(container.args[-2:]) == ["--job-dir", resolved.job.job_dir]
-    assert "past their end of availability" in err and "trainstack build --stack ownpackage" in err
+    assert "past their end of availability" in err
+    assert "trainstack build --stack ownpackage" in err
     # The source distribution the spec names is the one built; the replicas read it through
     # Vertex AI's Cloud Storage mount.
     mounted = pools[0].container_spec.args[0]
     uri = "gs://" + mounted.removeprefix("/gcs/")
     assert uri.startswith(f"gs://{resolved.bucket_name}/trainstack/code/vertex/")
     built = tmp_path / "dist" / uri.rsplit("/", 1)[1]
-    assert built.is_file() and f"gcloud storage cp {built} {uri}" in err
+    assert built.is_file()
+    assert f"gcloud storage cp {built} {uri}" in err
     with tarfile.open(built) as archive:
         names = archive.getnames()
     assert any(name.endswith("/pyproject.toml") for name in names)
@@ -175,7 +180,8 @@ def test_a_prebuilt_container_is_used_only_while_it_is_available() -> None:
     key, spec = code_spec(resolved, None, notes, today=gpu.available_until)
     assert (key, spec["executorImageUri"]) == ("pythonPackageSpec", gpu.uri)
     key, spec = code_spec(resolved, None, notes, today=gpu.available_until + timedelta(days=1))
-    assert key == "containerSpec" and spec["imageUri"].startswith(resolved.registry_url)
+    assert key == "containerSpec"
+    assert spec["imageUri"].startswith(resolved.registry_url)
 
 
 def test_round_trip_import_of_the_export_gives_the_same_nodes(
@@ -190,7 +196,8 @@ def test_round_trip_import_of_the_export_gives_the_same_nodes(
         assert code == 0, printed.err
         assert "--job-dir" in printed.out, "the exported --job-dir is left to the new stack"
         original, again = stack(name), resolve_stack(load_stack(out)[0])
-        assert original.cluster is not None and again.cluster is not None
+        assert original.cluster is not None
+        assert again.cluster is not None
 
         def shape(resolved):
             return [(n.role, n.machine_type, n.accelerator) for n in resolved.cluster.nodes]
@@ -223,8 +230,10 @@ def test_multi_worker_mirrored_with_other_gpus_on_the_workers_is_refused(
         },
     )
     code, out, err = export(capsys, "--stack-file", str(path))
-    assert code == 1 and out == ""
-    assert "multi_worker_mirrored needs the same GPUs in every pool" in err and "Traceback" not in err
+    assert code == 1
+    assert out == ""
+    assert "multi_worker_mirrored needs the same GPUs in every pool" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(("name", "words"), [("tpu", "has a TPU VM"), ("notebook", "has no cluster")])
@@ -232,7 +241,9 @@ def test_stacks_without_a_cluster_are_refused_in_one_line(
     capsys: pytest.CaptureFixture[str], name: str, words: str
 ) -> None:
     code, out, err = export(capsys, "--stack", name)
-    assert code == 1 and words in err and out == ""
+    assert code == 1
+    assert words in err
+    assert out == ""
 
 
 def test_an_all_spot_cluster_runs_on_spot_and_a_mixed_one_says_why_not(
@@ -269,7 +280,8 @@ def test_the_source_distribution_is_built_without_running_the_teams_code(tmp_pat
     out = tmp_path / "dist"
     built = build_sdist(package, None, out)
     assert not marker.exists(), marker.read_text()
-    assert built.parent == out and built.is_file()
+    assert built.parent == out
+    assert built.is_file()
     # Only the archive lands in the output directory.
     assert [p.name for p in out.iterdir()] == [built.name]
 
@@ -306,7 +318,8 @@ def test_exporting_a_package_whose_setup_cfg_names_a_command_class_runs_none_of_
         top = built.name.removesuffix(".tar.gz")
         names = set(archive.getnames())
         pyproject = archive.extractfile(f"{top}/pyproject.toml")
-        assert pyproject is not None and b"cmdclass" not in pyproject.read()
+        assert pyproject is not None
+        assert b"cmdclass" not in pyproject.read()
     # The package's files and data are there; the team's build configuration is not.
     assert {f"{top}/PKG-INFO", f"{top}/trainer/task.py", f"{top}/trainer/data/rows.csv"} <= names
     assert f"{top}/setup.cfg" not in names
@@ -323,7 +336,9 @@ def test_a_stack_with_secrets_says_they_are_not_in_the_vertex_job(capsys: pytest
     _, notes = custom_job_spec(with_secrets)
     said = [note for note in notes if "trainstack:secrets" in note]
     assert len(said) == 1
-    assert "WANDB_API_KEY" in said[0] and "multiworker-WANDB_API_KEY" in said[0] and "Secret Manager" in said[0]
+    assert "WANDB_API_KEY" in said[0]
+    assert "multiworker-WANDB_API_KEY" in said[0]
+    assert "Secret Manager" in said[0]
 
 
 def test_a_directory_layouts_source_distribution_holds_every_package_it_ships(tmp_path: Path) -> None:
@@ -432,7 +447,8 @@ def test_a_teams_package_named_trainer_runs_on_vertex_not_the_built_in_trainer(
     container = spec_of(out).worker_pool_specs[0].container_spec
     [sdist] = (tmp_path / "dist").iterdir()
     mounted, *args = container.args
-    assert mounted.endswith("/" + sdist.name) and args[0] == "trainer.task"
+    assert mounted.endswith("/" + sdist.name)
+    assert args[0] == "trainer.task"
     # The job directory as a local one: the replica's code would write to gs:// through TensorFlow.
     job_dir = tmp_path / "job"
     args[args.index("--job-dir") + 1] = str(job_dir)
@@ -448,7 +464,8 @@ def test_a_teams_package_named_trainer_runs_on_vertex_not_the_built_in_trainer(
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
     record = json.loads((job_dir / "team-trainer" / "replica.json").read_text())
-    assert record["owner"] == "the team's trainer package" and record["num_epochs"] == 3
+    assert record["owner"] == "the team's trainer package"
+    assert record["num_epochs"] == 3
     assert all(file.startswith(str(tmp_path / "user-site" / "trainer")) for file in record["files"]), record
 
 
@@ -494,8 +511,10 @@ def test_round_trip_import_of_the_export_keeps_job_env_and_the_run_time_cap(
     printed = capsys.readouterr()
     assert code == 0, printed.err
     again = load_stack(out)[0].settings
-    assert again.job is not None and again.job.env == {"TF_USE_LEGACY_KERAS": "1"}
-    assert again.cluster is not None and again.cluster.max_run_hours == 2.5
+    assert again.job is not None
+    assert again.job.env == {"TF_USE_LEGACY_KERAS": "1"}
+    assert again.cluster is not None
+    assert again.cluster.max_run_hours == 2.5
     assert "scheduling.timeout 9000s is cluster.max_run_hours 2.5" in printed.out
 
 
@@ -559,7 +578,8 @@ def test_a_tune_spec_exports_a_hyperparameter_tuning_job_vertex_ai_parses(
     assert study.median_automated_stopping_spec.use_elapsed_duration is False
     batch, rate, optimizer, units, dropout = study.parameters
     scale = StudySpec.ParameterSpec.ScaleType
-    assert batch.parameter_id == "batch-size" and batch.scale_type == scale.UNIT_LINEAR_SCALE
+    assert batch.parameter_id == "batch-size"
+    assert batch.scale_type == scale.UNIT_LINEAR_SCALE
     assert (batch.integer_value_spec.min_value, batch.integer_value_spec.max_value) == (8, 256)
     assert rate.scale_type == scale.UNIT_LOG_SCALE
     assert (rate.double_value_spec.min_value, rate.double_value_spec.max_value) == (0.0001, 0.1)
@@ -636,7 +656,8 @@ def test_a_bad_tune_spec_is_one_line_per_problem_and_exit_1(
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(text)
     code, out, err = export(capsys, "--stack", "paramserver", "--tune-spec", str(spec_file))
-    assert code == 1 and out == ""
+    assert code == 1
+    assert out == ""
     assert any(
         problem.startswith(f"trainstack: export vertex --tune-spec: {spec_file}: {line}")
         for problem in err.splitlines()

@@ -143,5 +143,6 @@ def test_control_characters_from_a_job_file_reach_the_terminal_escaped(tmp_path:
     source = tmp_path / "job.yaml"
     source.write_text('trainingInput: {scaleTier: "BASIC\\nwrote stacks/Pulumi.prod.yaml\\e[2K"}\n')
     result = imported(tmp_path, source)
-    assert result.returncode == 1 and "\x1b" not in result.stderr
+    assert result.returncode == 1
+    assert "\x1b" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -278,7 +278,8 @@ def assert_refused(path: Path, words: str) -> None:
     assert code == 1, f"exit {code} (-{int(signal.SIGXCPU)}: past {MAX_CPU_SECONDS} CPU seconds)\n{output}"
     assert "Traceback" not in output, output
     lines = output.splitlines()
-    assert lines[0].startswith("trainstack: ") and "problem(s)" in lines[0], output
+    assert lines[0].startswith("trainstack: "), output
+    assert "problem(s)" in lines[0], output
     assert all(line.startswith("  ") for line in lines[1:]), output
     assert words in output, output[:2000]
     assert 0 < rss_mb < MAX_RSS_MB, f"{rss_mb} MB"

@@ -26,9 +26,12 @@ def test_the_seed_worker_pools_import_to_a_stack_that_validates(
     assert code == 0, capsys.readouterr().err
     cfg = load_stack(out)[0]
     cluster = cfg.settings.cluster
-    assert cluster is not None and cluster.chief.machine_type == "n1-standard-4"
-    assert cluster.workers is not None and (cluster.workers.count, cluster.workers.machine_type) == (1, "n1-standard-4")
-    assert cluster.strategy == "multi_worker_mirrored" and cluster.parameter_servers is None
+    assert cluster is not None
+    assert cluster.chief.machine_type == "n1-standard-4"
+    assert cluster.workers is not None
+    assert (cluster.workers.count, cluster.workers.machine_type) == (1, "n1-standard-4")
+    assert cluster.strategy == "multi_worker_mirrored"
+    assert cluster.parameter_servers is None
     assert cfg.settings.job is not None
     assert (
         cfg.settings.job.image
@@ -48,7 +51,8 @@ def test_a_custom_job_with_gpus_parameter_servers_and_an_evaluator(
     assert cluster.chief.accelerator is not None
     assert (cluster.chief.accelerator.type, cluster.chief.accelerator.count) == ("nvidia-tesla-v100", 2)
     assert cluster.chief.disk_gb == 300
-    assert cluster.workers is not None and cluster.workers.count == 3
+    assert cluster.workers is not None
+    assert cluster.workers.count == 3
     assert cluster.parameter_servers is not None
     assert (cluster.parameter_servers.count, cluster.parameter_servers.machine_type) == (2, "n1-highmem-8")
     assert cluster.strategy == "parameter_server"
@@ -72,8 +76,10 @@ def test_what_the_new_machines_cannot_do_is_reported_naming_the_key(
     )
     code, out = run_import(tmp_path, source, "old")
     err = capsys.readouterr().err
-    assert code == 1 and out.exists(), "written, for the user to fix"
-    assert "trainstack:cluster.chief.accelerator.type" in err and "retired" in err
+    assert code == 1, "written, for the user to fix"
+    assert out.exists(), "written, for the user to fix"
+    assert "trainstack:cluster.chief.accelerator.type" in err
+    assert "retired" in err
 
 
 @pytest.mark.parametrize(
@@ -117,7 +123,9 @@ def test_a_file_that_cannot_become_a_stack_is_one_line(
     source.write_text(text)
     code, out = run_import(tmp_path, source, "bad")
     err = capsys.readouterr().err
-    assert code == 1 and words in err and "Traceback" not in err
+    assert code == 1
+    assert words in err
+    assert "Traceback" not in err
     assert not out.exists()
 
 
@@ -127,7 +135,8 @@ def test_an_existing_stack_file_is_not_overwritten_without_force(
     out = tmp_path / "Pulumi.flowers.yaml"
     out.write_text("# mine\n")
     assert run_import(tmp_path, FIXTURES / "seed004_worker_pools.json", "flowers")[0] == 1
-    assert out.read_text() == "# mine\n" and "not overwriting" in capsys.readouterr().err
+    assert out.read_text() == "# mine\n"
+    assert "not overwriting" in capsys.readouterr().err
     assert run_import(tmp_path, FIXTURES / "seed004_worker_pools.json", "flowers", "--force")[0] == 0
     assert out.read_text() != "# mine\n"
 
@@ -138,7 +147,8 @@ def test_an_existing_stack_file_is_not_overwritten_without_force(
 def test_bad_names_are_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["import", str(FIXTURES / "seed004_worker_pools.json"), *args])
-    assert exit_.value.code == 2 and "Traceback" not in capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_the_first_seed_000_config_imports_with_its_machines_and_gpus(
@@ -148,10 +158,12 @@ def test_the_first_seed_000_config_imports_with_its_machines_and_gpus(
     assert code == 0, capsys.readouterr().err
     cfg = load_stack(out)[0]
     cluster = cfg.settings.cluster
-    assert cluster is not None and cluster.chief.machine_type == "n1-highcpu-16"
+    assert cluster is not None
+    assert cluster.chief.machine_type == "n1-highcpu-16"
     assert cluster.chief.accelerator is not None
     assert (cluster.chief.accelerator.type, cluster.chief.accelerator.count) == ("nvidia-tesla-t4", 4)
-    assert cluster.workers is not None and cluster.workers.accelerator is not None
+    assert cluster.workers is not None
+    assert cluster.workers.accelerator is not None
     assert (cluster.workers.count, cluster.workers.machine_type, cluster.workers.accelerator.count) == (
         9,
         "n1-highcpu-16",
@@ -160,7 +172,8 @@ def test_the_first_seed_000_config_imports_with_its_machines_and_gpus(
     assert cluster.parameter_servers is not None
     assert (cluster.parameter_servers.count, cluster.parameter_servers.machine_type) == (3, "n1-highmem-8")
     assert cluster.strategy == "parameter_server"
-    assert cfg.settings.job is None and "job.package" in capsys.readouterr().out
+    assert cfg.settings.job is None
+    assert "job.package" in capsys.readouterr().out
 
 
 def test_both_gpu_spellings_import_the_same(tmp_path: Path) -> None:
@@ -186,7 +199,8 @@ def test_a_cloud_tpu_worker_becomes_a_tpu_vm_and_the_master_moves_onto_its_host(
     printed = capsys.readouterr()
     assert code == 0, printed.err
     cfg = load_stack(out)[0]
-    assert cfg.settings.cluster is None and cfg.settings.tpu is not None
+    assert cfg.settings.cluster is None
+    assert cfg.settings.tpu is not None
     assert cfg.settings.tpu.accelerator_type == "v2-8"
     assert "the master VM's role moves onto the TPU VM's host" in printed.out
 
@@ -198,10 +212,13 @@ def test_the_second_seed_000_config_maps_legacy_k80_machines_to_t4(
     printed = capsys.readouterr()
     assert code == 0, printed.err
     cluster = load_stack(out)[0].settings.cluster
-    assert cluster is not None and cluster.workers is not None and cluster.parameter_servers is not None
+    assert cluster is not None
+    assert cluster.workers is not None
+    assert cluster.parameter_servers is not None
     for node in (cluster.chief, cluster.workers):
         assert node.machine_type == "n1-standard-16"
-        assert node.accelerator is not None and (node.accelerator.type, node.accelerator.count) == (
+        assert node.accelerator is not None
+        assert (node.accelerator.type, node.accelerator.count) == (
             "nvidia-tesla-t4",
             4,
         )
@@ -235,8 +252,11 @@ def test_a_custom_jobs_timeout_and_container_env_carry_over_but_no_secret(
     printed = capsys.readouterr()
     assert code == 0, printed.err
     settings = load_stack(out)[0].settings
-    assert settings.cluster is not None and settings.cluster.max_run_hours == 2
-    assert settings.job is not None and settings.job.env == {"TF_USE_LEGACY_KERAS": "1"}
-    assert "k-0123456789" not in out.read_text() and "k-0123456789" not in printed.out
+    assert settings.cluster is not None
+    assert settings.cluster.max_run_hours == 2
+    assert settings.job is not None
+    assert settings.job.env == {"TF_USE_LEGACY_KERAS": "1"}
+    assert "k-0123456789" not in out.read_text()
+    assert "k-0123456789" not in printed.out
     assert "trainstack:secrets.WANDB_API_KEY" in printed.out
     assert "scheduling.timeout 7200s is cluster.max_run_hours 2" in printed.out

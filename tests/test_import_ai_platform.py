@@ -62,7 +62,8 @@ def test_every_gpu_and_cpu_scale_tier_imports_to_a_stack_that_validates(
     printed = capsys.readouterr()
     assert code == 0, printed.err
     cluster = load_stack(out)[0].settings.cluster
-    assert cluster is not None and cluster.chief.machine_type == machine
+    assert cluster is not None
+    assert cluster.chief.machine_type == machine
     chief_gpu = cluster.chief.accelerator
     assert (None if chief_gpu is None else (chief_gpu.type, chief_gpu.count)) == gpu
     assert (cluster.workers.count if cluster.workers else 0) == workers
@@ -80,7 +81,9 @@ def test_the_basic_tpu_tier_is_a_tpu_vm_in_a_zone_that_offers_v2_8(
     printed = capsys.readouterr()
     assert code == 0, printed.err
     settings = load_stack(out)[0].settings
-    assert settings.cluster is None and settings.tpu is not None and settings.tpu.accelerator_type == "v2-8"
+    assert settings.cluster is None
+    assert settings.tpu is not None
+    assert settings.tpu.accelerator_type == "v2-8"
     assert settings.zone in load_catalog().tpu_zones_for("v2", 8)
     assert "the master VM's role moves onto the TPU VM's host" in printed.out
 
@@ -112,7 +115,8 @@ def test_every_legacy_machine_type_becomes_its_compute_engine_machine(
     assert ("not confirmed from a Google table" in printed.out) == legacy.inferred
     if legacy.name == "complex_model_l_gpu":
         # Eight K80s became eight T4s, which no N1 machine takes: written, and the key is named.
-        assert code == 1 and "trainstack:cluster.chief.accelerator" in printed.err
+        assert code == 1
+        assert "trainstack:cluster.chief.accelerator" in printed.err
         assert "8 T4 do not fit one N1 machine" in printed.out
     else:
         assert code == 0, printed.err
@@ -191,8 +195,11 @@ def test_the_seed_gcloud_command_lines_import_with_package_module_and_user_args(
     assert 'notice: job.env: {TF_USE_LEGACY_KERAS: "1"} is set: AI Platform\'s TensorFlow 2.x runtimes' in printed.out
     assert 'job.env: {TF_USE_LEGACY_KERAS: "1"} is set' in out.read_text(), "said in the stack file too"
     cluster = cfg.settings.cluster
-    assert cluster is not None and cluster.workers is not None and cluster.parameter_servers is not None
-    assert cluster.chief.accelerator is not None and cluster.chief.accelerator.count == 4
+    assert cluster is not None
+    assert cluster.workers is not None
+    assert cluster.parameter_servers is not None
+    assert cluster.chief.accelerator is not None
+    assert cluster.chief.accelerator.count == 4
     assert (cluster.workers.count, cluster.workers.machine_type, cluster.parameter_servers.count) == (
         9,
         "n1-highcpu-16",
@@ -212,12 +219,14 @@ def test_a_saved_commands_shell_variables_are_refused_all_named_never_taken_from
     monkeypatch.setenv("JOB_DIR", "gs://b/jobs")
     code, out = run_import(tmp_path, FIXTURES / example, "seed-cli")
     err = capsys.readouterr().err
-    assert code == 1 and not out.exists()
+    assert code == 1
+    assert not out.exists()
     assert (
         "the command uses shell variables ($APP_PACKAGE_PATH, $JOB_DIR, $JOB_NAME, $MAIN_APP_MODULE): an import "
         "takes no value from this environment"
     ) in err, err
-    assert "write each value into the command" in err and "trainstack:secrets" in err
+    assert "write each value into the command" in err
+    assert "trainstack:secrets" in err
 
 
 # Values that carry a credential whatever the variable they came from: each is refused.
@@ -251,9 +260,11 @@ def test_a_credential_in_a_saved_command_is_refused_whatever_its_name(
     )
     code, out = run_import(tmp_path, source, "leaky")
     err = capsys.readouterr().err
-    assert code == 1 and not out.exists()
+    assert code == 1
+    assert not out.exists()
     assert "the job's argument 3 (after --) holds what looks like a credential" in err, err
-    assert secret not in err and "trainstack:secrets" in err
+    assert secret not in err
+    assert "trainstack:secrets" in err
 
 
 def test_a_credential_in_a_job_file_is_refused_naming_where_it_is(
@@ -267,7 +278,8 @@ def test_a_credential_in_a_job_file_is_refused_naming_where_it_is(
     }
     code, out = run_import(tmp_path, write(tmp_path, json.dumps({"trainingInput": training_input})), "leaky")
     err = capsys.readouterr().err
-    assert code == 1 and not out.exists()
+    assert code == 1
+    assert not out.exists()
     assert "trainingInput.args[3] holds what looks like a credential (a URL with a user or password" in err, err
     assert "hunter2pw" not in err
 
@@ -312,7 +324,9 @@ def test_a_command_line_that_cannot_become_a_stack_is_one_line(
     monkeypatch.delenv("MACHINE", raising=False)
     code, out = run_import(tmp_path, write(tmp_path, command, "submit.txt"), "bad")
     err = capsys.readouterr().err
-    assert code == 1 and words in err and "Traceback" not in err
+    assert code == 1
+    assert words in err
+    assert "Traceback" not in err
     assert not out.exists()
 
 
@@ -361,7 +375,8 @@ def test_a_variable_that_holds_a_secret_is_refused_not_written_into_the_stack(
     )
     code, out = run_import(tmp_path, source, "leaky")
     err = capsys.readouterr().err
-    assert code == 1 and not out.exists()
+    assert code == 1
+    assert not out.exists()
     assert f"${variable} looks like a secret" in err
     assert f"trainstack:secrets.{variable}" in err
     assert "s3cr3t-value" not in err
@@ -400,7 +415,8 @@ def test_every_retired_gpu_of_every_pool_is_named_at_once(tmp_path: Path, capsys
     )
     code, out = run_import(tmp_path, source, "k80")
     err = capsys.readouterr().err
-    assert code != 0 and not out.exists()
+    assert code != 0
+    assert not out.exists()
     assert "masterConfig.acceleratorConfig names NVIDIA_TESLA_K80" in err
     assert "workerConfig.acceleratorConfig names NVIDIA_TESLA_K80" in err
 
@@ -464,9 +480,11 @@ def test_max_running_time_becomes_the_clusters_run_time_cap_and_prices_one_run_b
     assert config_of(out)["trainstack:cluster"]["max_run_hours"] == 2
     assert "notice: scheduling.maxRunningTime 7200s is cluster.max_run_hours 2" in printed.out
     stack = resolve_stack(load_stack(out)[0])
-    assert stack.cluster is not None and stack.cluster.max_run_seconds == 7200
+    assert stack.cluster is not None
+    assert stack.cluster.max_run_seconds == 7200
     report = cost_report(stack)
-    assert report.hourly_usd is not None and report.one_run_max_usd is not None
+    assert report.hourly_usd is not None
+    assert report.one_run_max_usd is not None
     assert report.one_run_max_usd == pytest.approx(report.hourly_usd * 2)
 
 
@@ -501,7 +519,8 @@ def test_a_run_time_cap_that_is_not_a_duration_is_one_line(
     err = capsys.readouterr().err
     assert code == 1
     [line] = err.splitlines()
-    assert "scheduling.maxRunningTime" in line and "is not a duration: seconds followed by s, such as 7200s" in line
+    assert "scheduling.maxRunningTime" in line
+    assert "is not a duration: seconds followed by s, such as 7200s" in line
 
 
 def test_a_tpu_jobs_run_time_cap_is_the_tpu_vms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -603,7 +622,8 @@ def test_the_tune_command_names_a_stack_in_stacks_by_its_name(
     monkeypatch.setattr(stackfile, "STACKS_DIR", tmp_path / "stacks")
     assert main(["import", str(write(tmp_path, TUNED_JOB)), "--stack", "team"]) == 0, capsys.readouterr().err
     spec_file = tmp_path / "stacks" / "Pulumi.team.hptuning.yaml"
-    assert spec_file.is_file() and (tmp_path / "stacks" / "Pulumi.team.yaml").is_file()
+    assert spec_file.is_file()
+    assert (tmp_path / "stacks" / "Pulumi.team.yaml").is_file()
     assert f"`trainstack tune --stack team --spec {spec_file}`" in capsys.readouterr().out
 
 
@@ -652,7 +672,8 @@ def test_a_tuning_spec_with_problems_fails_the_import_one_line_each_and_writes_n
     err = capsys.readouterr().err
     assert code == 1
     (problem,) = err.splitlines()
-    assert problem.startswith(f"trainstack: import {source}: ") and line in problem, problem
+    assert problem.startswith(f"trainstack: import {source}: "), problem
+    assert line in problem, problem
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
 
 
@@ -673,7 +694,8 @@ def test_an_existing_tuning_spec_is_kept_unless_forced(tmp_path: Path, capsys: p
     code, out = run_import(tmp_path, source, "census")
     assert code == 1
     assert f"{spec_file} exists; not overwriting it (--force to replace it)" in capsys.readouterr().err
-    assert spec_file.read_text() == "# a study of the team's own\n" and not out.exists()
+    assert spec_file.read_text() == "# a study of the team's own\n"
+    assert not out.exists()
     code, out = run_import(tmp_path, source, "census", "--force")
     assert code == 0, capsys.readouterr().err
     assert read_spec_of(spec_file)[0].parameter_name == "batch-size"

@@ -51,15 +51,19 @@ def test_every_choice_writes_a_stack_that_validates(
     cfg, _ = load_stack(out)
     settings = cfg.settings
     if "chief" in expected:
-        assert settings.cluster is not None and settings.cluster.chief.machine_type == expected["chief"]
+        assert settings.cluster is not None
+        assert settings.cluster.chief.machine_type == expected["chief"]
         assert settings.cluster.worker_count == expected.get("workers", 0)
         if "--spot" in options and settings.cluster.worker_count:
-            assert settings.cluster.workers is not None and settings.cluster.workers.spot
+            assert settings.cluster.workers is not None
+            assert settings.cluster.workers.spot
     if "tpu" in expected:
-        assert settings.tpu is not None and settings.tpu.accelerator_type == expected["tpu"]
+        assert settings.tpu is not None
+        assert settings.tpu.accelerator_type == expected["tpu"]
         assert settings.tpu.spot == ("--spot" in options)
     if "notebook" in expected:
-        assert settings.notebook is not None and settings.notebook.machine_type == expected["notebook"]
+        assert settings.notebook is not None
+        assert settings.notebook.machine_type == expected["notebook"]
     if "--gpu" in options:
         gpu = options[options.index("--gpu") + 1].split(":")[0]
         assert gpu in out.read_text()
@@ -72,7 +76,8 @@ def test_every_key_it_sets_is_explained_and_the_file_names_how_to_check_it(tmp_p
     assert lines[0].startswith("# Written by `trainstack init --stack team --gpu nvidia-tesla-t4:1")
     assert f"validate --stack-file {out}" in lines[1]
     top_level = [line for line in lines if line.startswith("  ") and not line.startswith("   ")]
-    assert top_level and all("# " in line for line in top_level), top_level
+    assert top_level, top_level
+    assert all("# " in line for line in top_level), top_level
     assert yaml.safe_load(out.read_text())["config"]["trainstack:cluster"]["workers"]["spot"] is True
 
 
@@ -95,9 +100,11 @@ def test_a_choice_that_cannot_be_made_names_the_option_and_the_choices(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], options: tuple[str, ...], words: str
 ) -> None:
     code, out = init(tmp_path, *options)
-    assert code == 2 and not out.exists()
+    assert code == 2
+    assert not out.exists()
     err = capsys.readouterr().err
-    assert words in err and "Traceback" not in err, err
+    assert words in err, err
+    assert "Traceback" not in err, err
 
 
 def test_an_existing_file_is_never_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,5 +134,8 @@ def test_a_hostile_value_writes_nothing_and_is_echoed_on_one_short_line(
 ) -> None:
     code, out = init(tmp_path, *options)
     err = capsys.readouterr().err
-    assert code == 2 and not out.exists()
-    assert words in err and len(err.splitlines()) == 1 and len(err) < 400, err
+    assert code == 2
+    assert not out.exists()
+    assert words in err, err
+    assert len(err.splitlines()) == 1, err
+    assert len(err) < 400, err

@@ -124,7 +124,8 @@ def test_job_code_problems_name_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], job: dict[str, Any], key: str, words: str
 ) -> None:
     err = problems_for(tmp_path, single_node({"name": "j", **job}), capsys)
-    assert f"trainstack:{key}" in err and words in err, err
+    assert f"trainstack:{key}" in err, err
+    assert words in err, err
     assert "Traceback" not in err
 
 
@@ -139,7 +140,8 @@ def test_a_symlink_in_a_package_is_refused(tmp_path: Path, capsys: pytest.Captur
     package = probe_package(tmp_path / "code")
     (package / "secrets.txt").symlink_to("/etc/passwd")
     err = problems_for(tmp_path, single_node({"package": str(package), "module": "probe_pkg.main"}), capsys)
-    assert "trainstack:job.package" in err and "symlink" in err
+    assert "trainstack:job.package" in err
+    assert "symlink" in err
 
 
 def test_requirements_that_are_a_symlink_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,7 +152,8 @@ def test_requirements_that_are_a_symlink_are_refused(tmp_path: Path, capsys: pyt
     (tmp_path / "requirements.txt").symlink_to(secret)
     job = {"package": str(package), "module": "probe_pkg.main", "requirements": str(tmp_path / "requirements.txt")}
     err = problems_for(tmp_path, single_node(job), capsys)
-    assert "trainstack:job.requirements" in err and "is a symlink" in err
+    assert "trainstack:job.requirements" in err
+    assert "is a symlink" in err
 
 
 def test_a_package_that_is_a_symlink_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,7 +162,8 @@ def test_a_package_that_is_a_symlink_is_refused(tmp_path: Path, capsys: pytest.C
     (tmp_path / "linked" / "probe_pkg").symlink_to(package, target_is_directory=True)
     job = {"package": str(tmp_path / "linked" / "probe_pkg"), "module": "probe_pkg.main"}
     err = problems_for(tmp_path, single_node(job), capsys)
-    assert "trainstack:job.package" in err and "is a symlink" in err
+    assert "trainstack:job.package" in err
+    assert "is a symlink" in err
 
 
 def test_hidden_trees_of_a_package_are_never_walked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -188,7 +192,8 @@ def test_a_package_tree_past_the_bound_is_refused(tmp_path: Path, capsys: pytest
     for index in range(MAX_WALKED_ENTRIES + 10):
         (data / f"d{index}.bin").touch()
     err = problems_for(tmp_path, single_node({"package": str(package), "module": "probe_pkg.main"}), capsys)
-    assert "trainstack:job.package" in err and f"more than {MAX_WALKED_ENTRIES} files and directories" in err
+    assert "trainstack:job.package" in err
+    assert f"more than {MAX_WALKED_ENTRIES} files and directories" in err
 
 
 # --- Shipped by content --------------------------------------------------------------------------
@@ -213,7 +218,8 @@ def test_a_package_is_uploaded_under_its_content_hash_and_every_node_names_that_
     assert uploaded()[0] == first, "the same files give the same object"
     (source / "task.py").write_text((source / "task.py").read_text() + "\n# a change\n")
     second, named = uploaded()
-    assert second != first and named == {second}, "a code change is a new object, and the nodes run it"
+    assert second != first, "a code change is a new object, and the nodes run it"
+    assert named == {second}, "a code change is a new object, and the nodes run it"
     (source / "__pycache__").mkdir(exist_ok=True)
     (source / "__pycache__" / "task.cpython-311.pyc").write_bytes(b"cache")
     assert uploaded()[0] == second, "caches are not part of the code"
@@ -260,7 +266,8 @@ def test_requirements_ship_by_content_beside_the_package(tmp_path: Path) -> None
     plan = plan_of(write_stack(tmp_path, config))
     names = {o.inputs["name"] for o in plan.of_type("gcp:storage/bucketObject:BucketObject")}
     [named] = {vm.inputs["metadata"]["trainstack-requirements"] for vm in plan.of_type(INSTANCE)}
-    assert named in names and named.startswith(f"{LAYOUT.code_dir}/requirements-")
+    assert named in names
+    assert named.startswith(f"{LAYOUT.code_dir}/requirements-")
 
 
 # --- Requirements: a file of the project or the package, requirement lines only ---------------
@@ -291,7 +298,8 @@ def test_a_requirements_file_outside_the_project_and_the_package_is_refused(
         requirements = str(package / "deps" / "requirements.txt")
     job = {"name": "j", "package": str(package), "module": "probe_pkg.main", "requirements": requirements}
     err = problems_for(tmp_path, single_node(job), capsys)
-    assert "trainstack:job.requirements" in err and "is outside the project" in err, err
+    assert "trainstack:job.requirements" in err, err
+    assert "is outside the project" in err, err
     assert "Traceback" not in err
 
 
@@ -308,7 +316,8 @@ def test_a_requirements_file_in_a_hidden_folder_of_the_package_is_refused(
         "requirements": str(package / ".secrets" / "requirements.txt"),
     }
     err = problems_for(tmp_path, single_node(job), capsys)
-    assert "trainstack:job.requirements" in err and "in a hidden folder" in err, err
+    assert "trainstack:job.requirements" in err, err
+    assert "in a hidden folder" in err, err
 
 
 @pytest.mark.parametrize(
@@ -343,9 +352,11 @@ def test_a_requirements_line_that_is_no_requirement_is_refused_naming_its_line(
     }
     err = problems_for(tmp_path, single_node(job), capsys)
     [problem] = [row for row in err.splitlines() if "trainstack:job.requirements" in row]
-    assert "requirements.txt line 4: " in problem and words in problem, problem
+    assert "requirements.txt line 4: " in problem, problem
+    assert words in problem, problem
     assert "allowed: one requirement per line as PEP 508 writes it" in problem
-    assert "hunter2secret" not in err and "ghp_0123" not in err
+    assert "hunter2secret" not in err
+    assert "ghp_0123" not in err
 
 
 def test_hash_pinned_requirements_as_pip_compile_writes_them_validate(tmp_path: Path) -> None:
@@ -423,7 +434,8 @@ def test_an_image_in_another_repository_gets_a_reader_binding_for_the_training_a
     plan = image_plan(tmp_path, uri)
     assert {vm.inputs["metadata"]["trainstack-image"] for vm in plan.of_type(INSTANCE)} == {uri}
     assert ("shared-images-77", "europe-west4", "vision") in readers(plan, "identity")
-    assert plan.notes and any(uri in note for note in plan.notes)
+    assert plan.notes
+    assert any(uri in note for note in plan.notes)
 
 
 class RecordedImageLookups:
@@ -474,7 +486,8 @@ def test_an_image_named_by_tag_is_resolved_to_its_digest_when_deployed(
     pinned = f"europe-west4-docker.pkg.dev/shared-images-77/vision/team/trainer@{lookups.digests['team/trainer:v2']}"
     machine_types = {"cluster": INSTANCE, "tpu": "gcp:tpu/v2Vm:V2Vm"}
     vms = plan.of_type(machine_types[machines])
-    assert vms and {vm.inputs["metadata"]["trainstack-image"] for vm in vms} == {pinned}
+    assert vms
+    assert {vm.inputs["metadata"]["trainstack-image"] for vm in vms} == {pinned}
 
 
 def test_an_image_named_by_digest_is_not_looked_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -501,7 +514,10 @@ def test_an_image_by_tag_outside_artifact_registry_is_refused(
     path = write_stack(tmp_path, single_node({"name": "j", "image": image}))
     assert main(["validate", "--stack-file", str(path)]) == 1
     [line] = [line for line in capsys.readouterr().err.splitlines() if "trainstack:job.image" in line]
-    assert image in line and "NAME@sha256:" in line and "docker.pkg.dev" in line and "Traceback" not in line
+    assert image in line
+    assert "NAME@sha256:" in line
+    assert "docker.pkg.dev" in line
+    assert "Traceback" not in line
 
 
 # --- Run by the boot script ----------------------------------------------------------------------
@@ -536,9 +552,11 @@ def test_a_package_that_raises_fails_the_job_with_its_traceback_and_releases_the
     package = probe_package(tmp_path / "elsewhere")
     config = single_node({"name": "probe", "package": str(package), "module": "probe_pkg.main", "args": ["--fail"]})
     result = run_local(config, tmp_path)
-    assert result.job_status["state"] == "FAILED" and result.job_status["exit_code"] == 1
+    assert result.job_status["state"] == "FAILED"
+    assert result.job_status["exit_code"] == 1
     log = "\n".join(result.logs["chief"])
-    assert "Traceback (most recent call last)" in log and "RuntimeError: the team's code failed on purpose" in log
+    assert "Traceback (most recent call last)" in log
+    assert "RuntimeError: the team's code failed on purpose" in log
     assert [line.split()[1:] for line in result.self_stops] == [["stop", "chief"]]
 
 
@@ -562,7 +580,8 @@ def test_a_report_the_jobs_code_writes_through_hypertune_ends_in_its_job_directo
     result = run_local(single_node({"name": "hp", "package": str(package), "module": "hp_probe.main"}), tmp_path)
     assert result.succeeded, result.logs
     [line] = (result.job_dir / LAYOUT.hypertune_metrics("chief")).read_text().splitlines()
-    assert json.loads(line)["accuracy"] == "0.875" and json.loads(line)["global_step"] == "7"
+    assert json.loads(line)["accuracy"] == "0.875"
+    assert json.loads(line)["global_step"] == "7"
 
 
 # A team's package named `trainer` with setup.py beside it, laid out as AI Platform's samples are.
@@ -586,7 +605,8 @@ def test_a_teams_package_named_trainer_runs_in_local_not_the_built_in_trainer(
     result = run_local(single_node(job), tmp_path)
     assert result.succeeded, "\n".join(result.logs["chief"])[-3000:]
     record = json.loads((result.job_dir / "team-trainer" / "chief.json").read_text())
-    assert record["owner"] == "the team's trainer package" and record["num_epochs"] == 2
+    assert record["owner"] == "the team's trainer package"
+    assert record["num_epochs"] == 2
     node_environment = tmp_path / "work" / "nodes" / "chief" / "state" / "venv"
     assert all(file.startswith(str(node_environment)) for file in record["files"]), record
 
@@ -609,7 +629,8 @@ def test_an_image_job_runs_the_image_with_the_job_contract(tmp_path: Path, monke
         assert name in {"trainstack-chief", "trainstack-worker-0"}
         assert call[: call.index("--name")] == ["run", "--rm", "--init"]
         options = call[: call.index(uri)]
-        assert "--network" in options and options[options.index("--network") + 1] == "host"
+        assert "--network" in options
+        assert options[options.index("--network") + 1] == "host"
         for variable in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR", "TF_CONFIG"):
             assert options[options.index(variable) - 1] == "--env"
         # This machine has no GPU: none is passed through.
@@ -646,7 +667,8 @@ def test_local_refuses_builtin_overrides_for_a_teams_code(tmp_path: Path, capsys
     path = write_stack(tmp_path, config)
     assert main(["local", "--stack-file", str(path), "--epochs", "1", "--workdir", str(tmp_path / "w")]) == 2
     err = capsys.readouterr().err
-    assert "--epochs" in err and "trainstack:job.args" in err
+    assert "--epochs" in err
+    assert "trainstack:job.args" in err
 
 
 @pytest.mark.parametrize("docker", ["absent", "engine_down"])
@@ -679,7 +701,9 @@ def test_local_runs_an_image_job_in_this_machines_network_only_when_told_to(
     command = ["local", "--stack-file", str(path), "--workdir", str(tmp_path / "w")]
     assert main(command) == 1
     err = capsys.readouterr().err
-    assert "listen on every interface" in err and "--allow-shared-network" in err and "trainer:v1" in err, err
+    assert "listen on every interface" in err, err
+    assert "--allow-shared-network" in err, err
+    assert "trainer:v1" in err, err
     assert [call[0] for call in recorded_calls(calls)] == ["info"], "the image was pulled or run"
 
     assert main([*command, "--allow-shared-network"]) == 0
@@ -729,7 +753,8 @@ def test_a_teams_project_with_requirements_trains_on_a_chief_and_a_worker(
     workdir = tmp_path / "work"
     code = main(["local", "--stack-file", str(stack), "--workdir", str(workdir)])
     out = capsys.readouterr().out
-    assert code == 0 and "job SUCCEEDED" in out, out[-4000:]
+    assert code == 0, out[-4000:]
+    assert "job SUCCEEDED" in out, out[-4000:]
     assert "fetched tabulate==0.9.0" in out
     for node in ("chief", "worker-0"):
         # Installed on each node by its agent: the requirement, and the project with pip.
@@ -832,7 +857,8 @@ def test_a_wrong_package_path_is_answered_with_the_path_that_would_work(
     (project / "src" / "keras_team" / "task.py").write_text("")
     (project / "pyproject.toml").write_text('[project]\nname = "acme"\nversion = "1"\n')
     err = problems_for(tmp_path, single_node({"name": "j", "package": str(tmp_path / given), "module": module}), capsys)
-    assert f"trainstack:{key}: " in err and answer.format(root=tmp_path) in err, err
+    assert f"trainstack:{key}: " in err, err
+    assert answer.format(root=tmp_path) in err, err
 
 
 def ai_platform_sample(root: Path, project: bool) -> Path:
@@ -858,7 +884,8 @@ def test_a_module_the_package_does_not_hold_is_answered_with_the_modules_it_hold
         f"trainstack:job.module: {source} holds package trainer but no module trainer.train; "
         "its modules: trainer.model, trainer.task, trainer.util"
     ) in err, err
-    assert "names the package directory" not in err and "not a directory" not in err
+    assert "names the package directory" not in err
+    assert "not a directory" not in err
 
 
 def test_the_modules_a_message_lists_are_sorted_and_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -873,7 +900,8 @@ def test_the_modules_a_message_lists_are_sorted_and_bounded(tmp_path: Path, caps
     err = problems_for(tmp_path, single_node({"name": "j", "package": str(source), "module": "trainer.train"}), capsys)
     listed = "trainer, trainer.model, " + ", ".join(f"trainer.models.m{i:02}" for i in range(10))
     assert f"its modules: {listed} and 12 more" in err, err
-    assert "not-a-module" not in err and "secret" not in err
+    assert "not-a-module" not in err
+    assert "secret" not in err
 
 
 def test_a_package_the_directory_does_not_hold_is_answered_with_what_it_holds(
@@ -881,7 +909,8 @@ def test_a_package_the_directory_does_not_hold_is_answered_with_what_it_holds(
 ) -> None:
     source = ai_platform_sample(tmp_path, project=False)
     err = problems_for(tmp_path, single_node({"name": "j", "package": str(source), "module": "trainr.task"}), capsys)
-    assert "trainstack:job.package: " in err and "a directory holding trainr/" in err, err
+    assert "trainstack:job.package: " in err, err
+    assert "a directory holding trainr/" in err, err
     assert "its modules: trainer.model, trainer.task, trainer.util" in err, err
 
 
@@ -899,7 +928,8 @@ def test_a_cluster_without_a_job_boots_ready_with_tf_config_and_starts_nothing(t
     local = LocalStackRun(resolve_stack(cfg), tmp_path / "work", TrainerOverrides(), echo=False)
     cluster = json.loads(local.machines.project_attributes[local.stack.cluster.tf_cluster_metadata_key])
     result = local.start().wait(timeout=120)
-    assert result.ready and not result.succeeded, result.logs
+    assert result.ready, result.logs
+    assert not result.succeeded, result.logs
     for node in local.nodes:
         tf_config = json.loads((node.state_dir / "tf_config.json").read_text())
         assert tf_config == {"cluster": cluster, "task": {"type": node.role, "index": node.index}}
@@ -936,7 +966,8 @@ def test_plan_of_a_cluster_without_a_job_says_so_with_the_monthly_cost(tmp_path:
 
 def test_no_run_time_cap_only_with_the_acknowledgement(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     err = problems_for(tmp_path, no_job_config(max_run_hours=None), capsys)
-    assert "trainstack:cluster" in err and "acknowledge_bills_until_stopped: true" in err
+    assert "trainstack:cluster" in err
+    assert "acknowledge_bills_until_stopped: true" in err
     err = problems_for(tmp_path, no_job_config(acknowledge_bills_until_stopped=True), capsys)
     assert "the cap stays on" in err
     plan = plan_of(write_stack(tmp_path, no_job_config(max_run_hours=None, acknowledge_bills_until_stopped=True)))
@@ -1053,8 +1084,11 @@ def test_a_job_env_that_is_not_one_a_job_may_have_is_refused_in_one_line(
     config = single_node({"name": "j", "package": "examples/tabular_mlp", "module": "tabular_mlp.task", "env": env})
     err = problems_for(tmp_path, config, capsys)
     [line] = [line for line in err.splitlines() if line.startswith("  ")]
-    assert line.startswith("  trainstack:job.env: ") and words in line, err
-    assert "Traceback" not in err and "hf_abcdef" not in err and "k123456" not in err
+    assert line.startswith("  trainstack:job.env: "), err
+    assert words in line, err
+    assert "Traceback" not in err
+    assert "hf_abcdef" not in err
+    assert "k123456" not in err
 
 
 def test_job_env_may_set_what_tensorflow_and_python_read_for_reporting(tmp_path: Path) -> None:

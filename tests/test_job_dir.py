@@ -59,7 +59,8 @@ def test_a_job_dir_that_is_not_a_folder_of_a_bucket_is_refused_naming_the_key(
 ) -> None:
     assert main(["validate", "--stack-file", str(stack_with_job_dir(tmp_path, job_dir))]) == 1
     err = capsys.readouterr().err
-    assert "trainstack:job.job_dir" in err and "gs://BUCKET/PREFIX" in err, err
+    assert "trainstack:job.job_dir" in err, err
+    assert "gs://BUCKET/PREFIX" in err, err
 
 
 @pytest.mark.parametrize(
@@ -84,7 +85,9 @@ def test_a_job_dir_that_reaches_what_machines_run_or_another_stack_is_refused(
     assert main(["validate", "--stack-file", str(stack_with_job_dir(tmp_path, job_dir))]) == 1
     err = capsys.readouterr().err
     [line] = [line for line in err.splitlines() if "trainstack:job.job_dir" in line]
-    assert job_dir in line and why in line and "use " in line, err
+    assert job_dir in line, err
+    assert why in line, err
+    assert "use " in line, err
     assert "Traceback" not in err
 
 
@@ -117,7 +120,8 @@ def test_plan_warns_when_a_grant_reaches_trainstack_in_the_job_dirs_bucket(
     assert access["writable_executed_objects"] == [f"gs://acme-ml-models/trainstack/ ({member})"]
     _print_bucket_access(access)
     out = capsys.readouterr().out
-    assert "WARNING: a machine can rewrite what nodes run" in out and "alone" not in out
+    assert "WARNING: a machine can rewrite what nodes run" in out
+    assert "alone" not in out
 
 
 def test_the_nodes_write_the_job_dir_under_its_folder_alone(tmp_path: Path) -> None:
@@ -158,7 +162,8 @@ def test_local_writes_the_job_dir_into_a_stand_in_of_the_teams_bucket_and_status
     assert probe == {"job_dir": str(stand_in), "model_dir": f"{stand_in}/model"}
     assert main(["status", "--local", "--stack-file", str(path), "--workdir", str(tmp_path / "work"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["job_dir"] == str(stand_in) and report["job_status"]["state"] == "SUCCEEDED"
+    assert report["job_dir"] == str(stand_in)
+    assert report["job_status"]["state"] == "SUCCEEDED"
 
 
 def test_import_keeps_ai_platforms_job_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -179,7 +179,8 @@ def test_submit_local_writes_code_spec_and_index_and_prints_the_id(
     values = read_spec((root / spec_object(entry.spec_sha256)).read_bytes(), entry.spec_sha256)
     # The stack's own job with --epochs in place of its 10: what its nodes would have in metadata.
     args = json.loads(values[METADATA_KEYS.trainer_args])
-    assert args[args.index("--epochs") + 1] == "2" and args[args.index("--model") + 1] == "cnn"
+    assert args[args.index("--epochs") + 1] == "2"
+    assert args[args.index("--model") + 1] == "cnn"
     assert METADATA_KEYS.job_dir not in values
     archive = (root / values[METADATA_KEYS.code_archive]).read_bytes()
     assert hashlib.sha256(archive).hexdigest() == values[METADATA_KEYS.code_archive_sha256]
@@ -231,7 +232,8 @@ def test_bad_input_is_one_line_exit_1_and_nothing_written(
     assert code == 1
     assert out == ""
     assert len(err.splitlines()) == 1, err
-    assert err.startswith("trainstack: submit: ") and named in err, err
+    assert err.startswith("trainstack: submit: "), err
+    assert named in err, err
     assert files_under(tmp_path / "work") == before
 
 
@@ -240,7 +242,8 @@ def test_a_stack_whose_nodes_run_no_queue_is_refused(tmp_path: Path, capsys: pyt
     del config["trainstack:job"]
     path = write_stack(tmp_path, config)
     code, _, err = run(capsys, "submit", *local_args(path, tmp_path), "--model", "cnn")
-    assert code == 1 and "runs no queue" in err
+    assert code == 1
+    assert "runs no queue" in err
     assert not (tmp_path / "work").exists()
 
 
@@ -316,7 +319,8 @@ def test_the_proxy_refuses_a_write_on_a_stale_generation_as_cloud_storage_does(p
     store = gcs_store()
     store.write("trainstack/queue/index.json", b"1", if_generation_match=0)
     first = store.read("trainstack/queue/index.json", 100)
-    assert first is not None and first.data == b"1"
+    assert first is not None
+    assert first.data == b"1"
     store.write("trainstack/queue/index.json", b"2", if_generation_match=first.generation)
     with pytest.raises(stores.PreconditionFailed):
         store.write("trainstack/queue/index.json", b"3", if_generation_match=first.generation)
@@ -368,15 +372,18 @@ def test_cancel_of_a_queued_job_marks_it_and_an_ended_one_is_refused(
     index = QueueIndex.from_json((root / INDEX_OBJECT).read_bytes())
     assert [e.cancelled is not None for e in index.entries] == [True, False]
     code, _, err = run(capsys, "cancel", *args, "1")
-    assert code == 1 and "was cancelled already" in err
+    assert code == 1
+    assert "was cancelled already" in err
     write_status(
         root, "q2_b", "job", (STATES.running, "2026-01-01T10:00:00Z"), (STATES.succeeded, "2026-01-01T11:00:00Z")
     )
     before = (root / INDEX_OBJECT).read_bytes()
     code, _, err = run(capsys, "cancel", *args, "2")
-    assert code == 1 and "has ended already: SUCCEEDED" in err
+    assert code == 1
+    assert "has ended already: SUCCEEDED" in err
     code, _, err = run(capsys, "cancel", *args, "9")
-    assert code == 1 and "no job 9 in the queue" in err
+    assert code == 1
+    assert "no job 9 in the queue" in err
     assert (root / INDEX_OBJECT).read_bytes() == before
 
 
@@ -412,10 +419,13 @@ def test_jobs_lists_queued_running_succeeded_and_cancelled_jobs(
     assert sorted(done["nodes"]) == sorted(NODES)
     cfg, facts = load_checked_stack(stack)
     hourly = job_hourly(resolve_stack(cfg, facts=facts))
-    assert hourly is not None and done["cost_usd"] == round(hourly / 2, 4)
+    assert hourly is not None
+    assert done["cost_usd"] == round(hourly / 2, 4)
     assert done["metric"] == {"name": "eval_accuracy", "value": 0.5}
-    assert rows[2]["ended"] is None and rows[2]["nodes"] == {"chief": "RUNNING"}
-    assert rows[3]["started"] is None and rows[4]["ended"] is not None
+    assert rows[2]["ended"] is None
+    assert rows[2]["nodes"] == {"chief": "RUNNING"}
+    assert rows[3]["started"] is None
+    assert rows[4]["ended"] is not None
     code, out, _ = run(capsys, "jobs", *args)
     lines = out.splitlines()
     assert lines[0].split() == [
@@ -430,7 +440,9 @@ def test_jobs_lists_queued_running_succeeded_and_cancelled_jobs(
         "COST",
         "METRIC",
     ]
-    assert "0:30:00" in lines[2] and "eval_accuracy=0.5" in lines[2] and f"${hourly / 2:.2f}" in lines[2]
+    assert "0:30:00" in lines[2]
+    assert "eval_accuracy=0.5" in lines[2]
+    assert f"${hourly / 2:.2f}" in lines[2]
 
 
 def test_the_three_commands_have_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -474,7 +486,8 @@ def _waiting_process(tmp_path: Path, marker: str) -> Any:
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert process.stdout is not None and process.stdout.readline() == "ready\n"
+    assert process.stdout is not None
+    assert process.stdout.readline() == "ready\n"
     return process
 
 
@@ -500,8 +513,10 @@ def test_submit_local_wakes_the_standing_run_and_only_a_trainstack_process(
                 time.sleep(0.05)
             assert marker.read_text() == "woken"
         else:
-            assert f"process {process.pid} of" in out and "is not `trainstack local` any more" in out
-            assert process.poll() is None and not marker.exists()
+            assert f"process {process.pid} of" in out
+            assert "is not `trainstack local` any more" in out
+            assert process.poll() is None
+            assert not marker.exists()
     finally:
         process.kill()
         process.wait()
@@ -520,5 +535,6 @@ def test_submit_local_first_leaves_a_work_directory_the_standing_run_adopts_and_
     (foreign / "notes.txt").write_text("a user's file")
     options = ["--stack-file", str(stack), "--local", "--workdir", str(foreign)]
     code, _, err = run(capsys, "submit", *options)
-    assert code == 1 and "did not make it" in err, err
+    assert code == 1, err
+    assert "did not make it" in err, err
     assert sorted(path.name for path in foreign.iterdir()) == ["notes.txt"]

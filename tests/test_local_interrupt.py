@@ -68,7 +68,8 @@ def test_an_interrupted_local_run_stops_every_node_and_leaves_the_job_resumable(
         started += "training from the start" in line
         if started == 3:
             break
-        assert time.monotonic() < deadline and cli.poll() is None, "the run did not start"
+        assert time.monotonic() < deadline, "the run did not start"
+        assert cli.poll() is None, "the run did not start"
     cli.send_signal(signum)
     out, err = cli.communicate(timeout=HANG_SECONDS)
     assert cli.returncode == 130, err
@@ -93,7 +94,8 @@ def test_an_interrupted_local_run_stops_every_node_and_leaves_the_job_resumable(
         timeout=HANG_SECONDS,
     )
     assert other.returncode == 2, other.stderr
-    assert "--epochs 5 (interrupted run: 50)" in other.stderr and "--fresh" in other.stderr
+    assert "--epochs 5 (interrupted run: 50)" in other.stderr
+    assert "--fresh" in other.stderr
     assert settings in other.stderr
     assert json.loads((status_dir / "job.json").read_text())["state"] == "INTERRUPTED"
 
@@ -112,7 +114,8 @@ def read_until(master: int, text: str, process: subprocess.Popen[bytes]) -> str:
     shown = b""
     deadline = time.monotonic() + HANG_SECONDS
     while text.encode() not in shown:
-        assert time.monotonic() < deadline and process.poll() is None, shown.decode(errors="replace")[-2000:]
+        assert time.monotonic() < deadline, shown.decode(errors="replace")[-2000:]
+        assert process.poll() is None, shown.decode(errors="replace")[-2000:]
         if select.select([master], [], [], 1.0)[0]:
             shown += os.read(master, 65536)
     return shown.decode(errors="replace")

@@ -81,5 +81,7 @@ def test_a_run_without_a_namespace_of_its_own_is_refused_and_nothing_of_it_liste
     out, err = (text.decode(errors="replace") for text in cli.communicate(timeout=HANG_SECONDS))
     assert seen == [], "the run's processes listen beyond loopback"
     assert cli.returncode == 1, out[-3000:] + err[-3000:]
-    assert "listen on every interface" in err and "--allow-shared-network" in err and "as root" in err, err
+    assert "listen on every interface" in err, err
+    assert "--allow-shared-network" in err, err
+    assert "as root" in err, err
     assert run_processes(workdir) == []

@@ -67,11 +67,13 @@ def test_local_hides_native_chatter_unless_verbose_and_boot_log_keeps_it(
     code, out = run_local(tmp_path, capsys, "--args", "--lr 0.5 --name 'two words'")
     assert code == 0, out
     assert "cuInit" not in out
-    assert "[chief] the team's own line: args=--job-dir" in out and out.rstrip().endswith("stop chief")
+    assert "[chief] the team's own line: args=--job-dir" in out
+    assert out.rstrip().endswith("stop chief")
     assert "--lr 0.5 --name two words" in out, "--args reaches the code, split as a shell would"
     assert "cuInit" in (tmp_path / "work" / "nodes" / "chief" / "boot.log").read_text()
     code, out = run_local(tmp_path, capsys, "--fresh", "--verbose")
-    assert code == 0 and "[chief] E0000 00:00:1795394545.207341" in out
+    assert code == 0
+    assert "[chief] E0000 00:00:1795394545.207341" in out
 
 
 def test_a_rerun_that_trains_nothing_says_so_and_suggests_fresh(
@@ -79,7 +81,8 @@ def test_a_rerun_that_trains_nothing_says_so_and_suggests_fresh(
 ) -> None:
     assert run_local(tmp_path, capsys)[0] == 0
     code, out = run_local(tmp_path, capsys)
-    assert code == 0 and "nothing was trained this time; add --fresh" in out
+    assert code == 0
+    assert "nothing was trained this time; add --fresh" in out
     assert "add --fresh" not in run_local(tmp_path, capsys, "--fresh")[1]
 
 
@@ -118,7 +121,9 @@ def test_local_args_that_do_not_split_are_refused_by_the_parser(
         main(["local", "--stack", "dev", "--args", args])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "--args" in err and words in err and "Traceback" not in err
+    assert "--args" in err
+    assert words in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(
@@ -192,7 +197,8 @@ def test_a_job_whose_code_exits_2_is_a_failed_job_and_a_bad_option_is_a_usage_er
     code = main(["local", "--stack-file", str(stack), "--workdir", str(tmp_path / "work")])
     out = capsys.readouterr().out
     assert code == LocalExit.JOB_FAILED == 3, out
-    assert "job FAILED" in out and "exit 2" in out, "the report keeps the code's own exit status"
+    assert "job FAILED" in out, "the report keeps the code's own exit status"
+    assert "exit 2" in out, "the report keeps the code's own exit status"
     with pytest.raises(SystemExit) as exit_:
         main(["local", "--stack-file", str(stack), "--no-such-option"])
     assert exit_.value.code == LocalExit.USAGE == 2
@@ -205,4 +211,5 @@ def test_every_exit_code_of_local_is_in_its_help_and_in_the_docs(capsys: pytest.
     docs = (PROJECT_ROOT / "docs" / "cli.md").read_text()
     assert len({int(code) for code in LocalExit}) == len(LocalExit), "one meaning each"
     for code in LocalExit:
-        assert f" {int(code)} " in help_text and f"\n| {int(code)} | " in docs, code
+        assert f" {int(code)} " in help_text, code
+        assert f"\n| {int(code)} | " in docs, code

@@ -134,7 +134,9 @@ def test_standing_needs_nodes_that_run_a_queue(tmp_path: Path, capsys: pytest.Ca
     path = write_stack(tmp_path, config)
     assert main(["local", "--stack-file", str(path), "--standing", "--workdir", str(tmp_path / "w")]) == 2
     err = capsys.readouterr().err
-    assert "--standing" in err and "cluster.idle_minutes" in err and "Traceback" not in err
+    assert "--standing" in err
+    assert "cluster.idle_minutes" in err
+    assert "Traceback" not in err
 
 
 def test_standing_tells_how_many_nodes_are_up_how_to_submit_and_when_they_stop(

@@ -25,12 +25,14 @@ def flag_values(args: list[str]) -> dict[str, str]:
 def test_the_built_in_trainer_trains_with_mirrored_over_logical_cpus_in_place_of_the_tpu() -> None:
     args, [note] = tpu_stand_in(TPU_ARGS, TrainerOverrides(), builtin=True, accelerator_type="v2-8")
     values = flag_values(args)
-    assert FLAGS.tpu not in values and values[FLAGS.strategy] == MIRRORED
+    assert FLAGS.tpu not in values
+    assert values[FLAGS.strategy] == MIRRORED
     assert int(values[FLAGS.logical_cpus]) >= 2, "more than one replica, as a TPU has more than one core"
     assert values[FLAGS.model] == "resnet50"
     for flag, value in TPU_STAND_IN_WORK.items():
         assert values[flag] == value
-    assert "TPUStrategy" in note and "not exercised" in note
+    assert "TPUStrategy" in note
+    assert "not exercised" in note
 
 
 def test_the_command_lines_own_values_win_over_the_stand_ins_smaller_work() -> None:
@@ -47,7 +49,8 @@ def test_a_teams_own_code_runs_as_it_is_and_the_note_says_where_it_fails() -> No
 
 def test_local_refuses_to_preempt_a_tpu_vm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["local", "--stack", "tpu", "--workdir", str(tmp_path), "--preempt", "tpu", "--preempt-after", "5"])
-    assert code == 2 and "is a TPU VM" in capsys.readouterr().err
+    assert code == 2
+    assert "is a TPU VM" in capsys.readouterr().err
 
 
 @pytest.mark.slow

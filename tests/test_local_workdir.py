@@ -53,7 +53,8 @@ def test_fresh_refuses_a_workdir_it_did_not_make(repo_copy: Path, workdir: str) 
     before = sorted(p.relative_to(repo_copy.parent) for p in repo_copy.parent.rglob("*"))
     result = trainstack(repo_copy, "local", "--stack", "dev", "--workdir", workdir, "--fresh")
     assert result.returncode == 1
-    assert "not deleting it" in result.stderr and "Traceback" not in result.stderr
+    assert "not deleting it" in result.stderr
+    assert "Traceback" not in result.stderr
     assert sorted(p.relative_to(repo_copy.parent) for p in repo_copy.parent.rglob("*")) == before
 
 
@@ -93,7 +94,8 @@ def test_a_non_empty_directory_it_did_not_make_is_never_adopted(repo_copy: Path,
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in mine.iterdir()) == ["thesis.tex"]
     again = trainstack(repo_copy, "local", "--stack", "dev", "--workdir", str(mine), "--fresh")
-    assert again.returncode == 1 and (mine / "thesis.tex").read_text() == "months of work\n"
+    assert again.returncode == 1
+    assert (mine / "thesis.tex").read_text() == "months of work\n"
 
 
 def test_an_empty_or_new_directory_is_adopted(tmp_path: Path) -> None:

@@ -195,7 +195,8 @@ def test_stop_stops_every_running_node(compute: FakeCompute, capsys: pytest.Capt
     ]
     assert set(compute.statuses.values()) == {"TERMINATED"}
     out = capsys.readouterr().out
-    assert "stopped (was STAGING)" in out and "disks and the bucket still bill" in out
+    assert "stopped (was STAGING)" in out
+    assert "disks and the bucket still bill" in out
 
 
 def test_a_node_already_in_the_target_state_is_reported_not_touched(
@@ -240,7 +241,8 @@ def test_permission_denied_is_one_line_per_node(compute: FakeCompute, capsys: py
     compute.forbidden = True
     assert main(["stop", "--stack", "multiworker"]) == 1
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 3 and all("permission denied in project your-gcp-project" in line for line in lines)
+    assert len(lines) == 3
+    assert all("permission denied in project your-gcp-project" in line for line in lines)
     assert "Traceback" not in "\n".join(lines)
 
 

@@ -69,7 +69,8 @@ def test_drift_is_named(tmp_path: Path) -> None:
     # A line edited by hand: no hash, or a range.
     edited = lock.replace("absl-py==2.5.1 \\\n", "absl-py==2.5.1\nabsl-extra>=1 \\\n", 1)
     problems = lock_problems(edited, node_requirement_lines(), "node.txt")
-    assert len(problems) == 2 and all("is not pinned with == and hashed" in problem for problem in problems)
+    assert len(problems) == 2
+    assert all("is not pinned with == and hashed" in problem for problem in problems)
 
 
 def test_unhashed_requirements_are_named() -> None:

@@ -57,7 +57,8 @@ def notebook(tmp_path: Path) -> Notebook:
     """The notebook stack's rendered scripts; its post-startup object in a stand-in bucket."""
     stack = resolve_stack(load_stack(stack_file_path("notebook"), "notebook")[0])
     boot = bootscripts.boot_files(stack)
-    assert boot.notebook_script is not None and boot.notebook_startup_script is not None
+    assert boot.notebook_script is not None
+    assert boot.notebook_startup_script is not None
     startup = tmp_path / "workbench-startup.sh"
     startup.write_text(boot.notebook_startup_script)
     lint = shellcheck(startup)

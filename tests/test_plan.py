@@ -227,7 +227,8 @@ def test_training_port_is_open_only_between_training_nodes() -> None:
     firewalls = {r.name: r.inputs for r in plan.of_type("gcp:compute/firewall:Firewall")}
     training = firewalls["multiworker-net-training"]
     assert training["allows"] == [{"protocol": "tcp", "ports": ["2222"]}]
-    assert training["sourceServiceAccounts"] == [email] and "sourceRanges" not in training
+    assert training["sourceServiceAccounts"] == [email]
+    assert "sourceRanges" not in training
     ssh = firewalls["multiworker-net-iap-ssh"]
     assert ssh["sourceRanges"] == ["35.235.240.0/20"]
 
@@ -322,7 +323,8 @@ def test_self_delete_is_a_custom_role_granted_per_instance_only_when_on_finish_i
     training account: every node (and a TPU VM or notebook on that account) could administer
     every node, including rewriting another node's startup script."""
     multiworker = plan_for("multiworker")
-    assert not custom_roles(multiworker, "node_release") and not role_grants(multiworker, "node_release")
+    assert not custom_roles(multiworker, "node_release")
+    assert not role_grants(multiworker, "node_release")
     plan = plan_for("paramserver")
     [role] = custom_roles(plan, "node_release")
     assert sorted(role.inputs["permissions"]) == [
@@ -521,15 +523,11 @@ def test_the_notebook_is_outside_the_training_port(tmp_path: Path) -> None:
 def test_hardening_metadata_on_the_tpu_vm_and_the_notebook() -> None:
     """Defect: the TPU VM did not block project-wide SSH keys; Workbench had no OS Login."""
     for vm in plan_for("multiworker").of_type(INSTANCE):
-        assert (
-            vm.inputs["metadata"]["block-project-ssh-keys"] == "TRUE"
-            and vm.inputs["metadata"]["enable-oslogin"] == "TRUE"
-        )
+        assert vm.inputs["metadata"]["block-project-ssh-keys"] == "TRUE"
+        assert vm.inputs["metadata"]["enable-oslogin"] == "TRUE"
     [tpu] = plan_for("tpu").of_type(TPU_VM)
-    assert (
-        tpu.inputs["metadata"]["block-project-ssh-keys"] == "TRUE"
-        and tpu.inputs["metadata"]["enable-oslogin"] == "TRUE"
-    )
+    assert tpu.inputs["metadata"]["block-project-ssh-keys"] == "TRUE"
+    assert tpu.inputs["metadata"]["enable-oslogin"] == "TRUE"
     [notebook] = plan_for("notebook").of_type(WORKBENCH)
     assert notebook.inputs["gceSetup"]["metadata"]["enable-oslogin"] == "TRUE"
     assert notebook.inputs["gceSetup"]["metadata"]["block-project-ssh-keys"] == "TRUE"
@@ -627,7 +625,8 @@ def test_a3_ultra_boots_from_hyperdisk_and_tpu_ssh_uses_the_track_with_iap(tmp_p
     [vm] = plan_of(write_stack(tmp_path, config)).of_type(INSTANCE)
     assert vm.inputs["bootDisk"]["initializeParams"]["type"] == "hyperdisk-balanced"
     [ssh] = plan_for("tpu").outputs["ssh_commands"].values()
-    assert ssh.startswith("gcloud alpha compute tpus tpu-vm ssh ") and ssh.endswith("--tunnel-through-iap")
+    assert ssh.startswith("gcloud alpha compute tpus tpu-vm ssh ")
+    assert ssh.endswith("--tunnel-through-iap")
 
 
 def test_children_moved_under_a_component_keep_an_alias_to_their_old_parent() -> None:
@@ -643,7 +642,8 @@ def test_children_moved_under_a_component_keep_an_alias_to_their_old_parent() ->
     component = pulumi.ComponentResource("trainstack:index:TpuVm", "c", opts=pulumi.ResourceOptions(parent=stack))
     options = moved_here(component, pulumi.ResourceOptions(parent=stack))
     assert options.parent is component
-    assert options.aliases is not None and [a.parent for a in options.aliases] == [stack]  # type: ignore[union-attr]
+    assert options.aliases is not None
+    assert [a.parent for a in options.aliases] == [stack]
     assert moved_here(component, None).aliases is None
 
 
@@ -652,7 +652,9 @@ def test_plan_says_why_the_tpu_release_grant_cannot_be_narrowed_to_the_stacks_no
     tpu.googleapis.com): a stack may stop another stack's TPU, and the plan says so."""
     plan = plan_for("tpu")
     [note] = [n for n in plan.notes if "every TPU node of the project" in n]
-    assert "cannot be narrowed" in note and "conditions-resource-attributes" in note
+    assert "cannot be narrowed" in note
+    assert "conditions-resource-attributes" in note
     release = [r for r in plan.of_type("gcp:projects/iAMMember:IAMMember") if "tpu_release" in str(r.inputs["role"])]
-    assert len(release) == 1 and "condition" not in release[0].inputs
+    assert len(release) == 1
+    assert "condition" not in release[0].inputs
     assert all("every TPU node" not in n for n in plan_for("multiworker").notes)

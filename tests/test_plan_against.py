@@ -34,7 +34,8 @@ def test_two_plans_of_the_same_stack_are_identical_and_change_nothing(
     assert first.read_text() == second.read_text()
     assert "object at 0x" not in first.read_text()
     document, err = against(stack, first, capsys)
-    assert document["changes"] == [] and err == ""
+    assert document["changes"] == []
+    assert err == ""
 
 
 def test_renaming_the_stack_warns_that_the_bucket_and_every_vm_would_go(
@@ -49,7 +50,8 @@ def test_renaming_the_stack_warns_that_the_bucket_and_every_vm_would_go(
     lost = {(c["action"], c["name"]) for c in document["changes"] if c["loses_work"]}
     assert ("delete", "test-storage-bucket") in lost
     assert {("delete", f"test-cluster-{n}") for n in ("chief", "worker-0", "worker-1")} <= lost
-    assert err.startswith("WARNING: against") and "test-storage-bucket" in err
+    assert err.startswith("WARNING: against")
+    assert "test-storage-bucket" in err
 
 
 def test_a_zone_change_replaces_the_vms_in_place_of_their_names(
@@ -70,10 +72,8 @@ def test_text_output_lists_the_changes(tmp_path: Path, capsys: pytest.CaptureFix
     changed["trainstack:cluster"]["max_run_hours"] = 12
     assert main(["plan", "--stack-file", str(write_stack(tmp_path, changed)), "--against", str(previous)]) == 0
     out = capsys.readouterr().out
-    assert (
-        "Changes against" in out
-        and "update  gcp:compute/instance:Instance  test-cluster-chief (scheduling changed)" in out
-    )
+    assert "Changes against" in out
+    assert "update  gcp:compute/instance:Instance  test-cluster-chief (scheduling changed)" in out
 
 
 @pytest.mark.parametrize("content", ["not json", "[]", '{"resources": [1]}'])
@@ -84,4 +84,5 @@ def test_a_file_that_is_not_a_plan_is_one_line_and_exit_1(
     bad.write_text(content)
     assert main(["plan", "--stack", "dev", "--against", str(bad)]) == 1
     err = capsys.readouterr().err
-    assert "--against" in err and "Traceback" not in err
+    assert "--against" in err
+    assert "Traceback" not in err

@@ -69,7 +69,8 @@ def test_a_preempted_multiworker_spot_worker_is_started_again_and_the_job_resume
 
     assert result.succeeded, "\n".join(result.logs["chief"])
     metrics = json.loads((Path(result.job_dir) / "metrics.json").read_text())
-    assert metrics["epochs_resumed"] >= 1 and metrics["replicas"] == 3
+    assert metrics["epochs_resumed"] >= 1
+    assert metrics["replicas"] == 3
     assert history(result, "worker-0") == ["RUNNING", "PREEMPTED", "RUNNING", "SUCCEEDED"]
     assert result.start_calls == ["POST multiworker-worker-0/start"]
     # The survivors restarted their trainers rather than failing.
@@ -124,7 +125,8 @@ def test_a_teams_own_trainer_resumes_from_its_backup_after_a_preemption(
     assert outcome.start_calls == ["POST team-worker-0/start"]
     document = json.loads((job_dir / result).read_text())
     first_epoch = document.get("first_epoch", document.get("epochs_resumed"))
-    assert first_epoch is not None and first_epoch >= 1, document
+    assert first_epoch is not None, document
+    assert first_epoch >= 1, document
     # The chief's code was started again after its peer was lost, whatever it exited with.
     assert any("restart 1 of at most" in line for line in outcome.logs["chief"])
 
@@ -143,7 +145,8 @@ def test_a_preempted_parameter_server_worker_is_started_again_and_the_job_succee
     # again; should the job end first, worker-0 stays stopped and PREEMPTED (no billing
     # but its disk), which is also right.
     worker = history(result, "worker-0")
-    assert worker[:2] == ["RUNNING", "PREEMPTED"] and worker[2:] in ([], ["RUNNING", "SUCCEEDED"]), worker
+    assert worker[:2] == ["RUNNING", "PREEMPTED"], worker
+    assert worker[2:] in ([], ["RUNNING", "SUCCEEDED"]), worker
     assert {result.node_status[node]["state"] for node in ("chief", "worker-1", "ps-0")} == {"SUCCEEDED"}  # type: ignore[index]
 
 
@@ -166,9 +169,11 @@ def test_a_node_preempted_more_than_max_restarts_times_fails_the_job_and_every_n
     run.preempt("worker-0")
     result = run.wait(timeout=DEADLINE_SECONDS)
 
-    assert result.job_status is not None and result.job_status["state"] == "FAILED"
+    assert result.job_status is not None
+    assert result.job_status["state"] == "FAILED"
     reason = result.job_status.get("reason", "")
-    assert "worker-0" in reason and "cluster.max_restarts (1)" in reason, result.job_status
+    assert "worker-0" in reason, result.job_status
+    assert "cluster.max_restarts (1)" in reason, result.job_status
     assert result.start_calls == ["POST multiworker-worker-0/start"], "no start after the bound"
     # The chief and the surviving worker release themselves; worker-0 was stopped by its
     # preemption and nothing started it again.

@@ -81,4 +81,5 @@ def test_a_region_without_a_price_is_unknown_not_us_central1s(tmp_path: Path) ->
         row("regional_prices.csv", kind="gpu", name="nvidia-tesla-a100", region="europe-west4")["on_demand_usd_hr"]
         == ""
     )
-    assert [c.usd_per_hour for c in plan.costs] == [None] and plan.hourly_usd is None
+    assert [c.usd_per_hour for c in plan.costs] == [None]
+    assert plan.hourly_usd is None

@@ -58,7 +58,9 @@ def test_a_gpu_stack_that_fits_reads_its_region_and_project(monkeypatch: pytest.
     answers = [region(CPUS=(24.0, 4.0), NVIDIA_T4_GPUS=(1.0, 0.0)), project(GPUS_ALL_REGIONS=(4.0, 1.0))]
     code, report, http, _ = run("dev", answers, monkeypatch, capsys)
     assert code == 0
-    assert report["fits"] is True and report["region"] == "us-central1" and report["project"] == PROJECT
+    assert report["fits"] is True
+    assert report["region"] == "us-central1"
+    assert report["project"] == PROJECT
     quotas = by_metric(report)
     assert set(quotas) == {"CPUS", "NVIDIA_T4_GPUS", "GPUS_ALL_REGIONS"}
     assert (quotas["CPUS"]["need"], quotas["CPUS"]["available"], quotas["CPUS"]["status"]) == (8, 20.0, "fits")
@@ -72,7 +74,8 @@ def test_a_gpu_stack_that_fits_reads_its_region_and_project(monkeypatch: pytest.
 def test_an_exceeded_gpu_quota_says_by_how_much_and_how_to_ask(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     answers = [region(CPUS=(24.0, 4.0), NVIDIA_T4_GPUS=(1.0, 1.0)), project(GPUS_ALL_REGIONS=(4.0, 1.0))]
     code, report, _, _ = run("dev", answers, monkeypatch, capsys)
-    assert code == 1 and report["fits"] is False
+    assert code == 1
+    assert report["fits"] is False
     t4 = by_metric(report)["NVIDIA_T4_GPUS"]
     assert (t4["status"], t4["need"], t4["limit"], t4["usage"], t4["available"], t4["short_by"]) == (
         "exceeded",
@@ -187,8 +190,11 @@ def test_a_failed_call_is_one_line_and_exit_1(
     answer: tuple[dict[str, str], str], expected: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     code, report, _, err = run("dev", [answer], monkeypatch, capsys)
-    assert code == 1 and report == {}
-    assert err.startswith("trainstack quota: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert code == 1
+    assert report == {}
+    assert err.startswith("trainstack quota: ")
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
     assert expected in err
 
 
@@ -199,7 +205,8 @@ def test_failures_print_one_line_on_stderr(monkeypatch: pytest.MonkeyPatch, caps
     assert main(["quota", "--stack", "dev"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err
     assert captured.err.startswith("trainstack quota: the quotas of project your-gcp-project: the API is disabled")
 
 
@@ -281,7 +288,8 @@ def test_flex_start_draws_on_the_preemptible_quota_and_a_reserved_node_on_the_st
     flex_quotas, reserved_quotas = reports
     gpus = flex_quotas["PREEMPTIBLE_NVIDIA_A100_GPUS"]
     assert (gpus["need"], gpus["short_by"], gpus["status"]) == (3, 1.0, "exceeded")
-    assert "NVIDIA_A100_GPUS" not in flex_quotas and flex_quotas["PREEMPTIBLE_CPUS"]["need"] == 36
+    assert "NVIDIA_A100_GPUS" not in flex_quotas
+    assert flex_quotas["PREEMPTIBLE_CPUS"]["need"] == 36
     gpus = reserved_quotas["NVIDIA_A100_GPUS"]
     assert (gpus["need"], gpus["status"]) == (3, "fits")
     assert "PREEMPTIBLE_NVIDIA_A100_GPUS" not in reserved_quotas

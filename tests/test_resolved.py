@@ -66,14 +66,16 @@ def test_the_tf_config_cluster_lists_internal_names_by_role_in_task_order() -> N
     assert stack.cluster.training_port == 2222
     # A parameter server takes no GPU and boots the CPU image.
     ps = stack.cluster.nodes[-1]
-    assert ps.accelerator is None and ps.image.purpose == "cpu"
+    assert ps.accelerator is None
+    assert ps.image.purpose == "cpu"
 
 
 def test_one_machine_needs_no_cluster_and_no_port() -> None:
     stack = resolved({"trainstack:cluster": cluster()})
     assert stack.cluster is not None
     assert stack.cluster.strategy == "mirrored"
-    assert stack.cluster.tf_cluster == {} and stack.cluster.training_port is None
+    assert stack.cluster.tf_cluster == {}
+    assert stack.cluster.training_port is None
 
 
 def test_built_in_gpus_are_the_nodes_gpus_and_are_priced() -> None:
@@ -82,11 +84,13 @@ def test_built_in_gpus_are_the_nodes_gpus_and_are_priced() -> None:
     stack = resolved({"trainstack:cluster": {"chief": {"machine_type": "a2-highgpu-1g"}}})
     assert stack.cluster is not None
     [chief] = stack.cluster.nodes
-    assert chief.accelerator is not None and (chief.accelerator.type, chief.accelerator.count) == (
+    assert chief.accelerator is not None
+    assert (chief.accelerator.type, chief.accelerator.count) == (
         "nvidia-tesla-a100",
         1,
     )
-    assert chief.attach_accelerator is False and chief.image.purpose == "gpu"
+    assert chief.attach_accelerator is False
+    assert chief.image.purpose == "gpu"
     assert chief.cost.usd_per_hour == pytest.approx(0.73948 + 2.933908 + 200 * 0.10 / 730, abs=1e-9)
     assert stack.cluster.strategy == "one_device"
 
@@ -167,7 +171,8 @@ def test_an_existing_stack_keeps_its_bucket_by_naming_it() -> None:
     config = base_config()
     config["trainstack:storage"] = {"bucket": "test-project-123-test"}
     stack = resolve_stack(parse_stack_config("test", config))
-    assert stack.bucket_name == "test-project-123-test" and stack.bucket_uri == "gs://test-project-123-test"
+    assert stack.bucket_name == "test-project-123-test"
+    assert stack.bucket_uri == "gs://test-project-123-test"
 
 
 @pytest.mark.parametrize("bucket", ["ab", "Upper-case", "has.dots.in.it", "goog-thing", "my-google-bucket", "a" * 64])
@@ -184,16 +189,21 @@ TPU = {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"}
 def test_a_stack_with_a_job_runs_the_queue_and_idles_ten_minutes_by_default() -> None:
     stack = resolved()
     assert stack.cluster is not None
-    assert stack.runs_queue and stack.cluster.idle_seconds == 600 and stack.idle_seconds == 600
+    assert stack.runs_queue
+    assert stack.cluster.idle_seconds == 600
+    assert stack.idle_seconds == 600
 
 
 def test_idle_minutes_set_makes_a_stack_without_a_job_run_the_queue() -> None:
     """A stack of machines that boot ready waits for submitted jobs only where it says how long."""
     without = resolved({"trainstack:job": None})
-    assert not without.runs_queue and without.idle_seconds is None
-    assert without.cluster is not None and without.cluster.idle_seconds is None
+    assert not without.runs_queue
+    assert without.idle_seconds is None
+    assert without.cluster is not None
+    assert without.cluster.idle_seconds is None
     standing = resolved({"trainstack:job": None, "trainstack:cluster": cluster(idle_minutes=30)})
-    assert standing.runs_queue and standing.idle_seconds == 30 * 60
+    assert standing.runs_queue
+    assert standing.idle_seconds == 30 * 60
     assert resolved({"trainstack:cluster": cluster(idle_minutes=0)}).idle_seconds == 0
 
 
@@ -206,10 +216,12 @@ def test_a_tpu_vm_takes_its_own_idle_minutes() -> None:
             "trainstack:zone": "us-central1-b",
         }
     )
-    assert stack.tpu is not None and stack.runs_queue
+    assert stack.tpu is not None
+    assert stack.runs_queue
     assert stack.tpu.idle_seconds == stack.idle_seconds == 45 * 60
 
 
 def test_a_notebook_alone_runs_no_queue_even_with_a_job() -> None:
     stack = resolved({"trainstack:cluster": None, "trainstack:notebook": {"machine_type": "n1-standard-8"}})
-    assert not stack.runs_queue and stack.idle_seconds is None
+    assert not stack.runs_queue
+    assert stack.idle_seconds is None

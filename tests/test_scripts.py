@@ -85,7 +85,8 @@ def test_a_node_whose_script_and_metadata_exceed_512_kb_is_refused() -> None:
         boot, cluster_script=boot.cluster_script + "#" * bootscripts.MAX_INSTANCE_METADATA_BYTES
     )
     [problem] = bootscripts.metadata_problems(stack, padded)
-    assert problem.key == "trainstack:job.args" and "Compute Engine allows" in problem.message
+    assert problem.key == "trainstack:job.args"
+    assert "Compute Engine allows" in problem.message
 
 
 def test_only_the_chief_is_told_which_spot_peers_to_start_again() -> None:

@@ -110,7 +110,8 @@ def test_plan_and_check_of_a_stack_with_secrets_print_no_value(
     assert main(["plan", "--stack-file", str(path), "--json"]) == 0
     assert main(["check", "--stack-file", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "v1:AAAA" not in out and "sec-WANDB_API_KEY" in out
+    assert "v1:AAAA" not in out
+    assert "sec-WANDB_API_KEY" in out
 
 
 def problems_of(config: dict[str, Any], secret_keys: frozenset[str] = frozenset()) -> str:
@@ -123,7 +124,8 @@ def test_a_secret_written_in_clear_text_is_refused_without_repeating_it() -> Non
     config = base_config()
     config[SECRET_KEY] = {"WANDB_API_KEY": CANARY}
     report = problems_of(config)
-    assert "trainstack:secrets.WANDB_API_KEY" in report and "pulumi config set --path --secret" in report
+    assert "trainstack:secrets.WANDB_API_KEY" in report
+    assert "pulumi config set --path --secret" in report
     assert CANARY not in report
     # Under the engine too, when the key is not a secret: the value is in the stack file in clear.
     assert CANARY not in problems_of({**config, SECRET_KEY: json.dumps({"WANDB_API_KEY": CANARY})})
@@ -145,7 +147,8 @@ def test_bad_secret_names_are_refused_by_name(name: str, words: str) -> None:
     config = base_config()
     config[SECRET_KEY] = {name: {"secure": "v1:AAAA"}}
     report = problems_of(config)
-    assert "trainstack:secrets" in report and words in report
+    assert "trainstack:secrets" in report
+    assert words in report
 
 
 def test_secrets_without_a_job_are_refused() -> None:
@@ -169,7 +172,8 @@ def test_a_setting_set_as_a_secret_other_than_secrets_is_refused_naming_the_righ
     config = base_config()
     config["trainstack:job"] = job
     report = problems_of(config)
-    assert "trainstack:job: is set as a secret" in report and "trainstack:secrets.<NAME>" in report
+    assert "trainstack:job: is set as a secret" in report
+    assert "trainstack:secrets.<NAME>" in report
 
 
 def test_the_engine_marking_a_setting_secret_is_refused_too() -> None:
@@ -177,4 +181,5 @@ def test_the_engine_marking_a_setting_secret_is_refused_too() -> None:
     config = base_config()
     config["trainstack:job"] = json.dumps({"name": "j", "args": ["--token", CANARY]})
     report = problems_of(config, secret_keys=frozenset({"trainstack:job"}))
-    assert "trainstack:job: is set as a secret" in report and CANARY not in report
+    assert "trainstack:job: is set as a secret" in report
+    assert CANARY not in report

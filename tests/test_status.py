@@ -105,8 +105,10 @@ def test_a_local_runs_status_reads_the_same_from_its_directory_and_from_the_buck
     assert result.succeeded, result.logs
 
     local = status_json(capsys, "--stack-file", str(path), "--local", "--workdir", str(workdir))
-    assert local["source"] == "local" and local["job_dir"] == str(result.job_dir)
-    assert local["state"] == STATES.succeeded and local["job_status"] == result.job_status
+    assert local["source"] == "local"
+    assert local["job_dir"] == str(result.job_dir)
+    assert local["state"] == STATES.succeeded
+    assert local["job_status"] == result.job_status
     assert [(n["name"], n["status"]) for n in local["nodes"]] == list(result.node_status.items())
     assert local["heartbeat_age_seconds"] is None, "a finished job has no heartbeat"
 
@@ -120,7 +122,8 @@ def test_a_local_runs_status_reads_the_same_from_its_directory_and_from_the_buck
         bucket.blob(f"{PREFIX}/{name}").upload_from_filename(str(result.job_dir / name))
 
     cloud = status_json(capsys, "--stack-file", str(path))
-    assert cloud["source"] == "gcs" and cloud["job_dir"] == f"gs://{BUCKET}/{PREFIX}"
+    assert cloud["source"] == "gcs"
+    assert cloud["job_dir"] == f"gs://{BUCKET}/{PREFIX}"
     assert resolve_stack(cfg).job_dir == cloud["job_dir"]
     for key in ("state", "job_status", "nodes", "metrics", "heartbeat_age_seconds", "stack", "job"):
         assert cloud[key] == local[key], key
@@ -255,7 +258,8 @@ def test_an_object_that_is_not_a_status_object_is_one_clear_error(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(f"trainstack: {expected} {words}"), captured.err
-    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err
 
 
 # --- (e) --json -----------------------------------------------------------------------------------------
@@ -296,7 +300,9 @@ def test_missing_credentials_say_how_to_log_in(
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-key.json"))
     assert main(["status", "--stack-file", str(stack_file(tmp_path))]) == 1
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err
     assert captured.err.startswith(f"trainstack: cannot read gs://{BUCKET}/{PREFIX}/{LAYOUT.job_status}: ")
     assert "run `gcloud auth application-default login`" in captured.err
 
@@ -324,7 +330,8 @@ def test_an_unreachable_endpoint_is_one_line(
     monkeypatch.setattr(status_report, "RETRY_SECONDS", 1.0)
     assert main(["status", "--stack-file", str(stack_file(tmp_path))]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"trainstack: cannot read gs://{BUCKET}/") and err.count("\n") == 1, err
+    assert err.startswith(f"trainstack: cannot read gs://{BUCKET}/"), err
+    assert err.count("\n") == 1, err
 
 
 def test_local_without_a_run_says_how_to_make_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -376,7 +383,8 @@ def test_code_that_ignored_tf_config_is_one_warning_naming_its_nodes_and_the_doc
     assert warning.startswith("warning: the job's code ignored TF_CONFIG on chief, worker-0 (")
     assert "each of these nodes trained a model of its own" in warning
     assert warning.endswith(f"(see {TF_CONFIG_DOCS})")
-    assert out[2].startswith("  chief ") and sum(line.startswith("warning") for line in out) == 1
+    assert out[2].startswith("  chief ")
+    assert sum(line.startswith("warning") for line in out) == 1
     # --json keeps each node's own words.
     nodes = status_json(capsys, "--stack-file", str(path))["nodes"]
     assert [node["status"].get("warnings") for node in nodes] == [IGNORED, IGNORED, {}]

@@ -112,7 +112,8 @@ def trainstack_status(path: Path) -> dict[str, Any]:
     )
     assert completed.returncode == 0, completed.stderr
     document: dict[str, Any] = json.loads(completed.stdout)
-    assert document["source"] == "gcs" and document["job_dir"] == JOB_DIR
+    assert document["source"] == "gcs"
+    assert document["job_dir"] == JOB_DIR
     return document
 
 
@@ -128,7 +129,8 @@ def test_status_reads_the_job_a_real_boot_script_wrote_to_the_emulator(
     assert sorted(line.split()[1:] for line in result.self_stops) == [["stop", node] for node in NODES]
 
     document = trainstack_status(path)
-    assert document["state"] == "SUCCEEDED" and document["job_status"]["exit_code"] == 0
+    assert document["state"] == "SUCCEEDED"
+    assert document["job_status"]["exit_code"] == 0
     assert document["job_status"] == result.job_status, "status and LocalStackRun read the same object"
     assert [n["name"] for n in document["nodes"]] == NODES
     for node in document["nodes"]:
@@ -137,15 +139,18 @@ def test_status_reads_the_job_a_real_boot_script_wrote_to_the_emulator(
             0,
             node["name"],
         )
-    assert document["heartbeat_age_seconds"] is None and document["metrics"] is None
+    assert document["heartbeat_age_seconds"] is None
+    assert document["metrics"] is None
 
     # Every object is in the emulator: what `pulumi up` uploads (the agent, the code) and,
     # under the job directory, what the nodes' agents wrote through the JSON API.
     names = sorted(blob.name for blob in emulator_bucket.list_blobs())
-    assert local.job is not None and local.job.package is not None
+    assert local.job is not None
+    assert local.job.package is not None
     archive = local.job.package.object_name
     agent = artifacts.agent_archive().object_name
-    assert archive.startswith(f"{LAYOUT.code_dir}/trainer-") and archive.endswith(".zip")
+    assert archive.startswith(f"{LAYOUT.code_dir}/trainer-")
+    assert archive.endswith(".zip")
     assert names == sorted(
         [
             agent,
@@ -181,13 +186,16 @@ def test_status_reports_a_failed_job_with_the_chiefs_exit_code(
     # by reading the chief's FAILED job status from the emulator.
     monkeypatch.setenv("PROBE_OTHERS_SLEEP", "600")
     _, result, path = run_on_emulator(tmp_path)
-    assert result.job_status is not None and (result.job_status["state"], result.job_status["exit_code"]) == (
+    assert result.job_status is not None
+    assert (result.job_status["state"], result.job_status["exit_code"]) == (
         "FAILED",
         3,
     )
 
     document = trainstack_status(path)
-    assert document["state"] == "FAILED" and document["job_status"] == result.job_status
+    assert document["state"] == "FAILED"
+    assert document["job_status"] == result.job_status
     chief, worker = (node["status"] for node in document["nodes"])
     assert (chief["state"], chief["exit_code"]) == ("FAILED", 3)
-    assert worker["state"] == "FAILED" and worker["reason"] == "the chief recorded the job FAILED"
+    assert worker["state"] == "FAILED"
+    assert worker["reason"] == "the chief recorded the job FAILED"

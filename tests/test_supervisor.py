@@ -97,7 +97,8 @@ def test_returncodes_are_exit_statuses_or_negative_signals(supervisor: Superviso
     supervisor.start("ok", ["bash", "-c", "exit 0"])
     supervisor.start("failed", ["bash", "-c", "exit 3"])
     supervisor.start("terminated", ["sleep", "1000"])
-    assert supervisor.returncode("terminated") is None and supervisor.running("terminated")
+    assert supervisor.returncode("terminated") is None
+    assert supervisor.running("terminated")
     supervisor.signal("terminated", signal.SIGTERM)
     assert wait_for_exit(supervisor, "ok") == 0
     assert wait_for_exit(supervisor, "failed") == 3

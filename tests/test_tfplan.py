@@ -132,7 +132,8 @@ def test_blocks_become_one_element_lists() -> None:
     (vm,) = planned(document("dev"), "google_compute_instance")
     values = vm["values"]
     for block in ("boot_disk", "scheduling", "service_account", "shielded_instance_config"):
-        assert isinstance(values[block], list) and len(values[block]) == 1, block
+        assert isinstance(values[block], list), block
+        assert len(values[block]) == 1, block
     assert len(values["boot_disk"][0]["initialize_params"]) == 1
     assert values["scheduling"][0]["max_run_duration"] == [{"seconds": 28800}]
     assert values["shielded_instance_config"] == [
@@ -140,8 +141,10 @@ def test_blocks_become_one_element_lists() -> None:
     ]
     # Lists stay lists, under Terraform's singular names.
     assert values["guest_accelerator"] == [{"count": 1, "type": "nvidia-tesla-t4"}]
-    assert isinstance(values["network_interface"], list) and len(values["network_interface"]) == 1
-    assert "networkInterfaces" not in values and "guest_accelerators" not in values
+    assert isinstance(values["network_interface"], list)
+    assert len(values["network_interface"]) == 1
+    assert "networkInterfaces" not in values
+    assert "guest_accelerators" not in values
 
 
 def test_maps_stay_maps_with_their_keys() -> None:
@@ -152,7 +155,8 @@ def test_maps_stay_maps_with_their_keys() -> None:
     assert values["metadata"]["enable-oslogin"] == "TRUE"
     assert isinstance(values["boot_disk"][0]["initialize_params"][0]["labels"], dict)
     (tpu,) = planned(document("tpu"), "google_tpu_v2_vm")
-    assert isinstance(tpu["values"]["metadata"], dict) and isinstance(tpu["values"]["labels"], dict)
+    assert isinstance(tpu["values"]["metadata"], dict)
+    assert isinstance(tpu["values"]["labels"], dict)
     (notebook,) = planned(document("notebook"), "google_workbench_instance")
     assert notebook["values"]["gce_setup"][0]["metadata"]["enable-oslogin"] == "TRUE"
 
@@ -198,7 +202,8 @@ def test_map_fields_are_the_maps_pulumi_gcp_types() -> None:
 def test_plural_list_names_become_terraform_names() -> None:
     doc = document("multiworker")
     for firewall in planned(doc, "google_compute_firewall"):
-        assert "allow" in firewall["values"] and "allows" not in firewall["values"]
+        assert "allow" in firewall["values"]
+        assert "allows" not in firewall["values"]
     (bucket,) = planned(doc, "google_storage_bucket")
     (rule,) = bucket["values"]["lifecycle_rule"]
     assert rule["action"] == [{"type": "Delete"}]
@@ -215,7 +220,8 @@ def test_plural_list_names_become_terraform_names() -> None:
 def test_no_script_text_in_the_export(stack: str) -> None:
     plan = plan_for(stack)
     text = json.dumps(terraform_plan(plan.resources))
-    assert "#!/" not in text and "set -euo pipefail" not in text
+    assert "#!/" not in text
+    assert "set -euo pipefail" not in text
     for script in plan.scripts.values():
         for line in script.splitlines():
             if len(line.strip()) > 40:
@@ -237,7 +243,8 @@ def test_secrets_are_masked_and_marked_sensitive() -> None:
     wrapped = {SECRET_SIGNATURE_KEY: SECRET_SIGNATURE, "value": "hunter2"}
     item = PlannedResource("gcp:compute/projectMetadataItem:ProjectMetadataItem", "m", {"key": "k", "value": wrapped})
     (resource,) = terraform_plan([item])["planned_values"]["root_module"]["resources"]
-    assert resource["values"]["value"] == SECRET_MASK and resource["sensitive_values"] == {"value": True}
+    assert resource["values"]["value"] == SECRET_MASK
+    assert resource["sensitive_values"] == {"value": True}
     assert "hunter2" not in json.dumps(terraform_plan([item]))
 
 
@@ -261,7 +268,8 @@ def test_values_the_provider_computes_are_unknown_and_referenced() -> None:
     assert vm["values"]["network_interface"] == [{}]
     assert change(doc, vm["address"])["after_unknown"] == {"network_interface": [{"subnetwork": True}]}
     (nat,) = planned(doc, "google_compute_router_nat")
-    assert "router" not in nat["values"] and change(doc, nat["address"])["after_unknown"] == {"router": True}
+    assert "router" not in nat["values"]
+    assert change(doc, nat["address"])["after_unknown"] == {"router": True}
     assert "<computed>" not in json.dumps(doc)
 
 
@@ -333,7 +341,8 @@ def test_cli_bad_input_is_one_line(
     captured = capsys.readouterr()
     assert captured.out == ""
     problem = [line for line in captured.err.splitlines() if line.strip()]
-    assert words in captured.err and "Traceback" not in captured.err
+    assert words in captured.err
+    assert "Traceback" not in captured.err
     assert len(problem) <= 2, captured.err
 
 

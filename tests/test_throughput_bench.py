@@ -16,7 +16,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 def _load(name: str) -> ModuleType:
     """A script of bench/, which is no package, as the module ``name``."""
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     # Dataclasses look their module up by name, and trainer_throughput imports cpu_peak.
     sys.modules[name] = module
@@ -82,7 +83,8 @@ def test_a_zen4_whose_hypervisor_hides_avx512_peaks_at_avx2_fma_and_has_no_bfloa
     assert peak.float32.instructions == "AVX2 + FMA (256-bit)"
     assert peak.float32.flop_per_cycle == 32
     assert peak.float32.gflops == pytest.approx(2 * 2.596132 * 32)
-    assert peak.bfloat16.flop_per_cycle is None and peak.bfloat16.gflops is None
+    assert peak.bfloat16.flop_per_cycle is None
+    assert peak.bfloat16.gflops is None
     assert "no bfloat16 instructions" in cpu_peak.describe_peak(peak.bfloat16, peak.cpu, "bfloat16")
 
 
@@ -200,7 +202,8 @@ def test_an_unreadable_cpuinfo_gives_an_unknown_cpu_without_failing(tmp_path: Pa
     peak = cpu_peak.physical_peak(info)
 
     assert (info.logical_cpus, info.physical_cores, info.mhz) == (0, 0, None)
-    assert peak.float32.gflops is None and peak.bfloat16.gflops is None
+    assert peak.float32.gflops is None
+    assert peak.bfloat16.gflops is None
     assert all(line for line in cpu_peak.describe(peak))
 
 
@@ -282,7 +285,8 @@ def test_a_trainer_runs_saves_are_stated_as_seconds_per_epoch_and_a_share_of_its
     line = throughput.saves_line("trainer, float32", result)
 
     # The first epoch (tracing, the first save) is left out as for examples/s; 50 x 32 / 160 = 10 s.
-    assert line is not None and line.startswith(
+    assert line is not None
+    assert line.startswith(
         "trainer, float32: its backup and epoch checkpoint held training up 0.15 s per epoch, 1.5% of its epoch time"
     )
     assert throughput.saves_line("baseline", {"examples_per_second": 120.0}) is None

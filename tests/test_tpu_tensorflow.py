@@ -39,7 +39,8 @@ def test_tpu7x_is_refused_because_it_runs_no_tensorflow(
     assert code == 1
     [line] = [line.strip() for line in output.splitlines() if line.startswith("  ")]
     assert line.startswith(f"trainstack:tpu.accelerator_type: {accelerator_type} is a TPU tpu7x type")
-    assert "runs no TensorFlow" in line and "unknown" not in line
+    assert "runs no TensorFlow" in line
+    assert "unknown" not in line
     assert line.endswith("TPU generations with TensorFlow: v2, v3, v4, v5e, v5p, v6e")
 
 
@@ -57,7 +58,8 @@ def test_the_newest_tensorflow_with_a_tpu_runtime_is_2_18() -> None:
     catalog = load_catalog()
     versions = {r.tensorflow_version for r in catalog.tpu_runtimes.values() if r.tensorflow_version}
     assert max(versions, key=lambda v: tuple(int(p) for p in v.split("."))) == "2.18.0"
-    assert "tpu7x" in catalog.tpu_generations and not catalog.tensorflow_runtimes("tpu7x")
+    assert "tpu7x" in catalog.tpu_generations
+    assert not catalog.tensorflow_runtimes("tpu7x")
 
 
 @pytest.mark.parametrize(
@@ -79,7 +81,8 @@ def test_init_writes_the_newest_tensorflow_runtime_for_every_generation(
 
 def test_init_refuses_tpu7x_naming_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "Pulumi.team.yaml"
-    assert main(["init", "--stack", "team", "--tpu", "tpu7x-8", "--out", str(out)]) == 2 and not out.exists()
+    assert main(["init", "--stack", "team", "--tpu", "tpu7x-8", "--out", str(out)]) == 2
+    assert not out.exists()
     assert "TPU tpu7x runs no TensorFlow; TPU generations with TensorFlow: v2, v3" in capsys.readouterr().err
 
 
@@ -89,4 +92,5 @@ def test_tpus_lists_only_tensorflow_runtimes_and_generations(capsys: pytest.Capt
     assert "tpu7x" not in tpus
     catalog = load_catalog()
     for listing in tpus.values():
-        assert listing["runtimes"] and all(catalog.tpu_runtimes[r].tensorflow_version for r in listing["runtimes"])
+        assert listing["runtimes"]
+        assert all(catalog.tpu_runtimes[r].tensorflow_version for r in listing["runtimes"])

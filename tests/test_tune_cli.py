@@ -64,7 +64,9 @@ def test_a_stack_without_a_queue_is_refused(tmp_path: Path, capsys: pytest.Captu
     spec.write_text(GOOD)
     code = main(["tune", "--stack-file", str(stack_file), "--local", "--spec", str(spec), "--epochs", "1"])
     err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1 and "runs no queue" in err
+    assert code == 1
+    assert err.count("\n") == 1
+    assert "runs no queue" in err
 
 
 def test_status_reads_a_study_back_as_a_table_json_and_a_chart(
@@ -107,7 +109,8 @@ def test_status_reads_a_study_back_as_a_table_json_and_a_chart(
     assert chart.read_text().lstrip().startswith("<?xml")
     assert main(["tune", "status", *target, "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["best_trial"] == 2 and [t["metric"] for t in document["trials"]] == [0.5, 0.25]
+    assert document["best_trial"] == 2
+    assert [t["metric"] for t in document["trials"]] == [0.5, 0.25]
 
 
 def test_a_corrupt_or_missing_study_is_one_line(
@@ -122,7 +125,8 @@ def test_a_corrupt_or_missing_study_is_one_line(
     path.write_bytes(b'{"version": 1, "spec": ')
     assert main(["tune", "status", *target, "--study", "broken"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "is not JSON" in err
+    assert err.count("\n") == 1
+    assert "is not JSON" in err
     assert main(["tune", *target, "--study", "broken"]) == 1
     assert capsys.readouterr().err.count("\n") == 1
     assert path.read_bytes() == b'{"version": 1, "spec": '

@@ -79,7 +79,8 @@ def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_me
         assert f"`trainstack tune {' '.join(target)} --study study` resumes it" in err
         assert "Traceback" not in err
         left = study_document(bucket)
-        assert left is not None and 1 <= len(left["trials"]) <= 2
+        assert left is not None
+        assert 1 <= len(left["trials"]) <= 2
         # Resumed from the bucket alone: its spec and job are in the study.
         resumed = trainstack("tune", *target, "--study", "study")
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -88,7 +89,8 @@ def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_me
         standing.send_signal(signal.SIGTERM)
         standing.communicate(timeout=120)
     study = study_document(bucket)
-    assert study is not None and study["state"] == "SUCCEEDED"
+    assert study is not None
+    assert study["state"] == "SUCCEEDED"
     trials = study["trials"]
     assert [trial["state"] for trial in trials] == ["SUCCEEDED"] * 3
     assert len({trial["params"]["learning-rate"] for trial in trials}) == 3

@@ -225,7 +225,8 @@ def test_a_study_runs_max_trials_never_more_than_max_parallel_at_once_and_names_
         assert trial.metric == pytest.approx(score(trial_arguments(values)))
     assert len({json.dumps(trial.params, sort_keys=True) for trial in study.trials}) == 6
     best = study.best()
-    assert best is not None and best.metric == max(trial.metric or 0 for trial in study.trials)
+    assert best is not None
+    assert best.metric == max(trial.metric or 0 for trial in study.trials)
     assert all(
         0.001 <= trial.params["learning-rate"] <= 1.0 and 1 <= trial.params["units"] <= 64 for trial in study.trials
     )
@@ -252,11 +253,13 @@ def test_a_tune_killed_between_recording_a_trial_and_queueing_it_queues_that_tri
     with pytest.raises(Killed):
         engine.step(services(bucket, submit=dying_submit), "study")
     recorded = engine.read_study(store, "study")
-    assert recorded is not None and [trial.state for trial in recorded.trials] == ["PENDING"]
+    assert recorded is not None
+    assert [trial.state for trial in recorded.trials] == ["PENDING"]
     params = recorded.trials[0].params
     # Resumed (a new process: new services over the same bucket).
     study = run_to_end(services(bucket), Nodes(bucket, store, score))
-    assert study.state == STUDY_SUCCEEDED and len(study.trials) == 3
+    assert study.state == STUDY_SUCCEEDED
+    assert len(study.trials) == 3
     assert study.trials[0].params == params
     assert [entry.name for entry in read_index(store).entries] == ["study_t1", "study_t2", "study_t3"]
 
@@ -272,7 +275,8 @@ def test_a_resumed_random_study_goes_on_with_new_parameters_not_repeated_ones(bu
     # A second `tune` (another machine) takes it over.
     study = run_to_end(services(bucket), nodes)
     seen = [json.dumps(trial.params, sort_keys=True) for trial in study.trials]
-    assert len(seen) == 4 and len(set(seen)) == 4
+    assert len(seen) == 4
+    assert len(set(seen)) == 4
 
 
 def test_failed_trials_end_the_study_at_max_failed_trials_and_cancel_what_is_outstanding(bucket: Path) -> None:
@@ -285,12 +289,14 @@ def test_failed_trials_end_the_study_at_max_failed_trials_and_cancel_what_is_out
     assert study.state == STUDY_FAILED
     assert "2 trials failed" in (study.problem or "")
     states = [trial.state for trial in study.trials]
-    assert states[:2] == [FAILED, FAILED] and CANCELLED in states
+    assert states[:2] == [FAILED, FAILED]
+    assert CANCELLED in states
     # The outstanding trial's job is cancelled in the queue: nothing bills for a failed study.
     cancelled = {entry.id for entry in read_index(store).entries if entry.cancelled}
     assert cancelled == {trial.job_id for trial in study.trials if trial.state == CANCELLED}
     # Nothing is left queued or running, and no trial was asked once the study had failed.
-    assert not study.outstanding and len(study.trials) < 6
+    assert not study.outstanding
+    assert len(study.trials) < 6
     assert engine.step(tune, "study").trials == study.trials
 
 
@@ -333,9 +339,11 @@ def test_early_stopping_stops_a_trial_worse_than_the_median_and_cancels_its_job(
     nodes._report(entry, [0.05, 0.06])
     study = engine.step(tune, "study")
     fourth = study.trials[3]
-    assert fourth.state == STOPPED and fourth.metric == pytest.approx(0.06)
+    assert fourth.state == STOPPED
+    assert fourth.metric == pytest.approx(0.06)
     assert read_index(store).entries[3].cancelled is not None
-    assert study.best() is not None and study.best().number in (1, 2, 3)  # type: ignore[union-attr]
+    assert study.best() is not None
+    assert study.best().number in (1, 2, 3)
 
 
 def test_grid_search_tries_every_point_once_and_ends_when_the_grid_is_walked(bucket: Path) -> None:
@@ -371,7 +379,8 @@ def test_a_corrupt_study_is_refused_in_one_line_and_left_as_it_was(bucket: Path)
     path.write_bytes(corrupt)
     with pytest.raises(engine.StudyRefused) as refused:
         engine.step(services(bucket), "study")
-    assert "\n" not in str(refused.value) and "trial 1" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert "trial 1" in str(refused.value)
     assert path.read_bytes() == corrupt
     path.write_bytes(b"\x00garbage")
     with pytest.raises(engine.StudyRefused, match="is not JSON"):
@@ -384,7 +393,8 @@ def test_a_study_resumes_only_with_its_own_spec_and_job(bucket: Path) -> None:
     store = DirectoryStore(bucket)
     start(bucket, spec())
     study, created = engine.open_study(store, "study", spec(), dict(JOB), "later")
-    assert not created and study.created == "2026-11-26T00:00:00Z"
+    assert not created
+    assert study.created == "2026-11-26T00:00:00Z"
     with pytest.raises(engine.StudyRefused, match="another spec"):
         engine.open_study(store, "study", spec(maxTrials=9), dict(JOB), "later")
     with pytest.raises(engine.StudyRefused, match="another job"):
@@ -409,7 +419,8 @@ def test_reverse_log_scale_stays_in_range_and_is_dense_near_the_maximum(bucket: 
     start(bucket, reverse)
     study = engine.step(services(bucket), "study")
     values = [trial.params["momentum"] for trial in study.trials]
-    assert len(values) == 40 and all(0.01 <= value <= 0.99 for value in values)
+    assert len(values) == 40
+    assert all(0.01 <= value <= 0.99 for value in values)
     # Mirrored log sampling: most of the mass near the maximum (a uniform draw would put about half above 0.5).
     assert sum(value > 0.9 for value in values) > 10
 
@@ -454,4 +465,5 @@ def test_the_engine_never_reads_a_job_directory_outside_the_trials_own(bucket: P
     study = run_to_end(services(bucket, objects=Watching(bucket)), Nodes(bucket, DirectoryStore(bucket), score))
     job_dir = study.trials[0].job_dir
     assert job_dir is not None
-    assert read and all(posixpath.commonpath([name, job_dir]) == job_dir for name in read)
+    assert read
+    assert all(posixpath.commonpath([name, job_dir]) == job_dir for name in read)

@@ -88,9 +88,12 @@ def test_defaults_are_ai_platforms_and_written_out_in_camel_case() -> None:
         {"goal": "MINIMIZE", "params": [{"parameterName": "units", "type": "INTEGER", "minValue": 8, "maxValue": 64}]}
     )
     document = spec.to_json()
-    assert document["maxTrials"] == 1 and document["maxParallelTrials"] == 1 and document["maxFailedTrials"] == 0
+    assert document["maxTrials"] == 1
+    assert document["maxParallelTrials"] == 1
+    assert document["maxFailedTrials"] == 0
     assert document["hyperparameterMetricTag"] == DEFAULT_METRIC_TAG == "training/hptuning/metric"
-    assert document["algorithm"] == "ALGORITHM_UNSPECIFIED" and document["enableTrialEarlyStopping"] is False
+    assert document["algorithm"] == "ALGORITHM_UNSPECIFIED"
+    assert document["enableTrialEarlyStopping"] is False
     assert document["params"] == [
         {"parameterName": "units", "type": "INTEGER", "minValue": 8, "maxValue": 64, "scaleType": "NONE"}
     ]
@@ -368,7 +371,8 @@ def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
 def test_a_file_over_the_size_bound_is_refused_unread(tmp_path: Path) -> None:
     path = write(tmp_path, SAMPLE + "#" * MAX_SPEC_FILE_BYTES)
     line = file_problem(path)
-    assert line.startswith(str(path)) and f"at most {MAX_SPEC_FILE_BYTES} are read" in line
+    assert line.startswith(str(path))
+    assert f"at most {MAX_SPEC_FILE_BYTES} are read" in line
 
 
 def test_a_directory_or_a_fifo_is_refused(tmp_path: Path) -> None:

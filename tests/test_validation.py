@@ -544,7 +544,8 @@ def test_missing_stack_lists_the_shipped_stacks(capsys: pytest.CaptureFixture[st
     code = main(["validate", "--stack", "no-such-stack"])
     output = capsys.readouterr().err
     assert code == 1
-    assert "no such stack file" in output and "multiworker" in output
+    assert "no such stack file" in output
+    assert "multiworker" in output
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
@@ -568,7 +569,8 @@ def test_max_restarts_defaults_to_ten_and_takes_0_to_100(
     path = write_stack(tmp_path, mutated({f"{C}.max_restarts": value}))
     assert run_validate(path, capsys)[0] == 0
     cluster = load_stack(path)[0].settings.cluster
-    assert cluster is not None and cluster.max_restarts == expected
+    assert cluster is not None
+    assert cluster.max_restarts == expected
 
 
 def test_the_tf_2_18_tpu_runtime_google_documents_is_accepted(
@@ -608,9 +610,11 @@ def test_stack_names_that_share_their_first_24_characters_get_different_resource
         for stack in ("vision-team-experiments-2026-a", "vision-team-experiments-2026-b", "Team_A", "team-a", "dev")
     }
     assert len(set(names.values())) == len(names)
-    assert names["dev"] == "dev" and names["team-a"] == "team-a"
+    assert names["dev"] == "dev"
+    assert names["team-a"] == "team-a"
     for name in names.values():
-        assert RESOURCE_NAME_PATTERN.fullmatch(name) and len(f"{name}-train") <= 30
+        assert RESOURCE_NAME_PATTERN.fullmatch(name)
+        assert len(f"{name}-train") <= 30
 
 
 def test_one_pass_reports_a_bad_section_and_the_catalog_problems_of_the_others(
@@ -622,7 +626,8 @@ def test_one_pass_reports_a_bad_section_and_the_catalog_problems_of_the_others(
     assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 1
     err = capsys.readouterr().err
     assert "trainstack:job.name" in err
-    assert "trainstack:cluster.chief.accelerator.count" in err and "valid counts: 1, 2, 4" in err
+    assert "trainstack:cluster.chief.accelerator.count" in err
+    assert "valid counts: 1, 2, 4" in err
 
 
 def test_a_failing_section_is_not_also_reported_by_rules_on_its_defaults(
@@ -631,7 +636,8 @@ def test_a_failing_section_is_not_also_reported_by_rules_on_its_defaults(
     config = mutated({"trainstack:cluster.strategy": "bogus"})
     assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 1
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  ")]
-    assert len(lines) == 1 and "trainstack:cluster.strategy" in lines[0]
+    assert len(lines) == 1
+    assert "trainstack:cluster.strategy" in lines[0]
 
 
 @pytest.mark.parametrize(
@@ -649,7 +655,9 @@ def test_yaml_syntax_errors_give_line_and_column(
     path.write_text(text)
     assert main(["validate", "--stack-file", str(path)]) == 1
     err = capsys.readouterr().err
-    assert "not valid YAML" in err and where in err and "Traceback" not in err
+    assert "not valid YAML" in err
+    assert where in err
+    assert "Traceback" not in err
 
 
 def test_plan_names_placeholder_values_to_replace_before_pulumi_up(capsys: pytest.CaptureFixture[str]) -> None:
@@ -678,4 +686,5 @@ def test_a_value_left_empty_is_named_as_yaml_spells_it_never_as_python_does(
     path.write_text(yaml.safe_dump(document))
     assert main(["validate", "--stack-file", str(path)]) == 1
     err = capsys.readouterr().err
-    assert "got null" in err and "None" not in err, err
+    assert "got null" in err, err
+    assert "None" not in err, err

@@ -80,7 +80,9 @@ def test_what_is_not_a_directory_of_the_wheels_the_machines_need_is_refused_by_k
         return
     assert main(["validate", "--stack-file", str(path)]) == 1
     err = capsys.readouterr().err
-    assert "trainstack:storage.wheelhouse" in err and words in err and "Traceback" not in err
+    assert "trainstack:storage.wheelhouse" in err
+    assert words in err
+    assert "Traceback" not in err
 
 
 def test_a_link_in_a_wheelhouse_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -68,7 +68,8 @@ def test_a_gpu_stack_lists_the_zones_the_catalog_offers_its_gpu_in_and_no_other(
     assert listed == expected
     assert "europe-west4-a" in listed
     # A zone that exists but offers no T4 (zones.csv has it, gpu_zones.csv has no T4 row for it).
-    assert "africa-south1-a" in known_zones() and "africa-south1-a" not in listed
+    assert "africa-south1-a" in known_zones()
+    assert "africa-south1-a" not in listed
     [current] = [c for c in document["choices"] if c["current"]]
     assert current["zone"] == "us-central1-a"
 
@@ -110,7 +111,8 @@ def test_every_machine_of_the_stack_must_be_offered_in_a_zone_listed(
     listed = {c["zone"] for c in document["choices"]}
     t4, l4 = gpu_zones_csv("nvidia-tesla-t4"), gpu_zones_csv("nvidia-l4", "g2-standard-8")
     assert listed == t4 & l4 & known_zones()
-    assert t4 - l4 and not listed & (t4 - l4)
+    assert t4 - l4
+    assert not listed & (t4 - l4)
     assert "g2-standard-8 + 1 x nvidia-l4" in document["machines"]
     assert "2 x n1-standard-8 + 2 x nvidia-tesla-t4 (spot)" in document["machines"]
     # The whole stack's price, the notebook's included, as `cost` gives it.
@@ -138,7 +140,8 @@ def test_prices_are_sorted_and_each_is_the_regions_own(capsys: pytest.CaptureFix
     document = zones_json(capsys, "--stack", "dev")
     prices = [c["usd_per_hour"] for c in document["choices"]]
     known = [p for p in prices if p is not None]
-    assert known == sorted(known) and prices[: len(known)] == known
+    assert known == sorted(known)
+    assert prices[: len(known)] == known
     assert len(set(known)) > 3
     # The stack's own zone at the price `cost` gives.
     [current] = [c for c in document["choices"] if c["current"]]
@@ -182,12 +185,14 @@ def test_a_region_without_a_price_is_unknown_and_listed_last() -> None:
     assert catalog.gpu_usd_hr("nvidia-tesla-t4", "us-central1", spot=False) is not None
     report = zone_choices(resolved("dev"), catalog)
     europe = [c for c in report.choices if c.region == "europe-west4"]
-    assert europe and all(c.usd_per_hour is None for c in europe)
+    assert europe
+    assert all(c.usd_per_hour is None for c in europe)
     assert all(c.usd_per_hour is not None for c in report.choices[: -len(europe)])
     assert report.choices[-len(europe) :] == tuple(europe)
     lines = format_report(report, list(report.choices), "stacks/Pulumi.dev.yaml", "--stack dev")
     [row] = [line for line in lines if "europe-west4-a " in line]
-    assert "unknown" in row and "$" not in row
+    assert "unknown" in row
+    assert "$" not in row
 
 
 def apply_change(source: Path, change: dict[str, str], directory: Path) -> Path:
@@ -209,7 +214,8 @@ def test_the_change_names_the_stack_files_keys_and_makes_a_valid_stack(
     assert choices["europe-west4-a"]["change"] == {"gcp:region": "europe-west4", "trainstack:zone": "europe-west4-a"}
     source = STACKS_DIR / "Pulumi.dev.yaml"
     text = source.read_text(encoding="utf-8")
-    assert "  gcp:region: us-central1\n" in text and "  trainstack:zone: us-central1-a\n" in text
+    assert "  gcp:region: us-central1\n" in text
+    assert "  trainstack:zone: us-central1-a\n" in text
     for zone in ("us-central1-b", "europe-west4-a"):
         (tmp_path / zone).mkdir()
         moved = apply_change(source, choices[zone]["change"], tmp_path / zone)
@@ -220,10 +226,12 @@ def test_the_change_names_the_stack_files_keys_and_makes_a_valid_stack(
 def test_text_output_marks_the_stack_zone_and_prints_the_line_to_change(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["zones", "--stack", "tpu"]) == 0
     out = capsys.readouterr().out
-    assert "  * us-central1-b " in out and "(the stack's zone)" in out
+    assert "  * us-central1-b " in out
+    assert "(the stack's zone)" in out
     [other] = [line for line in out.splitlines() if " us-central1-c " in line]
     assert other.rstrip().endswith("trainstack:zone: us-central1-c")
-    assert "stacks/Pulumi.tpu.yaml" in out and "trainstack validate --stack tpu" in out
+    assert "stacks/Pulumi.tpu.yaml" in out
+    assert "trainstack validate --stack tpu" in out
 
 
 def test_json_shape_and_limit(capsys: pytest.CaptureFixture[str]) -> None:

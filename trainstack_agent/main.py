@@ -234,7 +234,8 @@ def read_cap_orders(options: argparse.Namespace) -> CapOrders:
 def cap_orders(metadata: Metadata, settings: NodeSettings, started: float, agent_pid: int) -> CapOrders:
     """The cap's orders from this node's checked settings and the agent's start (seconds since
     the epoch); this VM's project and zone come from the metadata server now, at boot."""
-    assert settings.tpu_name is not None and settings.max_run_seconds is not None
+    assert settings.tpu_name is not None
+    assert settings.max_run_seconds is not None
     return CapOrders(
         agent_pid=agent_pid,
         tpu_name=settings.tpu_name,

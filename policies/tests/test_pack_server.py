@@ -48,7 +48,8 @@ def test_the_engine_sees_every_policy_with_its_level(analyzer: Any) -> None:
     assert info.name == PACK_NAME
     assert [p.name for p in info.policies] == [p.name for p in POLICIES]
     levels = {p.name: analyzer_pb2.EnforcementLevel.Name(p.enforcementLevel) for p in info.policies}
-    assert levels["no-public-ip"] == "MANDATORY" and levels["bucket-versioning"] == "ADVISORY"
+    assert levels["no-public-ip"] == "MANDATORY"
+    assert levels["bucket-versioning"] == "ADVISORY"
 
 
 def test_a_preview_of_a_vm_with_a_public_ip_is_refused(analyzer: Any) -> None:

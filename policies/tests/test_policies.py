@@ -283,14 +283,18 @@ def test_public_members_fire(who: str) -> None:
 def test_a_broad_scope_account_may_not_hold_an_admin_or_impersonation_role(role: str) -> None:
     resources = [*compliant_stack(), {"type": PROJECT_MEMBER, "name": "too-much", "inputs": member(role)}]
     found = [v for v in violations(resources) if v.policy == "broad-scope-least-privilege"]
-    assert len(found) == 1 and found[0].resource_name == "team" and "too-much" in found[0].message
+    assert len(found) == 1
+    assert found[0].resource_name == "team"
+    assert "too-much" in found[0].message
     assert role in found[0].message
 
 
 def test_a_broad_scope_account_the_stack_does_not_create_fires() -> None:
     resources = [r for r in compliant_stack() if r["type"] != ACCOUNT]
     found = [v for v in violations(resources) if v.policy == "broad-scope-least-privilege"]
-    assert len(found) == 1 and EMAIL in found[0].message and "does not create" in found[0].message
+    assert len(found) == 1
+    assert EMAIL in found[0].message
+    assert "does not create" in found[0].message
 
 
 def test_narrow_scopes_need_no_account_of_the_stack() -> None:
@@ -371,7 +375,8 @@ def test_rules_work_on_crossguard_proxies_and_stop_at_unknown_values() -> None:
     broken["networkInterfaces"][0]["accessConfigs"] = [{}]
     args = ResourceValidationArgs(VM, unknown_checking_proxy(broken), "urn", "vm", _options(), None, {})
     rules["no-public-ip"].validate(args, record)
-    assert found and "accessConfigs" in found[0]
+    assert found
+    assert "accessConfigs" in found[0]
     unknown = gpu_vm()
     unknown["serviceAccount"]["email"] = UNKNOWN
     args = ResourceValidationArgs(VM, unknown_checking_proxy(unknown), "urn", "vm", _options(), None, {})
@@ -416,7 +421,9 @@ def test_offline_module_reads_stdin_and_refuses_bad_requests_in_one_line() -> No
             cwd=PACK,
             check=False,
         )
-        assert run.returncode == 2 and words in run.stderr and "Traceback" not in run.stderr
+        assert run.returncode == 2
+        assert words in run.stderr
+        assert "Traceback" not in run.stderr
 
 
 def test_a_notebook_account_may_not_hold_an_impersonation_role() -> None:
@@ -437,7 +444,9 @@ def test_a_notebook_account_may_not_hold_an_impersonation_role() -> None:
         }
     )
     found = [v for v in violations(resources) if v.policy == "broad-scope-least-privilege"]
-    assert len(found) == 1 and "nb-token-creator" in found[0].message and "notebook team-notebook" in found[0].message
+    assert len(found) == 1
+    assert "nb-token-creator" in found[0].message
+    assert "notebook team-notebook" in found[0].message
 
 
 CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
@@ -463,7 +472,9 @@ def test_a_custom_role_that_escalates_may_not_be_bound_on_the_project(permission
         },
     ]
     found = [v for v in violations(resources) if v.policy == "custom-role-escalation"]
-    assert len(found) == 1 and permission in found[0].message and "helper-binding" in found[0].message
+    assert len(found) == 1
+    assert permission in found[0].message
+    assert "helper-binding" in found[0].message
 
 
 def test_a_narrow_custom_role_on_the_project_and_an_unbound_escalating_one_pass() -> None:
@@ -512,7 +523,8 @@ def test_grants_to_queue_jobs_held_by_a_machines_account_fail(who: str) -> None:
     found = {(v.policy, v.resource_name) for v in violations(compliant_stack() + queue_grants(who))}
     assert found == {("queue-writers-are-teammates", "team")}
     [message] = {v.message for v in violations(compliant_stack() + queue_grants(who)[:1])}
-    assert "queue-code" in message and who in message
+    assert "queue-code" in message
+    assert who in message
 
 
 @pytest.mark.parametrize(
@@ -574,4 +586,5 @@ def test_a_queue_grant_whose_member_is_unknown_fails_the_stack_rule() -> None:
         found.append(message)
 
     rule.validate(StackValidationArgs([resource], {}), record)
-    assert found and "not known before deployment" in found[0]
+    assert found
+    assert "not known before deployment" in found[0]

@@ -138,7 +138,8 @@ class Cap:
 @pytest.fixture
 def cap(tmp_path: Path) -> Iterator[Cap]:
     stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.tpu.yaml")[0])
-    assert stack.tpu is not None and stack.job is not None
+    assert stack.tpu is not None
+    assert stack.job is not None
     metadata = {**bootscripts.tpu_metadata(stack, stack.tpu), METADATA_KEYS.max_run_seconds: str(CAP_SECONDS)}
     bucket = metadata[METADATA_KEYS.bucket]
     assert bucket.startswith("gs://")
@@ -211,7 +212,8 @@ def test_a_metadata_server_that_answers_503_for_ever_does_not_stop_the_tpu_early
     [released_at] = cap.released_at
     assert CAP_SECONDS <= released_at < CAP_SECONDS + 60, cap.log.getvalue()
     [stop] = [request for request in cap.server.requests if request["path"].startswith("/tpu/")]
-    assert stop["body"] == b"{}" and stop["headers"].get("Content-Type") == "application/json"
+    assert stop["body"] == b"{}"
+    assert stop["headers"].get("Content-Type") == "application/json"
     assert f"run-time cap of {CAP_SECONDS} s reached" in cap.log.getvalue()
     # Recording FAILED needs the node's settings: without them nothing is recorded.
     assert "cannot read this node's settings" in cap.log.getvalue()
@@ -270,7 +272,8 @@ def test_a_cap_that_refuses_its_arguments_stops_the_tpu_now(
     assert str(refused.value) == message
     assert refused_cap(agent, refused.value) == 1
     assert cap.stops() == [("POST", cap.stop_path, f"Bearer {TOKEN}")]
-    assert cap.clock.now < 60 and cap.shutdowns == []
+    assert cap.clock.now < 60
+    assert cap.shutdowns == []
     assert message in cap.log.getvalue()
 
 
@@ -280,8 +283,10 @@ def test_a_stop_the_tpu_api_refuses_for_a_while_is_asked_again(cap: Cap) -> None
     cap.server.answer(cap.job_status_path, (404, b""))
     cap.server.answer(cap.stop_path, *[(503, b"")] * 8, (200, b"{}"))
     code, agent_exit = cap.run()
-    assert code == 0 and agent_exit == -signal.SIGTERM
-    assert cap.stops()[-1] == ("POST", cap.stop_path, f"Bearer {TOKEN}") and len(cap.stops()) == 9
+    assert code == 0
+    assert agent_exit == -signal.SIGTERM
+    assert cap.stops()[-1] == ("POST", cap.stop_path, f"Bearer {TOKEN}")
+    assert len(cap.stops()) == 9
     assert cap.shutdowns == []
 
 
@@ -305,6 +310,8 @@ def test_a_standing_tpu_vms_cap_records_failed_in_the_queued_job_it_runs(cap: Ca
     assert_stopped_through_the_tpu_api(cap, *cap.run())
     uploads = [request["body"] for request in cap.server.requests if request["path"].startswith("/upload/")]
     recorded = [body for body in uploads if b'"name": "jobs/q3_sweep/status/job.json"' in body]
-    assert recorded and all(b'"FAILED"' in body for body in recorded), uploads
+    assert recorded, uploads
+    assert all(b'"FAILED"' in body for body in recorded), uploads
     own = urllib.parse.unquote(cap.job_status_path.rsplit("/o/", 1)[1])
-    assert own.startswith("jobs/") and not [body for body in uploads if f'"name": "{own}"'.encode() in body]
+    assert own.startswith("jobs/")
+    assert not [body for body in uploads if f'"name": "{own}"'.encode() in body]

@@ -39,7 +39,8 @@ def metadata(server: Scripted, client: Http) -> Metadata:
 def test_a_404_is_absent_at_once(server: Scripted) -> None:
     client, waits = http()
     assert Metadata(client, f"{server.root}/m").attribute("trainstack-secrets") is None
-    assert len(server.requests) == 1 and waits == []
+    assert len(server.requests) == 1
+    assert waits == []
 
 
 def test_a_503_is_retried_and_the_value_then_read(server: Scripted) -> None:
@@ -54,7 +55,8 @@ def test_a_503_that_persists_is_unavailable_never_absent(server: Scripted) -> No
     server.answer("/m/instance/attributes/trainstack-secrets", (503, b""))
     with pytest.raises(Unavailable, match="no answer after 4 attempts"):
         Metadata(client, f"{server.root}/m").attribute("trainstack-secrets")
-    assert len(server.requests) == 4 and waits == [0.5, 1.0, 2.0]
+    assert len(server.requests) == 4
+    assert waits == [0.5, 1.0, 2.0]
 
 
 def test_an_unreachable_server_is_unavailable(server: Scripted) -> None:
@@ -71,7 +73,8 @@ def test_a_refusal_is_an_error_at_once_and_not_retried(server: Scripted) -> None
     server.answer("/m/instance/attributes/x", (403, b""))
     with pytest.raises(CloudError, match="HTTP 403") as raised:
         Metadata(client, f"{server.root}/m").attribute("x")
-    assert not isinstance(raised.value, (NotFound, Unavailable)) and waits == []
+    assert not isinstance(raised.value, (NotFound, Unavailable))
+    assert waits == []
 
 
 def test_an_answer_past_its_bound_is_refused(server: Scripted) -> None:
@@ -103,7 +106,8 @@ def test_storage_calls_carry_the_token_in_a_header_and_nowhere_else(server: Scri
     assert upload["path"] == "/upload/storage/v1/b/bkt/o?uploadType=multipart"
     assert upload["headers"]["Content-Type"].startswith("multipart/related; boundary=")
     assert b'{"name": "jobs/train/status/chief.json", "contentType": "application/json"}' in upload["body"]
-    assert b'{"state": "RUNNING"}' in upload["body"] and TOKEN.encode() not in upload["body"]
+    assert b'{"state": "RUNNING"}' in upload["body"]
+    assert TOKEN.encode() not in upload["body"]
     # One token request: the token is reused until it nears its expiry.
     assert sum(r["path"].endswith("/token") for r in server.requests) == 1
 
@@ -127,7 +131,8 @@ def test_secrets_are_read_from_secret_manager_by_exact_request(server: Scripted)
     )
     assert values == {"WANDB_API_KEY": "key-value"}
     [call] = [r for r in server.requests if ":access" in r["path"]]
-    assert call["method"] == "GET" and call["headers"]["Authorization"] == f"Bearer {TOKEN}"
+    assert call["method"] == "GET"
+    assert call["headers"]["Authorization"] == f"Bearer {TOKEN}"
 
 
 def test_a_secret_that_cannot_be_read_names_the_variable_not_a_value(server: Scripted) -> None:

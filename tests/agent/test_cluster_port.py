@@ -45,7 +45,8 @@ class Probe:
         self.reads: list[float] = []
 
     def __call__(self, port: int) -> bool | None:
-        assert self.world is not None and port == PORT
+        assert self.world is not None
+        assert port == PORT
         now = self.world.clock.now
         self.reads.append(now)
         return self.listens_at is not None and self.listens_at <= now
@@ -97,11 +98,14 @@ def test_code_that_listens_on_its_port_joined_the_cluster_and_is_not_warned_abou
     w, probe = watched(settings(peers=peers, tf_port=PORT), [(600.0, 0)], listens_at=12.0)
     assert w.agent.run() == 0
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.succeeded and warning(chief) is None
+    assert chief is not None
+    assert chief.state == STATES.succeeded
+    assert warning(chief) is None
     assert warning_lines(w) == []
     assert any("listens on this node's TF_CONFIG port 2222: it joined the cluster" in line for line in w.log)
     # Once it listened, /proc is read no more: about one read a second until then.
-    assert max(probe.reads) < 14.0 and len(probe.reads) <= 15
+    assert max(probe.reads) < 14.0
+    assert len(probe.reads) <= 15
 
 
 @pytest.mark.parametrize("peers", [SYNC, ASYNC])
@@ -115,15 +119,22 @@ def test_code_that_never_listens_is_warned_about_after_the_window_while_it_runs(
     assert w.agent.run() == 0
     assert warning(seen["before"]) is None
     during = seen["after"]
-    assert during is not None and during.state == STATES.running
+    assert during is not None
+    assert during.state == STATES.running
     text = warning(during)
-    assert text is not None and "without listening on its TF_CONFIG port 2222" in text and TF_CONFIG_DOCS in text
+    assert text is not None
+    assert "without listening on its TF_CONFIG port 2222" in text
+    assert TF_CONFIG_DOCS in text
     assert "each of the 3 nodes trains a model of its own" in text
     # One log line says it, with the pointer; the job still succeeds (a warning, not a refusal).
     [line] = warning_lines(w)
-    assert "ignores TF_CONFIG" in line and TF_CONFIG_DOCS in line and "build its strategy from TF_CONFIG" in line
+    assert "ignores TF_CONFIG" in line
+    assert TF_CONFIG_DOCS in line
+    assert "build its strategy from TF_CONFIG" in line
     final = w.status("chief")
-    assert final is not None and final.state == STATES.succeeded and warning(final) == text
+    assert final is not None
+    assert final.state == STATES.succeeded
+    assert warning(final) == text
 
 
 def test_reads_of_proc_are_bounded_once_the_code_was_warned_about() -> None:
@@ -143,9 +154,12 @@ def test_code_that_ends_well_without_ever_listening_is_warned_about_at_its_end()
     assert w.agent.run() == 0
     node = w.status("worker-0")
     text = warning(node)
-    assert node is not None and node.state == STATES.succeeded
-    assert text is not None and "ended (exit 0) after 90 s on worker-0 without ever listening" in text
-    assert "on its TF_CONFIG port 2222" in text and TF_CONFIG_DOCS in text
+    assert node is not None
+    assert node.state == STATES.succeeded
+    assert text is not None
+    assert "ended (exit 0) after 90 s on worker-0 without ever listening" in text
+    assert "on its TF_CONFIG port 2222" in text
+    assert TF_CONFIG_DOCS in text
     assert len(warning_lines(w)) == 1
 
 
@@ -156,7 +170,8 @@ def test_a_short_job_that_ends_well_without_listening_is_warned_about_too() -> N
     w.put_status("worker-0", STATES.running)
     assert w.agent.run() == 0
     text = warning(w.status("chief"))
-    assert text is not None and "ended (exit 0) after 40 s on chief without ever listening" in text
+    assert text is not None
+    assert "ended (exit 0) after 40 s on chief without ever listening" in text
 
 
 def test_code_that_ends_within_the_shortest_judged_run_is_not_judged() -> None:
@@ -164,7 +179,8 @@ def test_code_that_ends_within_the_shortest_judged_run_is_not_judged() -> None:
     builds a strategy: that is no sign of ignoring TF_CONFIG."""
     w, _ = watched(settings(tf_port=PORT), [(TIMINGS.cluster_port_min_run - 5, 0)])
     assert w.agent.run() == 0
-    assert warning(w.status("chief")) is None and warning_lines(w) == []
+    assert warning(w.status("chief")) is None
+    assert warning_lines(w) == []
 
 
 def test_code_that_fails_before_the_window_is_not_judged() -> None:
@@ -172,20 +188,25 @@ def test_code_that_fails_before_the_window_is_not_judged() -> None:
     w.put_status("worker-0", STATES.running)
     assert w.agent.run() == 1
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.failed and warning(chief) is None
+    assert chief is not None
+    assert chief.state == STATES.failed
+    assert warning(chief) is None
     assert warning_lines(w) == []
 
 
 def test_a_single_node_needs_no_cluster_and_proc_is_never_read() -> None:
     w, probe = watched(settings(peers=(), tf_port=PORT), [(1800.0, 0)])
     assert w.agent.run() == 0
-    assert probe.reads == [] and warning(w.status("chief")) is None and warning_lines(w) == []
+    assert probe.reads == []
+    assert warning(w.status("chief")) is None
+    assert warning_lines(w) == []
 
 
 def test_a_port_taken_before_the_code_starts_tells_nothing_and_says_so() -> None:
     w, probe = watched(settings(tf_port=PORT), [(1800.0, 0)], listens_at=0.0)
     assert w.agent.run() == 0
-    assert warning(w.status("chief")) is None and warning_lines(w) == []
+    assert warning(w.status("chief")) is None
+    assert warning_lines(w) == []
     assert probe.reads == [0.0]
     assert any("is not checked: something on this node already listens on it" in line for line in w.log)
 
@@ -193,7 +214,8 @@ def test_a_port_taken_before_the_code_starts_tells_nothing_and_says_so() -> None
 def test_no_proc_to_read_tells_nothing_and_says_so() -> None:
     w = world(settings(tf_port=PORT), [(1800.0, 0)], listening=lambda port: None)
     assert w.agent.run() == 0
-    assert warning(w.status("chief")) is None and warning_lines(w) == []
+    assert warning(w.status("chief")) is None
+    assert warning_lines(w) == []
     assert any("is not checked: this machine has no /proc/net/tcp" in line for line in w.log)
 
 
@@ -205,7 +227,8 @@ def test_code_that_listens_after_the_window_has_its_warning_withdrawn() -> None:
     assert w.agent.run() == 0
     assert warning(seen["warned"]) is not None
     final = w.status("chief")
-    assert final is not None and warning(final) is None
+    assert final is not None
+    assert warning(final) is None
     assert any("joined the cluster (the warning is withdrawn)" in line for line in w.log)
 
 
@@ -216,7 +239,9 @@ def test_a_warning_from_an_earlier_boot_is_withdrawn_when_this_boots_code_joins_
     w.storage.objects[f"{JOB_DIR}/status/chief.json"] = earlier.to_json().encode()
     assert w.agent.run() == 0
     final = w.status("chief")
-    assert final is not None and final.state == STATES.succeeded and warning(final) is None
+    assert final is not None
+    assert final.state == STATES.succeeded
+    assert warning(final) is None
 
 
 def test_a_warning_that_cannot_be_written_is_logged_and_the_job_goes_on() -> None:

@@ -60,7 +60,8 @@ def test_a_project_is_installed_with_pip_and_runs_from_the_environment(tmp_path:
     unpacked = tmp_path / "state" / "code" / "keras_team-0123456789abcdef"
     assert (unpacked / "pyproject.toml").is_file()
     [install] = processes.commands
-    assert install[1:4] == ["-m", "pip", "install"] and install[-1] == str(unpacked)
+    assert install[1:4] == ["-m", "pip", "install"]
+    assert install[-1] == str(unpacked)
     assert result.code_dir is None
     node = settings()
     assert node.job is not None
@@ -89,7 +90,8 @@ def test_pip_uses_the_given_find_links_directory_and_no_index(tmp_path: Path, fi
     if find_links:
         assert ["--no-index", "--find-links", str(links)] == install[5:8]
     else:
-        assert "--no-index" not in install and "--timeout" in install
+        assert "--no-index" not in install
+        assert "--timeout" in install
 
 
 # A team's package named `trainer` (with setup.py beside it), laid out as AI Platform's samples are.
@@ -157,7 +159,8 @@ def test_a_teams_package_named_trainer_is_the_code_that_runs_not_the_built_in_tr
     child.child.reader.join(timeout=5)
     assert code == 0, output.getvalue()[-2000:]
     record = json.loads((tmp_path / "job" / "team-trainer" / f"{node.node}.json").read_text())
-    assert record["owner"] == "the team's trainer package" and record["num_epochs"] == 2
+    assert record["owner"] == "the team's trainer package"
+    assert record["num_epochs"] == 2
     assert all(file.startswith(str(state)) for file in record["files"]), record
 
 
@@ -197,7 +200,8 @@ def test_an_images_job_env_goes_on_its_command_line_never_into_the_docker_client
     env = (("TF_USE_LEGACY_KERAS", "1"), ("DOCKER_HOST", "tcp://elsewhere:2375"))
     node = replace(node, job=replace(node.job, module=None, image="registry.example/team/trainer:v1", env=env))
     command = job_command(node, {"PATH": "/bin"}, tmp_path / "python", None, tmp_path, {})
-    assert "DOCKER_HOST" not in command.env and "TF_USE_LEGACY_KERAS" not in command.env
+    assert "DOCKER_HOST" not in command.env
+    assert "TF_USE_LEGACY_KERAS" not in command.env
     options = list(command.argv[: command.argv.index("registry.example/team/trainer:v1")])
     for pair in ("TF_USE_LEGACY_KERAS=1", "DOCKER_HOST=tcp://elsewhere:2375"):
         assert options[options.index(pair) - 1] == "--env"
@@ -219,8 +223,10 @@ def test_every_preparation_of_a_job_gives_it_a_new_hypertune_report_file_in_the_
     for _ in range(2):
         environment = Environment(node, state, storage, RecordingProcesses(), lambda line: None, job_as_agent_user=True)  # type: ignore[arg-type]
         ready = environment.prepare_for_job_user()
-        assert ready.metric_file is not None and ready.metric_file.parent.is_dir()
+        assert ready.metric_file is not None
+        assert ready.metric_file.parent.is_dir()
         ready.metric_file.write_text('{"accuracy": "0.5"}\n')
         reports.append(ready.metric_file)
-    assert reports[0] != reports[1] and not reports[0].exists()
+    assert reports[0] != reports[1]
+    assert not reports[0].exists()
     assert all(report.is_relative_to(state / "hypertune") for report in reports)

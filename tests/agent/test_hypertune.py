@@ -71,7 +71,8 @@ def test_a_job_that_reports_twice_has_both_lines_in_the_bucket_and_the_first_whi
     succeeded = [i for i, uri in enumerate(w.storage.writes) if uri.endswith("/status/chief.json")][-1]
     assert last_copy < succeeded
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.succeeded
+    assert chief is not None
+    assert chief.state == STATES.succeeded
 
 
 @pytest.mark.parametrize("end", ["fails", "is cancelled", "is preempted"])
@@ -104,7 +105,8 @@ def test_the_report_of_a_job_that_does_not_succeed_is_copied_too(tmp_path: Path,
         w.agent.run()
     chief = w.status("chief")
     expected = {"fails": STATES.failed, "is cancelled": STATES.cancelled, "is preempted": STATES.preempted}[end]
-    assert chief is not None and chief.state == expected
+    assert chief is not None
+    assert chief.state == expected
     assert w.storage.objects.get(METRICS_URI) == report_line(0.25, 50).encode()
 
 
@@ -124,7 +126,8 @@ def test_a_copy_that_fails_is_logged_and_made_at_a_later_refresh_and_the_job_sti
     assert storage.objects[METRICS_URI] == report_line(0.5, 100).encode()
     failures = [line for line in w.log if line.startswith("could not copy the job's hypertune report")]
     # Logged once while the outage lasts, not at every refresh.
-    assert len(failures) == 1 and METRICS_URI in failures[0]
+    assert len(failures) == 1
+    assert METRICS_URI in failures[0]
     # Made at a refresh while the code still ran, not left to its end.
     assert seen_while_running == [report_line(0.5, 100).encode()]
 
@@ -132,7 +135,8 @@ def test_a_copy_that_fails_is_logged_and_made_at_a_later_refresh_and_the_job_sti
 def test_a_job_that_reports_nothing_writes_nothing_to_its_job_directory(tmp_path: Path) -> None:
     w = hypertune_world(tmp_path, runs=[(60.0, 0)])
     assert w.agent.run() == 0
-    assert METRICS_URI not in w.storage.objects and not any("hypertune" in line for line in w.log)
+    assert METRICS_URI not in w.storage.objects
+    assert not any("hypertune" in line for line in w.log)
 
 
 # Lines in the oversized report: about 3.3 MB.
@@ -165,9 +169,11 @@ def test_an_oversized_report_is_cut_to_its_last_whole_lines_within_the_bound(tmp
     path = tmp_path / "output.metrics"
     data = oversized_report(path, MAX_HYPERTUNE_METRICS_BYTES)
     copied, _ = copy_once(path)
-    assert copied is not None and 0 < len(copied) <= MAX_HYPERTUNE_METRICS_BYTES
+    assert copied is not None
+    assert 0 < len(copied) <= MAX_HYPERTUNE_METRICS_BYTES
     # The file's end, from the start of a line: every line whole.
-    assert data.endswith(copied) and data[len(data) - len(copied) - 1 : len(data) - len(copied)] == b"\n"
+    assert data.endswith(copied)
+    assert data[len(data) - len(copied) - 1 : len(data) - len(copied)] == b"\n"
     lines = copied.decode().splitlines()
     assert [json.loads(line)["step"] for line in lines] == list(range(STEPS - len(lines), STEPS))
     # No whole line that fits is left out: the next one back would pass the bound.
@@ -194,12 +200,16 @@ def test_a_link_or_another_users_file_in_place_of_the_report_is_never_copied(tmp
     path = tmp_path / "output.metrics"
     path.symlink_to(secret)
     copied, log = copy_once(path)
-    assert copied is None and len(log) == 1 and "cannot open" in log[0]
+    assert copied is None
+    assert len(log) == 1
+    assert "cannot open" in log[0]
     path.unlink()
     path.write_text(report_line(0.5, 1))
     someone = JobUser("trainstack-job", os.getuid() + 1, os.getgid() + 1, tmp_path, tmp_path)
     copied, log = copy_once(path, user=someone)
-    assert copied is None and len(log) == 1 and "is not the job's user's own file" in log[0]
+    assert copied is None
+    assert len(log) == 1
+    assert "is not the job's user's own file" in log[0]
 
 
 def test_every_job_command_names_the_jobs_own_report_file_and_an_image_sees_it_at_that_path(tmp_path: Path) -> None:
@@ -225,8 +235,11 @@ def test_each_preparation_gives_a_new_empty_directory_and_removes_the_last_jobs(
     first = fresh_metric_file(tmp_path, None)
     write_reports(first, (0.5, 1))
     second = fresh_metric_file(tmp_path, None)
-    assert second != first and not first.exists() and not second.exists()
-    assert second.parent.parent == tmp_path / METRIC_DIR and (second.parent.stat().st_mode & 0o777) == 0o700
+    assert second != first
+    assert not first.exists()
+    assert not second.exists()
+    assert second.parent.parent == tmp_path / METRIC_DIR
+    assert (second.parent.stat().st_mode & 0o777) == 0o700
     # The warm interpreter of a standing node takes the next job whatever its report file.
     env = {"PATH": "/bin"}
     assert warm_environment({**env, HYPERTUNE_METRIC_FILE_ENV: str(first)}) == warm_environment(

@@ -45,7 +45,8 @@ def test_a_job_started_again_with_other_arguments_is_refused_naming_them_and_its
     assert w.agent.run() == 1
     assert w.launcher.started == [], "the job's code ran against a backup made with other settings"
     job = w.job_status()
-    assert job is not None and job.state == STATES.failed
+    assert job is not None
+    assert job.state == STATES.failed
     assert job.reason is not None
     assert "args --epochs 20 --image-size 64 (first started with: --epochs 2)" in job.reason
     assert "a new name (trainstack:job.name)" in job.reason
@@ -77,5 +78,6 @@ def test_a_job_started_again_with_another_job_env_is_refused() -> None:
     w.storage.objects.update(first.storage.objects)
     assert w.agent.run() == 1
     job = w.job_status()
-    assert job is not None and job.reason is not None
+    assert job is not None
+    assert job.reason is not None
     assert "env TF_USE_LEGACY_KERAS=1 (first started with: (none))" in job.reason

@@ -25,10 +25,13 @@ def test_a_job_that_succeeds_records_running_then_succeeded_and_releases_once() 
     w = world(settings(), runs=[(30.0, 0)])
     assert w.agent.run() == 0
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.succeeded and chief.exit_code == 0
+    assert chief is not None
+    assert chief.state == STATES.succeeded
+    assert chief.exit_code == 0
     assert [entry.state for entry in chief.history] == [STATES.running, STATES.succeeded]
     job = w.job_status()
-    assert job is not None and job.state == STATES.succeeded
+    assert job is not None
+    assert job.state == STATES.succeeded
     assert w.releases == ["stop"]
     assert len(w.launcher.started) == 1
 
@@ -47,7 +50,8 @@ def test_a_job_that_already_succeeded_is_not_trained_again_but_on_finish_applies
     w = world(settings(), runs=[(1.0, 0)])
     w.put_job_status(STATES.succeeded)
     assert w.agent.run() == 0
-    assert w.launcher.started == [] and w.releases == ["stop"]
+    assert w.launcher.started == []
+    assert w.releases == ["stop"]
     assert any("already SUCCEEDED" in line for line in w.log)
 
 
@@ -61,9 +65,14 @@ def test_an_oversize_job_status_at_boot_records_failed_naming_it_and_applies_on_
     w.storage.objects[f"{JOB_DIR}/status/job.json"] = b" " * (256 * 1024 + 1)
     assert w.agent.run() == 1
     own = w.status(node)
-    assert own is not None and own.state == STATES.failed and own.exit_code == 1
-    assert own.reason is not None and f"{JOB_DIR}/status/job.json" in own.reason and "larger than" in own.reason
-    assert w.launcher.started == [] and w.releases == [on_finish]
+    assert own is not None
+    assert own.state == STATES.failed
+    assert own.exit_code == 1
+    assert own.reason is not None
+    assert f"{JOB_DIR}/status/job.json" in own.reason
+    assert "larger than" in own.reason
+    assert w.launcher.started == []
+    assert w.releases == [on_finish]
 
 
 @pytest.mark.parametrize(
@@ -83,10 +92,13 @@ def test_a_job_status_that_cannot_be_read_at_boot_records_failed_and_applies_on_
 
     w.storage.read = give_up  # type: ignore[method-assign]
     assert w.agent.run() == 1
-    assert w.launcher.started == [] and w.releases == ["stop"]
+    assert w.launcher.started == []
+    assert w.releases == ["stop"]
     own = w.status("chief")
-    assert own is not None and own.state == STATES.failed
-    assert own.reason is not None and own.reason.startswith(f"cannot read the job's status {JOB_DIR}/status/job.json")
+    assert own is not None
+    assert own.state == STATES.failed
+    assert own.reason is not None
+    assert own.reason.startswith(f"cannot read the job's status {JOB_DIR}/status/job.json")
 
 
 @pytest.mark.parametrize("on_finish", ["stop", "delete"])
@@ -107,7 +119,8 @@ def test_a_failure_with_no_lost_peer_is_failed_after_the_settle_window_and_not_r
     w.put_status("worker-0", STATES.running)
     assert w.agent.run() == 3
     chief = w.status("chief")
-    assert chief is not None and (chief.state, chief.exit_code) == (STATES.failed, 3)
+    assert chief is not None
+    assert (chief.state, chief.exit_code) == (STATES.failed, 3)
     assert len(w.launcher.started) == 1
     # It looked for a lost peer for the settle window, and no longer.
     assert 30.0 + Timings().peer_settle <= w.clock.now <= 30.0 + Timings().peer_settle + 5
@@ -139,7 +152,9 @@ def test_any_exit_after_a_peer_was_preempted_restarts_the_code_once_the_peer_is_
     # The second start waited for the peer to come back.
     assert w.launcher.children[1].exits_at - 40.0 >= 90.0
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.succeeded and chief.attempt == 2
+    assert chief is not None
+    assert chief.state == STATES.succeeded
+    assert chief.attempt == 2
     assert any("restarting" in (entry.reason or "") for entry in chief.history)
 
 
@@ -166,7 +181,8 @@ def test_restarts_after_lost_peers_are_bounded() -> None:
     assert w.agent.run() == 1
     assert len(w.launcher.started) == limit + 1
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.failed
+    assert chief is not None
+    assert chief.state == STATES.failed
     assert f"the most this node restarts it ({limit})" in (chief.reason or "")
 
 
@@ -176,9 +192,11 @@ def test_a_peer_that_stays_down_past_the_timeout_fails_the_node() -> None:
     w.clock.at(10.0, lambda: w.put_status("worker-0", STATES.preempted))
     assert w.agent.run() == EXIT_ENDED
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.failed
+    assert chief is not None
+    assert chief.state == STATES.failed
     assert chief.reason == "worker-0 did not come back within 120 s"
-    assert len(w.launcher.started) == 1 and w.releases == ["stop"]
+    assert len(w.launcher.started) == 1
+    assert w.releases == ["stop"]
 
 
 def test_a_node_waits_at_boot_for_a_peer_that_is_down() -> None:
@@ -195,7 +213,8 @@ def test_a_node_waiting_at_boot_for_a_peer_ends_when_the_peer_records_failed() -
     w.clock.at(50.0, lambda: w.put_status("worker-0", STATES.failed))
     assert w.agent.run() == EXIT_ENDED
     chief = w.status("chief")
-    assert chief is not None and (chief.state, chief.reason) == (STATES.failed, "peer worker-0 recorded FAILED")
+    assert chief is not None
+    assert (chief.state, chief.reason) == (STATES.failed, "peer worker-0 recorded FAILED")
     assert w.launcher.started == []
 
 
@@ -226,7 +245,8 @@ def test_a_workers_end_is_recorded_as_its_own_and_the_jobs_is_left_to_the_chief(
         w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
     assert w.agent.run() == 0
     worker = w.status("worker-0")
-    assert worker is not None and worker.state == STATES.succeeded
+    assert worker is not None
+    assert worker.state == STATES.succeeded
     assert not any(uri.endswith("/status/job.json") for uri in w.storage.writes)
 
 
@@ -236,7 +256,8 @@ def test_a_worker_ends_when_the_chief_records_failed() -> None:
     w.clock.at(100.0, lambda: w.put_job_status(STATES.failed))
     assert w.agent.run() == EXIT_ENDED
     worker = w.status("worker-0")
-    assert worker is not None and (worker.state, worker.reason) == (STATES.failed, "the chief recorded the job FAILED")
+    assert worker is not None
+    assert (worker.state, worker.reason) == (STATES.failed, "the chief recorded the job FAILED")
     assert w.launcher.children[0].stopped
     assert w.clock.now < 100.0 + 15
     assert w.releases == ["stop"]
@@ -257,7 +278,8 @@ def test_a_worker_ends_when_the_chief_falls_silent() -> None:
     w.put_job_status(STATES.running)
     assert w.agent.run() == EXIT_ENDED
     worker = w.status("worker-0")
-    assert worker is not None and worker.reason == "no heartbeat from the chief for 300 s"
+    assert worker is not None
+    assert worker.reason == "no heartbeat from the chief for 300 s"
     assert 300.0 <= w.clock.now <= 300.0 + 15
 
 
@@ -269,7 +291,8 @@ def test_a_worker_counts_the_chiefs_silence_from_its_last_heartbeat() -> None:
         w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
     assert w.agent.run() == EXIT_ENDED
     worker = w.status("worker-0")
-    assert worker is not None and worker.reason == "no heartbeat from the chief for 300 s"
+    assert worker is not None
+    assert worker.reason == "no heartbeat from the chief for 300 s"
     assert 600.0 + 300.0 <= w.clock.now <= 600.0 + 300.0 + 15
 
 
@@ -280,10 +303,13 @@ def test_a_preparation_that_fails_records_failed_exit_1_and_its_cause_and_starts
     w = world(settings(), runs=[(1.0, 0)], prepare=broken)
     assert w.agent.run() == 1
     chief, job = w.status("chief"), w.job_status()
-    assert chief is not None and (chief.state, chief.exit_code) == (STATES.failed, 1)
+    assert chief is not None
+    assert (chief.state, chief.exit_code) == (STATES.failed, 1)
     assert chief.reason == "preparing the job failed: pip install exited 1"
-    assert job is not None and (job.state, job.exit_code, job.reason) == (STATES.failed, 1, chief.reason)
-    assert w.launcher.started == [] and w.releases == ["stop"]
+    assert job is not None
+    assert (job.state, job.exit_code, job.reason) == (STATES.failed, 1, chief.reason)
+    assert w.launcher.started == []
+    assert w.releases == ["stop"]
 
 
 def test_a_worker_still_preparing_ends_when_the_chief_records_failed() -> None:
@@ -301,7 +327,8 @@ def test_a_worker_still_preparing_ends_when_the_chief_records_failed() -> None:
     finally:
         release.set()
     worker = w.status("worker-0")
-    assert worker is not None and (worker.state, worker.exit_code) == (STATES.failed, EXIT_ENDED)
+    assert worker is not None
+    assert (worker.state, worker.exit_code) == (STATES.failed, EXIT_ENDED)
     assert worker.reason == "the chief recorded the job FAILED"
     assert w.launcher.started == []
 
@@ -314,7 +341,8 @@ def test_a_workers_termination_records_its_own_state_and_never_the_jobs() -> Non
     w.board.write_node(STATES.running)
     assert w.agent.on_termination("SIGTERM") == EXIT_ENDED
     worker = w.status("worker-0")
-    assert worker is not None and worker.state == STATES.interrupted
+    assert worker is not None
+    assert worker.state == STATES.interrupted
     assert w.job_status() == before
 
 
@@ -332,15 +360,18 @@ def test_a_termination_signal_records_preempted_ends_the_children_and_applies_no
     w.board.write_node(STATES.running)
     assert w.agent.on_termination("SIGTERM") == EXIT_ENDED
     worker = w.status("worker-0")
-    assert worker is not None and (worker.state, worker.reason) == (STATES.preempted, "SIGTERM")
-    assert w.launcher.stopped_all == 1 and w.releases == []
+    assert worker is not None
+    assert (worker.state, worker.reason) == (STATES.preempted, "SIGTERM")
+    assert w.launcher.stopped_all == 1
+    assert w.releases == []
 
 
 def test_a_termination_signal_that_is_not_a_preemption_records_interrupted() -> None:
     w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
     assert w.agent.on_termination("SIGHUP") == EXIT_ENDED
     worker = w.status("worker-0")
-    assert worker is not None and worker.state == STATES.interrupted
+    assert worker is not None
+    assert worker.state == STATES.interrupted
 
 
 def test_a_digest_mismatch_while_preparing_fails_naming_the_object_and_releases_the_node() -> None:
@@ -350,7 +381,8 @@ def test_a_digest_mismatch_while_preparing_fails_naming_the_object_and_releases_
     w = world(settings(on_finish="keep"), runs=[(1.0, 0)], prepare=prepare)
     assert w.agent.run() == 1
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.failed
+    assert chief is not None
+    assert chief.state == STATES.failed
     assert "trainstack/code/x.zip does not match the sha256" in (chief.reason or "")
     assert w.launcher.started == []
     # on_finish=keep keeps a machine whose job ended; one that refused its code stops.
@@ -366,7 +398,9 @@ def test_an_unexpected_error_records_failed_and_applies_on_finish() -> None:
     w.launcher.start = broken  # type: ignore[method-assign]
     assert w.agent.run() == 1
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.failed and "RuntimeError" in (chief.reason or "")
+    assert chief is not None
+    assert chief.state == STATES.failed
+    assert "RuntimeError" in (chief.reason or "")
     assert w.releases == ["stop"]
 
 
@@ -397,8 +431,11 @@ def test_a_secret_that_cannot_be_read_fails_the_job_before_its_code_starts() -> 
     w.agent.services.secrets = unreadable
     assert w.agent.run() == 1
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.failed and "WANDB_API_KEY" in (chief.reason or "")
-    assert w.launcher.started == [] and w.releases == ["stop"]
+    assert chief is not None
+    assert chief.state == STATES.failed
+    assert "WANDB_API_KEY" in (chief.reason or "")
+    assert w.launcher.started == []
+    assert w.releases == ["stop"]
 
 
 # --- A synchronous cluster (no parameter servers): the agent ends the code at once -----------
@@ -417,7 +454,8 @@ def test_the_chief_ends_its_code_when_a_peer_goes_down_and_restarts_it_once_the_
     assert 60.0 <= second.exits_at - 40.0 <= 60.0 + 5
     assert any("worker-0 was PREEMPTED: ending the job's code" in line for line in w.log)
     job = w.job_status()
-    assert job is not None and job.peers_down == ()
+    assert job is not None
+    assert job.peers_down == ()
 
 
 def test_the_chiefs_heartbeat_says_which_peers_are_down_as_soon_as_it_sees_them() -> None:
@@ -459,7 +497,8 @@ def test_a_worker_ends_its_code_when_the_chief_says_a_peer_is_down_and_the_peer_
     for second in range(80, 200, 5):
         w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
     assert w.agent.run() == 0
-    assert w.launcher.children[0].stopped and len(w.launcher.started) == 2
+    assert w.launcher.children[0].stopped
+    assert len(w.launcher.started) == 2
 
 
 def test_a_stale_word_from_the_chief_does_not_end_a_workers_code() -> None:
@@ -470,7 +509,8 @@ def test_a_stale_word_from_the_chief_does_not_end_a_workers_code() -> None:
     for second in range(5, 80, 5):
         w.clock.at(float(second), lambda: w.put_job_status(STATES.running, peers_down=("worker-1",)))
     assert w.agent.run() == 0
-    assert len(w.launcher.started) == 1 and not w.launcher.children[0].stopped
+    assert len(w.launcher.started) == 1
+    assert not w.launcher.children[0].stopped
 
 
 def test_with_parameter_servers_the_chief_carries_on_when_a_worker_is_lost() -> None:
@@ -479,7 +519,8 @@ def test_with_parameter_servers_the_chief_carries_on_when_a_worker_is_lost() -> 
     w.put_status("worker-0", STATES.running, incarnation="aaaa")
     w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
     assert w.agent.run() == 0
-    assert len(w.launcher.started) == 1 and not w.launcher.children[0].stopped
+    assert len(w.launcher.started) == 1
+    assert not w.launcher.children[0].stopped
 
 
 def test_the_chief_looks_often_at_a_spot_peer_it_knows_is_down() -> None:
@@ -500,8 +541,10 @@ def test_the_chief_looks_often_at_a_spot_peer_it_knows_is_down() -> None:
     w.agent.run()
     before = [b - a for a, b in zip(looks, looks[1:], strict=False) if b <= 25.0]
     during = [b - a for a, b in zip(looks, looks[1:], strict=False) if 30.0 <= a and b <= 45.0]
-    assert before and set(before) == {10.0}
-    assert during and max(during) <= 2.0
+    assert before
+    assert set(before) == {10.0}
+    assert during
+    assert max(during) <= 2.0
 
 
 def test_a_peer_preempted_past_the_bound_while_the_chief_looks_for_a_lost_peer_ends_the_job() -> None:
@@ -521,8 +564,10 @@ def test_a_peer_preempted_past_the_bound_while_the_chief_looks_for_a_lost_peer_e
     w.put_status("worker-0", STATES.running)
     assert w.agent.run() == EXIT_ENDED
     chief, job = w.status("chief"), w.job_status()
-    assert chief is not None and (chief.state, chief.exit_code, chief.reason) == (STATES.failed, EXIT_ENDED, too_often)
-    assert job is not None and (job.state, job.reason) == (STATES.failed, too_often)
+    assert chief is not None
+    assert (chief.state, chief.exit_code, chief.reason) == (STATES.failed, EXIT_ENDED, too_often)
+    assert job is not None
+    assert (job.state, job.reason) == (STATES.failed, too_often)
     assert len(w.launcher.started) == 1
 
 
@@ -532,7 +577,8 @@ def test_the_chiefs_termination_says_so_of_the_job_too() -> None:
     w.board.write_node(STATES.running)
     assert w.agent.on_termination("SIGTERM") == EXIT_ENDED
     job = w.job_status()
-    assert job is not None and (job.state, job.reason) == (STATES.interrupted, "SIGTERM")
+    assert job is not None
+    assert (job.state, job.reason) == (STATES.interrupted, "SIGTERM")
 
 
 def test_the_shutdown_that_on_finish_asked_for_records_nothing_over_the_jobs_end() -> None:
@@ -547,8 +593,10 @@ def test_the_shutdown_that_on_finish_asked_for_records_nothing_over_the_jobs_end
     w.agent.services.release = shutdown
     assert w.agent.run() == 0
     chief, job = w.status("chief"), w.job_status()
-    assert chief is not None and chief.state == STATES.succeeded
-    assert job is not None and job.state == STATES.succeeded
+    assert chief is not None
+    assert chief.state == STATES.succeeded
+    assert job is not None
+    assert job.state == STATES.succeeded
 
 
 def test_a_flex_start_node_ends_the_job_before_its_run_ends_saying_why_and_releases_the_machine() -> None:
@@ -558,8 +606,12 @@ def test_a_flex_start_node_ends_the_job_before_its_run_ends_saying_why_and_relea
     w = world(settings(on_finish="delete"), runs=[(5000.0, 0)], run_end=RunEnd(300.0, why))
     assert w.agent.run() == EXIT_ENDED
     chief, job = w.status("chief"), w.job_status()
-    assert chief is not None and chief.state == STATES.failed and chief.reason == why
-    assert job is not None and job.state == STATES.failed and job.reason == why
+    assert chief is not None
+    assert chief.state == STATES.failed
+    assert chief.reason == why
+    assert job is not None
+    assert job.state == STATES.failed
+    assert job.reason == why
     assert w.launcher.children[0].stopped
     assert w.releases == ["delete"]
     assert w.clock.now < 300.0 + Timings().stop_grace + Timings().peer_poll
@@ -568,4 +620,5 @@ def test_a_flex_start_node_ends_the_job_before_its_run_ends_saying_why_and_relea
 def test_a_flex_start_node_past_its_run_end_at_boot_starts_no_code() -> None:
     w = world(settings(on_finish="delete"), runs=[(10.0, 0)], run_end=RunEnd(-1.0, "the flex-start run ended"))
     assert w.agent.run() == EXIT_ENDED
-    assert w.launcher.started == [] and w.releases == ["delete"]
+    assert w.launcher.started == []
+    assert w.releases == ["delete"]

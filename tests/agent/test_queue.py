@@ -166,15 +166,19 @@ def test_two_queued_jobs_run_one_after_the_other_in_one_boot_and_on_finish_appli
     assert q.queue.run() == 0
     assert q.job_dirs_started() == [queued_job_dir(BUCKET, first, "first"), queued_job_dir(BUCKET, second, "second")]
     one, two = status(storage, first, "first"), status(storage, second, "second")
-    assert one is not None and two is not None
+    assert one is not None
+    assert two is not None
     assert (one.state, two.state) == (STATES.succeeded, STATES.succeeded)
     # One boot: the same incarnation in both jobs' status objects, the second started after the first ended.
     assert one.incarnation == two.incarnation == "1111"
     assert two.history[0].time >= one.time
     job = storage.objects.get(f"{queued_job_dir(BUCKET, first, 'first')}/status/job.json")
-    assert job is not None and StatusDocument.from_json(job).state == STATES.succeeded
-    assert q.releases == [(70.0, "stop")] and "ready" in q.log
-    assert "queue: job 1 (q1_first) starting" in q.log and "queue: job 2 (q2_second) starting" in q.log
+    assert job is not None
+    assert StatusDocument.from_json(job).state == STATES.succeeded
+    assert q.releases == [(70.0, "stop")]
+    assert "ready" in q.log
+    assert "queue: job 1 (q1_first) starting" in q.log
+    assert "queue: job 2 (q2_second) starting" in q.log
 
 
 def test_the_stacks_own_job_runs_first_and_is_not_run_again_once_it_ended(tmp_path: Path) -> None:
@@ -188,7 +192,8 @@ def test_the_stacks_own_job_runs_first_and_is_not_run_again_once_it_ended(tmp_pa
     # The next boot (a submit started the machine again) runs neither again.
     again = boot(tmp_path, runs=[(10.0, 0)], node_settings=own, storage=storage, incarnation="2222")
     assert again.queue.run() == 0
-    assert again.launcher.started == [] and [action for _, action in again.releases] == ["stop"]
+    assert again.launcher.started == []
+    assert [action for _, action in again.releases] == ["stop"]
 
 
 def test_a_cancelled_running_job_ends_cancelled_and_the_next_starts(tmp_path: Path) -> None:
@@ -244,11 +249,13 @@ def test_a_failed_job_does_not_stop_the_queue(tmp_path: Path) -> None:
     q = boot(tmp_path, runs=[(10.0, 3), (10.0, 0)], storage=storage)
     assert q.queue.run() == 0
     failed = status(storage, first, "first")
-    assert failed is not None and (failed.state, failed.exit_code) == (STATES.failed, 3)
+    assert failed is not None
+    assert (failed.state, failed.exit_code) == (STATES.failed, 3)
     assert states(storage, second, "second") == [STATES.running, STATES.succeeded]
     assert [action for _, action in q.releases] == ["stop"]
     # The failed job's children were ended without closing the launcher to the next job's.
-    assert q.launcher.stopped_all >= 1 and not q.launcher.closed
+    assert q.launcher.stopped_all >= 1
+    assert not q.launcher.closed
 
 
 def test_a_refused_digest_stops_the_machine_and_the_queue(tmp_path: Path) -> None:
@@ -268,7 +275,8 @@ def test_a_refused_digest_stops_the_machine_and_the_queue(tmp_path: Path) -> Non
     )
     assert q.queue.run() == 1
     assert states(storage, first, "first") == [STATES.running, STATES.failed]
-    assert q.launcher.started == [] and [action for _, action in q.releases] == ["stop"]
+    assert q.launcher.started == []
+    assert [action for _, action in q.releases] == ["stop"]
     assert status(storage, 2, "second") is None
 
 
@@ -284,14 +292,16 @@ def test_on_finish_applies_after_the_idle_wait_since_the_last_job_ended(tmp_path
     assert len(q.launcher.started) == 2
     second_end = q.launcher.children[1].exits_at
     [(when, action)] = q.releases
-    assert action == "stop" and second_end + idle <= when <= second_end + idle + Timings().queue_poll + 1
+    assert action == "stop"
+    assert second_end + idle <= when <= second_end + idle + Timings().queue_poll + 1
     assert any(line.startswith("queue: empty; idle for 0 s of ") for line in q.log)
 
 
 def test_idle_seconds_zero_applies_on_finish_at_once_with_an_empty_queue(tmp_path: Path) -> None:
     q = boot(tmp_path, runs=[(10.0, 0)], idle_seconds=0)
     assert q.queue.run() == 0
-    assert q.releases == [(0.0, "stop")] and q.launcher.started == []
+    assert q.releases == [(0.0, "stop")]
+    assert q.launcher.started == []
 
 
 def test_on_finish_keep_keeps_the_machine_after_the_idle_wait(tmp_path: Path) -> None:
@@ -299,7 +309,8 @@ def test_on_finish_keep_keeps_the_machine_after_the_idle_wait(tmp_path: Path) ->
         tmp_path, runs=[(10.0, 0)], idle_seconds=60, node_settings=settings(peers=(), with_job=False, on_finish="keep")
     )
     assert q.queue.run() == 0
-    assert q.releases == [] and q.clock.now >= 60.0
+    assert q.releases == []
+    assert q.clock.now >= 60.0
     assert any("on_finish=keep" in line for line in q.log)
 
 
@@ -350,8 +361,10 @@ def test_a_spec_that_fails_its_checks_fails_that_job_only_with_a_clear_reason(tm
     q = boot(tmp_path, runs=[(10.0, 0)], storage=storage)
     assert q.queue.run() == 0
     refused = status(storage, bad, "bad")
-    assert refused is not None and refused.state == STATES.failed
-    assert refused.reason is not None and expected in refused.reason
+    assert refused is not None
+    assert refused.state == STATES.failed
+    assert refused.reason is not None
+    assert expected in refused.reason
     assert refused.reason.startswith(f"the job's spec {BUCKET}/{spec_object(sha)}")
     [line] = [line for line in q.log if line.startswith("queue: job 1 (q1_bad) refused: ")]
     assert expected in line
@@ -366,7 +379,9 @@ def test_a_missing_spec_fails_that_job_only(tmp_path: Path) -> None:
     q = boot(tmp_path, runs=[(10.0, 0)], storage=storage)
     assert q.queue.run() == 0
     refused = status(storage, 1, "bad")
-    assert refused is not None and refused.state == STATES.failed and "does not exist" in (refused.reason or "")
+    assert refused is not None
+    assert refused.state == STATES.failed
+    assert "does not exist" in (refused.reason or "")
     assert states(storage, 2, "good") == [STATES.running, STATES.succeeded]
 
 
@@ -384,7 +399,8 @@ def test_a_corrupt_index_does_not_stop_a_running_job_or_lose_its_entries(tmp_pat
     assert states(storage, second, "second") == [STATES.running, STATES.succeeded]
     problems = [line for line in q.log if line.startswith(f"queue: cannot read {INDEX_URI} (")]
     # Read every peer_poll and every queue_poll since, said once.
-    assert len(problems) == 1 and "going on with the queue as last read" in problems[0]
+    assert len(problems) == 1
+    assert "going on with the queue as last read" in problems[0]
     assert [action for _, action in q.releases] == ["stop"]
 
 
@@ -411,7 +427,8 @@ def test_a_reboot_mid_queue_resumes_the_unfinished_job_not_the_finished_ones(tmp
         queued_job_dir(BUCKET, third, "third"),
     ]
     resumed = status(storage, second, "second")
-    assert resumed is not None and resumed.state == STATES.succeeded
+    assert resumed is not None
+    assert resumed.state == STATES.succeeded
     assert [entry.incarnation for entry in resumed.history] == ["1111", "1111", "2222", "2222"]
     # The finished job is known done from the node's state directory: its status is not read again.
     first_dir = queued_job_dir(BUCKET, first, "first")
@@ -428,7 +445,8 @@ def test_a_signal_between_jobs_records_nothing_and_exits(tmp_path: Path) -> None
     q.clock.at(100.0, shutdown)
     with pytest.raises(SystemExit) as ended:
         q.queue.run()
-    assert ended.value.code == EXIT_ENDED and q.releases == []
+    assert ended.value.code == EXIT_ENDED
+    assert q.releases == []
     assert "received SIGTERM between jobs: exiting; the next boot runs the queue again" in q.log
 
 
@@ -445,7 +463,8 @@ def test_the_agents_queue_gives_every_job_this_boots_incarnation_and_leaves_on_f
     agent.log = Log(io.StringIO(), journal=False)
     base = replace(settings(peers=(), with_job=False), bucket=str(tmp_path / "bucket"), idle_seconds=600)
     queue = job_queue(agent, base, "abcd", Processes(agent.log), Timings().scaled(0.25), 0.25)
-    assert queue.idle_limit == 150.0 and queue.services.state_dir == tmp_path
+    assert queue.idle_limit == 150.0
+    assert queue.services.state_dir == tmp_path
     job_dir = queued_job_dir(base.bucket, 1, "first")
     assert queue.services.board(job_dir).incarnation == "abcd"
     job = settings(peers=()).job
@@ -501,9 +520,11 @@ def test_each_queued_job_gets_its_own_hypertune_report_file_and_never_sees_the_l
     q.launcher.on_start = on_start
     assert q.queue.run() == 0
     one, two = (Path(command.env[HYPERTUNE_METRIC_FILE_ENV]) for command in q.launcher.started)
-    assert one != two and found_at_start == [False, False]
+    assert one != two
+    assert found_at_start == [False, False]
     # The first job's file is gone once the second is prepared.
-    assert not one.exists() and two.exists()
+    assert not one.exists()
+    assert two.exists()
     for job_id, name, trial in ((first, "first", 1), (second, "second", 2)):
         copied = storage.objects[f"{queued_job_dir(BUCKET, job_id, name)}/{LAYOUT.hypertune_metrics('chief')}"]
         assert json.loads(copied)["trial"] == str(trial)
@@ -522,8 +543,10 @@ def test_a_flex_start_node_ends_its_job_before_its_run_ends_and_leaves_the_queue
     q.queue.run()
     assert states(storage, first, "first") == [STATES.running, STATES.failed]
     ended = status(storage, first, "first")
-    assert ended is not None and ended.reason == why
-    assert q.launcher.children[0].stopped and len(q.launcher.started) == 1
+    assert ended is not None
+    assert ended.reason == why
+    assert q.launcher.children[0].stopped
+    assert len(q.launcher.started) == 1
     # The second job was never taken: it is still queued, for the machines a later `pulumi up` creates.
     assert status(storage, second, "second") is None
     assert [action for _, action in q.releases] == ["delete"]

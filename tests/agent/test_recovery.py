@@ -76,7 +76,8 @@ def test_the_start_call_is_repeated_with_doubling_back_off_while_the_peer_stays_
     gaps = [round(b - a) for a, b in zip(times, times[1:], strict=False)]
     first, last = Timings().start_backoff
     assert gaps[:5] == [first, first * 2, first * 4, first * 8, first * 16]
-    assert max(gaps) == last and set(gaps[5:]) == {last}
+    assert max(gaps) == last
+    assert set(gaps[5:]) == {last}
 
 
 def test_a_failed_start_call_is_retried_with_back_off_too() -> None:
@@ -117,7 +118,8 @@ def test_a_peer_preempted_again_before_it_could_say_so_still_counts() -> None:
 def test_an_unreadable_instance_is_skipped_and_said() -> None:
     recovery, instances, _, _, log = setup()
     assert recovery.look() is None
-    assert instances.starts == [] and any("could not read the status of s-worker-0" in line for line in log)
+    assert instances.starts == []
+    assert any("could not read the status of s-worker-0" in line for line in log)
 
 
 def test_every_peer_is_looked_at_whatever_the_ones_before_it_are() -> None:
@@ -192,10 +194,13 @@ def test_a_storage_give_up_while_a_spot_peer_is_terminated_does_not_fail_the_job
     assert w.agent.run() == 0
     assert any(uri.endswith("/status/worker-0.json") for uri in w.storage.failed_reads)
     assert [instance for _, instance in instances.starts] == ["s-worker-0"]
-    assert len(w.launcher.started) == 2 and w.launcher.children[0].stopped
+    assert len(w.launcher.started) == 2
+    assert w.launcher.children[0].stopped
     chief, job = w.status("chief"), w.job_status()
-    assert chief is not None and chief.state == STATES.succeeded
-    assert job is not None and job.state == STATES.succeeded
+    assert chief is not None
+    assert chief.state == STATES.succeeded
+    assert job is not None
+    assert job.state == STATES.succeeded
     assert any("could not read" in line and "worker-0" in line for line in w.log)
 
 
@@ -209,7 +214,8 @@ def test_a_peers_status_that_stays_unreadable_ends_the_job_within_the_bound(on_f
     assert instances.starts == []
     assert w.clock.now <= 25.0 + 300.0 + 15.0
     chief = w.status("chief")
-    assert chief is not None and chief.state == STATES.failed
+    assert chief is not None
+    assert chief.state == STATES.failed
     assert "could not read the status of worker-0 for 300 s" in (chief.reason or "")
     assert w.launcher.children[0].stopped
     assert w.releases == ([] if on_finish == "keep" else ["stop"])
@@ -246,7 +252,8 @@ class _RealTrainer:
         child = self.launcher.start(JobCommand(argv, dict(os.environ), self.pids.parent))
         deadline = time.monotonic() + 60
         while not (self.pids.exists() and " " in self.pids.read_text()):
-            assert time.monotonic() < deadline and child.poll() is None, "the stand-in trainer did not start"
+            assert time.monotonic() < deadline, "the stand-in trainer did not start"
+            assert child.poll() is None, "the stand-in trainer did not start"
             time.sleep(0.05)
         return child
 
@@ -284,7 +291,8 @@ def test_a_job_recorded_failed_leaves_no_job_process_running_whatever_on_finish_
     try:
         assert w.agent.run() == 1
         chief = w.status("chief")
-        assert chief is not None and chief.state == STATES.failed
+        assert chief is not None
+        assert chief.state == STATES.failed
         assert "an error nobody planned for" in (chief.reason or "")
         assert trainer.running() == []
         assert w.releases == ([] if on_finish == "keep" else ["stop"])

@@ -16,11 +16,14 @@ DAY = 86400
 def test_the_run_counts_from_the_first_boot_across_reboots(tmp_path: Path) -> None:
     node = replace(settings(node="worker-0"), capacity="flex_start", max_run_seconds=DAY)
     first = flex_start_end(node, tmp_path, FIRST_BOOT, 50.0, 300.0)
-    assert first is not None and first.at == 50.0 + DAY - 300.0
-    assert "ends at 2026-09-22T14:13:20Z" in first.reason and "24 h after it started" in first.reason
+    assert first is not None
+    assert first.at == 50.0 + DAY - 300.0
+    assert "ends at 2026-09-22T14:13:20Z" in first.reason
+    assert "24 h after it started" in first.reason
     # A guest reboot an hour later: a new monotonic clock, the same end.
     again = flex_start_end(node, tmp_path, FIRST_BOOT + 3600, 7.0, 300.0)
-    assert again is not None and again.at == 7.0 + DAY - 3600 - 300.0
+    assert again is not None
+    assert again.at == 7.0 + DAY - 3600 - 300.0
 
 
 def test_a_damaged_or_future_record_counts_from_now_never_earlier(tmp_path: Path) -> None:

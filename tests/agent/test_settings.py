@@ -60,8 +60,10 @@ def test_every_shipped_cluster_nodes_metadata_reads_back_as_the_program_meant(na
         metadata = cluster_metadata(name, node.name)
         settings = read_settings(metadata)  # type: ignore[arg-type]
         assert (settings.node, settings.role, settings.index) == (node.name, node.role, node.index)
-        assert settings.job is not None and settings.job.job_dir == stack.job_dir
-        assert settings.job.code is not None and settings.job.code.sha256 == stack.job.package.sha256  # type: ignore[union-attr]
+        assert settings.job is not None
+        assert settings.job.job_dir == stack.job_dir
+        assert settings.job.code is not None
+        assert settings.job.code.sha256 == stack.job.package.sha256
         if stack.cluster.tf_cluster:
             assert json.loads(settings.tf_config or "")["task"] == {"type": node.role, "index": node.index}
         else:
@@ -76,14 +78,13 @@ def test_the_tpu_vms_metadata_reads_back() -> None:
     settings = read_settings(DictMetadata(bootscripts.tpu_metadata(stack, stack.tpu)))  # type: ignore[arg-type]
     assert (settings.kind, settings.node, settings.tpu_name) == ("tpu", "tpu", stack.tpu.vm_name)
     assert settings.max_run_seconds == stack.tpu.max_run_seconds
-    assert settings.python.system_site_packages and settings.python.lock is not None
+    assert settings.python.system_site_packages
+    assert settings.python.lock is not None
     # The TPU runtime's TensorFlow line of tf-keras, hash-locked (locks/tpu-tf-X.Y.txt).
     lock = bootscripts.tpu_node_kind(stack.tpu, stack.zone).lock_artifact
     assert (settings.python.lock.uri, settings.python.lock.sha256) == (lock.uri(stack.bucket_uri), lock.sha256)
-    assert (
-        lock.data.decode().count("--hash=sha256:") >= 1
-        and f"tf-keras=={stack.tpu.tensorflow_minor}." in lock.data.decode()
-    )
+    assert lock.data.decode().count("--hash=sha256:") >= 1
+    assert f"tf-keras=={stack.tpu.tensorflow_minor}." in lock.data.decode()
 
 
 @pytest.mark.parametrize(
@@ -172,17 +173,20 @@ def test_a_job_dir_of_the_stacks_bucket_or_a_folder_of_a_teams_own_is_read_as_gi
     metadata = cluster_metadata()
     metadata.instance[KEYS.job_dir] = job_dir
     job = read_settings(metadata).job  # type: ignore[arg-type]
-    assert job is not None and job.job_dir == job_dir
+    assert job is not None
+    assert job.job_dir == job_dir
 
 
 def test_job_env_reads_back_as_the_program_wrote_it() -> None:
     metadata = cluster_metadata()
     metadata.instance[KEYS.job_env] = '{"TF_USE_LEGACY_KERAS":"1","TEAM":"a b $(c)"}'
     job = read_settings(metadata).job  # type: ignore[arg-type]
-    assert job is not None and job.env == (("TF_USE_LEGACY_KERAS", "1"), ("TEAM", "a b $(c)"))
+    assert job is not None
+    assert job.env == (("TF_USE_LEGACY_KERAS", "1"), ("TEAM", "a b $(c)"))
     del metadata.instance[KEYS.job_env]
     job = read_settings(metadata).job  # type: ignore[arg-type]
-    assert job is not None and job.env == ()
+    assert job is not None
+    assert job.env == ()
 
 
 @pytest.mark.parametrize("name", ["multiworker", "ownpackage"])

@@ -31,7 +31,8 @@ def test_a_status_round_trips_with_its_history() -> None:
 def test_a_repeated_state_adds_no_history_but_a_new_incarnation_does() -> None:
     document = first_status("chief", "RUNNING", time=T0, incarnation="aa")
     document = document.then("RUNNING", time=T1, incarnation="aa", attempt=1)
-    assert len(document.history) == 1 and document.time == T1
+    assert len(document.history) == 1
+    assert document.time == T1
     document = document.then("RUNNING", time=T1, incarnation="bb", attempt=1)
     assert [e.incarnation for e in document.history] == ["aa", "bb"]
 
@@ -99,7 +100,8 @@ def test_a_warning_round_trips_is_carried_through_later_states_and_can_be_withdr
     later = warned.then("SUCCEEDED", time=T1, incarnation="ab12", attempt=1, exit_code=0)
     assert dict(later.warnings) == {CLUSTER_PORT_WARNING: "never listened on its TF_CONFIG port"}
     withdrawn = with_warning(later, CLUSTER_PORT_WARNING, None)
-    assert withdrawn.warnings == () and "warnings" not in json.loads(withdrawn.to_json())
+    assert withdrawn.warnings == ()
+    assert "warnings" not in json.loads(withdrawn.to_json())
 
 
 def test_a_warning_is_cut_to_the_bound_and_the_count_is_bounded() -> None:

@@ -33,7 +33,8 @@ def test_a_factor_from_a_twentieth_to_one_is_read(text: str | None, factor: floa
 def test_anything_else_is_refused_naming_the_variable_and_the_range(text: str) -> None:
     with pytest.raises(TimeScaleError) as error:
         parse_time_scale(text)
-    assert TIME_SCALE_VARIABLE in str(error.value) and "0.05 to 1" in str(error.value)
+    assert TIME_SCALE_VARIABLE in str(error.value)
+    assert "0.05 to 1" in str(error.value)
 
 
 def test_scaling_shortens_every_wait_alike() -> None:

@@ -164,7 +164,8 @@ def test_a_job_started_on_a_standing_node_readies_the_next_ones_interpreter_whil
     # Ready for the next job before this one has ended: a tuning study's next trial finds
     # the imports done.
     waiting = starts._warm
-    assert waiting is not None and waiting.child.poll() is None
+    assert waiting is not None
+    assert waiting.child.poll() is None
     assert wait(first) == 0
     # The job's end stops its processes, not the interpreter waiting for the next job.
     job.stop_all(close=False)

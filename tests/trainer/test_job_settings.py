@@ -60,7 +60,8 @@ def test_a_resume_that_asks_for_other_settings_is_refused_naming_each() -> None:
     assert "--epochs 2 (backup: 5)" in message
     assert "/jobs/flowers/backup" in message
     # The two ways on.
-    assert "Resume with the backup's settings" in message and "--fresh" in message
+    assert "Resume with the backup's settings" in message
+    assert "--fresh" in message
 
 
 def test_a_resume_on_another_cluster_shape_is_refused() -> None:

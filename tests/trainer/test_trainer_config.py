@@ -27,7 +27,8 @@ def test_help_answers_without_loading_tensorflow() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "--job-dir" in result.stdout and "--strategy" in result.stdout
+    assert "--job-dir" in result.stdout
+    assert "--strategy" in result.stdout
     assert "TF_NOT_LOADED" in result.stdout
 
 

@@ -71,7 +71,8 @@ def test_image_folders_train_well_above_chance(digits_folder: Path, job_dir: Pat
     )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = read_metrics(job_dir)
-    assert metrics["data"] == "images" and metrics["num_classes"] == DIGIT_CLASSES
+    assert metrics["data"] == "images"
+    assert metrics["num_classes"] == DIGIT_CLASSES
     # One pass over the ~80 % training share per epoch.
     assert 40 <= metrics["steps_per_epoch"] <= 50
     # Chance is 10 %; held-out images the network never saw.

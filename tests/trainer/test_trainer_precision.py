@@ -73,7 +73,8 @@ def test_bf16_detection_reads_cpu_flags(tmp_path: Path) -> None:
 def test_the_probe_measures_both_precisions_once_per_process() -> None:
     probe_cpu.cache_clear()
     first = probe_cpu()
-    assert first.float32_gflops > 0 and first.bfloat16_gflops > 0
+    assert first.float32_gflops > 0
+    assert first.bfloat16_gflops > 0
     assert probe_cpu() is first
     assert probe_cpu.cache_info().misses == 1
     assert probe_flops() == 2 * 8 * 45 * 45 * 32 * 64 * 9

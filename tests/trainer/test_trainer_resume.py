@@ -58,7 +58,8 @@ def test_killed_job_resumes_instead_of_starting_over(job_dir: Path) -> None:
     assert not (job_dir / "metrics.json").exists(), "the job finished before the kill"
     assert list((job_dir / "backup").rglob("*.index")), "no backup was written"
     recorded = json.loads((job_dir / "backup" / "job_settings.json").read_text())
-    assert recorded["image_size"] == 32 and recorded["epochs"] == EPOCHS
+    assert recorded["image_size"] == 32
+    assert recorded["epochs"] == EPOCHS
 
     # Restarted with another image size, the job would restore the backup into another
     # shape (or, with fewer epochs, ship the old model as final): every node refuses.

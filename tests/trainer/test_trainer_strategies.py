@@ -23,12 +23,14 @@ def assert_trained(metrics: dict[str, Any], strategy: str, replicas: int) -> Non
     assert metrics["replicas"] == replicas
     assert metrics["global_batch_size"] == 16 * replicas
     losses = metrics["loss_history"]
-    assert len(losses) == 3 and metrics["epochs_run"] == 3
+    assert len(losses) == 3
+    assert metrics["epochs_run"] == 3
     assert losses[-1] < losses[0], losses
     assert metrics["examples_per_second"] > 0
     assert not metrics["resumed"]
     # What each epoch's backup and checkpoint held training up: part of its seconds.
-    assert len(metrics["epoch_save_seconds"]) == 3 and all(seconds > 0 for seconds in metrics["epoch_save_seconds"])
+    assert len(metrics["epoch_save_seconds"]) == 3
+    assert all(seconds > 0 for seconds in metrics["epoch_save_seconds"])
 
 
 def assert_job_dir_layout(job_dir: Path) -> None:
@@ -121,5 +123,6 @@ def test_parameter_server_with_chief_worker_and_ps(job_dir: Path) -> None:
     assert "job finished; ps-0 exits" in result.log_text("ps-0")
     metrics = read_metrics(job_dir)
     assert_trained(metrics, "parameter_server", replicas=1)
-    assert metrics["workers"] == 1 and metrics["parameter_servers"] == 1
+    assert metrics["workers"] == 1
+    assert metrics["parameter_servers"] == 1
     assert (job_dir / "model" / "saved_model.pb").exists()

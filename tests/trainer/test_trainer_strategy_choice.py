@@ -77,9 +77,11 @@ def test_explicit_requests_that_fit_are_kept() -> None:
 def test_tf_config_roles_are_parsed() -> None:
     info = parse_tf_config(tf_config({"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}, "evaluator"))
     assert info.task_type == "evaluator"
-    assert info.num_workers == 3 and info.num_ps == 1
+    assert info.num_workers == 3
+    assert info.num_ps == 1
     assert parse_tf_config(tf_config({"worker": 2}, "worker", 1)).task_name == "worker-1"
-    assert not LOCAL.cluster and LOCAL.task_type is None
+    assert not LOCAL.cluster
+    assert LOCAL.task_type is None
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,8 @@ from trainstack.localrun.supervisor import free_loopback_ports
 
 def test_ports_are_distinct_loopback_ports() -> None:
     ports = free_loopback_ports(6)
-    assert len(set(ports)) == 6 and all(0 < port < 65536 for port in ports)
+    assert len(set(ports)) == 6
+    assert all(0 < port < 65536 for port in ports)
 
 
 def test_each_node_gets_its_own_task_in_one_cluster() -> None:
@@ -84,7 +85,8 @@ def test_synthetic_images_are_deterministic_and_class_dependent() -> None:
     assert all(np.array_equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(first, again, strict=True))
     images = np.stack([image for image, _ in first]).astype(np.float32)
     labels = np.array([label for _, label in first])
-    assert images.dtype == np.float32 and images.shape == (200, 24, 24, 3)
+    assert images.dtype == np.float32
+    assert images.shape == (200, 24, 24, 3)
     assert set(labels.tolist()) == {0, 1, 2, 3, 4}
     # The tint channel differs by class: a signal a network can learn.
     channel_means = np.stack([images[labels == c].mean(axis=(0, 1, 2)) for c in range(3)])
@@ -101,7 +103,8 @@ def test_image_folder_split_is_stable(tmp_path: Path) -> None:
         (tmp_path / class_name / "notes.txt").write_text("ignored")
     config = parse_args(["--job-dir", str(tmp_path / "job"), "--data", str(tmp_path)], environ={})
     source = describe_data(config)
-    assert source.kind == "images" and source.class_names == ("cats", "dogs")
+    assert source.kind == "images"
+    assert source.class_names == ("cats", "dogs")
     assert source.num_train_examples + source.num_eval_examples == 100
     assert 5 <= source.num_eval_examples <= 35
     assert describe_data(config) == source
@@ -184,7 +187,8 @@ def test_a_lost_peer_exits_75_with_one_line_and_no_traceback(
     monkeypatch.delenv("TF_CONFIG", raising=False)
     code = task.main(["--job-dir", str(tmp_path / "job"), "--data", "synthetic", "--epochs", "1"])
     error = capsys.readouterr().err
-    assert code == 75 and "Traceback" not in error
+    assert code == 75
+    assert "Traceback" not in error
     assert "a peer of the cluster was lost (UnavailableError: The following tasks are unhealthy" in error
     if where == "during training":
         assert "after step 137 of the job; the backup reaches step 130, so 7 steps will be trained again" in error

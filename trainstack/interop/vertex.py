@@ -109,7 +109,8 @@ def code_spec(
     from trainstack.jobcode.package import PROJECT_LAYOUT
     from trainstack_contract import FLAGS
 
-    assert stack.job is not None and stack.cluster is not None
+    assert stack.job is not None
+    assert stack.cluster is not None
     args = [*stack.cluster.trainer_args, FLAGS.job_dir, stack.job.job_dir]
     if stack.job.image is not None:
         if stack.job.image.tag is not None:
@@ -326,7 +327,8 @@ def _value_spec(param: ParameterSpec) -> tuple[str, dict[str, Any]]:
     if param.type == "DOUBLE":
         return "doubleValueSpec", {"minValue": param.min_value, "maxValue": param.max_value}
     if param.type == "INTEGER":
-        assert param.min_value is not None and param.max_value is not None
+        assert param.min_value is not None
+        assert param.max_value is not None
         # int64 fields are JSON strings in Vertex AI's REST API (proto3's JSON mapping).
         return "integerValueSpec", {"minValue": str(int(param.min_value)), "maxValue": str(int(param.max_value))}
     if param.type == "CATEGORICAL":

@@ -266,7 +266,8 @@ class LocalStackRun:
 
     def wait(self, timeout: float | None = None) -> LocalStackRunResult:
         chief = self.nodes[0]
-        assert chief.role == contract.CHIEF and chief.process is not None
+        assert chief.role == contract.CHIEF
+        assert chief.process is not None
         deadline = None if timeout is None else time.monotonic() + timeout
         self.supervisor.wait_for(lambda: not self.supervisor.running(chief.name), deadline)
         # No node boots again once the chief is done: it would find the job over.

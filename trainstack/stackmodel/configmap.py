@@ -177,5 +177,6 @@ def parse_stack_config(stack: str, config: Mapping[str, Any], secret_keys: froze
         )
     if problems or settings is None:
         raise StackConfigError(problems, partial, dropped)
-    assert isinstance(project, str) and isinstance(region, str)
+    assert isinstance(project, str)
+    assert isinstance(region, str)
     return StackConfig(stack=stack, project=project, region=region, settings=settings)

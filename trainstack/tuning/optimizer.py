@@ -55,7 +55,8 @@ def _distribution(param: ParameterSpec) -> Any:
     if param.type == "DISCRETE":
         assert param.discrete_values is not None
         return IntDistribution(0, len(param.discrete_values) - 1)
-    assert param.min_value is not None and param.max_value is not None
+    assert param.min_value is not None
+    assert param.max_value is not None
     log = param.scale_type in LOG_SCALES
     if param.type == "INTEGER":
         return IntDistribution(int(param.min_value), int(param.max_value), log=log)
@@ -66,7 +67,8 @@ def _mirrored(param: ParameterSpec, value: Any) -> Any:
     """A value of a reverse log scale to Optuna's domain and back (the mirror is its own inverse)."""
     if param.scale_type != "UNIT_REVERSE_LOG_SCALE" or param.type not in ("DOUBLE", "INTEGER"):
         return value
-    assert param.min_value is not None and param.max_value is not None
+    assert param.min_value is not None
+    assert param.max_value is not None
     mirrored = param.min_value + param.max_value - value
     return round(mirrored) if param.type == "INTEGER" else min(param.max_value, max(param.min_value, mirrored))
 

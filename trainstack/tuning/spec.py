@@ -167,7 +167,9 @@ class ParameterSpec(_Strict):
         if self.type == "DISCRETE":
             assert self.discrete_values is not None
             return self.discrete_values
-        assert self.type == "INTEGER" and self.min_value is not None and self.max_value is not None
+        assert self.type == "INTEGER"
+        assert self.min_value is not None
+        assert self.max_value is not None
         return tuple(range(int(self.min_value), int(self.max_value) + 1))
 
     def argument(self, value: Any) -> str:
