@@ -101,7 +101,7 @@ def bounded(call: Callable[[], T], seconds: float, what: str) -> T:
     def target() -> None:
         try:
             outcome["value"] = call()
-        except BaseException as error:  # handed to the caller's thread below
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread below, raised there
             outcome["error"] = error
 
     thread = threading.Thread(target=target, name=f"first contact with {what}", daemon=True)

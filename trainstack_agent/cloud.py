@@ -14,6 +14,7 @@ import hashlib
 import http.client
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -92,6 +93,11 @@ class Request:
     headers: Mapping[str, str]
     body: bytes | None = None
 
+    def __post_init__(self) -> None:
+        # urllib's opener also reads file: and ftp: URLs; the agent speaks HTTP(S) only.
+        if urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
+            raise ValueError(f"not an http(s) URL: {self.url[:100]!r}")
+
 
 def _describe(request: Request) -> str:
     # The query string may hold object names but never credentials; it is kept short anyway.
@@ -161,7 +167,7 @@ class Http:
         delays = policy.delays()
         last = ""
         for attempt in range(policy.attempts):
-            outgoing = urllib.request.Request(
+            outgoing = urllib.request.Request(  # noqa: S310 - Request admits http(s) only
                 request.url, data=request.body, headers=dict(request.headers), method=request.method
             )
             try:

@@ -202,7 +202,9 @@ class Environment:
             self._run(["apt-get", "update", "-qq"], APT_SECONDS, "apt-get update")
             self._run(["apt-get", "install", "-y", "-qq", "docker.io"], APT_SECONDS, "installing Docker")
         if self.settings.gpu_count > 0 and shutil.which("nvidia-ctk") is not None:
-            info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60, check=False)
+            # Installed above where it was missing: Debian's docker.io puts it in /usr/bin.
+            docker = shutil.which("docker") or "/usr/bin/docker"
+            info = subprocess.run([docker, "info"], capture_output=True, text=True, timeout=60, check=False)
             if "nvidia" not in info.stdout.lower():
                 self.log("configuring the NVIDIA container runtime for Docker")
                 self._run(["nvidia-ctk", "runtime", "configure", "--runtime=docker"], 120, "configuring nvidia-ctk")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
@@ -183,7 +183,7 @@ class QueueServices:
     clock: Clock
     log: Callable[[str], None]
     state_dir: Path
-    timings: Timings = Timings()
+    timings: Timings = field(default_factory=Timings)
     # TRAINSTACK_AGENT_TIME_SCALE's factor: idle_seconds scales with it, as every other wait.
     time_scale: float = 1.0
     # After each job this boot ran (its settings), on the main thread: readies the next start.

@@ -141,7 +141,8 @@ def prepare_job_user(
         return None
     try:
         uid, gid = ensure_user(name)
-        os.chmod(state_dir, 0o711)
+        # Searchable, not listable: the job's user reaches its own directories below it.
+        os.chmod(state_dir, 0o711)  # noqa: S103
         home, workdir = state_dir / "job-home", state_dir / "job-work"
         for directory in (home, workdir):
             _own_directory(directory, uid, gid)

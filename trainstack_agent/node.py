@@ -89,7 +89,7 @@ class NodeAgent:
             self.board.write_node(STATES.running)
             self._running = True
             outcome = self.run_job()
-        except Exception as error:  # noqa: BLE001 - a node must record and release, whatever failed
+        except Exception as error:  # a node must record and release, whatever failed
             if self._terminating:
                 raise
             outcome = Outcome(1, f"the node agent failed: {type(error).__name__}: {str(error)[:300]}")

@@ -8,6 +8,7 @@ agent's log, under the job's journal tag.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -101,7 +102,7 @@ class Log:
             for tag in (AGENT_TAG, JOB_TAG):
                 try:
                     self._journal[tag] = subprocess.Popen(
-                        ["systemd-cat", "-t", tag], stdin=subprocess.PIPE, text=True, start_new_session=True
+                        ["systemd-cat", "-t", tag],  # noqa: S607 - found on the PATH just above stdin=subprocess.PIPE, text=True, start_new_session=True
                     )
                 except OSError:
                     self._journal.clear()
@@ -153,23 +154,17 @@ class Child:
     def signal(self, signum: int) -> None:
         # Until the agent reaps the leader, its pid (the group's id) cannot be reused.
         if self.popen.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signum)
-            except ProcessLookupError:
-                pass
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> int:
         """SIGTERM to the group, SIGKILL after ``grace`` seconds; returns the exit status."""
         self.signal(signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
         # The leader may have gone while others of its group linger: they go too.
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         code = self.popen.wait()
         # SIGKILL takes effect when each process is next scheduled: on a loaded machine one of
         # the group may still run a moment after killpg returns. The job has ended only once
@@ -283,8 +278,9 @@ class Processes:
 
 def remove_container(name: str) -> None:
     """A container outlives its docker client: ending the job removes it too."""
-    if shutil.which("docker") is not None:
-        subprocess.run(["docker", "rm", "--force", name], capture_output=True, timeout=60, check=False)
+    docker = shutil.which("docker")
+    if docker is not None:
+        subprocess.run([docker, "rm", "--force", name], capture_output=True, timeout=60, check=False)
 
 
 class JobChild:

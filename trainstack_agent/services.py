@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from trainstack_agent.board import Board
@@ -61,7 +61,7 @@ class Services:
     log: Callable[[str], None]
     # The environment the job's code starts from.
     environment: Mapping[str, str]
-    timings: Timings = Timings()
+    timings: Timings = field(default_factory=Timings)
     # Whether anything on this node listens on a TCP port (None: cannot tell).
     listening: Callable[[int], bool | None] = port_listening
     # A queued job's: why it was cancelled (`trainstack cancel`), or None; asked every peer_poll.

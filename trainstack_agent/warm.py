@@ -19,6 +19,7 @@ that started it ends.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -227,10 +228,8 @@ class WarmStarts:
             self._end(warm)
 
     def _end(self, warm: _Warm) -> None:
-        try:
+        with contextlib.suppress(OSError):  # closed already
             os.close(warm.pipe)
-        except OSError:
-            pass
         warm.child.stop()
 
     def stop_all(self, close: bool = True) -> None:

@@ -85,9 +85,8 @@ def no_public_ip(args: Any, report: Report) -> None:
     elif args.resource_type == TPU_VM:
         if is_true(mapping(props.get("networkConfig")).get("enableExternalIps")):
             report("networkConfig.enableExternalIps must be false", None)
-    elif args.resource_type == NOTEBOOK:
-        if not is_true(mapping(props.get("gceSetup")).get("disablePublicIp")):
-            report("gceSetup.disablePublicIp must be true (Workbench gives a public IP otherwise)", None)
+    elif args.resource_type == NOTEBOOK and not is_true(mapping(props.get("gceSetup")).get("disablePublicIp")):
+        report("gceSetup.disablePublicIp must be true (Workbench gives a public IP otherwise)", None)
 
 
 def no_default_service_account(args: Any, report: Report) -> None:
@@ -344,9 +343,8 @@ def run_time_bound(args: Any, report: Report) -> None:
         # The TPU API has no run-time cap; trainstack's boot script enforces this one.
         if not _positive_whole(metadata(TPU_VM, props).get(MAX_RUN_SECONDS_KEY)):
             report(f"no metadata {MAX_RUN_SECONDS_KEY}: nothing stops it if its job never ends", None)
-    elif args.resource_type == NOTEBOOK:
-        if not _positive_whole(metadata(NOTEBOOK, props).get("idle-timeout-seconds")):
-            report("no gceSetup.metadata idle-timeout-seconds: it bills until someone stops it", None)
+    elif args.resource_type == NOTEBOOK and not _positive_whole(metadata(NOTEBOOK, props).get("idle-timeout-seconds")):
+        report("no gceSetup.metadata idle-timeout-seconds: it bills until someone stops it", None)
 
 
 def cost_labels(args: Any, report: Report) -> None:

@@ -100,34 +100,42 @@ class _Writer:
         self.lines.append(f"{line:<{COMMENT_COLUMN - 1}} # {comment}" if comment else line)
 
 
-def render(args: argparse.Namespace, catalog: Catalog, named: str | None = None) -> str:
-    """The stack file's text; ``named``: how later commands name it (default ``--stack NAME``)."""
-    named = named or f"--stack {args.stack}"
+def _check_shape(args: argparse.Namespace) -> None:
+    """The options that cannot go together, and the worker count's bounds."""
     if args.tpu and (args.gpu or args.workers or args.notebook):
         raise InitProblem("--tpu: a TPU VM runs alone; leave out --gpu, --workers and --notebook")
     if args.notebook and args.workers:
         raise InitProblem("--notebook: a notebook is one machine; leave out --workers")
     if not 0 <= args.workers <= MAX_WORKERS:
         raise InitProblem(f"--workers {args.workers}: from 0 to {MAX_WORKERS}")
+
+
+def _tpu_choice(tpu_type: str, catalog: Catalog) -> tuple[str, int]:
+    """``--tpu``'s generation and slice size, from the catalog's TPU generations that run TensorFlow."""
+    generations = catalog.tensorflow_tpu_generations()
+    without = catalog.tpu_generation_without_tensorflow(tpu_type)
+    if without is not None:
+        raise InitProblem(
+            f"--tpu {shorten(tpu_type)}: TPU {without.generation} runs no TensorFlow; TPU generations with "
+            f"TensorFlow: {', '.join(g.generation for g in generations)}"
+        )
+    found = catalog.tpu_generation_for(tpu_type)
+    if found is None:
+        kinds = ", ".join(f"{g.prefix}-{g.valid_suffixes[0]}" for g in generations)
+        raise InitProblem(f"--tpu {shorten(tpu_type)}: not a TPU type; e.g. {kinds}")
+    generation, size = found
+    if size not in generation.valid_suffixes:
+        sizes = ", ".join(f"{generation.prefix}-{n}" for n in generation.valid_suffixes)
+        raise InitProblem(f"--tpu {tpu_type}: {generation.generation} slices are {sizes}")
+    return generation.generation, size
+
+
+def render(args: argparse.Namespace, catalog: Catalog, named: str | None = None) -> str:
+    """The stack file's text; ``named``: how later commands name it (default ``--stack NAME``)."""
+    named = named or f"--stack {args.stack}"
+    _check_shape(args)
     gpu = gpu_machine(*parse_gpu(args.gpu, catalog), catalog) if args.gpu else None
-    tpu = None
-    if args.tpu:
-        generations = catalog.tensorflow_tpu_generations()
-        without = catalog.tpu_generation_without_tensorflow(args.tpu)
-        if without is not None:
-            raise InitProblem(
-                f"--tpu {shorten(args.tpu)}: TPU {without.generation} runs no TensorFlow; TPU generations with "
-                f"TensorFlow: {', '.join(g.generation for g in generations)}"
-            )
-        found = catalog.tpu_generation_for(args.tpu)
-        if found is None:
-            kinds = ", ".join(f"{g.prefix}-{g.valid_suffixes[0]}" for g in generations)
-            raise InitProblem(f"--tpu {shorten(args.tpu)}: not a TPU type; e.g. {kinds}")
-        generation, size = found
-        if size not in generation.valid_suffixes:
-            sizes = ", ".join(f"{generation.prefix}-{n}" for n in generation.valid_suffixes)
-            raise InitProblem(f"--tpu {args.tpu}: {generation.generation} slices are {sizes}")
-        tpu = (generation.generation, size)
+    tpu = _tpu_choice(args.tpu, catalog) if args.tpu else None
     if args.project is not None and PROJECT_ID_PATTERN.fullmatch(args.project) is None:
         raise InitProblem(
             f"--project {shorten(args.project)}: not a Google Cloud project id (6-30 lowercase letters, digits and "

@@ -23,7 +23,7 @@ MAX_SECRETS = 20
 # Secret Manager's limit on one version's payload.
 MAX_SECRET_BYTES = 64 * 1024
 # How a secret is set, the one command every message that asks for one names.
-SECRET_COMMAND = "pulumi config set --path --secret 'trainstack:secrets.{name}' VALUE"
+SECRET_COMMAND = "pulumi config set --path --secret 'trainstack:secrets.{name}' VALUE"  # noqa: S105 - a command, no secret
 _ANY_NAME = "<NAME>"
 
 
