@@ -41,6 +41,22 @@ def method(api: str, version: str, method_id: str) -> dict[str, Any]:
     return methods[method_id]
 
 
+def _object_problems(api: str, version: str, schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"{path}: expected an object, got {type(value).__name__}"]
+    problems: list[str] = []
+    properties = schema.get("properties", {})
+    extra = schema.get("additionalProperties")
+    for key, item in value.items():
+        if key in properties:
+            problems += schema_problems(api, version, properties[key], item, f"{path}.{key}")
+        elif extra is not None:
+            problems += schema_problems(api, version, extra, item, f"{path}[{key!r}]")
+        else:
+            problems.append(f"{path}: no field {key!r} in the schema (fields: {', '.join(sorted(properties))})")
+    return problems
+
+
 def schema_problems(api: str, version: str, schema: dict[str, Any], value: Any, path: str = "$") -> list[str]:
     """Where ``value`` departs from ``schema`` (a discovery-document schema, ``$ref`` followed)."""
     document = discovery_document(api, version)
@@ -48,19 +64,7 @@ def schema_problems(api: str, version: str, schema: dict[str, Any], value: Any, 
         return schema_problems(api, version, document["schemas"][schema["$ref"]], value, path)
     kind = schema.get("type")
     if kind == "object":
-        if not isinstance(value, dict):
-            return [f"{path}: expected an object, got {type(value).__name__}"]
-        problems: list[str] = []
-        properties = schema.get("properties", {})
-        extra = schema.get("additionalProperties")
-        for key, item in value.items():
-            if key in properties:
-                problems += schema_problems(api, version, properties[key], item, f"{path}.{key}")
-            elif extra is not None:
-                problems += schema_problems(api, version, extra, item, f"{path}[{key!r}]")
-            else:
-                problems.append(f"{path}: no field {key!r} in the schema (fields: {', '.join(sorted(properties))})")
-        return problems
+        return _object_problems(api, version, schema, value, path)
     if kind == "array":
         if not isinstance(value, list):
             return [f"{path}: expected an array, got {type(value).__name__}"]

@@ -19,7 +19,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -245,8 +245,8 @@ def test_no_access_token_appears_on_any_command_line_during_a_local_run(
 
 
 class _Recorder(BaseHTTPRequestHandler):
-    requests: list[tuple[str, str, str | None]] = []
-    answers = {
+    requests: ClassVar[list[tuple[str, str, str | None]]] = []
+    answers: ClassVar[dict[str, str]] = {
         "/computeMetadata/v1/instance/name": "tc-worker-0",
         "/computeMetadata/v1/instance/zone": "projects/123/zones/us-central1-a",
         "/computeMetadata/v1/project/project-id": "test-project-123",
@@ -255,18 +255,18 @@ class _Recorder(BaseHTTPRequestHandler):
         ),
     }
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = self.answers.get(self.path)
         if body is None or self.headers.get("Metadata-Flavor") != "Google":
             self.send_error(404)
             return
         self._reply(body)
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         _Recorder.requests.append(("DELETE", self.path, self.headers.get("Authorization")))
         self._reply('{"kind": "compute#operation", "status": "RUNNING"}')
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         _Recorder.requests.append(("POST", self.path, self.headers.get("Authorization")))
         self._reply("{}")
@@ -460,7 +460,7 @@ def hostile_config(value: str) -> StackConfig:
 class _NotFound(BaseHTTPRequestHandler):
     """A metadata server that has nothing: every required read fails at once."""
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_error(404)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002

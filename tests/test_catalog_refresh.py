@@ -153,7 +153,7 @@ def billing_answers() -> list[tuple[dict[str, str], str]]:
                 ["us-central1"],
                 "0",
                 150000000,
-            ),  # fmt: skip
+            ),
             # not the on-demand hour: a reservation's price, and a commitment
             sku("A5", "Reserved Nvidia L4 GPU running in Americas", "OnDemand", ["us-central1"], "0", 300000000),
             sku("A3", "Commitment v1: Nvidia L4 GPU running in Americas", "Commit1Yr", ["us-central1"], "0", 1000),
@@ -470,7 +470,9 @@ def test_a_refresh_that_fails_while_writing_keeps_the_previous_overlay(
 
     monkeypatch.setattr(refresh_module, "_header", failing_header)
     fake_google(monkeypatch, {"compute": compute_answers(), "tpu": tpu_answers(), "cloudbilling": billing_answers()})
-    with pytest.raises(OSError):  # a later day: every row the failed refresh wrote would differ
+    with pytest.raises(
+        OSError, match="No space left on device"
+    ):  # a later day: every row the failed refresh wrote would differ
         main(
             [
                 "catalog",

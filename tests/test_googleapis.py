@@ -60,7 +60,7 @@ def test_permission_denied_is_one_line_with_google_s_reason() -> None:
 
 
 def test_credentials_refused_and_not_found_say_so() -> None:
-    with pytest.raises(GoogleApiError, match="credentials refused .*gcloud auth application-default login"):
+    with pytest.raises(GoogleApiError, match=r"credentials refused .*gcloud auth application-default login"):
         region_of(FakeGoogle([error(401, "Request had invalid authentication credentials.")]))
     with pytest.raises(
         GoogleApiError, match=r"not found \(The resource 'projects/my-project/regions/mars1' was not found\)"

@@ -668,7 +668,7 @@ def test_a_tuning_spec_with_problems_fails_the_import_one_line_each_and_writes_n
     tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, line: str
 ) -> None:
     source = write(tmp_path, TUNED_JOB.replace(old, new))
-    code, out = run_import(tmp_path, source, "census")
+    code, _out = run_import(tmp_path, source, "census")
     err = capsys.readouterr().err
     assert code == 1
     (problem,) = err.splitlines()
@@ -703,6 +703,6 @@ def test_an_existing_tuning_spec_is_kept_unless_forced(tmp_path: Path, capsys: p
 
 def test_a_job_without_a_tuning_spec_writes_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = write(tmp_path, "trainingInput:\n  scaleTier: BASIC\n  hyperparameters: null\n")
-    code, out = run_import(tmp_path, source, "plain")
+    code, _out = run_import(tmp_path, source, "plain")
     assert code == 0, capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.plain.yaml", "config.yaml"]

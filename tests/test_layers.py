@@ -146,7 +146,7 @@ def raw_config_reads(path: Path) -> list[str]:
         m
         for m in MODULES
         if m not in HAND_OFF
-        and (m.split(".")[1:2] and m.split(".")[1] in BELOW_THE_CHECKS or m == "trainstack.stackmodel.cost")
+        and ((m.split(".")[1:2] and m.split(".")[1] in BELOW_THE_CHECKS) or m == "trainstack.stackmodel.cost")
     ),
 )
 def test_below_the_checks_no_module_reads_the_raw_config(module: str) -> None:

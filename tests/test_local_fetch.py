@@ -36,8 +36,19 @@ def project(root: Path, name: str, version: str, requires: list[str]) -> Path:
 
 def wheel(source: Path, dists: Path) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
-        + ["--wheel-dir", str(dists), str(source)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--wheel-dir",
+            str(dists),
+            str(source),
+        ],
         check=True,
         capture_output=True,
     )

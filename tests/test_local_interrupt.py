@@ -58,7 +58,8 @@ def test_an_interrupted_local_run_stops_every_node_and_leaves_the_job_resumable(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # pytest-xdist's workers ignore SIGINT and a child inherits it: the command must feel it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
     )
     deadline = time.monotonic() + HANG_SECONDS
     assert cli.stdout is not None
@@ -71,7 +72,7 @@ def test_an_interrupted_local_run_stops_every_node_and_leaves_the_job_resumable(
         assert time.monotonic() < deadline, "the run did not start"
         assert cli.poll() is None, "the run did not start"
     cli.send_signal(signum)
-    out, err = cli.communicate(timeout=HANG_SECONDS)
+    _out, err = cli.communicate(timeout=HANG_SECONDS)
     assert cli.returncode == 130, err
     assert "Traceback" not in err
     assert f"interrupted ({signum.name})" in err
@@ -138,7 +139,7 @@ def test_a_closed_terminal_stops_every_process_of_the_run_and_records_it_interru
         stderr=terminal,
         # A session of its own whose controlling terminal is the pseudo-terminal, as a login shell's.
         start_new_session=True,
-        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # noqa: PLW1509
     )
     os.close(terminal)
     try:

@@ -3,6 +3,7 @@ gcloud command it runs, and the node logs of a `trainstack local` run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,26 @@ def test_the_tags_are_the_ones_the_node_agent_logs_under(tmp_path: Path, monkeyp
     log.job_line("Epoch 1/10")
     log.close()
     assert sorted(recorded_calls(calls)) == sorted([["-t", SCRIPT_IDENTIFIER], ["-t", TRAINER_IDENTIFIER]])
+
+
+def test_each_line_reaches_the_journal_under_its_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from trainstack_agent.processes import Log
+
+    # A systemd-cat that keeps what it reads on stdin in a file named by its tag.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    journal = bin_dir / "systemd-cat"
+    journal.write_text(f'#!/bin/bash\ncat > "{tmp_path}/$2.journal"\n')
+    journal.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    log = Log(stream=io.StringIO(), journal=True)
+    log("node chief starting")
+    log.job_line("Epoch 1/10")
+    log.close()
+    assert "node chief starting" in (tmp_path / f"{SCRIPT_IDENTIFIER}.journal").read_text()
+    assert (tmp_path / f"{TRAINER_IDENTIFIER}.journal").read_text() == "Epoch 1/10\n"
 
 
 # --- gcloud ---------------------------------------------------------------------------------------------

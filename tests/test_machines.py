@@ -74,9 +74,12 @@ class FakeCompute:
             operation = f"operation-{name}-{action}"
             self.operations[operation] = (name, action)
             return 200, self._operation(operation, self.first_status)
-        if (match := OPERATION.fullmatch(path)) and match[3] in self.operations:
-            if (method, bool(match[4])) in {("POST", True), ("GET", False)}:
-                return 200, self._operation(match[3], self.wait_status)
+        if (
+            (match := OPERATION.fullmatch(path))
+            and match[3] in self.operations
+            and (method, bool(match[4])) in {("POST", True), ("GET", False)}
+        ):
+            return 200, self._operation(match[3], self.wait_status)
         return 404, _error(404, f"no such API path in the fake: {method} {path}", "notFound")
 
     def _operation(self, operation: str, status: str) -> dict[str, Any]:
@@ -115,9 +118,9 @@ def serve(fake: FakeCompute) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = _answer
+        do_GET = do_POST = _answer  # noqa: N815 - http.server's names
 
-        def log_message(self, format: str, *args: Any) -> None:
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # port 0: a free port

@@ -13,6 +13,7 @@ import pytest
 
 import trainstack.cloud.planning as plan_module
 from stack_helpers import base_config, plan_of, write_stack
+from trainstack.base.errors import StackConfigError
 from trainstack.cloud.planning import Plan, run_plan
 from trainstack.cloud.pulumi_internals import SECRET_SIGNATURE, SECRET_SIGNATURE_KEY
 from trainstack.commands.main import main
@@ -115,9 +116,9 @@ def test_plan_and_check_of_a_stack_with_secrets_print_no_value(
 
 
 def problems_of(config: dict[str, Any], secret_keys: frozenset[str] = frozenset()) -> str:
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(StackConfigError) as caught:
         parse_and_check("sec", config, secret_keys=secret_keys)
-    return str(getattr(caught.value, "report", lambda: caught.value)())
+    return caught.value.report()
 
 
 def test_a_secret_written_in_clear_text_is_refused_without_repeating_it() -> None:

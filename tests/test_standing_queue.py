@@ -39,14 +39,15 @@ def environment() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT), TRAINSTACK_AGENT_TIME_SCALE="0.25")
 
 
-def trainstack(*args: str) -> subprocess.CompletedProcess[str]:
+def trainstack(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """A trainstack command, bounded by ``timeout`` seconds (a hang guard, not a measure)."""
     return subprocess.run(
         [sys.executable, "-m", "trainstack", *args],
         cwd=REPOSITORY_ROOT,
         env=environment(),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
 

@@ -48,8 +48,17 @@ def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_me
     spec.write_text(SPEC)
     target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
     standing = subprocess.Popen(
-        [sys.executable, "-m", "trainstack", "local", "--stack-file", str(stack_file), "--standing"]
-        + ["--workdir", str(workdir)],
+        [
+            sys.executable,
+            "-m",
+            "trainstack",
+            "local",
+            "--stack-file",
+            str(stack_file),
+            "--standing",
+            "--workdir",
+            str(workdir),
+        ],
         cwd=REPOSITORY_ROOT,
         env=environment(),
         stdout=subprocess.PIPE,
@@ -82,7 +91,8 @@ def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_me
         assert left is not None
         assert 1 <= len(left["trials"]) <= 2
         # Resumed from the bucket alone: its spec and job are in the study.
-        resumed = trainstack("tune", *target, "--study", "study")
+        # The rest of the study: its trials train one after another (a hang guard).
+        resumed = trainstack("tune", *target, "--study", "study", timeout=600)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert "study study resumed" in resumed.stdout
     finally:

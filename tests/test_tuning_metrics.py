@@ -6,7 +6,6 @@ TensorFlow summaries TensorFlow itself writes there, in a local directory and in
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,12 +139,12 @@ def test_a_job_directory_with_too_many_objects_is_refused_not_read_whole(bucket:
 
 
 @pytest.fixture
-def gcs_bucket(emulator_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:  # noqa: F811
+def gcs_bucket(emulator_server: Any, monkeypatch: pytest.MonkeyPatch) -> Any:  # noqa: F811
     from google.cloud import storage
 
     emulator_server.wipe()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator_server.url)
-    yield storage.Client(project="test-project-123").create_bucket(BUCKET)
+    return storage.Client(project="test-project-123").create_bucket(BUCKET)
 
 
 def test_the_same_reading_from_cloud_storage(gcs_bucket: Any, tmp_path: Path) -> None:

@@ -102,7 +102,10 @@ class Log:
             for tag in (AGENT_TAG, JOB_TAG):
                 try:
                     self._journal[tag] = subprocess.Popen(
-                        ["systemd-cat", "-t", tag],  # noqa: S607 - found on the PATH just above stdin=subprocess.PIPE, text=True, start_new_session=True
+                        ["systemd-cat", "-t", tag],  # noqa: S607 - found on the PATH just above
+                        stdin=subprocess.PIPE,
+                        text=True,
+                        start_new_session=True,
                     )
                 except OSError:
                     self._journal.clear()

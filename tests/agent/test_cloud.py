@@ -156,3 +156,10 @@ def test_a_local_run_takes_secrets_from_its_environment_and_fails_without_them(s
     with pytest.raises(SecretError, match="WANDB_API_KEY is not set"):
         read_secrets(secrets, from_environment={}, http=client, metadata=meta, root="")
     assert server.requests == []
+
+
+@pytest.mark.parametrize("url", ["file:///etc/shadow", "ftp://example.com/x", "data:text/plain,x", "/relative"])
+def test_a_request_is_http_or_https_only(url: str) -> None:
+    # urllib's opener would read a file: or ftp: URL; nothing the agent asks for is one.
+    with pytest.raises(ValueError, match="not an http"):
+        Request("GET", url, {})

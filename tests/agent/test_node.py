@@ -3,6 +3,7 @@ preparing, waiting, restarting and finishing, in milliseconds."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 
@@ -539,8 +540,8 @@ def test_the_chief_looks_often_at_a_spot_peer_it_knows_is_down() -> None:
     w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
     w.clock.at(45.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
     w.agent.run()
-    before = [b - a for a, b in zip(looks, looks[1:], strict=False) if b <= 25.0]
-    during = [b - a for a, b in zip(looks, looks[1:], strict=False) if 30.0 <= a and b <= 45.0]
+    before = [b - a for a, b in itertools.pairwise(looks) if b <= 25.0]
+    during = [b - a for a, b in itertools.pairwise(looks) if a >= 30.0 and b <= 45.0]
     assert before
     assert set(before) == {10.0}
     assert during

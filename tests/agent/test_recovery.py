@@ -4,6 +4,7 @@ and what a Cloud Storage give-up during a recovery does to the job."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import sys
 import time
@@ -73,7 +74,7 @@ def test_the_start_call_is_repeated_with_doubling_back_off_while_the_peer_stays_
         recovery.look()
         clock.sleep(1.0)
     times = [when for when, _ in instances.starts]
-    gaps = [round(b - a) for a, b in zip(times, times[1:], strict=False)]
+    gaps = [round(b - a) for a, b in itertools.pairwise(times)]
     first, last = Timings().start_backoff
     assert gaps[:5] == [first, first * 2, first * 4, first * 8, first * 16]
     assert max(gaps) == last

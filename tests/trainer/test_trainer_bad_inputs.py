@@ -62,7 +62,7 @@ BASE = ["--job-dir", JOB, "--data", "synthetic"]
 
 
 @pytest.mark.parametrize(
-    "args, fragments",
+    ("args", "fragments"),
     [
         pytest.param(["--job-dir", JOB], ["the following arguments are required: --data"], id="no-data-flag"),
         pytest.param(["--data", "synthetic"], ["--job-dir is required", "$AIP_MODEL_DIR"], id="no-job-dir"),
@@ -272,7 +272,7 @@ def tf_config(raw: object) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "build, env, fragments",
+    ("build", "env", "fragments"),
     [
         pytest.param(missing_data, {}, ["--data ", "nowhere: no such file or directory"], id="missing-data"),
         pytest.param(
@@ -469,10 +469,7 @@ def write_tfrecord(path: Path, *examples: dict[str, bytes | int]) -> None:
         encoded = b""
         for name, value in features.items():
             # Feature: bytes_list = 1 or int64_list = 3, each a list in field 1.
-            if isinstance(value, bytes):
-                feature = _field(1, _field(1, value))
-            else:
-                feature = _field(3, _field(1, _varint(value)))
+            feature = _field(1, _field(1, value)) if isinstance(value, bytes) else _field(3, _field(1, _varint(value)))
             encoded += _field(1, _field(1, name.encode()) + _field(2, feature))  # Features.feature map entry
         example = _field(1, encoded)  # Example.features
         length = len(example).to_bytes(8, "little")
@@ -515,7 +512,7 @@ def tfrecord_without_image_feature(tmp: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "build, fragments",
+    ("build", "fragments"),
     [
         pytest.param(
             one_bad_image_among_good_ones,
@@ -558,7 +555,7 @@ def silent_https_proxy() -> Iterator[dict[str, str]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "flag, build",
+    ("flag", "build"),
     [
         pytest.param("--job-dir", gs_job_dir("gs://trainstack-unreachable-test/job"), id="job-dir"),
         pytest.param("--data", gs_data("gs://trainstack-unreachable-test/flowers"), id="data"),

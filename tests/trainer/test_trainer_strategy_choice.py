@@ -28,7 +28,7 @@ LOCAL = parse_tf_config({})
 
 
 @pytest.mark.parametrize(
-    "environ, gpus, tpu, expected",
+    ("environ", "gpus", "tpu", "expected"),
     [
         ({}, 0, None, ONE_DEVICE),
         ({}, 1, None, ONE_DEVICE),
@@ -51,7 +51,7 @@ def test_logical_cpus_select_mirrored_without_gpus() -> None:
 
 
 @pytest.mark.parametrize(
-    "requested, environ, tpu",
+    ("requested", "environ", "tpu"),
     [
         ("tpu", {}, None),
         ("tpu", tf_config({"chief": 1, "worker": 1, "ps": 1}, "chief"), "local"),

@@ -65,7 +65,9 @@ def test_layout_follows_job_dir_and_vertex_overrides() -> None:
     assert vertex.log_dir == "gs://tb/run"
 
 
-@pytest.mark.parametrize("steps, limit, expected", [(50, 16, 10), (12, 16, 12), (7, 4, 1), (100, 16, 10), (40, 10, 10)])
+@pytest.mark.parametrize(
+    ("steps", "limit", "expected"), [(50, 16, 10), (12, 16, 12), (7, 4, 1), (100, 16, 10), (40, 10, 10)]
+)
 def test_steps_per_execution_divides_the_epoch(steps: int, limit: int, expected: int) -> None:
     assert largest_divisor_at_most(steps, limit) == expected
 
@@ -154,13 +156,9 @@ def test_only_tensorflows_lost_peer_errors_count_as_a_lost_peer() -> None:
     assert peer_loss(unhealthy) == "UnavailableError: The following tasks are unhealthy (stopped sending heartbeats):"
     aborted = tf.errors.AbortedError(None, None, "Collective ops is aborted by: another task")
     # Keras and multiprocessing re-raise TensorFlow's error wrapped in their own.
-    try:
-        try:
-            raise aborted
-        except tf.errors.AbortedError as error:
-            raise RuntimeError("export failed") from error
-    except RuntimeError as wrapped:
-        assert peer_loss(wrapped) == "AbortedError: Collective ops is aborted by: another task"
+    wrapped = RuntimeError("export failed")
+    wrapped.__cause__ = aborted
+    assert peer_loss(wrapped) == "AbortedError: Collective ops is aborted by: another task"
     assert peer_loss(tf.errors.InvalidArgumentError(None, None, "bad shape")) is None
     assert peer_loss(ValueError("no")) is None
 
