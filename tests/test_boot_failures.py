@@ -60,6 +60,7 @@ def trainers_started(local: LocalStackRun) -> bool:
     return all(any("starting the job" in line for line in n.lines) for n in local.nodes)
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_the_job_resumable_and_applies_no_on_finish(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -352,6 +353,7 @@ def test_a_delete_the_api_refuses_still_stops_the_machine(tmp_path: Path) -> Non
 # --- The TPU VM's run-time cap ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_tpu_run_time_cap_ends_the_agent_records_failed_and_stops(tmp_path: Path) -> None:
     """Defect: the TPU VM had no run-time cap at all (the TPU API has none)."""
     from trainstack.localrun.standins import MetadataServer
@@ -408,6 +410,7 @@ def test_the_tpu_vms_cap_comes_from_the_stack() -> None:
     assert boot.tpu_metadata[METADATA_KEYS.max_run_seconds] == str(round(cfg.settings.tpu.max_run_hours * 3600))
 
 
+@pytest.mark.slow
 def test_a_second_boot_of_the_same_node_leaves_the_job_to_the_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -475,6 +478,7 @@ def empty_metadata_server() -> Any:
     server.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", HOSTILE)
 def test_hostile_values_render_as_data_in_every_template(
     tmp_path: Path, pattern: str, empty_metadata_server: str
@@ -511,6 +515,7 @@ def test_hostile_values_render_as_data_in_every_template(
     assert pattern.format(m=marker) in note, "the stack name is not shown as written"
 
 
+@pytest.mark.slow
 def test_a_local_runs_grpc_ports_are_reachable_from_loopback_inside_its_namespace_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,6 +53,7 @@ def probe_records(result: LocalStackRunResult) -> dict[str, dict]:  # type: igno
     return {p.stem: json.loads(p.read_text()) for p in (result.job_dir / "probe").glob("*.json")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stack_name", ["multiworker", "paramserver"])
 def test_each_node_gets_its_tf_config_from_metadata(stack_name: str, tmp_path: Path, probe_trainer: Path) -> None:
     cfg = stack(stack_name)
@@ -70,6 +71,7 @@ def test_each_node_gets_its_tf_config_from_metadata(stack_name: str, tmp_path: P
         assert argv[argv.index("--strategy") + 1] == cfg.settings.cluster.strategy  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_single_machine_stack_gets_no_tf_config(tmp_path: Path, probe_trainer: Path) -> None:
     result = run(stack("dev"), tmp_path, probe_trainer)
     assert result.succeeded
@@ -78,6 +80,7 @@ def test_single_machine_stack_gets_no_tf_config(tmp_path: Path, probe_trainer: P
     assert record["argv"][record["argv"].index("--strategy") + 1] == "one_device"
 
 
+@pytest.mark.slow
 def test_status_objects_and_on_finish(tmp_path: Path, probe_trainer: Path) -> None:
     result = run(stack("paramserver"), tmp_path, probe_trainer)
     assert result.job_status is not None
@@ -88,6 +91,7 @@ def test_status_objects_and_on_finish(tmp_path: Path, probe_trainer: Path) -> No
     assert sorted(line.split()[1:] for line in result.self_stops) == sorted(["delete", n] for n in result.node_status)
 
 
+@pytest.mark.slow
 def test_after_a_failed_chief_the_other_nodes_stop_waiting(
     tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,6 +153,7 @@ def probe_kind(requirement: str, wheel: Path | None = None) -> bootscripts.NodeK
     return bootscripts.NodeKind(lock=lock, system_site_packages=False, stop_command=bootscripts.ShellCode("true"))
 
 
+@pytest.mark.slow
 def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_the_node(
     tmp_path: Path, probe_trainer: Path
 ) -> None:
@@ -166,6 +171,7 @@ def test_a_boot_that_fails_before_the_trainer_still_records_failed_and_releases_
     assert len(result.self_stops) == 1
 
 
+@pytest.mark.slow
 def test_environment_installs_from_the_stacks_wheelhouse_once(
     tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,6 +190,7 @@ def test_environment_installs_from_the_stacks_wheelhouse_once(
     assert not any("installing" in line for line in second.logs["chief"])
 
 
+@pytest.mark.slow
 def test_a_wheel_the_lock_does_not_hash_is_refused(tmp_path: Path, probe_trainer: Path) -> None:
     # The wheelhouse's manifest matches its wheel, but the nodes' lock names other bytes for
     # it: pip installs nothing the lock does not hash.
@@ -232,6 +239,7 @@ def run_with_bucket_object_changed(
     return result
 
 
+@pytest.mark.slow
 def test_a_lock_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:
     local, kind = wheelhouse_run(tmp_path, probe_trainer, hashed=True)
 
@@ -242,6 +250,7 @@ def test_a_lock_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path
     run_with_bucket_object_changed(local, kind.lock_artifact.object_name, drop_the_hashes, refusal)
 
 
+@pytest.mark.slow
 def test_a_wheel_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_path: Path, probe_trainer: Path) -> None:
     local, _ = wheelhouse_run(tmp_path, probe_trainer, hashed=False)
     run_with_bucket_object_changed(
@@ -253,6 +262,7 @@ def test_a_wheel_replaced_in_the_bucket_is_refused_and_the_node_released(tmp_pat
     assert not (local.workdir / "nodes" / "chief" / "state" / "venv" / ".trainstack-requirements").exists()
 
 
+@pytest.mark.slow
 def test_a_code_archive_replaced_in_the_bucket_is_refused_and_the_node_released(
     tmp_path: Path, probe_trainer: Path
 ) -> None:

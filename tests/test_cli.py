@@ -102,6 +102,7 @@ def test_the_script_plan_out_writes_runs_only_a_verified_agent(
         assert stops.read_text().endswith(" stop boot-script\n")
 
 
+@pytest.mark.slow
 def test_validate_runs_as_a_module_with_no_credentials(tmp_path: Path) -> None:
     """The command a user types, in a subprocess with no cloud environment at all."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "PULUMI_"))}
@@ -173,6 +174,7 @@ def _perturbed_base(draw: st.DrawFn) -> dict[str, object]:
 random_stacks = st.one_of(st.composite(_perturbed_base)(), st.dictionaries(st.text(max_size=20), values, max_size=5))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(config=random_stacks)
 def test_random_stack_files_never_produce_a_traceback(

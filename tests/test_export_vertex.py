@@ -88,6 +88,7 @@ def python_pools(snippet: str) -> list[dict]:
     raise AssertionError("no WORKER_POOL_SPECS in the snippet")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["multiworker", "paramserver", "ownpackage"])
 def test_the_python_snippet_builds_the_same_pools_with_the_sdk(capsys: pytest.CaptureFixture[str], name: str) -> None:
     pools = spec_of(export(capsys, "--stack", name)[1]).worker_pool_specs

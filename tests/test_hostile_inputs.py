@@ -50,6 +50,7 @@ def imported(tmp_path: Path, source: Path | str) -> subprocess.CompletedProcess[
     return trainstack("import", str(source), "--stack", "hostile", "--out", str(tmp_path / "Pulumi.hostile.yaml"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "words"),
     [
@@ -68,6 +69,7 @@ def test_a_hostile_job_file_is_refused(tmp_path: Path, text: str, words: str) ->
     assert not (tmp_path / "Pulumi.hostile.yaml").exists()
 
 
+@pytest.mark.slow
 def test_dev_zero_is_not_imported(tmp_path: Path) -> None:
     """A MemoryError, once."""
     assert_refused(imported(tmp_path, "/dev/zero"), "not a regular file")
@@ -134,6 +136,7 @@ def test_a_hostile_job_file_found_outside_is_refused(tmp_path: Path, text: str, 
     assert not (tmp_path / "Pulumi.hostile.yaml").exists()
 
 
+@pytest.mark.slow
 def test_a_directory_is_refused_as_a_job_file_and_as_a_stack_file(tmp_path: Path) -> None:
     assert_refused(imported(tmp_path, tmp_path), "not a regular file")
     assert_refused(trainstack("validate", "--stack-file", str(tmp_path)), "not a regular file")

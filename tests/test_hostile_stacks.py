@@ -289,6 +289,7 @@ def test_there_are_at_least_forty_hostile_cases() -> None:
     assert len(CASES) >= 40
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("text", "words"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
 def test_hostile_stack_file_is_refused_quickly_in_bounded_memory(tmp_path: Path, text: str, words: str) -> None:
     path = tmp_path / "Pulumi.hostile.yaml"
@@ -313,6 +314,7 @@ def test_a_stack_file_named_dot_dot_is_refused(tmp_path: Path) -> None:
     assert_refused(path, "'..' is not a stack name")
 
 
+@pytest.mark.slow
 def test_the_base_of_these_cases_is_valid(tmp_path: Path) -> None:
     """Guards the cases above: each must fail for its own reason."""
     for text in (BASE, with_base(CLUSTER)):

@@ -166,6 +166,7 @@ def test_a_package_that_is_a_symlink_is_refused(tmp_path: Path, capsys: pytest.C
     assert "is a symlink" in err
 
 
+@pytest.mark.slow
 def test_hidden_trees_of_a_package_are_never_walked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Defect: a package's .git of 150,000 files was walked in full (10 s) before being left out."""
     package = probe_package(tmp_path / "code")
@@ -185,6 +186,7 @@ def test_hidden_trees_of_a_package_are_never_walked(tmp_path: Path, capsys: pyte
     ), capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_package_tree_past_the_bound_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     package = probe_package(tmp_path / "code")
     data = package / "data"
@@ -197,6 +199,7 @@ def test_a_package_tree_past_the_bound_is_refused(tmp_path: Path, capsys: pytest
 
 
 # --- Shipped by content --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_package_is_uploaded_under_its_content_hash_and_every_node_names_that_object(tmp_path: Path) -> None:
     source = tmp_path / "copy" / "tabular_mlp"
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__"))
@@ -532,6 +535,7 @@ def run_local(config: dict[str, Any], tmp_path: Path, **kwargs: Any) -> Any:
     )
 
 
+@pytest.mark.slow
 def test_a_package_outside_the_repository_gets_the_contract_every_mode_shares(tmp_path: Path) -> None:
     package = probe_package(tmp_path / "elsewhere")
     config = single_node({"name": "probe", "package": str(package), "module": "probe_pkg.main", "args": ["--x", "1"]})
@@ -548,6 +552,7 @@ def test_a_package_outside_the_repository_gets_the_contract_every_mode_shares(tm
     }
 
 
+@pytest.mark.slow
 def test_a_package_that_raises_fails_the_job_with_its_traceback_and_releases_the_machine(tmp_path: Path) -> None:
     package = probe_package(tmp_path / "elsewhere")
     config = single_node({"name": "probe", "package": str(package), "module": "probe_pkg.main", "args": ["--fail"]})
@@ -572,6 +577,7 @@ with open(path, "w") as out:
 """
 
 
+@pytest.mark.slow
 def test_a_report_the_jobs_code_writes_through_hypertune_ends_in_its_job_directory(tmp_path: Path) -> None:
     package = tmp_path / "elsewhere" / "hp_probe"
     package.mkdir(parents=True)
@@ -588,6 +594,7 @@ def test_a_report_the_jobs_code_writes_through_hypertune_ends_in_its_job_directo
 AI_PLATFORM_SAMPLE = PROJECT_ROOT / "tests" / "fixtures" / "ai_platform_sample"
 
 
+@pytest.mark.slow
 def test_a_teams_package_named_trainer_runs_in_local_not_the_built_in_trainer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -611,6 +618,7 @@ def test_a_teams_package_named_trainer_runs_in_local_not_the_built_in_trainer(
     assert all(file.startswith(str(node_environment)) for file in record["files"]), record
 
 
+@pytest.mark.slow
 def test_an_image_job_runs_the_image_with_the_job_contract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = install_recording_command("docker", tmp_path, monkeypatch)
     config = base_config()
@@ -639,6 +647,7 @@ def test_an_image_job_runs_the_image_with_the_job_contract(tmp_path: Path, monke
         assert call[call.index(uri) + 1 :] == ["--job-dir", job_dir, "--epochs", "2"]
 
 
+@pytest.mark.slow
 def test_an_image_node_with_gpus_passes_them_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = install_recording_command("docker", tmp_path, monkeypatch)
     config = single_node({"name": "img", "image": "trainer:v1"})
@@ -648,6 +657,7 @@ def test_an_image_node_with_gpus_passes_them_through(tmp_path: Path, monkeypatch
     assert run[run.index("--gpus") + 1] == "all"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reference", [":v1", "@sha256:" + "d" * 64])
 def test_local_runs_an_image_by_tag_or_digest_and_says_a_tag_is_not_pinned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], reference: str
@@ -690,6 +700,7 @@ def test_local_explains_that_an_image_needs_a_running_docker_engine(
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_local_runs_an_image_job_in_this_machines_network_only_when_told_to(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1006,6 +1017,7 @@ def env_probe(directory: Path) -> Path:
     return package
 
 
+@pytest.mark.slow
 def test_job_env_reaches_the_jobs_code_on_every_node_beside_what_trainstack_sets(tmp_path: Path) -> None:
     """Defect: there was no way to give a job an environment variable (TF_USE_LEGACY_KERAS=1
     for code written for tf.keras as Keras 2)."""
@@ -1026,6 +1038,7 @@ def test_job_env_reaches_the_jobs_code_on_every_node_beside_what_trainstack_sets
         assert json.loads(record["TF_CONFIG"])["task"] == {"type": task, "index": 0}
 
 
+@pytest.mark.slow
 def test_an_image_job_gets_job_env_by_value_on_the_docker_command_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

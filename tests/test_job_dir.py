@@ -147,6 +147,7 @@ def test_a_stack_without_a_job_dir_grants_nothing_beyond_its_own_bucket(tmp_path
     assert plan.bucket_access()["job_dir"] == {"uri": "gs://test-project-123_test/jobs/vision", "writers": [member]}
 
 
+@pytest.mark.slow
 def test_local_writes_the_job_dir_into_a_stand_in_of_the_teams_bucket_and_status_reads_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -94,6 +94,7 @@ def test_the_jobs_code_runs_unprivileged_and_cannot_write_where_only_root_may(tm
     assert home.stat().st_mode & 0o077 == 0
 
 
+@pytest.mark.slow
 def test_a_work_directory_the_jobs_user_cannot_enter_runs_the_job_as_root_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -123,6 +124,7 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
+@pytest.mark.slow
 def test_a_killed_agent_takes_its_trainer_with_it_and_its_node_is_not_left_running(tmp_path: Path) -> None:
     local = local_run(tmp_path, LINGERING_MODULE, []).start()
     pid_file = Path(local.job_dir) / "trainer.pid"

@@ -343,6 +343,7 @@ def test_the_local_store_refuses_a_write_on_a_stale_generation(tmp_path: Path) -
     assert (tmp_path / "a.json").read_bytes() == b"2"
 
 
+@pytest.mark.slow
 def test_submit_jobs_and_cancel_on_cloud_storage(
     proxy: PreconditionProxy, stack: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -453,6 +454,7 @@ def test_the_three_commands_have_help(capsys: pytest.CaptureFixture[str]) -> Non
         assert "--stack" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_submit_imports_neither_pulumi_nor_tensorflow(stack: Path, tmp_path: Path) -> None:
     """`submit` returns in about a second: it loads no Pulumi program and no trainer."""
     import subprocess

@@ -72,6 +72,7 @@ def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return dists
 
 
+@pytest.mark.slow
 def test_a_project_gets_the_version_its_requirements_pin_not_a_second_one(tmp_path: Path, local_index: Path) -> None:
     digest = hashlib.sha256(next(local_index.glob("dep-1.0-*.whl")).read_bytes()).hexdigest()
     requirements = tmp_path / "requirements.txt"
@@ -87,6 +88,7 @@ def test_a_project_gets_the_version_its_requirements_pin_not_a_second_one(tmp_pa
     assert wheels == sorted(path.name for path in local_index.glob("dep-*.whl"))
 
 
+@pytest.mark.slow
 def test_a_project_alone_gets_its_newest_dependency(tmp_path: Path, local_index: Path) -> None:
     team = project(tmp_path / "team" / "team-trainer", "team-trainer", "0.1", ["dep"])
     (team / "pyproject.toml").write_text(PYPROJECT)

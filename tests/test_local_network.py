@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 # A hang guard, not a measure: without the refusal, the nodes' trainers listen within it.
 HANG_SECONDS = 300
@@ -57,6 +59,7 @@ def run_processes(workdir: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_run_without_a_namespace_of_its_own_is_refused_and_nothing_of_it_listens_beyond_loopback(
     tmp_path: Path,
 ) -> None:

@@ -61,6 +61,7 @@ def run_local(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -
     return code, capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_local_hides_native_chatter_unless_verbose_and_boot_log_keeps_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -76,6 +77,7 @@ def test_local_hides_native_chatter_unless_verbose_and_boot_log_keeps_it(
     assert "[chief] E0000 00:00:1795394545.207341" in out
 
 
+@pytest.mark.slow
 def test_a_rerun_that_trains_nothing_says_so_and_suggests_fresh(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -188,6 +190,7 @@ def test_a_runs_exit_code_says_whether_the_job_succeeded_whatever_its_code_exite
     assert exit_code(result) == code
 
 
+@pytest.mark.slow
 def test_a_job_whose_code_exits_2_is_a_failed_job_and_a_bad_option_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -74,6 +74,7 @@ def fake_boot(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bootscripts, "render", lambda *args, **kwargs: FAKE_BOOT)
 
 
+@pytest.mark.slow
 def test_a_standing_run_names_itself_wakes_exited_nodes_on_sigusr1_and_ends_when_all_have_exited(
     tmp_path: Path, fake_boot: None
 ) -> None:
@@ -116,6 +117,7 @@ def test_a_standing_run_names_itself_wakes_exited_nodes_on_sigusr1_and_ends_when
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
 
 
+@pytest.mark.slow
 def test_a_one_shot_run_runs_no_queue_and_writes_no_standing_record(tmp_path: Path, fake_boot: None) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()

@@ -36,6 +36,7 @@ def trainstack(copy: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_stack_file_named_dot_dot_cannot_make_fresh_delete_the_repository(repo_copy: Path) -> None:
     """Defect: `local --fresh` with stacks/Pulumi....yaml (stack "..") ran rmtree on the repository."""
     (repo_copy / "stacks" / "Pulumi....yaml").write_text(DEV_STACK)
@@ -48,6 +49,7 @@ def test_a_stack_file_named_dot_dot_cannot_make_fresh_delete_the_repository(repo
     assert sorted(p.relative_to(repo_copy) for p in repo_copy.rglob("*")) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workdir", [".", "..", "stacks"])
 def test_fresh_refuses_a_workdir_it_did_not_make(repo_copy: Path, workdir: str) -> None:
     before = sorted(p.relative_to(repo_copy.parent) for p in repo_copy.parent.rglob("*"))
@@ -82,6 +84,7 @@ def test_local_overrides_replace_every_occurrence_of_a_flag() -> None:
     assert TrainerOverrides({"--epochs": "2"}).apply(args) == ["--model", "cnn", "--seed", "1", "--epochs", "2"]
 
 
+@pytest.mark.slow
 def test_a_non_empty_directory_it_did_not_make_is_never_adopted(repo_copy: Path, tmp_path: Path) -> None:
     """Defect: the first run planted its marker in a user's non-empty directory, and a later
     --fresh then deleted the user's files in it."""

@@ -165,6 +165,7 @@ def test_without_gcloud_it_says_so_and_prints_the_query_to_paste(
 
 
 # --- trainstack local ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_local_prints_each_run_under_one_heading_node_after_node(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -168,6 +168,7 @@ def test_a_tpu_generation_compute_engine_does_not_report_is_said(monkeypatch: py
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("answer", "expected"),
     [

@@ -103,6 +103,7 @@ def test_a_secret_value_reaches_secret_manager_and_nothing_else(
         assert not paths_holding(resource.inputs.get("labels", {}), CANARY)
 
 
+@pytest.mark.slow
 def test_plan_and_check_of_a_stack_with_secrets_print_no_value(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

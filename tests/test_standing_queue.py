@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from stack_helpers import write_stack
@@ -82,6 +83,7 @@ def incarnations(job_dir: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_idle_nodes_stop(
     tmp_path: Path,
 ) -> None:

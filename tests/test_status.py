@@ -91,6 +91,7 @@ def status_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any
 
 
 # --- (a) the same states from a real local run and from the emulator ----------------------------------
+@pytest.mark.slow
 def test_a_local_runs_status_reads_the_same_from_its_directory_and_from_the_bucket(
     tmp_path: Path, bucket: storage.Bucket, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -117,6 +117,7 @@ def trainstack_status(path: Path) -> dict[str, Any]:
     return document
 
 
+@pytest.mark.slow
 def test_status_reads_the_job_a_real_boot_script_wrote_to_the_emulator(
     tmp_path: Path, emulator_bucket: storage.Bucket, monkeypatch: pytest.MonkeyPatch
 ) -> None:

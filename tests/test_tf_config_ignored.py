@@ -53,6 +53,7 @@ def team_stack(tmp_path: Path, args: list[str]) -> Path:
     return write_stack(tmp_path, config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("listens", [False, True], ids=["ignores-tf-config", "joins-the-cluster"])
 def test_local_reports_code_that_ignored_tf_config_on_every_node_and_still_succeeds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, listens: bool

@@ -409,6 +409,7 @@ def broken(resource: PlannedResource) -> PlannedResource:
     return dataclasses.replace(resource, inputs=inputs)
 
 
+@pytest.mark.slow
 def test_checkov_fails_each_broken_resource_by_name(checkov: Path, tmp_path: Path) -> None:
     plan = plan_of(write_stack(tmp_path, base_config()))
     doc = terraform_plan([broken(r) for r in plan.resources])
@@ -450,6 +451,7 @@ EXPECTED_PASSES = {
 }
 
 
+@pytest.mark.slow
 def test_shipped_stacks_pass_checkov(checkov: Path, tmp_path: Path) -> None:
     docs = {stack: document(stack) for stack in SHIPPED_STACKS}
     outcomes = scan(checkov, docs, tmp_path)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_standing_queue import REPOSITORY_ROOT, SHORT, environment, stack_config, trainstack, until
 
 from stack_helpers import write_stack
@@ -41,6 +42,7 @@ def study_document(bucket: Path) -> dict[str, Any] | None:
         return None
 
 
+@pytest.mark.slow
 def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_metric(tmp_path: Path) -> None:
     stack_file = write_stack(tmp_path, stack_config("dev", idle_minutes=2), stack="tuned")
     workdir = tmp_path / "work"

@@ -88,6 +88,7 @@ def test_lines_that_are_not_records_are_skipped_and_said(bucket: Path) -> None:
     assert reading.problems == [f"{report}: 3 line(s) are not cloudml-hypertune records with a number"]
 
 
+@pytest.mark.slow
 def test_keras_summaries_give_the_held_out_value_of_the_last_epoch(bucket: Path) -> None:
     write_keras_like_summaries(bucket / JOB)
     reading = read_metric(LocalObjects(bucket), JOB, "epoch_accuracy", "chief")

@@ -398,6 +398,7 @@ def run_validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     return code, captured.out + captured.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("changes", "key", "words"), [case[1:] for case in INVALID], ids=[case[0] for case in INVALID])
 def test_invalid_cluster_stack_is_rejected_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], key: str, words: str

@@ -33,6 +33,7 @@ def mixed_precision() -> Iterator[None]:
         keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cnn", "resnet50"])
 def test_each_model_maps_images_to_class_probabilities(name: str) -> None:
     model = build_model(name, IMAGE_SIZE, NUM_CLASSES)
@@ -45,12 +46,14 @@ def test_each_model_maps_images_to_class_probabilities(name: str) -> None:
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_resnet50_is_keras_resnet50_with_a_head_for_the_jobs_classes() -> None:
     model = build_model("resnet50", IMAGE_SIZE, NUM_CLASSES)
     assert model.name == "resnet50"
     assert model.count_params() == RESNET50_BACKBONE_PARAMS + 2048 * NUM_CLASSES + NUM_CLASSES
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("mixed_precision")
 @pytest.mark.parametrize("name", ["cnn", "resnet50"])
 def test_probabilities_stay_float32_under_mixed_precision(name: str) -> None:
@@ -65,6 +68,7 @@ def test_an_unknown_model_is_refused_by_name() -> None:
         build_model("vgg16", IMAGE_SIZE, NUM_CLASSES)
 
 
+@pytest.mark.slow
 def test_an_epoch_checkpoint_holds_the_weights_the_evaluator_restores_and_no_optimizer_state(
     tmp_path: Path,
 ) -> None:

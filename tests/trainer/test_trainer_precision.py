@@ -70,6 +70,7 @@ def test_bf16_detection_reads_cpu_flags(tmp_path: Path) -> None:
     assert not cpu_has_bf16(str(tmp_path / "missing"))
 
 
+@pytest.mark.slow
 def test_the_probe_measures_both_precisions_once_per_process() -> None:
     probe_cpu.cache_clear()
     first = probe_cpu()

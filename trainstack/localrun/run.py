@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 from typing import Any, Unpack
 
-import trainstack_contract as contract
 from trainstack.localrun.layout import LayoutOptions, LocalRunLayout, collect_result, lay_out, record_lost_agents
 from trainstack.localrun.netns import LoopbackNetwork, NamespaceUnavailable
 from trainstack.localrun.nodelogs import NodeLogWriter, is_runtime_noise
@@ -265,8 +264,7 @@ class LocalStackRun:
             self.network.close()
 
     def wait(self, timeout: float | None = None) -> LocalStackRunResult:
-        chief = self.nodes[0]
-        assert chief.role == contract.CHIEF
+        chief = self.nodes[0]  # lay_out puts the chief first
         assert chief.process is not None
         deadline = None if timeout is None else time.monotonic() + timeout
         self.supervisor.wait_for(lambda: not self.supervisor.running(chief.name), deadline)
