@@ -50,17 +50,18 @@ class SubmitRefused(Exception):
 
 
 def _job_file(path: Path) -> dict[str, Any]:
-    from trainstack.base.files import FileProblem, load_yaml, read_text
+    from trainstack.base.files import OptionFileProblem, load_option_mapping
 
     try:
-        value = load_yaml(read_text(path, MAX_JOB_FILE_BYTES))
-    except FileNotFoundError:
-        raise SubmitRefused(f"--job-file {path}: no such file") from None
-    except FileProblem as problem:
-        raise SubmitRefused(f"--job-file {path}: {problem}") from None
-    if not isinstance(value, dict):
-        raise SubmitRefused(f"--job-file {path}: a job file is a mapping of trainstack:job's keys (name, model, ...)")
-    return value
+        return load_option_mapping(
+            "--job-file",
+            path,
+            MAX_JOB_FILE_BYTES,
+            json_only=False,
+            not_a_mapping="a job file is a mapping of trainstack:job's keys (name, model, ...)",
+        )
+    except OptionFileProblem as problem:
+        raise SubmitRefused(str(problem)) from None
 
 
 def _env(values: list[str]) -> dict[str, str]:
