@@ -279,3 +279,19 @@ def test_local_refuses_an_agent_time_scale_that_is_not_a_factor_before_starting_
     assert "TRAINSTACK_AGENT_TIME_SCALE must be a factor from 0.05 to 1" in error
     assert "Traceback" not in error
     assert not workdir.exists()
+
+
+@pytest.mark.parametrize("verb", ["submit", "jobs", "cancel", "tune", "zones"])
+def test_a_command_documented_by_its_module_shows_the_docstring_as_written(
+    verb: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its --help opens with the module's docstring, every line as the module writes it (a
+    wrapped help text would join the docstring's lists and examples into one paragraph)."""
+    import importlib
+
+    monkeypatch.setenv("COLUMNS", "200")
+    module = importlib.import_module(f"trainstack.commands.{'jobs' if verb == 'cancel' else verb}")
+    with pytest.raises(SystemExit) as exit_:
+        main([verb, "--help"])
+    assert exit_.value.code == 0
+    assert (module.__doc__ or "").strip() in capsys.readouterr().out

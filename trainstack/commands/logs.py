@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from trainstack.commands.parsers import number_argument
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.jobstate.report import default_workdir
 from trainstack.localrun.nodelogs import RUN_HEADING, is_runtime_noise, node_log
@@ -213,10 +214,7 @@ def freshness(text: str) -> str:
 
 
 def limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = number_argument(text, int, f"{text!r} is not a whole number")
     if not 1 <= value <= 1_000_000:
         raise argparse.ArgumentTypeError(f"{value} is not between 1 and 1000000")
     return value

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.commands.local import _job_arguments
+from trainstack.commands.parsers import add_documented_command
 from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
 from trainstack.commands.stackargs import add_stack_arguments, stack_option, stack_path
 from trainstack.jobstate.report import StatusReadError
@@ -267,11 +268,11 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = add_documented_command(
+        subparsers,
         "submit",
-        help="queue a job on the stack's standing cluster or TPU VM (no `pulumi up`); prints its id",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "queue a job on the stack's standing cluster or TPU VM (no `pulumi up`); prints its id",
     )
     add_stack_arguments(parser)
     add_job_arguments(parser)
