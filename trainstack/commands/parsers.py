@@ -1,11 +1,12 @@
 """How the commands build their parsers: a command whose --help is its module's docstring, and
-an option that takes a number.
+an option that takes a number or text of a given form.
 
 Light on purpose, as stackargs: every command's parser is built at start-up."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -28,3 +29,11 @@ def number_argument(text: str, convert: Callable[[str], Number], not_a_number: s
         return convert(text)
     except ValueError:
         raise argparse.ArgumentTypeError(not_a_number) from None
+
+
+def pattern_argument(text: str, pattern: re.Pattern[str], refusal: str) -> str:
+    """``text`` for an option's argparse type when ``pattern`` matches it whole (a trailing
+    newline is refused); else ``refusal``, the whole line argparse prints after the option's name."""
+    if pattern.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(refusal)
+    return text

@@ -32,7 +32,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from trainstack.commands.cost import chart_path, save_chart
-from trainstack.commands.parsers import add_documented_command, number_argument
+from trainstack.commands.parsers import add_documented_command, number_argument, pattern_argument
 from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option
 from trainstack.commands.submit import (
@@ -73,12 +73,12 @@ def _poll(text: str) -> float:
 def _study_name(text: str) -> str:
     from trainstack.tuning.study import STUDY_NAME
 
-    if STUDY_NAME.fullmatch(text) is None:
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r}: a study's name is a letter, then up to 63 letters, digits or '_' (its trials are "
-            "jobs named <study>_t<N>)"
-        )
-    return text
+    return pattern_argument(
+        text,
+        STUDY_NAME,
+        f"{text[:40]!r}: a study's name is a letter, then up to 63 letters, digits or '_' (its trials are "
+        "jobs named <study>_t<N>)",
+    )
 
 
 def _local_options(args: argparse.Namespace) -> str:
