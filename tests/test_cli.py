@@ -281,3 +281,40 @@ def test_local_refuses_an_agent_time_scale_that_is_not_a_factor_before_starting_
     assert "TRAINSTACK_AGENT_TIME_SCALE must be a factor from 0.05 to 1" in error
     assert "Traceback" not in error
     assert not workdir.exists()
+
+
+@pytest.mark.parametrize("verb", ["submit", "jobs", "cancel", "tune", "zones"])
+def test_a_command_documented_by_its_module_shows_the_docstring_as_written(
+    verb: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its --help opens with the module's docstring, every line as the module writes it (a
+    wrapped help text would join the docstring's lists and examples into one paragraph)."""
+    import importlib
+
+    monkeypatch.setenv("COLUMNS", "200")
+    module = importlib.import_module(f"trainstack.commands.{'jobs' if verb == 'cancel' else verb}")
+    with pytest.raises(SystemExit) as exit_:
+        main([verb, "--help"])
+    assert exit_.value.code == 0
+    assert (module.__doc__ or "").strip() in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        ("build --stack dev --tag .bad", "argument --tag: '.bad' is not a Docker tag: letters, digits, '_', '.' and '-', at most 128, not starting with '.' or '-'"),
+        ("tune status --stack dev --study 9x", "argument --study: '9x': a study's name is a letter, then up to 63 letters, digits or '_' (its trials are jobs named <study>_t<N>)"),
+        ("logs --stack dev --freshness 3y", "argument --freshness: '3y' is not a duration like 30m, 6h or 2d"),
+        ("logs --stack dev --limit x", "argument --limit: 'x' is not a whole number"),
+        ("cost --stack dev --run-hours x", "argument --run-hours: 'x' is not a number of hours"),
+        ("start --stack dev --timeout x", "argument --timeout: 'x' is not a number of seconds"),
+        ("tune status --stack dev --poll x", "argument --poll: 'x' is not a number of seconds"),
+    ],
+)  # fmt: skip
+def test_an_option_of_the_wrong_form_is_one_usage_line_naming_it(
+    argv: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv.split())
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {said}")

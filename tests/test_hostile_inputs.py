@@ -149,3 +149,32 @@ def test_control_characters_from_a_job_file_reach_the_terminal_escaped(tmp_path:
     assert result.returncode == 1
     assert "\x1b" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "prefix"),
+    [
+        (["check", "--stack", "dev", "--policy-config"], "trainstack check: --policy-config"),
+        (["submit", "--stack", "dev", "--local", "--job-file"], "trainstack: submit: --job-file"),
+    ],
+    ids=["policy-config", "job-file"],
+)
+def test_a_file_an_option_names_is_refused_naming_the_option_and_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], prefix: str
+) -> None:
+    """Both options read their file through one reader: the same three refusals, word for word."""
+    from trainstack.commands.main import main
+
+    listed = tmp_path / "list.yaml"
+    listed.write_text("[1]\n")
+    not_a_mapping = {
+        "check": "a JSON object of policy names",
+        "submit": "a job file is a mapping of trainstack:job's keys (name, model, ...)",
+    }[argv[0]]
+    for path, said in [
+        (tmp_path / "missing", "no such file"),
+        (tmp_path, "not a regular file"),
+        (listed, not_a_mapping),
+    ]:
+        assert main([*argv, str(path)]) == 1
+        assert capsys.readouterr().err == f"{prefix} {path}: {said}\n"

@@ -269,6 +269,29 @@ def load_json(data: bytes | str) -> Any:
     return document
 
 
+class OptionFileProblem(Exception):
+    """The file an option names cannot be used; the message names the option and the file."""
+
+
+def load_option_mapping(
+    option: str, path: Path, max_bytes: int, *, json_only: bool, not_a_mapping: str
+) -> dict[str, Any]:
+    """The mapping in the file a command-line option names (``--job-file PATH``): read bounded,
+    parsed as JSON (``json_only``) or as YAML (which reads JSON too). Each problem is one
+    :class:`OptionFileProblem`, ``<option> <path>: ...``: no such file, what
+    :func:`read_bounded` or the parser refused, or ``not_a_mapping`` for any other document."""
+    where = f"{option} {path}"
+    try:
+        document = load_json(read_bounded(path, max_bytes)) if json_only else load_yaml(read_text(path, max_bytes))
+    except FileNotFoundError:
+        raise OptionFileProblem(f"{where}: no such file") from None
+    except FileProblem as problem:
+        raise OptionFileProblem(f"{where}: {problem}") from None
+    if not isinstance(document, dict):
+        raise OptionFileProblem(f"{where}: {not_a_mapping}")
+    return document
+
+
 def _depth(value: Any, level: int = 0) -> int:
     if level > MAX_DEPTH:
         return level

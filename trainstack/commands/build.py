@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.base.project import PROJECT_ROOT
+from trainstack.commands.parsers import pattern_argument
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.jobcode.image import DOCKERFILE, content_tag, image_uri
 
@@ -34,12 +35,11 @@ TAG_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 def docker_tag(text: str) -> str:
     """argparse type for --tag: a valid Docker tag, matched whole (a trailing newline is refused)."""
-    if TAG_PATTERN.fullmatch(text) is None:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a Docker tag: letters, digits, '_', '.' and '-', at most 128, "
-            "not starting with '.' or '-'"
-        )
-    return text
+    return pattern_argument(
+        text,
+        TAG_PATTERN,
+        f"{text!r} is not a Docker tag: letters, digits, '_', '.' and '-', at most 128, not starting with '.' or '-'",
+    )
 
 
 def build_commands(stack: ResolvedStack, tag: str, builder: str) -> list[list[str]]:

@@ -60,17 +60,14 @@ def read_policy_config(path: Path | None) -> dict[str, Any]:
     """A `pulumi preview --policy-pack-config` document: {policy: level | {enforcementLevel, ...}}."""
     if path is None:
         return {}
-    from trainstack.base.files import FileProblem, load_json, read_bounded
+    from trainstack.base.files import OptionFileProblem, load_option_mapping
 
     try:
-        document = load_json(read_bounded(path, MAX_CONFIG_BYTES))
-    except FileNotFoundError:
-        raise CheckProblem(f"--policy-config {path}: no such file") from None
-    except FileProblem as problem:
-        raise CheckProblem(f"--policy-config {path}: {problem}") from None
-    if not isinstance(document, dict):
-        raise CheckProblem(f"--policy-config {path}: a JSON object of policy names")
-    return document
+        return load_option_mapping(
+            "--policy-config", path, MAX_CONFIG_BYTES, json_only=True, not_a_mapping="a JSON object of policy names"
+        )
+    except OptionFileProblem as problem:
+        raise CheckProblem(str(problem)) from None
 
 
 def evaluate(stack: str, resources: list[dict[str, Any]], config: dict[str, Any]) -> tuple[list[str], list[Finding]]:

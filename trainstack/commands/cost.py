@@ -11,6 +11,7 @@ from typing import Any
 
 from trainstack.base.errors import shorten
 from trainstack.catalog import catalog_line
+from trainstack.commands.parsers import number_argument
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.stackmodel.cost import CostReport, cost_report
 
@@ -112,10 +113,7 @@ def save_chart(draw: Callable[[Path], None], path: Path, announce: bool) -> bool
 
 
 def _hours(text: str) -> float:
-    try:
-        hours = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    hours = number_argument(text, float, f"{text!r} is not a number of hours")
     if not 0 < hours <= 24 * 120:
         raise argparse.ArgumentTypeError(f"{text} hours: between 0 and {24 * 120} (Compute Engine's longest cap)")
     return hours

@@ -18,6 +18,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from trainstack.commands.parsers import add_documented_command
 from trainstack.commands.queueargs import QueueUsageError, add_queue_arguments, queue_place, stack_job_objects
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.jobstate.report import StatusReadError
@@ -117,11 +118,8 @@ def _job_id(text: str) -> int:
 
 def register(subparsers: Any) -> None:
     """Adds `jobs` and `cancel` to the trainstack command line."""
-    jobs = subparsers.add_parser(
-        "jobs",
-        help="the standing cluster's jobs: state, times, duration, nodes, cost and final metric",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    jobs = add_documented_command(
+        subparsers, "jobs", __doc__, "the standing cluster's jobs: state, times, duration, nodes, cost and final metric"
     )
     add_stack_arguments(jobs)
     add_queue_arguments(jobs)
@@ -133,11 +131,8 @@ def register(subparsers: Any) -> None:
         help=f"the latest this many queued jobs (default {DEFAULT_LIMIT})",
     )
     jobs.set_defaults(func=cmd_jobs)
-    cancel = subparsers.add_parser(
-        "cancel",
-        help="end a queued or running job of the standing cluster; the next one starts",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    cancel = add_documented_command(
+        subparsers, "cancel", __doc__, "end a queued or running job of the standing cluster; the next one starts"
     )
     add_stack_arguments(cancel)
     cancel.add_argument("id", type=_job_id, help="the job's id, as `trainstack submit` printed it")

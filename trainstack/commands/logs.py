@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from trainstack.commands.parsers import number_argument, pattern_argument
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.jobstate.report import default_workdir
 from trainstack.localrun.nodelogs import RUN_HEADING, is_runtime_noise, node_log
@@ -207,16 +208,11 @@ _FRESHNESS = re.compile(r"[1-9][0-9]{0,5}[smhd]")
 
 def freshness(text: str) -> str:
     """gcloud's --freshness: a whole number of seconds, minutes, hours or days (``1d``)."""
-    if not _FRESHNESS.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30m, 6h or 2d")
-    return text
+    return pattern_argument(text, _FRESHNESS, f"{text!r} is not a duration like 30m, 6h or 2d")
 
 
 def limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = number_argument(text, int, f"{text!r} is not a whole number")
     if not 1 <= value <= 1_000_000:
         raise argparse.ArgumentTypeError(f"{value} is not between 1 and 1000000")
     return value

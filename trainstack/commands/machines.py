@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from trainstack.commands.parsers import number_argument
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 
 if TYPE_CHECKING:
@@ -443,10 +444,7 @@ def _afterword(action: Action, stack: ResolvedStack, machines: Sequence[Machine]
 
 
 def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    value = number_argument(text, float, f"{text!r} is not a number of seconds")
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError(f"{text}: give between 0 and 86400 seconds")
     return value

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.commands.local import _job_arguments
+from trainstack.commands.parsers import add_documented_command
 from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
 from trainstack.commands.stackargs import add_stack_arguments, stack_option, stack_path
 from trainstack.jobstate.report import StatusReadError
@@ -50,17 +51,18 @@ class SubmitRefused(Exception):
 
 
 def _job_file(path: Path) -> dict[str, Any]:
-    from trainstack.base.files import FileProblem, load_yaml, read_text
+    from trainstack.base.files import OptionFileProblem, load_option_mapping
 
     try:
-        value = load_yaml(read_text(path, MAX_JOB_FILE_BYTES))
-    except FileNotFoundError:
-        raise SubmitRefused(f"--job-file {path}: no such file") from None
-    except FileProblem as problem:
-        raise SubmitRefused(f"--job-file {path}: {problem}") from None
-    if not isinstance(value, dict):
-        raise SubmitRefused(f"--job-file {path}: a job file is a mapping of trainstack:job's keys (name, model, ...)")
-    return value
+        return load_option_mapping(
+            "--job-file",
+            path,
+            MAX_JOB_FILE_BYTES,
+            json_only=False,
+            not_a_mapping="a job file is a mapping of trainstack:job's keys (name, model, ...)",
+        )
+    except OptionFileProblem as problem:
+        raise SubmitRefused(str(problem)) from None
 
 
 def _env(values: list[str]) -> dict[str, str]:
@@ -266,11 +268,11 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = add_documented_command(
+        subparsers,
         "submit",
-        help="queue a job on the stack's standing cluster or TPU VM (no `pulumi up`); prints its id",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "queue a job on the stack's standing cluster or TPU VM (no `pulumi up`); prints its id",
     )
     add_stack_arguments(parser)
     add_job_arguments(parser)

@@ -32,6 +32,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from trainstack.commands.cost import chart_path, save_chart
+from trainstack.commands.parsers import add_documented_command, number_argument, pattern_argument
 from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option
 from trainstack.commands.submit import (
@@ -63,10 +64,7 @@ class Interrupted(Exception):
 
 
 def _poll(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a number of seconds") from None
+    value = number_argument(text, float, f"{text[:20]!r} is not a number of seconds")
     if not MIN_POLL <= value <= MAX_POLL:
         raise argparse.ArgumentTypeError(f"{text[:20]} seconds: from {MIN_POLL} to {MAX_POLL:g}")
     return value
@@ -75,12 +73,12 @@ def _poll(text: str) -> float:
 def _study_name(text: str) -> str:
     from trainstack.tuning.study import STUDY_NAME
 
-    if STUDY_NAME.fullmatch(text) is None:
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r}: a study's name is a letter, then up to 63 letters, digits or '_' (its trials are "
-            "jobs named <study>_t<N>)"
-        )
-    return text
+    return pattern_argument(
+        text,
+        STUDY_NAME,
+        f"{text[:40]!r}: a study's name is a letter, then up to 63 letters, digits or '_' (its trials are "
+        "jobs named <study>_t<N>)",
+    )
 
 
 def _local_options(args: argparse.Namespace) -> str:
@@ -320,11 +318,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = add_documented_command(
+        subparsers,
         "tune",
-        help="hyperparameter tuning from AI Platform's hyperparameters spec: trials on the stack's queue",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "hyperparameter tuning from AI Platform's hyperparameters spec: trials on the stack's queue",
     )
     parser.add_argument(
         "action",

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainstack.commands.parsers import add_documented_command
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option, stack_path
 
 if TYPE_CHECKING:
@@ -87,11 +88,11 @@ def cmd_zones(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    zones = subparsers.add_parser(
+    zones = add_documented_command(
+        subparsers,
         "zones",
-        help="other zones and regions that offer the stack's machines, cheapest first, with the line to change",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "other zones and regions that offer the stack's machines, cheapest first, with the line to change",
     )
     add_stack_arguments(zones)
     zones.add_argument(

@@ -15,7 +15,14 @@ from typing import TypedDict
 from trainstack.cloud import bootscripts
 from trainstack.jobcode.package import BUILTIN_SOURCE, builtin_package
 from trainstack.localrun import staging
-from trainstack.localrun.nodes import LocalMachines, LocalNode, TrainerOverrides, cluster_machines, tpu_machine
+from trainstack.localrun.nodes import (
+    LocalMachines,
+    LocalNode,
+    NodeSetup,
+    TrainerOverrides,
+    cluster_machines,
+    tpu_machine,
+)
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
 from trainstack.localrun.workdir import FIND_LINKS_DIR, job_user_obstacle, mark_workdir
@@ -137,11 +144,8 @@ def lay_out(
     directory = job_directory(bucket, job, workdir)
     # The nodes' metadata names the stand-in, not the cloud's job directory.
     job = None if job is None else dataclasses.replace(job, job_dir=directory.uri)
-    machines = (
-        tpu_machine(stack, job, bucket.uri, overrides, kind, workdir, preempt, idle_seconds)
-        if stack.tpu is not None
-        else cluster_machines(stack, job, bucket.uri, overrides, kind, workdir, preempt, gpu_count, idle_seconds)
-    )
+    setup = NodeSetup(job, bucket.uri, overrides, kind, workdir, preempt, idle_seconds)
+    machines = tpu_machine(stack, setup) if stack.tpu is not None else cluster_machines(stack, setup, gpu_count)
     return LocalRunLayout(stack, workdir, kind, bucket, job, directory, machines, environment_installed)
 
 

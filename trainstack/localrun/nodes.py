@@ -145,51 +145,55 @@ def without_queue(metadata: dict[str, str], idle_seconds: int | None) -> dict[st
     return metadata
 
 
-def tpu_machine(
-    stack: ResolvedStack,
-    job: ResolvedJob | None,
-    bucket_uri: str,
-    overrides: TrainerOverrides,
-    kind: bootscripts.NodeKind,
-    workdir: Path,
-    preempt: tuple[str, ...],
-    idle_seconds: int | None = None,
-) -> LocalMachines:
+@dataclass(frozen=True)
+class NodeSetup:
+    """What a local run's nodes are made from, beside the stack, for a TPU VM and a cluster alike."""
+
+    # The nodes' job (the stand-in's job directory in it); None: the stack has none.
+    job: ResolvedJob | None
+    # The bucket's stand-in, as the nodes' metadata names it.
+    bucket_uri: str
+    overrides: TrainerOverrides
+    kind: bootscripts.NodeKind
+    # The run's work directory: each node's state is under nodes/<name>/state.
+    workdir: Path
+    # The nodes `--preempt` names (:func:`check_preemptible` says which may be named).
+    preempt: tuple[str, ...]
+    # How long nodes that run the job queue wait for a job; None: a one-shot run, no queue.
+    idle_seconds: int | None = None
+
+    def state_dir(self, node_name: str) -> Path:
+        return self.workdir / "nodes" / node_name / "state"
+
+
+def tpu_machine(stack: ResolvedStack, setup: NodeSetup) -> LocalMachines:
     """The TPU VM as one node on this machine's CPU (:func:`tpu_stand_in`)."""
-    tpu = stack.tpu
+    tpu, job, idle_seconds = stack.tpu, setup.job, setup.idle_seconds
     assert tpu is not None
-    if preempt:
+    if setup.preempt:
         raise PreemptError("--preempt: a TPU stack has no Compute Engine Spot VM for `local` to preempt")
-    args, notes = tpu_stand_in(list(tpu.trainer_args), overrides, job is not None and job.builtin, tpu.accelerator_type)
+    builtin = job is not None and job.builtin
+    args, notes = tpu_stand_in(list(tpu.trainer_args), setup.overrides, builtin, tpu.accelerator_type)
     node = LocalNode(
         contract.TPU_NODE,
         contract.CHIEF,
         0,
         tpu.vm_name,
         without_queue(
-            bootscripts.tpu_metadata(stack, tpu, bucket_uri, tuple(args), kind, job, idle_seconds), idle_seconds
+            bootscripts.tpu_metadata(stack, tpu, setup.bucket_uri, tuple(args), setup.kind, job, idle_seconds),
+            idle_seconds,
         ),
-        workdir / "nodes" / contract.TPU_NODE / "state",
+        setup.state_dir(contract.TPU_NODE),
     )
     return LocalMachines(bootscripts.TPU_VM, "tpu-vm.sh", [node], notes=notes)
 
 
-def cluster_machines(
-    stack: ResolvedStack,
-    job: ResolvedJob | None,
-    bucket_uri: str,
-    overrides: TrainerOverrides,
-    kind: bootscripts.NodeKind,
-    workdir: Path,
-    preempt: tuple[str, ...],
-    gpu_count: int,
-    idle_seconds: int | None = None,
-) -> LocalMachines:
+def cluster_machines(stack: ResolvedStack, setup: NodeSetup, gpu_count: int) -> LocalMachines:
     """Every node of the cluster, with the metadata ``pulumi up`` gives its VM; TF_CONFIG's
     cluster has loopback ports where the cloud has internal DNS names."""
-    cluster = stack.cluster
+    cluster, idle_seconds = stack.cluster, setup.idle_seconds
     assert cluster is not None
-    args = tuple(overrides.apply(list(cluster.trainer_args)))
+    args = tuple(setup.overrides.apply(list(cluster.trainer_args)))
     nodes = [
         LocalNode(
             node.name,
@@ -200,17 +204,17 @@ def cluster_machines(
                 bootscripts.node_metadata(
                     cluster,
                     node,
-                    bucket_uri,
-                    job,
+                    setup.bucket_uri,
+                    setup.job,
                     args,
                     gpu_count=gpu_count,
-                    kind=kind,
+                    kind=setup.kind,
                     wheelhouse=stack.wheelhouse,
                     idle_seconds=idle_seconds,
                 ),
                 idle_seconds,
             ),
-            workdir / "nodes" / node.name / "state",
+            setup.state_dir(node.name),
         )
         for node in cluster.nodes
     ]
@@ -226,5 +230,5 @@ def cluster_machines(
         "cluster-node.sh",
         nodes,
         project_attributes=project_attributes,
-        preempt=check_preemptible(cluster, preempt),
+        preempt=check_preemptible(cluster, setup.preempt),
     )
