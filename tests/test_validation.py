@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -10,39 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
-from stack_helpers import SHIPPED_STACKS, base_config, write_stack
+from stack_helpers import DELETE, SHIPPED_STACKS, TPU_STACK, base_config, with_changes, write_stack
 from trainstack.commands.main import main
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_checked_stack
-
-DELETE = object()
-
-TPU_STACK: dict[str, Any] = {
-    "gcp:project": "test-project-123",
-    "gcp:region": "us-central1",
-    "trainstack:zone": "us-central1-b",
-    "trainstack:tpu": {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"},
-}
 
 
 def mutated(changes: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
     """Apply ``{"trainstack:cluster.chief.disk_gb": 0}``-style changes to a copy of the base stack."""
-    config = base_config() if base is None else copy.deepcopy(base)
-    for dotted, value in changes.items():
-        top, *path = dotted.split(".")
-        if not path:
-            if value is DELETE:
-                config.pop(top, None)
-            else:
-                config[top] = value
-            continue
-        node = config.setdefault(top, {})
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        if value is DELETE:
-            node.pop(path[-1], None)
-        else:
-            node[path[-1]] = value
-    return config
+    return with_changes(base_config() if base is None else base, changes)
 
 
 C = "trainstack:cluster"
