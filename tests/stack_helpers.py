@@ -28,6 +28,23 @@ SHORT_RESUMABLE_JOB = {
     "--eval-steps": "2",
 }
 
+# An AI Platform hptuning_config.yaml: a study of the built-in trainer's learning rate, on a log
+# scale, for the best epoch_accuracy (format it with trials= and parallel=).
+LEARNING_RATE_STUDY = """\
+trainingInput:
+  hyperparameters:
+    goal: MAXIMIZE
+    hyperparameterMetricTag: epoch_accuracy
+    maxTrials: {trials}
+    maxParallelTrials: {parallel}
+    params:
+      - parameterName: learning-rate
+        type: DOUBLE
+        minValue: 0.0001
+        maxValue: 0.1
+        scaleType: UNIT_LOG_SCALE
+"""
+
 # A valid multi-worker stack that the invalid-input tests mutate one key at a time.
 BASE_CONFIG: dict[str, Any] = {
     "gcp:project": "test-project-123",
