@@ -40,6 +40,10 @@ import time
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPOSITORY), str(REPOSITORY / "tests")]
+
+from stack_helpers import LEARNING_RATE_STUDY  # noqa: E402 (the tests' study, after the path)
+
 TRAINSTACK = [sys.executable, "-m", "trainstack"]
 ONE_STEP = ["--epochs", "1", "--steps-per-epoch", "1", "--image-size", "32"]
 # After a job ends, before the next submit: a user's next command, and the nodes' warm
@@ -123,22 +127,6 @@ def submit(stack: str, workdir: Path, name: str) -> tuple[float, float]:
     return returned, step - started
 
 
-TUNE_SPEC = """\
-trainingInput:
-  hyperparameters:
-    goal: MAXIMIZE
-    hyperparameterMetricTag: epoch_accuracy
-    maxTrials: {trials}
-    maxParallelTrials: 1
-    params:
-      - parameterName: learning-rate
-        type: DOUBLE
-        minValue: 0.0001
-        maxValue: 0.1
-        scaleType: UNIT_LOG_SCALE
-"""
-
-
 def ended_at(job_dir: Path) -> float:
     """When the nodes recorded the job SUCCEEDED (seconds since the epoch)."""
     from datetime import datetime
@@ -151,7 +139,7 @@ def ended_at(job_dir: Path) -> float:
 def tune(stack: str, workdir: Path, trials: int, scratch: Path) -> list[float]:
     """Seconds from each trial's end to the next trial's first step, in a study of ``trials``."""
     spec = scratch / "hptuning_config.yaml"
-    spec.write_text(TUNE_SPEC.format(trials=trials))
+    spec.write_text(LEARNING_RATE_STUDY.format(trials=trials, parallel=1))
     subprocess.run(
         [
             *TRAINSTACK,

@@ -28,6 +28,23 @@ SHORT_RESUMABLE_JOB = {
     "--eval-steps": "2",
 }
 
+# An AI Platform hptuning_config.yaml: a study of the built-in trainer's learning rate, on a log
+# scale, for the best epoch_accuracy (format it with trials= and parallel=).
+LEARNING_RATE_STUDY = """\
+trainingInput:
+  hyperparameters:
+    goal: MAXIMIZE
+    hyperparameterMetricTag: epoch_accuracy
+    maxTrials: {trials}
+    maxParallelTrials: {parallel}
+    params:
+      - parameterName: learning-rate
+        type: DOUBLE
+        minValue: 0.0001
+        maxValue: 0.1
+        scaleType: UNIT_LOG_SCALE
+"""
+
 # A valid multi-worker stack that the invalid-input tests mutate one key at a time.
 BASE_CONFIG: dict[str, Any] = {
     "gcp:project": "test-project-123",
@@ -56,8 +73,35 @@ BASE_CONFIG: dict[str, Any] = {
 }
 
 
+# A valid single-host TPU VM stack.
+TPU_STACK: dict[str, Any] = {
+    "gcp:project": "test-project-123",
+    "gcp:region": "us-central1",
+    "trainstack:zone": "us-central1-b",
+    "trainstack:tpu": {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"},
+}
+
+# A change's value that removes its key.
+DELETE = object()
+
+
 def base_config() -> dict[str, Any]:
     return copy.deepcopy(BASE_CONFIG)
+
+
+def with_changes(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``base`` with ``{"trainstack:cluster.chief.disk_gb": 0}``-style changes (DELETE removes)."""
+    config = copy.deepcopy(base)
+    for dotted, value in changes.items():
+        *path, key = dotted.split(".")
+        node = config
+        for part in path:
+            node = node.setdefault(part, {})
+        if value is DELETE:
+            node.pop(key, None)
+        else:
+            node[key] = value
+    return config
 
 
 def plan_of(path: Path) -> Plan:

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from stack_helpers import admits, base_config, plan_of, write_stack
+from stack_helpers import DELETE, TPU_STACK, admits, base_config, plan_of, with_changes, write_stack
+from trainstack.cloud.planning import Plan
 from trainstack.commands.main import main
 
 MEMBERS = ["user:ana@example.com", "group:ml-team@example.com"]
@@ -70,12 +71,17 @@ def test_notebook_access_is_act_as_on_its_account_and_viewer_on_the_instance(tmp
     assert act_as.inputs["serviceAccountId"].endswith("test-nb@test-project-123.iam.gserviceaccount.com")
 
 
-def test_a_tpu_stack_grants_no_project_wide_login_and_says_so(tmp_path: Path) -> None:
-    config = base_config()
-    del config["trainstack:cluster"]
-    config["trainstack:zone"] = "us-central1-b"
-    config["trainstack:tpu"] = {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"}
-    plan = plan_of(write_stack(tmp_path, with_access(config)))
+@pytest.fixture
+def tpu_plan(tmp_path: Path) -> Plan:
+    """The base stack with teammates' access, on a TPU VM instead of its cluster."""
+    tpu = {key: TPU_STACK[key] for key in ("trainstack:zone", "trainstack:tpu")}
+    return plan_of(
+        write_stack(tmp_path, with_access(with_changes(base_config(), {**tpu, "trainstack:cluster": DELETE})))
+    )
+
+
+def test_a_tpu_stack_grants_no_project_wide_login_and_says_so(tpu_plan: Plan) -> None:
+    plan = tpu_plan
     assert not [b for b in plan.of_type(PROJECT_BINDING) if b.inputs["member"] in MEMBERS]
     assert any("TPU VMs have no per-VM IAM" in note for note in plan.notes)
 
@@ -172,13 +178,9 @@ def test_queue_no_grants_where_the_machines_run_no_queue(tmp_path: Path) -> None
     assert set(_member_bucket_grants(plan_of(write_stack(tmp_path, config)))) >= set(MEMBERS)
 
 
-def test_queue_a_tpu_stack_grants_the_bucket_but_no_start(tmp_path: Path) -> None:
+def test_queue_a_tpu_stack_grants_the_bucket_but_no_start(tpu_plan: Plan) -> None:
     """A TPU VM has no per-node IAM: its start is left to a deployer, never granted project-wide."""
-    config = base_config()
-    del config["trainstack:cluster"]
-    config["trainstack:zone"] = "us-central1-b"
-    config["trainstack:tpu"] = {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"}
-    plan = plan_of(write_stack(tmp_path, with_access(config)))
+    plan = tpu_plan
     assert set(_member_bucket_grants(plan)) >= set(MEMBERS)
     assert not [g for g in plan.of_type(INSTANCE_GRANT) if g.inputs["member"] in MEMBERS]
     assert not [b for b in plan.of_type(PROJECT_BINDING) if b.inputs["member"] in MEMBERS]

@@ -34,6 +34,13 @@ IN_ZONE = [
 ]
 
 
+# What validate says of g2-standard-8 (its L4 built in) in us-central1-f.
+L4_NOT_IN_CENTRAL1_F = (
+    "g2-standard-8 (1 x nvidia-l4) is not offered in zone us-central1-f; "
+    "zones in us-central1 that offer it: us-central1-a, us-central1-b, us-central1-c"
+)
+
+
 def stack_file(directory: Path, zone: str, body: str, name: str = "team") -> Path:
     """A stack file as a user writes it, outside the project (pytest's tmp_path)."""
     region = zone.rsplit("-", 1)[0]
@@ -45,12 +52,14 @@ def stack_file(directory: Path, zone: str, body: str, name: str = "team") -> Pat
     return path
 
 
+def cluster(*nodes: str) -> str:
+    """A trainstack:cluster body of these lines ("chief: {...}", "strategy: ...")."""
+    return "  trainstack:cluster:\n" + "".join(f"    {node}\n" for node in nodes)
+
+
 def chief_only(machine_type: str) -> str:
     # Spot: a3-ultragpu-8g and a4-highgpu-8g cannot be created on demand.
-    return (
-        "  trainstack:cluster:\n"
-        f"    chief: {{machine_type: {machine_type}, spot: true}}\n"
-        "    max_run_hours: 4\n"
+    return cluster(f"chief: {{machine_type: {machine_type}, spot: true}}", "max_run_hours: 4") + (
         "  trainstack:job: {name: zone_check, epochs: 1}\n"
     )
 
@@ -59,6 +68,11 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out + captured.err
+
+
+def validate(tmp_path: Path, capsys: pytest.CaptureFixture[str], zone: str, body: str) -> tuple[int, str]:
+    """`trainstack validate` of a stack file in ``zone`` with this body."""
+    return run(capsys, "validate", "--stack-file", str(stack_file(tmp_path, zone, body)))
 
 
 def problem_lines(output: str, key: str) -> list[str]:
@@ -85,7 +99,7 @@ def test_a_machine_with_built_in_gpus_in_a_zone_lacking_them_is_refused_naming_t
 def test_the_same_machines_in_a_zone_that_offers_them_are_valid(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], machine_type: str, zone: str
 ) -> None:
-    code, output = run(capsys, "validate", "--stack-file", str(stack_file(tmp_path, zone, chief_only(machine_type))))
+    code, output = validate(tmp_path, capsys, zone, chief_only(machine_type))
     assert code == 0, output
 
 
@@ -93,9 +107,7 @@ def test_a_machine_type_is_checked_against_its_own_zones_not_only_its_gpus(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """us-east1-b offers the A100 on a2-highgpu-*, not a2-megagpu-16g (SkyPilot catalog rows)."""
-    code, output = run(
-        capsys, "validate", "--stack-file", str(stack_file(tmp_path, "us-east1-b", chief_only("a2-megagpu-16g")))
-    )
+    code, output = validate(tmp_path, capsys, "us-east1-b", chief_only("a2-megagpu-16g"))
     assert code == 1
     [line] = problem_lines(output, "trainstack:cluster.chief.machine_type")
     assert (
@@ -108,11 +120,8 @@ def test_a_machine_type_is_checked_against_its_own_zones_not_only_its_gpus(
 def test_declaring_the_built_in_gpus_too_gives_one_problem_not_two(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    body = (
-        "  trainstack:cluster:\n"
-        "    chief: {machine_type: a2-highgpu-1g, accelerator: {type: nvidia-tesla-a100, count: 1}}\n"
-    )
-    code, output = run(capsys, "validate", "--stack-file", str(stack_file(tmp_path, "us-east1-d", body)))
+    body = cluster("chief: {machine_type: a2-highgpu-1g, accelerator: {type: nvidia-tesla-a100, count: 1}}")
+    code, output = validate(tmp_path, capsys, "us-east1-d", body)
     assert code == 1
     assert [line for line in output.splitlines() if "not offered in zone" in line] == [
         "  trainstack:cluster.chief.machine_type: a2-highgpu-1g (1 x nvidia-tesla-a100) is not offered in zone "
@@ -124,17 +133,14 @@ def test_workers_and_parameter_servers_are_checked_as_the_chief_is(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # us-central1-f offers the T4 (the chief's) but not the L4 of g2-standard-8.
-    body = (
-        "  trainstack:cluster:\n"
-        "    chief: {machine_type: n1-standard-8, accelerator: {type: nvidia-tesla-t4, count: 1}}\n"
-        "    workers: {count: 2, machine_type: g2-standard-8, spot: true}\n"
+    body = cluster(
+        "chief: {machine_type: n1-standard-8, accelerator: {type: nvidia-tesla-t4, count: 1}}",
+        "workers: {count: 2, machine_type: g2-standard-8, spot: true}",
     )
-    code, output = run(capsys, "validate", "--stack-file", str(stack_file(tmp_path, "us-central1-f", body)))
+    code, output = validate(tmp_path, capsys, "us-central1-f", body)
     assert code == 1
-    assert problem_lines(output, "trainstack:cluster.workers.machine_type") == [
-        "trainstack:cluster.workers.machine_type: g2-standard-8 (1 x nvidia-l4) is not offered in zone us-central1-f; "
-        "zones in us-central1 that offer it: us-central1-a, us-central1-b, us-central1-c"
-    ], output
+    workers = "trainstack:cluster.workers.machine_type"
+    assert problem_lines(output, workers) == [f"{workers}: {L4_NOT_IN_CENTRAL1_F}"], output
     assert not problem_lines(output, "trainstack:cluster.chief.machine_type")
     # Built-in GPUs count among the cluster's GPU types: the zones that offer both are named.
     assert problem_lines(output, "trainstack:zone") == [
@@ -142,14 +148,13 @@ def test_workers_and_parameter_servers_are_checked_as_the_chief_is(
         "us-central1-f; zones in us-central1 offering all of them: us-central1-a, us-central1-b, us-central1-c"
     ], output
 
-    body = (
-        "  trainstack:cluster:\n"
-        "    chief: {machine_type: n1-standard-8}\n"
-        "    workers: {count: 1, machine_type: n1-standard-8}\n"
-        "    parameter_servers: {count: 1, machine_type: a2-highgpu-1g}\n"
-        "    strategy: parameter_server\n"
+    body = cluster(
+        "chief: {machine_type: n1-standard-8}",
+        "workers: {count: 1, machine_type: n1-standard-8}",
+        "parameter_servers: {count: 1, machine_type: a2-highgpu-1g}",
+        "strategy: parameter_server",
     )
-    code, output = run(capsys, "validate", "--stack-file", str(stack_file(tmp_path, "us-east1-d", body)))
+    code, output = validate(tmp_path, capsys, "us-east1-d", body)
     assert code == 1
     lines = problem_lines(output, "trainstack:cluster.parameter_servers.machine_type")
     assert any("a2-highgpu-1g (1 x nvidia-tesla-a100) is not offered in zone us-east1-d" in line for line in lines), (
@@ -161,13 +166,11 @@ def test_a_notebook_with_built_in_gpus_is_checked_against_its_zone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     body = "  trainstack:notebook: {machine_type: g2-standard-8}\n"
-    code, output = run(capsys, "validate", "--stack-file", str(stack_file(tmp_path, "us-central1-f", body)))
+    code, output = validate(tmp_path, capsys, "us-central1-f", body)
     assert code == 1
-    assert problem_lines(output, "trainstack:notebook.machine_type") == [
-        "trainstack:notebook.machine_type: g2-standard-8 (1 x nvidia-l4) is not offered in zone us-central1-f; "
-        "zones in us-central1 that offer it: us-central1-a, us-central1-b, us-central1-c"
-    ], output
-    code, output = run(capsys, "validate", "--stack-file", str(stack_file(tmp_path, "us-central1-a", body)))
+    notebook = "trainstack:notebook.machine_type"
+    assert problem_lines(output, notebook) == [f"{notebook}: {L4_NOT_IN_CENTRAL1_F}"], output
+    code, output = validate(tmp_path, capsys, "us-central1-a", body)
     assert code == 0, output
 
 

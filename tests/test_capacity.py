@@ -4,14 +4,13 @@ scheduling Compute Engine requires (asserted on the Pulumi mocks' recorded input
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stack_helpers import plan_for, plan_of, write_stack
+from stack_helpers import DELETE, TPU_STACK, plan_for, plan_of, with_changes, write_stack
 from trainstack.cloud.planning import Plan, PlannedResource
 from trainstack.commands.main import main
 from trainstack_agent.settings import SettingsError, read_settings
@@ -49,30 +48,6 @@ RESERVED: dict[str, Any] = {
         "max_run_hours": HOURS,
     },
 }
-TPU: dict[str, Any] = {
-    "gcp:project": "test-project-123",
-    "gcp:region": "us-central1",
-    "trainstack:zone": "us-central1-b",
-    "trainstack:tpu": {"accelerator_type": "v2-8", "runtime_version": "tpu-vm-tf-2.18.0-pjrt"},
-}
-
-
-REMOVE = object()
-
-
-def changed(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``{"trainstack:cluster.chief.capacity": "spot"}``-style changes (REMOVE removes)."""
-    config = copy.deepcopy(base)
-    for dotted, value in changes.items():
-        top, *path = dotted.split(".")
-        node = config.setdefault(top, {})
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        if value is REMOVE:
-            node.pop(path[-1], None)
-        else:
-            node[path[-1]] = value
-    return config
 
 
 def instance(plan: Plan, node: str) -> PlannedResource:
@@ -126,7 +101,7 @@ def test_a_reservation_node_consumes_the_reservation_it_names(reserved_plan: Pla
 
 
 def test_a_reservation_node_without_a_name_consumes_any_matching_reservation(tmp_path: Path) -> None:
-    plan = plan_of(write_stack(tmp_path, changed(RESERVED, {f"{C}.chief.reservation": REMOVE})))
+    plan = plan_of(write_stack(tmp_path, with_changes(RESERVED, {f"{C}.chief.reservation": DELETE})))
     assert instance(plan, "chief").inputs["reservationAffinity"] == {"type": "ANY_RESERVATION"}
 
 
@@ -156,16 +131,16 @@ def test_on_demand_and_spot_nodes_keep_their_arguments_and_metadata() -> None:
 
 
 def test_capacity_spot_is_planned_as_spot_true_was(tmp_path: Path) -> None:
-    spot_true = {f"{C}.workers.capacity": REMOVE, f"{C}.workers.reservation": REMOVE, f"{C}.workers.spot": True}
-    old = plan_of(write_stack(tmp_path, changed(RESERVED, spot_true)))
-    spot = {f"{C}.workers.capacity": "spot", f"{C}.workers.reservation": REMOVE}
-    new = plan_of(write_stack(tmp_path, changed(RESERVED, spot), stack="new"))
+    spot_true = {f"{C}.workers.capacity": DELETE, f"{C}.workers.reservation": DELETE, f"{C}.workers.spot": True}
+    old = plan_of(write_stack(tmp_path, with_changes(RESERVED, spot_true)))
+    spot = {f"{C}.workers.capacity": "spot", f"{C}.workers.reservation": DELETE}
+    new = plan_of(write_stack(tmp_path, with_changes(RESERVED, spot), stack="new"))
     assert instance(old, "worker-0").inputs["scheduling"] == instance(new, "worker-0").inputs["scheduling"]
     assert instance(new, "worker-0").inputs["scheduling"]["provisioningModel"] == "SPOT"
 
 
 def test_a_reserved_tpu_vm_is_created_under_a_reservation(tmp_path: Path) -> None:
-    plan = plan_of(write_stack(tmp_path, changed(TPU, {"trainstack:tpu.capacity": "reservation"})))
+    plan = plan_of(write_stack(tmp_path, with_changes(TPU_STACK, {"trainstack:tpu.capacity": "reservation"})))
     [tpu] = plan.of_type(TPU_VM)
     assert tpu.inputs["schedulingConfig"] == {"reserved": True}
 
@@ -194,14 +169,14 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     (
         "h200_on_demand",
         RESERVED,
-        {f"{C}.chief.capacity": REMOVE, f"{C}.chief.reservation": REMOVE},
+        {f"{C}.chief.capacity": DELETE, f"{C}.chief.reservation": DELETE},
         f"{C}.chief.capacity",
         "a3-ultragpu-8g cannot be created on demand; get it with capacity: spot, flex_start or reservation",
     ),
     (
         "flex_start_on_n1",
         H200,
-        {f"{C}.chief": {"machine_type": "n1-standard-8", "capacity": "flex_start"}, f"{C}.workers": REMOVE},
+        {f"{C}.chief": {"machine_type": "n1-standard-8", "capacity": "flex_start"}, f"{C}.workers": DELETE},
         f"{C}.chief.capacity",
         "n1-standard-8 (N1) cannot be created with flex-start; machine series that can: A2, A3, A4, G2",
     ),
@@ -237,7 +212,7 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     (
         "reservation_without_capacity",
         RESERVED,
-        {f"{C}.workers.capacity": REMOVE},
+        {f"{C}.workers.capacity": DELETE},
         f"{C}.workers",
         "only capacity: reservation does (capacity is on_demand)",
     ),
@@ -259,7 +234,7 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     (
         "flex_start_beside_reservation",
         RESERVED,
-        {f"{C}.workers.capacity": "flex_start", f"{C}.workers.reservation": REMOVE, f"{C}.on_finish": "delete"},
+        {f"{C}.workers.capacity": "flex_start", f"{C}.workers.reservation": DELETE, f"{C}.on_finish": "delete"},
         f"{C}.chief.capacity",
         "reservation, but cluster.workers is flex-start",
     ),
@@ -272,14 +247,14 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     ),
     (
         "tpu_flex_start",
-        TPU,
+        TPU_STACK,
         {"trainstack:tpu.capacity": "flex_start"},
         "trainstack:tpu.capacity",
         "flex_start: not for a TPU VM: TPU flex-start is requested through queued resources",
     ),
     (
         "tpu_named_reservation",
-        TPU,
+        TPU_STACK,
         {"trainstack:tpu.capacity": "reservation", "trainstack:tpu.reservation": "tpu-res"},
         "trainstack:tpu.reservation",
         "a TPU VM cannot name its reservation",
@@ -298,7 +273,7 @@ def test_invalid_capacity_is_refused_in_one_line_naming_the_key(
     key: str,
     words: str,
 ) -> None:
-    code = main(["validate", "--stack-file", str(write_stack(tmp_path, changed(base, changes)))])
+    code = main(["validate", "--stack-file", str(write_stack(tmp_path, with_changes(base, changes)))])
     output = capsys.readouterr()
     text = output.out + output.err
     assert code == 1
@@ -312,8 +287,8 @@ def test_invalid_capacity_is_refused_in_one_line_naming_the_key(
     [
         (H200, {}),
         (RESERVED, {}),
-        (RESERVED, {f"{C}.workers.capacity": "spot", f"{C}.workers.reservation": REMOVE}),
-        (RESERVED, {f"{C}.workers.capacity": REMOVE, f"{C}.workers.reservation": REMOVE, f"{C}.workers.spot": True}),
+        (RESERVED, {f"{C}.workers.capacity": "spot", f"{C}.workers.reservation": DELETE}),
+        (RESERVED, {f"{C}.workers.capacity": DELETE, f"{C}.workers.reservation": DELETE, f"{C}.workers.spot": True}),
         (H200, {f"{C}.max_run_hours": 168}),
     ],
     ids=[
@@ -327,7 +302,7 @@ def test_invalid_capacity_is_refused_in_one_line_naming_the_key(
 def test_capacities_google_allows_validate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], base: dict[str, Any], changes: dict[str, Any]
 ) -> None:
-    code = main(["validate", "--stack-file", str(write_stack(tmp_path, changed(base, changes)))])
+    code = main(["validate", "--stack-file", str(write_stack(tmp_path, with_changes(base, changes)))])
     assert code == 0, capsys.readouterr()
 
 

@@ -106,25 +106,17 @@ def test_the_script_plan_out_writes_runs_only_a_verified_agent(
 def test_validate_runs_as_a_module_with_no_credentials(tmp_path: Path) -> None:
     """The command a user types, in a subprocess with no cloud environment at all."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "PULUMI_"))}
-    result = subprocess.run(
-        [sys.executable, "-m", "trainstack", "plan", "--stack", "paramserver"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+    def trainstack(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "trainstack", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    result = trainstack("plan", "--stack", "paramserver")
     assert result.returncode == 0, result.stderr
     assert "paramserver-ps-0" in result.stdout
     bad = write_stack(tmp_path, {**BASE_CONFIG, "trainstack:zone": "mars-north1-a"})
-    result = subprocess.run(
-        [sys.executable, "-m", "trainstack", "validate", "--stack-file", str(bad)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = trainstack("validate", "--stack-file", str(bad))
     assert result.returncode == 1
     assert "trainstack:zone: zone mars-north1-a is not in gcp:region us-central1" in result.stderr
     assert "Traceback" not in result.stderr

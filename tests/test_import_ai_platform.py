@@ -28,6 +28,29 @@ def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
     return path
 
 
+def job_file(tmp_path: Path, **training_input: object) -> Path:
+    """A job's config.yaml with these trainingInput fields."""
+    return write(tmp_path, yaml.safe_dump({"trainingInput": training_input}))
+
+
+def refused_import(tmp_path: Path, capsys: pytest.CaptureFixture[str], source: Path, name: str) -> str:
+    """What the import of ``source`` says on stderr; it must exit 1 and write no stack file."""
+    code, out = run_import(tmp_path, source, name)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert not out.exists()
+    return err
+
+
+def image_command(tmp_path: Path, args: str) -> Path:
+    """A saved gcloud command line (submit.txt) that runs an image with these arguments."""
+    command = (
+        "gcloud ai-platform jobs submit training j --scale-tier basic --master-image-uri "
+        f"us-central1-docker.pkg.dev/p-1/r/t:1 -- {args}\n"
+    )
+    return write(tmp_path, command, "submit.txt")
+
+
 def config_of(out: Path) -> dict:
     return yaml.safe_load(out.read_text())["config"]
 
@@ -217,10 +240,7 @@ def test_a_saved_commands_shell_variables_are_refused_all_named_never_taken_from
     monkeypatch.setenv("APP_PACKAGE_PATH", "trainer/")
     monkeypatch.setenv("MAIN_APP_MODULE", "trainer.task")
     monkeypatch.setenv("JOB_DIR", "gs://b/jobs")
-    code, out = run_import(tmp_path, FIXTURES / example, "seed-cli")
-    err = capsys.readouterr().err
-    assert code == 1
-    assert not out.exists()
+    err = refused_import(tmp_path, capsys, FIXTURES / example, "seed-cli")
     assert (
         "the command uses shell variables ($APP_PACKAGE_PATH, $JOB_DIR, $JOB_NAME, $MAIN_APP_MODULE): an import "
         "takes no value from this environment"
@@ -252,16 +272,7 @@ def test_a_credential_in_a_saved_command_is_refused_whatever_its_name(
     """Defect: $DATABASE_URL, $HTTPS_PROXY and $SENTRY_DSN (passwords in URLs) were copied into
     job.args and so into metadata: the list of secret-sounding names missed them."""
     secret = CREDENTIALS[kind]
-    source = write(
-        tmp_path,
-        "gcloud ai-platform jobs submit training j --scale-tier basic --master-image-uri "
-        f"us-central1-docker.pkg.dev/p-1/r/t:1 -- --epochs 3 --db={secret}\n",
-        "submit.txt",
-    )
-    code, out = run_import(tmp_path, source, "leaky")
-    err = capsys.readouterr().err
-    assert code == 1
-    assert not out.exists()
+    err = refused_import(tmp_path, capsys, image_command(tmp_path, f"--epochs 3 --db={secret}"), "leaky")
     assert "the job's argument 3 (after --) holds what looks like a credential" in err, err
     assert secret not in err
     assert "trainstack:secrets" in err
@@ -276,10 +287,7 @@ def test_a_credential_in_a_job_file_is_refused_naming_where_it_is(
         "masterConfig": {"imageUri": "us-central1-docker.pkg.dev/p-1/r/t:1"},
         "args": ["--epochs", "3", "--proxy", CREDENTIALS["proxy URL"]],
     }
-    code, out = run_import(tmp_path, write(tmp_path, json.dumps({"trainingInput": training_input})), "leaky")
-    err = capsys.readouterr().err
-    assert code == 1
-    assert not out.exists()
+    err = refused_import(tmp_path, capsys, write(tmp_path, json.dumps({"trainingInput": training_input})), "leaky")
     assert "trainingInput.args[3] holds what looks like a credential (a URL with a user or password" in err, err
     assert "hunter2pw" not in err
 
@@ -322,12 +330,9 @@ def test_a_command_line_that_cannot_become_a_stack_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, words: str
 ) -> None:
     monkeypatch.delenv("MACHINE", raising=False)
-    code, out = run_import(tmp_path, write(tmp_path, command, "submit.txt"), "bad")
-    err = capsys.readouterr().err
-    assert code == 1
+    err = refused_import(tmp_path, capsys, write(tmp_path, command, "submit.txt"), "bad")
     assert words in err
     assert "Traceback" not in err
-    assert not out.exists()
 
 
 def test_an_image_command_line_runs_the_image_with_its_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -346,10 +351,7 @@ def test_a_line_break_in_a_copied_value_stays_inside_its_comment(
     """Defect: a newline in jobDir left the `# notice:` comment and added a top-level
     `secretsprovider:` line to the written stack file, which validate then called valid."""
     hostile = "gs://b/x\nsecretsprovider: gcpkms://projects/attacker-proj/locations/global/keyRings/k/cryptoKeys/c"
-    source = write(
-        tmp_path,
-        yaml.safe_dump({"trainingInput": {"scaleTier": "BASIC", "region": "us-central1", "jobDir": hostile}}),
-    )
+    source = job_file(tmp_path, scaleTier="BASIC", region="us-central1", jobDir=hostile)
     code, out = run_import(tmp_path, source, "hostile", "--project", "team-proj-1")
     assert code == 0, capsys.readouterr().err
     document = yaml.safe_load(out.read_text())
@@ -367,16 +369,7 @@ def test_a_variable_that_holds_a_secret_is_refused_not_written_into_the_stack(
     """Defect: a saved command using $PULUMI_CONFIG_PASSPHRASE put the passphrase into the
     stack file and the trainer-args metadata with only a notice."""
     monkeypatch.setenv(variable, "s3cr3t-value")
-    source = write(
-        tmp_path,
-        f"gcloud ai-platform jobs submit training j --scale-tier basic --master-image-uri "
-        f"us-central1-docker.pkg.dev/p-1/r/t:1 -- --key ${variable}\n",
-        "submit.txt",
-    )
-    code, out = run_import(tmp_path, source, "leaky")
-    err = capsys.readouterr().err
-    assert code == 1
-    assert not out.exists()
+    err = refused_import(tmp_path, capsys, image_command(tmp_path, f"--key ${variable}"), "leaky")
     assert f"${variable} looks like a secret" in err
     assert f"trainstack:secrets.{variable}" in err
     assert "s3cr3t-value" not in err
@@ -398,45 +391,23 @@ def test_every_variable_is_reported_at_once(tmp_path: Path, capsys: pytest.Captu
 
 def test_every_retired_gpu_of_every_pool_is_named_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Defect: an import named the master's K80s, and the workers' only on the next try."""
-    source = write(
-        tmp_path,
-        yaml.safe_dump(
-            {
-                "trainingInput": {
-                    "scaleTier": "CUSTOM",
-                    "masterType": "n1-standard-8",
-                    "masterConfig": {"acceleratorConfig": {"type": "NVIDIA_TESLA_K80", "count": 2}},
-                    "workerType": "n1-standard-8",
-                    "workerCount": 2,
-                    "workerConfig": {"acceleratorConfig": {"type": "NVIDIA_TESLA_K80", "count": 2}},
-                }
-            }
-        ),
-    )
-    code, out = run_import(tmp_path, source, "k80")
-    err = capsys.readouterr().err
-    assert code != 0
-    assert not out.exists()
+    # Two pools of two K80s each (each pool its own mapping: the import refuses YAML aliases).
+    k80s = {
+        f"{pool}Config": {"acceleratorConfig": {"type": "NVIDIA_TESLA_K80", "count": 2}}
+        for pool in ("master", "worker")
+    }
+    pools = {"masterType": "n1-standard-8", "workerType": "n1-standard-8", "workerCount": 2}
+    source = job_file(tmp_path, scaleTier="CUSTOM", **pools, **k80s)
+    err = refused_import(tmp_path, capsys, source, "k80")
     assert "masterConfig.acceleratorConfig names NVIDIA_TESLA_K80" in err
     assert "workerConfig.acceleratorConfig names NVIDIA_TESLA_K80" in err
 
 
 def test_every_field_left_behind_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Defect: pythonVersion (and any field the import did not know) vanished without a word."""
-    source = write(
-        tmp_path,
-        yaml.safe_dump(
-            {
-                "trainingInput": {
-                    "scaleTier": "BASIC",
-                    "region": "us-central1",
-                    "pythonVersion": "3.7",
-                    "runtime_version": "2.1",
-                    "scheduling": {"maxRunningTime": "7200s"},
-                    "network": "projects/p/global/networks/n",
-                }
-            }
-        ),
+    left_behind = {"pythonVersion": "3.7", "runtime_version": "2.1", "network": "projects/p/global/networks/n"}
+    source = job_file(
+        tmp_path, scaleTier="BASIC", region="us-central1", scheduling={"maxRunningTime": "7200s"}, **left_behind
     )
     code, out = run_import(tmp_path, source, "dropped")
     assert code == 0
@@ -501,8 +472,8 @@ def test_max_running_time_becomes_the_clusters_run_time_cap_and_prices_one_run_b
 def test_a_run_time_cap_is_rounded_up_to_the_keys_step_and_kept_within_its_bounds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], duration: str, hours: float, words: str | None
 ) -> None:
-    text = yaml.safe_dump({"trainingInput": {"scaleTier": "BASIC", "scheduling": {"maxRunningTime": duration}}})
-    code, out = run_import(tmp_path, write(tmp_path, text), "capped")
+    source = job_file(tmp_path, scaleTier="BASIC", scheduling={"maxRunningTime": duration})
+    code, out = run_import(tmp_path, source, "capped")
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert config_of(out)["trainstack:cluster"]["max_run_hours"] == hours
@@ -514,8 +485,8 @@ def test_a_run_time_cap_is_rounded_up_to_the_keys_step_and_kept_within_its_bound
 def test_a_run_time_cap_that_is_not_a_duration_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], duration: object
 ) -> None:
-    text = yaml.safe_dump({"trainingInput": {"scaleTier": "BASIC", "scheduling": {"maxRunningTime": duration}}})
-    code, _ = run_import(tmp_path, write(tmp_path, text), "capped")
+    source = job_file(tmp_path, scaleTier="BASIC", scheduling={"maxRunningTime": duration})
+    code, _ = run_import(tmp_path, source, "capped")
     err = capsys.readouterr().err
     assert code == 1
     [line] = err.splitlines()

@@ -35,6 +35,9 @@ def stack_config(shipped_stack: str = "multiworker", idle_minutes: int = 1) -> d
     return dict(shipped)
 
 
+TRAINSTACK = [sys.executable, "-m", "trainstack"]
+
+
 def environment() -> dict[str, str]:
     # One minute of idle time is 15 s here; every other wait of the agent shrinks alike.
     return dict(os.environ, PYTHONPATH=str(REPOSITORY_ROOT), TRAINSTACK_AGENT_TIME_SCALE="0.25")
@@ -43,13 +46,25 @@ def environment() -> dict[str, str]:
 def trainstack(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """A trainstack command, bounded by ``timeout`` seconds (a hang guard, not a measure)."""
     return subprocess.run(
-        [sys.executable, "-m", "trainstack", *args],
+        [*TRAINSTACK, *args],
         cwd=REPOSITORY_ROOT,
         env=environment(),
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+    )
+
+
+def start_standing(stack_file: Path, workdir: Path) -> subprocess.Popen[str]:
+    """`trainstack local --standing` in the background, its output and errors on one pipe."""
+    return subprocess.Popen(
+        [*TRAINSTACK, "local", "--standing", "--stack-file", str(stack_file), "--workdir", str(workdir)],
+        cwd=REPOSITORY_ROOT,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -89,15 +104,7 @@ def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_
 ) -> None:
     stack_file = write_stack(tmp_path, stack_config(), stack="loop")
     workdir = tmp_path / "work"
-    command = [sys.executable, "-m", "trainstack", "local", "--stack-file", str(stack_file), "--standing"]
-    standing = subprocess.Popen(
-        [*command, "--workdir", str(workdir)],
-        cwd=REPOSITORY_ROOT,
-        env=environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    standing = start_standing(stack_file, workdir)
     try:
         target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
         # Queued while the stack's own job (job 0) still runs: they follow it, in submit order.

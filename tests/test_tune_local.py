@@ -14,24 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_standing_queue import REPOSITORY_ROOT, SHORT, environment, stack_config, trainstack, until
+from test_standing_queue import REPOSITORY_ROOT, SHORT, environment, stack_config, start_standing, trainstack, until
 
-from stack_helpers import write_stack
-
-SPEC = """\
-trainingInput:
-  hyperparameters:
-    goal: MAXIMIZE
-    hyperparameterMetricTag: epoch_accuracy
-    maxTrials: 3
-    maxParallelTrials: 2
-    params:
-      - parameterName: learning-rate
-        type: DOUBLE
-        minValue: 0.0001
-        maxValue: 0.1
-        scaleType: UNIT_LOG_SCALE
-"""
+from stack_helpers import LEARNING_RATE_STUDY, write_stack
 
 
 def study_document(bucket: Path) -> dict[str, Any] | None:
@@ -47,26 +32,9 @@ def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_me
     stack_file = write_stack(tmp_path, stack_config("dev", idle_minutes=2), stack="tuned")
     workdir = tmp_path / "work"
     spec = tmp_path / "hptuning_config.yaml"
-    spec.write_text(SPEC)
+    spec.write_text(LEARNING_RATE_STUDY.format(trials=3, parallel=2))
     target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
-    standing = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainstack",
-            "local",
-            "--stack-file",
-            str(stack_file),
-            "--standing",
-            "--workdir",
-            str(workdir),
-        ],
-        cwd=REPOSITORY_ROOT,
-        env=environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    standing = start_standing(stack_file, workdir)
     try:
         bucket = until(lambda: next(iter(sorted((workdir / "bucket").glob("*_tuned"))), None), "the bucket", standing)
         tune = subprocess.Popen(

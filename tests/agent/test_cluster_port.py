@@ -295,20 +295,13 @@ def process_with_a_socket() -> Iterator[Callable[[str, str], int]]:
 
 
 @pytest.mark.parametrize("family", ["ipv4", "ipv6"])
-def test_a_process_that_listens_on_the_port_is_seen_in_proc(
-    process_with_a_socket: Callable[[str, str], int], family: str
+@pytest.mark.parametrize(("mode", "listening"), [("listen", True), ("bind", False)])
+def test_a_process_that_listens_on_the_port_is_seen_in_proc_and_one_that_only_binds_it_is_not(
+    process_with_a_socket: Callable[[str, str], int], family: str, mode: str, listening: bool
 ) -> None:
     """TensorFlow's gRPC server listens on every interface: IPv6's table holds it as often."""
-    port = process_with_a_socket(family, "listen")
-    assert port_listening(port) is True
-
-
-@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
-def test_a_process_that_binds_the_port_without_listening_is_not_a_listener(
-    process_with_a_socket: Callable[[str, str], int], family: str
-) -> None:
-    port = process_with_a_socket(family, "bind")
-    assert port_listening(port) is False
+    port = process_with_a_socket(family, mode)
+    assert port_listening(port) is listening
 
 
 def test_a_connection_from_the_port_is_not_a_listener(process_with_a_socket: Callable[[str, str], int]) -> None:

@@ -22,7 +22,7 @@ from trainstack_agent.environment import Environment, Prepared
 from trainstack_agent.job import job_command
 from trainstack_agent.jobuser import JobUser
 from trainstack_agent.processes import JobLauncher, Log, Processes
-from trainstack_agent.settings import Artifact
+from trainstack_agent.settings import Artifact, NodeSettings
 from trainstack_contract import PATH_INSTALL, PROJECT_INSTALL, TPU_NODE_KIND, requirements_stamp
 
 ARCHIVE = f"{BUCKET}/trainstack/code/keras_team-0123456789abcdef.zip"
@@ -39,18 +39,28 @@ class RecordingProcesses:
         return 0
 
 
-def prepared(tmp_path: Path, install: str, find_links: Path | None = None) -> tuple[Prepared, RecordingProcesses]:
+def package_job(files: dict[str, bytes], install: str) -> tuple[NodeSettings, MemoryStorage]:
+    """A node whose job runs keras_team.task from an archive of ``files`` in the bucket."""
     storage = MemoryStorage()
-    storage.objects[ARCHIVE] = zip_bytes({"pyproject.toml": b"[project]\n", "keras_team/task.py": b""})
+    storage.objects[ARCHIVE] = zip_bytes(files)
     code = Artifact(ARCHIVE, hashlib.sha256(storage.objects[ARCHIVE]).hexdigest())
     node = settings()
     assert node.job is not None
-    node = replace(node, job=replace(node.job, code=code, module="keras_team.task", install=install))
-    processes = RecordingProcesses()
+    return replace(node, job=replace(node.job, code=code, module="keras_team.task", install=install)), storage
+
+
+def installed_state(tmp_path: Path) -> Path:
+    """A state directory whose environment is already installed for the (empty) pinned requirements."""
     state = tmp_path / "state"
     (state / "venv").mkdir(parents=True, exist_ok=True)
-    # The environment is already installed for these (empty) pinned requirements.
     (state / "venv" / ".trainstack-requirements").write_text(requirements_stamp(None) + "\n")
+    return state
+
+
+def prepared(tmp_path: Path, install: str, find_links: Path | None = None) -> tuple[Prepared, RecordingProcesses]:
+    node, storage = package_job({"pyproject.toml": b"[project]\n", "keras_team/task.py": b""}, install)
+    processes = RecordingProcesses()
+    state = installed_state(tmp_path)
     environment = Environment(node, state, storage, processes, lambda line: None, find_links=find_links)  # type: ignore[arg-type]
     return environment.prepare(), processes
 
@@ -210,15 +220,8 @@ def test_an_images_job_env_goes_on_its_command_line_never_into_the_docker_client
 def test_every_preparation_of_a_job_gives_it_a_new_hypertune_report_file_in_the_state_directory(
     tmp_path: Path,
 ) -> None:
-    storage = MemoryStorage()
-    storage.objects[ARCHIVE] = zip_bytes({"keras_team/__init__.py": b"", "keras_team/task.py": b""})
-    code = Artifact(ARCHIVE, hashlib.sha256(storage.objects[ARCHIVE]).hexdigest())
-    node = settings()
-    assert node.job is not None
-    node = replace(node, job=replace(node.job, code=code, module="keras_team.task", install=PATH_INSTALL))
-    state = tmp_path / "state"
-    (state / "venv").mkdir(parents=True)
-    (state / "venv" / ".trainstack-requirements").write_text(requirements_stamp(None) + "\n")
+    node, storage = package_job({"keras_team/__init__.py": b"", "keras_team/task.py": b""}, PATH_INSTALL)
+    state = installed_state(tmp_path)
     reports = []
     for _ in range(2):
         environment = Environment(node, state, storage, RecordingProcesses(), lambda line: None, job_as_agent_user=True)  # type: ignore[arg-type]

@@ -22,6 +22,22 @@ from trainstack_contract import STATES
 from trainstack_contract.status import first_status
 
 
+def failed_reason(w: World, node: str = "chief") -> str:
+    """The reason the node's status gives; the status must be there and FAILED."""
+    own = w.status(node)
+    assert own is not None
+    assert own.state == STATES.failed
+    return own.reason or ""
+
+
+def assert_failed_before_its_code_started(w: World, words: str) -> None:
+    """The agent fails the job with ``words`` in its reason, starts no code and stops the machine."""
+    assert w.agent.run() == 1
+    assert words in failed_reason(w)
+    assert w.launcher.started == []
+    assert w.releases == ["stop"]
+
+
 def test_a_job_that_succeeds_records_running_then_succeeded_and_releases_once() -> None:
     w = world(settings(), runs=[(30.0, 0)])
     assert w.agent.run() == 0
@@ -181,10 +197,7 @@ def test_restarts_after_lost_peers_are_bounded() -> None:
     w.launcher.on_start = reboot_peer
     assert w.agent.run() == 1
     assert len(w.launcher.started) == limit + 1
-    chief = w.status("chief")
-    assert chief is not None
-    assert chief.state == STATES.failed
-    assert f"the most this node restarts it ({limit})" in (chief.reason or "")
+    assert f"the most this node restarts it ({limit})" in failed_reason(w)
 
 
 def test_a_peer_that_stays_down_past_the_timeout_fails_the_node() -> None:
@@ -192,10 +205,7 @@ def test_a_peer_that_stays_down_past_the_timeout_fails_the_node() -> None:
     w.put_status("worker-0", STATES.running)
     w.clock.at(10.0, lambda: w.put_status("worker-0", STATES.preempted))
     assert w.agent.run() == EXIT_ENDED
-    chief = w.status("chief")
-    assert chief is not None
-    assert chief.state == STATES.failed
-    assert chief.reason == "worker-0 did not come back within 120 s"
+    assert failed_reason(w) == "worker-0 did not come back within 120 s"
     assert len(w.launcher.started) == 1
     assert w.releases == ["stop"]
 
@@ -379,15 +389,9 @@ def test_a_digest_mismatch_while_preparing_fails_naming_the_object_and_releases_
     def prepare():  # type: ignore[no-untyped-def]
         raise DigestMismatch("gs://test-bucket/trainstack/code/x.zip does not match the sha256 pinned in metadata")
 
-    w = world(settings(on_finish="keep"), runs=[(1.0, 0)], prepare=prepare)
-    assert w.agent.run() == 1
-    chief = w.status("chief")
-    assert chief is not None
-    assert chief.state == STATES.failed
-    assert "trainstack/code/x.zip does not match the sha256" in (chief.reason or "")
-    assert w.launcher.started == []
     # on_finish=keep keeps a machine whose job ended; one that refused its code stops.
-    assert w.releases == ["stop"]
+    w = world(settings(on_finish="keep"), runs=[(1.0, 0)], prepare=prepare)
+    assert_failed_before_its_code_started(w, "trainstack/code/x.zip does not match the sha256")
 
 
 def test_an_unexpected_error_records_failed_and_applies_on_finish() -> None:
@@ -398,10 +402,7 @@ def test_an_unexpected_error_records_failed_and_applies_on_finish() -> None:
 
     w.launcher.start = broken  # type: ignore[method-assign]
     assert w.agent.run() == 1
-    chief = w.status("chief")
-    assert chief is not None
-    assert chief.state == STATES.failed
-    assert "RuntimeError" in (chief.reason or "")
+    assert "RuntimeError" in failed_reason(w)
     assert w.releases == ["stop"]
 
 
@@ -430,13 +431,7 @@ def test_a_secret_that_cannot_be_read_fails_the_job_before_its_code_starts() -> 
         raise SecretError("cannot read secret s-wandb (for WANDB_API_KEY) from Secret Manager: HTTP 403")
 
     w.agent.services.secrets = unreadable
-    assert w.agent.run() == 1
-    chief = w.status("chief")
-    assert chief is not None
-    assert chief.state == STATES.failed
-    assert "WANDB_API_KEY" in (chief.reason or "")
-    assert w.launcher.started == []
-    assert w.releases == ["stop"]
+    assert_failed_before_its_code_started(w, "WANDB_API_KEY")
 
 
 # --- A synchronous cluster (no parameter servers): the agent ends the code at once -----------

@@ -159,6 +159,18 @@ def boot(
     return Queue(clock, storage, launcher, releases, log, JobQueue(base, services), prepare)
 
 
+def run_until_sigterm(q: Queue, at: float) -> None:
+    """Run the queue until a SIGTERM at ``at`` seconds, as a machine's shutdown sends it, ends the agent."""
+
+    def shutdown() -> None:
+        raise SystemExit(q.queue.on_termination("SIGTERM"))
+
+    q.clock.at(at, shutdown)
+    with pytest.raises(SystemExit) as ended:
+        q.queue.run()
+    assert ended.value.code == EXIT_ENDED
+
+
 def test_two_queued_jobs_run_one_after_the_other_in_one_boot_and_on_finish_applies_once(tmp_path: Path) -> None:
     storage = MemoryStorage()
     first, second = submit(storage, "first"), submit(storage, "second")
@@ -408,14 +420,7 @@ def test_a_reboot_mid_queue_resumes_the_unfinished_job_not_the_finished_ones(tmp
     storage = MemoryStorage()
     first, second, third = submit(storage, "first"), submit(storage, "second"), submit(storage, "third")
     q = boot(tmp_path, runs=[(10.0, 0), (100.0, 0)], storage=storage)
-
-    def shutdown() -> None:
-        raise SystemExit(q.queue.on_termination("SIGTERM"))
-
-    q.clock.at(50.0, shutdown)
-    with pytest.raises(SystemExit) as ended:
-        q.queue.run()
-    assert ended.value.code == EXIT_ENDED
+    run_until_sigterm(q, at=50.0)
     assert states(storage, second, "second") == [STATES.running, STATES.interrupted]
     assert q.releases == []
     reads: list[str] = []
@@ -438,14 +443,7 @@ def test_a_reboot_mid_queue_resumes_the_unfinished_job_not_the_finished_ones(tmp
 
 def test_a_signal_between_jobs_records_nothing_and_exits(tmp_path: Path) -> None:
     q = boot(tmp_path, runs=[(10.0, 0)], idle_seconds=600)
-
-    def shutdown() -> None:
-        raise SystemExit(q.queue.on_termination("SIGTERM"))
-
-    q.clock.at(100.0, shutdown)
-    with pytest.raises(SystemExit) as ended:
-        q.queue.run()
-    assert ended.value.code == EXIT_ENDED
+    run_until_sigterm(q, at=100.0)
     assert q.releases == []
     assert "received SIGTERM between jobs: exiting; the next boot runs the queue again" in q.log
 

@@ -414,26 +414,18 @@ def test_bad_input_fails_before_tensorflow_with_one_line(
 # ---------------------------------------------------------------- cases that need TensorFlow
 
 
+# One epoch of small batches in which every file trains: a bad one is read during training,
+# whatever its hash.
+ONE_SHORT_EPOCH = ["--image-size", "16", "--epochs", "1", "--batch-size-per-replica", "2", "--validation-split", "0"]
+
+
 def one_bad_image_among_good_ones(tmp: Path) -> list[str]:
     """The sample checked before training (the first image of each class) decodes; the
     bad file sorts last, so only the pipeline meets it."""
     write_pngs(tmp / "data" / "cats", 4)
     write_pngs(tmp / "data" / "dogs", 4, seed=1)
     (tmp / "data" / "dogs" / "zz.jpg").write_text("not an image")
-    return [
-        *job(tmp),
-        "--data",
-        str(tmp / "data"),
-        "--image-size",
-        "16",
-        "--epochs",
-        "1",
-        "--batch-size-per-replica",
-        "2",
-        # Every file trains: the bad one is read during training, whatever its hash.
-        "--validation-split",
-        "0",
-    ]
+    return [*job(tmp), "--data", str(tmp / "data"), *ONE_SHORT_EPOCH]
 
 
 def _varint(number: int) -> bytes:
@@ -488,21 +480,7 @@ def tfrecord_label_out_of_range(tmp: Path) -> list[str]:
 def tfrecord_label_out_of_range_later(tmp: Path) -> list[str]:
     """The first record (checked before training) is fine; the pipeline meets the second."""
     write_tfrecord(tmp / "train.tfrecord", {"image": BLACK_PNG, "label": 1}, {"image": BLACK_PNG, "label": 7})
-    return [
-        *job(tmp),
-        "--data",
-        str(tmp / "train.tfrecord"),
-        "--num-classes",
-        "2",
-        "--image-size",
-        "16",
-        "--epochs",
-        "1",
-        "--batch-size-per-replica",
-        "2",
-        "--validation-split",
-        "0",
-    ]
+    return [*job(tmp), "--data", str(tmp / "train.tfrecord"), "--num-classes", "2", *ONE_SHORT_EPOCH]
 
 
 def tfrecord_without_image_feature(tmp: Path) -> list[str]:

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from trainer_test_helpers import REPOSITORY_ROOT, trainer_env
+from trainer_test_helpers import run_python
 
 from trainer.config import parse_args
 
 
 def test_help_answers_without_loading_tensorflow() -> None:
-    result = subprocess.run(
+    result = run_python(
         [
-            sys.executable,
             "-c",
             "import sys, trainer.task as t\n"
             "try:\n    t.main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print('TF_LOADED' if 'tensorflow' in sys.modules else 'TF_NOT_LOADED')",
         ],
-        cwd=REPOSITORY_ROOT,
-        env=trainer_env(),
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert result.returncode == 0, result.stderr

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, run_trainer, trainer_env
+from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, run_python, run_trainer, trainer_env
 
 from trainstack.localrun.bare_trainers import BareTrainerCluster, run_local_cluster
 
@@ -102,9 +102,8 @@ def test_killed_job_resumes_instead_of_starting_over(job_dir: Path) -> None:
     assert metrics["replicas"] == 2
 
     # The exported model loads and predicts.
-    check = subprocess.run(
+    check = run_python(
         [
-            sys.executable,
             "-c",
             "import sys, numpy as np, tf_keras as keras\n"
             "model = keras.models.load_model(sys.argv[1])\n"
@@ -114,10 +113,6 @@ def test_killed_job_resumes_instead_of_starting_over(job_dir: Path) -> None:
             "print('PREDICTED')",
             str(job_dir / "model"),
         ],
-        cwd=REPOSITORY_ROOT,
-        env=trainer_env(),
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert "PREDICTED" in check.stdout, check.stderr[-3000:]

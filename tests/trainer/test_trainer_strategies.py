@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from trainer_test_helpers import FAST_ARGS, read_metrics, run_trainer, trainer_env
 
-from trainstack.localrun.bare_trainers import run_local_cluster
+from trainstack.localrun.bare_trainers import ClusterResult, run_local_cluster
 
 EPOCH_ARGS = ["--epochs", "3", "--steps-per-epoch", "12", "--save-every-steps", "6"]
 
@@ -79,18 +79,16 @@ def test_mirrored_over_two_logical_cpus(job_dir: Path) -> None:
     assert_job_dir_layout(job_dir)
 
 
+def run_fast_job_on_a_cluster(job_dir: Path, **nodes: Any) -> ClusterResult:
+    """The fast three-epoch job on local trainer processes, one per node of ``nodes``."""
+    return run_local_cluster(
+        args=[*FAST_ARGS, *EPOCH_ARGS], job_dir=job_dir, env=trainer_env(), timeout=300, echo=False, **nodes
+    )
+
+
 @pytest.mark.slow
 def test_multi_worker_mirrored_with_two_processes_and_an_evaluator(job_dir: Path) -> None:
-    result = run_local_cluster(
-        workers=2,
-        evaluator=True,
-        args=[*FAST_ARGS, *EPOCH_ARGS],
-        job_dir=job_dir,
-        env=trainer_env(),
-        timeout=300,
-        threads_per_node=1,
-        echo=False,
-    )
+    result = run_fast_job_on_a_cluster(job_dir, workers=2, evaluator=True, threads_per_node=1)
     assert result.chief_exit_code == 0, result.log_text()[-5000:]
     assert result.exit_codes == {"worker-0": 0, "worker-1": 0, "evaluator-0": 0}
     # The side-car evaluator saw the final epoch's checkpoint before it left.
@@ -107,16 +105,7 @@ def test_multi_worker_mirrored_with_two_processes_and_an_evaluator(job_dir: Path
 
 @pytest.mark.slow
 def test_parameter_server_with_chief_worker_and_ps(job_dir: Path) -> None:
-    result = run_local_cluster(
-        workers=1,
-        ps=1,
-        chief=True,
-        args=[*FAST_ARGS, *EPOCH_ARGS],
-        job_dir=job_dir,
-        env=trainer_env(),
-        timeout=300,
-        echo=False,
-    )
+    result = run_fast_job_on_a_cluster(job_dir, workers=1, ps=1, chief=True)
     assert result.chief_exit_code == 0, result.log_text()[-5000:]
     # The worker and the ps ended by themselves once metrics.json appeared.
     assert result.exit_codes == {"chief": 0, "worker-0": 0, "ps-0": 0}, result.log_text()[-3000:]

@@ -113,14 +113,10 @@ def test_image_folder_split_is_stable(tmp_path: Path) -> None:
 
 
 def test_launcher_cli_prefixes_logs_and_returns_the_chiefs_status(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+    from trainer_test_helpers import run_python
 
-    from trainer_test_helpers import REPOSITORY_ROOT, trainer_env
-
-    result = subprocess.run(
+    result = run_python(
         [
-            sys.executable,
             "-m",
             "trainstack.localrun.bare_trainers",
             "--workers",
@@ -133,10 +129,6 @@ def test_launcher_cli_prefixes_logs_and_returns_the_chiefs_status(tmp_path: Path
             "--data",
             str(tmp_path / "missing"),
         ],
-        cwd=REPOSITORY_ROOT,
-        env=trainer_env(),
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert result.returncode == 2, result.stdout + result.stderr

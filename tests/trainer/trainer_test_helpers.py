@@ -49,18 +49,26 @@ def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return environment
 
 
-def run_trainer(
+def run_python(
     args: Sequence[str], env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    """One `python -m trainer.task` process; output kept for the assertion messages."""
+    """`python ARGS` from the repository root in the trainer's environment; output kept for the
+    assertion messages."""
     return subprocess.run(
-        [sys.executable, "-m", "trainer.task", *args],
+        [sys.executable, *args],
         cwd=REPOSITORY_ROOT,
         env=trainer_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def run_trainer(
+    args: Sequence[str], env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """One `python -m trainer.task` process; output kept for the assertion messages."""
+    return run_python(["-m", "trainer.task", *args], env, timeout)
 
 
 def read_metrics(job_dir: Path) -> dict[str, Any]:
