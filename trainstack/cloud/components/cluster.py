@@ -10,6 +10,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 import trainstack_contract as contract
+from trainstack.cloud.components.grants import Grantee, Zone
 from trainstack.cloud.components.identity import (
     CLOUD_PLATFORM_SCOPE,
     INSTANCE_RECOVER_PERMISSIONS,
@@ -171,6 +172,8 @@ class TrainingCluster(pulumi.ComponentResource):
                 opts=child,
             ).role_name
         self.instances = {}
+        nodes = Grantee(pulumi.Output.concat("serviceAccount:", args.service_account_email), child)
+        where = Zone(args.project, args.zone)
         for node in cluster.nodes:
             instance = node_instance(
                 f"{name}-{node.name}", node, args, pulumi.ResourceOptions(parent=self, depends_on=depends_on)
@@ -185,15 +188,7 @@ class TrainingCluster(pulumi.ComponentResource):
                 grants["recover"] = recover_role
             for purpose, role in grants.items():
                 if role is not None:
-                    gcp.compute.InstanceIAMMember(
-                        f"{name}-{node.name}-{purpose}",
-                        project=args.project,
-                        zone=args.zone,
-                        instance_name=instance.name,
-                        role=role,
-                        member=pulumi.Output.concat("serviceAccount:", args.service_account_email),
-                        opts=child,
-                    )
+                    nodes.on_instance(f"{name}-{node.name}-{purpose}", where, instance.name, role)
         self.names = [node.vm_name for node in cluster.nodes]
         self.register_outputs({"names": self.names, "recoverable_names": self.recoverable_names})
 

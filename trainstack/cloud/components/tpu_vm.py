@@ -9,6 +9,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainstack.cloud.components import moved_here
+from trainstack.cloud.components.grants import Grantee
 from trainstack.cloud.components.identity import (
     CLOUD_PLATFORM_SCOPE,
     RELEASE_DESCRIPTION,
@@ -67,12 +68,8 @@ class TpuVm(pulumi.ComponentResource):
             ),
             opts=moved,
         )
-        release_binding = gcp.projects.IAMMember(
-            f"{stack}-tpu-identity-release",
-            project=args.project,
-            role=release.role_name,
-            member=args.service_account_member,
-            opts=moved,
+        release_binding = Grantee(args.service_account_member, moved).on_project(
+            f"{stack}-tpu-identity-release", args.project, release.role_name
         )
         tpu = args.tpu
         self.vm = gcp.tpu.V2Vm(
