@@ -58,13 +58,6 @@ class SpecError(Exception):
         super().__init__("\n".join(str(problem) for problem in problems))
 
 
-def whole_match(pattern: re.Pattern[str], value: str, what: str) -> str:
-    """``value``, where ``pattern`` matches all of it; else ValueError: it is no ``what``."""
-    if pattern.fullmatch(value) is None:
-        raise ValueError(f"{shorten(value)} is no {what}")
-    return value
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True)
 
@@ -81,11 +74,12 @@ class ParameterSpec(_Strict):
     @field_validator("parameter_name")
     @classmethod
     def _name(cls, value: str) -> str:
-        return whole_match(
-            PARAMETER_NAME,
-            value,
-            "argument name: a letter, then up to 63 letters, digits, '_' or '-' (the trainer gets --NAME=VALUE)",
-        )
+        if PARAMETER_NAME.fullmatch(value) is None:
+            raise ValueError(
+                f"{shorten(value)} is no argument name: a letter, then up to 63 letters, digits, '_' or '-' "
+                "(the trainer gets --NAME=VALUE)"
+            )
+        return value
 
     @field_validator("min_value", "max_value", "discrete_values", mode="before")
     @classmethod
@@ -231,11 +225,12 @@ class HyperparameterSpec(_Strict):
     @field_validator("hyperparameter_metric_tag")
     @classmethod
     def _tag(cls, value: str) -> str:
-        return whole_match(
-            METRIC_TAG,
-            value,
-            "summary tag: up to 256 letters, digits and '_', '.', '/', '-', not starting with '/' or '-'",
-        )
+        if METRIC_TAG.fullmatch(value) is None:
+            raise ValueError(
+                f"{shorten(value)} is no summary tag: up to 256 letters, digits and '_', '.', '/', '-', "
+                "not starting with '/' or '-'"
+            )
+        return value
 
     @model_validator(mode="after")
     def _grid(self) -> HyperparameterSpec:
