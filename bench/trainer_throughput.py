@@ -67,22 +67,30 @@ def baseline_environment(onednn: bool) -> dict[str, str]:
     return environment
 
 
+def _run_length(args: argparse.Namespace, batch_size_flag: str) -> list[str]:
+    """The flags both programs take alike: what each step holds, how many steps, which seed
+    (the baseline names its batch size as the seed trainer did)."""
+    return [
+        "--image-size",
+        str(args.image_size),
+        batch_size_flag,
+        str(args.batch_size),
+        "--steps-per-epoch",
+        str(args.steps_per_epoch),
+        "--epochs",
+        str(args.epochs),
+        "--seed",
+        str(args.seed),
+    ]
+
+
 def run_baseline(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     output = workdir / "baseline.json"
     subprocess.run(
         [
             sys.executable,
             str(REPOSITORY_ROOT / "bench" / "seed_baseline.py"),
-            "--image-size",
-            str(args.image_size),
-            "--batch-size",
-            str(args.batch_size),
-            "--steps-per-epoch",
-            str(args.steps_per_epoch),
-            "--epochs",
-            str(args.epochs),
-            "--seed",
-            str(args.seed),
+            *_run_length(args, batch_size_flag="--batch-size"),
             "--output",
             str(output),
         ],
@@ -109,16 +117,7 @@ def run_trainer(args: argparse.Namespace, workdir: Path, flags: list[str]) -> di
             "cnn",
             "--strategy",
             "auto",
-            "--image-size",
-            str(args.image_size),
-            "--batch-size-per-replica",
-            str(args.batch_size),
-            "--steps-per-epoch",
-            str(args.steps_per_epoch),
-            "--epochs",
-            str(args.epochs),
-            "--seed",
-            str(args.seed),
+            *_run_length(args, batch_size_flag="--batch-size-per-replica"),
             *flags,
             *args.trainer_flags,
         ],

@@ -20,12 +20,12 @@ fewer epochs ships an old model as final.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainer.config import PRECISIONS, ConfigError, TrainerConfig
+from trainstack_contract.documents import json_object
 
 log = logging.getLogger(__name__)
 
@@ -147,11 +147,8 @@ def parse_record(text: str, path: str) -> JobSettings:
     problem = f"{path} is not a settings record this trainer wrote"
     if len(text) > MAX_SETTINGS_BYTES:
         raise ConfigError(f"{problem} (over {MAX_SETTINGS_BYTES} bytes); remove the backup to start over")
-    try:
-        content = json.loads(text)
-    except ValueError:
-        content = None
-    if not isinstance(content, dict):
+    content = json_object(text)
+    if content is None:
         raise ConfigError(f"{problem} (not a JSON object); remove the backup to start over")
     return _settings_from(content, problem)
 

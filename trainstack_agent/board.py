@@ -9,7 +9,7 @@ one; one that cannot be parsed counts as unknown, never as a state.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from trainstack_agent.cloud import CloudError
 from trainstack_agent.gcs import Storage
@@ -24,27 +24,20 @@ from trainstack_contract.status import (
 )
 
 
+@dataclass(eq=False)
 class Board:
     """Status objects of the job at ``job_dir``, seen from ``node`` in its ``incarnation``."""
 
-    def __init__(
-        self,
-        storage: Storage,
-        job_dir: str,
-        node: str,
-        incarnation: str,
-        now: Callable[[], str] = utc_now,
-    ) -> None:
-        self.storage = storage
-        self.job_dir = job_dir
-        self.node = node
-        self.incarnation = incarnation
-        self.now = now
-        # Trainer starts by this incarnation; peers see it change when this node restarts its trainer.
-        self.attempt = 0
-        self._own: StatusDocument | None = None
-        self._own_loaded = False
-        self._job: StatusDocument | None = None
+    storage: Storage
+    job_dir: str
+    node: str
+    incarnation: str
+    now: Callable[[], str] = utc_now
+    # Trainer starts by this incarnation; peers see it change when this node restarts its trainer.
+    attempt: int = field(default=0, init=False)
+    _own: StatusDocument | None = field(default=None, init=False)
+    _own_loaded: bool = field(default=False, init=False)
+    _job: StatusDocument | None = field(default=None, init=False)
 
     def node_uri(self, node: str) -> str:
         return f"{self.job_dir}/{LAYOUT.node_status(node)}"

@@ -17,6 +17,7 @@ from typing import Any
 from trainstack_agent.gcs import Storage
 from trainstack_agent.settings import JobSettings
 from trainstack_contract import LAYOUT
+from trainstack_contract.documents import json_object
 
 # job.args are bounded to 32 KiB in the stack file; a record is that and a few names.
 MAX_RECORD_BYTES = 64 * 1024
@@ -62,11 +63,8 @@ def check_or_record(storage: Storage, job: JobSettings) -> None:
     if raw is None:
         storage.write(uri, (json.dumps(current, indent=2) + "\n").encode())
         return
-    try:
-        recorded = json.loads(raw)
-    except ValueError:
-        recorded = None
-    if not isinstance(recorded, dict):
+    recorded = json_object(raw)
+    if recorded is None:
         raise SettingsChanged(
             f"{uri} is not a record of the job's settings; not starting the job over what its job directory "
             "holds: give the job a new name (trainstack:job.name) to start over"

@@ -19,7 +19,7 @@ peer timeout), when the job ends FAILED, naming the peer.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
 from trainstack_agent.board import Board
@@ -50,30 +50,23 @@ class _Outage:
     unreadable_since: float | None = None
 
 
+@dataclass(eq=False)
 class SpotRecovery:
     """One look at every Spot peer per :meth:`look`; ``clock`` is monotonic seconds."""
 
-    def __init__(
-        self,
-        peers: tuple[tuple[str, str], ...],
-        max_restarts: int,
-        instances: Instances,
-        board: Board,
-        clock: Callable[[], float],
-        log: Callable[[str], None],
-        backoff: tuple[float, float] = Timings().start_backoff,
-        *,
-        unreadable_bound: float,
-    ) -> None:
-        self.peers = peers
-        self.max_restarts = max_restarts
-        self.instances = instances
-        self.board = board
-        self.clock = clock
-        self.log = log
-        self.backoff = backoff
-        self.unreadable_bound = unreadable_bound
-        self.outages = {node: _Outage(backoff=backoff[0]) for node, _ in peers}
+    peers: tuple[tuple[str, str], ...]
+    max_restarts: int
+    instances: Instances
+    board: Board
+    clock: Callable[[], float]
+    log: Callable[[str], None]
+    backoff: tuple[float, float] = Timings().start_backoff
+    _: KW_ONLY
+    unreadable_bound: float
+    outages: dict[str, _Outage] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.outages = {node: _Outage(backoff=self.backoff[0]) for node, _ in self.peers}
 
     def look(self) -> str | None:
         """Starts what needs starting; returns why the job must end once a peer has been

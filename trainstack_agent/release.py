@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack_agent.cloud import NO_RETRY, CloudError, Http, Retry
@@ -27,32 +28,20 @@ SHUTDOWN = ("shutdown", "-h", "now")
 TPU_API_ROUNDS = Retry(attempts=5, first_delay=15.0, max_delay=120.0)
 
 
+@dataclass(eq=False)
 class Release:
-    def __init__(
-        self,
-        kind: str,
-        node: str,
-        tpu_name: str | None,
-        metadata: Metadata,
-        http: Http,
-        endpoints: Endpoints,
-        log: Callable[[str], None],
-        self_stop_log: Path | None = None,
-        run: Callable[[Sequence[str]], object] = lambda argv: subprocess.run(list(argv), check=False, timeout=60),
-        place: Place | None = None,
-    ) -> None:
-        """``place``: this machine's project and zone where already known (the TPU run-time cap
-        is told them), else read from the metadata server when the API call needs them."""
-        self.kind = kind
-        self.node = node
-        self.tpu_name = tpu_name
-        self.metadata = metadata
-        self.http = http
-        self.endpoints = endpoints
-        self.log = log
-        self.self_stop_log = self_stop_log
-        self.run = run
-        self.place = place
+    kind: str
+    node: str
+    tpu_name: str | None
+    metadata: Metadata
+    http: Http
+    endpoints: Endpoints
+    log: Callable[[str], None]
+    self_stop_log: Path | None = None
+    run: Callable[[Sequence[str]], object] = lambda argv: subprocess.run(list(argv), check=False, timeout=60)
+    # This machine's project and zone where already known (the TPU run-time cap is told them),
+    # else read from the metadata server when the API call needs them.
+    place: Place | None = None
 
     def __call__(self, action: str) -> None:
         """``delete`` deletes the machine; anything else stops it."""

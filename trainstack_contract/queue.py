@@ -162,12 +162,7 @@ class QueueIndex:
         """The index read back; :class:`QueueFormatError` for anything `submit` does not write."""
         if len(data) > MAX_INDEX_BYTES:
             raise QueueFormatError(f"the queue index is larger than {MAX_INDEX_BYTES} bytes")
-        try:
-            document = json.loads(data)
-        except ValueError:
-            raise QueueFormatError("the queue index is not JSON") from None
-        if not isinstance(document, dict) or document.get("version") != INDEX_VERSION:
-            raise QueueFormatError(f"the queue index is not a version {INDEX_VERSION} queue")
+        document = _versioned(data, "the queue index", INDEX_VERSION, "queue")
         next_id, jobs = document.get("next_id"), document.get("jobs")
         if not isinstance(next_id, int) or isinstance(next_id, bool) or not 1 <= next_id <= MAX_JOB_ID + 1:
             raise QueueFormatError("the queue index's next_id is not a whole number")
@@ -237,12 +232,7 @@ def read_spec(data: bytes, expected_sha256: str) -> dict[str, str]:
         raise QueueFormatError(f"the job's spec is larger than {MAX_SPEC_BYTES} bytes")
     if spec_sha256(data) != expected_sha256:
         raise QueueFormatError("the job's spec does not match the sha256 its queue entry names")
-    try:
-        document = json.loads(data)
-    except ValueError:
-        raise QueueFormatError("the job's spec is not JSON") from None
-    if not isinstance(document, dict) or document.get("version") != SPEC_VERSION:
-        raise QueueFormatError(f"the job's spec is not a version {SPEC_VERSION} spec")
+    document = _versioned(data, "the job's spec", SPEC_VERSION, "spec")
     values = document.get("metadata")
     if not isinstance(values, dict):
         raise QueueFormatError("the job's spec has no metadata object")
@@ -250,3 +240,15 @@ def read_spec(data: bytes, expected_sha256: str) -> dict[str, str]:
     if problem is not None:
         raise QueueFormatError(problem)
     return {str(key): str(value) for key, value in values.items()}
+
+
+def _versioned(data: bytes, what: str, version: int, kind: str) -> dict[str, Any]:
+    """The JSON object ``data`` holds, once it says it is of this ``version``; QueueFormatError
+    names ``what`` was read otherwise."""
+    try:
+        document = json.loads(data)
+    except ValueError:
+        raise QueueFormatError(f"{what} is not JSON") from None
+    if not isinstance(document, dict) or document.get("version") != version:
+        raise QueueFormatError(f"{what} is not a version {version} {kind}")
+    return document

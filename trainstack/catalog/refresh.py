@@ -168,18 +168,28 @@ def read_gpu_zones(compute: Any, refresh: Refresh, catalog: Catalog) -> None:
     ]
 
 
+def _each_field(
+    collection: Any, query: dict[str, str], items_field: tuple[str, str], what: str, project: str
+) -> list[str]:
+    """``field`` of every item a paged ``collection.list(**query)`` returns under ``items``
+    (``items_field``), as text; an item without it gives ""."""
+    items, field = items_field
+    return [
+        str(item.get(field, ""))
+        for answer in pages(collection.list(**query), collection.list_next, what, project)
+        for item in answer.get(items, [])
+    ]
+
+
 def read_tpu_zones(tpu: Any, refresh: Refresh, catalog: Catalog) -> None:
     project, regions = refresh.project, frozenset(refresh.regions)
-    locations = [
-        str(location.get("locationId", ""))
-        for answer in pages(
-            tpu.projects().locations().list(name=f"projects/{project}"),
-            tpu.projects().locations().list_next,
-            "the Cloud TPU locations (tpu.projects.locations.list)",
-            project,
-        )
-        for location in answer.get("locations", [])
-    ]
+    locations = _each_field(
+        tpu.projects().locations(),
+        {"name": f"projects/{project}"},
+        ("locations", "locationId"),
+        "the Cloud TPU locations (tpu.projects.locations.list)",
+        project,
+    )
     zones = sorted(z for z in locations if re.fullmatch(r"[a-z]+-[a-z]+[0-9]+-[a-z]", z) and _region(z) in regions)
     by_prefix = {g.prefix: g.generation for g in catalog.tpu_generations.values()}
     rows: list[dict[str, str]] = []
@@ -188,25 +198,22 @@ def read_tpu_zones(tpu: Any, refresh: Refresh, catalog: Catalog) -> None:
     for zone in zones:
         parent = f"projects/{project}/locations/{zone}"
         try:
-            types = [
-                str(t.get("type", ""))
-                for answer in pages(
-                    tpu.projects().locations().acceleratorTypes().list(parent=parent),
-                    tpu.projects().locations().acceleratorTypes().list_next,
-                    f"the TPU types of {zone}",
-                    project,
-                )
-                for t in answer.get("acceleratorTypes", [])
-            ]
+            in_zone = tpu.projects().locations()
+            types = _each_field(
+                in_zone.acceleratorTypes(),
+                {"parent": parent},
+                ("acceleratorTypes", "type"),
+                f"the TPU types of {zone}",
+                project,
+            )
             runtimes.update(
-                str(r.get("version", ""))
-                for answer in pages(
-                    tpu.projects().locations().runtimeVersions().list(parent=parent),
-                    tpu.projects().locations().runtimeVersions().list_next,
+                _each_field(
+                    in_zone.runtimeVersions(),
+                    {"parent": parent},
+                    ("runtimeVersions", "version"),
                     f"the TPU runtimes of {zone}",
                     project,
                 )
-                for r in answer.get("runtimeVersions", [])
             )
         except GoogleApiError as error:
             refresh.problems.append(f"{error}; its shipped rows kept")

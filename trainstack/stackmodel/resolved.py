@@ -87,8 +87,18 @@ class FlexStart:
     max_run_hours: float | None
 
 
+class OnCapacity:
+    """A machine that says how it gets its machine (contract.CAPACITIES)."""
+
+    capacity: contract.Capacity
+
+    @property
+    def spot(self) -> bool:
+        return self.capacity == contract.SPOT
+
+
 @dataclass(frozen=True)
-class ClusterNode:
+class ClusterNode(OnCapacity):
     """One VM of the training cluster: the chief, a worker or a parameter server."""
 
     role: str
@@ -110,10 +120,6 @@ class ClusterNode:
     reservation: str | None = None
     # Set for a flex-start node alone.
     flex_start: FlexStart | None = None
-
-    @property
-    def spot(self) -> bool:
-        return self.capacity == contract.SPOT
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ class ResolvedCluster:
 
 
 @dataclass(frozen=True)
-class ResolvedTpu:
+class ResolvedTpu(OnCapacity):
     name: str
     vm_name: str
     accelerator_type: str
@@ -183,10 +189,6 @@ class ResolvedTpu:
     idle_seconds: int | None = None
     # As ClusterNode.capacity; a TPU VM takes on_demand, spot or reservation (any matching one).
     capacity: contract.Capacity = contract.ON_DEMAND
-
-    @property
-    def spot(self) -> bool:
-        return self.capacity == contract.SPOT
 
 
 @dataclass(frozen=True)

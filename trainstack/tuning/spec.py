@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from trainstack.base.errors import Problem, shorten
@@ -183,6 +183,14 @@ class ParameterSpec(_Strict):
         return repr(number)
 
 
+# The trial counts' bounds, and what the bound means where the number alone does not say it.
+COUNT_BOUNDS: dict[str, tuple[int, int, str]] = {
+    "max_trials": (1, MAX_TRIALS, " (each trial is a job on the stack's queue)"),
+    "max_parallel_trials": (1, MAX_PARALLEL_TRIALS, ""),
+    "max_failed_trials": (0, MAX_TRIALS, " (0: trainstack decides, as AI Platform did)"),
+}
+
+
 class HyperparameterSpec(_Strict):
     goal: Literal["MAXIMIZE", "MINIMIZE"]
     params: tuple[ParameterSpec, ...]
@@ -205,29 +213,13 @@ class HyperparameterSpec(_Strict):
             raise ValueError(f"parameterName {', '.join(repeated)} given more than once")
         return params
 
-    @field_validator("max_trials")
+    @field_validator("max_trials", "max_parallel_trials", "max_failed_trials")
     @classmethod
-    def _max_trials(cls, value: int) -> int:
-        if not 1 <= value <= MAX_TRIALS:
-            raise ValueError(
-                f"{shorten(value)} is outside 1 to {MAX_TRIALS} (each trial is a job on the stack's queue)"
-            )
-        return value
-
-    @field_validator("max_parallel_trials")
-    @classmethod
-    def _parallel(cls, value: int) -> int:
-        if not 1 <= value <= MAX_PARALLEL_TRIALS:
-            raise ValueError(f"{shorten(value)} is outside 1 to {MAX_PARALLEL_TRIALS}")
-        return value
-
-    @field_validator("max_failed_trials")
-    @classmethod
-    def _failed(cls, value: int) -> int:
-        if not 0 <= value <= MAX_TRIALS:
-            raise ValueError(
-                f"{shorten(value)} is outside 0 to {MAX_TRIALS} (0: trainstack decides, as AI Platform did)"
-            )
+    def _count(cls, value: int, info: ValidationInfo) -> int:
+        assert info.field_name is not None
+        low, high, meaning = COUNT_BOUNDS[info.field_name]
+        if not low <= value <= high:
+            raise ValueError(f"{shorten(value)} is outside {low} to {high}{meaning}")
         return value
 
     @field_validator("hyperparameter_metric_tag")

@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a machine of the stack runs: what the cluster, the TPU VM and the notebook share."""
+
+    project: str
+    zone: str
+    network: pulumi.Input[str]
+    subnetwork: pulumi.Input[str]
+    labels: dict[str, str]
+    # The stack's resource-name prefix: custom roles' ids and titles, and the names of the
+    # resources that moved under a component (see aliases).
+    stack_name: str
 
 
 def moved_here(component: pulumi.ComponentResource, opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:

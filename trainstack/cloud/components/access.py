@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.cloud.components.grants import Condition, Grantee, Zone
 from trainstack.cloud.components.identity import INSTANCE_RECOVER_PERMISSIONS, custom_role_id
 from trainstack_contract.grants import READ_ROLE, submit_grants
 
@@ -65,52 +66,18 @@ class TeamAccess(pulumi.ComponentResource):
     def __init__(self, name: str, args: TeamAccessArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:TeamAccess", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        where = Zone(args.project, args.zone)
         for member in args.members:
             who = f"{name}-{member_slug(member)}"
+            grantee = Grantee(member, child)
             for node, instance in args.instances.items():
-                gcp.iap.TunnelInstanceIAMMember(
-                    f"{who}-{node}-tunnel",
-                    project=args.project,
-                    zone=args.zone,
-                    instance=instance,
-                    role=TUNNEL_ROLE,
-                    member=member,
-                    opts=child,
-                )
-                gcp.compute.InstanceIAMMember(
-                    f"{who}-{node}-login",
-                    project=args.project,
-                    zone=args.zone,
-                    instance_name=instance,
-                    role=LOGIN_ROLE,
-                    member=member,
-                    opts=child,
-                )
+                grantee.tunnel_to(f"{who}-{node}-tunnel", where, instance, TUNNEL_ROLE)
+                grantee.on_instance(f"{who}-{node}-login", where, instance, LOGIN_ROLE)
             if args.node_account is not None and args.instances:
-                gcp.serviceaccount.IAMMember(
-                    f"{who}-nodes-act-as",
-                    service_account_id=args.node_account,
-                    role=ACT_AS_ROLE,
-                    member=member,
-                    opts=child,
-                )
+                grantee.on_account(f"{who}-nodes-act-as", args.node_account, ACT_AS_ROLE)
             if args.notebook_instance is not None and args.notebook_account is not None:
-                gcp.serviceaccount.IAMMember(
-                    f"{who}-notebook-act-as",
-                    service_account_id=args.notebook_account,
-                    role=ACT_AS_ROLE,
-                    member=member,
-                    opts=child,
-                )
-                gcp.workbench.InstanceIamMember(
-                    f"{who}-notebook-viewer",
-                    project=args.project,
-                    location=args.zone,
-                    name=args.notebook_instance,
-                    role=NOTEBOOK_VIEWER_ROLE,
-                    member=member,
-                    opts=child,
-                )
+                grantee.on_account(f"{who}-notebook-act-as", args.notebook_account, ACT_AS_ROLE)
+                grantee.on_notebook(f"{who}-notebook-viewer", where, args.notebook_instance, NOTEBOOK_VIEWER_ROLE)
         self.register_outputs({"members": list(args.members)})
 
 
@@ -145,32 +112,20 @@ class QueueAccess(pulumi.ComponentResource):
                 permissions=list(QUEUE_START_PERMISSIONS),
                 opts=child,
             )
+        where = Zone(args.project, args.zone)
         for member in args.members:
             who = f"{name}-{member_slug(member)}"
-            gcp.storage.BucketIAMMember(
-                f"{who}-reader", bucket=args.bucket_name, role=READ_ROLE, member=member, opts=child
-            )
+            grantee = Grantee(member, child)
+            grantee.on_bucket(f"{who}-reader", args.bucket_name, READ_ROLE)
             for grant in submit_grants(args.bucket):
-                gcp.storage.BucketIAMMember(
+                grantee.on_bucket(
                     f"{who}-{grant.purpose}",
-                    bucket=args.bucket_name,
-                    role=grant.role,
-                    member=member,
-                    condition=gcp.storage.BucketIAMMemberConditionArgs(
-                        title=grant.title, description=f"trainstack submit: {grant.title}", expression=grant.expression
-                    ),
-                    opts=child,
+                    args.bucket_name,
+                    grant.role,
+                    Condition(grant.title, f"trainstack submit: {grant.title}", grant.expression),
                 )
             if start_role is None:
                 continue
             for node, instance in args.instances.items():
-                gcp.compute.InstanceIAMMember(
-                    f"{who}-{node}-start",
-                    project=args.project,
-                    zone=args.zone,
-                    instance_name=instance,
-                    role=start_role.name,
-                    member=member,
-                    opts=child,
-                )
+                grantee.on_instance(f"{who}-{node}-start", where, instance, start_role.name)
         self.register_outputs({"members": list(args.members)})

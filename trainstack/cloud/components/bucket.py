@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 import pulumi_gcp as gcp
@@ -73,72 +74,42 @@ class TrainingBucket(pulumi.ComponentResource):
         self.name = self.bucket.name
         self.url = self.bucket.url
         self.ready = []
-        child = pulumi.ResourceOptions(parent=self)
         if args.runs_agent:
-            agent = artifacts.agent_archive()
-            self.agent = gcp.storage.BucketObject(
-                f"{args.stack_name}-agent",
-                bucket=self.bucket.name,
-                name=agent.object_name,
-                source=pulumi.FileAsset(str(agent.staged())),
-                opts=child,
-            )
+            self.agent = self._upload(f"{args.stack_name}-agent", artifacts.agent_archive())
             self.ready.append(self.agent)
-        for lock in args.locks if args.runs_agent else ():
-            self.ready.append(
-                gcp.storage.BucketObject(
-                    f"{args.stack_name}-python-lock-{lock.sha256[:16]}",
-                    bucket=self.bucket.name,
-                    name=lock.object_name,
-                    source=pulumi.FileAsset(str(lock.staged())),
-                    opts=child,
-                )
+            self.ready.extend(
+                self._upload(f"{args.stack_name}-python-lock-{lock.sha256[:16]}", lock) for lock in args.locks
             )
         if args.runs_agent and args.wheelhouse is not None:
             manifest = artifacts.wheelhouse_manifest(args.wheelhouse)
-            self.ready.append(
-                gcp.storage.BucketObject(
-                    f"{args.stack_name}-wheelhouse",
-                    bucket=self.bucket.name,
-                    name=manifest.object_name,
-                    source=pulumi.FileAsset(str(manifest.staged())),
-                    opts=child,
-                )
+            self.ready.append(self._upload(f"{args.stack_name}-wheelhouse", manifest))
+            self.ready.extend(
+                self._upload_file(f"{args.stack_name}-wheel-{filename}", LAYOUT.wheel(filename), path)
+                for filename, path in args.wheelhouse.wheels.items()
             )
-            for filename, path in args.wheelhouse.wheels.items():
-                self.ready.append(
-                    gcp.storage.BucketObject(
-                        f"{args.stack_name}-wheel-{filename}",
-                        bucket=self.bucket.name,
-                        name=LAYOUT.wheel(filename),
-                        source=pulumi.FileAsset(str(path)),
-                        opts=child,
-                    )
-                )
         job = args.job
         if job is not None and job.package is not None:
             # Named by content: a code change uploads a new object (and the nodes' metadata
             # names it), so no node runs the code of an earlier `pulumi up`.
-            self.code = gcp.storage.BucketObject(
-                f"{args.stack_name}-code",
-                bucket=self.bucket.name,
-                name=job.package.object_name,
-                source=pulumi.FileAsset(
-                    str(artifacts.stage(job.package.object_name.rsplit("/", 1)[-1], job.package.archive))
-                ),
-                opts=child,
-            )
+            code = artifacts.BuiltArtifact(job.package.object_name, job.package.archive)
+            self.code = self._upload(f"{args.stack_name}-code", code)
             self.ready.append(self.code)
         if job is not None and job.requirements is not None:
-            self.requirements = gcp.storage.BucketObject(
-                f"{args.stack_name}-code-requirements",
-                bucket=self.bucket.name,
-                name=job.requirements.object_name,
-                # The bytes `validate` checked, staged by content: not the file as it is by now.
-                source=pulumi.FileAsset(
-                    str(artifacts.stage(job.requirements.object_name.rsplit("/", 1)[-1], job.requirements.data))
-                ),
-                opts=child,
-            )
+            # The bytes `validate` checked, staged by content: not the file as it is by now.
+            requirements = artifacts.BuiltArtifact(job.requirements.object_name, job.requirements.data)
+            self.requirements = self._upload(f"{args.stack_name}-code-requirements", requirements)
             self.ready.append(self.requirements)
         self.register_outputs({"name": self.name, "url": self.url})
+
+    def _upload(self, resource_name: str, artifact: artifacts.BuiltArtifact) -> gcp.storage.BucketObject:
+        """``artifact``'s exact bytes, staged by content, under its object name."""
+        return self._upload_file(resource_name, artifact.object_name, artifact.staged())
+
+    def _upload_file(self, resource_name: str, object_name: str, path: Path) -> gcp.storage.BucketObject:
+        return gcp.storage.BucketObject(
+            resource_name,
+            bucket=self.bucket.name,
+            name=object_name,
+            source=pulumi.FileAsset(str(path)),
+            opts=pulumi.ResourceOptions(parent=self),
+        )

@@ -10,6 +10,8 @@ import pulumi
 import pulumi_gcp as gcp
 
 import trainstack_contract as contract
+from trainstack.cloud.components import Placement
+from trainstack.cloud.components.grants import Grantee, Zone
 from trainstack.cloud.components.identity import (
     CLOUD_PLATFORM_SCOPE,
     INSTANCE_RECOVER_PERMISSIONS,
@@ -95,17 +97,12 @@ def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.I
 
 @dataclass(frozen=True)
 class TrainingClusterArgs:
-    project: str
-    zone: str
+    place: Placement
     cluster: ResolvedCluster
     startup_script: str
     # Instance metadata by node name (see trainstack.cloud.bootscripts.node_metadata).
     node_metadata: Mapping[str, Mapping[str, pulumi.Input[str]]]
     service_account_email: pulumi.Input[str]
-    subnetwork: pulumi.Input[str]
-    labels: dict[str, str]
-    # The stack's resource-name prefix, for the custom roles' ids and titles.
-    stack_name: str
 
 
 class TrainingCluster(pulumi.ComponentResource):
@@ -132,7 +129,7 @@ class TrainingCluster(pulumi.ComponentResource):
         if cluster.tf_cluster:
             self.tf_cluster = gcp.compute.ProjectMetadataItem(
                 f"{name}-tf-cluster",
-                project=args.project,
+                project=args.place.project,
                 key=cluster.tf_cluster_metadata_key,
                 value=json.dumps(cluster.tf_cluster, separators=(",", ":")),
                 opts=child,
@@ -143,8 +140,8 @@ class TrainingCluster(pulumi.ComponentResource):
             release_role = NodeActionRole(
                 f"{name}-node-release",
                 NodeActionRoleArgs(
-                    args.project,
-                    args.stack_name,
+                    args.place.project,
+                    args.place.stack_name,
                     "node_release",
                     "cluster node releases itself",
                     INSTANCE_RELEASE_PERMISSIONS,
@@ -161,8 +158,8 @@ class TrainingCluster(pulumi.ComponentResource):
             recover_role = NodeActionRole(
                 f"{name}-node-recover",
                 NodeActionRoleArgs(
-                    args.project,
-                    args.stack_name,
+                    args.place.project,
+                    args.place.stack_name,
                     "node_recover",
                     "cluster chief starts its preempted Spot peers",
                     INSTANCE_RECOVER_PERMISSIONS,
@@ -171,6 +168,8 @@ class TrainingCluster(pulumi.ComponentResource):
                 opts=child,
             ).role_name
         self.instances = {}
+        nodes = Grantee(pulumi.Output.concat("serviceAccount:", args.service_account_email), child)
+        where = Zone(args.place.project, args.place.zone)
         for node in cluster.nodes:
             instance = node_instance(
                 f"{name}-{node.name}", node, args, pulumi.ResourceOptions(parent=self, depends_on=depends_on)
@@ -185,15 +184,7 @@ class TrainingCluster(pulumi.ComponentResource):
                 grants["recover"] = recover_role
             for purpose, role in grants.items():
                 if role is not None:
-                    gcp.compute.InstanceIAMMember(
-                        f"{name}-{node.name}-{purpose}",
-                        project=args.project,
-                        zone=args.zone,
-                        instance_name=instance.name,
-                        role=role,
-                        member=pulumi.Output.concat("serviceAccount:", args.service_account_email),
-                        opts=child,
-                    )
+                    nodes.on_instance(f"{name}-{node.name}-{purpose}", where, instance.name, role)
         self.names = [node.vm_name for node in cluster.nodes]
         self.register_outputs({"names": self.names, "recoverable_names": self.recoverable_names})
 
@@ -209,9 +200,9 @@ def node_instance(
         )
     return gcp.compute.Instance(
         resource_name,
-        project=args.project,
+        project=args.place.project,
         name=node.vm_name,
-        zone=args.zone,
+        zone=args.place.zone,
         machine_type=node.machine_type,
         guest_accelerators=accelerators,
         scheduling=scheduling_for(node, args.cluster),
@@ -219,13 +210,13 @@ def node_instance(
         boot_disk=gcp.compute.InstanceBootDiskArgs(
             auto_delete=True,
             initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
-                image=node.image.uri, size=node.disk_gb, type=node.boot_disk_type, labels=args.labels
+                image=node.image.uri, size=node.disk_gb, type=node.boot_disk_type, labels=args.place.labels
             ),
         ),
         # No access_configs: the node has no public IP; it reaches Google APIs through
         # Private Google Access and the internet through Cloud NAT.
         network_interfaces=[
-            gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=args.subnetwork, nic_type=node.nic_type)
+            gcp.compute.InstanceNetworkInterfaceArgs(subnetwork=args.place.subnetwork, nic_type=node.nic_type)
         ],
         service_account=gcp.compute.InstanceServiceAccountArgs(
             email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
@@ -240,7 +231,7 @@ def node_instance(
             "startup-script": args.startup_script,
             **args.node_metadata[node.name],
         },
-        labels={**args.labels, "trainstack-role": node.role},
+        labels={**args.place.labels, "trainstack-role": node.role},
         allow_stopping_for_update=True,
         opts=opts,
     )

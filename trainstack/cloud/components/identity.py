@@ -20,6 +20,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainstack.cloud.components import with_former_type
+from trainstack.cloud.components.grants import Condition, Grantee
 from trainstack.jobcode.package import ImageRef
 from trainstack_contract import LAYOUT
 from trainstack_contract.grants import objects_under, spares_executed
@@ -119,88 +120,53 @@ class NodeIdentity(pulumi.ComponentResource):
         self.member = self.account.member
         # projects/PROJECT/serviceAccounts/EMAIL: what IAM bindings on the account take.
         self.account_name = self.account.name
+        grantee = Grantee(self.member, child)
         self.bindings: list[pulumi.Resource] = [
-            gcp.projects.IAMMember(
-                f"{name}-{role.split('/')[1].replace('.', '-')}",
-                project=args.project,
-                role=role,
-                member=self.member,
-                opts=child,
-            )
+            grantee.on_project(f"{name}-{role.split('/')[1].replace('.', '-')}", args.project, role)
             for role in PROJECT_ROLES
         ]
-        self.bindings.append(
-            gcp.storage.BucketIAMMember(
-                f"{name}-bucket-reader", bucket=args.bucket_name, role=BUCKET_READ_ROLE, member=self.member, opts=child
-            )
-        )
-
-        def writer(suffix: str, bucket: pulumi.Input[str], title: str, description: str, expression: str) -> None:
-            """Object writes on ``bucket``, limited by an IAM condition on the object names."""
-            condition = gcp.storage.BucketIAMMemberConditionArgs(
-                title=title, description=description, expression=expression
-            )
-            self.bindings.append(
-                gcp.storage.BucketIAMMember(
-                    f"{name}-{suffix}",
-                    bucket=bucket,
-                    role=BUCKET_WRITE_ROLE,
-                    member=self.member,
-                    condition=condition,
-                    opts=child,
-                )
-            )
-
+        self.bindings.append(grantee.on_bucket(f"{name}-bucket-reader", args.bucket_name, BUCKET_READ_ROLE))
         if args.writable_prefix is not None:
-            writer(
-                "bucket-notebook-writer" if args.writable_prefix == NOTEBOOK_PREFIX else "bucket-jobs-writer",
-                args.bucket_name,
-                args.writable_title,
-                f"write objects under {args.writable_prefix} only; what nodes run is written by pulumi up",
-                writable_objects_condition(args.bucket, args.writable_prefix),
+            self.bindings.append(
+                grantee.on_bucket(
+                    f"{name}-bucket-{'notebook' if args.writable_prefix == NOTEBOOK_PREFIX else 'jobs'}-writer",
+                    args.bucket_name,
+                    BUCKET_WRITE_ROLE,
+                    Condition(
+                        args.writable_title,
+                        f"write objects under {args.writable_prefix} only; what nodes run is written by pulumi up",
+                        writable_objects_condition(args.bucket, args.writable_prefix),
+                    ),
+                )
             )
         if args.data_bucket:
             # Training data in another bucket: read-only access to that bucket alone.
-            self.bindings.append(
-                gcp.storage.BucketIAMMember(
-                    f"{name}-data-reader",
-                    bucket=args.data_bucket,
-                    role=DATA_BUCKET_ROLE,
-                    member=self.member,
-                    opts=child,
-                )
-            )
+            self.bindings.append(grantee.on_bucket(f"{name}-data-reader", args.data_bucket, DATA_BUCKET_ROLE))
         if args.job_dir_bucket and args.job_dir_prefix:
             # The job's directory in a bucket of the team's own: read and write under it alone.
-            writer(
-                "job-dir-writer",
-                args.job_dir_bucket,
-                "the job directory only",
-                f"read and write objects under {args.job_dir_prefix}/ only",
-                job_dir_condition(args.job_dir_bucket, args.job_dir_prefix),
+            self.bindings.append(
+                grantee.on_bucket(
+                    f"{name}-job-dir-writer",
+                    args.job_dir_bucket,
+                    BUCKET_WRITE_ROLE,
+                    Condition(
+                        "the job directory only",
+                        f"read and write objects under {args.job_dir_prefix}/ only",
+                        job_dir_condition(args.job_dir_bucket, args.job_dir_prefix),
+                    ),
+                )
             )
         self.bindings.append(
-            gcp.artifactregistry.RepositoryIamMember(
-                f"{name}-registry-reader",
-                project=args.project,
-                location=args.repository_location,
-                repository=args.repository_name,
-                role=REGISTRY_ROLE,
-                member=self.member,
-                opts=child,
+            grantee.on_repository(
+                f"{name}-registry-reader", args.project, args.repository_location, args.repository_name, REGISTRY_ROLE
             )
         )
         if args.image is not None:
             # Read access to the one other repository the job's image comes from.
+            image = args.image
             self.bindings.append(
-                gcp.artifactregistry.RepositoryIamMember(
-                    f"{name}-image-reader",
-                    project=args.image.project,
-                    location=args.image.location,
-                    repository=args.image.repository,
-                    role=REGISTRY_ROLE,
-                    member=self.member,
-                    opts=child,
+                grantee.on_repository(
+                    f"{name}-image-reader", image.project, image.location, image.repository, REGISTRY_ROLE
                 )
             )
         self.register_outputs({"email": self.email})
@@ -266,8 +232,6 @@ class TpuServiceAgent(pulumi.ComponentResource):
         self.identity = gcp.projects.ServiceIdentity(
             f"{name}-identity", project=args.project, service="tpu.googleapis.com", opts=child
         )
-        self.binding = gcp.projects.IAMMember(
-            f"{name}-role", project=args.project, role=args.role, member=self.identity.member, opts=child
-        )
+        self.binding = Grantee(self.identity.member, child).on_project(f"{name}-role", args.project, args.role)
         self.member = self.identity.member
         self.register_outputs({"member": self.member, "role": args.role})

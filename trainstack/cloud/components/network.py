@@ -62,30 +62,44 @@ class PrivateNetwork(pulumi.ComponentResource):
             log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
             opts=child,
         )
-        self.iap_ssh = gcp.compute.Firewall(
-            f"{name}-iap-ssh",
-            project=project,
-            network=self.network.id,
-            direction="INGRESS",
-            source_ranges=[IAP_SOURCE_RANGE],
-            target_service_accounts=args.ssh_service_accounts,
-            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["22"])],
-            opts=child,
+        self.iap_ssh = self._ingress(
+            f"{name}-iap-ssh", project, 22, args.ssh_service_accounts, source_ranges=[IAP_SOURCE_RANGE], opts=child
         )
         # TensorFlow's gRPC between cluster nodes, on the one port TF_CONFIG names, and only
         # from VMs running as the training service account (not the notebook's or the TPU's).
         # No TF_CONFIG cluster, no port.
-        if training_port is None or training_service_account is None:
-            self.register_outputs({"network": self.network.self_link, "subnetwork": self.subnetwork.self_link})
-            return
-        self.training = gcp.compute.Firewall(
-            f"{name}-training",
+        if training_port is not None and training_service_account is not None:
+            self.training = self._ingress(
+                f"{name}-training",
+                project,
+                training_port,
+                [training_service_account],
+                source_service_accounts=[training_service_account],
+                opts=child,
+            )
+        self.register_outputs({"network": self.network.self_link, "subnetwork": self.subnetwork.self_link})
+
+    def _ingress(
+        self,
+        resource_name: str,
+        project: str,
+        port: int,
+        targets: list[pulumi.Input[str]],
+        *,
+        opts: pulumi.ResourceOptions,
+        source_ranges: list[str] | None = None,
+        source_service_accounts: list[pulumi.Input[str]] | None = None,
+    ) -> gcp.compute.Firewall:
+        """A rule that lets TCP to ``port`` in, to the machines running as ``targets``, from the
+        sources named (IP ranges or service accounts)."""
+        return gcp.compute.Firewall(
+            resource_name,
             project=project,
             network=self.network.id,
             direction="INGRESS",
-            source_service_accounts=[training_service_account],
-            target_service_accounts=[training_service_account],
-            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(training_port)])],
-            opts=child,
+            source_ranges=source_ranges,
+            source_service_accounts=source_service_accounts,
+            target_service_accounts=targets,
+            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(port)])],
+            opts=opts,
         )
-        self.register_outputs({"network": self.network.self_link, "subnetwork": self.subnetwork.self_link})

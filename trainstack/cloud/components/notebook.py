@@ -9,7 +9,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainstack.catalog import workbench_enum
-from trainstack.cloud.components import moved_here
+from trainstack.cloud.components import Placement, moved_here
 from trainstack.jobcode.artifacts import NAME_DIGEST_CHARS
 from trainstack.stackmodel.resolved import ResolvedNotebook
 from trainstack_contract import LAYOUT, METADATA_KEYS
@@ -19,8 +19,8 @@ SECONDS_PER_MINUTE = 60
 
 @dataclass(frozen=True)
 class WorkbenchNotebookArgs:
-    project: str
-    zone: str
+    # Its stack_name names the script object as before (see aliases).
+    place: Placement
     notebook: ResolvedNotebook
     post_startup_script: str
     # The instance's own startup script: fetches the post-startup script and checks its sha256.
@@ -28,11 +28,6 @@ class WorkbenchNotebookArgs:
     # The stack's bucket, which holds the post-startup script.
     bucket_name: pulumi.Input[str]
     service_account_email: pulumi.Input[str]
-    network: pulumi.Input[str]
-    subnetwork: pulumi.Input[str]
-    labels: dict[str, str]
-    # The stack's resource-name prefix: names the script object as before (see aliases).
-    stack_name: str
 
 
 class WorkbenchNotebook(pulumi.ComponentResource):
@@ -52,7 +47,7 @@ class WorkbenchNotebook(pulumi.ComponentResource):
         # it; a script that does not match never runs and the notebook stops.
         script_sha256 = hashlib.sha256(args.post_startup_script.encode()).hexdigest()
         script = gcp.storage.BucketObject(
-            f"{args.stack_name}-notebook-post-startup",
+            f"{args.place.stack_name}-notebook-post-startup",
             bucket=args.bucket_name,
             name=LAYOUT.notebook_script(script_sha256[:NAME_DIGEST_CHARS]),
             content=args.post_startup_script,
@@ -68,9 +63,9 @@ class WorkbenchNotebook(pulumi.ComponentResource):
             )
         self.instance = gcp.workbench.Instance(
             f"{name}-instance",
-            project=args.project,
+            project=args.place.project,
             name=notebook.instance_name,
-            location=args.zone,
+            location=args.place.zone,
             gce_setup=gcp.workbench.InstanceGceSetupArgs(
                 machine_type=notebook.machine_type,
                 accelerator_configs=accelerators,
@@ -82,7 +77,9 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                 ),
                 disable_public_ip=True,
                 network_interfaces=[
-                    gcp.workbench.InstanceGceSetupNetworkInterfaceArgs(network=args.network, subnet=args.subnetwork)
+                    gcp.workbench.InstanceGceSetupNetworkInterfaceArgs(
+                        network=args.place.network, subnet=args.place.subnetwork
+                    )
                 ],
                 service_accounts=[gcp.workbench.InstanceGceSetupServiceAccountArgs(email=args.service_account_email)],
                 shielded_instance_config=gcp.workbench.InstanceGceSetupShieldedInstanceConfigArgs(
@@ -103,7 +100,7 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                     # No post-startup-script key either (see above).
                 },
             ),
-            labels=args.labels,
+            labels=args.place.labels,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.name = notebook.instance_name

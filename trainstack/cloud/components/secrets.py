@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.cloud.components.grants import Grantee
+
 # Read a secret's versions and nothing else: not list other secrets, not add versions.
 ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
 # What an offline plan stores for a value it cannot decrypt (never applied: `pulumi up` decrypts).
@@ -59,15 +61,10 @@ class JobSecrets(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-            for index, reader in enumerate(args.readers):
-                self.ready.append(
-                    gcp.secretmanager.SecretIamMember(
-                        f"{name}-{key}-reader-{index}",
-                        project=args.project,
-                        secret_id=secret.secret_id,
-                        role=ACCESSOR_ROLE,
-                        member=reader,
-                        opts=child,
-                    )
+            self.ready.extend(
+                Grantee(reader, child).on_secret(
+                    f"{name}-{key}-reader-{index}", args.project, secret.secret_id, ACCESSOR_ROLE
                 )
+                for index, reader in enumerate(args.readers)
+            )
         self.register_outputs({"secret_ids": [secret_id for _, secret_id, _ in args.secrets]})

@@ -10,6 +10,7 @@ import pulumi
 
 from trainstack.cloud import bootscripts
 from trainstack.cloud.bootscripts import BootFiles
+from trainstack.cloud.components import Placement
 from trainstack.cloud.components.access import QueueAccess, QueueAccessArgs, TeamAccess, TeamAccessArgs
 from trainstack.cloud.components.bucket import TrainingBucket, TrainingBucketArgs
 from trainstack.cloud.components.budget import BillingBudget, BillingBudgetArgs
@@ -267,23 +268,20 @@ def declare_machines(
     stack: ResolvedStack, boot: BootFiles, identities: Identities, bucket: TrainingBucket, options: MachineOptions
 ) -> Machines:
     """The cluster, the TPU VM and the notebook the stack asks for."""
-    name, project, zone, labels = stack.name, stack.project, stack.zone, stack.labels
+    name, project, zone = stack.name, stack.project, stack.zone
     network = options.network
+    place = Placement(project, zone, network.network.id, network.subnetwork.id, stack.labels, name)
     machines = Machines()
     pin = image_pin(stack, options.parent)
     if stack.cluster is not None and boot.cluster_script is not None and identities.training is not None:
         machines.cluster = TrainingCluster(
             f"{name}-cluster",
             TrainingClusterArgs(
-                project=project,
-                zone=zone,
+                place=place,
                 cluster=stack.cluster,
                 startup_script=boot.cluster_script,
                 node_metadata={node: pin(metadata) for node, metadata in boot.cluster_metadata.items()},
                 service_account_email=identities.training.email,
-                subnetwork=network.subnetwork.id,
-                labels=labels,
-                stack_name=name,
             ),
             # The component's former type: an update keeps every VM rather than replacing it.
             opts=options.waiting(identities.training, alias_type="trainstack:index:GpuCluster"),
@@ -293,17 +291,12 @@ def declare_machines(
         machines.tpu = TpuVm(
             f"{name}-tpu",
             TpuVmArgs(
-                project=project,
-                zone=zone,
+                place=place,
                 tpu=stack.tpu,
                 startup_script=boot.tpu_script,
                 metadata=pin(boot.tpu_metadata),
                 service_account_email=identities.tpu.email,
                 service_account_member=identities.tpu.member,
-                network=network.network.id,
-                subnetwork=network.subnetwork.id,
-                labels=labels,
-                stack_name=name,
             ),
             opts=options.waiting(identities.tpu),
         )
@@ -317,17 +310,12 @@ def declare_machines(
         machines.notebook = WorkbenchNotebook(
             f"{name}-notebook",
             WorkbenchNotebookArgs(
-                project=project,
-                zone=zone,
+                place=place,
                 notebook=stack.notebook,
                 post_startup_script=boot.notebook_script,
                 startup_script=boot.notebook_startup_script,
                 bucket_name=bucket.name,
                 service_account_email=identities.notebook.email,
-                network=network.network.id,
-                subnetwork=network.subnetwork.id,
-                labels=labels,
-                stack_name=name,
             ),
             opts=options.waiting(identities.notebook, fetches_code=False),
         )

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from trainstack.cloud.components import moved_here
+from trainstack.cloud.components import Placement, moved_here
+from trainstack.cloud.components.grants import Grantee
 from trainstack.cloud.components.identity import (
     CLOUD_PLATFORM_SCOPE,
     RELEASE_DESCRIPTION,
@@ -24,18 +25,13 @@ from trainstack_contract import RESERVATION
 
 @dataclass(frozen=True)
 class TpuVmArgs:
-    project: str
-    zone: str
+    # Its stack_name names the TPU's IAM resources as before (see aliases).
+    place: Placement
     tpu: ResolvedTpu
     startup_script: str
     metadata: Mapping[str, pulumi.Input[str]]
     service_account_email: pulumi.Input[str]
     service_account_member: pulumi.Input[str]
-    network: pulumi.Input[str]
-    subnetwork: pulumi.Input[str]
-    labels: dict[str, str]
-    # The stack's resource-name prefix: names the TPU's IAM resources as before (see aliases).
-    stack_name: str
 
 
 class TpuVm(pulumi.ComponentResource):
@@ -47,10 +43,10 @@ class TpuVm(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TpuVmArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("trainstack:index:TpuVm", name, None, opts)
-        stack = args.stack_name
+        stack = args.place.stack_name
         moved = moved_here(self, opts)
         agent = TpuServiceAgent(
-            f"{stack}-tpu-agent", TpuServiceAgentArgs(args.project, args.tpu.service_agent_role), opts=moved
+            f"{stack}-tpu-agent", TpuServiceAgentArgs(args.place.project, args.tpu.service_agent_role), opts=moved
         )
         # TPU nodes have no per-node IAM: the TPU VM's own account holds this role on the
         # project, which is why no other machine of the stack runs as that account. It is
@@ -58,7 +54,7 @@ class TpuVm(pulumi.ComponentResource):
         release = NodeActionRole(
             f"{stack}-tpu-release",
             NodeActionRoleArgs(
-                args.project,
+                args.place.project,
                 stack,
                 "tpu_release",
                 "TPU VM releases itself",
@@ -67,23 +63,19 @@ class TpuVm(pulumi.ComponentResource):
             ),
             opts=moved,
         )
-        release_binding = gcp.projects.IAMMember(
-            f"{stack}-tpu-identity-release",
-            project=args.project,
-            role=release.role_name,
-            member=args.service_account_member,
-            opts=moved,
+        release_binding = Grantee(args.service_account_member, moved).on_project(
+            f"{stack}-tpu-identity-release", args.place.project, release.role_name
         )
         tpu = args.tpu
         self.vm = gcp.tpu.V2Vm(
             f"{name}-vm",
-            project=args.project,
+            project=args.place.project,
             name=tpu.vm_name,
-            zone=args.zone,
+            zone=args.place.zone,
             accelerator_type=tpu.accelerator_type,
             runtime_version=tpu.runtime_version,
             network_config=gcp.tpu.V2VmNetworkConfigArgs(
-                network=args.network, subnetwork=args.subnetwork, enable_external_ips=False
+                network=args.place.network, subnetwork=args.place.subnetwork, enable_external_ips=False
             ),
             service_account=gcp.tpu.V2VmServiceAccountArgs(
                 email=args.service_account_email, scopes=[CLOUD_PLATFORM_SCOPE]
@@ -99,7 +91,7 @@ class TpuVm(pulumi.ComponentResource):
                 "block-project-ssh-keys": "TRUE",
                 **args.metadata,
             },
-            labels=args.labels,
+            labels=args.place.labels,
             # The VM boots into its job: the agent's role and its own release role come first.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[agent.binding, release_binding]),
         )
