@@ -113,6 +113,23 @@ CAPACITIES: Final[tuple[str, ...]] = get_args(Capacity)
 OnFinish = Literal["stop", "delete", "keep"]
 ON_FINISH_CHOICES: Final[tuple[str, ...]] = get_args(OnFinish)
 
+# What a node runs (the metadata's job_mode), and how a package job's code is installed
+# (code_install).
+# A Python package run as `python -m MODULE` (the built-in trainer is one: BUILTIN_MODULE),
+# a container image, or nothing at all (a dev box that boots ready and starts no trainer).
+JobMode = Literal["package", "image", "none"]
+PACKAGE_JOB: Final = "package"
+IMAGE_JOB: Final = "image"
+NO_JOB: Final = "none"
+JOB_MODES: Final[tuple[JobMode, ...]] = (PACKAGE_JOB, IMAGE_JOB, NO_JOB)
+# How a package job's archive becomes importable on a node: unpacked and put on PYTHONPATH
+# (a package directory, or a directory holding one), or unpacked and installed with pip with
+# its dependencies (a project root with pyproject.toml or setup.py).
+CodeInstall = Literal["path", "project"]
+PATH_INSTALL: Final = "path"
+PROJECT_INSTALL: Final = "project"
+CODE_INSTALLS: Final[tuple[CodeInstall, ...]] = (PATH_INSTALL, PROJECT_INSTALL)
+
 # Bounds the stack file's keys take and a node checks again in its metadata.
 # Compute Engine's longest run-time limit, 120 days: the stack's max_run_hours, a TPU VM's cap
 # (max_run_seconds) and a flex-start node's run.
