@@ -36,12 +36,26 @@ def contract_modules() -> list[ModuleType]:
     return [trainstack_contract, *(importlib.import_module(f"trainstack_contract.{name}") for name in names)]
 
 
+def imported_names(module: ModuleType) -> set[str]:
+    """The names a module binds by importing them: a rule is named where it is defined."""
+    source = Path(module.__file__ or "").read_text(encoding="utf-8")
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
 def contract_rules() -> tuple[dict[str, str], dict[frozenset[str], str]]:
     """The contract's patterns by their text, and its lists of names (two or more) by their members."""
     patterns: dict[str, str] = {}
     collections: dict[frozenset[str], str] = {}
     for module in contract_modules():
+        imported = imported_names(module)
         for attribute, value in vars(module).items():
+            if attribute in imported:
+                continue
             where = f"{module.__name__}.{attribute}"
             if isinstance(value, re.Pattern):
                 patterns.setdefault(value.pattern, where)
