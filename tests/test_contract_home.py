@@ -11,6 +11,7 @@ tests/agent/test_settings.py.)
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import pkgutil
 import re
@@ -21,7 +22,7 @@ from types import ModuleType
 import pytest
 
 import trainstack_contract
-from trainstack_contract import tpu
+from trainstack_contract import METADATA_KEYS, tpu
 
 ROOT = Path(__file__).resolve().parents[1]
 # Everything that ships: the library, the agent, the trainer and the policy pack.
@@ -36,12 +37,26 @@ def contract_modules() -> list[ModuleType]:
     return [trainstack_contract, *(importlib.import_module(f"trainstack_contract.{name}") for name in names)]
 
 
+def imported_names(module: ModuleType) -> set[str]:
+    """The names a module binds by importing them: a rule is named where it is defined."""
+    source = Path(module.__file__ or "").read_text(encoding="utf-8")
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
 def contract_rules() -> tuple[dict[str, str], dict[frozenset[str], str]]:
     """The contract's patterns by their text, and its lists of names (two or more) by their members."""
     patterns: dict[str, str] = {}
     collections: dict[frozenset[str], str] = {}
     for module in contract_modules():
+        imported = imported_names(module)
         for attribute, value in vars(module).items():
+            if attribute in imported:
+                continue
             where = f"{module.__name__}.{attribute}"
             if isinstance(value, re.Pattern):
                 patterns.setdefault(value.pattern, where)
@@ -93,6 +108,45 @@ def test_no_shipped_module_writes_its_own_copy_of_a_contract_rule() -> None:
         for line, what in copies(path.read_text(encoding="utf-8"), patterns, collections)
     ]
     assert not found, "import these from trainstack_contract instead:\n" + "\n".join(found)
+
+
+# Metadata key names live in trainstack_contract/metadata.py alone (METADATA_KEYS, which the
+# NodeMetadata model reads and writes by); elsewhere, text equal to a key that is not a key.
+METADATA_HOME = ROOT / "trainstack_contract" / "metadata.py"
+NOT_METADATA = {
+    ("trainstack_agent/main.py", METADATA_KEYS.agent): "the agent's program name in its --help",
+    ("trainstack/cloud/components/cluster.py", METADATA_KEYS.role): "a VM label of the node's role",
+}
+
+
+def key_literals(source: str) -> list[tuple[int, str]]:
+    """(line, key) for each string in ``source`` that is a metadata key's name."""
+    keys = {getattr(METADATA_KEYS, field.name) for field in dataclasses.fields(METADATA_KEYS)}
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in keys
+    ]
+
+
+def test_no_module_but_the_contracts_metadata_writes_a_metadata_keys_name() -> None:
+    """A key written out elsewhere would be a second place to rename it, and a way past the model."""
+    files = [
+        *shipped_files(),
+        *(path for path in sorted((ROOT / "trainstack_contract").glob("*.py")) if path != METADATA_HOME),
+    ]
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {key}"
+        for path in files
+        for line, key in key_literals(path.read_text(encoding="utf-8"))
+        if (str(path.relative_to(ROOT)), key) not in NOT_METADATA
+    ]
+    assert not found, "read it from trainstack_contract.METADATA_KEYS or the NodeMetadata model:\n" + "\n".join(found)
+
+
+def test_the_key_scan_finds_a_key_written_out() -> None:
+    assert key_literals('value = metadata.attribute("trainstack-secrets")') == [(1, "trainstack-secrets")]
+    assert key_literals('label = "trainstack-secret"') == []
 
 
 def test_the_contract_defines_each_pattern_once() -> None:

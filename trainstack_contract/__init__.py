@@ -14,10 +14,20 @@ no Pulumi, and the Pulumi side must not pay for a TensorFlow import.
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import dataclass
 from typing import Final, Generic, Literal, TypeVar, get_args
 
+from trainstack_contract.jobenv import ALLOWED_PYTHON_ENV as ALLOWED_PYTHON_ENV
+from trainstack_contract.jobenv import HYPERTUNE_METRIC_FILE_ENV as HYPERTUNE_METRIC_FILE_ENV
+from trainstack_contract.jobenv import JOB_ENV_NAME as JOB_ENV_NAME
+from trainstack_contract.jobenv import MAX_HYPERTUNE_METRICS_BYTES as MAX_HYPERTUNE_METRICS_BYTES
+from trainstack_contract.jobenv import MAX_JOB_ENV as MAX_JOB_ENV
+from trainstack_contract.jobenv import MAX_JOB_ENV_CHARS as MAX_JOB_ENV_CHARS
+from trainstack_contract.jobenv import MAX_JOB_ENV_VALUE_CHARS as MAX_JOB_ENV_VALUE_CHARS
+from trainstack_contract.jobenv import RESERVED_JOB_ENV_NAMES as RESERVED_JOB_ENV_NAMES
+from trainstack_contract.jobenv import RESERVED_JOB_ENV_PREFIXES as RESERVED_JOB_ENV_PREFIXES
+from trainstack_contract.jobenv import TRIAL_ID_ENV as TRIAL_ID_ENV
+from trainstack_contract.jobenv import job_env_problem as job_env_problem
 from trainstack_contract.layout import EXECUTED_DIR as EXECUTED_DIR
 from trainstack_contract.layout import EXECUTED_PREFIX as EXECUTED_PREFIX
 from trainstack_contract.layout import EXTERNAL_JOB_DIR as EXTERNAL_JOB_DIR
@@ -27,15 +37,24 @@ from trainstack_contract.layout import BucketLayout as BucketLayout
 from trainstack_contract.layout import under_prefix as under_prefix
 from trainstack_contract.metadata import CAPACITIES as CAPACITIES
 from trainstack_contract.metadata import CLUSTER_NODE_KIND as CLUSTER_NODE_KIND
+from trainstack_contract.metadata import CODE_INSTALLS as CODE_INSTALLS
 from trainstack_contract.metadata import FLEX_START as FLEX_START
+from trainstack_contract.metadata import IMAGE_JOB as IMAGE_JOB
+from trainstack_contract.metadata import JOB_MODES as JOB_MODES
 from trainstack_contract.metadata import METADATA_KEYS as METADATA_KEYS
+from trainstack_contract.metadata import NO_JOB as NO_JOB
 from trainstack_contract.metadata import NODE_KINDS as NODE_KINDS
 from trainstack_contract.metadata import ON_DEMAND as ON_DEMAND
+from trainstack_contract.metadata import PACKAGE_JOB as PACKAGE_JOB
+from trainstack_contract.metadata import PATH_INSTALL as PATH_INSTALL
+from trainstack_contract.metadata import PROJECT_INSTALL as PROJECT_INSTALL
 from trainstack_contract.metadata import RESERVATION as RESERVATION
 from trainstack_contract.metadata import SPOT as SPOT
 from trainstack_contract.metadata import STACK_LABEL as STACK_LABEL
 from trainstack_contract.metadata import TPU_NODE_KIND as TPU_NODE_KIND
 from trainstack_contract.metadata import Capacity as Capacity
+from trainstack_contract.metadata import CodeInstall as CodeInstall
+from trainstack_contract.metadata import JobMode as JobMode
 from trainstack_contract.metadata import MetadataKeys as MetadataKeys
 from trainstack_contract.metadata import NodeKind as NodeKind
 from trainstack_contract.names import CHIEF as CHIEF
@@ -188,96 +207,8 @@ VERTEX_MODEL_DIR_ENV: Final = "AIP_MODEL_DIR"
 VERTEX_CHECKPOINT_DIR_ENV: Final = "AIP_CHECKPOINT_DIR"
 VERTEX_TENSORBOARD_DIR_ENV: Final = "AIP_TENSORBOARD_LOG_DIR"
 
-# AI Platform's cloudml-hypertune package (hypertune/hypertune.py in cloudml-hypertune
-# 0.1.0.dev6 on PyPI, https://github.com/GoogleCloudPlatform/cloudml-hypertune) writes the
-# metric a tuning trial reports to the file this variable names (/tmp/hypertune/output.metrics
-# when unset): each report_hyperparameter_tuning_metric() rewrites the whole file with the last
-# 100 reports, one JSON object per line (sorted keys: "checkpoint_path", "global_step",
-# "timestamp", "trial", and the metric's tag; every value but the timestamp as text). The node
-# agent sets it to a file of its own for each job and copies that file to
-# LAYOUT.hypertune_metrics(node) in the job directory, at most its last
-# MAX_HYPERTUNE_METRICS_BYTES in whole lines.
-HYPERTUNE_METRIC_FILE_ENV: Final = "CLOUD_ML_HP_METRIC_FILE"
-# The trial a job is, in hyperparameter tuning (1, 2, ...), as AI Platform and Vertex AI set it
-# and cloudml-hypertune reads it ("trial" in its records): `trainstack tune` puts it in each
-# trial's job.env; TensorFlow never reads it.
-TRIAL_ID_ENV: Final = "CLOUD_ML_TRIAL_ID"
-MAX_HYPERTUNE_METRICS_BYTES: Final = 1 << 20
-
-
-# --- The job's own environment variables (job.env) ---------------------------------------------
-# What a stack sets in its job's environment (Vertex AI's container ``env``), beside what
-# trainstack sets itself. Names as shells take them; never one that trainstack, Vertex AI or
-# TensorFlow's cluster set (TF_CONFIG, NODE_NAME, AIP_*, CLUSTER_SPEC), nor one that changes
-# where programs and libraries load from (PATH, PYTHONPATH, LD_*). Not for secrets: those are
-# trainstack:secrets, kept in Secret Manager.
-JOB_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-MAX_JOB_ENV: Final = 64
-MAX_JOB_ENV_VALUE_CHARS: Final = 4096
-# The whole mapping as instance metadata (JSON), far below Compute Engine's 256 KB per value.
-MAX_JOB_ENV_CHARS: Final = 32 * 1024
-RESERVED_JOB_ENV_NAMES: Final = frozenset(
-    {
-        "TF_CONFIG",
-        "CLUSTER_SPEC",
-        "NODE_NAME",
-        HYPERTUNE_METRIC_FILE_ENV,
-        "PATH",
-        "HOME",
-        "USER",
-        "LOGNAME",
-        "SHELL",
-        "IFS",
-        "PS4",
-        "BASH_ENV",
-        "ENV",
-    }
-)
-RESERVED_JOB_ENV_PREFIXES: Final = ("AIP_", "TRAINSTACK_", "CLOUDSDK_", "LD_", "NVIDIA_", "PYTHON")
-# PYTHON* variables that change only how Python reports and buffers, never what it loads.
-ALLOWED_PYTHON_ENV: Final = frozenset(
-    {
-        "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE",
-        "PYTHONIOENCODING", "PYTHONUTF8",
-    }
-)  # fmt: skip
-
-
-def job_env_problem(name: object, value: object) -> str | None:
-    """Why ``name=value`` cannot be in a job's environment, or None. The name is quoted only
-    once it matched the pattern; the value never is."""
-    if not isinstance(name, str) or JOB_ENV_NAME.fullmatch(name) is None:
-        return "a name is letters, digits and '_', not starting with a digit, at most 128 characters"
-    if name in RESERVED_JOB_ENV_NAMES or (
-        name.startswith(RESERVED_JOB_ENV_PREFIXES) and name not in ALLOWED_PYTHON_ENV
-    ):
-        return (
-            f"{name} is set by trainstack, Vertex AI or the system, or changes what programs load "
-            f"(reserved: {', '.join(sorted(RESERVED_JOB_ENV_NAMES))}, and names starting "
-            f"{', '.join(RESERVED_JOB_ENV_PREFIXES)} but {', '.join(sorted(ALLOWED_PYTHON_ENV))})"
-        )
-    if not isinstance(value, str):
-        return f"{name}: a value is text"
-    if len(value) > MAX_JOB_ENV_VALUE_CHARS or not value.isprintable():
-        return f"{name}: a value is printable text of at most {MAX_JOB_ENV_VALUE_CHARS} characters, on one line"
-    return None
-
 
 # --- What a node runs -------------------------------------------------------------------------
-# A Python package run as `python -m MODULE` (the built-in trainer is one: BUILTIN_MODULE),
-# a container image, or nothing at all (a dev box that boots ready and starts no trainer).
-JobMode = Literal["package", "image", "none"]
-PACKAGE_JOB: Final = "package"
-IMAGE_JOB: Final = "image"
-NO_JOB: Final = "none"
-JOB_MODES: Final[tuple[JobMode, ...]] = (PACKAGE_JOB, IMAGE_JOB, NO_JOB)
-# How a package job's archive becomes importable on a node: unpacked and put on PYTHONPATH
-# (a package directory, or a directory holding one), or unpacked and installed with pip with
-# its dependencies (a project root with pyproject.toml or setup.py).
-CodeInstall = Literal["path", "project"]
-PATH_INSTALL: Final = "path"
-PROJECT_INSTALL: Final = "project"
-CODE_INSTALLS: Final[tuple[CodeInstall, ...]] = (PATH_INSTALL, PROJECT_INSTALL)
 BUILTIN_PACKAGE: Final = "trainer"
 # This package: the built-in trainer imports it, so it ships beside the trainer.
 CONTRACT_PACKAGE: Final = "trainstack_contract"

@@ -2,9 +2,10 @@
 
 A boot script only fetches the node agent, checks its sha256 and runs it; everything a node
 does and every value it needs (role, index, job, code and its digests, on_finish, peers)
-travels in instance metadata under :data:`METADATA_KEYS`, built by :func:`node_metadata` and
-:func:`tpu_metadata` for both the Pulumi program and ``trainstack local``, so a change of job
-settings updates metadata in place.
+travels in instance metadata: a :class:`~trainstack_contract.metadata.NodeMetadata` built by
+:func:`cluster_node_metadata` and :func:`tpu_node_metadata` for both the Pulumi program and
+``trainstack local`` and written out by its ``to_metadata()``, so a change of job settings
+updates metadata in place.
 
 Every value a template renders is shell-quoted (``shlex.quote``) unless the program marks
 it as :class:`ShellCode` it wrote itself: a stack value can never become shell syntax.
@@ -39,6 +40,7 @@ from trainstack_contract import (
     TPU_NODE_KIND,
     requirements_stamp,
 )
+from trainstack_contract.metadata import ClusterMember, JobMetadata, NodeMetadata, PinnedObject, PythonMetadata
 
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
 
@@ -167,62 +169,61 @@ def heartbeat_seconds(peer_timeout_seconds: int) -> int:
     return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
 
 
-def agent_metadata(bucket: str, kind: NodeKind, wheelhouse: Wheelhouse | None) -> dict[str, str]:
-    """Where the node agent is and its digest, and the Python environment it installs: its
-    lock, by digest (from the stack's wheelhouse, by its manifest's digest, when it declares one)."""
+def agent_archive(bucket: str) -> PinnedObject:
+    """Where the node agent is, and its digest."""
     agent = artifacts.agent_archive()
+    return PinnedObject(agent.uri(bucket), agent.sha256)
+
+
+def python_environment(kind: NodeKind, wheelhouse: Wheelhouse | None) -> PythonMetadata:
+    """The Python environment the agent installs: its lock, by digest (from the stack's
+    wheelhouse, by its manifest's digest, when it declares one)."""
     lock = kind.lock_artifact
-    metadata = {
-        METADATA_KEYS.agent: agent.uri(bucket),
-        METADATA_KEYS.agent_sha256: agent.sha256,
-        METADATA_KEYS.python_lock: lock.object_name,
-        METADATA_KEYS.python_lock_sha256: lock.sha256,
-        METADATA_KEYS.system_site_packages: "true" if kind.system_site_packages else "false",
-    }
-    if wheelhouse is not None:
-        manifest = artifacts.wheelhouse_manifest(wheelhouse)
-        metadata[METADATA_KEYS.wheelhouse] = manifest.object_name
-        metadata[METADATA_KEYS.wheelhouse_sha256] = manifest.sha256
-    return metadata
+    manifest = artifacts.wheelhouse_manifest(wheelhouse) if wheelhouse is not None else None
+    return PythonMetadata(
+        lock=PinnedObject(lock.object_name, lock.sha256),
+        system_site_packages=kind.system_site_packages,
+        wheelhouse=PinnedObject(manifest.object_name, manifest.sha256) if manifest is not None else None,
+    )
 
 
-def job_metadata(job: ResolvedJob | None, args: tuple[str, ...]) -> dict[str, str]:
+def node_job(job: ResolvedJob | None, args: tuple[str, ...]) -> JobMetadata:
     """What a node runs: the job's mode and code (with the sha256 the agent checks), its
     directory, arguments and environment variables."""
     if job is None:
-        return {METADATA_KEYS.job_mode: NO_JOB}
-    metadata = {
-        METADATA_KEYS.job_mode: job.mode,
+        return JobMetadata(NO_JOB)
+    package = job.package
+    return JobMetadata(
+        mode=job.mode,
         # jobs/<name> in the stack's bucket, or job.job_dir (`trainstack local` gives its stand-in).
-        METADATA_KEYS.job_dir: job.job_dir,
-        METADATA_KEYS.trainer_args: json.dumps(list(args)),
-    }
-    if job.builtin:
-        metadata[METADATA_KEYS.warm_start] = "true"
-    if job.package is not None:
-        metadata[METADATA_KEYS.code_archive] = job.package.object_name
-        metadata[METADATA_KEYS.code_archive_sha256] = job.package.sha256
-        metadata[METADATA_KEYS.module] = job.package.module
-        if job.package.install != PATH_INSTALL:
-            metadata[METADATA_KEYS.code_install] = job.package.install
-    if job.requirements is not None:
-        metadata[METADATA_KEYS.requirements] = job.requirements.object_name
-        metadata[METADATA_KEYS.requirements_sha256] = job.requirements.sha256
-    if job.image is not None:
-        metadata[METADATA_KEYS.image] = job.image.uri
-    if job.secrets:
-        metadata[METADATA_KEYS.secrets] = " ".join(f"{env}={secret}" for env, secret in job.secrets)
-    if job.env:
-        metadata[METADATA_KEYS.job_env] = json.dumps(dict(job.env), separators=(",", ":"))
-    return metadata
+        job_dir=job.job_dir,
+        trainer_args=tuple(args),
+        code=PinnedObject(package.object_name, package.sha256) if package is not None else None,
+        module=package.module if package is not None else None,
+        code_install=package.install if package is not None else PATH_INSTALL,
+        requirements=(
+            PinnedObject(job.requirements.object_name, job.requirements.sha256)
+            if job.requirements is not None
+            else None
+        ),
+        warm_start=job.builtin,
+        image=job.image.uri if job.image is not None else None,
+        secrets=tuple(job.secrets),
+        env=tuple(dict(job.env).items()),
+    )
 
 
-def idle_metadata(stack_idle_seconds: int | None, override: int | None = None) -> dict[str, str]:
+def job_metadata(job: ResolvedJob | None, args: tuple[str, ...]) -> dict[str, str]:
+    """The job's part of a node's metadata (what a queued job's spec holds, with its directory)."""
+    return node_job(job, args).to_metadata()
+
+
+def _idle_seconds(stack_idle_seconds: int | None, override: int | None = None) -> int | None:
     """How long a node that runs the job queue waits for a job before it applies on_finish
-    (the stack's wait, or ``override``); nothing where the stack runs no queue (None)."""
+    (the stack's wait, or ``override``); None where the stack runs no queue."""
     if stack_idle_seconds is None:
-        return {}
-    return {METADATA_KEYS.idle_seconds: str(stack_idle_seconds if override is None else override)}
+        return None
+    return stack_idle_seconds if override is None else override
 
 
 # The capacities a node's metadata names: on-demand and Spot nodes' metadata stays as it was
@@ -230,16 +231,55 @@ def idle_metadata(stack_idle_seconds: int | None, override: int | None = None) -
 _CAPACITIES_IN_METADATA = (FLEX_START, RESERVATION)
 
 
-def capacity_metadata(capacity: str, max_run_seconds: int | None = None) -> dict[str, str]:
-    """How the node got its machine, for its agent: flex_start or reservation; nothing for on
-    demand or Spot. A flex-start node also gets its run duration: its agent ends the job
-    before Compute Engine deletes the machine (trainstack_agent.runend)."""
-    if capacity not in _CAPACITIES_IN_METADATA:
-        return {}
-    metadata = {METADATA_KEYS.capacity: capacity}
-    if capacity == FLEX_START and max_run_seconds is not None:
-        metadata[METADATA_KEYS.max_run_seconds] = str(max_run_seconds)
-    return metadata
+def _capacity(capacity: str) -> str | None:
+    """How the node got its machine, for its agent: flex_start or reservation; None for on
+    demand or Spot."""
+    return capacity if capacity in _CAPACITIES_IN_METADATA else None
+
+
+def cluster_node_metadata(
+    cluster: ResolvedCluster,
+    node: ClusterNode,
+    bucket: str,
+    job: ResolvedJob | None,
+    args: tuple[str, ...] | None = None,
+    gpu_count: int | None = None,
+    kind: NodeKind | None = None,
+    wheelhouse: Wheelhouse | None = None,
+    idle_seconds: int | None = None,
+) -> NodeMetadata:
+    """What a cluster node's agent reads; ``bucket`` is a gs:// URI or, locally, a path;
+    ``gpu_count`` overrides the node's GPUs (a local run has none); ``idle_seconds`` overrides
+    the cluster's idle wait (a one-shot local run idles 0 s) where it runs a queue."""
+    gpus = node.accelerator.count if node.accelerator is not None else 0
+    several = len(cluster.nodes) > 1
+    capacity = _capacity(node.capacity)
+    member = ClusterMember(
+        role=node.role,
+        index=node.index,
+        node_name=node.name,
+        heartbeat_seconds=heartbeat_seconds(cluster.heartbeat_timeout_seconds),
+        peer_timeout_seconds=cluster.heartbeat_timeout_seconds,
+        cluster_key=cluster.tf_cluster_metadata_key if cluster.tf_cluster else None,
+        peers=tuple(peer.name for peer in cluster.nodes) if several else (),
+        max_restarts=cluster.max_restarts if several else None,
+        recover=(tuple((peer.name, peer.vm_name) for peer in cluster.recoverable_nodes) if node.role == CHIEF else ()),
+    )
+    return NodeMetadata(
+        kind=CLUSTER_NODE_KIND,
+        bucket=bucket,
+        on_finish=cluster.on_finish,
+        python=python_environment(kind or cluster_node_kind(), wheelhouse),
+        job=node_job(job, cluster.trainer_args if args is None else args),
+        agent=agent_archive(bucket),
+        member=member,
+        gpu_count=gpus if gpu_count is None else gpu_count,
+        idle_seconds=_idle_seconds(cluster.idle_seconds, idle_seconds),
+        capacity=capacity,
+        # A flex-start node's run duration: its agent ends the job before Compute Engine
+        # deletes the machine (trainstack_agent.runend).
+        max_run_seconds=cluster.max_run_seconds if capacity == FLEX_START else None,
+    )
 
 
 def node_metadata(
@@ -253,33 +293,36 @@ def node_metadata(
     wheelhouse: Wheelhouse | None = None,
     idle_seconds: int | None = None,
 ) -> dict[str, str]:
-    """Instance metadata a cluster node's agent reads; ``bucket`` is a gs:// URI or, locally, a
-    path; ``gpu_count`` overrides the node's GPUs (a local run has none); ``idle_seconds``
-    overrides the cluster's idle wait (a one-shot local run idles 0 s) where it runs a queue."""
-    gpus = node.accelerator.count if node.accelerator is not None else 0
-    metadata = {
-        METADATA_KEYS.node_kind: CLUSTER_NODE_KIND,
-        METADATA_KEYS.role: node.role,
-        METADATA_KEYS.index: str(node.index),
-        METADATA_KEYS.node_name: node.name,
-        METADATA_KEYS.bucket: bucket,
-        METADATA_KEYS.on_finish: cluster.on_finish,
-        METADATA_KEYS.heartbeat_seconds: str(heartbeat_seconds(cluster.heartbeat_timeout_seconds)),
-        METADATA_KEYS.peer_timeout_seconds: str(cluster.heartbeat_timeout_seconds),
-        METADATA_KEYS.gpu_count: str(gpus if gpu_count is None else gpu_count),
-        **agent_metadata(bucket, kind or cluster_node_kind(), wheelhouse),
-        **job_metadata(job, cluster.trainer_args if args is None else args),
-    }
-    metadata.update(idle_metadata(cluster.idle_seconds, idle_seconds))
-    metadata.update(capacity_metadata(node.capacity, cluster.max_run_seconds))
-    if cluster.tf_cluster:
-        metadata[METADATA_KEYS.cluster_key] = cluster.tf_cluster_metadata_key
-    if len(cluster.nodes) > 1:
-        metadata[METADATA_KEYS.peers] = " ".join(peer.name for peer in cluster.nodes)
-        metadata[METADATA_KEYS.max_restarts] = str(cluster.max_restarts)
-    if node.role == CHIEF and cluster.recoverable_nodes:
-        metadata[METADATA_KEYS.recover] = " ".join(f"{peer.name}={peer.vm_name}" for peer in cluster.recoverable_nodes)
-    return metadata
+    """Instance metadata a cluster node's agent reads (:func:`cluster_node_metadata`, written out)."""
+    return cluster_node_metadata(
+        cluster, node, bucket, job, args, gpu_count, kind, wheelhouse, idle_seconds
+    ).to_metadata()
+
+
+def tpu_node_metadata(
+    stack: ResolvedStack,
+    tpu: ResolvedTpu,
+    bucket: str | None = None,
+    args: tuple[str, ...] | None = None,
+    kind: NodeKind | None = None,
+    job: ResolvedJob | None = None,
+    idle_seconds: int | None = None,
+) -> NodeMetadata:
+    """What the TPU VM's agent reads; ``trainstack local`` gives its own bucket, arguments, kind,
+    job and idle wait (the stack's otherwise)."""
+    bucket = bucket or stack.bucket_uri
+    return NodeMetadata(
+        kind=TPU_NODE_KIND,
+        bucket=bucket,
+        on_finish=tpu.on_finish,
+        python=python_environment(kind or tpu_node_kind(tpu, stack.zone), stack.wheelhouse),
+        job=node_job(job or stack.job, tpu.trainer_args if args is None else args),
+        agent=agent_archive(bucket),
+        tpu_name=tpu.vm_name,
+        idle_seconds=_idle_seconds(tpu.idle_seconds, idle_seconds),
+        capacity=_capacity(tpu.capacity),
+        max_run_seconds=tpu.max_run_seconds,
+    )
 
 
 def tpu_metadata(
@@ -291,20 +334,8 @@ def tpu_metadata(
     job: ResolvedJob | None = None,
     idle_seconds: int | None = None,
 ) -> dict[str, str]:
-    """The TPU VM's metadata; ``trainstack local`` gives its own bucket, arguments, kind, job
-    and idle wait (the stack's otherwise)."""
-    bucket = bucket or stack.bucket_uri
-    return {
-        METADATA_KEYS.node_kind: TPU_NODE_KIND,
-        METADATA_KEYS.tpu_name: tpu.vm_name,
-        METADATA_KEYS.bucket: bucket,
-        METADATA_KEYS.on_finish: tpu.on_finish,
-        METADATA_KEYS.max_run_seconds: str(tpu.max_run_seconds),
-        **agent_metadata(bucket, kind or tpu_node_kind(tpu, stack.zone), stack.wheelhouse),
-        **job_metadata(job or stack.job, tpu.trainer_args if args is None else args),
-        **idle_metadata(tpu.idle_seconds, idle_seconds),
-        **capacity_metadata(tpu.capacity),
-    }
+    """The TPU VM's metadata (:func:`tpu_node_metadata`, written out)."""
+    return tpu_node_metadata(stack, tpu, bucket, args, kind, job, idle_seconds).to_metadata()
 
 
 def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, templates: Path = TEMPLATES_DIR) -> str:
