@@ -94,7 +94,8 @@ def test_only_the_chief_is_told_which_spot_peers_to_start_again() -> None:
     cluster = stack.cluster
     assert cluster is not None
     metadata = {
-        node.name: bootscripts.node_metadata(cluster, node, stack.bucket_uri, stack.job) for node in cluster.nodes
+        node.name: bootscripts.cluster_node_metadata(cluster, node, stack.bucket_uri, stack.job).to_metadata()
+        for node in cluster.nodes
     }
     keys = bootscripts.METADATA_KEYS
     # Both workers are Spot; the parameter server and the chief are not.

@@ -43,7 +43,7 @@ def cluster_metadata(name: str = "multiworker", node: str = "chief") -> DictMeta
     stack = resolved(name)
     assert stack.cluster is not None
     [cluster_node] = [n for n in stack.cluster.nodes if n.name == node]
-    instance = bootscripts.node_metadata(stack.cluster, cluster_node, stack.bucket_uri, stack.job)
+    instance = bootscripts.cluster_node_metadata(stack.cluster, cluster_node, stack.bucket_uri, stack.job).to_metadata()
     project = (
         {stack.cluster.tf_cluster_metadata_key: json.dumps(stack.cluster.tf_cluster)}
         if stack.cluster.tf_cluster

@@ -282,23 +282,6 @@ def cluster_node_metadata(
     )
 
 
-def node_metadata(
-    cluster: ResolvedCluster,
-    node: ClusterNode,
-    bucket: str,
-    job: ResolvedJob | None,
-    args: tuple[str, ...] | None = None,
-    gpu_count: int | None = None,
-    kind: NodeKind | None = None,
-    wheelhouse: Wheelhouse | None = None,
-    idle_seconds: int | None = None,
-) -> dict[str, str]:
-    """Instance metadata a cluster node's agent reads (:func:`cluster_node_metadata`, written out)."""
-    return cluster_node_metadata(
-        cluster, node, bucket, job, args, gpu_count, kind, wheelhouse, idle_seconds
-    ).to_metadata()
-
-
 def tpu_node_metadata(
     stack: ResolvedStack,
     tpu: ResolvedTpu,
@@ -410,7 +393,9 @@ def boot_files(stack: ResolvedStack) -> BootFiles:
     cluster_script = render(CLUSTER_NODE, stack) if stack.cluster else None
     cluster_metadata = (
         {
-            n.name: node_metadata(stack.cluster, n, stack.bucket_uri, stack.job, wheelhouse=stack.wheelhouse)
+            n.name: cluster_node_metadata(
+                stack.cluster, n, stack.bucket_uri, stack.job, wheelhouse=stack.wheelhouse
+            ).to_metadata()
             for n in stack.cluster.nodes
         }
         if stack.cluster

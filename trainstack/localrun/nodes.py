@@ -201,7 +201,7 @@ def cluster_machines(stack: ResolvedStack, setup: NodeSetup, gpu_count: int) -> 
             node.index,
             node.vm_name,
             without_queue(
-                bootscripts.node_metadata(
+                bootscripts.cluster_node_metadata(
                     cluster,
                     node,
                     setup.bucket_uri,
@@ -211,7 +211,7 @@ def cluster_machines(stack: ResolvedStack, setup: NodeSetup, gpu_count: int) -> 
                     kind=setup.kind,
                     wheelhouse=stack.wheelhouse,
                     idle_seconds=idle_seconds,
-                ),
+                ).to_metadata(),
                 idle_seconds,
             ),
             setup.state_dir(node.name),

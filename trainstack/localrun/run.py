@@ -7,7 +7,7 @@ same node agent (``trainstack_agent``). Only the agent's cloud is bound to local
 through its ``TRAINSTACK_*`` variables:
 
 - metadata: an HTTP server answering as the metadata server does, with the attributes
-  :func:`trainstack.cloud.bootscripts.node_metadata` gives the Pulumi program;
+  :func:`trainstack.cloud.bootscripts.cluster_node_metadata` gives the Pulumi program;
 - storage: a local directory stands in for the stack's bucket (plain paths are used as they
   are), holding the agent, the trainer package, the job directory and status objects
   (:mod:`trainstack.localrun.standins`; the tests can name a real bucket instead);

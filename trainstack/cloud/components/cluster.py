@@ -100,7 +100,7 @@ class TrainingClusterArgs:
     place: Placement
     cluster: ResolvedCluster
     startup_script: str
-    # Instance metadata by node name (see trainstack.cloud.bootscripts.node_metadata).
+    # Instance metadata by node name (see trainstack.cloud.bootscripts.cluster_node_metadata).
     node_metadata: Mapping[str, Mapping[str, pulumi.Input[str]]]
     service_account_email: pulumi.Input[str]
 
