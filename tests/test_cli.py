@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stack_helpers import BASE_CONFIG, write_stack
-from trainstack.commands.main import main
+from trainstack.commands.main import build_parser, main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -310,3 +310,24 @@ def test_an_option_of_the_wrong_form_is_one_usage_line_naming_it(
         main(argv.split())
     assert exit_.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {said}")
+
+
+@pytest.mark.parametrize(
+    ("flag", "low", "high"),
+    [("--epochs", 1, 100_000), ("--image-size", 16, 1024), ("--batch-size-per-replica", 1, 65_536)],
+)
+def test_local_takes_a_trainer_setting_at_either_end_of_its_range_and_names_the_range_past_it(
+    flag: str, low: int, high: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same ranges a stack file and the trainer's flags take (trainstack_contract.Bound).
+    parser = build_parser()
+    dest = flag.removeprefix("--").replace("-", "_")
+    for value in (low, high):
+        assert getattr(parser.parse_args(["local", "--stack", "dev", flag, str(value)]), dest) == value
+    for value in (low - 1, high + 1):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["local", "--stack", "dev", flag, str(value)])
+        assert f"{value} is not between {low} and {high}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["local", "--stack", "dev", flag, "ten"])
+    assert "'ten' is not a whole number" in capsys.readouterr().err
