@@ -361,7 +361,7 @@ def test_the_tpu_run_time_cap_ends_the_agent_records_failed_and_stops(tmp_path: 
     stack_ = resolve_stack(stack("tpu"))
     assert stack_.tpu is not None
     bucket = tmp_path / "bucket"
-    metadata = {**bootscripts.tpu_metadata(stack_, stack_.tpu), METADATA_KEYS.max_run_seconds: "2"}
+    metadata = {**bootscripts.tpu_node_metadata(stack_, stack_.tpu).to_metadata(), METADATA_KEYS.max_run_seconds: "2"}
     metadata[METADATA_KEYS.bucket] = str(bucket)
     metadata[METADATA_KEYS.job_dir] = LAYOUT.job_dir(str(bucket), stack_.job.name)  # type: ignore[union-attr]
     server = MetadataServer({"tpu": metadata}, {}, stack_.zone)

@@ -1,6 +1,6 @@
 """Instance metadata read once into typed settings; every value matched whole.
 
-The Pulumi program writes these values (``trainstack.cloud.bootscripts.node_metadata``), but a node
+The Pulumi program writes these values (``bootscripts.cluster_node_metadata``), but a node
 treats them as input: :meth:`~trainstack_contract.metadata.NodeMetadata.from_metadata` matches
 each against a full pattern and a bound before any of it reaches a path, a process or an API
 call. A value that does not match ends the boot (:class:`SettingsError` names the key): a node
@@ -18,7 +18,6 @@ from trainstack_agent.metadata import Metadata
 from trainstack_contract import (
     CHIEF,
     IMAGE_JOB,
-    LAYOUT,
     METADATA_KEYS,
     NO_JOB,
     PACKAGE_JOB,
@@ -33,9 +32,10 @@ from trainstack_contract.metadata import (
     NodeMetadata,
     NodeMetadataError,
     PinnedObject,
+    is_stack_job_dir,
 )
 from trainstack_contract.metadata import is_job_dir as is_job_dir
-from trainstack_contract.names import JOB_NAME, NODE_NAME
+from trainstack_contract.names import NODE_NAME
 from trainstack_contract.tf_config import TfConfigError, check_task, read_cluster, tf_config
 
 KEYS: Final = METADATA_KEYS
@@ -200,14 +200,15 @@ def _tf_config(metadata: _Attributes, key: str | None, role: str, index: int) ->
     if not text:
         raise SettingsError(key, f"project metadata {key} (the TF_CONFIG cluster) is missing")
     try:
-        cluster = read_cluster(json.loads(text))
+        document = json.loads(text)
     except ValueError:
         raise SettingsError(key, f"project metadata {key} is not a TF_CONFIG cluster") from None
     try:
+        cluster = read_cluster(document)
         check_task(cluster, role, index)
-    except TfConfigError:
+    except TfConfigError as error:
         raise SettingsError(
-            key, f"project metadata {key} is not a TF_CONFIG cluster with task {role} {index}"
+            key, f"project metadata {key} is not a TF_CONFIG cluster with task {role} {index}: {error}"
         ) from None
     # One function builds TF_CONFIG for the Pulumi side, the local runs and this agent.
     return tf_config(cluster, role, index)
@@ -274,7 +275,6 @@ def known_identity(metadata: Metadata) -> tuple[str | None, str | None]:
         return None, None
     if not (node and NODE_NAME.fullmatch(node) and bucket and BUCKET.fullmatch(bucket) and job_dir):
         return None, None
-    prefix = f"{bucket}/{LAYOUT.jobs}/"
-    if not job_dir.startswith(prefix) or JOB_NAME.fullmatch(job_dir[len(prefix) :]) is None:
+    if not is_stack_job_dir(job_dir, bucket):
         return None, None
     return node, job_dir

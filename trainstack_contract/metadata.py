@@ -22,6 +22,7 @@ from trainstack_contract.layout import EXTERNAL_JOB_DIR, LAYOUT
 from trainstack_contract.names import (
     CHIEF,
     JOB_NAME,
+    MAX_NODES,
     MODULE_NAME,
     NODE_INSTANCE_LIST,
     NODE_LIST,
@@ -172,7 +173,7 @@ MAX_TRAINER_ARGS_CHARS: Final = 64 * 1024
 MAX_IDLE_SECONDS: Final = MAX_IDLE_MINUTES * 60
 # A cluster's bounds: a node's index, its GPUs, the chief's heartbeat and how long the others
 # wait for it (seconds).
-MAX_INDEX: Final = 4095
+MAX_INDEX: Final = MAX_NODES - 1
 MAX_GPUS: Final = 64
 MAX_NODE_HEARTBEAT_SECONDS: Final = 3600
 MAX_PEER_TIMEOUT_SECONDS: Final = 86400
@@ -219,11 +220,16 @@ class MetadataSource(Protocol):
     def get(self, key: str, /) -> str | None: ...
 
 
+def is_stack_job_dir(job_dir: str, bucket: str) -> bool:
+    """jobs/<name> of the stack's own bucket."""
+    prefix = f"{bucket}/{LAYOUT.jobs}/"
+    return job_dir.startswith(prefix) and JOB_NAME.fullmatch(job_dir[len(prefix) :]) is not None
+
+
 def is_job_dir(job_dir: str, bucket: str) -> bool:
     """jobs/<name> of the stack's bucket, or a folder of a team's own bucket (job.job_dir);
     in `trainstack local` (a bucket that is a directory), the directory standing in for it."""
-    prefix = f"{bucket}/{LAYOUT.jobs}/"
-    if job_dir.startswith(prefix) and JOB_NAME.fullmatch(job_dir[len(prefix) :]) is not None:
+    if is_stack_job_dir(job_dir, bucket):
         return True
     if EXTERNAL_JOB_DIR.fullmatch(job_dir) is not None:
         return True

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from trainstack_contract import EXECUTED_DIR, LAYOUT, METADATA_KEYS, STATES
+from trainstack_contract.metadata import MAX_TRAINER_ARGS_CHARS
 from trainstack_contract.names import SHA256
 
 QUEUE_DIR: Final = f"{EXECUTED_DIR}/queue"
@@ -48,7 +49,7 @@ MAX_JOB_ID: Final = 10**9
 QUEUED_JOB_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,99}")
 # UTC, as status objects write it: 2026-11-25T21:40:00.123000Z
 _TIME: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
-# What a spec may set: the job's own metadata keys (bootscripts.job_metadata), no other.
+# What a spec may set: the job's own metadata keys (JobMetadata.to_metadata but job_dir), no other.
 SPEC_KEYS: Final = frozenset(
     {
         METADATA_KEYS.job_mode,
@@ -65,8 +66,8 @@ SPEC_KEYS: Final = frozenset(
         METADATA_KEYS.warm_start,
     }
 )
-# Each value of a spec: at most the agent's longest (the trainer's arguments, 64 KiB).
-MAX_SPEC_VALUE_CHARS: Final = 64 * 1024
+# Each value of a spec: at most the agent's longest (the trainer's arguments).
+MAX_SPEC_VALUE_CHARS: Final = MAX_TRAINER_ARGS_CHARS
 
 
 # A job whose status/job.json (or, for a node, its own status) says one of these has ended:

@@ -125,7 +125,7 @@ def parse_tf_config(text: str) -> TfConfig:
     task_type = task.get("type")
     task_id = _task_index(task.get("index", 0))
     known = {*MEMBER_TYPES, EVALUATOR}
-    if task_type is not None and task_type not in known:
+    if task_type is not None and (not isinstance(task_type, str) or task_type not in known):
         raise TfConfigError(f"TF_CONFIG task type {task_type!r} is not one of {sorted(known)}")
     check_task(cluster, task_type, task_id)
     return TfConfig(cluster=cluster, task_type=task_type, task_id=task_id)

@@ -140,7 +140,10 @@ def cap(tmp_path: Path) -> Iterator[Cap]:
     stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.tpu.yaml")[0])
     assert stack.tpu is not None
     assert stack.job is not None
-    metadata = {**bootscripts.tpu_metadata(stack, stack.tpu), METADATA_KEYS.max_run_seconds: str(CAP_SECONDS)}
+    metadata = {
+        **bootscripts.tpu_node_metadata(stack, stack.tpu).to_metadata(),
+        METADATA_KEYS.max_run_seconds: str(CAP_SECONDS),
+    }
     bucket = metadata[METADATA_KEYS.bucket]
     assert bucket.startswith("gs://")
     job_dir = metadata[METADATA_KEYS.job_dir]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -75,7 +76,7 @@ def test_every_shipped_cluster_nodes_metadata_reads_back_as_the_program_meant(na
 def test_the_tpu_vms_metadata_reads_back() -> None:
     stack = resolved("tpu")
     assert stack.tpu is not None
-    settings = read_settings(DictMetadata(bootscripts.tpu_metadata(stack, stack.tpu)))  # type: ignore[arg-type]
+    settings = read_settings(DictMetadata(bootscripts.tpu_node_metadata(stack, stack.tpu).to_metadata()))  # type: ignore[arg-type]
     assert (settings.kind, settings.node, settings.tpu_name) == ("tpu", "tpu", stack.tpu.vm_name)
     assert settings.max_run_seconds == stack.tpu.max_run_seconds
     assert settings.python.system_site_packages
@@ -159,6 +160,23 @@ def test_a_missing_tf_config_cluster_is_refused() -> None:
     metadata.project.clear()
     with pytest.raises(SettingsError, match="the TF_CONFIG cluster"):
         read_settings(metadata)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("cluster", "said"),
+    [
+        ("{not json", "is not a TF_CONFIG cluster"),
+        ('{"chief": "h:1"}', "is not a TF_CONFIG cluster with task chief 0: "),
+        ('{"worker": ["h:1"]}', "is not a TF_CONFIG cluster with task chief 0: "),
+    ],
+)
+def test_a_tf_config_cluster_that_does_not_hold_this_node_is_refused_saying_why(cluster: str, said: str) -> None:
+    metadata = cluster_metadata()
+    [key] = metadata.project
+    metadata.project[key] = cluster
+    with pytest.raises(SettingsError, match=re.escape(said)) as refused:
+        read_settings(metadata)  # type: ignore[arg-type]
+    assert refused.value.key == key
 
 
 def test_the_recover_list_belongs_to_the_chief_alone() -> None:

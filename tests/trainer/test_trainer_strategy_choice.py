@@ -90,6 +90,8 @@ def test_tf_config_roles_are_parsed() -> None:
         "{not json",
         json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "master", "index": 0}}),
         json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}),
+        # A type that is not text is refused as any unknown type, not raised as a TypeError.
+        json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": ["worker"], "index": 0}}),
     ],
 )
 def test_broken_tf_config_is_rejected(raw: str) -> None:

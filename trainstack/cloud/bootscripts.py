@@ -308,19 +308,6 @@ def tpu_node_metadata(
     )
 
 
-def tpu_metadata(
-    stack: ResolvedStack,
-    tpu: ResolvedTpu,
-    bucket: str | None = None,
-    args: tuple[str, ...] | None = None,
-    kind: NodeKind | None = None,
-    job: ResolvedJob | None = None,
-    idle_seconds: int | None = None,
-) -> dict[str, str]:
-    """The TPU VM's metadata (:func:`tpu_node_metadata`, written out)."""
-    return tpu_node_metadata(stack, tpu, bucket, args, kind, job, idle_seconds).to_metadata()
-
-
 def render(template: str, stack: ResolvedStack, kind: NodeKind | None = None, templates: Path = TEMPLATES_DIR) -> str:
     """One boot script; every value it names comes from here (StrictUndefined), quoted."""
     if kind is None:
@@ -405,7 +392,7 @@ def boot_files(stack: ResolvedStack) -> BootFiles:
         cluster_script=cluster_script,
         cluster_metadata=cluster_metadata,
         tpu_script=render(TPU_VM, stack) if stack.tpu else None,
-        tpu_metadata=tpu_metadata(stack, stack.tpu) if stack.tpu else {},
+        tpu_metadata=tpu_node_metadata(stack, stack.tpu).to_metadata() if stack.tpu else {},
         notebook_script=render(WORKBENCH, stack) if stack.notebook else None,
         notebook_startup_script=render(WORKBENCH_STARTUP, stack) if stack.notebook else None,
     )

@@ -180,7 +180,9 @@ def tpu_machine(stack: ResolvedStack, setup: NodeSetup) -> LocalMachines:
         0,
         tpu.vm_name,
         without_queue(
-            bootscripts.tpu_metadata(stack, tpu, setup.bucket_uri, tuple(args), setup.kind, job, idle_seconds),
+            bootscripts.tpu_node_metadata(
+                stack, tpu, setup.bucket_uri, tuple(args), setup.kind, job, idle_seconds
+            ).to_metadata(),
             idle_seconds,
         ),
         setup.state_dir(contract.TPU_NODE),

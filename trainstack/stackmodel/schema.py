@@ -66,7 +66,14 @@ from trainstack_contract import (
     job_env_problem,
     under_prefix,
 )
-from trainstack_contract.metadata import MAX_IDLE_MINUTES, MAX_JOB_ARGS, MAX_RESTARTS, MAX_RUN_SECONDS, OnFinish
+from trainstack_contract.metadata import (
+    MAX_IDLE_MINUTES,
+    MAX_JOB_ARGS,
+    MAX_PEER_TIMEOUT_SECONDS,
+    MAX_RESTARTS,
+    MAX_RUN_SECONDS,
+    OnFinish,
+)
 from trainstack_contract.names import JOB_NAME, MODULE_NAME
 
 # The Cloud TPU service agent (service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com)
@@ -263,7 +270,7 @@ class Cluster(_Strict):
     # The chief's boot script refreshes a heartbeat in the job status while the job runs; any
     # other node that sees no new heartbeat for this long takes the chief for dead, ends its
     # trainer, records FAILED and applies on_finish instead of billing until max_run_hours.
-    heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=24 * 3600)] = Field(
+    heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=MAX_PEER_TIMEOUT_SECONDS)] = Field(
         default=600,
         description="10 s to a day: a node that sees no new heartbeat of the chief for this long takes it for "
         "dead, ends its trainer, records FAILED and applies `on_finish`",
