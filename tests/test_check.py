@@ -26,7 +26,6 @@ BUCKET_GRANT = "gcp:storage/bucketIAMMember:BucketIAMMember"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_every_shipped_stack_passes_every_policy(stack: str) -> None:
     policies, findings = check.check_plan(plan_for(stack), {})

@@ -86,7 +86,6 @@ def test_every_folder_is_a_layer_with_a_one_line_docstring() -> None:
         assert len(docstring.splitlines()) == 1, f"{folder}'s docstring is more than one line"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[1:2] and m.split(".")[1] in LAYERS))
 def test_imports_point_down_the_layers(module: str) -> None:
     library = sorted(target for target in imported_modules(MODULES[module]) if target.startswith("trainstack."))

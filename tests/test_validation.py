@@ -223,6 +223,13 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "valid keys here: accelerator, capacity, count, disk_gb, machine_type, reservation, spot",
     ),
     (
+        # The chief's annotation is a model, not an Optional: the valid keys are found through it too.
+        "typo_in_a_required_section",
+        {f"{C}.chief.machine": "n1-standard-8"},
+        f"{C}.chief.machine",
+        "valid keys here: accelerator, capacity, disk_gb, machine_type, reservation, spot",
+    ),
+    (
         "accelerator_on_parameter_server",
         {
             f"{C}.strategy": "parameter_server",
@@ -372,7 +379,6 @@ def run_validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     return code, captured.out + captured.err
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("changes", "key", "words"), [case[1:] for case in INVALID], ids=[case[0] for case in INVALID])
 def test_invalid_cluster_stack_is_rejected_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], key: str, words: str
