@@ -21,6 +21,7 @@ from trainstack_contract.jobenv import MAX_JOB_ENV, MAX_JOB_ENV_CHARS, job_env_p
 from trainstack_contract.layout import EXTERNAL_JOB_DIR, LAYOUT
 from trainstack_contract.names import (
     CHIEF,
+    GCS_BUCKET_NAME,
     JOB_NAME,
     MAX_NODES,
     MODULE_NAME,
@@ -186,7 +187,7 @@ _BOOLEANS: Final = (TRUE, FALSE)
 _WHOLE: Final = re.compile(r"[0-9]{1,9}")
 # gs://BUCKET (Cloud Storage's bucket names), or an absolute local path in `trainstack local`
 # (any printable path: it is only ever used as a path, never by a shell).
-BUCKET: Final = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^\x00-\x1f\x7f]{1,4000}")
+BUCKET: Final = re.compile(rf"gs://{GCS_BUCKET_NAME}|/[^\x00-\x1f\x7f]{{1,4000}}")
 _LOCAL_PATH: Final = re.compile(r"(/[^\x00-\x1f\x7f/]{1,255}){1,64}")
 # The node agent's archive in the bucket (what the boot script fetches; it checks the same
 # shape in bash, bootscripts.AGENT_PATTERN).

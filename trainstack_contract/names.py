@@ -29,6 +29,11 @@ NODE_LIST: Final = re.compile(rf"{_NODE}( {_NODE}){{0,{MAX_NODES - 1}}}")
 # "NODE=INSTANCE ...": the chief's Spot peers and their VM names.
 NODE_INSTANCE_LIST: Final = re.compile(rf"{_NODE}={_NODE}( {_NODE}={_NODE}){{0,{MAX_NODES - 1}}}")
 
+# A Cloud Storage bucket's name as a gs:// URI may carry it: 3-63 lowercase letters, digits,
+# ".", "_" and "-", a letter or digit at each end. The text of a pattern (a Python regex and a
+# bash ERE alike), for the patterns that hold it.
+GCS_BUCKET_NAME: Final = r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]"
+
 # A Google Cloud project id: 6 to 30 lowercase letters, digits and hyphens, a letter first.
 PROJECT_ID: Final = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")
 

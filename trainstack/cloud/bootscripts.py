@@ -41,6 +41,7 @@ from trainstack_contract import (
     requirements_stamp,
 )
 from trainstack_contract.metadata import ClusterMember, JobMetadata, NodeMetadata, PinnedObject, PythonMetadata
+from trainstack_contract.names import GCS_BUCKET_NAME
 
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
 
@@ -80,13 +81,11 @@ WORKBENCH_STARTUP = "workbench-startup.sh.j2"
 # What the boot script accepts as the agent's location: a gs:// object or a local path, ending
 # in the agent's content-named object (a bash ERE; the value is matched whole).
 AGENT_PATTERN = (
-    r"^(gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^[:cntrl:]]+)/"
-    + LAYOUT.agent_dir
-    + r"/trainstack-agent-[0-9a-f]{16}\.pyz$"
+    rf"^(gs://{GCS_BUCKET_NAME}|/[^[:cntrl:]]+)/" + LAYOUT.agent_dir + r"/trainstack-agent-[0-9a-f]{16}\.pyz$"
 )
 # The same for the notebook's post-startup script (LAYOUT.notebook_script).
 NOTEBOOK_SCRIPT_PATTERN = (
-    r"^(gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]|/[^[:cntrl:]]+)/"
+    rf"^(gs://{GCS_BUCKET_NAME}|/[^[:cntrl:]]+)/"
     + LAYOUT.notebook_dir
     + rf"/post-startup-[0-9a-f]{{{artifacts.NAME_DIGEST_CHARS}}}\.sh$"
 )

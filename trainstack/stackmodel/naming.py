@@ -11,6 +11,7 @@ import hashlib
 import re
 
 from trainstack.base.errors import shorten
+from trainstack_contract.names import GCS_BUCKET_NAME
 
 # The stack file's namespace of trainstack's own keys (trainstack:zone, trainstack:cluster, ...).
 NAMESPACE = "trainstack"
@@ -31,7 +32,7 @@ MAX_USER_LABELS = 62
 BILLING_ACCOUNT_PATTERN = re.compile(r"[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}")
 # gs://BUCKET[/PATH]: bucket names are 3-63 lowercase letters, digits, "-", "_" and ".";
 # object paths are printable and bounded.
-GCS_URI_PATTERN = re.compile(r"gs://(?P<bucket>[a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(/[^\x00-\x1f\x7f]{0,1000})?")
+GCS_URI_PATTERN = re.compile(rf"gs://(?P<bucket>{GCS_BUCKET_NAME})(/[^\x00-\x1f\x7f]{{0,1000}})?")
 
 # Cloud Storage bucket names: 3-63 lowercase letters, digits, "-" and "_", starting and ending
 # with a letter or digit, no "goog" prefix; dots are left out (they make a domain-named bucket,
