@@ -300,4 +300,24 @@ def test_the_ceiling_is_the_best_of_its_rounds_as_the_runs_are() -> None:
         {"float32": 150.0, "bfloat16": 66.0, "onednn": True},
     ]
 
-    assert throughput.best_ceiling(rounds) == {"float32": 150.0, "bfloat16": 68.0, "onednn": True}
+    assert throughput.best_ceiling(rounds) == {
+        "float32": 150.0,
+        "bfloat16": 68.0,
+        "onednn": True,
+        "device": "CPU",
+        "size": 2048,
+    }
+
+
+def test_a_ceiling_measured_on_a_gpu_names_it_and_is_not_set_against_the_cpus_peak() -> None:
+    """On a lent H200 the probe's 2048 x 2048 matmul ran on the GPU and was printed as 166 % of the CPU's peak."""
+    peak = cpu_peak.physical_peak(cpu_peak.parse_cpuinfo(ZEN4_HIDDEN_AVX512))
+    ceiling = throughput.best_ceiling(
+        [{"float32": 89811.0, "bfloat16": 183705.0, "onednn": True, "device": "NVIDIA H200", "size": 8192}]
+    )
+
+    lines = throughput.ceiling_lines(ceiling, peak, throughput.seed_cnn_training_flops(180))
+
+    assert lines[0].startswith("matmul ceiling on the GPU (NVIDIA H200, 8192 x 8192): float32 89811 GFLOP/s")
+    assert not any("physical peak" in line for line in lines)
+    assert lines[-1] == "0.528 GFLOP per training example, so at most 348138 examples/s at the matmul ceiling"
