@@ -159,6 +159,138 @@ def check_job_env(env: Any) -> Any:
     return env
 
 
+# The rules the validators below apply, as plain functions: a validator only hands its field (or
+# its model) over. mutmut 3.8.1 mutates no decorated function, so the rules are mutated here.
+
+
+def check_one_capacity(choice: CapacityChoice) -> None:
+    """One way to get the machine: ``spot: true`` agrees with ``capacity``, and a reservation name
+    comes with ``capacity: reservation`` alone."""
+    if choice.spot and choice.capacity not in (None, SPOT):
+        raise ValueError(
+            f"spot: true and capacity: {choice.capacity} name two ways to get the machine; keep one "
+            f"(capacity: one of {', '.join(CAPACITIES)})"
+        )
+    if choice.reservation is not None and choice.effective_capacity != RESERVATION:
+        raise ValueError(
+            f"reservation: {choice.reservation} names a reservation to consume, which only capacity: "
+            f"{RESERVATION} does (capacity is {choice.effective_capacity})"
+        )
+
+
+def check_run_time_cap(max_run_hours: float | None, acknowledged: bool) -> None:
+    """No run-time cap only with the acknowledgement that the machines bill until stopped, and
+    the acknowledgement only without a cap."""
+    if max_run_hours is None and not acknowledged:
+        raise ValueError(
+            "max_run_hours: null turns off the run-time cap, and the machines then bill until someone stops "
+            "them (pulumi destroy); say so with acknowledge_bills_until_stopped: true, or set max_run_hours"
+        )
+    if max_run_hours is not None and acknowledged:
+        raise ValueError(
+            f"acknowledge_bills_until_stopped: true, but max_run_hours is {max_run_hours}: the cap stays on; "
+            "remove the acknowledgement, or set max_run_hours: null"
+        )
+
+
+def check_service_agent_role(role: str) -> str:
+    if role not in TPU_SERVICE_AGENT_ROLES:
+        raise ValueError(
+            f"the Cloud TPU service agent may be granted only a service-agent role: {', '.join(TPU_SERVICE_AGENT_ROLES)}"
+        )
+    return role
+
+
+def check_data_source(data: str) -> str:
+    if data != SYNTHETIC_DATA and not GCS_URI_PATTERN.fullmatch(data):
+        raise ValueError(
+            f"{shorten(data)} is not a data source: use '{SYNTHETIC_DATA}' or a gs://BUCKET/PATH readable by the training service account"
+        )
+    return data
+
+
+def check_job_dir(job_dir: str) -> str:
+    """A job directory of the team's own bucket, without its trailing slash."""
+    trimmed = job_dir.removesuffix("/")
+    if (match := EXTERNAL_JOB_DIR.fullmatch(trimmed)) is None:
+        raise ValueError(
+            f"{shorten(job_dir)} is not a job directory: use gs://BUCKET/PREFIX, a folder (not the bucket's root: "
+            "the nodes may write under it alone) of folder names of letters, digits and '._=-'; or leave it out "
+            "for jobs/<name> in the stack's own bucket"
+        )
+    if under_prefix(match["prefix"], EXECUTED_PREFIX):
+        raise ValueError(
+            f"{shorten(job_dir)} lies under {EXECUTED_PREFIX}, where trainstack keeps what machines run (in "
+            f"any bucket: only `pulumi up` may write there); use a folder outside {EXECUTED_PREFIX} of a "
+            "bucket of the team's own"
+        )
+    return trimmed
+
+
+def check_path_text(path: str) -> str:
+    if not path or len(path) > MAX_PATH_CHARS or any(not c.isprintable() for c in path):
+        raise ValueError(f"{shorten(path)} is not a path: printable text of at most {MAX_PATH_CHARS} characters")
+    return path
+
+
+def check_args(args: list[str]) -> list[str]:
+    for arg in args:
+        if len(arg) > MAX_ARG_CHARS or any(not c.isprintable() for c in arg):
+            raise ValueError(f"{shorten(arg)}: each argument is printable text of at most {MAX_ARG_CHARS} characters")
+    if sum(len(arg) for arg in args) > MAX_ARGS_TOTAL_CHARS:
+        raise ValueError(f"the arguments add up to more than {MAX_ARGS_TOTAL_CHARS} characters")
+    return args
+
+
+def check_bucket_name(bucket: str) -> str:
+    full_match(BUCKET_NAME_PATTERN, bucket, "a bucket name: 3-63 lowercase letters, digits, '-' and '_'")
+    if bucket.startswith("goog") or "google" in bucket:
+        raise ValueError(f"{bucket} is not a bucket name Cloud Storage allows: none begins with goog or holds google")
+    return bucket
+
+
+def check_principals(members: list[str]) -> list[str]:
+    for member in members:
+        full_match(MEMBER_PATTERN, member, "an IAM principal: user:EMAIL, group:EMAIL or serviceAccount:EMAIL")
+    duplicates = sorted({m for m in members if members.count(m) > 1})
+    if duplicates:
+        raise ValueError(f"listed more than once: {', '.join(duplicates)}")
+    return members
+
+
+def check_secrets_have_a_job(settings: Settings) -> None:
+    if settings.secrets and (settings.job is None or (settings.cluster is None and settings.tpu is None)):
+        raise ValueError("trainstack:secrets are handed to a job on the cluster or TPU VM, and this stack runs none")
+
+
+def check_env_apart_from_secrets(settings: Settings) -> None:
+    both = sorted(set(settings.job.env) & set(settings.secrets)) if settings.job is not None else []
+    if both:
+        raise ValueError(
+            f"job.env sets {', '.join(both)}, which trainstack:secrets sets too; a secret stays in "
+            "trainstack:secrets alone"
+        )
+
+
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    if len(labels) > MAX_USER_LABELS:
+        raise ValueError(
+            f"{len(labels)} labels: Google Cloud allows 64 per resource and trainstack sets 2, so at most {MAX_USER_LABELS}"
+        )
+    for key, value in labels.items():
+        if not LABEL_KEY_PATTERN.fullmatch(key):
+            raise ValueError(
+                f"label key {shorten(key)}: lowercase letters, digits, '_' and '-', starting with a letter, at most 63 characters"
+            )
+        if key.startswith(RESERVED_LABEL_PREFIX):
+            raise ValueError(f"label key {key}: keys starting with {RESERVED_LABEL_PREFIX!r} are set by trainstack")
+        if not LABEL_VALUE_PATTERN.fullmatch(value):
+            raise ValueError(
+                f"label {key}={shorten(value)}: values are lowercase letters, digits, '_' and '-', at most 63 characters"
+            )
+    return labels
+
+
 class Accelerator(_Strict):
     type: str = Field(description="the GPU type as Compute Engine names it (`nvidia-tesla-t4`)")
     count: PositiveInt = Field(description="how many GPUs of that type")
@@ -191,16 +323,7 @@ class CapacityChoice(_Strict):
 
     @model_validator(mode="after")
     def _one_capacity(self) -> CapacityChoice:
-        if self.spot and self.capacity not in (None, SPOT):
-            raise ValueError(
-                f"spot: true and capacity: {self.capacity} name two ways to get the machine; keep one "
-                f"(capacity: one of {', '.join(CAPACITIES)})"
-            )
-        if self.reservation is not None and self.effective_capacity != RESERVATION:
-            raise ValueError(
-                f"reservation: {self.reservation} names a reservation to consume, which only capacity: "
-                f"{RESERVATION} does (capacity is {self.effective_capacity})"
-            )
+        check_one_capacity(self)
         return self
 
     @property
@@ -294,16 +417,7 @@ class Cluster(_Strict):
 
     @model_validator(mode="after")
     def _uncapped_only_when_acknowledged(self) -> Cluster:
-        if self.max_run_hours is None and not self.acknowledge_bills_until_stopped:
-            raise ValueError(
-                "max_run_hours: null turns off the run-time cap, and the machines then bill until someone stops "
-                "them (pulumi destroy); say so with acknowledge_bills_until_stopped: true, or set max_run_hours"
-            )
-        if self.max_run_hours is not None and self.acknowledge_bills_until_stopped:
-            raise ValueError(
-                f"acknowledge_bills_until_stopped: true, but max_run_hours is {self.max_run_hours}: the cap stays on; "
-                "remove the acknowledgement, or set max_run_hours: null"
-            )
+        check_run_time_cap(self.max_run_hours, self.acknowledge_bills_until_stopped)
         return self
 
     @property
@@ -343,11 +457,7 @@ class Tpu(CapacityChoice):
     @field_validator("service_agent_role")
     @classmethod
     def _service_agent_roles_only(cls, role: str) -> str:
-        if role not in TPU_SERVICE_AGENT_ROLES:
-            raise ValueError(
-                f"the Cloud TPU service agent may be granted only a service-agent role: {', '.join(TPU_SERVICE_AGENT_ROLES)}"
-            )
-        return role
+        return check_service_agent_role(role)
 
     @property
     def effective_on_finish(self) -> OnFinish:
@@ -453,38 +563,17 @@ class Job(_Strict):
     @field_validator("data")
     @classmethod
     def _data_source(cls, data: str) -> str:
-        if data != SYNTHETIC_DATA and not GCS_URI_PATTERN.fullmatch(data):
-            raise ValueError(
-                f"{shorten(data)} is not a data source: use '{SYNTHETIC_DATA}' or a gs://BUCKET/PATH readable by the training service account"
-            )
-        return data
+        return check_data_source(data)
 
     @field_validator("job_dir")
     @classmethod
     def _job_dir(cls, job_dir: str | None) -> str | None:
-        if job_dir is None:
-            return None
-        trimmed = job_dir.removesuffix("/")
-        if (match := EXTERNAL_JOB_DIR.fullmatch(trimmed)) is None:
-            raise ValueError(
-                f"{shorten(job_dir)} is not a job directory: use gs://BUCKET/PREFIX, a folder (not the bucket's root: "
-                "the nodes may write under it alone) of folder names of letters, digits and '._=-'; or leave it out "
-                "for jobs/<name> in the stack's own bucket"
-            )
-        if under_prefix(match["prefix"], EXECUTED_PREFIX):
-            raise ValueError(
-                f"{shorten(job_dir)} lies under {EXECUTED_PREFIX}, where trainstack keeps what machines run (in "
-                f"any bucket: only `pulumi up` may write there); use a folder outside {EXECUTED_PREFIX} of a "
-                "bucket of the team's own"
-            )
-        return trimmed
+        return None if job_dir is None else check_job_dir(job_dir)
 
     @field_validator("package", "requirements")
     @classmethod
     def _path_text(cls, path: str | None) -> str | None:
-        if path is not None and (not path or len(path) > MAX_PATH_CHARS or any(not c.isprintable() for c in path)):
-            raise ValueError(f"{shorten(path)} is not a path: printable text of at most {MAX_PATH_CHARS} characters")
-        return path
+        return None if path is None else check_path_text(path)
 
     @field_validator("module")
     @classmethod
@@ -505,14 +594,7 @@ class Job(_Strict):
     @field_validator("args")
     @classmethod
     def _args_bounded(cls, args: list[str]) -> list[str]:
-        for arg in args:
-            if len(arg) > MAX_ARG_CHARS or any(not c.isprintable() for c in arg):
-                raise ValueError(
-                    f"{shorten(arg)}: each argument is printable text of at most {MAX_ARG_CHARS} characters"
-                )
-        if sum(len(arg) for arg in args) > MAX_ARGS_TOTAL_CHARS:
-            raise ValueError(f"the arguments add up to more than {MAX_ARGS_TOTAL_CHARS} characters")
-        return args
+        return check_args(args)
 
 
 class Budget(_Strict):
@@ -561,14 +643,7 @@ class Storage(_Strict):
     @field_validator("bucket")
     @classmethod
     def _bucket_name(cls, bucket: str | None) -> str | None:
-        if bucket is None:
-            return None
-        full_match(BUCKET_NAME_PATTERN, bucket, "a bucket name: 3-63 lowercase letters, digits, '-' and '_'")
-        if bucket.startswith("goog") or "google" in bucket:
-            raise ValueError(
-                f"{bucket} is not a bucket name Cloud Storage allows: none begins with goog or holds google"
-            )
-        return bucket
+        return None if bucket is None else check_bucket_name(bucket)
 
 
 class Access(_Strict):
@@ -583,12 +658,7 @@ class Access(_Strict):
     @field_validator("members")
     @classmethod
     def _principals(cls, members: list[str]) -> list[str]:
-        for member in members:
-            full_match(MEMBER_PATTERN, member, "an IAM principal: user:EMAIL, group:EMAIL or serviceAccount:EMAIL")
-        duplicates = sorted({m for m in members if members.count(m) > 1})
-        if duplicates:
-            raise ValueError(f"listed more than once: {', '.join(duplicates)}")
-        return members
+        return check_principals(members)
 
 
 class Settings(_Strict):
@@ -633,20 +703,12 @@ class Settings(_Strict):
 
     @model_validator(mode="after")
     def _secrets_need_a_job(self) -> Settings:
-        if self.secrets and (self.job is None or (self.cluster is None and self.tpu is None)):
-            raise ValueError(
-                "trainstack:secrets are handed to a job on the cluster or TPU VM, and this stack runs none"
-            )
+        check_secrets_have_a_job(self)
         return self
 
     @model_validator(mode="after")
     def _env_apart_from_secrets(self) -> Settings:
-        both = sorted(set(self.job.env) & set(self.secrets)) if self.job is not None else []
-        if both:
-            raise ValueError(
-                f"job.env sets {', '.join(both)}, which trainstack:secrets sets too; a secret stays in "
-                "trainstack:secrets alone"
-            )
+        check_env_apart_from_secrets(self)
         return self
 
     @field_validator("job", mode="before")
@@ -668,22 +730,7 @@ class Settings(_Strict):
     @field_validator("labels")
     @classmethod
     def _label_rules(cls, labels: dict[str, str]) -> dict[str, str]:
-        if len(labels) > MAX_USER_LABELS:
-            raise ValueError(
-                f"{len(labels)} labels: Google Cloud allows 64 per resource and trainstack sets 2, so at most {MAX_USER_LABELS}"
-            )
-        for key, value in labels.items():
-            if not LABEL_KEY_PATTERN.fullmatch(key):
-                raise ValueError(
-                    f"label key {shorten(key)}: lowercase letters, digits, '_' and '-', starting with a letter, at most 63 characters"
-                )
-            if key.startswith(RESERVED_LABEL_PREFIX):
-                raise ValueError(f"label key {key}: keys starting with {RESERVED_LABEL_PREFIX!r} are set by trainstack")
-            if not LABEL_VALUE_PATTERN.fullmatch(value):
-                raise ValueError(
-                    f"label {key}={shorten(value)}: values are lowercase letters, digits, '_' and '-', at most 63 characters"
-                )
-        return labels
+        return check_labels(labels)
 
 
 class StackConfig(BaseModel):
