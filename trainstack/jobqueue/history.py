@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from trainstack.base.records import record_json
 from trainstack.jobstate.report import Objects, StatusReadError, parse_time, printable, read_json
 from trainstack_contract import LAYOUT, STATES
 from trainstack_contract.queue import ENDED_STATES, QueueEntry
@@ -51,20 +52,12 @@ class JobRow:
     problem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "state": self.state,
-            "job_dir": self.job_dir,
-            "submitted": self.submitted,
-            "started": self.started,
-            "ended": self.ended,
-            "duration_seconds": None if self.duration_seconds is None else round(self.duration_seconds, 1),
-            "nodes": self.nodes,
-            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 4),
-            "metric": None if self.metric is None else {"name": self.metric[0], "value": self.metric[1]},
-            "problem": self.problem,
-        }
+        return record_json(
+            self,
+            duration_seconds=None if self.duration_seconds is None else round(self.duration_seconds, 1),
+            cost_usd=None if self.cost_usd is None else round(self.cost_usd, 4),
+            metric=None if self.metric is None else {"name": self.metric[0], "value": self.metric[1]},
+        )
 
 
 def _history_time(status: dict[str, Any], state: str) -> str | None:

@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from trainstack.base.records import record_json
 from trainstack_contract import LAYOUT, STATES
 from trainstack_contract.status import CLUSTER_PORT_WARNING, MAX_REASON_CHARS, MAX_WARNINGS, TF_CONFIG_DOCS
 
@@ -287,20 +288,12 @@ class StatusReport:
         return state if isinstance(state, str) else None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "stack": self.stack,
-            "job": self.job,
-            "job_dir": self.job_dir,
-            "source": self.source,
-            "state": self.state,
-            "job_status": self.job_status,
-            "heartbeat_age_seconds": None
-            if self.heartbeat_age_seconds is None
-            else round(self.heartbeat_age_seconds, 3),
-            "heartbeat_timeout_seconds": self.heartbeat_timeout_seconds,
-            "nodes": [{"name": node.name, "status": node.status} for node in self.nodes],
-            "metrics": self.metrics,
-        }
+        return record_json(
+            self,
+            heartbeat_age_seconds=None if self.heartbeat_age_seconds is None else round(self.heartbeat_age_seconds, 3),
+            nodes=[{"name": node.name, "status": node.status} for node in self.nodes],
+            state=self.state,
+        )
 
 
 def node_names(stack: ResolvedStack) -> list[str]:

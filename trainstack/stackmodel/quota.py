@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainstack.base.googleapis import build_service, execute
+from trainstack.base.records import record_json
 from trainstack.catalog import Catalog, QuotaMetric, quota_metrics
 from trainstack.stackmodel.resolved import ResolvedStack
 from trainstack_contract import FLEX_START, SPOT
@@ -87,20 +88,7 @@ class QuotaLine:
         return None if available is None else max(0.0, self.need - available)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric or None,
-            "scope": self.scope,
-            "what": self.what,
-            "need": self.need,
-            "limit": self.limit,
-            "usage": self.usage,
-            "available": self.available,
-            "short_by": self.short_by,
-            "status": self.status,
-            "nodes": list(self.nodes),
-            "notes": list(self.notes),
-            "request": list(self.request),
-        }
+        return record_json(self, metric=self.metric or None, available=self.available, short_by=self.short_by)
 
 
 @dataclass(frozen=True)
@@ -117,14 +105,7 @@ class QuotaReport:
         return all(line.status in (FITS, NOT_REPORTED) for line in self.lines)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "stack": self.stack,
-            "project": self.project,
-            "region": self.region,
-            "fits": self.fits,
-            "quotas": [line.to_json() for line in self.lines],
-            "notes": list(self.notes),
-        }
+        return record_json(self, exclude=("lines",), fits=self.fits, quotas=[line.to_json() for line in self.lines])
 
 
 def stack_needs(stack: ResolvedStack, catalog: Catalog) -> list[Need]:

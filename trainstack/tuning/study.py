@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trainstack.base.records import record_json
 from trainstack.jobstate.report import ListedObjects
 from trainstack.tuning.spec import MAX_TRIALS, HyperparameterSpec, SpecError, spec_from_mapping
 
@@ -90,19 +91,7 @@ class Trial:
         return self.state in OUTSTANDING
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "params": self.params,
-            "submitted": self.submitted,
-            "state": self.state,
-            "job_id": self.job_id,
-            "job_dir": self.job_dir,
-            "metric": self.metric,
-            "steps": [list(step) for step in self.steps],
-            "source": self.source,
-            "problem": self.problem,
-            "ended": self.ended,
-        }
+        return record_json(self, steps=[list(step) for step in self.steps])
 
 
 @dataclass(frozen=True)
