@@ -261,7 +261,7 @@ def test_a_bad_parameter_is_one_line_naming_its_key(bad: str, fields: dict[str, 
 def test_a_hostile_parameter_name_is_refused_in_one_short_line(name: str) -> None:
     line = one_problem([param(parameterName=name)])
     assert line.startswith("hyperparameters.params[0].parameterName: "), line
-    assert "a letter, then up to 63 letters, digits, '_' or '-'" in line
+    assert "is not an argument name: a letter, then up to 63 letters, digits, '_' or '-'" in line
     assert "\n" not in line
 
 
@@ -292,7 +292,11 @@ BAD_SPECS = [
     ("negative failures", {"maxFailedTrials": -1}, ["hyperparameters.maxFailedTrials", "outside 0 to"]),
     ("maxTrials a yes", {"maxTrials": True}, ["hyperparameters.maxTrials", "integer", "true"]),
     ("early stopping a string", {"enableTrialEarlyStopping": "yes"}, ["enableTrialEarlyStopping", "boolean"]),
-    ("tag from the root", {"hyperparameterMetricTag": "/accuracy"}, ["hyperparameterMetricTag", "no summary tag"]),
+    (
+        "tag from the root",
+        {"hyperparameterMetricTag": "/accuracy"},
+        ["hyperparameterMetricTag", "'/accuracy' is not a summary tag: up to 256 letters"],
+    ),
 ]
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic.alias_generators import to_camel
 
 from trainstack.base.errors import Problem, shorten
+from trainstack.stackmodel.naming import full_match
 
 GOALS = ("MAXIMIZE", "MINIMIZE")
 ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")
@@ -74,12 +75,8 @@ class ParameterSpec(_Strict):
     @field_validator("parameter_name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if PARAMETER_NAME.fullmatch(value) is None:
-            raise ValueError(
-                f"{shorten(value)} is no argument name: a letter, then up to 63 letters, digits, '_' or '-' "
-                "(the trainer gets --NAME=VALUE)"
-            )
-        return value
+        what = "an argument name: a letter, then up to 63 letters, digits, '_' or '-' (the trainer gets --NAME=VALUE)"
+        return full_match(PARAMETER_NAME, value, what)
 
     @field_validator("min_value", "max_value", "discrete_values", mode="before")
     @classmethod
@@ -225,12 +222,8 @@ class HyperparameterSpec(_Strict):
     @field_validator("hyperparameter_metric_tag")
     @classmethod
     def _tag(cls, value: str) -> str:
-        if METRIC_TAG.fullmatch(value) is None:
-            raise ValueError(
-                f"{shorten(value)} is no summary tag: up to 256 letters, digits and '_', '.', '/', '-', "
-                "not starting with '/' or '-'"
-            )
-        return value
+        what = "a summary tag: up to 256 letters, digits and '_', '.', '/', '-', not starting with '/' or '-'"
+        return full_match(METRIC_TAG, value, what)
 
     @model_validator(mode="after")
     def _grid(self) -> HyperparameterSpec:
