@@ -6,12 +6,16 @@ mutant that no test of the mutation selection reached (docs/mutation.md)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from trainstack.stackmodel.secrets import JobSecret
 from trainstack_contract import requirements_stamp
+from trainstack_contract.documents import json_object
 from trainstack_contract.layout import EXECUTED_PREFIX, LAYOUT, under_prefix
-from trainstack_contract.queue import QueueEntry, QueueIndex
+from trainstack_contract.queue import QueueEntry, QueueFormatError, QueueIndex, queued_job_dir, read_spec, spec_sha256
+from trainstack_contract.tf_config import TfConfigError, parse_tf_config
 from trainstack_contract.tpu import is_pod_runtime
 
 DIGEST = "0123456789abcdef"
@@ -43,6 +47,56 @@ def test_the_objects_nodes_run_are_named_by_their_digest_under_the_executed_fold
         "trainstack/wheelhouse/numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.whl"
     )
     assert LAYOUT.hypertune_metrics("worker-0") == "hypertune/worker-0.metrics"
+    assert LAYOUT.notebook_script(DIGEST) == f"trainstack/notebook/post-startup-{DIGEST}.sh"
+    # The notebook's runs stay in its own area, apart from the clusters' jobs/.
+    assert LAYOUT.notebook_job_dir("gs://acme_ml") == "gs://acme_ml/notebooks/runs"
+
+
+def test_a_queued_job_writes_under_jobs_by_its_id_and_name() -> None:
+    assert queued_job_dir("gs://acme_ml", 7, "resnet") == "gs://acme_ml/jobs/q7_resnet"
+
+
+def test_a_spec_is_read_only_within_its_bound_with_its_digest_and_version() -> None:
+    def refused(data: bytes, digest: str | None = None) -> str:
+        with pytest.raises(QueueFormatError, match=r"\S") as caught:  # the whole message is compared below
+            read_spec(data, spec_sha256(data) if digest is None else digest)
+        return str(caught.value)
+
+    assert refused(b" " * (256 * 1024 + 1)) == "the job's spec is larger than 262144 bytes"
+    # At the bound the size passes; what fails is that blanks are not JSON.
+    assert refused(b" " * (256 * 1024)) == "the job's spec is not JSON"
+    assert refused(b"{}", digest="0" * 64) == "the job's spec does not match the sha256 its queue entry names"
+    assert refused(json.dumps({"version": 2, "metadata": {}}).encode()) == "the job's spec is not a version 1 spec"
+
+
+def test_a_document_that_is_json_but_not_an_object_reads_as_none() -> None:
+    assert json_object(b'{"state": "RUNNING"}') == {"state": "RUNNING"}
+    assert json_object(b'["RUNNING"]') is None
+    assert json_object(b"RUNNING") is None
+
+
+@pytest.mark.parametrize(("index", "read"), [(1, 1), ("1", 1), (" 2 ", 2), (0, 0)])
+def test_a_tf_config_task_index_is_a_whole_number_from_zero_as_tensorflow_reads_it(index: object, read: int) -> None:
+    cluster = {"chief": ["h0:2222"], "worker": ["h1:2222", "h2:2222", "h3:2222"]}
+    task_type = "chief" if read == 0 else "worker"
+    text = json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+    assert parse_tf_config(text).task_id == read
+
+
+@pytest.mark.parametrize("index", [-1, 1.5, True, "one", None])
+def test_any_other_tf_config_task_index_is_refused_by_name(index: object) -> None:
+    text = json.dumps({"cluster": {"worker": ["h1:2222"]}, "task": {"type": "worker", "index": index}})
+
+    with pytest.raises(TfConfigError) as caught:
+        parse_tf_config(text)
+    assert str(caught.value) == f"TF_CONFIG task index must be a whole number from 0, got {index!r}"
+
+
+def test_an_empty_tf_config_is_one_local_process_with_an_empty_cluster() -> None:
+    config = parse_tf_config("  ")
+
+    assert (config.cluster, config.task_type, config.task_id) == ({}, None, 0)
 
 
 @pytest.mark.parametrize(

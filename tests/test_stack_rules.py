@@ -1,0 +1,128 @@
+"""The stack file's rules at their bounds, with the whole message a user reads.
+
+Each rule is the plain function a validator of ``trainstack.stackmodel.schema`` hands its field
+to; these tests call it directly, at the bound and one past it, and with a value that breaks one
+condition alone. The cases came from mutants that survived the selection (docs/mutation.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from trainstack.stackmodel.schema import (
+    check_args,
+    check_bucket_name,
+    check_job_env,
+    check_path_text,
+    check_principals,
+    check_service_agent_role,
+)
+
+
+def refusal(rule: Callable[[Any], Any], value: Any) -> str:
+    with pytest.raises(ValueError, match=r"\S") as caught:  # the whole message is compared by each caller
+        rule(value)
+    return str(caught.value)
+
+
+PATH_WORDS = "is not a path: printable text of at most 4096 characters"
+
+
+def test_a_path_is_printable_text_of_one_to_4096_characters() -> None:
+    assert check_path_text("teams/acme") == "teams/acme"
+    assert check_path_text("p" * 4096) == "p" * 4096
+    assert refusal(check_path_text, "") == f"'' {PATH_WORDS}"
+    assert PATH_WORDS in refusal(check_path_text, "p" * 4097)
+    # Short and not empty: only the unprintable character is wrong.
+    assert refusal(check_path_text, "teams/\tacme") == f"'teams/\\tacme' {PATH_WORDS}"
+
+
+ARG_WORDS = "each argument is printable text of at most 4096 characters"
+
+
+def test_each_argument_is_printable_and_at_most_4096_characters() -> None:
+    assert check_args(["--lr", "0.1"]) == ["--lr", "0.1"]
+    assert check_args(["a" * 4096]) == ["a" * 4096]
+    assert refusal(check_args, ["--ok", "a" * 4097]).endswith(f": {ARG_WORDS}")
+    assert refusal(check_args, ["--note", "two\nlines"]) == f"'two\\nlines': {ARG_WORDS}"
+
+
+def test_the_arguments_together_are_at_most_32768_characters() -> None:
+    at_the_bound = ["a" * 4096] * 8
+    assert check_args(at_the_bound) == at_the_bound
+    assert refusal(check_args, [*at_the_bound, "b"]) == "the arguments add up to more than 32768 characters"
+
+
+def test_a_bucket_name_follows_cloud_storages_rules_and_says_which_it_broke() -> None:
+    assert check_bucket_name("acme-ml_data") == "acme-ml_data"
+    assert (
+        refusal(check_bucket_name, "Acme") == "'Acme' is not a bucket name: 3-63 lowercase letters, digits, '-' and '_'"
+    )
+    words = "is not a bucket name Cloud Storage allows: none begins with goog or holds google"
+    assert refusal(check_bucket_name, "googdata") == f"googdata {words}"
+    assert refusal(check_bucket_name, "acme-google-data") == f"acme-google-data {words}"
+
+
+def test_access_members_are_principals_each_listed_once() -> None:
+    members = ["user:ada@example.com", "group:ml@example.com", "serviceAccount:ci@p.iam.gserviceaccount.com"]
+    assert check_principals(members) == members
+    assert refusal(check_principals, ["ada@example.com"]) == (
+        "'ada@example.com' is not an IAM principal: user:EMAIL, group:EMAIL or serviceAccount:EMAIL"
+    )
+    # Each listed exactly twice, in no order: both are named, sorted.
+    twice = ["user:b@example.com", "user:a@example.com", "user:b@example.com", "user:a@example.com"]
+    assert refusal(check_principals, twice) == "listed more than once: user:a@example.com, user:b@example.com"
+
+
+def test_the_tpu_service_agent_takes_a_service_agent_role_alone() -> None:
+    assert check_service_agent_role("roles/ml.serviceAgent") == "roles/ml.serviceAgent"
+    assert refusal(check_service_agent_role, "roles/owner") == (
+        "the Cloud TPU service agent may be granted only a service-agent role: "
+        "roles/tpu.serviceAgent, roles/ml.serviceAgent"
+    )
+
+
+def test_job_env_is_a_mapping_of_at_most_64_variables() -> None:
+    assert refusal(check_job_env, ["A=1"]) == "a mapping of NAME: \"value\" (got ['A=1'])"
+    at_the_bound = {f"V{number}": "x" for number in range(64)}
+    assert check_job_env(at_the_bound) == at_the_bound
+    assert refusal(check_job_env, {**at_the_bound, "V64": "x"}) == "65 variables: at most 64"
+
+
+def test_a_job_env_problem_quotes_a_bad_name_and_names_a_good_one_as_it_is() -> None:
+    assert refusal(check_job_env, {"1ST": "x"}) == (
+        "'1ST': a name is letters, digits and '_', not starting with a digit, at most 128 characters"
+    )
+    reserved = refusal(check_job_env, {"LD_PRELOAD": "/tmp/x.so"})
+    assert reserved.startswith("LD_PRELOAD is set by trainstack, Vertex AI or the system")
+    assert "(reserved: BASH_ENV, CLOUD_ML_HP_METRIC_FILE, CLUSTER_SPEC, ENV, HOME, " in reserved
+    assert (
+        "and names starting AIP_, TRAINSTACK_, CLOUDSDK_, LD_, NVIDIA_, PYTHON but PYTHONDONTWRITEBYTECODE, "
+        in reserved
+    )
+
+
+def test_a_job_env_value_is_text_of_at_most_4096_printable_characters() -> None:
+    assert check_job_env({"NOTE": "n" * 4096}) == {"NOTE": "n" * 4096}
+    words = "NOTE: a value is printable text of at most 4096 characters, on one line"
+    assert refusal(check_job_env, {"NOTE": "n" * 4097}) == words
+    assert refusal(check_job_env, {"EPOCHS": 5}) == (
+        'EPOCHS: 5 is not text to YAML; environment values are text: write "5"'
+    )
+
+
+def _env_written_as(length: int) -> dict[str, str]:
+    """Variables whose JSON, as the rule measures it, is ``length`` characters long."""
+    env = {f"V{number}": "x" * 3700 for number in range(9)}
+    short = len(json.dumps(env)) - length
+    env["V8"] = "x" * (3700 - short)
+    assert len(json.dumps(env)) == length
+    return env
+
+
+def test_job_env_adds_up_to_at_most_32768_characters_as_written() -> None:
+    assert check_job_env(_env_written_as(32768)) is not None
+    assert refusal(check_job_env, _env_written_as(32769)) == "the variables add up to more than 32768 characters"
