@@ -13,6 +13,7 @@ import pytest
 from trainstack.stackmodel.secrets import JobSecret
 from trainstack_contract import requirements_stamp
 from trainstack_contract.documents import json_object
+from trainstack_contract.grants import submit_grants
 from trainstack_contract.layout import EXECUTED_PREFIX, LAYOUT, under_prefix
 from trainstack_contract.queue import QueueEntry, QueueFormatError, QueueIndex, queued_job_dir, read_spec, spec_sha256
 from trainstack_contract.tf_config import TfConfigError, parse_tf_config
@@ -134,3 +135,92 @@ def test_a_secrets_repr_never_shows_its_value(value: str | None) -> None:
 
     assert shown == ("JobSecret(<set>)" if value is None else "JobSecret(<value>)")
     assert "s3cr3t" not in shown
+
+
+def test_a_member_may_create_code_and_specs_and_replace_the_index_and_write_nothing_else_there() -> None:
+    """The grants' purposes name their Pulumi resources and their titles show in the console."""
+    objects = "projects/_/buckets/acme_ml/objects"
+    assert [(grant.purpose, grant.role, grant.expression, grant.title) for grant in submit_grants("acme_ml")] == [
+        (
+            "code",
+            "roles/storage.objectCreator",
+            f'resource.name.startsWith("{objects}/trainstack/code/")',
+            "create job code under trainstack/code/",
+        ),
+        (
+            "specs",
+            "roles/storage.objectCreator",
+            f'resource.name.startsWith("{objects}/trainstack/queue/specs/")',
+            "create job specs under trainstack/queue/specs/",
+        ),
+        (
+            "index",
+            "roles/storage.objectUser",
+            f'resource.name == "{objects}/trainstack/queue/index.json"',
+            "replace the job queue's index alone",
+        ),
+    ]
+
+
+CLUSTER = {"chief": ["h0:2222"], "worker": ["h1:2222", "h2:2222"]}
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("not json", "TF_CONFIG is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
+        (
+            "[" + "1," * 50 + "1]",
+            'TF_CONFIG must be a JSON object {"cluster": ..., "task": ...}, got [' + "1," * 39 + "1",
+        ),
+        (
+            json.dumps({"cluster": "h0:2222"}),
+            'TF_CONFIG cluster must be an object like {"worker": ["host:port"]}, got \'h0:2222\'',
+        ),
+        (
+            json.dumps({"cluster": {"worker": "h1:2222"}}),
+            "TF_CONFIG cluster 'worker' must be a list of \"host:port\" strings, got 'h1:2222'",
+        ),
+        (
+            json.dumps({"task": "worker"}),
+            'TF_CONFIG task must be an object like {"type": "worker", "index": 0}, got \'worker\'',
+        ),
+        (
+            json.dumps({"cluster": CLUSTER, "task": {"type": "boss", "index": 0}}),
+            "TF_CONFIG task type 'boss' is not one of ['chief', 'evaluator', 'ps', 'worker']",
+        ),
+        (
+            json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 2}}),
+            "TF_CONFIG task worker:2 is not in its cluster (2 worker task(s) listed: indexes 0..1)",
+        ),
+        (
+            json.dumps({"cluster": CLUSTER, "task": {"type": "ps", "index": 0}}),
+            "TF_CONFIG task ps:0 is not in its cluster (0 ps task(s) listed: none)",
+        ),
+        (
+            json.dumps({"cluster": {"chief": ["h0:2222", "h9:2222"]}, "task": {"type": "chief", "index": 0}}),
+            "TF_CONFIG may name at most one chief",
+        ),
+    ],
+    ids=[
+        "not json",
+        "an array",
+        "cluster text",
+        "addresses text",
+        "task text",
+        "unknown type",
+        "index past",
+        "no such role",
+        "two chiefs",
+    ],
+)
+def test_a_tf_config_that_cannot_hold_the_node_is_refused_with_what_was_wrong(document: str, message: str) -> None:
+    with pytest.raises(TfConfigError) as caught:
+        parse_tf_config(document)
+    assert str(caught.value) == message
+
+
+def test_a_tf_config_without_cluster_or_task_is_task_zero_of_no_cluster() -> None:
+    config = parse_tf_config("{}")
+
+    assert (config.cluster, config.task_type, config.task_id) == ({}, None, 0)
