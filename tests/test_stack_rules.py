@@ -13,11 +13,17 @@ from typing import Any
 import pytest
 
 from trainstack.stackmodel.schema import (
+    CapacityChoice,
     check_args,
     check_bucket_name,
+    check_data_source,
+    check_job_dir,
     check_job_env,
+    check_labels,
+    check_one_capacity,
     check_path_text,
     check_principals,
+    check_run_time_cap,
     check_service_agent_role,
 )
 
@@ -126,3 +132,72 @@ def _env_written_as(length: int) -> dict[str, str]:
 def test_job_env_adds_up_to_at_most_32768_characters_as_written() -> None:
     assert check_job_env(_env_written_as(32768)) is not None
     assert refusal(check_job_env, _env_written_as(32769)) == "the variables add up to more than 32768 characters"
+
+
+def test_a_job_dir_is_a_folder_of_a_bucket_outside_what_machines_run() -> None:
+    assert check_job_dir("gs://acme_ml/experiments/1/") == "gs://acme_ml/experiments/1"
+    assert refusal(check_job_dir, "gs://acme_ml") == (
+        "'gs://acme_ml' is not a job directory: use gs://BUCKET/PREFIX, a folder (not the bucket's root: the "
+        "nodes may write under it alone) of folder names of letters, digits and '._=-'; or leave it out for "
+        "jobs/<name> in the stack's own bucket"
+    )
+    executed = (
+        "lies under trainstack/, where trainstack keeps what machines run (in any bucket: only `pulumi up` may "
+        "write there); use a folder outside trainstack/ of a bucket of the team's own"
+    )
+    assert refusal(check_job_dir, "gs://acme_ml/trainstack/code") == f"'gs://acme_ml/trainstack/code' {executed}"
+    assert refusal(check_job_dir, "gs://acme_ml/trainstack/") == f"'gs://acme_ml/trainstack/' {executed}"
+    assert check_job_dir("gs://acme_ml/trainstackx") == "gs://acme_ml/trainstackx"
+
+
+def test_data_is_synthetic_or_a_cloud_storage_uri() -> None:
+    assert check_data_source("synthetic") == "synthetic"
+    assert check_data_source("gs://acme_ml/flowers") == "gs://acme_ml/flowers"
+    assert refusal(check_data_source, "ftp://mirror/flowers") == (
+        "'ftp://mirror/flowers' is not a data source: use 'synthetic' or a gs://BUCKET/PATH readable by the "
+        "training service account"
+    )
+
+
+def test_a_stack_sets_at_most_62_labels_of_its_own_each_named_in_its_refusal() -> None:
+    at_the_bound = {f"l{number}": "v" for number in range(62)}
+    assert check_labels(at_the_bound) == at_the_bound
+    assert refusal(check_labels, {**at_the_bound, "l62": "v"}) == (
+        "63 labels: Google Cloud allows 64 per resource and trainstack sets 2, so at most 62"
+    )
+    assert refusal(check_labels, {"Team": "ml"}) == (
+        "label key 'Team': lowercase letters, digits, '_' and '-', starting with a letter, at most 63 characters"
+    )
+    assert refusal(check_labels, {"trainstack-stack": "x"}) == (
+        "label key trainstack-stack: keys starting with 'trainstack-' are set by trainstack"
+    )
+
+
+def test_no_run_time_cap_takes_the_acknowledgement_and_the_acknowledgement_takes_no_cap() -> None:
+    check_run_time_cap(None, acknowledged=True)
+    check_run_time_cap(24, acknowledged=False)
+    assert refusal(lambda hours: check_run_time_cap(hours, acknowledged=False), None) == (
+        "max_run_hours: null turns off the run-time cap, and the machines then bill until someone stops them "
+        "(pulumi destroy); say so with acknowledge_bills_until_stopped: true, or set max_run_hours"
+    )
+    assert refusal(lambda hours: check_run_time_cap(hours, acknowledged=True), 5.0) == (
+        "acknowledge_bills_until_stopped: true, but max_run_hours is 5.0: the cap stays on; remove the "
+        "acknowledgement, or set max_run_hours: null"
+    )
+
+
+def _capacity(**fields: Any) -> CapacityChoice:
+    return CapacityChoice.model_construct(**{"spot": False, "capacity": None, "reservation": None, **fields})
+
+
+def test_a_machine_is_got_one_way_and_a_reservation_name_only_with_capacity_reservation() -> None:
+    check_one_capacity(_capacity(spot=True, capacity="spot"))
+    check_one_capacity(_capacity(capacity="reservation", reservation="team-a100"))
+    assert refusal(check_one_capacity, _capacity(spot=True, capacity="on_demand")) == (
+        "spot: true and capacity: on_demand name two ways to get the machine; keep one "
+        "(capacity: one of on_demand, spot, flex_start, reservation)"
+    )
+    assert refusal(check_one_capacity, _capacity(capacity="spot", reservation="team-a100")) == (
+        "reservation: team-a100 names a reservation to consume, which only capacity: reservation does "
+        "(capacity is spot)"
+    )
