@@ -55,6 +55,7 @@ def test_the_objects_nodes_run_are_named_by_their_digest_under_the_executed_fold
 
 def test_a_queued_job_writes_under_jobs_by_its_id_and_name() -> None:
     assert queued_job_dir("gs://acme_ml", 7, "resnet") == "gs://acme_ml/jobs/q7_resnet"
+    assert LAYOUT.job_dir("gs://acme_ml", "resnet") == "gs://acme_ml/jobs/resnet"
 
 
 def test_a_spec_is_read_only_within_its_bound_with_its_digest_and_version() -> None:

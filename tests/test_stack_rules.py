@@ -14,9 +14,13 @@ import pytest
 
 from trainstack.stackmodel.schema import (
     CapacityChoice,
+    Cluster,
+    Job,
+    Settings,
     check_args,
     check_bucket_name,
     check_data_source,
+    check_env_apart_from_secrets,
     check_job_dir,
     check_job_env,
     check_labels,
@@ -24,8 +28,10 @@ from trainstack.stackmodel.schema import (
     check_path_text,
     check_principals,
     check_run_time_cap,
+    check_secrets_have_a_job,
     check_service_agent_role,
 )
+from trainstack.stackmodel.secrets import JobSecret
 
 
 def refusal(rule: Callable[[Any], Any], value: Any) -> str:
@@ -200,4 +206,19 @@ def test_a_machine_is_got_one_way_and_a_reservation_name_only_with_capacity_rese
     assert refusal(check_one_capacity, _capacity(capacity="spot", reservation="team-a100")) == (
         "reservation: team-a100 names a reservation to consume, which only capacity: reservation does "
         "(capacity is spot)"
+    )
+
+
+def test_secrets_need_a_job_on_machines_and_stay_out_of_job_env() -> None:
+    secrets = {name: JobSecret(None) for name in ("WANDB_API_KEY", "HF_TOKEN")}
+    job = Job.model_construct(env={"HF_TOKEN": "x", "WANDB_API_KEY": "y", "SEED": "1"})
+    cluster = Cluster.model_construct()
+
+    assert refusal(check_secrets_have_a_job, Settings.model_construct(secrets=secrets, job=None)) == (
+        "trainstack:secrets are handed to a job on the cluster or TPU VM, and this stack runs none"
+    )
+    check_secrets_have_a_job(Settings.model_construct(secrets=secrets, job=job, cluster=cluster, tpu=None))
+    assert refusal(check_env_apart_from_secrets, Settings.model_construct(secrets=secrets, job=job)) == (
+        "job.env sets HF_TOKEN, WANDB_API_KEY, which trainstack:secrets sets too; a secret stays in "
+        "trainstack:secrets alone"
     )
