@@ -177,6 +177,9 @@ def test_a_stack_sets_at_most_62_labels_of_its_own_each_named_in_its_refusal() -
     assert refusal(check_labels, {"trainstack-stack": "x"}) == (
         "label key trainstack-stack: keys starting with 'trainstack-' are set by trainstack"
     )
+    assert refusal(check_labels, {"team": "ML Research"}) == (
+        "label team='ML Research': values are lowercase letters, digits, '_' and '-', at most 63 characters"
+    )
 
 
 def test_no_run_time_cap_takes_the_acknowledgement_and_the_acknowledgement_takes_no_cap() -> None:
