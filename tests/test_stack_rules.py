@@ -31,7 +31,7 @@ from trainstack.stackmodel.schema import (
     check_secrets_have_a_job,
     check_service_agent_role,
 )
-from trainstack.stackmodel.secrets import JobSecret
+from trainstack.stackmodel.secrets import JobSecret, check_secret_names, engine_secrets
 
 
 def refusal(rule: Callable[[Any], Any], value: Any) -> str:
@@ -225,3 +225,20 @@ def test_secrets_need_a_job_on_machines_and_stay_out_of_job_env() -> None:
         "job.env sets HF_TOKEN, WANDB_API_KEY, which trainstack:secrets sets too; a secret stays in "
         "trainstack:secrets alone"
     )
+
+
+def test_a_stack_holds_at_most_20_secrets() -> None:
+    at_the_bound = {f"TOKEN_{number}": JobSecret(None) for number in range(20)}
+    assert check_secret_names(at_the_bound) == at_the_bound
+    assert refusal(check_secret_names, {**at_the_bound, "TOKEN_20": JobSecret(None)}) == "21 secrets: at most 20"
+
+
+def test_the_engines_decrypted_secrets_are_wrapped_up_to_64_kib_and_anything_else_left_for_the_schema() -> None:
+    wrapped = engine_secrets({"HF_TOKEN": "t" * 65536, "BIG": "b" * 65537, "NUMBER": 5})
+
+    assert isinstance(wrapped["HF_TOKEN"], JobSecret)
+    assert wrapped["HF_TOKEN"].value == "t" * 65536
+    # Left as they came, for the schema to refuse with its own message.
+    assert wrapped["BIG"] == "b" * 65537
+    assert wrapped["NUMBER"] == 5
+    assert engine_secrets("not a mapping") == "not a mapping"
