@@ -95,8 +95,9 @@ def test_any_other_tf_config_task_index_is_refused_by_name(index: object) -> Non
     assert str(caught.value) == f"TF_CONFIG task index must be a whole number from 0, got {index!r}"
 
 
-def test_an_empty_tf_config_is_one_local_process_with_an_empty_cluster() -> None:
-    config = parse_tf_config("  ")
+@pytest.mark.parametrize("document", ["  ", "{}"], ids=["blank", "no cluster or task"])
+def test_a_tf_config_without_a_cluster_is_task_zero_of_one_local_process(document: str) -> None:
+    config = parse_tf_config(document)
 
     assert (config.cluster, config.task_type, config.task_id) == ({}, None, 0)
 
@@ -219,9 +220,3 @@ def test_a_tf_config_that_cannot_hold_the_node_is_refused_with_what_was_wrong(do
     with pytest.raises(TfConfigError) as caught:
         parse_tf_config(document)
     assert str(caught.value) == message
-
-
-def test_a_tf_config_without_cluster_or_task_is_task_zero_of_no_cluster() -> None:
-    config = parse_tf_config("{}")
-
-    assert (config.cluster, config.task_type, config.task_id) == ({}, None, 0)
