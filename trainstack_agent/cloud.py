@@ -35,6 +35,11 @@ class NotFound(CloudError):
     """The server answered 404: no such object, attribute or instance."""
 
 
+class PreconditionFailed(CloudError):
+    """The server answered 412: the object's generation is not the one the request required
+    (``ifGenerationMatch=0``: the object exists already)."""
+
+
 class Redirected(CloudError):
     """The server answered with a redirect, which the agent never follows."""
 
@@ -178,6 +183,8 @@ class Http:
                 error.close()
                 if error.code == 404:
                     raise NotFound(f"{_describe(request)}: not found") from None
+                if error.code == 412:
+                    raise PreconditionFailed(f"{_describe(request)}: precondition failed") from None
                 if error.code in REDIRECT_STATUSES:
                     raise Redirected(
                         f"{_describe(request)}: HTTP {error.code} redirect refused (the agent sends its requests "

@@ -15,7 +15,7 @@ import os
 import urllib.parse
 from pathlib import Path
 
-from trainstack_agent.cloud import CloudError, Http, NotFound, Request, TooLarge
+from trainstack_agent.cloud import CloudError, Http, NotFound, PreconditionFailed, Request, TooLarge
 from trainstack_agent.metadata import Metadata
 
 GS = "gs://"
@@ -61,26 +61,53 @@ class Storage:
     def write(self, uri: str, data: bytes, content_type: str = "application/json") -> None:
         """Replaces the object whole (a reader never sees half of it)."""
         if uri.startswith(GS):
-            bucket, name = split_gs(uri)
-            boundary = f"trainstack-{os.urandom(12).hex()}"
-            description = json.dumps({"name": name, "contentType": content_type})
-            body = (
-                (
-                    f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{description}\r\n"
-                    f"--{boundary}\r\nContent-Type: {content_type}\r\n\r\n"
-                ).encode()
-                + data
-                + f"\r\n--{boundary}--\r\n".encode()
-            )
-            headers = {**self.metadata.authorization(), "Content-Type": f"multipart/related; boundary={boundary}"}
-            url = f"{self.api_root}/upload/storage/v1/b/{bucket}/o?uploadType=multipart"
-            self.http.call(Request("POST", url, headers, body), 1 << 20)
+            self._upload(uri, data, content_type, "")
             return
         path = Path(uri)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         temporary.write_bytes(data)
         os.replace(temporary, path)
+
+    def create(self, uri: str, data: bytes) -> bool:
+        """Writes the object only if there is none (``ifGenerationMatch=0``): True when this call
+        created it, False when it existed. A retried upload whose first attempt landed also
+        answers False; a caller tells the two apart by what the object holds."""
+        if uri.startswith(GS):
+            try:
+                self._upload(uri, data, "application/json", "&ifGenerationMatch=0")
+            except PreconditionFailed:
+                return False
+            return True
+        path = Path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_bytes(data)
+        try:
+            # A hard link fails if the name exists: whole, and at most one creator wins.
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        finally:
+            temporary.unlink()
+        return True
+
+    def _upload(self, uri: str, data: bytes, content_type: str, query: str) -> None:
+        """A multipart upload: the object's metadata and bytes in one request."""
+        bucket, name = split_gs(uri)
+        boundary = f"trainstack-{os.urandom(12).hex()}"
+        description = json.dumps({"name": name, "contentType": content_type})
+        body = (
+            (
+                f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{description}\r\n"
+                f"--{boundary}\r\nContent-Type: {content_type}\r\n\r\n"
+            ).encode()
+            + data
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        headers = {**self.metadata.authorization(), "Content-Type": f"multipart/related; boundary={boundary}"}
+        url = f"{self.api_root}/upload/storage/v1/b/{bucket}/o?uploadType=multipart{query}"
+        self.http.call(Request("POST", url, headers, body), 1 << 20)
 
     def download(self, uri: str, destination: Path, max_bytes: int) -> str:
         """Copies the object to ``destination``; returns the sha256 of what was written."""

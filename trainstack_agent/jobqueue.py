@@ -8,7 +8,10 @@ A node whose metadata sets ``trainstack-idle-seconds`` runs, in one boot:
    (``trainstack_contract.queue``): not cancelled, its ``status/job.json`` and this node's own
    status not SUCCEEDED, FAILED or CANCELLED. Each is a whole job (:class:`NodeAgent`): its own
    settings from its spec (checked by the code that checks instance metadata, its code and
-   requirements against the spec's sha256s), job directory, TF_CONFIG, status, Spot recovery;
+   requirements against the spec's sha256s), job directory, TF_CONFIG, status, Spot recovery.
+   A one-node job is run by the node that takes it first (``status/taken_by.json``, created
+   once), alone: no TF_CONFIG, no peers, its chief; the other nodes pass it by for the jobs
+   after it. A whole-cluster job waits until every job before it has ended;
 3. with no runnable job, a look at the index every ``queue_poll`` until ``idle_seconds`` have
    passed since the last job ended (or the boot); then on_finish, once.
 
@@ -40,21 +43,25 @@ from trainstack_agent.runend import RunEnd
 from trainstack_agent.services import Clock
 from trainstack_agent.settings import NodeSettings, SettingsError, is_job_dir, job_from_spec
 from trainstack_agent.timings import Timings
-from trainstack_contract import STATES
+from trainstack_contract import CHIEF, STATES
 from trainstack_contract.queue import (
     ENDED_STATES,
     INDEX_OBJECT,
     MAX_ENTRIES,
     MAX_INDEX_BYTES,
     MAX_SPEC_BYTES,
+    MAX_TAKEN_BY_BYTES,
+    TAKEN_BY,
     QueueEntry,
     QueueFormatError,
     QueueIndex,
     queued_job_dir,
     read_spec,
     spec_object,
+    taken_by,
+    taken_by_bytes,
 )
-from trainstack_contract.status import StatusDocument
+from trainstack_contract.status import StatusDocument, utc_now
 
 # The node's record of the queued jobs it is done with, in its state directory.
 DONE_FILE: Final = "queue-done.json"
@@ -105,6 +112,9 @@ def queued_settings(storage: Storage, settings: NodeSettings, entry: QueueEntry,
         job = job_from_spec(read_spec(data, entry.spec_sha256), settings.bucket, job_dir)
     except (QueueFormatError, SettingsError) as error:
         raise SpecRefused(f"the job's spec {uri}: {str(error)[:400]}") from None
+    if entry.one_node:
+        # The job is this node's alone: a single machine, whatever the cluster's shape.
+        return replace(settings, job=job, role=CHIEF, index=0, tf_config=None, peers=(), recover=())
     return replace(settings, job=job)
 
 
@@ -192,17 +202,23 @@ class QueueServices:
     before_release: Callable[[], None] = lambda: None
     # A flex-start node's: when its work ends; it then takes no further job and applies on_finish.
     run_end: RunEnd | None = None
+    # The time a node writes when it takes a one-node job.
+    utc_now: Callable[[], str] = utc_now
 
 
 class NextJob:
     """Which job this node runs next: the first of the queue's index it is not done with, not
-    cancelled, whose status and this node's own are not SUCCEEDED, FAILED or CANCELLED."""
+    cancelled, whose status and this node's own are not SUCCEEDED, FAILED or CANCELLED; a
+    one-node job only if this node holds it or takes it now, and a whole-cluster job only once
+    every job before it has ended (``waiting`` says when one is held back so)."""
 
     def __init__(self, settings: NodeSettings, services: QueueServices, done: DoneJobs) -> None:
         self.settings = settings
         self.services = services
         self.log = services.log
         self.done = done
+        # The last look found a whole-cluster job waiting for one-node jobs on other nodes.
+        self.waiting = False
 
     def _read_status(self, board: Board, uri: str) -> StatusDocument | None:
         """None when absent, or unreadable: the job's own run then records what it cannot read."""
@@ -222,6 +238,8 @@ class NextJob:
 
     def next(self, index: QueueIndex) -> QueueEntry | None:
         """The first runnable job of the index; each one found done is recorded so."""
+        self.waiting = False
+        elsewhere = False
         for entry in index.entries:
             if entry.id in self.done:
                 continue
@@ -229,13 +247,47 @@ class NextJob:
             if entry.cancelled is not None:
                 self._skip_cancelled(entry, job_dir)
             elif not self.ended(job_dir):
-                return entry
+                if not entry.one_node:
+                    self.waiting = elsewhere
+                    return None if elsewhere else entry
+                holder = self._holder(entry, job_dir)
+                if holder == self.settings.node:
+                    return entry
+                if holder is not None:
+                    elsewhere = True
+                    continue
             self.done.add(entry.id, index)
         return None
 
+    def _holder(self, entry: QueueEntry, job_dir: str) -> str | None:
+        """The node that holds the one-node job, this one if it takes it now; None when the
+        job was refused here (its taken_by record is not one: recorded FAILED); "" when Cloud
+        Storage gave up, which counts as another node's hold until the next look."""
+        uri = f"{job_dir}/{TAKEN_BY}"
+        storage = self.services.storage
+        label = f"job {entry.id} ({entry.job_dir_name})"
+        try:
+            data = storage.read(uri, MAX_TAKEN_BY_BYTES)
+            if data is None:
+                if storage.create(uri, taken_by_bytes(self.settings.node, self.services.utc_now())):
+                    self.log(f"queue: {label} runs on one node: this one took it")
+                    return self.settings.node
+                data = storage.read(uri, MAX_TAKEN_BY_BYTES)
+            return taken_by(data or b"")
+        except CloudError as error:
+            self.log(f"queue: cannot tell which node holds {label} ({str(error)[:300]}); looking again")
+            return ""
+        except QueueFormatError as error:
+            reason = f"{label} cannot be run: {error}"
+            self.log(f"queue: {reason}")
+            board = self.services.board(job_dir)
+            board.record(STATES.failed, 1, reason, True, self.log)
+            return None
+
     def _skip_cancelled(self, entry: QueueEntry, job_dir: str) -> None:
         """A job cancelled before this node ran it: skipped. One this node had started (and was
-        interrupted in) is recorded CANCELLED, by the chief for the job too."""
+        interrupted in) is recorded CANCELLED, by the chief (or the one-node job's node) for
+        the job too."""
         board = self.services.board(job_dir)
         own = self._read_status(board, board.node_uri(self.settings.node))
         if own is None or own.state in ENDED_STATES:
@@ -243,7 +295,7 @@ class NextJob:
             return
         self.log(f"queue: job {entry.id} ({entry.job_dir_name}) was cancelled while this node was down")
         reason = f"job {entry.id} was cancelled at {entry.cancelled}"
-        board.record(STATES.cancelled, None, reason, self.settings.is_chief, self.log)
+        board.record(STATES.cancelled, None, reason, self.settings.is_chief or entry.one_node, self.log)
 
 
 class JobQueue:
@@ -299,10 +351,13 @@ class JobQueue:
                     continue
                 if entry.id in self.done:
                     continue
+            if self.next_job.waiting:
+                # Not idle: a whole-cluster job waits for one-node jobs on other nodes.
+                last_end = clock.monotonic()
             idle = clock.monotonic() - last_end
             if idle >= self.idle_limit:
                 break
-            if clock.monotonic() >= next_idle_log:
+            if not self.next_job.waiting and clock.monotonic() >= next_idle_log:
                 self.log(f"queue: empty; idle for {idle:.0f} s of {self.idle_limit:g}")
                 next_idle_log = clock.monotonic() + self.services.timings.queue_idle_log
             clock.sleep(self.services.timings.queue_poll)

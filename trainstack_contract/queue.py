@@ -16,6 +16,12 @@ deploy and the stack's ``trainstack:access`` members write there, never a machin
 A queued job's directory is ``jobs/q<id>_<name>``: the id makes it new, so no job resumes
 another's backup. The stack's own ``trainstack:job`` (instance metadata) is job 0, the first.
 
+A job runs on all the cluster's nodes, or, queued ``one_node``, on the one node that takes it
+first: that node creates ``status/taken_by.json`` in the job's directory under
+``ifGenerationMatch=0`` (:func:`taken_by_bytes`), so however many nodes look at once, one runs
+it. One-node jobs run side by side, one per node; a whole-cluster job starts once every job
+queued before it has ended.
+
 Standard library only, Python 3.10: the node agent ships it.
 """
 
@@ -31,7 +37,7 @@ from typing import Any, Final
 
 from trainstack_contract import EXECUTED_DIR, LAYOUT, METADATA_KEYS, STATES
 from trainstack_contract.metadata import MAX_TRAINER_ARGS_CHARS
-from trainstack_contract.names import SHA256
+from trainstack_contract.names import NODE_NAME, SHA256
 
 QUEUE_DIR: Final = f"{EXECUTED_DIR}/queue"
 INDEX_OBJECT: Final = f"{QUEUE_DIR}/index.json"
@@ -102,6 +108,8 @@ class QueueEntry:
     spec_sha256: str
     submitted: str
     cancelled: str | None = None
+    # Runs on one node (the first to take it), not on all of them.
+    one_node: bool = False
 
     @property
     def job_dir_name(self) -> str:
@@ -116,13 +124,15 @@ class QueueEntry:
         }
         if self.cancelled is not None:
             entry["cancelled"] = self.cancelled
+        if self.one_node:
+            entry["one_node"] = True
         return entry
 
     @classmethod
     def from_json(cls, value: object, where: str) -> QueueEntry:
         if not isinstance(value, dict):
             raise QueueFormatError(f"{where} is not an object")
-        unknown = set(value) - {"id", "name", "spec_sha256", "submitted", "cancelled"}
+        unknown = set(value) - {"id", "name", "spec_sha256", "submitted", "cancelled", "one_node"}
         if unknown:
             raise QueueFormatError(f"{where} has unknown keys {', '.join(sorted(map(str, unknown)))[:200]}")
         job_id = value.get("id")
@@ -140,7 +150,10 @@ class QueueEntry:
         cancelled = value.get("cancelled")
         if cancelled is not None and (not isinstance(cancelled, str) or _TIME.fullmatch(cancelled) is None):
             raise QueueFormatError(f"{where}: cancelled is not a UTC time")
-        return cls(job_id, name, sha, submitted, cancelled)
+        one_node = value.get("one_node", False)
+        if not isinstance(one_node, bool):
+            raise QueueFormatError(f"{where}: one_node is not true or false")
+        return cls(job_id, name, sha, submitted, cancelled, one_node)
 
 
 @dataclass(frozen=True)
@@ -178,13 +191,15 @@ class QueueIndex:
     def entry(self, job_id: int) -> QueueEntry | None:
         return next((entry for entry in self.entries if entry.id == job_id), None)
 
-    def appended(self, name: str, spec_sha256: str, submitted: str) -> tuple[QueueIndex, QueueEntry]:
+    def appended(
+        self, name: str, spec_sha256: str, submitted: str, one_node: bool = False
+    ) -> tuple[QueueIndex, QueueEntry]:
         """This index with one more job at its end."""
         if QUEUED_JOB_NAME.fullmatch(name) is None:
             raise QueueFormatError(f"{name[:40]!r} is not a job name (letters, digits, '_', at most 100)")
         if self.next_id > MAX_JOB_ID:
             raise QueueFormatError(f"the queue has given out its {MAX_JOB_ID} ids")
-        entry = QueueEntry(self.next_id, name, spec_sha256, submitted)
+        entry = QueueEntry(self.next_id, name, spec_sha256, submitted, one_node=one_node)
         return QueueIndex(self.next_id + 1, (*self.entries, entry)), entry
 
     def with_cancelled(self, job_id: int, when: str) -> QueueIndex:
@@ -198,6 +213,27 @@ class QueueIndex:
     def without(self, job_ids: frozenset[int]) -> QueueIndex:
         """This index without the given (finished) jobs: room for new ones."""
         return replace(self, entries=tuple(entry for entry in self.entries if entry.id not in job_ids))
+
+
+# In a one-node job's directory: which node took it (created once, never replaced).
+TAKEN_BY: Final = f"{LAYOUT.status_dir}/taken_by.json"
+MAX_TAKEN_BY_BYTES: Final = 1024
+
+
+def taken_by_bytes(node: str, when: str) -> bytes:
+    """What a node writes to take a one-node job."""
+    return (json.dumps({"version": 1, "node": node, "time": when}, separators=(",", ":")) + "\n").encode()
+
+
+def taken_by(data: bytes) -> str:
+    """The node that took a one-node job, from its TAKEN_BY object; QueueFormatError otherwise."""
+    if len(data) > MAX_TAKEN_BY_BYTES:
+        raise QueueFormatError(f"{TAKEN_BY} is larger than {MAX_TAKEN_BY_BYTES} bytes")
+    document = _versioned(data, TAKEN_BY, 1, "record of the node that took the job")
+    node = document.get("node")
+    if not isinstance(node, str) or NODE_NAME.fullmatch(node) is None:
+        raise QueueFormatError(f"{TAKEN_BY} names no node")
+    return node
 
 
 def spec_bytes(values: Mapping[str, str]) -> bytes:

@@ -95,6 +95,13 @@ class MemoryStorage:
         self.objects[uri] = data
         self.writes.append(uri)
 
+    def create(self, uri: str, data: bytes) -> bool:
+        """As Cloud Storage's ``ifGenerationMatch=0``: written only if absent."""
+        if uri in self.objects:
+            return False
+        self.write(uri, data)
+        return True
+
     def download(self, uri: str, destination: Path, max_bytes: int) -> str:
         data = self.objects.get(uri)
         if data is None:

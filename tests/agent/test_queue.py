@@ -27,13 +27,15 @@ from trainstack_contract import HYPERTUNE_METRIC_FILE_ENV, LAYOUT, METADATA_KEYS
 from trainstack_contract.queue import (
     INDEX_OBJECT,
     MAX_SPEC_BYTES,
+    TAKEN_BY,
     QueueIndex,
     queued_job_dir,
     spec_bytes,
     spec_object,
     spec_sha256,
+    taken_by_bytes,
 )
-from trainstack_contract.status import StatusDocument
+from trainstack_contract.status import StatusDocument, first_status
 
 KEYS = METADATA_KEYS
 INDEX_URI = f"{BUCKET}/{INDEX_OBJECT}"
@@ -79,11 +81,17 @@ def put_spec(storage: MemoryStorage, values: dict[str, str] | None = None) -> st
     return sha
 
 
-def submit(storage: MemoryStorage, name: str, sha: str | None = None, when: str = "2026-11-23T10:00:00Z") -> int:
+def submit(
+    storage: MemoryStorage,
+    name: str,
+    sha: str | None = None,
+    when: str = "2026-11-23T10:00:00Z",
+    one_node: bool = False,
+) -> int:
     """What `trainstack submit` does to the index (the spec already written)."""
     raw = storage.objects.get(INDEX_URI)
     index = QueueIndex.from_json(raw) if raw is not None else QueueIndex()
-    index, entry = index.appended(name, sha or put_spec(storage), when)
+    index, entry = index.appended(name, sha or put_spec(storage), when, one_node=one_node)
     storage.objects[INDEX_URI] = index.to_json()
     return entry.id
 
@@ -549,3 +557,115 @@ def test_a_flex_start_node_ends_its_job_before_its_run_ends_and_leaves_the_queue
     assert status(storage, second, "second") is None
     assert [action for _, action in q.releases] == ["delete"]
     assert q.releases[0][0] < 100.0 + Timings().peer_poll + Timings().stop_grace + 1
+
+
+# --- one-node jobs: one per node, side by side ---------------------------------------------
+CLUSTER = ("chief", "worker-0", "worker-1")
+
+
+def cluster_node(node: str) -> NodeSettings:
+    """A node of a three-node cluster with no job of its own."""
+    return settings(node=node, peers=CLUSTER, with_job=False, tf_port=2222)
+
+
+def taken_by_node(storage: MemoryStorage, job_id: int, name: str) -> str | None:
+    data = storage.objects.get(f"{queued_job_dir(BUCKET, job_id, name)}/{TAKEN_BY}")
+    return None if data is None else json.loads(data)["node"]
+
+
+def record_job_state(storage: MemoryStorage, job_id: int, name: str, state: str) -> None:
+    """The job's status as the node that ran it writes it at its end."""
+    document = first_status("job", state, time="2026-11-23T10:10:00Z", incarnation="9999")
+    storage.objects[f"{queued_job_dir(BUCKET, job_id, name)}/{LAYOUT.job_status}"] = document.to_json()
+
+
+def test_one_node_jobs_are_taken_one_per_node_and_a_whole_cluster_job_waits_until_they_end(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    first = submit(storage, "first", one_node=True)
+    second = submit(storage, "second", one_node=True)
+    whole = submit(storage, "whole")
+    for node in CLUSTER:
+        (tmp_path / node).mkdir()
+    nodes = {
+        node: boot(tmp_path / node, runs=[], node_settings=cluster_node(node), storage=storage) for node in CLUSTER
+    }
+    index = QueueIndex.from_json(storage.objects[INDEX_URI])
+    picks = {node: q.queue.next_job.next(index) for node, q in nodes.items()}
+    assert {node: None if entry is None else entry.id for node, entry in picks.items()} == {
+        "chief": first,
+        "worker-0": second,
+        "worker-1": None,
+    }
+    assert taken_by_node(storage, first, "first") == "chief"
+    assert taken_by_node(storage, second, "second") == "worker-0"
+    assert nodes["worker-1"].queue.next_job.waiting
+    # Looking again changes nothing: a node keeps the job it took, and no other takes it.
+    again = {node: q.queue.next_job.next(index) for node, q in nodes.items()}
+    assert again == picks
+    record_job_state(storage, first, "first", STATES.succeeded)
+    assert nodes["worker-1"].queue.next_job.next(index) is None
+    record_job_state(storage, second, "second", STATES.failed)
+    for q in nodes.values():
+        picked = q.queue.next_job.next(index)
+        assert picked is not None
+        assert picked.id == whole
+        assert not q.queue.next_job.waiting
+
+
+def test_a_one_node_job_runs_alone_as_its_own_chief_on_the_node_that_took_it(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    job = submit(storage, "alone", one_node=True)
+    q = boot(tmp_path, runs=[(30.0, 0)], node_settings=cluster_node("worker-1"), storage=storage)
+    assert q.queue.run() == 0
+    (command,) = q.launcher.started
+    assert "TF_CONFIG" not in command.env
+    assert states(storage, job, "alone", node="worker-1") == [STATES.running, STATES.succeeded]
+    # It wrote the job's status, as a chief does: no other node runs it.
+    assert states(storage, job, "alone", node="job") == [STATES.running, STATES.succeeded]
+    assert taken_by_node(storage, job, "alone") == "worker-1"
+    assert "queue: job 1 (q1_alone) runs on one node: this one took it" in q.log
+
+
+def test_a_node_waiting_for_a_whole_cluster_job_is_not_idle_and_runs_it_once_the_one_node_job_ends(
+    tmp_path: Path,
+) -> None:
+    storage = MemoryStorage()
+    held = submit(storage, "held", one_node=True)
+    storage.objects[f"{queued_job_dir(BUCKET, held, 'held')}/{TAKEN_BY}"] = taken_by_bytes(
+        "chief", "2026-11-23T10:00:00Z"
+    )
+    whole = submit(storage, "whole")
+    q = boot(tmp_path, runs=[(20.0, 0)], idle_seconds=60, node_settings=cluster_node("worker-1"), storage=storage)
+    q.clock.at(500.0, lambda: record_job_state(storage, held, "held", STATES.succeeded))
+    assert q.queue.run() == 0
+    assert q.job_dirs_started() == [queued_job_dir(BUCKET, whole, "whole")]
+    # The job started at 500 s, ran 20 s, then the idle wait of 60 s: nothing stopped the node before.
+    assert [action for _, action in q.releases] == ["stop"]
+    assert q.releases[0][0] >= 580.0
+
+
+def test_a_node_that_rebooted_mid_one_node_job_resumes_it(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    job = submit(storage, "long", one_node=True)
+    q = boot(tmp_path, runs=[(100.0, 0)], node_settings=cluster_node("worker-0"), storage=storage)
+    run_until_sigterm(q, at=50.0)
+    again = boot(
+        tmp_path, runs=[(20.0, 0)], node_settings=cluster_node("worker-0"), storage=storage, incarnation="2222"
+    )
+    assert again.queue.run() == 0
+    assert again.job_dirs_started() == [queued_job_dir(BUCKET, job, "long")]
+    assert states(storage, job, "long", node="worker-0")[-1] == STATES.succeeded
+
+
+def test_a_one_node_jobs_corrupt_taken_by_record_fails_that_job_alone(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    bad = submit(storage, "bad", one_node=True)
+    storage.objects[f"{queued_job_dir(BUCKET, bad, 'bad')}/{TAKEN_BY}"] = b'{"version": 1, "node": "../x"}'
+    good = submit(storage, "good", one_node=True)
+    q = boot(tmp_path, runs=[(10.0, 0)], node_settings=cluster_node("worker-0"), storage=storage)
+    assert q.queue.run() == 0
+    assert q.job_dirs_started() == [queued_job_dir(BUCKET, good, "good")]
+    failed = status(storage, bad, "bad", node="job")
+    assert failed is not None
+    assert failed.state == STATES.failed
+    assert failed.reason == f"job 1 (q1_bad) cannot be run: {TAKEN_BY} names no node"
