@@ -20,17 +20,25 @@ from google.api_core import exceptions
 from google.cloud import storage
 from http_stand_in import serving
 
-from stack_helpers import base_config, write_stack
+from stack_helpers import base_config, with_changes, write_stack
 from test_status import BUCKET, emulator_server  # noqa: F401 (a fixture)
 from trainstack.commands.main import main
 from trainstack.jobqueue import store as stores
 from trainstack.jobqueue.queue import CodeObject, read_index, submit
 from trainstack.localrun.workdir import claim_workdir
-from trainstack.stackmodel.cost import job_hourly
+from trainstack.stackmodel.cost import job_hourly, node_hourly
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_checked_stack
 from trainstack_contract import LAYOUT, METADATA_KEYS, STATES
-from trainstack_contract.queue import INDEX_OBJECT, QueueIndex, read_spec, spec_object
+from trainstack_contract.queue import (
+    INDEX_OBJECT,
+    TAKEN_BY,
+    QueueIndex,
+    read_spec,
+    spec_object,
+    taken_by,
+    taken_by_bytes,
+)
 from trainstack_contract.status import first_status
 
 NODES = ["chief", "worker-0", "worker-1"]
@@ -203,6 +211,52 @@ def test_a_job_file_is_the_job_whole_and_options_replace_its_values(
     assert args[args.index("--epochs") + 1] == "1"
 
 
+def test_submit_one_node_queues_a_single_machine_job_and_says_so(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "submit", *local_args(stack, tmp_path), "--name", "solo", "--one-node")
+    assert code == 0, err
+    assert out.splitlines()[0] == (
+        f"job 1 (q1_solo) queued to run on one node on stack test: {bucket_dir(tmp_path)}/jobs/q1_solo"
+    )
+    root = bucket_dir(tmp_path)
+    [entry] = QueueIndex.from_json((root / INDEX_OBJECT).read_bytes()).entries
+    assert entry.one_node
+    values = read_spec((root / spec_object(entry.spec_sha256)).read_bytes(), entry.spec_sha256)
+    args = json.loads(values[METADATA_KEYS.trainer_args])
+    # The cluster's multi-worker strategy is the whole cluster's: one node chooses its own.
+    assert args[args.index("--strategy") + 1] == "auto"
+    code, _, err = run(capsys, "submit", *local_args(stack, tmp_path), "--name", "whole")
+    assert code == 0, err
+    whole = QueueIndex.from_json((root / INDEX_OBJECT).read_bytes()).entries[1]
+    assert not whole.one_node
+    whole_args = json.loads(
+        read_spec((root / spec_object(whole.spec_sha256)).read_bytes(), whole.spec_sha256)[METADATA_KEYS.trainer_args]
+    )
+    assert whole_args[whole_args.index("--strategy") + 1] == "multi_worker_mirrored"
+
+
+def test_submit_one_node_on_a_parameter_server_stack_is_refused_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = with_changes(
+        base_config(),
+        {
+            "trainstack:cluster.parameter_servers": {"count": 1, "machine_type": "n1-highmem-8"},
+            "trainstack:cluster.strategy": "parameter_server",
+        },
+    )
+    stack = write_stack(tmp_path, config)
+    code, out, err = run(capsys, "submit", *local_args(stack, tmp_path), "--one-node")
+    assert (code, out) == (1, "")
+    assert err == (
+        "trainstack: submit: --one-node: stack test trains with parameter servers, whose nodes are not alike "
+        "(a chief, workers, parameter servers); one-node jobs need a cluster of alike nodes "
+        "(multi_worker_mirrored) or one machine\n"
+    )
+    assert not (bucket_dir(tmp_path) / INDEX_OBJECT).exists()
+
+
 BAD_INPUTS = {
     "unknown key": (["--job-file", "{job}"], "name: x\nmodel: cnn\nlearning_rate: 3\n", "learning_rate"),
     "oversize": (["--job-file", "{job}"], "name: x\n" + "# pad\n" * 20000, "at most 65536"),
@@ -343,6 +397,38 @@ def test_the_local_store_refuses_a_write_on_a_stale_generation(tmp_path: Path) -
     assert (tmp_path / "a.json").read_bytes() == b"2"
 
 
+class _NoToken:
+    """The agent's metadata server as the emulator needs it: no token."""
+
+    def authorization(self) -> dict[str, str]:
+        return {}
+
+
+def test_a_node_takes_a_one_node_job_once_in_cloud_storage(proxy: PreconditionProxy) -> None:
+    from trainstack_agent.cloud import Http
+    from trainstack_agent.gcs import Storage as AgentStorage
+
+    nodes = AgentStorage(Http(timeout=10), _NoToken(), proxy.url)  # type: ignore[arg-type]
+    uri = f"gs://{BUCKET}/jobs/q1_trial/{TAKEN_BY}"
+    assert nodes.create(uri, taken_by_bytes("worker-0", _now()))
+    assert not nodes.create(uri, taken_by_bytes("worker-1", _now()))
+    assert proxy.refused == 1
+    data = nodes.read(uri, 1024)
+    assert data is not None
+    assert taken_by(data) == "worker-0"
+
+
+def test_a_node_takes_a_one_node_job_once_in_the_local_bucket(tmp_path: Path) -> None:
+    from trainstack_agent.gcs import Storage as AgentStorage
+
+    nodes = AgentStorage(None, None, "")  # type: ignore[arg-type]
+    uri = str(tmp_path / "jobs" / "q1_trial" / TAKEN_BY)
+    takers = [node for node in ("worker-0", "worker-1", "chief") if nodes.create(uri, taken_by_bytes(node, _now()))]
+    assert takers == ["worker-0"]
+    assert taken_by(Path(uri).read_bytes()) == "worker-0"
+    assert sorted(path.name for path in Path(uri).parent.iterdir()) == ["taken_by.json"]
+
+
 @pytest.mark.slow
 def test_submit_jobs_and_cancel_on_cloud_storage(
     proxy: PreconditionProxy, stack: Path, capsys: pytest.CaptureFixture[str]
@@ -444,6 +530,27 @@ def test_jobs_lists_queued_running_succeeded_and_cancelled_jobs(
     assert "0:30:00" in lines[2]
     assert "eval_accuracy=0.5" in lines[2]
     assert f"${hourly / 2:.2f}" in lines[2]
+
+
+def test_jobs_prices_a_one_node_job_at_the_node_that_ran_it(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = local_args(stack, tmp_path)
+    assert run(capsys, "submit", *args, "--name", "solo", "--one-node")[0] == 0
+    root = bucket_dir(tmp_path)
+    start, end = "2026-01-01T10:00:00Z", "2026-01-01T10:30:00Z"
+    for node in ("job", "worker-1"):
+        write_status(root, "q1_solo", node, (STATES.running, start), (STATES.succeeded, end))
+    code, out, err = run(capsys, "jobs", *args, "--json")
+    assert code == 0, err
+    [solo] = [row for row in json.loads(out)["jobs"] if row["id"] == 1]
+    assert solo["nodes"] == {"worker-1": "SUCCEEDED"}
+    cfg, facts = load_checked_stack(stack)
+    prices = node_hourly(resolve_stack(cfg, facts=facts))
+    worker = prices["worker-1"]
+    assert worker is not None
+    assert worker < sum(price or 0.0 for price in prices.values())
+    assert solo["cost_usd"] == round(worker / 2, 4)
 
 
 def test_the_three_commands_have_help(capsys: pytest.CaptureFixture[str]) -> None:

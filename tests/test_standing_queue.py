@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -93,7 +95,7 @@ def incarnations(job_dir: Path) -> dict[str, str]:
     """Each node's incarnation (one boot of its agent) in the job's status objects."""
     found = {}
     for path in sorted((job_dir / "status").glob("*.json")):
-        if path.stem not in ("job", "settings"):
+        if path.stem not in ("job", "settings", "taken_by"):
             found[path.stem] = json.loads(path.read_text())["incarnation"]
     return found
 
@@ -150,3 +152,86 @@ def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_
     stops = (workdir / "self-stop.log").read_text().split("\n")
     assert sorted(line.split()[-1] for line in stops if line) == ["chief", "worker-0", "worker-1"], stops
     assert not (workdir / "standing.json").exists()
+
+
+# A team's job that ends well only when another node runs the same job at the same time, and
+# without TF_CONFIG: each writes its node's name in a shared directory, then waits for a second.
+RENDEZVOUS_TASK = """\
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+if "TF_CONFIG" in os.environ:
+    sys.exit("a one-node job was given TF_CONFIG")
+where = pathlib.Path(os.environ["RENDEZVOUS_DIR"])
+(where / os.environ["NODE_NAME"]).write_text("")
+deadline = time.monotonic() + 300
+while time.monotonic() < deadline:
+    if len(list(where.iterdir())) >= 2:
+        sys.exit(0)
+    time.sleep(0.2)
+sys.exit(1)
+"""
+
+
+def status_time(job_dir: Path, node: str, state: str) -> str:
+    """When ``node`` first recorded ``state`` in the job's directory."""
+    history = json.loads((job_dir / "status" / f"{node}.json").read_text())["history"]
+    return str(next(entry["time"] for entry in history if entry["state"] == state))
+
+
+@pytest.mark.slow
+def test_one_node_jobs_run_side_by_side_on_two_nodes_and_a_whole_cluster_job_follows_them(tmp_path: Path) -> None:
+    package = tmp_path / "rendezvous"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "task.py").write_text(RENDEZVOUS_TASK)
+    stack_file = write_stack(tmp_path, stack_config(), stack="side")
+    workdir = tmp_path / "work"
+    # Where the jobs' unprivileged user may write (the test's own directory is not its to enter).
+    meeting = Path(tempfile.mkdtemp(prefix="trainstack-meeting-"))
+    meeting.chmod(0o777)
+    standing = start_standing(stack_file, workdir)
+    try:
+        target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
+        for name in ("left", "right"):
+            submitted = trainstack(
+                "submit",
+                *target,
+                "--one-node",
+                "--name",
+                name,
+                "--package",
+                str(package),
+                "--module",
+                "rendezvous.task",
+                "--env",
+                f"RENDEZVOUS_DIR={meeting}",
+            )
+            assert submitted.returncode == 0, submitted.stderr
+            assert "queued to run on one node" in submitted.stdout
+        after = trainstack("submit", *target, "--name", "after", *SHORT)
+        assert after.returncode == 0, after.stderr
+        output, _ = standing.communicate(timeout=WAIT_SECONDS)
+    finally:
+        if standing.poll() is None:
+            standing.kill()
+            standing.wait()
+        met = sorted(path.name for path in meeting.iterdir())
+        shutil.rmtree(meeting, ignore_errors=True)
+    assert standing.returncode == 0, output
+    jobs_dir = next(workdir.glob("bucket/*/jobs"))
+    states = {name: job_state(jobs_dir / name) for name in ("q1_left", "q2_right", "q3_after")}
+    assert states == {"q1_left": "SUCCEEDED", "q2_right": "SUCCEEDED", "q3_after": "SUCCEEDED"}, output
+    # Each ran on the one node that took it, two nodes at once, with no TF_CONFIG.
+    ran_on = {name: sorted(set(incarnations(jobs_dir / name))) for name in ("q1_left", "q2_right")}
+    assert [len(nodes) for nodes in ran_on.values()] == [1, 1], ran_on
+    assert ran_on["q1_left"] != ran_on["q2_right"]
+    assert met == sorted(ran_on["q1_left"] + ran_on["q2_right"])
+    # The whole-cluster job ran on every node, and only after both one-node jobs had ended.
+    assert sorted(incarnations(jobs_dir / "q3_after")) == ["chief", "worker-0", "worker-1"]
+    started = min(status_time(jobs_dir / "q3_after", node, "RUNNING") for node in ("chief", "worker-0", "worker-1"))
+    for name, (node,) in ran_on.items():
+        assert status_time(jobs_dir / name, node, "SUCCEEDED") <= started

@@ -35,7 +35,7 @@ from trainstack.tuning.study import (
     study_object,
 )
 from trainstack_contract import LAYOUT, METADATA_KEYS
-from trainstack_contract.queue import QueueEntry, read_spec, spec_object
+from trainstack_contract.queue import TAKEN_BY, QueueEntry, read_spec, spec_object, taken_by_bytes
 
 JOB = {METADATA_KEYS.job_mode: "package", METADATA_KEYS.trainer_args: json.dumps(["--epochs", "2"])}
 TAG = "accuracy"
@@ -162,8 +162,8 @@ def services(bucket: Path, **overrides: Any) -> engine.TuneServices:
     objects = LocalObjects(bucket)
     clock = iter(f"2026-11-26T00:{minute // 60:02d}:{minute % 60:02d}.000000Z" for minute in range(10_000))
 
-    def queue(name: str, values: dict[str, str], submitted: str) -> QueueEntry:
-        return submit(store, name, values, [], submitted, lambda entry: False)
+    def queue(name: str, values: dict[str, str], submitted: str, one_node: bool) -> QueueEntry:
+        return submit(store, name, values, [], submitted, lambda entry: False, one_node)
 
     def cancel_job(job_id: int) -> None:
         cancel(store, job_id, "2026-11-26T01:00:00Z", lambda entry: None)
@@ -245,9 +245,9 @@ def test_a_tune_killed_between_recording_a_trial_and_queueing_it_queues_that_tri
     class Killed(Exception):
         pass
 
-    def dying_submit(name: str, values: dict[str, str], submitted: str) -> QueueEntry:
+    def dying_submit(name: str, values: dict[str, str], submitted: str, one_node: bool) -> QueueEntry:
         if crash_at == "after_submit":
-            real.submit(name, values, submitted)
+            real.submit(name, values, submitted, one_node)
         raise Killed
 
     with pytest.raises(Killed):
@@ -399,6 +399,39 @@ def test_a_study_resumes_only_with_its_own_spec_and_job(bucket: Path) -> None:
         engine.open_study(store, "study", spec(maxTrials=9), dict(JOB), "later")
     with pytest.raises(engine.StudyRefused, match="another job"):
         engine.open_study(store, "study", spec(), {**JOB, METADATA_KEYS.trainer_args: "[]"}, "later")
+    with pytest.raises(engine.StudyRefused, match="runs its trials on all the cluster's nodes: resume it without"):
+        engine.open_study(store, "study", spec(), dict(JOB), "later", one_node=True)
+
+
+def test_one_node_trials_are_queued_side_by_side_and_read_from_the_node_that_ran_each(bucket: Path) -> None:
+    store = DirectoryStore(bucket)
+    engine.open_study(
+        store, "study", spec(maxTrials=3, maxParallelTrials=3), dict(JOB), "2026-11-26T00:00:00Z", 7, True
+    )
+    tune = services(bucket)
+    engine.step(tune, "study")
+    entries = read_index(store).entries
+    assert [entry.one_node for entry in entries] == [True, True, True]
+    # Each node takes one and reports its metric in its own hypertune file, as a node's agent copies it.
+    for entry, node, value in zip(entries, ("worker-1", "chief", "worker-0"), (0.25, 0.5, 0.75), strict=True):
+        job = bucket / job_prefix(entry)
+        (job / "status").mkdir(parents=True)
+        (job / TAKEN_BY).write_bytes(taken_by_bytes(node, "2026-11-26T00:00:00Z"))
+        (job / LAYOUT.hypertune_metrics(node)).parent.mkdir(exist_ok=True)
+        (job / LAYOUT.hypertune_metrics(node)).write_text(
+            json.dumps({TAG: str(value), "global_step": "1", "timestamp": 1.0, "trial": "1"}) + "\n"
+        )
+        (job / LAYOUT.job_status).write_text(json.dumps({"state": "SUCCEEDED", "time": "2026-11-26T00:01:00Z"}))
+    study = engine.step(tune, "study")
+    assert [(trial.state, trial.metric) for trial in study.trials] == [
+        (SUCCEEDED, 0.25),
+        (SUCCEEDED, 0.5),
+        (SUCCEEDED, 0.75),
+    ]
+    assert study.one_node
+    best = study.best()
+    assert best is not None
+    assert best.number == 3
 
 
 def test_reverse_log_scale_stays_in_range_and_is_dense_near_the_maximum(bucket: Path) -> None:

@@ -3,8 +3,9 @@ queue's index and their status objects, and a queued or running job ended.
 
 `jobs` lists the stack's own ``trainstack:job`` as job 0, then the queue's jobs in submit order
 (the latest ``--limit``): state, when each was submitted, started and ended, its duration, the
-nodes that recorded a status, its cost at catalog prices (the stack's hourly price, as `trainstack
-cost` has it, times the duration) and its final metric (metrics.json).
+nodes that recorded a status, its cost at catalog prices (the hourly price of the machines it ran
+on, as `trainstack cost` has them: all of the stack's, or the one node of a one-node job; times the
+duration) and its final metric (metrics.json).
 
 `cancel` marks the job's entry cancelled under a generation precondition: a queued job never
 starts; the nodes running it end its code within a poll, record CANCELLED and go on with the
@@ -42,8 +43,7 @@ def job_rows(args: argparse.Namespace, stack: ResolvedStack, limit: int) -> list
     QueueUsageError or StoreError when the queue cannot be read."""
     from trainstack.jobqueue.history import JobSource, job_row
     from trainstack.jobqueue.queue import job_prefix, read_index
-    from trainstack.jobstate.report import node_names
-    from trainstack.stackmodel.cost import job_hourly
+    from trainstack.stackmodel.cost import node_hourly
 
     place = queue_place(args, stack)
     index = read_index(place.store)
@@ -54,8 +54,8 @@ def job_rows(args: argparse.Namespace, stack: ResolvedStack, limit: int) -> list
     sources += [
         JobSource(entry.id, entry.name, place.objects, job_prefix(entry), entry) for entry in index.entries[-limit:]
     ]
-    nodes, hourly, now = node_names(stack), job_hourly(stack), time.time()
-    return [job_row(source, nodes, hourly, now) for source in sources]
+    prices, now = node_hourly(stack), time.time()
+    return [job_row(source, prices, now) for source in sources]
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:

@@ -26,10 +26,14 @@ from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue
 from trainstack.commands.stackargs import add_stack_arguments, stack_option, stack_path
 from trainstack.jobstate.report import StatusReadError
 from trainstack_contract import (
+    AUTO,
     BATCH_SIZE_PER_REPLICA,
     EPOCHS,
+    FLAGS,
     IMAGE_SIZE,
     METADATA_KEYS,
+    MULTI_WORKER_MIRRORED,
+    PARAMETER_SERVER,
     PATH_INSTALL,
     STEPS_PER_EPOCH,
     TPU_NODE,
@@ -132,14 +136,39 @@ def checked_job(args: argparse.Namespace) -> tuple[ResolvedStack, ResolvedStack]
     return stack, queued
 
 
-def spec_values(stack: ResolvedStack, local: bool) -> dict[str, str]:
+def one_node_refusal(stack: ResolvedStack) -> str | None:
+    """Why the stack's nodes cannot each run a job alone (--one-node), or None."""
+    cluster = stack.cluster
+    if cluster is not None and cluster.strategy == PARAMETER_SERVER:
+        return (
+            f"--one-node: stack {stack.stack} trains with parameter servers, whose nodes are not alike "
+            f"(a chief, workers, parameter servers); one-node jobs need a cluster of alike nodes "
+            f"({MULTI_WORKER_MIRRORED}) or one machine"
+        )
+    return None
+
+
+def single_machine_args(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The built-in trainer's arguments for one node of a multi-worker cluster: the strategy
+    chosen for the machine (auto) in place of the cluster's."""
+    strategy = FLAGS.strategy
+    return tuple(
+        AUTO if index > 0 and args[index - 1] == strategy and value == MULTI_WORKER_MIRRORED else value
+        for index, value in enumerate(args)
+    )
+
+
+def spec_values(stack: ResolvedStack, local: bool, one_node: bool = False) -> dict[str, str]:
     """The job's metadata values, as a node of the stack would have them in instance metadata
-    (`trainstack local`'s stand-in for the TPU VM on --local), its job directory aside."""
+    (`trainstack local`'s stand-in for the TPU VM on --local), its job directory aside;
+    ``one_node``: as one node of the cluster runs it alone."""
     from trainstack.cloud.bootscripts import job_metadata
 
     assert stack.job is not None
     if stack.cluster is not None:
         args = stack.cluster.trainer_args
+        if one_node and stack.job.builtin:
+            args = single_machine_args(args)
     else:
         assert stack.tpu is not None
         args = stack.tpu.trainer_args
@@ -203,6 +232,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 f"stack {stack.stack} runs no queue: its nodes boot with no job and no idle_minutes; set "
                 "trainstack:cluster.idle_minutes (or tpu.idle_minutes) and `pulumi up` first"
             )
+        refusal = one_node_refusal(stack) if args.one_node else None
+        if refusal is not None:
+            raise SubmitRefused(refusal)
         place = queue_place(args, stack)
         if place.workdir is not None:
             # The work directory `local --standing` will run in, whichever of the two comes first.
@@ -215,10 +247,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         entry = submit(
             place.store,
             job.name,
-            spec_values(queued, args.local),
+            spec_values(queued, args.local, args.one_node),
             code,
             utc_now(),
             lambda queued_entry: job_state(place.objects, job_prefix(queued_entry)) in ENDED_STATES,
+            args.one_node,
         )
     except WorkdirError as error:
         print(f"trainstack: submit: --workdir: {error}", file=sys.stderr)
@@ -232,8 +265,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         for line in str(error).splitlines():
             print(f"trainstack: submit: {line}", file=sys.stderr)
         return 1
+    where = " to run on one node" if entry.one_node else ""
     print(
-        f"job {entry.id} ({entry.job_dir_name}) queued on stack {stack.stack}: {place.objects.location(job_prefix(entry))}"
+        f"job {entry.id} ({entry.job_dir_name}) queued{where} on stack {stack.stack}: "
+        f"{place.objects.location(job_prefix(entry))}"
     )
     if args.no_start:
         return 0
@@ -264,6 +299,12 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--env", action="append", metavar="NAME=VALUE", help="an environment variable of the job; repeat for several"
+    )
+    parser.add_argument(
+        "--one-node",
+        action="store_true",
+        help="run on one node of the cluster, the first free one, as a single machine (no TF_CONFIG): "
+        "such jobs run side by side, one per node",
     )
 
 

@@ -42,6 +42,7 @@ from trainstack.commands.submit import (
     add_job_arguments,
     checked_job,
     fetch_for_local_nodes,
+    one_node_refusal,
     spec_values,
     wake_standing,
 )
@@ -91,7 +92,7 @@ def _local_options(args: argparse.Namespace) -> str:
 
 
 def _job_options_given(args: argparse.Namespace) -> list[str]:
-    options = ["job_file", "name", "args", "env", *BUILTIN_OPTIONS, *CODE_OPTIONS]
+    options = ["job_file", "name", "args", "env", "one_node", *BUILTIN_OPTIONS, *CODE_OPTIONS]
     return [f"--{key.replace('_', '-')}" for key in options if getattr(args, key, None)]
 
 
@@ -107,8 +108,8 @@ def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace,
     def ended(entry: Any) -> bool:
         return job_state(place.objects, job_prefix(entry)) in ENDED_STATES
 
-    def queue_trial(name: str, values: dict[str, str], submitted: str) -> Any:
-        return submit(place.store, name, values, code, submitted, ended)
+    def queue_trial(name: str, values: dict[str, str], submitted: str, one_node: bool) -> Any:
+        return submit(place.store, name, values, code, submitted, ended, one_node)
 
     def cancel_job(job_id: int) -> None:
         def ended_state(entry: Any) -> str | None:
@@ -190,7 +191,11 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
         fetch_for_local_nodes(queued, place.workdir)
     code = [CodeObject(job.package.object_name, job.package.archive)] if job.package else []
     code += [CodeObject(job.requirements.object_name, job.requirements.data)] if job.requirements else []
-    study, created = open_study(place.store, name, spec, spec_values(queued, args.local), utc_now())
+    refusal = one_node_refusal(stack) if args.one_node else None
+    if refusal is not None:
+        raise SubmitRefused(refusal)
+    values = spec_values(queued, args.local, args.one_node)
+    study, created = open_study(place.store, name, spec, values, utc_now(), one_node=args.one_node)
     if created:
         print(f"study {name} started on stack {stack.stack}: {spec.max_trials} trials of {spec.algorithm}")
     else:
@@ -199,14 +204,24 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
 
 
 def _parallel_note(stack: ResolvedStack, study: Study) -> str | None:
+    """What maxParallelTrials comes to on this stack's machines."""
     parallel = study.spec.parallel_trials
+    machines = len(stack.cluster.nodes) if stack.cluster else 1
     if parallel <= 1:
         return None
-    machines = len(stack.cluster.nodes) if stack.cluster else 1
+    if study.one_node and machines > 1:
+        at_once = min(parallel, machines)
+        return (
+            f"note: maxParallelTrials {parallel}: each trial runs on one of stack {stack.stack}'s {machines} "
+            f"machines, so up to {at_once} run at once"
+            + (f" and {parallel - at_once} more wait queued" if parallel > at_once else "")
+            + "; each is chosen without the results of those still outstanding (as AI Platform's parallel trials were)"
+        )
+    hint = "" if study.one_node or machines == 1 else "; with --one-node each trial runs on one machine, side by side"
     return (
         f"note: maxParallelTrials {parallel}: stack {stack.stack} runs one job at a time on its {machines} "
         f"machine(s), so trials run one after another; up to {parallel} are queued at once, each chosen "
-        "without the results of those still outstanding (as AI Platform's parallel trials were)"
+        f"without the results of those still outstanding (as AI Platform's parallel trials were){hint}"
     )
 
 

@@ -8,7 +8,7 @@ import json
 import math
 import posixpath
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -84,15 +84,24 @@ def _seconds(start: str | None, end: str | None, now: float) -> float | None:
     return max(0.0, (finished.timestamp() if finished is not None else now) - began.timestamp())
 
 
-def job_row(source: JobSource, nodes: Sequence[str], hourly_usd: float | None, now: float) -> JobRow:
-    """One job's row; a status object that cannot be read is the row's problem, not the listing's."""
+def _hourly(prices: Sequence[float | None]) -> float | None:
+    """What machines of these hourly prices cost an hour together; None if one is not known."""
+    if not prices or any(price is None for price in prices):
+        return None
+    return sum(price or 0.0 for price in prices)
+
+
+def job_row(source: JobSource, node_hourly: Mapping[str, float | None], now: float) -> JobRow:
+    """One job's row; a status object that cannot be read is the row's problem, not the listing's.
+    ``node_hourly``: each node's price an hour. A job costs its nodes' prices: all of them, or,
+    queued one_node, the one that recorded a status."""
     entry = source.entry
     submitted = entry.submitted if entry else None
     where = source.objects.location(source.prefix)
     try:
         status = read_json(source.objects, posixpath.join(source.prefix, LAYOUT.job_status))
         node_states = {}
-        for node in nodes:
+        for node in node_hourly:
             node_status = read_json(source.objects, posixpath.join(source.prefix, LAYOUT.node_status(node)))
             if node_status is not None:
                 node_states[node] = str(node_status.get("state", "?"))[:20]
@@ -106,7 +115,8 @@ def job_row(source: JobSource, nodes: Sequence[str], hourly_usd: float | None, n
         state, ended = STATES.cancelled, entry.cancelled
     started = _history_time(status, STATES.running) if status is not None else None
     duration = _seconds(started, ended, now) if started else None
-    cost = None if duration is None or hourly_usd is None else hourly_usd * duration / SECONDS_PER_HOUR
+    hourly = _hourly([node_hourly[node] for node in (node_states if entry and entry.one_node else node_hourly)])
+    cost = None if duration is None or hourly is None else hourly * duration / SECONDS_PER_HOUR
     return JobRow(
         source.id, source.name, state, where, submitted, started, ended, duration, node_states, cost, _metric(metrics)
     )

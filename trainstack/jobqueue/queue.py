@@ -70,9 +70,11 @@ def submit(
     code: Sequence[CodeObject],
     submitted: str,
     ended: Callable[[QueueEntry], bool],
+    one_node: bool = False,
 ) -> QueueEntry:
     """Queue a job: its code and spec written (each once, by digest), then the index appended
-    under a precondition. ``ended``: whether a job has ended (for room in a full index).
+    under a precondition. ``ended``: whether a job has ended (for room in a full index);
+    ``one_node``: the job runs on one node, the first to take it.
     Everything is checked before the first write: a corrupt index or a bad spec writes nothing."""
     spec = checked_spec(values)
     sha = spec_sha256(spec)
@@ -90,7 +92,7 @@ def submit(
         if len(index.entries) >= MAX_ENTRIES:
             index = _with_room(index, ended)
         try:
-            appended, entry = index.appended(name, sha, submitted)
+            appended, entry = index.appended(name, sha, submitted, one_node)
         except QueueFormatError as error:
             raise StoreError(f"{store.location(INDEX_OBJECT)}: {error}") from None
         return appended.to_json(), entry

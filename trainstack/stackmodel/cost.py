@@ -142,9 +142,15 @@ def hourly_in_region(stack: ResolvedStack, region: str, catalog: Catalog | None 
 
 def job_hourly(stack: ResolvedStack) -> float | None:
     """What the machines that run the job (the cluster, the TPU VM) cost an hour together."""
-    costs = [n.cost.usd_per_hour for n in stack.cluster.nodes] if stack.cluster else []
-    costs += [stack.tpu.cost.usd_per_hour] if stack.tpu else []
+    costs = list(node_hourly(stack).values())
     return _sum(costs) if costs else None
+
+
+def node_hourly(stack: ResolvedStack) -> dict[str, float | None]:
+    """What each machine that runs jobs costs an hour, by its node name (None: not in the catalog)."""
+    costs = {n.name: n.cost.usd_per_hour for n in stack.cluster.nodes} if stack.cluster else {}
+    costs |= {stack.tpu.name: stack.tpu.cost.usd_per_hour} if stack.tpu else {}
+    return costs
 
 
 def _stopped_monthly(stack: ResolvedStack, catalog: Catalog) -> float | None:

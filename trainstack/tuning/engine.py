@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from trainstack.jobqueue.store import ObjectStore, StoreError, update
 from trainstack.jobstate.report import ListedObjects, StatusReadError, read_json
 from trainstack.tuning import optimizer
-from trainstack.tuning.metrics import read_metric
+from trainstack.tuning.metrics import MetricReading, read_metric
 from trainstack.tuning.spec import HyperparameterSpec
 from trainstack.tuning.study import (
     CANCELLED,
@@ -42,7 +42,14 @@ from trainstack.tuning.study import (
     trial_job_name,
 )
 from trainstack_contract import LAYOUT, METADATA_KEYS, STATES, TRIAL_ID_ENV
-from trainstack_contract.queue import ENDED_STATES, QueueEntry
+from trainstack_contract.queue import (
+    ENDED_STATES,
+    MAX_TAKEN_BY_BYTES,
+    TAKEN_BY,
+    QueueEntry,
+    QueueFormatError,
+    taken_by,
+)
 
 
 class StudyRefused(Exception):
@@ -55,8 +62,8 @@ class TuneServices:
 
     store: ObjectStore
     objects: ListedObjects
-    # Queues a trial's job (name, spec values, submit time); the same three queue it once only.
-    submit: Callable[[str, dict[str, str], str], QueueEntry]
+    # Queues a trial's job (name, spec values, submit time, on one node); the same queue it once only.
+    submit: Callable[[str, dict[str, str], str, bool], QueueEntry]
     cancel: Callable[[int], None]
     # The queue's entries by id (for the cancelled mark of a trial's job).
     entries: Callable[[], dict[int, QueueEntry]]
@@ -104,14 +111,21 @@ def read_study(store: ObjectStore, name: str) -> Study | None:
 
 
 def open_study(
-    store: ObjectStore, name: str, spec: HyperparameterSpec, job: dict[str, str], now: str, seed: int | None = None
+    store: ObjectStore,
+    name: str,
+    spec: HyperparameterSpec,
+    job: dict[str, str],
+    now: str,
+    seed: int | None = None,
+    one_node: bool = False,
 ) -> tuple[Study, bool]:
     """The study ``name``: created with this spec and job, or the existing one when it has the
     same (a study resumes); whether it was created. :class:`StudyRefused` when one of that
     name exists with another spec or job. ``seed``: the suggestions' (by default a random one,
-    recorded in the study)."""
+    recorded in the study). ``one_node``: each trial on one node of the cluster."""
     where = store.location(study_object(name))
-    fresh = Study(name=name, spec=spec, job=job, created=now, seed=random.randrange(2**31) if seed is None else seed)  # noqa: S311 - a search seed, not a secret
+    seed = random.randrange(2**31) if seed is None else seed  # noqa: S311 - a search seed, not a secret
+    fresh = Study(name=name, spec=spec, job=job, created=now, seed=seed, one_node=one_node)
 
     def create_or_check(data: bytes | None) -> tuple[bytes | None, tuple[Study, bool]]:
         if data is None:
@@ -129,6 +143,12 @@ def open_study(
             raise StudyRefused(
                 f"study {name} ({where}) runs another job (other code, arguments or settings): give the same "
                 "job to resume it, or --study NEW for a new study"
+            )
+        if existing.one_node != one_node:
+            placed = "one node each" if existing.one_node else "all the cluster's nodes"
+            raise StudyRefused(
+                f"study {name} ({where}) runs its trials on {placed}: resume it "
+                f"{'with' if existing.one_node else 'without'} --one-node, or --study NEW for a new study"
             )
         return None, (existing, False)
 
@@ -149,7 +169,8 @@ def trial_values(study: Study, trial: Trial) -> dict[str, str]:
 
 def _queue(services: TuneServices, study: Study, trial: Trial) -> Study:
     """Queues a PENDING trial's job (once, whatever happened before) and records it QUEUED."""
-    entry = services.submit(trial_job_name(study.name, trial.number), trial_values(study, trial), trial.submitted)
+    name, values = trial_job_name(study.name, trial.number), trial_values(study, trial)
+    entry = services.submit(name, values, trial.submitted, study.one_node)
     job_dir = posixpath.join(LAYOUT.jobs, entry.job_dir_name)
 
     def record(current: Study) -> Study | None:
@@ -188,12 +209,31 @@ def _ask(services: TuneServices, name: str) -> Study:
     return _change(services, name, add)
 
 
+def _trial_metric(services: TuneServices, study: Study, trial: Trial) -> MetricReading:
+    """The trial's metric as its job directory holds it now."""
+    assert trial.job_dir is not None
+    tag = study.spec.hyperparameter_metric_tag
+    return read_metric(services.objects, trial.job_dir, tag, _reporting_node(services, study, trial.job_dir))
+
+
+def _reporting_node(services: TuneServices, study: Study, job_dir: str) -> str:
+    """The node whose cloudml-hypertune report is the trial's: the chief, or the node that
+    took a one-node trial (the chief's name when that cannot be read: no report is found)."""
+    if not study.one_node:
+        return services.chief
+    try:
+        data = services.objects.read_upto(posixpath.join(job_dir, TAKEN_BY), MAX_TAKEN_BY_BYTES)
+        return services.chief if data is None else taken_by(data)
+    except (StatusReadError, QueueFormatError):
+        return services.chief
+
+
 def _ended(services: TuneServices, study: Study, trial: Trial, state: str, problem: str | None) -> Trial:
     """The trial once its job has ended in ``state``."""
     now = services.now()
     if state == STATES.succeeded:
         assert trial.job_dir is not None
-        reading = read_metric(services.objects, trial.job_dir, study.spec.hyperparameter_metric_tag, services.chief)
+        reading = _trial_metric(services, study, trial)
         if reading.final is None:
             return replace(
                 trial, state=FAILED, problem=reading.missing(study.spec.hyperparameter_metric_tag), ended=now
@@ -225,7 +265,7 @@ def _observe(services: TuneServices, study: Study, trial: Trial, entry: QueueEnt
         last is None or services.clock() - last >= services.early_stop_seconds
     ):
         services.looked[trial.number] = services.clock()
-        reading = read_metric(services.objects, trial.job_dir, study.spec.hyperparameter_metric_tag, services.chief)
+        reading = _trial_metric(services, study, trial)
         running = replace(running, steps=tuple(reading.steps))
         if optimizer.should_stop(study, running):
             services.cancel(trial.job_id or 0)

@@ -105,6 +105,8 @@ class Study:
     state: str = STUDY_ACTIVE
     trials: tuple[Trial, ...] = ()
     problem: str | None = None
+    # Each trial runs on one node of the cluster (queued one_node): trials side by side.
+    one_node: bool = False
 
     def to_json(self) -> bytes:
         document = {
@@ -112,6 +114,7 @@ class Study:
             "study": self.name,
             "spec": self.spec.to_json(),
             "job": self.job,
+            "one_node": self.one_node,
             "created": self.created,
             "seed": self.seed,
             "state": self.state,
@@ -238,4 +241,5 @@ def parse_study(data: bytes, where: str) -> Study:
         state=state,
         trials=trials,
         problem=_optional(document, "problem", str, where),
+        one_node=bool(_optional(document, "one_node", bool, where)),
     )
