@@ -18,11 +18,14 @@ figure is from one trial's end (SUCCEEDED in its status/job.json, as the nodes r
 the next trial's first step (its progress.json), which takes in the tune command's poll, its
 metric reading and suggestion, the submit, and the node's start of the next job.
 
+With --one-node-trials, a second study follows whose trials run on one node each (`tune
+--one-node`), measured the same way.
+
 Targets (issue 37): submit to first step at most 0.3x the cold run's start to first step;
 `submit` itself returns in under 2 s. (Issue 38): a trial's end to the next trial's first step
 under 5 s.
 
-    python bench/queue_latency.py [--stack multiworker] [--rounds 3]
+    python bench/queue_latency.py [--stack multiworker] [--rounds 3] [--one-node-trials]
 """
 
 from __future__ import annotations
@@ -136,8 +139,9 @@ def ended_at(job_dir: Path) -> float:
     return datetime.fromisoformat(succeeded.replace("Z", "+00:00")).timestamp()
 
 
-def tune(stack: str, workdir: Path, trials: int, scratch: Path) -> list[float]:
-    """Seconds from each trial's end to the next trial's first step, in a study of ``trials``."""
+def tune(stack: str, workdir: Path, trials: int, scratch: Path, name: str, one_node: bool = False) -> list[float]:
+    """Seconds from each trial's end to the next trial's first step, in a study of ``trials``
+    (each trial on one node with ``one_node``)."""
     spec = scratch / "hptuning_config.yaml"
     spec.write_text(LEARNING_RATE_STUDY.format(trials=trials, parallel=1))
     subprocess.run(
@@ -152,7 +156,8 @@ def tune(stack: str, workdir: Path, trials: int, scratch: Path) -> list[float]:
             "--spec",
             str(spec),
             "--name",
-            "tuneprobe",
+            name,
+            *(["--one-node"] if one_node else []),
             *ONE_STEP,
         ],
         cwd=REPOSITORY,
@@ -161,7 +166,7 @@ def tune(stack: str, workdir: Path, trials: int, scratch: Path) -> list[float]:
         capture_output=True,
         timeout=JOB_SECONDS * trials,
     )
-    job_dirs = sorted(workdir.glob("bucket/*/jobs/q*_tuneprobe_t*"), key=lambda path: int(path.name.rsplit("_t", 1)[1]))
+    job_dirs = sorted(workdir.glob(f"bucket/*/jobs/q*_{name}_t*"), key=lambda path: int(path.name.rsplit("_t", 1)[1]))
     gaps = []
     for finished, following in itertools.pairwise(job_dirs):
         gaps.append(first_step(following / "progress.json", time.monotonic() + 5) - ended_at(finished))
@@ -172,8 +177,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", default="multiworker")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--one-node-trials",
+        action="store_true",
+        help="then a second study whose trials run on one node each (`tune --one-node`)",
+    )
     args = parser.parse_args()
-    cold, returned, loop = [], [], []
+    cold, returned, loop, one_node_gaps = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="queue-latency-") as scratch:
         standing_dir = Path(scratch) / "standing"
         standing = subprocess.Popen(
@@ -197,7 +207,10 @@ def main() -> None:
                 returned.append(took)
                 loop.append(to_step)
             time.sleep(SETTLE_SECONDS)
-            gaps = tune(args.stack, standing_dir, args.rounds + 1, Path(scratch))
+            gaps = tune(args.stack, standing_dir, args.rounds + 1, Path(scratch), "tuneprobe")
+            if args.one_node_trials:
+                time.sleep(SETTLE_SECONDS)
+                one_node_gaps = tune(args.stack, standing_dir, args.rounds + 1, Path(scratch), "onenode", one_node=True)
         finally:
             standing.send_signal(signal.SIGTERM)
             try:
@@ -219,6 +232,12 @@ def main() -> None:
         f"`tune`: a trial's end to the next trial's first step: {g:.2f} s (gaps: {runs(gaps)}); "
         f"target: under 5 s: {'met' if max(gaps) < 5 else 'MISSED'}"
     )
+    if one_node_gaps:
+        g = statistics.median(one_node_gaps)
+        print(
+            f"`tune --one-node`: a trial's end to the next trial's first step: {g:.2f} s "
+            f"(gaps: {runs(one_node_gaps)}); target: under 5 s: {'met' if max(one_node_gaps) < 5 else 'MISSED'}"
+        )
 
 
 if __name__ == "__main__":
