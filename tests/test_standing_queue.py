@@ -6,6 +6,7 @@ after `idle_minutes` (time-scaled, as the agent's other waits are) and the run e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,18 @@ def start_standing(stack_file: Path, workdir: Path) -> subprocess.Popen[str]:
     )
 
 
+@contextlib.contextmanager
+def standing_cluster(stack_file: Path, workdir: Path) -> Iterator[subprocess.Popen[str]]:
+    """A standing run for the ``with`` block; killed at its end if it has not ended by itself."""
+    standing = start_standing(stack_file, workdir)
+    try:
+        yield standing
+    finally:
+        if standing.poll() is None:
+            standing.kill()
+            standing.wait()
+
+
 def until(predicate: Any, what: str, process: subprocess.Popen[str] | None = None) -> Any:
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:
@@ -106,8 +120,7 @@ def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_
 ) -> None:
     stack_file = write_stack(tmp_path, stack_config(), stack="loop")
     workdir = tmp_path / "work"
-    standing = start_standing(stack_file, workdir)
-    try:
+    with standing_cluster(stack_file, workdir) as standing:
         target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
         # Queued while the stack's own job (job 0) still runs: they follow it, in submit order.
         for name, options in (("first", SHORT), ("long", LONG), ("last", SHORT)):
@@ -119,10 +132,6 @@ def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_
         assert cancelled.returncode == 0, cancelled.stderr
         # The nodes end job 2, run job 3, then idle out: the run ends by itself.
         output, _ = standing.communicate(timeout=WAIT_SECONDS)
-    finally:
-        if standing.poll() is None:
-            standing.kill()
-            standing.wait()
     assert standing.returncode == 0, output
     # The run ends with every job it ran, as `jobs` lists them.
     ending = output[output.index("standing: every node idled out") :]
@@ -193,33 +202,30 @@ def test_one_node_jobs_run_side_by_side_on_two_nodes_and_a_whole_cluster_job_fol
     # Where the jobs' unprivileged user may write (the test's own directory is not its to enter).
     meeting = Path(tempfile.mkdtemp(prefix="trainstack-meeting-"))
     meeting.chmod(0o777)
-    standing = start_standing(stack_file, workdir)
     try:
-        target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
-        for name in ("left", "right"):
-            submitted = trainstack(
-                "submit",
-                *target,
-                "--one-node",
-                "--name",
-                name,
-                "--package",
-                str(package),
-                "--module",
-                "rendezvous.task",
-                "--env",
-                f"RENDEZVOUS_DIR={meeting}",
-            )
-            assert submitted.returncode == 0, submitted.stderr
-            assert "queued to run on one node" in submitted.stdout
-        after = trainstack("submit", *target, "--name", "after", *SHORT)
-        assert after.returncode == 0, after.stderr
-        output, _ = standing.communicate(timeout=WAIT_SECONDS)
-    finally:
-        if standing.poll() is None:
-            standing.kill()
-            standing.wait()
+        with standing_cluster(stack_file, workdir) as standing:
+            target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
+            for name in ("left", "right"):
+                submitted = trainstack(
+                    "submit",
+                    *target,
+                    "--one-node",
+                    "--name",
+                    name,
+                    "--package",
+                    str(package),
+                    "--module",
+                    "rendezvous.task",
+                    "--env",
+                    f"RENDEZVOUS_DIR={meeting}",
+                )
+                assert submitted.returncode == 0, submitted.stderr
+                assert "queued to run on one node" in submitted.stdout
+            after = trainstack("submit", *target, "--name", "after", *SHORT)
+            assert after.returncode == 0, after.stderr
+            output, _ = standing.communicate(timeout=WAIT_SECONDS)
         met = sorted(path.name for path in meeting.iterdir())
+    finally:
         shutil.rmtree(meeting, ignore_errors=True)
     assert standing.returncode == 0, output
     jobs_dir = next(workdir.glob("bucket/*/jobs"))

@@ -27,13 +27,21 @@ def study_document(bucket: Path) -> dict[str, Any] | None:
         return None
 
 
+def study_on_a_standing_stack(
+    tmp_path: Path, shipped: str, stack: str, idle_minutes: int, parallel: int
+) -> tuple[Path, Path, list[str]]:
+    """A stack file, its work directory and a spec of three learning-rate trials (``parallel``
+    at once); the target options of its commands."""
+    stack_file = write_stack(tmp_path, stack_config(shipped, idle_minutes=idle_minutes), stack=stack)
+    workdir = tmp_path / "work"
+    (tmp_path / "hptuning_config.yaml").write_text(LEARNING_RATE_STUDY.format(trials=3, parallel=parallel))
+    return stack_file, workdir, ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
+
+
 @pytest.mark.slow
 def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_metric(tmp_path: Path) -> None:
-    stack_file = write_stack(tmp_path, stack_config("dev", idle_minutes=2), stack="tuned")
-    workdir = tmp_path / "work"
+    stack_file, workdir, target = study_on_a_standing_stack(tmp_path, "dev", "tuned", idle_minutes=2, parallel=2)
     spec = tmp_path / "hptuning_config.yaml"
-    spec.write_text(LEARNING_RATE_STUDY.format(trials=3, parallel=2))
-    target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
     standing = start_standing(stack_file, workdir)
     try:
         bucket = until(lambda: next(iter(sorted((workdir / "bucket").glob("*_tuned"))), None), "the bucket", standing)
@@ -95,3 +103,35 @@ def test_a_study_killed_midway_resumes_and_runs_every_trial_once_with_its_own_me
     best = max(trials, key=lambda trial: (trial["metric"], -trial["number"]))
     assert f"best: trial {best['number']} (job {best['job_id']})" in shown.stdout
     assert (tmp_path / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_one_node_trials_of_the_built_in_trainer_run_each_on_one_node_of_a_cluster(tmp_path: Path) -> None:
+    stack_file, workdir, target = study_on_a_standing_stack(
+        tmp_path, "multiworker", "spread", idle_minutes=1, parallel=3
+    )
+    spec = tmp_path / "hptuning_config.yaml"
+    standing = start_standing(stack_file, workdir)
+    try:
+        tuned = trainstack("tune", *target, "--one-node", "--spec", str(spec), "--name", "study", *SHORT, timeout=600)
+    finally:
+        standing.send_signal(signal.SIGTERM)
+        standing.communicate(timeout=120)
+    assert tuned.returncode == 0, tuned.stdout + tuned.stderr
+    assert "each trial runs on one of stack spread's 3 machines, so up to 3 run at once" in tuned.stdout
+    bucket = next(iter((workdir / "bucket").glob("*_spread")))
+    study = study_document(bucket)
+    assert study is not None
+    assert (study["state"], study["one_node"]) == ("SUCCEEDED", True)
+    index = json.loads((bucket / "trainstack" / "queue" / "index.json").read_text())
+    assert [entry.get("one_node") for entry in index["jobs"]] == [True, True, True]
+    for trial in study["trials"]:
+        job_dir = bucket / trial["job_dir"]
+        taker = json.loads((job_dir / "status" / "taken_by.json").read_text())["node"]
+        ran = sorted(path.stem for path in (job_dir / "status").glob("*.json"))
+        # The node that took it ran it alone, as one machine: no other node's status.
+        assert ran == sorted(["job", "settings", "taken_by", taker]), ran
+        settings = json.loads((job_dir / "status" / "settings.json").read_text())
+        args = settings["args"]
+        assert args[args.index("--strategy") + 1] == "auto"
+        assert trial["metric"] == json.loads((job_dir / "progress.json").read_text())["accuracy"]
