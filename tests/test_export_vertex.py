@@ -552,6 +552,14 @@ trainingInput:
 """
 
 
+@pytest.fixture
+def tune_spec(tmp_path: Path) -> Path:
+    """TUNE_SPEC in a file, as a team keeps it beside its package."""
+    path = tmp_path / "hptuning_config.yaml"
+    path.write_text(TUNE_SPEC)
+    return path
+
+
 def tuning_job_of(text: str):
     from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
 
@@ -559,12 +567,11 @@ def tuning_job_of(text: str):
 
 
 def test_a_tune_spec_exports_a_hyperparameter_tuning_job_vertex_ai_parses(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tune_spec: Path
 ) -> None:
     from google.cloud.aiplatform_v1.types import StudySpec
 
-    spec_file = tmp_path / "hptuning_config.yaml"
-    spec_file.write_text(TUNE_SPEC)
+    spec_file = tune_spec
     code, out, err = export(capsys, "--stack", "paramserver", "--tune-spec", str(spec_file))
     assert code == 0, err
     job = tuning_job_of(out)
@@ -594,11 +601,12 @@ def test_a_tune_spec_exports_a_hyperparameter_tuning_job_vertex_ai_parses(
     )
 
 
-def test_the_tuning_jobs_json_is_the_rest_apis_own_spelling(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_the_tuning_jobs_json_is_the_rest_apis_own_spelling(
+    capsys: pytest.CaptureFixture[str], tune_spec: Path
+) -> None:
     from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
 
-    spec_file = tmp_path / "hptuning_config.yaml"
-    spec_file.write_text(TUNE_SPEC)
+    spec_file = tune_spec
     code, out, err = export(capsys, "--stack", "multiworker", "--tune-spec", str(spec_file), "--format", "json")
     assert code == 0, err
     written = json.loads(out)
@@ -618,6 +626,36 @@ def test_the_tuning_jobs_json_is_the_rest_apis_own_spelling(capsys: pytest.Captu
     assert written["studySpec"]["parameters"][0]["integerValueSpec"] == {"minValue": "8", "maxValue": "256"}
     assert "scaleType" not in written["studySpec"]["parameters"][4]
     assert written["displayName"] == library["displayName"] == "multiworker-flowers_mwms"
+
+
+def test_one_node_trials_export_as_one_machine_each_with_the_machines_own_strategy(
+    capsys: pytest.CaptureFixture[str], tune_spec: Path
+) -> None:
+    spec_file = tune_spec
+    code, out, err = export(capsys, "--stack", "multiworker", "--tune-spec", str(spec_file), "--one-node")
+    assert code == 0, err
+    job = tuning_job_of(out)
+    (pool,) = job.trial_job_spec.worker_pool_specs
+    whole = spec_of(export(capsys, "--stack", "multiworker")[1])
+    assert pool.replica_count == 1
+    assert pool.machine_spec == whole.worker_pool_specs[0].machine_spec
+    args = list(pool.container_spec.args)
+    assert args[args.index("--strategy") + 1] == "auto"
+    assert list(whole.worker_pool_specs[0].container_spec.args)[args.index("--strategy") + 1] == "multi_worker_mirrored"
+    assert "each trial runs on one machine, the chief's" in err
+    assert job.parallel_trial_count == 3
+
+
+def test_one_node_trials_are_refused_on_parameter_servers_and_without_a_tune_spec(
+    capsys: pytest.CaptureFixture[str], tune_spec: Path
+) -> None:
+    spec_file = tune_spec
+    code, out, err = export(capsys, "--stack", "paramserver", "--tune-spec", str(spec_file), "--one-node")
+    assert (code, out) == (1, "")
+    assert err.startswith("trainstack: export vertex: --one-node: stack paramserver trains with parameter servers")
+    code, out, err = export(capsys, "--stack", "multiworker", "--one-node")
+    assert (code, out) == (2, "")
+    assert err == "trainstack: export vertex: --one-node is for a study's trials: give --tune-spec FILE\n"
 
 
 def test_a_default_spec_is_bayesian_on_both_services_and_lets_vertex_decide_failures(

@@ -14,6 +14,7 @@ from trainstack.interop.vertex import (
     FORMATS,
     ExportProblem,
     custom_job_spec,
+    one_machine_trials,
     render,
     render_tuning,
     sdist_object,
@@ -23,6 +24,9 @@ from trainstack.interop.vertex import (
 
 def cmd_export_vertex(args: argparse.Namespace) -> int:
     tuning = None
+    if args.one_node and args.tune_spec is None:
+        print("trainstack: export vertex: --one-node is for a study's trials: give --tune-spec FILE", file=sys.stderr)
+        return 2
     if args.tune_spec is not None:
         from trainstack.tuning.spec import SpecError, read_spec
 
@@ -56,6 +60,14 @@ def cmd_export_vertex(args: argparse.Namespace) -> int:
         print(f"trainstack: export vertex: {problem}", file=sys.stderr)
         return 1
     if tuning is not None:
+        if args.one_node:
+            from trainstack.stackmodel.resolved import one_node_refusal
+
+            refusal = one_node_refusal(stack)
+            if refusal is not None:
+                print(f"trainstack: export vertex: {refusal}", file=sys.stderr)
+                return 1
+            spec = one_machine_trials(stack, spec, notes)
         job = tuning_job(stack, tuning, spec, notes)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -89,6 +101,11 @@ def _register_vertex(targets: Any) -> None:
         metavar="FILE",
         help="AI Platform's hyperparameter tuning spec (trainingInput.hyperparameters, as `trainstack tune --spec` "
         "reads it): print a Vertex AI HyperparameterTuningJob whose trials run the custom job",
+    )
+    vertex.add_argument(
+        "--one-node",
+        action="store_true",
+        help="with --tune-spec: each trial on one machine, the chief's (as `trainstack tune --one-node`)",
     )
     vertex.set_defaults(func=cmd_export_vertex)
 

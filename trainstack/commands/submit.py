@@ -26,14 +26,10 @@ from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue
 from trainstack.commands.stackargs import add_stack_arguments, stack_option, stack_path
 from trainstack.jobstate.report import StatusReadError
 from trainstack_contract import (
-    AUTO,
     BATCH_SIZE_PER_REPLICA,
     EPOCHS,
-    FLAGS,
     IMAGE_SIZE,
     METADATA_KEYS,
-    MULTI_WORKER_MIRRORED,
-    PARAMETER_SERVER,
     PATH_INSTALL,
     STEPS_PER_EPOCH,
     TPU_NODE,
@@ -136,33 +132,12 @@ def checked_job(args: argparse.Namespace) -> tuple[ResolvedStack, ResolvedStack]
     return stack, queued
 
 
-def one_node_refusal(stack: ResolvedStack) -> str | None:
-    """Why the stack's nodes cannot each run a job alone (--one-node), or None."""
-    cluster = stack.cluster
-    if cluster is not None and cluster.strategy == PARAMETER_SERVER:
-        return (
-            f"--one-node: stack {stack.stack} trains with parameter servers, whose nodes are not alike "
-            f"(a chief, workers, parameter servers); one-node jobs need a cluster of alike nodes "
-            f"({MULTI_WORKER_MIRRORED}) or one machine"
-        )
-    return None
-
-
-def single_machine_args(args: tuple[str, ...]) -> tuple[str, ...]:
-    """The built-in trainer's arguments for one node of a multi-worker cluster: the strategy
-    chosen for the machine (auto) in place of the cluster's."""
-    strategy = FLAGS.strategy
-    return tuple(
-        AUTO if index > 0 and args[index - 1] == strategy and value == MULTI_WORKER_MIRRORED else value
-        for index, value in enumerate(args)
-    )
-
-
 def spec_values(stack: ResolvedStack, local: bool, one_node: bool = False) -> dict[str, str]:
     """The job's metadata values, as a node of the stack would have them in instance metadata
     (`trainstack local`'s stand-in for the TPU VM on --local), its job directory aside;
     ``one_node``: as one node of the cluster runs it alone."""
     from trainstack.cloud.bootscripts import job_metadata
+    from trainstack.stackmodel.resolved import single_machine_args
 
     assert stack.job is not None
     if stack.cluster is not None:
@@ -222,6 +197,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from trainstack.jobqueue.store import StoreError
     from trainstack.localrun.wheels import FetchError
     from trainstack.localrun.workdir import WorkdirError, claim_workdir
+    from trainstack.stackmodel.resolved import one_node_refusal
     from trainstack_contract.queue import ENDED_STATES
     from trainstack_contract.status import utc_now
 

@@ -42,7 +42,6 @@ from trainstack.commands.submit import (
     add_job_arguments,
     checked_job,
     fetch_for_local_nodes,
-    one_node_refusal,
     spec_values,
     wake_standing,
 )
@@ -191,6 +190,8 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
         fetch_for_local_nodes(queued, place.workdir)
     code = [CodeObject(job.package.object_name, job.package.archive)] if job.package else []
     code += [CodeObject(job.requirements.object_name, job.requirements.data)] if job.requirements else []
+    from trainstack.stackmodel.resolved import one_node_refusal
+
     refusal = one_node_refusal(stack) if args.one_node else None
     if refusal is not None:
         raise SubmitRefused(refusal)

@@ -358,6 +358,20 @@ def study_spec(spec: HyperparameterSpec) -> dict[str, Any]:
     return study
 
 
+def one_machine_trials(stack: ResolvedStack, job_spec: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``job_spec`` on one machine, as `tune --one-node` runs a trial: the chief's pool alone,
+    one replica, and the built-in trainer's strategy chosen for that machine."""
+    from trainstack.stackmodel.resolved import single_machine_args
+
+    chief = dict(job_spec["workerPoolSpecs"][0], replicaCount=1)
+    if stack.job is not None and stack.job.builtin:
+        code_key = "containerSpec" if "containerSpec" in chief else "pythonPackageSpec"
+        chief[code_key] = dict(chief[code_key], args=list(single_machine_args(chief[code_key]["args"])))
+    if len(job_spec["workerPoolSpecs"]) > 1 or job_spec["workerPoolSpecs"][0]["replicaCount"] > 1:
+        notes.append("each trial runs on one machine, the chief's (as `tune --one-node`): its pool alone, one replica")
+    return dict(job_spec, workerPoolSpecs=[chief])
+
+
 def tuning_job(
     stack: ResolvedStack, spec: HyperparameterSpec, trial_job_spec: dict[str, Any], notes: list[str]
 ) -> dict[str, Any]:

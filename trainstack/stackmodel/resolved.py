@@ -11,6 +11,7 @@ catalog, so they cannot disagree about what a stack means.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trainstack_contract as contract
@@ -392,6 +393,31 @@ def trainer_args(cfg: StackConfig, strategy: str) -> tuple[str, ...]:
     if strategy == contract.TPU:
         args += [flags.tpu, contract.LOCAL_TPU]
     return (*args, *job.args)
+
+
+def one_node_refusal(stack: ResolvedStack) -> str | None:
+    """Why the stack's machines cannot each run a job or trial alone (--one-node), or None."""
+    cluster = stack.cluster
+    if cluster is not None and cluster.strategy == contract.PARAMETER_SERVER:
+        return (
+            f"--one-node: stack {stack.stack} trains with parameter servers, whose nodes are not alike "
+            f"(a chief, workers, parameter servers); one-node jobs need a cluster of alike nodes "
+            f"({contract.MULTI_WORKER_MIRRORED}) or one machine"
+        )
+    return None
+
+
+def single_machine_args(args: Sequence[str]) -> tuple[str, ...]:
+    """The built-in trainer's arguments for one machine of a multi-worker cluster (a one-node
+    job, a one-machine trial): the strategy chosen for the machine (auto) in place of the
+    cluster's multi-worker one."""
+    strategy = contract.FLAGS.strategy
+    return tuple(
+        contract.AUTO
+        if index > 0 and args[index - 1] == strategy and value == contract.MULTI_WORKER_MIRRORED
+        else value
+        for index, value in enumerate(args)
+    )
 
 
 def _external_data_bucket(cfg: StackConfig, own_bucket: str) -> str | None:
