@@ -669,3 +669,16 @@ def test_a_one_node_jobs_corrupt_taken_by_record_fails_that_job_alone(tmp_path: 
     assert failed is not None
     assert failed.state == STATES.failed
     assert failed.reason == f"job 1 (q1_bad) cannot be run: {TAKEN_BY} names no node"
+
+
+def test_a_cancelled_one_node_job_is_ended_and_recorded_by_the_node_that_took_it(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    job = submit(storage, "solo", one_node=True)
+    after = submit(storage, "after", one_node=True)
+    q = boot(tmp_path, runs=[(500.0, 0), (20.0, 0)], node_settings=cluster_node("worker-1"), storage=storage)
+    q.clock.at(100.0, lambda: cancel(storage, job))
+    assert q.queue.run() == 0
+    assert states(storage, job, "solo", node="worker-1") == [STATES.running, STATES.cancelled]
+    assert states(storage, job, "solo", node="job") == [STATES.running, STATES.cancelled]
+    assert q.launcher.children[0].stopped
+    assert states(storage, after, "after", node="job") == [STATES.running, STATES.succeeded]
