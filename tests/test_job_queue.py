@@ -236,6 +236,39 @@ def test_submit_one_node_queues_a_single_machine_job_and_says_so(
     assert whole_args[whole_args.index("--strategy") + 1] == "multi_worker_mirrored"
 
 
+def test_package_and_requirements_on_the_command_line_are_from_the_current_directory(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    team = tmp_path / "team"
+    (team / "trainer").mkdir(parents=True)
+    (team / "trainer" / "__init__.py").write_text("")
+    (team / "trainer" / "task.py").write_text("print('trained')\n")
+    (team / "requirements.txt").write_text("six==1.16.0\n")
+    monkeypatch.chdir(team)
+    target = ["--stack-file", str(stack), "--local", "--workdir", "../work", "--no-start"]
+    code, _, err = run(capsys, "submit", *target, "--package", "trainer", "--module", "trainer.task")
+    assert code == 0, err
+    root = bucket_dir(tmp_path)
+    [entry] = QueueIndex.from_json((root / INDEX_OBJECT).read_bytes()).entries
+    values = read_spec((root / spec_object(entry.spec_sha256)).read_bytes(), entry.spec_sha256)
+    assert values[METADATA_KEYS.module] == "trainer.task"
+    assert values[METADATA_KEYS.code_archive].startswith("trainstack/code/trainer-")
+    # The requirements file named from here is the one read (and refused: not beside the package).
+    code, _, err = run(
+        capsys,
+        "submit",
+        *target,
+        "--package",
+        "trainer",
+        "--module",
+        "trainer.task",
+        "--requirements",
+        "requirements.txt",
+    )
+    assert code == 1
+    assert f"trainstack:job.requirements: {team / 'requirements.txt'} is outside the project" in err
+
+
 def test_submit_one_node_on_a_parameter_server_stack_is_refused_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

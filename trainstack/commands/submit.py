@@ -44,6 +44,7 @@ MAX_JOB_FILE_BYTES = 64 * 1024
 # Options that set one key of the job, by key.
 BUILTIN_OPTIONS = ("model", "data", "epochs", "batch_size_per_replica", "steps_per_epoch", "image_size")
 CODE_OPTIONS = ("package", "module", "requirements", "image")
+PATH_OPTIONS = ("package", "requirements")
 
 
 class SubmitRefused(Exception):
@@ -92,6 +93,11 @@ def job_settings(args: argparse.Namespace, stack_job: object) -> dict[str, Any]:
     for key in (*BUILTIN_OPTIONS, *CODE_OPTIONS, "name"):
         if getattr(args, key) is not None:
             job[key] = getattr(args, key)
+    for key in PATH_OPTIONS:
+        if getattr(args, key) is not None:
+            # A path typed on the command line is the shell's: from the current directory (a
+            # stack file's paths start at the project root).
+            job[key] = str(Path(getattr(args, key)).absolute())
     if args.args is not None:
         job["args"] = args.args
     if args.env:
@@ -266,9 +272,11 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     built_in.add_argument("--steps-per-epoch", type=STEPS_PER_EPOCH.parse)
     built_in.add_argument("--image-size", type=IMAGE_SIZE.parse)
     own = parser.add_argument_group("a team's code (the job is these options alone)")
-    own.add_argument("--package", help="the package directory (as job.package)")
+    own.add_argument("--package", help="the package directory (as job.package; relative to the current directory)")
     own.add_argument("--module", help="run as `python -m MODULE`")
-    own.add_argument("--requirements", help="extra requirements file (as job.requirements)")
+    own.add_argument(
+        "--requirements", help="extra requirements file (as job.requirements; relative to the current directory)"
+    )
     own.add_argument("--image", help="a container image (as job.image)")
     parser.add_argument(
         "--args", type=_job_arguments, help="the job's arguments as one shell-quoted string (replaces job.args)"
@@ -279,8 +287,8 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--one-node",
         action="store_true",
-        help="run on one node of the cluster, the first free one, as a single machine (no TF_CONFIG): "
-        "such jobs run side by side, one per node",
+        help="run the job (with tune: each trial) on one node of the cluster, the first free one, as a single "
+        "machine (no TF_CONFIG): such jobs run side by side, one per node",
     )
 
 
