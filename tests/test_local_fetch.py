@@ -2,13 +2,16 @@
 against a local index: a job whose hash-locked requirements pin a version and whose project
 depends on the same distribution unpinned gets that one version, as the nodes install it
 (requirements first, then the project), not a second, newer one that would make the download
-impossible (a team's package with a setup.py, as AI Platform's samples have)."""
+impossible (a team's package with a setup.py, as AI Platform's samples have); and a pinned
+source distribution (cloudml-hypertune has no wheel) comes with what the node builds it with."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,35 @@ def test_a_project_alone_gets_its_newest_dependency(tmp_path: Path, local_index:
     team = project(tmp_path / "team" / "team-trainer", "team-trainer", "0.1", ["dep"])
     (team / "pyproject.toml").write_text(PYPROJECT)
     assert fetch_for_nodes(Path(sys.executable), tmp_path / "find-links", None, team) == ["dep==2.0"]
+
+
+def sdist(dists: Path, name: str, version: str, pyproject: str) -> Path:
+    """A source distribution as PyPI serves one: NAME-VERSION/ with setup.py, PKG-INFO, pyproject.toml."""
+    archive = dists / f"{name}-{version}.tar.gz"
+    files = {
+        "setup.py": SETUP.format(name=name, version=version, module=name, requires=[]),
+        "PKG-INFO": f"Metadata-Version: 1.0\nName: {name}\nVersion: {version}\n",
+        "pyproject.toml": pyproject,
+        f"{name}.py": "",
+    }
+    with tarfile.open(archive, "w:gz") as tar:
+        for file_name, text in files.items():
+            data = text.encode()
+            member = tarfile.TarInfo(f"{name}-{version}/{file_name}")
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    return archive
+
+
+@pytest.mark.slow
+def test_a_pinned_source_distribution_comes_with_its_build_requirements(tmp_path: Path, local_index: Path) -> None:
+    archive = sdist(local_index, "hyper", "0.1", PYPROJECT)
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"hyper==0.1 \\\n    --hash=sha256:{hashlib.sha256(archive.read_bytes()).hexdigest()}\n")
+    destination = tmp_path / "find-links"
+    assert fetch_for_nodes(Path(sys.executable), destination, requirements, None) == ["hyper==0.1"]
+    # The node's pip builds hyper in an isolated environment from the same find-links: dep 2.0,
+    # what its pyproject.toml builds it with, must be there too.
+    assert sorted(path.name for path in destination.iterdir()) == sorted(
+        ["hyper-0.1.tar.gz", next(local_index.glob("dep-2.0-*.whl")).name]
+    )

@@ -6,21 +6,26 @@ installs the job's requirements file and project (pyproject.toml or setup.py) wi
 the index or the stack's wheelhouse; a local node runs the same agent, the same pip
 commands, with ``--no-index --find-links DIR``, and this module fills DIR first: with what
 a node's environment lacks (it sees this interpreter's packages), found by pip's own
-resolver in a dry run, and with the build backend an isolated build of the project needs.
+resolver in a dry run, and with the build backend an isolated build of the project, and of
+each source distribution among them (cloudml-hypertune has no wheel), needs.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import tarfile
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 # Bounds on each pip call: a hung index must not hang the run.
 PIP_SECONDS = 900
 # What pip builds a project with when its pyproject.toml names no backend (PEP 517's fallback).
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0",)
+# A source distribution's pyproject.toml is read whole up to this size.
+MAX_PYPROJECT_BYTES = 1 << 20
 
 
 class FetchError(Exception):
@@ -59,6 +64,40 @@ def build_requirements(project: Path) -> list[str]:
     if not isinstance(requires, list) or not all(isinstance(item, str) for item in requires):
         raise FetchError(f"{pyproject}: build-system.requires is not a list of requirements")
     return requires
+
+
+def _sdist_pyproject(archive: Path) -> bytes | None:
+    """The pyproject.toml at the top of a source distribution (NAME-VERSION/pyproject.toml), if any."""
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as opened:
+                names = [
+                    name for name in opened.namelist() if name.count("/") == 1 and name.endswith("/pyproject.toml")
+                ]
+                if not names or opened.getinfo(names[0]).file_size > MAX_PYPROJECT_BYTES:
+                    return None
+                return opened.read(names[0])
+        with tarfile.open(archive, "r:gz") as opened:
+            for member in opened.getmembers():
+                if member.isfile() and member.name.count("/") == 1 and member.name.endswith("/pyproject.toml"):
+                    if member.size > MAX_PYPROJECT_BYTES:
+                        return None
+                    handle = opened.extractfile(member)
+                    return handle.read() if handle is not None else None
+    except (OSError, tarfile.TarError, zipfile.BadZipFile) as error:
+        raise FetchError(f"{archive.name} is not a source distribution pip can read: {error}") from None
+    return None
+
+
+def sdist_build_requirements(archive: Path) -> list[str]:
+    """What building the source distribution ``archive`` needs: its pyproject.toml's
+    build-system.requires (PEP 518), else PEP 517's default."""
+    document = _sdist_pyproject(archive)
+    if document is None:
+        return list(DEFAULT_BUILD_REQUIRES)
+    with tempfile.TemporaryDirectory(prefix="trainstack-sdist-") as scratch:
+        (Path(scratch) / "pyproject.toml").write_bytes(document)
+        return build_requirements(Path(scratch))
 
 
 def missing_distributions(python: Path, targets: list[str]) -> list[str]:
@@ -116,6 +155,17 @@ def fetch_for_nodes(python: Path, destination: Path, requirements: Path | None, 
             python,
             ["download", "--quiet", "--no-deps", "--dest", str(destination), *missing],
             "fetching the job's requirements",
+        )
+    # A source distribution is built on the node, in an isolated environment that installs its
+    # build backend from the same find-links.
+    backends: list[str] = []
+    for archive in sorted([*destination.glob("*.tar.gz"), *destination.glob("*.zip")]):
+        backends += [each for each in sdist_build_requirements(archive) if each not in backends]
+    if backends:
+        _pip(
+            python,
+            ["download", "--quiet", "--dest", str(destination), *backends],
+            "fetching what the source distributions among the job's requirements are built with",
         )
     if project is not None:
         _pip(
