@@ -16,7 +16,8 @@ A node whose metadata sets ``trainstack-idle-seconds`` runs, in one boot:
    passed since the last job ended (or the boot); then on_finish, once.
 
 The node only reads the queue: it writes its own status objects in each job's directory (the
-chief also the job's), never the index. A spec that fails its checks fails that job alone; an
+chief also the job's, and the node that takes a one-node job its ``taken_by.json``), never the
+index. A spec that fails its checks fails that job alone; an
 index that cannot be read is taken as it was last read. A job cancelled while it runs is ended
 and recorded CANCELLED; a job that FAILED or was CANCELLED does not stop the queue, but a node
 that refused what it was given to run (a digest mismatch) stops its machine, as without a queue.
