@@ -220,6 +220,8 @@ class NextJob:
         self.done = done
         # The last look found a whole-cluster job waiting for one-node jobs on other nodes.
         self.waiting = False
+        # The last problem reading a one-node job's taker, logged once.
+        self._holder_problem: str | None = None
 
     def _read_status(self, board: Board, uri: str) -> StatusDocument | None:
         """None when absent, or unreadable: the job's own run then records what it cannot read."""
@@ -276,7 +278,10 @@ class NextJob:
                 data = storage.read(uri, MAX_TAKEN_BY_BYTES)
             return taken_by(data or b"")
         except CloudError as error:
-            self.log(f"queue: cannot tell which node holds {label} ({str(error)[:300]}); looking again")
+            problem = f"queue: cannot tell which node holds {label} ({str(error)[:300]}); looking again"
+            if problem != self._holder_problem:
+                self.log(problem)
+                self._holder_problem = problem
             return ""
         except QueueFormatError as error:
             reason = f"{label} cannot be run: {error}"

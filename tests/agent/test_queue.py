@@ -682,3 +682,23 @@ def test_a_cancelled_one_node_job_is_ended_and_recorded_by_the_node_that_took_it
     assert states(storage, job, "solo", node="job") == [STATES.running, STATES.cancelled]
     assert q.launcher.children[0].stopped
     assert states(storage, after, "after", node="job") == [STATES.running, STATES.succeeded]
+
+
+def test_a_one_node_job_whose_taker_cannot_be_read_waits_and_is_logged_once(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    job = submit(storage, "solo", one_node=True)
+    taken = f"{queued_job_dir(BUCKET, job, 'solo')}/{TAKEN_BY}"
+    outage = {"on": True}
+    storage.read_outage = lambda uri: uri == taken and outage["on"]
+    q = boot(tmp_path, runs=[(10.0, 0)], idle_seconds=60, node_settings=cluster_node("worker-0"), storage=storage)
+
+    def recover() -> None:
+        outage["on"] = False
+
+    q.clock.at(30.0, recover)
+    assert q.queue.run() == 0
+    # Not taken while Cloud Storage gave up; taken at the first look after.
+    assert q.job_dirs_started() == [queued_job_dir(BUCKET, job, "solo")]
+    assert q.launcher.children[0].exits_at >= 40.0
+    problems = [line for line in q.log if line.startswith("queue: cannot tell which node holds job 1")]
+    assert len(problems) == 1
