@@ -61,7 +61,7 @@ class Storage:
     def write(self, uri: str, data: bytes, content_type: str = "application/json") -> None:
         """Replaces the object whole (a reader never sees half of it)."""
         if uri.startswith(GS):
-            self._upload(uri, data, content_type, "")
+            self._upload(uri, data, content_type)
             return
         path = Path(uri)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +75,7 @@ class Storage:
         answers False; a caller tells the two apart by what the object holds."""
         if uri.startswith(GS):
             try:
-                self._upload(uri, data, "application/json", "&ifGenerationMatch=0")
+                self._upload(uri, data, "application/json", if_generation_match=0)
             except PreconditionFailed:
                 return False
             return True
@@ -92,8 +92,9 @@ class Storage:
             temporary.unlink()
         return True
 
-    def _upload(self, uri: str, data: bytes, content_type: str, query: str) -> None:
-        """A multipart upload: the object's metadata and bytes in one request."""
+    def _upload(self, uri: str, data: bytes, content_type: str, if_generation_match: int | None = None) -> None:
+        """A multipart upload: the object's metadata and bytes in one request, under Cloud
+        Storage's generation precondition when ``if_generation_match`` is given."""
         bucket, name = split_gs(uri)
         boundary = f"trainstack-{os.urandom(12).hex()}"
         description = json.dumps({"name": name, "contentType": content_type})
@@ -106,7 +107,9 @@ class Storage:
             + f"\r\n--{boundary}--\r\n".encode()
         )
         headers = {**self.metadata.authorization(), "Content-Type": f"multipart/related; boundary={boundary}"}
-        url = f"{self.api_root}/upload/storage/v1/b/{bucket}/o?uploadType=multipart{query}"
+        url = f"{self.api_root}/upload/storage/v1/b/{bucket}/o?uploadType=multipart"
+        if if_generation_match is not None:
+            url += f"&ifGenerationMatch={if_generation_match}"
         self.http.call(Request("POST", url, headers, body), 1 << 20)
 
     def download(self, uri: str, destination: Path, max_bytes: int) -> str:

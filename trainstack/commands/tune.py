@@ -148,6 +148,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
     --spec) read back from the bucket."""
     from trainstack.jobqueue.queue import CodeObject
     from trainstack.localrun.workdir import claim_workdir
+    from trainstack.stackmodel.resolved import one_node_refusal
     from trainstack.tuning.engine import StudyRefused, open_study, read_study
     from trainstack.tuning.spec import read_spec
     from trainstack.tuning.study import STUDY_NAME
@@ -190,8 +191,6 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
         fetch_for_local_nodes(queued, place.workdir)
     code = [CodeObject(job.package.object_name, job.package.archive)] if job.package else []
     code += [CodeObject(job.requirements.object_name, job.requirements.data)] if job.requirements else []
-    from trainstack.stackmodel.resolved import one_node_refusal
-
     refusal = one_node_refusal(stack) if args.one_node else None
     if refusal is not None:
         raise SubmitRefused(refusal)

@@ -365,8 +365,10 @@ def one_machine_trials(stack: ResolvedStack, job_spec: dict[str, Any], notes: li
 
     chief = dict(job_spec["workerPoolSpecs"][0], replicaCount=1)
     if stack.job is not None and stack.job.builtin:
-        code_key = "containerSpec" if "containerSpec" in chief else "pythonPackageSpec"
-        chief[code_key] = dict(chief[code_key], args=list(single_machine_args(chief[code_key]["args"])))
+        # The built-in trainer always runs from the stack's own image (code_spec).
+        chief["containerSpec"] = dict(
+            chief["containerSpec"], args=list(single_machine_args(chief["containerSpec"]["args"]))
+        )
     if len(job_spec["workerPoolSpecs"]) > 1 or job_spec["workerPoolSpecs"][0]["replicaCount"] > 1:
         notes.append("each trial runs on one machine, the chief's (as `tune --one-node`): its pool alone, one replica")
     return dict(job_spec, workerPoolSpecs=[chief])

@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from trainstack.base.records import record_json
 from trainstack.jobstate.report import Objects, StatusReadError, parse_time, printable, read_json
+from trainstack.stackmodel.cost import hourly_together
 from trainstack_contract import LAYOUT, STATES
 from trainstack_contract.queue import ENDED_STATES, QueueEntry
 
@@ -84,13 +85,6 @@ def _seconds(start: str | None, end: str | None, now: float) -> float | None:
     return max(0.0, (finished.timestamp() if finished is not None else now) - began.timestamp())
 
 
-def _hourly(prices: Sequence[float | None]) -> float | None:
-    """What machines of these hourly prices cost an hour together; None if one is not known."""
-    if not prices or any(price is None for price in prices):
-        return None
-    return sum(price or 0.0 for price in prices)
-
-
 def job_row(source: JobSource, node_hourly: Mapping[str, float | None], now: float) -> JobRow:
     """One job's row; a status object that cannot be read is the row's problem, not the listing's.
     ``node_hourly``: each node's price an hour. A job costs its nodes' prices: all of them, or,
@@ -115,7 +109,7 @@ def job_row(source: JobSource, node_hourly: Mapping[str, float | None], now: flo
         state, ended = STATES.cancelled, entry.cancelled
     started = _history_time(status, STATES.running) if status is not None else None
     duration = _seconds(started, ended, now) if started else None
-    hourly = _hourly([node_hourly[node] for node in (node_states if entry and entry.one_node else node_hourly)])
+    hourly = hourly_together([node_hourly[node] for node in (node_states if entry and entry.one_node else node_hourly)])
     cost = None if duration is None or hourly is None else hourly * duration / SECONDS_PER_HOUR
     return JobRow(
         source.id, source.name, state, where, submitted, started, ended, duration, node_states, cost, _metric(metrics)

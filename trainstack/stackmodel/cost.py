@@ -142,8 +142,13 @@ def hourly_in_region(stack: ResolvedStack, region: str, catalog: Catalog | None 
 
 def job_hourly(stack: ResolvedStack) -> float | None:
     """What the machines that run the job (the cluster, the TPU VM) cost an hour together."""
-    costs = list(node_hourly(stack).values())
-    return _sum(costs) if costs else None
+    return hourly_together(list(node_hourly(stack).values()))
+
+
+def hourly_together(prices: list[float | None]) -> float | None:
+    """What machines of these hourly prices cost an hour together; None when there are none or
+    one has no catalog price."""
+    return _sum(prices) if prices else None
 
 
 def node_hourly(stack: ResolvedStack) -> dict[str, float | None]:
