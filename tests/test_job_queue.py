@@ -21,6 +21,7 @@ from google.cloud import storage
 from http_stand_in import serving
 
 from stack_helpers import base_config, with_changes, write_stack
+from test_job_code import probe_package
 from test_status import BUCKET, emulator_server  # noqa: F401 (a fixture)
 from trainstack.commands.main import main
 from trainstack.jobqueue import store as stores
@@ -240,32 +241,22 @@ def test_package_and_requirements_on_the_command_line_are_from_the_current_direc
     stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     team = tmp_path / "team"
-    (team / "trainer").mkdir(parents=True)
-    (team / "trainer" / "__init__.py").write_text("")
-    (team / "trainer" / "task.py").write_text("print('trained')\n")
+    probe_package(team, "trainer")
     (team / "requirements.txt").write_text("six==1.16.0\n")
     monkeypatch.chdir(team)
     target = ["--stack-file", str(stack), "--local", "--workdir", "../work", "--no-start"]
-    code, _, err = run(capsys, "submit", *target, "--package", "trainer", "--module", "trainer.task")
+    code_options = ["--package", "trainer", "--module", "trainer.main"]
+    code, _, err = run(capsys, "submit", *target, *code_options)
     assert code == 0, err
     root = bucket_dir(tmp_path)
     [entry] = QueueIndex.from_json((root / INDEX_OBJECT).read_bytes()).entries
     values = read_spec((root / spec_object(entry.spec_sha256)).read_bytes(), entry.spec_sha256)
-    assert values[METADATA_KEYS.module] == "trainer.task"
+    assert values[METADATA_KEYS.module] == "trainer.main"
     assert values[METADATA_KEYS.code_archive].startswith("trainstack/code/trainer-")
     # The requirements file named from here is the one read (and refused: not beside the package).
-    code, _, err = run(
-        capsys,
-        "submit",
-        *target,
-        "--package",
-        "trainer",
-        "--module",
-        "trainer.task",
-        "--requirements",
-        "requirements.txt",
-    )
+    code, _, err = run(capsys, "submit", *target, *code_options, "--requirements", "requirements.txt")
     assert code == 1
+    assert err.count("\n") == 1
     assert f"trainstack:job.requirements: {team / 'requirements.txt'} is outside the project" in err
 
 
