@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from trainstack.cloud.planning import Plan, run_plan
+from trainstack.localrun.nodelogs import node_log
 from trainstack.stackmodel.stackfile import STACKS_DIR, read_stack_config_map, stack_name_from_path
 
 SHIPPED_STACKS = sorted(stack_name_from_path(p) for p in STACKS_DIR.glob("Pulumi.*.yaml"))
@@ -165,3 +166,15 @@ def may_write(grant: dict[str, Any], bucket: str, name: str) -> bool:
     """Whether a planned grant's inputs let its member write object ``name`` of ``bucket``."""
     condition = grant.get("condition")
     return grant["role"] in WRITE_ROLES and (not condition or admits(condition["expression"], bucket, name))
+
+
+def node_log_tails(workdir: Path, lines: int = 40) -> str:
+    """The last lines of every node's log in a local run's work directory: what a failed
+    multi-node run's assertion shows, since the run's own output ends with the last node to
+    stop, not with the one that failed first."""
+    parts = []
+    for log in sorted((workdir / "nodes").glob("*/boot.log")):
+        node = log.parent.name
+        tail = node_log(workdir, node).read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {node} ---\n" + "\n".join(tail))
+    return "\n".join(parts) or f"no node logs under {workdir}"

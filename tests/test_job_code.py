@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from recording_commands import install_recording_command, recorded_calls
-from stack_helpers import base_config, plan_of, write_stack
+from stack_helpers import base_config, node_log_tails, plan_of, write_stack
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.catalog import load_catalog
 from trainstack.cloud.components.registry import image_by_digest
@@ -734,7 +734,7 @@ def test_the_example_package_trains_on_a_chief_and_a_worker_with_multi_worker_mi
         text=True,
         timeout=600,
     )
-    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:] + node_log_tails(workdir)
     assert "job SUCCEEDED" in completed.stdout
     [summary_file] = workdir.glob("bucket/*/jobs/tabular_example/summary.json")
     summary = json.loads(summary_file.read_text())
@@ -764,8 +764,8 @@ def test_a_teams_project_with_requirements_trains_on_a_chief_and_a_worker(
     workdir = tmp_path / "work"
     code = main(["local", "--stack-file", str(stack), "--workdir", str(workdir)])
     out = capsys.readouterr().out
-    assert code == 0, out[-4000:]
-    assert "job SUCCEEDED" in out, out[-4000:]
+    assert code == 0, out[-2000:] + node_log_tails(workdir)
+    assert "job SUCCEEDED" in out, out[-2000:]
     assert "fetched tabulate==0.9.0" in out
     for node in ("chief", "worker-0"):
         # Installed on each node by its agent: the requirement, and the project with pip.

@@ -1,7 +1,8 @@
 """What a node does every tick, whatever else it is doing (:class:`Duties`), and the loops
 that tick them while it waits for something else (:func:`supervise`, :func:`supervised_preparation`).
 
-The chief refreshes its heartbeat in the job's status, watches its peers' status and starts
+The chief refreshes its heartbeat in the job's status, watches its peers' status (a peer that
+recorded FAILED since this job started ends the chief's work, and with it the job's) and starts
 preempted Spot peers again; every other node watches that heartbeat and ends its work when the
 chief recorded FAILED or CANCELLED or fell silent. Every node ends its work when the job is
 cancelled or a flex-start run is about to end.
@@ -79,6 +80,12 @@ class Duties:
         except CloudError as error:
             self.services.log(f"could not read the peers' status: {error}")
             return
+        for peer, document in self.peer_documents.items():
+            if document is not None and document.state == STATES.failed and document.moment > self.started_at:
+                # The peer's job ended for good (its code failed, it could not prepare): the
+                # cluster can no longer train, and waiting on it (TensorFlow's own barrier waits
+                # an hour) would bill every other machine for nothing.
+                raise Ended(f"peer {peer} recorded FAILED")
         down = tuple(peer for peer, doc in self.peer_documents.items() if doc is not None and doc.state in DOWN_STATES)
         if down != self.peers_down:
             self.peers_down = down

@@ -239,6 +239,35 @@ def test_a_peer_that_recorded_failed_since_the_start_ends_the_look_for_a_lost_pe
     assert w.clock.now < 30.0 + Timings().peer_settle
 
 
+@pytest.mark.parametrize("peers", [("chief", "worker-0"), ("chief", "worker-0", "ps-0")], ids=["synchronous", "ps"])
+def test_a_peer_that_records_failed_while_the_code_runs_ends_the_chiefs_code_and_the_job(
+    peers: tuple[str, ...],
+) -> None:
+    """Defect: a worker whose code failed at start left the chief's code waiting in
+    MultiWorkerMirroredStrategy's barrier for an hour, its machine billing, before the job
+    was recorded FAILED."""
+    w = world(settings(peers=peers), runs=[(3600.0, 0)])
+    w.put_status("worker-0", STATES.running)
+    w.clock.at(20.0, lambda: w.put_status("worker-0", STATES.failed, reason="its code exited 1"))
+    assert w.agent.run() == EXIT_ENDED
+    assert failed_reason(w) == "peer worker-0 recorded FAILED"
+    job = w.job_status()
+    assert job is not None
+    assert (job.state, job.reason) == (STATES.failed, "peer worker-0 recorded FAILED")
+    assert len(w.launcher.started) == 1
+    assert w.launcher.children[0].stopped
+    assert w.clock.now < 20.0 + Timings().peer_watch + 15
+    assert w.releases == ["stop"]
+
+
+def test_a_peers_failed_from_before_this_job_started_does_not_end_the_chiefs_code() -> None:
+    w = world(settings(), runs=[(60.0, 0)])
+    earlier = first_status("worker-0", STATES.failed, time="2026-11-22T10:00:00.000000Z", incarnation="aaaa")
+    w.storage.objects[f"{JOB_DIR}/status/worker-0.json"] = earlier.to_json().encode()
+    assert w.agent.run() == 0
+    assert len(w.launcher.started) == 1
+
+
 def test_a_peer_lost_within_the_settle_window_after_the_codes_exit_still_gets_the_code_restarted() -> None:
     w = world(settings(), runs=[(30.0, 3), (10.0, 0)])
     w.put_status("worker-0", STATES.running)
