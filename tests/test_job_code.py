@@ -27,7 +27,7 @@ from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.run import LocalStackRun
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
-from trainstack_contract import LAYOUT
+from trainstack_contract import LAYOUT, STATES
 
 EXAMPLE = PROJECT_ROOT / "examples" / "tabular_mlp"
 INSTANCE = "gcp:compute/instance:Instance"
@@ -1229,3 +1229,35 @@ def test_code_written_for_ai_platforms_tensorflow_2_runtime_trains_unchanged_on_
     result = run_local(single_node(job), tmp_path)
     assert result.succeeded, "\n".join(result.logs["chief"][-40:])
     assert list((result.job_dir / LAYOUT.log_dir / "train").glob("events.out.tfevents.*"))
+
+
+# A worker that fails before it joins the cluster, while the chief builds
+# MultiWorkerMirroredStrategy: TensorFlow's own barrier would keep the chief waiting an hour.
+WORKER_FAILS_AT_START_CODE = """
+import json, os, sys
+if json.loads(os.environ["TF_CONFIG"])["task"]["type"] == "worker":
+    sys.exit("this worker cannot start")
+import tensorflow as tf
+tf.distribute.MultiWorkerMirroredStrategy()
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_that_fails_at_start_ends_the_chief_waiting_for_it_and_the_job(tmp_path: Path) -> None:
+    """Defect: the chief's code waited in TensorFlow's barrier for an hour, its machine
+    billing, after its only worker had recorded FAILED."""
+    package = tmp_path / "code" / "fails_task"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "task.py").write_text(WORKER_FAILS_AT_START_CODE)
+    config = yaml.safe_load((PROJECT_ROOT / "stacks" / "Pulumi.ownpackage.yaml").read_text())["config"]
+    config["trainstack:job"] = {"name": "fails", "package": str(package), "module": "fails_task.task"}
+    # Bounded far below TensorFlow's hour: the chief ends within seconds of the worker's FAILED.
+    result = run_local(config, tmp_path)
+    worker, chief = result.node_status["worker-0"], result.node_status["chief"]
+    assert worker is not None, result.logs
+    assert chief is not None, result.logs
+    assert (worker["state"], worker["exit_code"]) == (STATES.failed, 1)
+    assert (chief["state"], chief["reason"]) == (STATES.failed, "peer worker-0 recorded FAILED"), chief
+    assert result.job_status is not None
+    assert result.job_status["state"] == STATES.failed
