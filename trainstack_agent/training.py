@@ -9,6 +9,8 @@ times. Otherwise the job failed.
 
 from __future__ import annotations
 
+import shlex
+
 from trainstack_agent.cloud import CloudError
 from trainstack_agent.clusterport import cluster_port_watch
 from trainstack_agent.duties import Duties, supervise
@@ -62,7 +64,8 @@ class CodeRun:
         )
         job = self.settings.job
         assert job is not None
-        services.log(f"starting the job ({job.mode}): {' '.join(job.trainer_args)}")
+        arguments = f": {shlex.join(job.trainer_args)}" if job.trainer_args else " (no arguments)"
+        services.log(f"starting the job ({job.mode}){arguments}")
         clock = services.clock
         # Does the code join the cluster (listen on this node's TF_CONFIG port)? Warned if not.
         watch = cluster_port_watch(self.settings, services.board, services.listening, services.timings, services.log)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,21 @@ def test_the_job_gets_its_directory_arguments_and_tf_config() -> None:
     assert command.env["TF_CONFIG"].startswith('{"cluster"')
     assert command.env["AIP_MODEL_DIR"] == f"{JOB_DIR}/model"
     assert command.env["PYTHONPATH"] == "/state/code/x"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("--note", "two words"), "starting the job (package): --note 'two words'"),
+        ((), "starting the job (package) (no arguments)"),
+    ],
+)
+def test_the_log_names_the_jobs_arguments_as_a_shell_would_read_them(args: tuple[str, ...], line: str) -> None:
+    base = settings()
+    assert base.job is not None
+    w = world(replace(base, job=replace(base.job, trainer_args=args)), runs=[(1.0, 0)])
+    assert w.agent.run() == 0
+    assert line in w.log
 
 
 def test_a_job_that_already_succeeded_is_not_trained_again_but_on_finish_applies() -> None:
