@@ -81,7 +81,7 @@ class Duties:
             self.services.log(f"could not read the peers' status: {error}")
             return
         for peer, document in self.peer_documents.items():
-            if document is not None and document.state == STATES.failed and document.moment > self.started_at:
+            if document is not None and document.recorded_since(STATES.failed, self.started_at):
                 # The peer's job ended for good (its code failed, it could not prepare): the
                 # cluster can no longer train, and waiting on it (TensorFlow's own barrier waits
                 # an hour) would bill every other machine for nothing.
@@ -121,9 +121,9 @@ class Duties:
             services.log(f"could not read the job's status: {error}")
             raw = self.last_seen
         document = _status(raw)
-        if document is not None and document.state == STATES.failed and document.moment > self.started_at:
+        if document is not None and document.recorded_since(STATES.failed, self.started_at):
             raise Ended("the chief recorded the job FAILED")
-        if document is not None and document.state == STATES.cancelled and document.moment > self.started_at:
+        if document is not None and document.recorded_since(STATES.cancelled, self.started_at):
             raise Cancelled("the chief recorded the job CANCELLED")
         self.peers_down = tuple(peer for peer in document.peers_down if peer != self.settings.node) if document else ()
         if raw != self.last_seen:

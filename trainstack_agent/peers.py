@@ -39,7 +39,7 @@ def peer_states(board: Board, peers: tuple[str, ...], started_at: datetime) -> t
             continue
         if document.state in DOWN_STATES:
             down.append(peer)
-        elif document.state == STATES.failed and document.moment > started_at:
+        elif document.recorded_since(STATES.failed, started_at):
             return down, peer
     return down, None
 
@@ -145,7 +145,7 @@ class PeerWatch:
                 lost = peer_lost(peer, document, snapshot)
                 if lost is not None:
                     return lost
-                if document is not None and document.state == STATES.failed and document.moment > self.started_at:
+                if document is not None and document.recorded_since(STATES.failed, self.started_at):
                     return None
             if clock.monotonic() >= deadline:
                 return None

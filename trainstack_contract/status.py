@@ -232,6 +232,11 @@ class StatusDocument:
     def moment(self) -> datetime:
         return parse_time(self.time)
 
+    def recorded_since(self, state: str, started_at: datetime) -> bool:
+        """Whether this status says ``state`` and was written after ``started_at``: what a
+        node acts on, where an earlier attempt of the job may have left the same state."""
+        return self.state == state and self.moment > started_at
+
     def then(
         self,
         state: str,
