@@ -33,6 +33,8 @@ JOURNAL_SOCKET = Path("/run/systemd/journal/stdout")
 # After SIGTERM, how long a child gets before SIGKILL (Timings.stop_grace by default).
 # How long a stopped group's processes may take to end once SIGKILLed.
 KILL_WAIT_SECONDS = 5.0
+# What stop() returns for a child that SIGKILL did not end within KILL_WAIT_SECONDS.
+EXIT_UNREAPED = 128 + signal.SIGKILL
 STOP_GRACE_SECONDS = Timings().stop_grace
 
 
@@ -168,7 +170,13 @@ class Child:
         # The leader may have gone while others of its group linger: they go too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)
-        code = self.popen.wait()
+        try:
+            code = self.popen.wait(timeout=KILL_WAIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            # A process in uninterruptible sleep (a hung GPU driver or mount) outlives SIGKILL.
+            # Waiting on it would keep the agent from recording the end and releasing the
+            # machine, which ends the process for good.
+            return EXIT_UNREAPED
         # SIGKILL takes effect when each process is next scheduled: on a loaded machine one of
         # the group may still run a moment after killpg returns. The job has ended only once
         # none does (zombies, waiting for their reaper, run nothing); bounded.
