@@ -230,7 +230,10 @@ class Supervisor(ProcessTable):
         process's)."""
         if name in self._children:
             raise ValueError(f"a process named {name!r} was already started")
-        return self._launch(name, _Child(popen_in_own_session(argv, env, cwd)))
+        child = _Child(popen_in_own_session(argv, env, cwd))
+        self._children[name] = child
+        child.follow(name, self._echo)
+        return child.process
 
     def restart(
         self,
@@ -244,17 +247,9 @@ class Supervisor(ProcessTable):
         old = self._children[name]
         if old.process.poll() is None:
             raise ValueError(f"{name!r} is still running")
-        return self._launch(
-            name,
-            _Child(
-                popen_in_own_session(argv, env, cwd),
-                lines=old.lines,
-                earlier_readers=[*old.earlier_readers, old.reader],
-            ),
+        child = _Child(
+            popen_in_own_session(argv, env, cwd), lines=old.lines, earlier_readers=[*old.earlier_readers, old.reader]
         )
-
-    def _launch(self, name: str, child: _Child) -> subprocess.Popen[str]:
-        """Keeps ``child`` as ``name`` and follows its output."""
         self._children[name] = child
         child.follow(name, self._echo)
         return child.process
