@@ -2,8 +2,8 @@
 that tick them while it waits for something else (:func:`supervise`, :func:`supervised_preparation`).
 
 The chief refreshes its heartbeat in the job's status, watches its peers' status (a peer that
-recorded FAILED since this job started ends the chief's work, and with it the job's) and starts
-preempted Spot peers again; every other node watches that heartbeat and ends its work when the
+recorded FAILED since this job started, or none for ``peer_timeout_seconds``, ends the chief's
+work, and with it the job's) and starts preempted Spot peers again; every other node watches that heartbeat and ends its work when the
 chief recorded FAILED or CANCELLED or fell silent. Every node ends its work when the job is
 cancelled or a flex-start run is about to end.
 """
@@ -20,7 +20,7 @@ from trainstack_agent.outcome import Cancelled, Ended
 from trainstack_agent.services import Services
 from trainstack_agent.settings import NodeSettings
 from trainstack_contract import STATES
-from trainstack_contract.status import StatusDocument, StatusFormatError
+from trainstack_contract.status import StatusDocument, StatusFormatError, recorded_since
 
 # How often the loops look at the job's code and at their duties (every other wait is in
 # :class:`Timings`).
@@ -36,6 +36,9 @@ class Duties:
         self.services = services
         self.started_at = started_at
         now = services.clock.monotonic()
+        # When this job's work began here: a peer silent since then for peer_timeout_seconds
+        # never started it.
+        self.began = now
         self.next_heartbeat = now
         self.next_recovery = now
         self.next_watch = now
@@ -81,11 +84,18 @@ class Duties:
             self.services.log(f"could not read the peers' status: {error}")
             return
         for peer, document in self.peer_documents.items():
-            if document is not None and document.recorded_since(STATES.failed, self.started_at):
+            if document is not None and recorded_since(document, STATES.failed, self.started_at):
                 # The peer's job ended for good (its code failed, it could not prepare): the
                 # cluster can no longer train, and waiting on it (TensorFlow's own barrier waits
                 # an hour) would bill every other machine for nothing.
                 raise Ended(f"peer {peer} recorded FAILED")
+        timeout = self.settings.peer_timeout_seconds
+        silent = [peer for peer, document in self.peer_documents.items() if document is None]
+        if silent and now - self.began >= timeout:
+            # A peer's agent records RUNNING before it prepares: one with no status at all has
+            # not booted, or stopped before its agent ran (a fetch or digest failure), and the
+            # cluster's code would wait for it in TensorFlow's barrier.
+            raise Ended(f"{silent[0]} recorded no status for this job within {timeout} s")
         down = tuple(peer for peer, doc in self.peer_documents.items() if doc is not None and doc.state in DOWN_STATES)
         if down != self.peers_down:
             self.peers_down = down
@@ -121,9 +131,9 @@ class Duties:
             services.log(f"could not read the job's status: {error}")
             raw = self.last_seen
         document = _status(raw)
-        if document is not None and document.recorded_since(STATES.failed, self.started_at):
+        if document is not None and recorded_since(document, STATES.failed, self.started_at):
             raise Ended("the chief recorded the job FAILED")
-        if document is not None and document.recorded_since(STATES.cancelled, self.started_at):
+        if document is not None and recorded_since(document, STATES.cancelled, self.started_at):
             raise Cancelled("the chief recorded the job CANCELLED")
         self.peers_down = tuple(peer for peer in document.peers_down if peer != self.settings.node) if document else ()
         if raw != self.last_seen:

@@ -3,7 +3,8 @@ while the job's code ran (:class:`PeerWatch`).
 
 A peer is lost to a run of the code when it is down (PREEMPTED or INTERRUPTED) or has rebooted
 since the code started (its incarnation changed, :func:`peer_lost`). A peer that has written no
-status yet is booting for the first time and counts as up: TensorFlow waits for it.
+status yet is booting for the first time and counts as up: TensorFlow waits for it (the chief's
+duties end the job when one stays silent for the peer timeout, :class:`~trainstack_agent.duties.Duties`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from trainstack_agent.cloud import CloudError
 from trainstack_agent.duties import DOWN_STATES, TICK_SECONDS, Duties
 from trainstack_agent.outcome import Ended
 from trainstack_contract import STATES
-from trainstack_contract.status import StatusDocument
+from trainstack_contract.status import StatusDocument, recorded_since
 
 
 def peer_lost(peer: str, document: StatusDocument | None, snapshot: dict[str, str]) -> str | None:
@@ -39,7 +40,7 @@ def peer_states(board: Board, peers: tuple[str, ...], started_at: datetime) -> t
             continue
         if document.state in DOWN_STATES:
             down.append(peer)
-        elif document.recorded_since(STATES.failed, started_at):
+        elif recorded_since(document, STATES.failed, started_at):
             return down, peer
     return down, None
 
@@ -145,7 +146,7 @@ class PeerWatch:
                 lost = peer_lost(peer, document, snapshot)
                 if lost is not None:
                     return lost
-                if document is not None and document.recorded_since(STATES.failed, self.started_at):
+                if document is not None and recorded_since(document, STATES.failed, self.started_at):
                     return None
             if clock.monotonic() >= deadline:
                 return None

@@ -232,11 +232,6 @@ class StatusDocument:
     def moment(self) -> datetime:
         return parse_time(self.time)
 
-    def recorded_since(self, state: str, started_at: datetime) -> bool:
-        """Whether this status says ``state`` and was written after ``started_at``: what a
-        node acts on, where an earlier attempt of the job may have left the same state."""
-        return self.state == state and self.moment > started_at
-
     def then(
         self,
         state: str,
@@ -298,3 +293,9 @@ def with_warning(document: StatusDocument, name: str, text: str | None) -> Statu
         if len(warnings) > MAX_WARNINGS:
             raise ValueError(f"a status holds at most {MAX_WARNINGS} warnings")
     return replace(document, warnings=tuple(sorted(warnings.items())))
+
+
+def recorded_since(document: StatusDocument, state: str, started_at: datetime) -> bool:
+    """Whether ``document`` says ``state`` and was written after ``started_at``: what a node
+    acts on, where an earlier attempt of the job may have left the same state."""
+    return document.state == state and document.moment > started_at

@@ -250,6 +250,11 @@ class World:
         document = first_status(node, state, time=self.clock.utc_text(), incarnation=incarnation, reason=reason)
         self.storage.objects[f"{JOB_DIR}/status/{node}.json"] = document.to_json().encode()
 
+    def peers_running(self, node_settings: NodeSettings) -> None:
+        """Every other node's agent has recorded RUNNING, as each does before it prepares."""
+        for peer in node_settings.other_nodes:
+            self.put_status(peer, STATES.running)
+
     def put_job_status(self, state: str, peers_down: tuple[str, ...] = ()) -> None:
         document = first_status("chief", state, time=self.clock.utc_text(), incarnation="cccc")
         document = document.then(state, time=document.time, incarnation="cccc", attempt=0, peers_down=peers_down)

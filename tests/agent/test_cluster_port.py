@@ -57,6 +57,7 @@ def watched(
 ) -> tuple[World, Probe]:
     reader = Probe(listens_at=listens_at)
     w = world(node_settings, runs, listening=reader)
+    w.peers_running(node_settings)
     reader.world = w
     return w, reader
 
@@ -212,7 +213,9 @@ def test_a_port_taken_before_the_code_starts_tells_nothing_and_says_so() -> None
 
 
 def test_no_proc_to_read_tells_nothing_and_says_so() -> None:
-    w = world(settings(tf_port=PORT), [(1800.0, 0)], listening=lambda port: None)
+    node_settings = settings(tf_port=PORT)
+    w = world(node_settings, [(1800.0, 0)], listening=lambda port: None)
+    w.peers_running(node_settings)
     assert w.agent.run() == 0
     assert warning(w.status("chief")) is None
     assert warning_lines(w) == []

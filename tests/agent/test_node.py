@@ -217,8 +217,9 @@ def test_restarts_after_lost_peers_are_bounded() -> None:
 
 
 def test_a_peer_that_stays_down_past_the_timeout_fails_the_node() -> None:
-    w = world(settings(peers=ASYNC, peer_timeout_seconds=120), runs=[(30.0, 1)])
-    w.put_status("worker-0", STATES.running)
+    node_settings = settings(peers=ASYNC, peer_timeout_seconds=120)
+    w = world(node_settings, runs=[(30.0, 1)])
+    w.peers_running(node_settings)
     w.clock.at(10.0, lambda: w.put_status("worker-0", STATES.preempted))
     assert w.agent.run() == EXIT_ENDED
     assert failed_reason(w) == "worker-0 did not come back within 120 s"
@@ -274,6 +275,23 @@ def test_a_peer_that_records_failed_while_the_code_runs_ends_the_chiefs_code_and
     assert w.launcher.children[0].stopped
     assert w.clock.now < 20.0 + Timings().peer_watch + 15
     assert w.releases == ["stop"]
+
+
+def test_a_peer_that_records_no_status_within_the_peer_timeout_ends_the_chiefs_code_and_the_job() -> None:
+    """A worker whose boot script stopped its machine before the agent ran (a fetch or digest
+    failure) writes nothing: the chief's code would wait for it in TensorFlow's barrier."""
+    w = world(settings(peer_timeout_seconds=300), runs=[(3600.0, 0)])
+    assert w.agent.run() == EXIT_ENDED
+    assert failed_reason(w) == "worker-0 recorded no status for this job within 300 s"
+    assert w.launcher.children[0].stopped
+    assert 300.0 <= w.clock.now < 300.0 + Timings().peer_watch + 15
+    assert w.releases == ["stop"]
+
+
+def test_a_peer_that_records_its_status_late_but_within_the_peer_timeout_is_waited_for() -> None:
+    w = world(settings(peer_timeout_seconds=300), runs=[(600.0, 0)])
+    w.clock.at(290.0, lambda: w.put_status("worker-0", STATES.running))
+    assert w.agent.run() == 0
 
 
 def test_a_peers_failed_from_before_this_job_started_does_not_end_the_chiefs_code() -> None:

@@ -393,10 +393,12 @@ class Cluster(_Strict):
     # The chief's boot script refreshes a heartbeat in the job status while the job runs; any
     # other node that sees no new heartbeat for this long takes the chief for dead, ends its
     # trainer, records FAILED and applies on_finish instead of billing until max_run_hours.
+    # The chief likewise gives up on a peer that has recorded no status for this long.
     heartbeat_timeout_seconds: Annotated[int, Field(ge=10, le=MAX_PEER_TIMEOUT_SECONDS)] = Field(
         default=600,
         description="10 s to a day: a node that sees no new heartbeat of the chief for this long takes it for "
-        "dead, ends its trainer, records FAILED and applies `on_finish`",
+        "dead, ends its trainer, records FAILED and applies `on_finish`; the chief does the same when a peer "
+        "has recorded no status for this job for this long",
     )
     # The chief starts a preempted Spot peer again at most this many times (per node) before
     # it ends the job FAILED; 0 never restarts one.
