@@ -130,7 +130,7 @@ class Duties:
         except CloudError as error:
             services.log(f"could not read the job's status: {error}")
             raw = self.last_seen
-        document = _status(raw)
+        document = parse_status(raw)
         if document is not None and recorded_since(document, STATES.failed, self.started_at):
             raise Ended("the chief recorded the job FAILED")
         if document is not None and recorded_since(document, STATES.cancelled, self.started_at):
@@ -170,7 +170,8 @@ def supervised_preparation(duties: Duties) -> Prepared:
     return result[0]
 
 
-def _status(raw: bytes | None) -> StatusDocument | None:
+def parse_status(raw: bytes | None) -> StatusDocument | None:
+    """A status object read raw; None when there is none or it is not one."""
     if raw is None:
         return None
     try:

@@ -36,6 +36,7 @@ from typing import Final
 
 from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError, TooLarge
+from trainstack_agent.duties import DOWN_STATES, parse_status
 from trainstack_agent.gcs import Storage
 from trainstack_agent.jobend import apply_on_finish
 from trainstack_agent.node import NodeAgent
@@ -222,6 +223,10 @@ class NextJob:
         self.waiting = False
         # The last problem reading a one-node job's taker, logged once.
         self._holder_problem: str | None = None
+        # Each one-node job held elsewhere: its status/job.json as last read, and when that
+        # last changed (this node's clock); and the jobs whose holder was found gone, logged once.
+        self._holder_seen: dict[str, tuple[bytes | None, float]] = {}
+        self._holder_gone: set[str] = set()
 
     def _read_status(self, board: Board, uri: str) -> StatusDocument | None:
         """None when absent, or unreadable: the job's own run then records what it cannot read."""
@@ -242,7 +247,7 @@ class NextJob:
     def next(self, index: QueueIndex) -> QueueEntry | None:
         """The first runnable job of the index; each one found done is recorded so."""
         self.waiting = False
-        elsewhere = False
+        elsewhere = alive = False
         for entry in index.entries:
             if entry.id in self.done:
                 continue
@@ -251,16 +256,52 @@ class NextJob:
                 self._skip_cancelled(entry, job_dir)
             elif not self.ended(job_dir):
                 if not entry.one_node:
-                    self.waiting = elsewhere
+                    # Held back while a one-node job before it has not ended; idle (on_finish
+                    # after idle_seconds) when no node holding one shows signs of life.
+                    self.waiting = elsewhere and alive
                     return None if elsewhere else entry
                 holder = self._holder(entry, job_dir)
                 if holder == self.settings.node:
                     return entry
                 if holder is not None:
                     elsewhere = True
+                    alive = self._holder_alive(entry, job_dir) or alive
                     continue
             self.done.add(entry.id, index)
         return None
+
+    def _holder_alive(self, entry: QueueEntry, job_dir: str) -> bool:
+        """Whether the node holding a one-node job shows signs of life: it runs the job as
+        its chief, its heartbeat rewriting status/job.json, so that object has changed within
+        the peer timeout and does not say the holder is down (PREEMPTED or INTERRUPTED). A
+        holder preempted or stopped for good must not keep every other node billing while a
+        whole-cluster job waits behind its job: the queue resumes when the nodes are started
+        again (`trainstack submit` starts them), the holder first resuming its job."""
+        board, now = self.services.board(job_dir), self.services.clock.monotonic()
+        seen = self._holder_seen.get(job_dir)
+        try:
+            raw = board.read_raw(board.job_uri)
+        except CloudError:
+            # Unknown: taken as unchanged, so a Cloud Storage outage ends in the idle wait too.
+            raw = None if seen is None else seen[0]
+        if seen is None or raw != seen[0]:
+            seen = self._holder_seen[job_dir] = (raw, now)
+        document = parse_status(raw)
+        down = document is not None and document.state in DOWN_STATES
+        timeout = self.settings.peer_timeout_seconds
+        if not down and now - seen[1] < timeout:
+            self._holder_gone.discard(job_dir)
+            return True
+        if job_dir not in self._holder_gone:
+            self._holder_gone.add(job_dir)
+            why = (
+                f"its node is {document.state}" if down and document else f"its status has not changed for {timeout} s"
+            )
+            self.log(
+                f"queue: job {entry.id} ({entry.job_dir_name}) runs on another node, but {why}: "
+                "the jobs after it wait, and this node counts as idle meanwhile"
+            )
+        return False
 
     def _holder(self, entry: QueueEntry, job_dir: str) -> str | None:
         """The node that holds the one-node job, this one if it takes it now; None when the

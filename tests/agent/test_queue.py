@@ -573,9 +573,10 @@ def taken_by_node(storage: MemoryStorage, job_id: int, name: str) -> str | None:
     return None if data is None else json.loads(data)["node"]
 
 
-def record_job_state(storage: MemoryStorage, job_id: int, name: str, state: str) -> None:
-    """The job's status as the node that ran it writes it at its end."""
-    document = first_status("job", state, time="2026-11-23T10:10:00Z", incarnation="9999")
+def record_job_state(storage: MemoryStorage, job_id: int, name: str, state: str, second: int = 0) -> None:
+    """The job's status as the node that runs it writes it (``second``: past 10:10 that day)."""
+    minute, rest = divmod(10 * 60 + second, 60)
+    document = first_status("job", state, time=f"2026-11-23T10:{minute:02d}:{rest:02d}Z", incarnation="9999")
     storage.objects[f"{queued_job_dir(BUCKET, job_id, name)}/{LAYOUT.job_status}"] = document.to_json()
 
 
@@ -642,6 +643,70 @@ def test_a_node_waiting_for_a_whole_cluster_job_is_not_idle_and_runs_it_once_the
     # The job started at 500 s, ran 20 s, then the idle wait of 60 s: nothing stopped the node before.
     assert [action for _, action in q.releases] == ["stop"]
     assert q.releases[0][0] >= 580.0
+
+
+def held_by_the_chief(storage: MemoryStorage, name: str) -> int:
+    """A one-node job the chief took."""
+    held = submit(storage, name, one_node=True)
+    storage.objects[f"{queued_job_dir(BUCKET, held, name)}/{TAKEN_BY}"] = taken_by_bytes(
+        "chief", "2026-11-23T10:00:00Z"
+    )
+    return held
+
+
+def test_a_whole_cluster_job_behind_a_one_node_job_whose_node_is_gone_lets_this_node_idle_out(
+    tmp_path: Path,
+) -> None:
+    """Defect: the chief, holding a one-node job, was preempted and not started again; every
+    other node waited for that job to end, never idle, billing until max_run_hours."""
+    storage = MemoryStorage()
+    held = held_by_the_chief(storage, "held")
+    record_job_state(storage, held, "held", STATES.preempted)
+    whole = submit(storage, "whole")
+    q = boot(tmp_path, runs=[(20.0, 0)], idle_seconds=60, node_settings=cluster_node("worker-1"), storage=storage)
+    assert q.queue.run() == 0
+    # The whole-cluster job still waits for the held one: the queue's order stands.
+    assert q.job_dirs_started() == []
+    assert [action for _, action in q.releases] == ["stop"]
+    assert q.releases[0][0] < 60.0 + 15
+    assert any(
+        line == "queue: job 1 (q1_held) runs on another node, but its node is PREEMPTED: the jobs after it wait, "
+        "and this node counts as idle meanwhile"
+        for line in q.log
+    ), q.log
+    assert whole == held + 1
+
+
+def test_a_one_node_job_whose_status_stops_changing_for_the_peer_timeout_stops_holding_this_node(
+    tmp_path: Path,
+) -> None:
+    storage = MemoryStorage()
+    held = held_by_the_chief(storage, "held")
+    record_job_state(storage, held, "held", STATES.running)
+    submit(storage, "whole")
+    node_settings = replace(cluster_node("worker-1"), peer_timeout_seconds=300)
+    q = boot(tmp_path, runs=[(20.0, 0)], idle_seconds=60, node_settings=node_settings, storage=storage)
+    assert q.queue.run() == 0
+    assert q.job_dirs_started() == []
+    # Held for the peer timeout (its last look within one poll of it), then the idle wait:
+    # no sooner, and not forever.
+    assert 300.0 + 60.0 - Timings().queue_poll <= q.releases[0][0] < 300.0 + 60.0 + 15
+    assert any("but its status has not changed for 300 s" in line for line in q.log), q.log
+
+
+def test_a_one_node_job_whose_holder_beats_keeps_this_node_waiting_past_the_peer_timeout(tmp_path: Path) -> None:
+    storage = MemoryStorage()
+    held = held_by_the_chief(storage, "held")
+    whole = submit(storage, "whole")
+    node_settings = replace(cluster_node("worker-1"), peer_timeout_seconds=300)
+    q = boot(tmp_path, runs=[(20.0, 0)], idle_seconds=60, node_settings=node_settings, storage=storage)
+    # The holder's heartbeat rewrites the job's status every 60 s until it succeeds at 1000 s.
+    for second in range(0, 1000, 60):
+        q.clock.at(float(second), lambda s=second: record_job_state(storage, held, "held", STATES.running, s))
+    q.clock.at(1000.0, lambda: record_job_state(storage, held, "held", STATES.succeeded))
+    assert q.queue.run() == 0
+    assert q.job_dirs_started() == [queued_job_dir(BUCKET, whole, "whole")]
+    assert q.releases[0][0] >= 1000.0 + 20.0 + 60.0
 
 
 def test_a_node_that_rebooted_mid_one_node_job_resumes_it(tmp_path: Path) -> None:
