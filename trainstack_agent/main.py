@@ -462,6 +462,18 @@ def run_node(agent: Agent) -> int:
         time_scale = parse_time_scale(agent.environment.get(TIME_SCALE_VARIABLE))
     except (SettingsError, CloudError, TimeScaleError) as error:
         return abort(agent, str(error))
+    try:
+        return boot_node(agent, settings, time_scale, started)
+    except Exception as error:  # noqa: BLE001 - a node must never idle and bill, whatever failed
+        # Outside a job's own guard (NodeAgent.run): the boot lock, a full disk, a metadata
+        # outage past its retries between queued jobs. The boot script exec'd this process, so
+        # nothing after it would record the failure or stop the machine.
+        return abort(agent, f"the node agent failed: {type(error).__name__}: {str(error)[:300]}")
+
+
+def boot_node(agent: Agent, settings: NodeSettings, time_scale: float, started: float) -> int:
+    """This boot's work once its settings are read: the run-time cap where there is one, the
+    boot lock, then the node's job or its queue until they end."""
     host, log = agent.host, agent.log
     timings = Timings().scaled(time_scale)
     if settings.kind == TPU_NODE_KIND:
