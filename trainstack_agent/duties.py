@@ -4,7 +4,8 @@ that tick them while it waits for something else (:func:`supervise`, :func:`supe
 The chief refreshes its heartbeat in the job's status, watches its peers' status (a peer that
 recorded FAILED since this job started, or none for ``peer_timeout_seconds``, ends the chief's
 work, and with it the job's) and starts preempted Spot peers again; every other node watches that heartbeat and ends its work when the
-chief recorded FAILED or CANCELLED or fell silent. Every node ends its work when the job is
+chief recorded FAILED or CANCELLED or fell silent, or recorded SUCCEEDED and this node's code
+has not ended by itself within :attr:`Timings.chief_end_grace` (recorded SUCCEEDED). Every node ends its work when the job is
 cancelled or a flex-start run is about to end.
 """
 
@@ -16,7 +17,7 @@ from datetime import datetime
 
 from trainstack_agent.cloud import CloudError
 from trainstack_agent.environment import Prepared
-from trainstack_agent.outcome import Cancelled, Ended
+from trainstack_agent.outcome import Cancelled, ChiefSucceeded, Ended
 from trainstack_agent.services import Services
 from trainstack_agent.settings import NodeSettings
 from trainstack_contract import STATES
@@ -51,6 +52,8 @@ class Duties:
         self.peer_documents: dict[str, StatusDocument | None] = {}
         self.peer_documents_at = float("-inf")
         self.peers_down: tuple[str, ...] = ()
+        # On a node other than the chief: when it first saw the chief's SUCCEEDED.
+        self.chief_succeeded_at: float | None = None
 
     def tick(self) -> None:
         """Raises :class:`Ended` when this node's work must end."""
@@ -135,6 +138,11 @@ class Duties:
             raise Ended("the chief recorded the job FAILED")
         if document is not None and recorded_since(document, STATES.cancelled, self.started_at):
             raise Cancelled("the chief recorded the job CANCELLED")
+        if document is not None and recorded_since(document, STATES.succeeded, self.started_at):
+            if self.chief_succeeded_at is None:
+                self.chief_succeeded_at = now
+            elif now - self.chief_succeeded_at >= services.timings.chief_end_grace:
+                raise ChiefSucceeded("the chief recorded the job SUCCEEDED")
         self.peers_down = tuple(peer for peer in document.peers_down if peer != self.settings.node) if document else ()
         if raw != self.last_seen:
             self.last_seen, self.seen_at = raw, now

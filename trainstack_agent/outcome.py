@@ -17,6 +17,10 @@ class Cancelled(Ended):
     """The job was cancelled (`trainstack cancel`): recorded CANCELLED, not FAILED."""
 
 
+class ChiefSucceeded(Ended):
+    """The chief recorded the job SUCCEEDED: this node's part is over (recorded SUCCEEDED)."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     exit_code: int
@@ -31,4 +35,6 @@ class Outcome:
 
 
 def ended_outcome(ended: Ended) -> Outcome:
+    if isinstance(ended, ChiefSucceeded):
+        return Outcome(0, str(ended))
     return Outcome(EXIT_ENDED, str(ended), cancelled=isinstance(ended, Cancelled))

@@ -46,6 +46,11 @@ class Timings:
     # After the job's code exits non-zero, how long the node looks for the peer whose loss may
     # have caused it: TensorFlow can notice a lost peer before that peer's agent has said so.
     peer_settle: float = 20.0
+    # After the chief recorded the job SUCCEEDED, how long another node's code may go on before
+    # the node ends it: code that ends with the chief's (MultiWorkerMirroredStrategy's workers)
+    # has its own exit recorded, while a server that never ends by itself (a parameter server's
+    # or worker's `server.join()`) is ended rather than billing until the heartbeat timeout.
+    chief_end_grace: float = 20.0
     # Between two start calls for one preempted peer: the first wait, and the most it doubles to.
     start_backoff_first: float = 30.0
     start_backoff_last: float = 600.0
