@@ -114,6 +114,25 @@ def test_after_a_failed_chief_the_other_nodes_stop_waiting(
     assert len(result.self_stops) == 4
 
 
+@pytest.mark.slow
+def test_after_the_chiefs_success_the_nodes_still_serving_end_and_succeed(
+    tmp_path: Path, probe_trainer: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: a team's own parameter-server code serves (server.join()) until killed; after the
+    chief's SUCCEEDED every other node served on until the heartbeat timeout (ten minutes on a
+    cloud, each machine billing) and then recorded FAILED."""
+    monkeypatch.setenv("PROBE_OTHERS_SLEEP", "600")
+    # The others would serve for ten minutes, longer than the run waits for them.
+    result = run(stack("paramserver"), tmp_path, probe_trainer)
+    assert result.job_status is not None
+    assert result.job_status["state"] == "SUCCEEDED"
+    for node in ("worker-0", "worker-1", "ps-0"):
+        status = result.node_status[node]
+        assert status is not None, node
+        assert (status["state"], status["reason"]) == ("SUCCEEDED", "the chief recorded the job SUCCEEDED"), node
+    assert len(result.self_stops) == 4
+
+
 def _probe_wheel(wheelhouse: Path) -> None:
     """A minimal valid wheel, so the install path needs no network and no build tools."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
