@@ -93,12 +93,19 @@ class Duties:
                 # an hour) would bill every other machine for nothing.
                 raise Ended(f"peer {peer} recorded FAILED")
         timeout = self.settings.peer_timeout_seconds
-        silent = [peer for peer, document in self.peer_documents.items() if document is None]
-        if silent and now - self.began >= timeout:
-            # A peer's agent records RUNNING before it prepares: one with no status at all has
-            # not booted, or stopped before its agent ran (a fetch or digest failure), and the
-            # cluster's code would wait for it in TensorFlow's barrier.
-            raise Ended(f"{silent[0]} recorded no status for this job within {timeout} s")
+        if now - self.began >= timeout:
+            for peer, document in self.peer_documents.items():
+                # A peer's agent records RUNNING before it prepares: one with no status at all
+                # has not booted, or stopped before its agent ran (a fetch or digest failure);
+                # one whose last word is a FAILED from before this node began the job (it gave
+                # up on a chief down for longer than the timeout) has stopped for good. The
+                # cluster's code would wait for either in TensorFlow's barrier.
+                if document is None:
+                    raise Ended(f"{peer} recorded no status for this job within {timeout} s")
+                if document.state == STATES.failed:
+                    raise Ended(
+                        f"{peer} recorded FAILED before this node began the job, and nothing since within {timeout} s"
+                    )
         down = tuple(peer for peer, doc in self.peer_documents.items() if doc is not None and doc.state in DOWN_STATES)
         if down != self.peers_down:
             self.peers_down = down

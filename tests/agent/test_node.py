@@ -294,12 +294,33 @@ def test_a_peer_that_records_its_status_late_but_within_the_peer_timeout_is_wait
     assert w.agent.run() == 0
 
 
-def test_a_peers_failed_from_before_this_job_started_does_not_end_the_chiefs_code() -> None:
-    w = world(settings(), runs=[(60.0, 0)])
-    earlier = first_status("worker-0", STATES.failed, time="2026-11-22T10:00:00.000000Z", incarnation="aaaa")
-    w.storage.objects[f"{JOB_DIR}/status/worker-0.json"] = earlier.to_json().encode()
+def earlier_failed(w: World, peer: str) -> None:
+    """What ``peer`` recorded in an earlier attempt of the job: FAILED, two days before."""
+    earlier = first_status(peer, STATES.failed, time="2026-11-22T10:00:00.000000Z", incarnation="aaaa")
+    w.storage.objects[f"{JOB_DIR}/status/{peer}.json"] = earlier.to_json().encode()
+
+
+def test_a_peers_failed_from_before_this_job_started_does_not_end_the_chiefs_code_once_it_boots_again() -> None:
+    w = world(settings(peer_timeout_seconds=300), runs=[(900.0, 0)])
+    earlier_failed(w, "worker-0")
+    w.clock.at(30.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
     assert w.agent.run() == 0
-    assert len(w.launcher.started) == 1
+    chief = w.status("chief")
+    assert chief is not None
+    assert chief.state == STATES.succeeded
+
+
+def test_a_peer_whose_last_word_is_an_earlier_failed_ends_the_chiefs_code_after_the_peer_timeout() -> None:
+    """Defect: the chief, rebooted after a host maintenance longer than the heartbeat timeout,
+    resumed the job while its workers had given up on it (FAILED) and stopped: its code waited
+    for them in TensorFlow's barrier."""
+    w = world(settings(peer_timeout_seconds=300), runs=[(3600.0, 0)])
+    earlier_failed(w, "worker-0")
+    assert w.agent.run() == EXIT_ENDED
+    assert failed_reason(w) == (
+        "worker-0 recorded FAILED before this node began the job, and nothing since within 300 s"
+    )
+    assert 300.0 <= w.clock.now < 300.0 + Timings().peer_watch + 15
 
 
 def test_a_peer_lost_within_the_settle_window_after_the_codes_exit_still_gets_the_code_restarted() -> None:
