@@ -86,26 +86,9 @@ class Duties:
         except CloudError as error:
             self.services.log(f"could not read the peers' status: {error}")
             return
-        for peer, document in self.peer_documents.items():
-            if document is not None and recorded_since(document, STATES.failed, self.started_at):
-                # The peer's job ended for good (its code failed, it could not prepare): the
-                # cluster can no longer train, and waiting on it (TensorFlow's own barrier waits
-                # an hour) would bill every other machine for nothing.
-                raise Ended(f"peer {peer} recorded FAILED")
-        timeout = self.settings.peer_timeout_seconds
-        if now - self.began >= timeout:
-            for peer, document in self.peer_documents.items():
-                # A peer's agent records RUNNING before it prepares: one with no status at all
-                # has not booted, or stopped before its agent ran (a fetch or digest failure);
-                # one whose last word is a FAILED from before this node began the job (it gave
-                # up on a chief down for longer than the timeout) has stopped for good. The
-                # cluster's code would wait for either in TensorFlow's barrier.
-                if document is None:
-                    raise Ended(f"{peer} recorded no status for this job within {timeout} s")
-                if document.state == STATES.failed:
-                    raise Ended(
-                        f"{peer} recorded FAILED before this node began the job, and nothing since within {timeout} s"
-                    )
+        gone = peer_gone(self.peer_documents, self.started_at, now - self.began, self.settings.peer_timeout_seconds)
+        if gone is not None:
+            raise Ended(gone)
         down = tuple(peer for peer, doc in self.peer_documents.items() if doc is not None and doc.state in DOWN_STATES)
         if down != self.peers_down:
             self.peers_down = down
@@ -155,6 +138,32 @@ class Duties:
             self.last_seen, self.seen_at = raw, now
         elif now - self.seen_at >= self.settings.peer_timeout_seconds:
             raise Ended(f"no heartbeat from the chief for {self.settings.peer_timeout_seconds} s")
+
+
+def peer_gone(
+    documents: dict[str, StatusDocument | None], started_at: datetime, began_ago: float, timeout: int
+) -> str | None:
+    """Why the chief ends the job for a peer gone for good, as its peers' status objects
+    show ``began_ago`` seconds after it began the job (at ``started_at``); None while none is."""
+    for peer, document in documents.items():
+        if document is not None and recorded_since(document, STATES.failed, started_at):
+            # The peer's job ended for good (its code failed, it could not prepare): the
+            # cluster can no longer train, and waiting on it (TensorFlow's own barrier waits an
+            # hour) would bill every other machine for nothing.
+            return f"peer {peer} recorded FAILED"
+    if began_ago < timeout:
+        return None
+    for peer, document in documents.items():
+        # A peer's agent records RUNNING before it prepares: one with no status at all has not
+        # booted, or stopped before its agent ran (a fetch or digest failure); one whose last
+        # word is a FAILED from before this node began the job (it gave up on a chief down for
+        # longer than the timeout) has stopped for good. The cluster's code would wait for
+        # either in TensorFlow's barrier.
+        if document is None:
+            return f"{peer} recorded no status for this job within {timeout} s"
+        if document.state == STATES.failed:
+            return f"{peer} recorded FAILED before this node began the job, and nothing since within {timeout} s"
+    return None
 
 
 def supervise(duties: Duties, done: Callable[[], bool]) -> None:

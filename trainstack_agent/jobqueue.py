@@ -208,6 +208,52 @@ class QueueServices:
     utc_now: Callable[[], str] = utc_now
 
 
+class HolderWatch:
+    """Whether the nodes holding one-node jobs elsewhere show signs of life."""
+
+    def __init__(self, settings: NodeSettings, services: QueueServices) -> None:
+        self.settings = settings
+        self.services = services
+        self.log = services.log
+        # Each one-node job held elsewhere: its status/job.json as last read, and when that
+        # last changed (this node's clock); and the jobs whose holder was found gone, logged once.
+        self.seen: dict[str, tuple[bytes | None, float]] = {}
+        self.gone: set[str] = set()
+
+    def alive(self, entry: QueueEntry, job_dir: str) -> bool:
+        """Whether the node holding a one-node job shows signs of life: it runs the job as
+        its chief, its heartbeat rewriting status/job.json, so that object has changed within
+        the peer timeout and does not say the holder is down (PREEMPTED or INTERRUPTED). A
+        holder preempted or stopped for good must not keep every other node billing while a
+        whole-cluster job waits behind its job: the queue resumes when the nodes are started
+        again (`trainstack submit` starts them), the holder first resuming its job."""
+        board, now = self.services.board(job_dir), self.services.clock.monotonic()
+        seen = self.seen.get(job_dir)
+        try:
+            raw = board.read_raw(board.job_uri)
+        except CloudError:
+            # Unknown: taken as unchanged, so a Cloud Storage outage ends in the idle wait too.
+            raw = None if seen is None else seen[0]
+        if seen is None or raw != seen[0]:
+            seen = self.seen[job_dir] = (raw, now)
+        document = parse_status(raw)
+        down = document is not None and document.state in DOWN_STATES
+        timeout = self.settings.peer_timeout_seconds
+        if not down and now - seen[1] < timeout:
+            self.gone.discard(job_dir)
+            return True
+        if job_dir not in self.gone:
+            self.gone.add(job_dir)
+            why = (
+                f"its node is {document.state}" if down and document else f"its status has not changed for {timeout} s"
+            )
+            self.log(
+                f"queue: job {entry.id} ({entry.job_dir_name}) runs on another node, but {why}: "
+                "the jobs after it wait, and this node counts as idle meanwhile"
+            )
+        return False
+
+
 class NextJob:
     """Which job this node runs next: the first of the queue's index it is not done with, not
     cancelled, whose status and this node's own are not SUCCEEDED, FAILED or CANCELLED; a
@@ -223,10 +269,7 @@ class NextJob:
         self.waiting = False
         # The last problem reading a one-node job's taker, logged once.
         self._holder_problem: str | None = None
-        # Each one-node job held elsewhere: its status/job.json as last read, and when that
-        # last changed (this node's clock); and the jobs whose holder was found gone, logged once.
-        self._holder_seen: dict[str, tuple[bytes | None, float]] = {}
-        self._holder_gone: set[str] = set()
+        self.holders = HolderWatch(settings, services)
 
     def _read_status(self, board: Board, uri: str) -> StatusDocument | None:
         """None when absent, or unreadable: the job's own run then records what it cannot read."""
@@ -265,43 +308,10 @@ class NextJob:
                     return entry
                 if holder is not None:
                     elsewhere = True
-                    alive = self._holder_alive(entry, job_dir) or alive
+                    alive = self.holders.alive(entry, job_dir) or alive
                     continue
             self.done.add(entry.id, index)
         return None
-
-    def _holder_alive(self, entry: QueueEntry, job_dir: str) -> bool:
-        """Whether the node holding a one-node job shows signs of life: it runs the job as
-        its chief, its heartbeat rewriting status/job.json, so that object has changed within
-        the peer timeout and does not say the holder is down (PREEMPTED or INTERRUPTED). A
-        holder preempted or stopped for good must not keep every other node billing while a
-        whole-cluster job waits behind its job: the queue resumes when the nodes are started
-        again (`trainstack submit` starts them), the holder first resuming its job."""
-        board, now = self.services.board(job_dir), self.services.clock.monotonic()
-        seen = self._holder_seen.get(job_dir)
-        try:
-            raw = board.read_raw(board.job_uri)
-        except CloudError:
-            # Unknown: taken as unchanged, so a Cloud Storage outage ends in the idle wait too.
-            raw = None if seen is None else seen[0]
-        if seen is None or raw != seen[0]:
-            seen = self._holder_seen[job_dir] = (raw, now)
-        document = parse_status(raw)
-        down = document is not None and document.state in DOWN_STATES
-        timeout = self.settings.peer_timeout_seconds
-        if not down and now - seen[1] < timeout:
-            self._holder_gone.discard(job_dir)
-            return True
-        if job_dir not in self._holder_gone:
-            self._holder_gone.add(job_dir)
-            why = (
-                f"its node is {document.state}" if down and document else f"its status has not changed for {timeout} s"
-            )
-            self.log(
-                f"queue: job {entry.id} ({entry.job_dir_name}) runs on another node, but {why}: "
-                "the jobs after it wait, and this node counts as idle meanwhile"
-            )
-        return False
 
     def _holder(self, entry: QueueEntry, job_dir: str) -> str | None:
         """The node that holds the one-node job, this one if it takes it now; None when the
