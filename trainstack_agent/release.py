@@ -3,9 +3,8 @@
 A Compute Engine VM stops by a guest shutdown, which needs no permission; it deletes itself
 with one API call. A TPU VM keeps its TPU (and bills) through a guest shutdown, so it stops
 or deletes itself through the TPU API. Should deletion be refused, stopping still ends the
-billing; should every call fail, the guest shuts down. A TPU VM asks the TPU API again a
-bounded number of times first (:data:`TPU_API_ROUNDS`), since its guest shutdown keeps the
-TPU billing. ``trainstack local`` records the action in a log instead.
+billing; should every call fail, the guest shuts down. A TPU VM asks the TPU API again for a
+day first (:data:`TPU_API_ROUNDS`), since its guest shutdown keeps the TPU billing. ``trainstack local`` records the action in a log instead.
 """
 
 from __future__ import annotations
@@ -24,8 +23,11 @@ from trainstack_contract import TPU_NODE_KIND
 
 SHUTDOWN = ("shutdown", "-h", "now")
 # A TPU VM whose release through the TPU API failed (each call already retried by Http) tries
-# again after 15, 30, 60 and 120 s before it shuts its guest down.
-TPU_API_ROUNDS = Retry(attempts=5, first_delay=15.0, max_delay=120.0)
+# again after 15 s, doubling to every 10 minutes, for a day (150 rounds, 24.1 h of waits)
+# before it shuts its guest down: that shutdown keeps the TPU billing and ends the process that
+# would have asked again (the run-time cap's too), so it comes only after a TPU API outage
+# longer than any a retry can wait out.
+TPU_API_ROUNDS = Retry(attempts=150, first_delay=15.0, max_delay=600.0)
 
 
 @dataclass(eq=False)

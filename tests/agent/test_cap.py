@@ -293,11 +293,25 @@ def test_a_stop_the_tpu_api_refuses_for_a_while_is_asked_again(cap: Cap) -> None
     assert cap.shutdowns == []
 
 
-def test_a_tpu_api_that_never_answers_ends_in_a_guest_shutdown(cap: Cap) -> None:
+def test_a_stop_the_tpu_api_refuses_for_hours_is_still_asked_and_no_guest_shutdown_comes(cap: Cap) -> None:
+    """Defect: after 4 minutes of a TPU API outage the guest shut down, which keeps the TPU
+    billing and ended the cap, the one process that would have asked again."""
+    cap.server.answer(cap.job_status_path, (404, b""))
+    # Each round's call is retried 6 times by Http: 20 rounds refused, about 2.5 hours.
+    cap.server.answer(cap.stop_path, *[(503, b"")] * (20 * 6), (200, b"{}"))
+    code, _ = cap.run()
+    assert code == 0
+    assert cap.shutdowns == []
+    assert len(cap.stops()) == 20 * 6 + 1
+    assert cap.clock.now >= CAP_SECONDS + 2 * 3600
+
+
+def test_a_tpu_api_that_never_answers_is_asked_for_a_day_then_the_guest_shuts_down(cap: Cap) -> None:
     cap.server.answer(cap.job_status_path, (404, b""))
     cap.server.answer(cap.stop_path, (503, b""))
     cap.run()
     assert cap.shutdowns == [["shutdown", "-h", "now"]]
+    assert cap.clock.now >= CAP_SECONDS + 24 * 3600
 
 
 def test_a_standing_tpu_vms_cap_records_failed_in_the_queued_job_it_runs(cap: Cap) -> None:
