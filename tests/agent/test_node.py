@@ -358,32 +358,34 @@ def test_a_worker_ends_when_the_chief_records_failed() -> None:
     assert w.releases == ["stop"]
 
 
-def test_a_worker_whose_code_outlives_the_chiefs_success_is_ended_after_the_grace_and_succeeds() -> None:
+@pytest.mark.parametrize(
+    ("runs_for", "reason", "ended_by_the_node"),
+    [
+        (3600.0, "the chief recorded the job SUCCEEDED", True),
+        (105.0, None, False),
+    ],
+    ids=["serves-on", "ends-within-the-grace"],
+)
+def test_after_the_chiefs_success_a_workers_code_gets_a_grace_then_is_ended_and_the_worker_succeeds(
+    runs_for: float, reason: str | None, ended_by_the_node: bool
+) -> None:
     """Defect: a parameter server or worker of a user's own ParameterServerStrategy code (its
     server.join() never returns) served on after the chief's SUCCEEDED until the heartbeat
-    timeout, then recorded FAILED: 10 more minutes of every such machine, and a false failure."""
-    w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
+    timeout, then recorded FAILED: 10 more minutes of every such machine, and a false failure.
+    Code that ends by itself within the grace records its own end."""
+    w = world(settings(node="worker-0"), runs=[(runs_for, 0)])
     w.put_job_status(STATES.running)
     w.clock.at(100.0, lambda: w.put_job_status(STATES.succeeded))
     assert w.agent.run() == 0
     worker = w.status("worker-0")
     assert worker is not None
-    assert (worker.state, worker.reason) == (STATES.succeeded, "the chief recorded the job SUCCEEDED")
-    assert w.launcher.children[0].stopped
+    assert (worker.state, worker.reason) == (STATES.succeeded, reason)
+    assert w.launcher.children[0].stopped == ended_by_the_node
     grace = Timings().chief_end_grace
-    assert 100.0 + grace <= w.clock.now < 100.0 + grace + 15
+    # Not before the grace: code that ends with the chief's has its own end recorded.
+    assert (w.clock.now >= 100.0 + grace) == ended_by_the_node
+    assert w.clock.now < 100.0 + grace + 15
     assert w.releases == ["stop"]
-
-
-def test_a_worker_whose_code_ends_within_the_grace_after_the_chiefs_success_records_its_own_end() -> None:
-    w = world(settings(node="worker-0"), runs=[(105.0, 0)])
-    w.put_job_status(STATES.running)
-    w.clock.at(100.0, lambda: w.put_job_status(STATES.succeeded))
-    assert w.agent.run() == 0
-    worker = w.status("worker-0")
-    assert worker is not None
-    assert (worker.state, worker.reason) == (STATES.succeeded, None)
-    assert not w.launcher.children[0].stopped
 
 
 def test_a_failed_left_by_an_earlier_attempt_does_not_end_this_one() -> None:
