@@ -1,12 +1,13 @@
 """What a node does every tick, whatever else it is doing (:class:`Duties`), and the loops
 that tick them while it waits for something else (:func:`supervise`, :func:`supervised_preparation`).
 
-The chief refreshes its heartbeat in the job's status, watches its peers' status (a peer that
-recorded FAILED since this job started, or none for ``peer_timeout_seconds``, ends the chief's
-work, and with it the job's) and starts preempted Spot peers again; every other node watches that heartbeat and ends its work when the
-chief recorded FAILED or CANCELLED or fell silent, or recorded SUCCEEDED and this node's code
-has not ended by itself within :attr:`Timings.chief_end_grace` (recorded SUCCEEDED). Every node ends its work when the job is
-cancelled or a flex-start run is about to end.
+The chief refreshes its heartbeat in the job's status, watches its peers' status and starts
+preempted Spot peers again; a peer gone for good (:func:`peer_gone`: it recorded FAILED since
+this job started, or nothing for the peer timeout) ends the chief's work, and with it the
+job's. Every other node watches that heartbeat and ends its work when the chief recorded
+FAILED or CANCELLED or fell silent, or recorded SUCCEEDED while this node's code still runs
+:attr:`Timings.chief_end_grace` later (recorded SUCCEEDED). Every node ends its work when the
+job is cancelled or a flex-start run is about to end.
 """
 
 from __future__ import annotations
