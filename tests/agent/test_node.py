@@ -381,6 +381,8 @@ def test_after_the_chiefs_success_a_workers_code_gets_a_grace_then_is_ended_and_
     assert worker is not None
     assert (worker.state, worker.reason) == (STATES.succeeded, reason)
     assert w.launcher.children[0].stopped == ended_by_the_node
+    # Ended so, nothing of the job (an install still running) outlives the node's end.
+    assert w.launcher.stopped_all == int(ended_by_the_node)
     grace = Timings().chief_end_grace
     # Not before the grace: code that ends with the chief's has its own end recorded.
     assert (w.clock.now >= 100.0 + grace) == ended_by_the_node
