@@ -58,7 +58,7 @@ class JobEnd:
             state = STATES.cancelled
         reason = f" ({outcome.reason})" if outcome.reason else ""
         self.services.log(f"job step ended with status {outcome.exit_code}: {state}{reason}")
-        if state != STATES.succeeded or outcome.reason is not None:
+        if state != STATES.succeeded or outcome.ended_by_chief:
             # A job recorded FAILED or CANCELLED runs nothing more, whatever on_finish keeps: on_finish=keep
             # keeps the machine, not the job's code (which an unexpected error may have left running).
             # Nor does a node that the chief's SUCCEEDED ended (its install may still run).

@@ -32,9 +32,12 @@ class Outcome:
     lost: str | None = None
     # The job was cancelled: recorded CANCELLED.
     cancelled: bool = False
+    # The chief's SUCCEEDED ended this node's part before its code ended by itself: recorded
+    # SUCCEEDED, and whatever of the job still runs here is stopped.
+    ended_by_chief: bool = False
 
 
 def ended_outcome(ended: Ended) -> Outcome:
     if isinstance(ended, ChiefSucceeded):
-        return Outcome(0, str(ended))
+        return Outcome(0, str(ended), ended_by_chief=True)
     return Outcome(EXIT_ENDED, str(ended), cancelled=isinstance(ended, Cancelled))

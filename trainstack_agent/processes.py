@@ -30,11 +30,11 @@ from trainstack_agent.timings import Timings
 AGENT_TAG = "trainstack"
 JOB_TAG = "trainstack-trainer"
 JOURNAL_SOCKET = Path("/run/systemd/journal/stdout")
-# After SIGTERM, how long a child gets before SIGKILL (Timings.stop_grace by default).
 # How long a stopped group's processes may take to end once SIGKILLed.
 KILL_WAIT_SECONDS = 5.0
 # What stop() returns for a child that SIGKILL did not end within KILL_WAIT_SECONDS.
 EXIT_UNREAPED = 128 + signal.SIGKILL
+# After SIGTERM, how long a child gets before SIGKILL (Timings.stop_grace by default).
 STOP_GRACE_SECONDS = Timings().stop_grace
 
 

@@ -4,7 +4,8 @@ A Compute Engine VM stops by a guest shutdown, which needs no permission; it del
 with one API call. A TPU VM keeps its TPU (and bills) through a guest shutdown, so it stops
 or deletes itself through the TPU API. Should deletion be refused, stopping still ends the
 billing; should every call fail, the guest shuts down. A TPU VM asks the TPU API again for a
-day first (:data:`TPU_API_ROUNDS`), since its guest shutdown keeps the TPU billing. ``trainstack local`` records the action in a log instead.
+day first (:data:`TPU_API_ROUNDS`), since its guest shutdown keeps the TPU billing.
+``trainstack local`` records the action in a log instead.
 """
 
 from __future__ import annotations
