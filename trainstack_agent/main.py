@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Final, Protocol
 
 from trainstack_agent.board import Board
-from trainstack_agent.cloud import CloudError, Http, Unavailable
+from trainstack_agent.cloud import NO_RETRY, CloudError, Http, Unavailable
 from trainstack_agent.compute import ComputeApi, Place
 from trainstack_agent.endpoints import Endpoints, Host, from_environment
 from trainstack_agent.environment import Environment
@@ -36,6 +36,7 @@ from trainstack_agent.jobqueue import JobQueue, QueueServices, running_job_dir
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.node import NodeAgent
 from trainstack_agent.processes import JobLauncher, Log, Processes
+from trainstack_agent.recovery import CALL_SECONDS as RECOVERY_CALL_SECONDS
 from trainstack_agent.recovery import SpotRecovery
 from trainstack_agent.release import Release
 from trainstack_agent.runend import RunEnd, flex_start_end
@@ -345,6 +346,33 @@ def refused_cap(agent: Agent, error: CapOrdersError) -> int:
     return abort(agent, "the run-time cap refused its arguments")
 
 
+def spot_recovery(agent: Agent, settings: NodeSettings, board: Board, timings: Timings) -> SpotRecovery | None:
+    """The chief's recovery of its Spot peers (None: it has none to recover). Each Compute Engine
+    call is tried once, for at most ``RECOVERY_CALL_SECONDS``: the next look is the retry, and
+    the chief's heartbeat waits for a look."""
+    if not settings.recover:
+        return None
+    compute = ComputeApi(
+        agent.http,
+        agent.metadata,
+        agent.endpoints.compute,
+        Place.of_this_vm(agent.metadata),
+        retry=NO_RETRY,
+        timeout=RECOVERY_CALL_SECONDS,
+    )
+    return SpotRecovery(
+        settings.recover,
+        settings.max_restarts,
+        compute,
+        board,
+        time.monotonic,
+        agent.log,
+        timings.start_backoff,
+        unreadable_bound=settings.peer_timeout_seconds,
+        budget=timings.recover_look_budget,
+    )
+
+
 def job_node(
     agent: Agent,
     settings: NodeSettings,
@@ -362,19 +390,7 @@ def job_node(
     job_dir = settings.job.job_dir if settings.job else LAYOUT.job_dir(settings.bucket, NO_JOB)
     board = Board(agent.storage, job_dir, settings.node, incarnation)
     environment = job_environment(agent, settings, processes)
-    recovery = None
-    if settings.recover:
-        compute = ComputeApi(agent.http, agent.metadata, agent.endpoints.compute, Place.of_this_vm(agent.metadata))
-        recovery = SpotRecovery(
-            settings.recover,
-            settings.max_restarts,
-            compute,
-            board,
-            time.monotonic,
-            log,
-            timings.start_backoff,
-            unreadable_bound=settings.peer_timeout_seconds,
-        )
+    recovery = spot_recovery(agent, settings, board, timings)
     job = settings.job
     services = Services(
         board=board,

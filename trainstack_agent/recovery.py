@@ -14,6 +14,13 @@ A stopped peer whose status cannot be read (Cloud Storage gave up after its retr
 at again at the next look: it is neither started (it may have ended its work) nor a reason to
 end the job, until its status has stayed unreadable for ``unreadable_bound`` seconds (the
 peer timeout), when the job ends FAILED, naming the peer.
+
+A look never holds the chief for long: each Compute Engine call is tried once, for at most
+``CALL_SECONDS`` (the next look is its retry), and a look that has taken ``budget`` seconds
+stops, and the next one goes on from the peer after the last one looked at. The chief's
+heartbeat is written between looks, so an API that hangs delays it by about a budget and a
+call, never by a call's retries for every peer (the other nodes end the job after the peer
+timeout without it).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from trainstack_contract import STATES
 
 # A stopped instance, as Compute Engine reports it.
 TERMINATED = "TERMINATED"
+# The most one Compute Engine call of a look may take (one try: the next look is the retry).
+CALL_SECONDS = 10.0
 
 
 class Instances(Protocol):
@@ -63,7 +72,11 @@ class SpotRecovery:
     backoff: tuple[float, float] = Timings().start_backoff
     _: KW_ONLY
     unreadable_bound: float
+    # Seconds after which a look stops before its next peer.
+    budget: float = Timings().recover_look_budget
     outages: dict[str, _Outage] = field(init=False)
+    # Where the next look starts: the peer after the last one looked at.
+    _next: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.outages = {node: _Outage(backoff=self.backoff[0]) for node, _ in self.peers}
@@ -71,50 +84,64 @@ class SpotRecovery:
     def look(self) -> str | None:
         """Starts what needs starting; returns why the job must end once a peer has been
         preempted more than ``max_restarts`` times, else None."""
-        for node, instance in self.peers:
-            try:
-                status = self.instances.status(instance)
-            except CloudError as error:
-                self.log(f"could not read the status of {instance} from the Compute Engine API: {error}")
-                continue
-            # Up, or on its way up or down: a later look decides.
-            if status != TERMINATED:
-                continue
-            try:
-                document = self.board.peer(node)
-            except CloudError as error:
-                reason = self._unreadable(node, instance, error)
-                if reason is not None:
-                    return reason
-                continue
-            self.outages[node].unreadable_since = None
-            if document is None or document.state not in (STATES.preempted, STATES.running):
-                continue
-            outage = self.outages[node]
-            now = self.clock()
-            if outage.counted_at != document.time:
-                outage.counted_at = document.time
-                outage.preemptions += 1
-                outage.next_start = now
-                outage.backoff = self.backoff[0]
-                if outage.preemptions > self.max_restarts:
-                    return (
-                        f"{node} was preempted {outage.preemptions} times, "
-                        f"more than cluster.max_restarts ({self.max_restarts})"
-                    )
+        started, first, count = self.clock(), self._next, len(self.peers)
+        for step in range(count):
+            position = (first + step) % count
+            node, instance = self.peers[position]
+            spent = self.clock() - started
+            if step and spent >= self.budget:
                 self.log(
-                    f"{node} ({instance}) was preempted: starting it again "
-                    f"(restart {outage.preemptions} of at most {self.max_restarts})"
+                    f"looked at {step} of {count} Spot peers in {spent:.0f} s; "
+                    f"the next look starts with {node} ({instance})"
                 )
-            if now < outage.next_start:
-                continue
-            try:
-                self.instances.start(instance)
-                self.log(f"asked Compute Engine to start {instance}")
-            except CloudError as error:
-                self.log(f"the start call for {instance} failed ({error}); trying again in {outage.backoff:.0f} s")
-            outage.next_start = now + outage.backoff
-            outage.backoff = min(self.backoff[1], outage.backoff * 2)
+                return None
+            self._next = (position + 1) % count
+            reason = self._look_at(node, instance)
+            if reason is not None:
+                return reason
+        return None
+
+    def _look_at(self, node: str, instance: str) -> str | None:
+        try:
+            status = self.instances.status(instance)
+        except CloudError as error:
+            self.log(f"could not read the status of {instance} from the Compute Engine API: {error}")
+            return None
+        # Up, or on its way up or down: a later look decides.
+        if status != TERMINATED:
+            return None
+        try:
+            document = self.board.peer(node)
+        except CloudError as error:
+            return self._unreadable(node, instance, error)
+        self.outages[node].unreadable_since = None
+        if document is None or document.state not in (STATES.preempted, STATES.running):
+            return None
+        outage = self.outages[node]
+        now = self.clock()
+        if outage.counted_at != document.time:
+            outage.counted_at = document.time
+            outage.preemptions += 1
+            outage.next_start = now
+            outage.backoff = self.backoff[0]
+            if outage.preemptions > self.max_restarts:
+                return (
+                    f"{node} was preempted {outage.preemptions} times, "
+                    f"more than cluster.max_restarts ({self.max_restarts})"
+                )
+            self.log(
+                f"{node} ({instance}) was preempted: starting it again "
+                f"(restart {outage.preemptions} of at most {self.max_restarts})"
+            )
+        if now < outage.next_start:
+            return None
+        try:
+            self.instances.start(instance)
+            self.log(f"asked Compute Engine to start {instance}")
+        except CloudError as error:
+            self.log(f"the start call for {instance} failed ({error}); trying again in {outage.backoff:.0f} s")
+        outage.next_start = now + outage.backoff
+        outage.backoff = min(self.backoff[1], outage.backoff * 2)
         return None
 
     def _unreadable(self, node: str, instance: str, error: CloudError) -> str | None:

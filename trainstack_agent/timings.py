@@ -36,6 +36,8 @@ class Timings:
     recover_poll: float = 10.0
     # The same, while a Spot peer is known to be down: it is started once it has stopped.
     recover_fast_poll: float = 2.0
+    # The most one such look goes on before its next peer: the chief's heartbeat waits for it.
+    recover_look_budget: float = 30.0
     # How long the job's code gets to end after SIGTERM when its peer is down (it cannot train).
     peer_down_grace: float = 5.0
     # After SIGTERM, how long a child (the job's code, an install) gets before SIGKILL: within a

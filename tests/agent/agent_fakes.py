@@ -113,7 +113,9 @@ class MemoryStorage:
 
 class FakeInstances:
     """Compute Engine as the chief sees it: a status per instance (an unknown one cannot be
-    read), start calls recorded with the time; ``on_start`` runs after each recorded call."""
+    read), start calls recorded with the time; ``on_start`` runs after each recorded call. Each
+    status call takes ``call_seconds`` of the clock (an API that answers slowly, or not at all
+    until the call's timeout)."""
 
     def __init__(self) -> None:
         self.statuses: dict[str, str] = {}
@@ -121,8 +123,13 @@ class FakeInstances:
         self.start_fails = False
         self.clock: FakeClock | None = None
         self.on_start: Callable[[str], None] | None = None
+        self.call_seconds = 0.0
+        self.status_calls: list[tuple[float, str]] = []
 
     def status(self, instance: str) -> str:
+        if self.clock is not None:
+            self.status_calls.append((self.clock.now, instance))
+            self.clock.sleep(self.call_seconds)
         if instance not in self.statuses:
             raise CloudError(f"GET {instance}: HTTP 503")
         return self.statuses[instance]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import os
 import sys
 import time
@@ -12,16 +13,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from http_stand_in import scripted_server
 
 from agent_fakes import JOB_DIR, FakeClock, FakeInstances, MemoryStorage, World, settings, world
 from trainstack_agent.board import Board
+from trainstack_agent.cloud import Http
 from trainstack_agent.job import JobCommand
+from trainstack_agent.main import Agent, spot_recovery
 from trainstack_agent.outcome import EXIT_ENDED
 from trainstack_agent.processes import JobChild, JobLauncher, Log, Processes, group_running
 from trainstack_agent.recovery import TERMINATED, SpotRecovery
 from trainstack_agent.timings import Timings
 from trainstack_contract import STATES
 from trainstack_contract.status import first_status
+
+PROJECT, ZONE = "your-gcp-project", "us-central1-a"
 
 
 def setup(max_restarts: int = 3) -> tuple[SpotRecovery, FakeInstances, MemoryStorage, FakeClock, list[str]]:
@@ -137,6 +143,65 @@ def test_every_peer_is_looked_at_whatever_the_ones_before_it_are() -> None:
         storage.objects[f"{JOB_DIR}/status/{node}.json"] = document.to_json().encode()
     assert recovery.look() is None
     assert instances.starts == [(0.0, "s-worker-3")]
+
+
+def test_a_look_at_a_hanging_api_stops_at_its_budget_and_the_next_goes_on_from_there() -> None:
+    """Eight Spot peers whose Compute Engine calls each hang for 10 s (the call's timeout): a look
+    ends after its budget, so the chief's heartbeat is never held for the calls of every peer,
+    and the looks that follow reach the last peer, which is started."""
+    clock, storage, instances, log = FakeClock(), MemoryStorage(), FakeInstances(), []
+    instances.clock, instances.call_seconds = clock, 10.0
+    board = Board(storage, JOB_DIR, "chief", "1111", now=clock.utc_text)  # type: ignore[arg-type]
+    peers = tuple((f"worker-{i}", f"s-worker-{i}") for i in range(8))
+    recovery = SpotRecovery(peers, 3, instances, board, clock.monotonic, log.append, unreadable_bound=600, budget=30.0)
+    # worker-0 to worker-6 cannot be read; worker-7 was preempted.
+    instances.statuses["s-worker-7"] = TERMINATED
+    document = first_status("worker-7", STATES.preempted, time=clock.utc_text(), incarnation="aaaa")
+    storage.objects[f"{JOB_DIR}/status/worker-7.json"] = document.to_json().encode()
+    looks = []
+    while not instances.starts:
+        began = clock.now
+        assert recovery.look() is None
+        looks.append((began, clock.now))
+        assert len(looks) <= 3, "the last peer was not reached"
+    # Each look stopped once 30 s had gone, after the call under way; the third went round to
+    # worker-0 again after starting worker-7.
+    assert [end - began for began, end in looks] == [30.0, 30.0, 30.0]
+    assert [instance for _, instance in instances.status_calls] == [f"s-worker-{i}" for i in (*range(8), 0)]
+    assert instances.starts == [(80.0, "s-worker-7")]
+    assert "looked at 3 of 8 Spot peers in 30 s; the next look starts with worker-3 (s-worker-3)" in log
+
+
+def test_the_chiefs_recovery_tries_each_compute_engine_call_once(tmp_path: Path) -> None:
+    """The recovery the agent builds sends one request per call, with no retry: the next look
+    is the retry, and the chief's heartbeat waits while a look retries."""
+    clock = FakeClock()
+    instance = f"/compute/v1/projects/{PROJECT}/zones/{ZONE}/instances/s-worker-0"
+    with scripted_server() as server:
+        server.answer("/computeMetadata/v1/project/project-id", (200, PROJECT.encode()))
+        server.answer("/computeMetadata/v1/instance/zone", (200, f"projects/123/zones/{ZONE}".encode()))
+        server.answer(
+            "/computeMetadata/v1/instance/service-accounts/default/token",
+            (200, json.dumps({"access_token": "token", "expires_in": 3600}).encode()),
+        )
+        server.answer(instance, (503, b""))
+        agent = Agent(
+            {
+                "TRAINSTACK_METADATA_ROOT": f"{server.root}/computeMetadata/v1",
+                "TRAINSTACK_COMPUTE_API": f"{server.root}/compute/v1",
+                "TRAINSTACK_STATE_DIR": str(tmp_path),
+            },
+            http=Http(timeout=5, sleep=clock.sleep),
+        )
+        log = io.StringIO()
+        agent.log = Log(log, journal=False)
+        board = Board(MemoryStorage(), JOB_DIR, "chief", "1111", now=clock.utc_text)  # type: ignore[arg-type]
+        recovery = spot_recovery(agent, settings(recover=(("worker-0", "s-worker-0"),)), board, Timings())
+        assert recovery is not None
+        assert recovery.look() is None
+    assert [request["path"] for request in server.requests if request["path"].startswith("/compute/")] == [instance]
+    assert clock.slept == 0
+    assert "could not read the status of s-worker-0 from the Compute Engine API" in log.getvalue()
 
 
 # --- The chief's whole life while a Spot peer is down and Cloud Storage gives up ----------------
