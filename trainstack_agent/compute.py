@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from trainstack_agent.cloud import CloudError, Http, Request, Retry
+from trainstack_agent.cloud import CloudError, Http, Request
 from trainstack_agent.metadata import Metadata
 
 MAX_ANSWER_BYTES = 1 << 20
@@ -33,29 +33,16 @@ class Place:
 class ComputeApi:
     """Instances of this VM's project and zone."""
 
-    def __init__(
-        self,
-        http: Http,
-        metadata: Metadata,
-        root: str,
-        place: Place,
-        retry: Retry | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """``retry`` and ``timeout``: each call's, where they are not ``http``'s own."""
+    def __init__(self, http: Http, metadata: Metadata, root: str, place: Place) -> None:
         self.http = http
         self.metadata = metadata
         self.base = f"{root.rstrip('/')}/projects/{place.project}/zones/{place.zone}/instances"
-        self.retry, self.timeout = retry, timeout
 
     def _call(self, method: str, path: str) -> bytes:
         # POST verbs (start) take no body, but Google's front end wants a Content-Length.
         body = b"" if method == "POST" else None
         return self.http.call(
-            Request(method, f"{self.base}/{path}", self.metadata.authorization(), body),
-            MAX_ANSWER_BYTES,
-            retry=self.retry,
-            timeout=self.timeout,
+            Request(method, f"{self.base}/{path}", self.metadata.authorization(), body), MAX_ANSWER_BYTES
         )
 
     def status(self, instance: str) -> str:

@@ -352,14 +352,8 @@ def spot_recovery(agent: Agent, settings: NodeSettings, board: Board, timings: T
     the chief's heartbeat waits for a look."""
     if not settings.recover:
         return None
-    compute = ComputeApi(
-        agent.http,
-        agent.metadata,
-        agent.endpoints.compute,
-        Place.of_this_vm(agent.metadata),
-        retry=NO_RETRY,
-        timeout=RECOVERY_CALL_SECONDS,
-    )
+    one_try = Http(timeout=RECOVERY_CALL_SECONDS, retry=NO_RETRY)
+    compute = ComputeApi(one_try, agent.metadata, agent.endpoints.compute, Place.of_this_vm(agent.metadata))
     return SpotRecovery(
         settings.recover,
         settings.max_restarts,
