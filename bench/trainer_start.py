@@ -147,8 +147,17 @@ def child(scratch: Path, nodes: int, index: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=3, choices=range(1, 9), metavar="1-8")
-    parser.add_argument("--repeat", type=int, default=3, choices=range(1, 21), metavar="1-20")
+    parser.add_argument(
+        "--nodes", type=int, default=3, choices=range(1, 9), metavar="1-8", help="trainer processes (default 3)"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        choices=range(1, 21),
+        metavar="1-20",
+        help="runs, of which the median (default 3)",
+    )
     args = parser.parse_args()
     runs = []
     for _ in range(args.repeat):
