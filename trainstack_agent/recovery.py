@@ -18,9 +18,9 @@ peer timeout), when the job ends FAILED, naming the peer.
 A look never holds the chief for long: each Compute Engine call is tried once, for at most
 ``CALL_SECONDS`` (the next look is its retry), and a look that has taken ``budget`` seconds
 stops, and the next one goes on from the peer after the last one looked at. The chief's
-heartbeat is written between looks, so an API that hangs delays it by about a budget and a
-call, never by a call's retries for every peer (the other nodes end the job after the peer
-timeout without it).
+heartbeat is written between looks, so an API that hangs delays it by at most a budget and one
+peer's two calls, never by every peer's calls with their retries (the other nodes end the job
+after the peer timeout without a heartbeat).
 """
 
 from __future__ import annotations
