@@ -30,6 +30,12 @@ def repo_copy(tmp_path: Path) -> Path:
     return copy
 
 
+def tree(root: Path) -> list[Path]:
+    """Every path under ``root``, but the interpreter's bytecode caches: those the copy's own
+    modules get where PYTHONDONTWRITEBYTECODE is unset are not a user's files."""
+    return sorted(p.relative_to(root) for p in root.rglob("*") if "__pycache__" not in p.parts)
+
+
 def trainstack(copy: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "trainstack", *args], cwd=copy, capture_output=True, text=True, timeout=120
@@ -40,24 +46,24 @@ def trainstack(copy: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_stack_file_named_dot_dot_cannot_make_fresh_delete_the_repository(repo_copy: Path) -> None:
     """Defect: `local --fresh` with stacks/Pulumi....yaml (stack "..") ran rmtree on the repository."""
     (repo_copy / "stacks" / "Pulumi....yaml").write_text(DEV_STACK)
-    before = sorted(p.relative_to(repo_copy) for p in repo_copy.rglob("*"))
+    before = tree(repo_copy)
     for args in (["--stack-file", "stacks/Pulumi....yaml"], ["--stack", ".."]):
         result = trainstack(repo_copy, "local", *args, "--fresh")
         assert result.returncode == 1, result.stderr
         assert "'..' is not a stack name" in result.stderr
         assert "Traceback" not in result.stderr
-    assert sorted(p.relative_to(repo_copy) for p in repo_copy.rglob("*")) == before
+    assert tree(repo_copy) == before
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workdir", [".", "..", "stacks"])
 def test_fresh_refuses_a_workdir_it_did_not_make(repo_copy: Path, workdir: str) -> None:
-    before = sorted(p.relative_to(repo_copy.parent) for p in repo_copy.parent.rglob("*"))
+    before = tree(repo_copy.parent)
     result = trainstack(repo_copy, "local", "--stack", "dev", "--workdir", workdir, "--fresh")
     assert result.returncode == 1
     assert "not deleting it" in result.stderr
     assert "Traceback" not in result.stderr
-    assert sorted(p.relative_to(repo_copy.parent) for p in repo_copy.parent.rglob("*")) == before
+    assert tree(repo_copy.parent) == before
 
 
 def test_fresh_deletes_a_workdir_it_made(tmp_path: Path) -> None:
