@@ -93,6 +93,26 @@ def test_environment_and_working_directory_are_the_callers(supervisor: Superviso
     assert supervisor.lines("env") == ["hello", str(tmp_path.resolve())]
 
 
+def test_a_restart_runs_the_first_command_again_with_its_environment_and_directory(
+    supervisor: Supervisor, tmp_path: Path
+) -> None:
+    """A stopped local VM booted again: the same boot command, environment and directory, even
+    where the caller changed its own copy of the environment since; the lines follow the first
+    run's, and a running process is not started twice."""
+    environment = {"GREETING": "hello", "PATH": os.environ["PATH"]}
+    supervisor.start("vm", ["bash", "-c", 'echo "$GREETING"; pwd'], env=environment, cwd=tmp_path)
+    environment["GREETING"] = "changed"
+    wait_for_exit(supervisor, "vm")
+    supervisor.restart("vm")
+    wait_for_exit(supervisor, "vm")
+    supervisor.start("busy", ["bash", "-c", "sleep 60"])
+    with pytest.raises(ValueError, match="still running"):
+        supervisor.restart("busy")
+    supervisor.stop(["busy"], timeout=DEADLINE_SECONDS)
+    supervisor.close()
+    assert supervisor.lines("vm") == ["hello", str(tmp_path.resolve())] * 2
+
+
 def test_returncodes_are_exit_statuses_or_negative_signals(supervisor: Supervisor) -> None:
     supervisor.start("ok", ["bash", "-c", "exit 0"])
     supervisor.start("failed", ["bash", "-c", "exit 3"])

@@ -203,9 +203,8 @@ class LocalStackRun:
         return self.network.command(argv) if self.network else argv
 
     def _boot_again(self, local_node: LocalNode) -> subprocess.Popen[str]:
-        return self.supervisor.restart(
-            local_node.name, self.boot_command(), env=self._environment(local_node), cwd=local_node.state_dir
-        )
+        # The same boot script, environment and directory as its first boot.
+        return self.supervisor.restart(local_node.name)
 
     def start(self) -> LocalStackRun:
         if self.echo:

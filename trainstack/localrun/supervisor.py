@@ -133,9 +133,22 @@ def print_flushed(text: str, out: TextIO) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Command:
+    """What a named process runs: kept, so that :meth:`Supervisor.restart` runs it again."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] | None
+    cwd: str | os.PathLike[str] | None
+
+    def popen(self) -> subprocess.Popen[str]:
+        return popen_in_own_session(self.argv, self.env, self.cwd)
+
+
 @dataclass
 class _Child:
     process: subprocess.Popen[str]
+    command: _Command
     lines: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
     # The readers of the processes this name ran before (Supervisor.restart).
@@ -230,25 +243,20 @@ class Supervisor(ProcessTable):
         process's)."""
         if name in self._children:
             raise ValueError(f"a process named {name!r} was already started")
-        child = _Child(popen_in_own_session(argv, env, cwd))
+        command = _Command(tuple(argv), dict(env) if env is not None else None, cwd)
+        child = _Child(command.popen(), command)
         self._children[name] = child
         child.follow(name, self._echo)
         return child.process
 
-    def restart(
-        self,
-        name: str,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-    ) -> subprocess.Popen[str]:
-        """Starts ``name`` again once its process has exited (a stopped VM booted again): its
-        new output lines are added to the same list."""
+    def restart(self, name: str) -> subprocess.Popen[str]:
+        """Runs ``name``'s command again once its process has exited (a stopped VM booted
+        again): its new output lines are added to the same list."""
         old = self._children[name]
         if old.process.poll() is None:
             raise ValueError(f"{name!r} is still running")
         child = _Child(
-            popen_in_own_session(argv, env, cwd), lines=old.lines, earlier_readers=[*old.earlier_readers, old.reader]
+            old.command.popen(), old.command, lines=old.lines, earlier_readers=[*old.earlier_readers, old.reader]
         )
         self._children[name] = child
         child.follow(name, self._echo)
