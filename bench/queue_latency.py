@@ -12,6 +12,11 @@ starts SETTLE seconds after the run before it ended (a user's next command, and 
 nodes' warm interpreters loaded, so that no run shares the CPU with them), and the rounds
 alternate so machine load drifts over both alike.
 
+Beside each figure: the nodes' part, from the last node's RUNNING for the job (recorded before
+it fetches and checks the job's code) to the first step, read off the nodes' status objects.
+It is what a queue that took no time at all would leave: with a standing cluster, preparing the
+job and the trainer's own start (bench/trainer_start.py breaks that down).
+
 Then, on the same standing cluster, `trainstack tune --local` runs a study of the same job
 (ROUNDS + 1 trials of the learning rate, one at a time, as maxParallelTrials 1 runs them): the
 figure is from one trial's end (SUCCEEDED in its status/job.json, as the nodes record it) to
