@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPOSITORY))
 JOB_ARGS = ["--model", "cnn", "--data", "synthetic", "--batch-size-per-replica", "32", "--epochs", "1"]
 JOB_ARGS += ["--steps-per-epoch", "1", "--image-size", "32"]
 # Bounds on every wait: a run that takes longer has failed.
@@ -48,23 +48,17 @@ PHASES = (
 )
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for each in sockets:
-        each.bind(("127.0.0.1", 0))
-    ports = [each.getsockname()[1] for each in sockets]
-    for each in sockets:
-        each.close()
-    return ports
-
-
 def tf_configs(count: int) -> list[str | None]:
+    """Each process's TF_CONFIG, the chief's first: ``trainstack local``'s loopback cluster of a
+    chief and workers; none for one process, which trains alone as `dev`'s node does."""
+    from trainstack.localrun.bare_trainers import cluster_nodes
+    from trainstack.localrun.bare_trainers import tf_configs as loopback_configs
+
     if count == 1:
         return [None]
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(count)]
-    cluster = {"chief": addresses[:1], "worker": addresses[1:]}
-    tasks = [{"type": "chief", "index": 0}] + [{"type": "worker", "index": i} for i in range(count - 1)]
-    return [json.dumps({"cluster": cluster, "task": task}) for task in tasks]
+    nodes = cluster_nodes(workers=count - 1, ps=0, chief=True, evaluator=False)
+    configs = loopback_configs(nodes)
+    return [configs[node.name] for node in nodes]
 
 
 def one_run(nodes: int, scratch: Path) -> dict[str, float]:
@@ -94,7 +88,6 @@ def child(scratch: Path, nodes: int, index: int) -> int:
     import tensorflow  # noqa: F401 (loaded before the clock starts, as the warm interpreter has it)
     import tf_keras as keras
 
-    sys.path.insert(0, str(REPOSITORY))
     from trainer import callbacks, job_settings, task, training
     from trainer import strategy as strategies
 
