@@ -115,8 +115,9 @@ def _member_bucket_grants(plan: Any) -> dict[str, list[dict[str, Any]]]:
 
 def test_queue_each_member_may_submit_list_and_cancel_and_nothing_more_in_the_bucket(tmp_path: Path) -> None:
     """`submit` creates code and a spec and replaces the index; `jobs` reads; `cancel` replaces
-    the index: per member, create-only under trainstack/code/ and trainstack/queue/specs/, replace
-    of trainstack/queue/index.json alone, read of the bucket."""
+    the index; `tune` creates and replaces its study: per member, create-only under
+    trainstack/code/ and trainstack/queue/specs/, replace of trainstack/queue/index.json alone
+    and under trainstack/tune/, read of the bucket."""
     plan = plan_of(write_stack(tmp_path, with_access(base_config())))
     bucket = "test-project-123_test"
     grants = _member_bucket_grants(plan)
@@ -125,6 +126,7 @@ def test_queue_each_member_may_submit_list_and_cancel_and_nothing_more_in_the_bu
         assert sorted((g["role"], bool(g.get("condition"))) for g in mine) == [
             ("roles/storage.objectCreator", True),
             ("roles/storage.objectCreator", True),
+            ("roles/storage.objectUser", True),
             ("roles/storage.objectUser", True),
             ("roles/storage.objectViewer", False),
         ]
@@ -136,6 +138,8 @@ def test_queue_each_member_may_submit_list_and_cancel_and_nothing_more_in_the_bu
             ("trainstack/agent/trainstack-agent-0123456789abcdef.pyz", set()),
             ("trainstack/python/node.txt", set()),
             ("trainstack/queue/other.json", set()),
+            ("trainstack/tune/lr_study/study.json", {"roles/storage.objectUser"}),
+            ("trainstack/tunes/x.json", set()),
             ("jobs/q1_a/status/job.json", set()),
         ]:
             assert {

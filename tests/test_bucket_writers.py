@@ -63,7 +63,7 @@ def test_plan_says_who_can_write_the_bucket(capsys: pytest.CaptureFixture[str], 
     assert main(["plan", "--stack", "multiworker"]) == 0
     out = capsys.readouterr().out
     assert "Who can write gs://your-gcp-project_multiworker (besides `pulumi up`; every machine reads it all):" in out
-    assert "serviceAccount:multiworker-train@your-gcp-project.iam.gserviceaccount.com: jobs/flowers_mwms/*" in out
+    assert "serviceAccount:multiworker-train@your-gcp-project.iam.gserviceaccount.com: jobs/*" in out
     assert "is written by `pulumi up` alone" in out
     assert "WARNING" not in out
 
@@ -108,8 +108,10 @@ def test_the_notebook_cannot_write_the_clusters_status_or_backups(tmp_path: Path
     for name in CLUSTER_OBJECTS:
         assert not any(may_write(g, bucket, f"jobs/flowers_mwms/{name}") for g in notebook_grants), name
         assert any(may_write(g, bucket, f"jobs/flowers_mwms/{name}") for g in training_grants), name
-        # The nodes write their own job's directory, no other job's.
-        assert not any(may_write(g, bucket, f"jobs/other_job/{name}") for g in training_grants), name
+        # The nodes write every job directory the queue makes (queued jobs, tuning trials);
+        # each job's code holds a token for its own alone (tests/agent/test_jobtoken.py).
+        assert any(may_write(g, bucket, f"jobs/q3_lr_low/{name}") for g in training_grants), name
+        assert not any(may_write(g, bucket, f"trainstack/queue/{name}") for g in training_grants), name
     # The notebook writes its own area and reads everything, results included.
     assert any(may_write(g, bucket, "notebooks/runs/model/saved_model.pb") for g in notebook_grants)
     assert not any(may_write(g, bucket, "notebooks/runs/x") for g in training_grants)
@@ -129,7 +131,7 @@ def test_plans_table_says_the_notebook_writes_its_own_area_and_not_the_jobs_stat
     notebook = "serviceAccount:test-nb@test-project-123.iam.gserviceaccount.com"
     training = "serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"
     assert f"  {notebook}: notebooks/*\n" in table
-    assert f"  {training}: jobs/flowers_mwms/*\n" in table
+    assert f"  {training}: jobs/*\n" in table
     status = table[table.index("Who can write the job's status and backups") :].split("\nCost of stack")[0]
     assert status.splitlines() == [
         "Who can write the job's status and backups in gs://test-project-123_test/jobs/flowers_mwms/:",
@@ -158,11 +160,13 @@ def test_teammates_who_queue_jobs_are_shown_as_such_and_no_machine_gains_a_write
         ("trainstack/code/*", True),
         ("trainstack/queue/index.json", True),
         ("trainstack/queue/specs/*", True),
+        ("trainstack/tune/*", True),
     ]
     assert access["job_dir"]["writers"] == ["serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"]
     assert main(["plan", "--stack-file", str(path)]) == 0
     out = capsys.readouterr().out
     assert "user:ana@example.com: trainstack/queue/index.json (queues jobs: replaces this one object)" in out
+    assert "user:ana@example.com: trainstack/tune/* (queues jobs: creates and replaces tuning studies)" in out
     assert "user:ana@example.com: trainstack/code/* (queues jobs: creates new objects, replaces none)" in out
     assert "WARNING" not in out
 

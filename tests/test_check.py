@@ -148,7 +148,7 @@ def test_a_stack_without_a_run_time_cap_is_refused(tmp_path: Path, capsys: pytes
         "test-cluster-worker-0",
         "test-cluster-worker-1",
     }
-    assert out[-1].startswith("test: 19 policies over ")
+    assert out[-1].startswith("test: 20 policies over ")
     assert out[-1].endswith(": 3 mandatory, 0 advisory violation(s)")
 
 

@@ -139,7 +139,7 @@ def test_a_secrets_repr_never_shows_its_value(value: str | None) -> None:
     assert "s3cr3t" not in shown
 
 
-def test_a_member_may_create_code_and_specs_and_replace_the_index_and_write_nothing_else_there() -> None:
+def test_a_member_may_create_code_and_specs_replace_the_index_and_studies_and_write_nothing_else_there() -> None:
     """The grants' purposes name their Pulumi resources and their titles show in the console."""
     objects = "projects/_/buckets/acme_ml/objects"
     assert [(grant.purpose, grant.role, grant.expression, grant.title) for grant in submit_grants("acme_ml")] == [
@@ -160,6 +160,12 @@ def test_a_member_may_create_code_and_specs_and_replace_the_index_and_write_noth
             "roles/storage.objectUser",
             f'resource.name == "{objects}/trainstack/queue/index.json"',
             "replace the job queue's index alone",
+        ),
+        (
+            "studies",
+            "roles/storage.objectUser",
+            f'resource.name.startsWith("{objects}/trainstack/tune/")',
+            "create and replace tuning studies under trainstack/tune/",
         ),
     ]
 

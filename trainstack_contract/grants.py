@@ -10,8 +10,9 @@ Under ``trainstack/`` only `pulumi up` writes, with one exception: a stack's
 ``trainstack:access`` members queue jobs (`trainstack submit`). Each of them may create new
 objects under ``trainstack/code/`` (job code, named by its digest) and
 ``trainstack/queue/specs/`` (job specs, named by their digest) but replace none (Storage
-Object Creator cannot overwrite: replacing an object takes storage.objects.delete too), and
-may replace the queue's index alone. Never a machine's account: a machine that could queue a
+Object Creator cannot overwrite: replacing an object takes storage.objects.delete too), may
+replace the queue's index alone, and may create and replace studies under ``trainstack/tune/``
+(`trainstack tune`: no machine reads anything there as code or settings). Never a machine's account: a machine that could queue a
 job could run code on every other machine of the stack.
 
 Standard library only, Python 3.10: the policy pack reads it from the checkout.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from trainstack_contract import EXECUTED_PREFIX, LAYOUT
-from trainstack_contract.queue import INDEX_OBJECT, SPECS_DIR
+from trainstack_contract.queue import INDEX_OBJECT, SPECS_DIR, STUDIES_DIR
 
 # Creates objects; cannot read, replace or delete one.
 CREATE_ONLY_ROLE: Final = "roles/storage.objectCreator"
@@ -60,7 +61,7 @@ def spares_executed(bucket: str) -> str:
 class SubmitGrant:
     """One bucket grant a trainstack:access member holds to queue jobs."""
 
-    # Part of the grant's logical name: code, specs, index.
+    # Part of the grant's logical name: code, specs, index, studies.
     purpose: str
     role: str
     expression: str
@@ -88,7 +89,31 @@ def submit_grants(bucket: str) -> tuple[SubmitGrant, ...]:
             object_named(bucket, INDEX_OBJECT),
             "replace the job queue's index alone",
         ),
+        SubmitGrant(
+            "studies",
+            REPLACE_ROLE,
+            objects_under(bucket, f"{STUDIES_DIR}/"),
+            "create and replace tuning studies under trainstack/tune/",
+        ),
     )
+
+
+# Where the queue puts every job's directory (queued jobs and tuning trials as jobs/q<ID>_<NAME>/):
+# the machines that run a stack's jobs write all of it, never one job's folder alone, which
+# leaves every queued job's status and backups a 403. Each job's code holds a token for its own
+# directory alone (trainstack_contract.jobaccess).
+JOBS_AREA: Final = f"{LAYOUT.jobs}/"
+
+
+def narrower_than_jobs_area(bucket: str, expression: str) -> str | None:
+    """The one job's folder (``jobs/NAME/``) a write grant's condition limits it to, where it
+    does: a job's machines granted that alone cannot write the queue's other jobs."""
+    head = f'resource.name.startsWith("{object_name(bucket, JOBS_AREA)}'
+    text = expression.strip()
+    if not text.startswith(head):
+        return None
+    folder = text[len(head) :].split('"', 1)[0]
+    return f"{JOBS_AREA}{folder}" if folder else None
 
 
 def is_submit_grant(bucket: str, role: str, expression: str) -> bool:

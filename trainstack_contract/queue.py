@@ -42,6 +42,9 @@ from trainstack_contract.names import NODE_NAME, SHA256
 QUEUE_DIR: Final = f"{EXECUTED_DIR}/queue"
 INDEX_OBJECT: Final = f"{QUEUE_DIR}/index.json"
 SPECS_DIR: Final = f"{QUEUE_DIR}/specs"
+# Hyperparameter studies (`trainstack tune`): trainstack/tune/<study>/study.json, read-modify-
+# written under generation preconditions by whoever may queue jobs; no machine runs or writes it.
+STUDIES_DIR: Final = f"{EXECUTED_DIR}/tune"
 INDEX_VERSION: Final = 1
 SPEC_VERSION: Final = 1
 # Bounds: what one read of the index or a spec may cost a node, and how many jobs the index

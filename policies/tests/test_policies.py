@@ -567,7 +567,30 @@ def test_a_write_under_trainstack_other_than_queueing_a_job_fails_even_for_a_tea
 
 def test_a_queue_grant_to_other_than_a_named_principal_fails() -> None:
     found = {(v.policy, v.resource_name) for v in violations(compliant_stack() + queue_grants("domain:example.com"))}
-    assert found == {("executed-objects-spared", f"queue-{p}") for p in ("code", "specs", "index")}
+    assert found == {("executed-objects-spared", f"queue-{p}") for p in ("code", "specs", "index", "studies")}
+
+
+def jobs_writer(prefix: str) -> dict[str, Any]:
+    objects = "projects/_/buckets/team-bucket/objects"
+    expression = f'resource.name.startsWith("{objects}/{prefix}") && !resource.name.startsWith("{objects}/trainstack/")'
+    return {
+        "type": BUCKET_GRANT,
+        "name": "team-identity-bucket-jobs-writer",
+        "inputs": {
+            "bucket": "team-bucket",
+            "role": "roles/storage.objectUser",
+            "member": f"serviceAccount:{EMAIL}",
+            "condition": {"title": "job directories only", "expression": expression},
+        },
+    }
+
+
+def test_a_machines_write_grant_covers_every_job_directory_the_queue_makes() -> None:
+    assert violations([*compliant_stack(), jobs_writer("jobs/")]) == []
+    [found] = violations([*compliant_stack(), jobs_writer("jobs/flowers_mwms/")])
+    assert (found.policy, found.resource_name) == ("queue-directories-writable", "team-identity-bucket-jobs-writer")
+    assert "jobs/flowers_mwms/ alone" in found.message
+    assert "jobs/q<ID>_<NAME>/" in found.message
 
 
 def test_a_queue_grant_whose_member_is_unknown_fails_the_stack_rule() -> None:

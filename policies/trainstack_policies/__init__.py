@@ -118,6 +118,14 @@ POLICIES: tuple[Policy, ...] = (
         enforcement_level=MANDATORY,
         framework=_own(),
     ),
+    ResourceValidationPolicy(
+        name="queue-directories-writable",
+        description="A bucket grant that writes in the jobs area covers all of jobs/, never one job's folder: the "
+        "queue's jobs and tuning trials live in jobs/q<ID>_<NAME>/; each job's code gets a token for its own alone.",
+        validate=rules.queue_directories_writable,
+        enforcement_level=MANDATORY,
+        framework=_own(),
+    ),
     StackValidationPolicy(
         name="queue-writers-are-teammates",
         description="A grant to queue jobs goes to a teammate, never to an account the stack's machines run as.",

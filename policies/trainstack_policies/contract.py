@@ -17,7 +17,12 @@ if str(CHECKOUT) not in sys.path:
     sys.path.append(str(CHECKOUT))
 
 from trainstack_contract import EXECUTED_PREFIX, METADATA_KEYS, STACK_LABEL  # noqa: E402
-from trainstack_contract.grants import MEMBER_KINDS, is_submit_grant, spares_executed  # noqa: E402
+from trainstack_contract.grants import (  # noqa: E402
+    MEMBER_KINDS,
+    is_submit_grant,
+    narrower_than_jobs_area,
+    spares_executed,
+)
 from trainstack_contract.iam import PRIMITIVE_ROLES, STORAGE_WRITE_ROLES  # noqa: E402
 
 MAX_RUN_SECONDS_KEY = METADATA_KEYS.max_run_seconds
@@ -30,5 +35,6 @@ __all__ = [
     "STACK_LABEL",
     "STORAGE_WRITE_ROLES",
     "is_submit_grant",
+    "narrower_than_jobs_area",
     "spares_executed",
 ]

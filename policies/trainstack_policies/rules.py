@@ -23,6 +23,7 @@ from trainstack_policies.contract import (
     STACK_LABEL,
     STORAGE_WRITE_ROLES,
     is_submit_grant,
+    narrower_than_jobs_area,
     spares_executed,
 )
 from trainstack_policies.resources import (
@@ -236,6 +237,26 @@ def executed_objects_spared(args: Any, report: Report) -> None:
         f"with {excluded or spares_executed('BUCKET')} (or be one of a teammate's grants to queue jobs)",
         None,
     )
+
+
+def queue_directories_writable(args: Any, report: Report) -> None:
+    """A machine's write grant in the jobs area covers all of it: the queue puts queued jobs and
+    tuning trials in jobs/q<ID>_<NAME>/, which a grant on one job's folder leaves unwritable
+    (their status, claim, backups and reports are a 403, and the job never starts). Each job's
+    code holds a token for its own directory alone (the node agent downscopes it)."""
+    if args.resource_type not in BUCKET_GRANTS:
+        return
+    write = _bucket_write(args.props)
+    if write is None:
+        return
+    _, bucket, expression = write
+    folder = narrower_than_jobs_area(bucket, expression) if bucket is not None and expression is not None else None
+    if folder is not None:
+        report(
+            f"a write grant on {folder} alone: the queue's jobs and trials (jobs/q<ID>_<NAME>/) could not write "
+            "their status or backups; grant jobs/ (each job's code gets a token for its own directory)",
+            None,
+        )
 
 
 def _machine_accounts(resources: Any) -> set[str]:

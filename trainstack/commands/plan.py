@@ -64,13 +64,18 @@ def _print_plan(plan: Plan) -> None:
 
 # What each of a teammate's grants to queue jobs does, by role (trainstack_contract.grants).
 QUEUE_WRITES = {CREATE_ONLY_ROLE: "creates new objects, replaces none", REPLACE_ROLE: "replaces this one object"}
+# A replace grant on a folder: `tune`'s studies.
+QUEUE_FOLDER_REPLACE = "creates and replaces tuning studies"
 
 
 def _print_bucket_access(access: dict[str, Any]) -> None:
     writers = [g for g in access["grants"] if g["writes"]]
     print(f"Who can write gs://{access['bucket']} (besides `pulumi up`; every machine reads it all):")
     for grant in writers:
-        queues = f" (queues jobs: {QUEUE_WRITES.get(grant['role'], grant['role'])})" if grant.get("queues_jobs") else ""
+        what = QUEUE_WRITES.get(grant["role"], grant["role"])
+        if grant["role"] == REPLACE_ROLE and grant["objects"].endswith("*"):
+            what = QUEUE_FOLDER_REPLACE
+        queues = f" (queues jobs: {what})" if grant.get("queues_jobs") else ""
         print(f"  {grant['member']}: {grant['objects']}{queues}")
     if access["writable_executed_objects"]:
         print(f"  WARNING: a machine can rewrite what nodes run: {', '.join(access['writable_executed_objects'])}")

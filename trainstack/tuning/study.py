@@ -23,8 +23,9 @@ from typing import Any
 from trainstack.base.records import record_json
 from trainstack.jobstate.report import ListedObjects
 from trainstack.tuning.spec import MAX_TRIALS, HyperparameterSpec, SpecError, spec_from_mapping
+from trainstack_contract.queue import STUDIES_DIR
 
-STUDIES_PREFIX = "trainstack/tune"
+STUDIES_PREFIX = STUDIES_DIR
 STUDY_OBJECT = "study.json"
 # A study's name: its trials' jobs are <study>_t<N> on the queue (at most 100 characters).
 STUDY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")

@@ -31,7 +31,7 @@ from trainstack.cloud.components.services import (
 )
 from trainstack.cloud.components.tpu_vm import TpuVm, TpuVmArgs
 from trainstack.stackmodel.resolved import TRAINING_ACCOUNT_SUFFIX, ResolvedStack
-from trainstack_contract import LAYOUT, METADATA_KEYS, STACK_LABEL
+from trainstack_contract import METADATA_KEYS, STACK_LABEL
 
 
 def ssh_command(vm_name: str, zone: str, project: str, tpu: bool = False) -> str:
@@ -179,7 +179,7 @@ def declare_identities(
 ) -> Identities:
     def identity(suffix: str, account_suffix: str, display_name: str, runs_job: bool = True) -> NodeIdentity:
         job = stack.job if runs_job else None
-        writable, title = writable_area(stack, runs_job)
+        writable, title = writable_area(runs_job)
         identity_args = NodeIdentityArgs(
             project=stack.project,
             account_id=f"{stack.name}-{account_suffix}",
@@ -208,19 +208,15 @@ def declare_identities(
     return identities
 
 
-def writable_area(stack: ResolvedStack, runs_job: bool) -> tuple[str | None, str]:
+def writable_area(runs_job: bool) -> tuple[str | None, str]:
     """What an account may write in the stack's bucket, and its grant's title: the notebook its
-    own area; the job's machines their job's directory (its status and backups, which the
-    notebook must not touch), nothing there when the job writes in job.job_dir; without a
-    job, job directories of the user's choosing."""
+    own area; the job's machines every job directory (jobs/), which the notebook must not
+    touch. Not the stack's own job's alone: the queue puts queued jobs and tuning trials in
+    jobs/q<ID>_<NAME>/, beside job 0, also where job 0 writes in job.job_dir. Each job's own
+    code gets a token for its own directory alone (trainstack_agent.jobtoken)."""
     if not runs_job:
         return NOTEBOOK_PREFIX, "the notebook's own area only"
-    job = stack.job
-    if job is None:
-        return WRITABLE_PREFIX, "job directories only"
-    if job.job_dir_bucket:
-        return None, ""
-    return f"{LAYOUT.jobs}/{job.name}/", "the job's directory only"
+    return WRITABLE_PREFIX, "job directories only"
 
 
 def declare_secrets(
