@@ -112,7 +112,7 @@ def test_a_job_env_problem_quotes_a_bad_name_and_names_a_good_one_as_it_is() -> 
     assert reserved.startswith("LD_PRELOAD is set by trainstack, Vertex AI or the system")
     assert "(reserved: BASH_ENV, CLOUD_ML_HP_METRIC_FILE, CLUSTER_SPEC, ENV, HOME, " in reserved
     assert (
-        "and names starting AIP_, TRAINSTACK_, CLOUDSDK_, LD_, NVIDIA_, PYTHON but PYTHONDONTWRITEBYTECODE, "
+        "and names starting AIP_, TRAINSTACK_, CLOUDSDK_, GCE_METADATA_, LD_, NVIDIA_, PYTHON but PYTHONDONTWRITEBYTECODE, "
         in reserved
     )
 

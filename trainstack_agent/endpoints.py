@@ -1,8 +1,8 @@
 """Where the agent's cloud is, and the few ways a local run differs from a VM.
 
 On a VM no ``TRAINSTACK_*`` variable is set and every value is Google's. ``trainstack local``
-sets them to point the same agent at its stand-ins (a metadata server and a Compute Engine API
-on loopback, a directory for the bucket, a log for self-stops); the tests point
+sets them to point the same agent at its stand-ins (a metadata server, a Compute Engine API and
+a token service on loopback, a directory for the bucket, a log for self-stops); the tests point
 ``TRAINSTACK_STORAGE_API`` at a Cloud Storage emulator.
 """
 
@@ -22,6 +22,8 @@ class Endpoints:
     storage: str = "https://storage.googleapis.com"
     tpu: str = "https://tpu.googleapis.com/v2"
     secrets: str = "https://secretmanager.googleapis.com/v1"
+    # Google's Security Token Service: where the agent downscopes the node's token for a job.
+    sts: str = "https://sts.googleapis.com"
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ def from_environment(environment: Mapping[str, str]) -> tuple[Endpoints, Host]:
         storage=environment.get("TRAINSTACK_STORAGE_API") or defaults.storage,
         tpu=environment.get("TRAINSTACK_TPU_API") or defaults.tpu,
         secrets=environment.get("TRAINSTACK_SECRETS_API") or defaults.secrets,
+        sts=environment.get("TRAINSTACK_STS_API") or defaults.sts,
     )
     host_defaults = Host()
     stop_log = environment.get("TRAINSTACK_SELF_STOP_LOG")

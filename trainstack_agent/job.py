@@ -54,9 +54,11 @@ def job_command(
     secrets: Mapping[str, str],
     user: JobUser | None = None,
     metric_file: Path | None = None,
+    credentials: Mapping[str, str] | None = None,
 ) -> JobCommand:
     """``metric_file``: this job's own file for cloudml-hypertune's reports, on this node
-    (``CLOUD_ML_HP_METRIC_FILE``; the agent copies it to the job directory)."""
+    (``CLOUD_ML_HP_METRIC_FILE``; the agent copies it to the job directory); ``credentials``:
+    the variables that point its client libraries at its own token (trainstack_agent.jobtoken)."""
     job = settings.job
     assert job is not None
     env = dict(base_environment)
@@ -73,6 +75,9 @@ def job_command(
     if metric_file is not None:
         env[HYPERTUNE_METRIC_FILE_ENV] = str(metric_file)
     env.update(secrets)
+    # After job.env: the job's own credentials, never the node's, whatever it sets.
+    credential_names = tuple(credentials or {})
+    env.update(credentials or {})
     if job.module is not None:
         # An installed project is importable from the environment; other code from its tree.
         # Nothing else comes before them: a PYTHONPATH the agent inherited (a local run from a
@@ -98,9 +103,11 @@ def job_command(
         *(["TF_CONFIG"] if settings.tf_config else []),
         *([HYPERTUNE_METRIC_FILE_ENV] if metric_file is not None else []),
         *secrets,
+        *credential_names,
     ):
         options += ["--env", name]
-    # job.env by value, so that none of it changes how the docker client itself runs.
+    # job.env by value, so that none of it changes how the docker client itself runs (it
+    # names no GCE_METADATA_* variable: those are reserved, trainstack_contract.jobenv).
     for name, value in job.env:
         options += ["--env", f"{name}={value}"]
     if settings.gpu_count > 0:

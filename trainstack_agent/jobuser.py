@@ -8,8 +8,9 @@ code as that user with no supplementary group, with:
 
 - a HOME and a working directory of its own under the state directory (mode 0700);
 - the Python environment and the job's code readable through the user's group, never writable;
-- a job directory on this machine's disk (a local run's) its own to write; a ``gs://`` one it
-  reaches with the node's credentials, through the metadata server, as before.
+- a job directory on this machine's disk (a local run's) its own to write, but for what the
+  agents alone write there (status/, hypertune/); a ``gs://`` one it reaches with a token of its
+  own (trainstack_agent.jobtoken), which leaves out those too.
 
 The state directory itself is traversable, not listable (0711): the boot lock, the agent's
 archive and its other files stay root's alone. The job's secrets reach it in its environment
@@ -27,6 +28,8 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from trainstack_contract.jobaccess import AGENT_WRITTEN_DIRS
 
 # The system user (and its group) every node's job runs as.
 JOB_USER_NAME = "trainstack-job"
@@ -109,18 +112,41 @@ def share_read_only(root: Path, gid: int) -> None:
 
 
 def give_tree(root: Path, uid: int, gid: int) -> None:
-    """``root`` and everything under it owned by ``uid`` (a local run's job directory, which
-    the job's code writes); links are not followed. The directories just above it that this
-    agent made (closed to others by its umask) are opened to passing through, up to the
-    first that is open already."""
+    """A local run's job directory ``root`` laid out for the job's code as its token lays out a
+    Cloud Storage one (trainstack_contract.jobaccess): everything in it the job's (``uid``)
+    but what its nodes' agents alone write (status/, hypertune/: this agent's, closed to the
+    job); ``root`` itself this agent's, sticky and writable by group ``gid``, so the job's code
+    makes what it likes in it but cannot rename or replace those. Links are not followed. The
+    directories just above it that this agent made (closed to others by its umask) are opened
+    to passing through, up to the first that is open already."""
     root.mkdir(parents=True, exist_ok=True)
     for parent in root.parents:
         info = parent.lstat()
         if info.st_mode & stat.S_IXOTH or info.st_uid != os.geteuid() or not stat.S_ISDIR(info.st_mode):
             break
         os.chmod(parent, stat.S_IMODE(info.st_mode) | stat.S_IXOTH)
-    os.chown(root, uid, gid, follow_symlinks=False)
-    for directory, subdirectories, files in os.walk(root):
+    agent_uid, agent_gid = os.geteuid(), os.getegid()
+    os.chown(root, agent_uid, gid, follow_symlinks=False)
+    os.chmod(root, stat.S_ISVTX | 0o775)  # noqa: S103 - sticky: the job adds its own, replaces no agent's
+    agents = [root / name for name in AGENT_WRITTEN_DIRS]
+    for directory in agents:
+        directory.mkdir(exist_ok=True)
+        _own_tree(directory, agent_uid, agent_gid)
+        os.chmod(directory, 0o755)  # noqa: S103 - readable as every job directory is, written by root alone
+    for entry in root.iterdir():
+        if entry not in agents:
+            _own_tree(entry, uid, gid)
+
+
+def _own_tree(top: Path, uid: int, gid: int) -> None:
+    """``top`` and everything under it owned by ``uid``; links are not followed."""
+    try:
+        os.chown(top, uid, gid, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if top.is_symlink() or not top.is_dir():
+        return
+    for directory, subdirectories, files in os.walk(top):
         for each in (*subdirectories, *files):
             try:
                 os.chown(Path(directory, each), uid, gid, follow_symlinks=False)

@@ -12,6 +12,7 @@ where it can and stops the machine).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import re
@@ -33,6 +34,8 @@ from trainstack_agent.endpoints import Endpoints, Host, from_environment
 from trainstack_agent.environment import Environment
 from trainstack_agent.gcs import Storage
 from trainstack_agent.jobqueue import JobQueue, QueueServices, running_job_dir
+from trainstack_agent.jobtoken import job_credentials
+from trainstack_agent.jobuser import JobUser
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.node import NodeAgent
 from trainstack_agent.processes import JobLauncher, Log, Processes
@@ -52,6 +55,7 @@ from trainstack_agent.settings import (
 from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
 from trainstack_agent.warm import WarmStarts
 from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE, TPU_NODE_KIND
+from trainstack_contract.jobaccess import JobAccess, named_reads
 from trainstack_contract.metadata import MAX_RUN_SECONDS
 from trainstack_contract.names import NODE_NAME, PROJECT_ID
 
@@ -407,8 +411,28 @@ def job_node(
         timings=timings,
         cancelled=cancelled,
         run_end=run_end,
+        credentials=lambda user: own_credentials(agent, settings, user),
     )
     return NodeAgent(settings, services, datetime.now(timezone.utc), release_at_end=release_at_end)
+
+
+def own_credentials(
+    agent: Agent, settings: NodeSettings, user: JobUser | None
+) -> contextlib.AbstractContextManager[dict[str, str]]:
+    """The job's own token while its code runs: its directory and the places its arguments and
+    variables name in Cloud Storage, for its user alone (trainstack_agent.jobtoken)."""
+    job = settings.job
+    assert job is not None
+    named = (*job.trainer_args, *(value for _, value in job.env))
+    access = JobAccess(job.job_dir, named_reads(named, own=job.job_dir))
+    return job_credentials(
+        access,
+        user.uid if user is not None else None,
+        agent.http,
+        agent.metadata,
+        (agent.endpoints.metadata, agent.endpoints.sts),
+        agent.log,
+    )
 
 
 def job_environment(agent: Agent, settings: NodeSettings, processes: Processes) -> Environment:

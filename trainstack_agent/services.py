@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -11,6 +12,7 @@ from trainstack_agent.board import Board
 from trainstack_agent.clusterport import port_listening
 from trainstack_agent.environment import Prepared
 from trainstack_agent.job import JobCommand
+from trainstack_agent.jobuser import JobUser
 from trainstack_agent.recovery import SpotRecovery
 from trainstack_agent.runend import RunEnd
 from trainstack_agent.timings import Timings
@@ -44,6 +46,17 @@ class Launcher(Protocol):
         ...
 
 
+@contextlib.contextmanager
+def no_credentials(user: JobUser | None) -> Iterator[dict[str, str]]:
+    """A job that gets no cloud credentials of its own (the tests' stand-in)."""
+    yield {}
+
+
+# While its block runs, the job's own credentials are served to its user; it yields the
+# variables that point the job's code at them (trainstack_agent.jobtoken.job_credentials).
+Credentials = Callable[[JobUser | None], contextlib.AbstractContextManager[dict[str, str]]]
+
+
 @dataclass
 class Services:
     """What a node's life needs from the world; the tests pass stand-ins."""
@@ -68,3 +81,4 @@ class Services:
     cancelled: Callable[[], str | None] | None = None
     # A flex-start node's: when its work ends, before Compute Engine deletes the machine.
     run_end: RunEnd | None = None
+    credentials: Credentials = no_credentials

@@ -17,6 +17,7 @@ from trainstack_agent.duties import Duties, supervise
 from trainstack_agent.environment import Prepared
 from trainstack_agent.hypertune import JobMetrics
 from trainstack_agent.job import job_command
+from trainstack_agent.jobtoken import CredentialError
 from trainstack_agent.outcome import Ended, Outcome, ended_outcome
 from trainstack_agent.peers import PeerWatch
 from trainstack_agent.secrets import SecretError
@@ -52,6 +53,14 @@ class CodeRun:
         secrets = services.secrets()
         self.starts += 1
         services.board.attempt = self.starts
+        # The job's own token, served to its user alone while its code runs (trainstack_agent.jobtoken).
+        with services.credentials(prepared.user) as credentials:
+            return self._run(prepared, snapshot, secrets, credentials)
+
+    def _run(
+        self, prepared: Prepared, snapshot: dict[str, str], secrets: dict[str, str], credentials: dict[str, str]
+    ) -> tuple[Outcome, dict[str, str]]:
+        services = self.services
         command = job_command(
             self.settings,
             services.environment,
@@ -61,6 +70,7 @@ class CodeRun:
             secrets,
             prepared.user,
             prepared.metric_file,
+            credentials,
         )
         job = self.settings.job
         assert job is not None
@@ -123,8 +133,9 @@ class Training:
                 outcome, snapshot = self.code.run(prepared)
             except Ended as ended:
                 return ended_outcome(ended)
-            except SecretError as error:
-                # The job's code must not run without a secret it was promised.
+            except (SecretError, CredentialError) as error:
+                # The job's code must not run without a secret it was promised, nor with the
+                # node's own credentials open to it.
                 return Outcome(1, str(error))
             if (outcome.exit_code == 0 and outcome.lost is None) or outcome.reason is not None:
                 return outcome

@@ -50,6 +50,10 @@ LATE_VARIABLES = frozenset(
         HYPERTUNE_METRIC_FILE_ENV,
         # A tuning trial's number: each trial of a study has its own.
         TRIAL_ID_ENV,
+        # Where the job's own token is served (trainstack_agent.jobtoken): each job has its
+        # own, and TensorFlow and google-auth read them at each call, never at import.
+        "GCE_METADATA_HOST",
+        "GCE_METADATA_IP",
         VERTEX_MODEL_DIR_ENV,
         VERTEX_CHECKPOINT_DIR_ENV,
         VERTEX_TENSORBOARD_DIR_ENV,

@@ -54,7 +54,8 @@ RESERVED_JOB_ENV_NAMES: Final = frozenset(
         "ENV",
     }
 )
-RESERVED_JOB_ENV_PREFIXES: Final = ("AIP_", "TRAINSTACK_", "CLOUDSDK_", "LD_", "NVIDIA_", "PYTHON")
+# GCE_METADATA_*: where the job's client libraries find its own token (trainstack_agent.jobtoken).
+RESERVED_JOB_ENV_PREFIXES: Final = ("AIP_", "TRAINSTACK_", "CLOUDSDK_", "GCE_METADATA_", "LD_", "NVIDIA_", "PYTHON")
 # PYTHON* variables that change only how Python reports and buffers, never what it loads.
 ALLOWED_PYTHON_ENV: Final = frozenset(
     {

@@ -31,4 +31,4 @@ def test_a_file_renamed_away_while_the_job_dir_is_handed_over_is_no_failure(
 
     monkeypatch.setattr(jobuser.os, "chown", chown)
     jobuser.give_tree(job_dir, os.getuid(), os.getgid())
-    assert sorted(owned) == ["chief.json", "job", "status"]
+    assert sorted(owned) == ["chief.json", "hypertune", "job", "status"]

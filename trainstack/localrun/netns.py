@@ -25,6 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -47,6 +48,11 @@ class LoopbackNetwork:
         self.path = f"/proc/{holder.pid}/ns/net"
         # Also when the run is dropped without being closed, and at exit: no holder outlives it.
         self._finalizer = weakref.finalize(self, _end, holder)
+
+    @property
+    def proc_net(self) -> Path:
+        """The kernel's socket tables of this namespace (``tcp``, ``tcp6``): who owns each connection."""
+        return Path(f"/proc/{self.holder.pid}/net")
 
     @classmethod
     def create(cls) -> LoopbackNetwork:

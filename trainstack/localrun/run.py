@@ -60,11 +60,13 @@ THREADS_PER_NODE = "1"
 
 
 def node_environment(
-    local_node: LocalNode, metadata_root: str, compute_root: str, layout: LocalRunLayout, job_as_agent_user: bool
+    local_node: LocalNode, roots: tuple[str, str, str], layout: LocalRunLayout, job_as_agent_user: bool
 ) -> dict[str, str]:
     """This process's environment with the node agent's cloud bound to the run's stand-ins,
     and TensorFlow kept to the CPU and one thread pool. ``job_as_agent_user``: the job's code
-    runs as the agent (:func:`~trainstack.localrun.workdir.job_user_obstacle` said why)."""
+    runs as the agent (:func:`~trainstack.localrun.workdir.job_user_obstacle` said why).
+    ``roots``: the stand-ins' roots (the node's metadata, Compute Engine, the token service)."""
+    metadata_root, compute_root, sts_root = roots
     self_stop_log, pip_find_links = layout.self_stop_log, layout.pip_find_links
     environment = dict(os.environ)
     if job_as_agent_user:
@@ -72,6 +74,7 @@ def node_environment(
     environment.update(
         TRAINSTACK_METADATA_ROOT=metadata_root,
         TRAINSTACK_COMPUTE_API=compute_root,
+        TRAINSTACK_STS_API=sts_root,
         TRAINSTACK_STATE_DIR=str(local_node.state_dir),
         TRAINSTACK_SELF_STOP_LOG=str(self_stop_log),
         TRAINSTACK_PROFILE_DIR=str(local_node.state_dir),
@@ -187,15 +190,16 @@ class LocalStackRun:
         self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS, shown=shown)
         self.spot = SpotMachines(self.supervisor, self.nodes, self._boot_again, echo)
         self.preempt_after = preempt_after
-        stand_ins = functools.partial(serve_stand_ins, self.machines, stack.zone, self.spot, self.workdir)
-        self.server, self.compute = self.network.run_inside(stand_ins) if self.network else stand_ins()
+        proc_net = self.network.proc_net if self.network else Path("/proc/self/net")
+        stand_ins = functools.partial(serve_stand_ins, self.machines, stack.zone, self.spot, self.workdir, proc_net)
+        self.server, self.compute, self.tokens = self.network.run_inside(stand_ins) if self.network else stand_ins()
 
     def prepare(self) -> None:
         self.job_user_obstacle = self.layout.prepare(self.echo)
 
     def _environment(self, local_node: LocalNode) -> dict[str, str]:
-        root = self.server.root_for(local_node.name)
-        return node_environment(local_node, root, self.compute.root, self.layout, self.job_user_obstacle is not None)
+        roots = (self.server.root_for(local_node.name), self.compute.root, self.tokens.root)
+        return node_environment(local_node, roots, self.layout, self.job_user_obstacle is not None)
 
     def boot_command(self) -> list[str]:
         """How a node boots: its boot script, inside the run's namespace when there is one."""
@@ -212,8 +216,8 @@ class LocalStackRun:
             for note in run_notes(self.machines.notes, self.network_note, self.job):
                 print(f"[local] note: {note}", flush=True)
         self.prepare()
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        threading.Thread(target=self.compute.serve_forever, daemon=True).start()
+        for server in (self.server, self.compute, self.tokens):
+            threading.Thread(target=server.serve_forever, daemon=True).start()
         self.started_at = time.time()
         for local_node in self.nodes:
             # Own process group: killing it takes the trainer down too, as a host restart does.
@@ -256,7 +260,7 @@ class LocalStackRun:
         self.spot.close()
         self.supervisor.close()
         self._log_writer.close()
-        for server in (self.server, self.compute):
+        for server in (self.server, self.compute, self.tokens):
             server.shutdown()
             server.server_close()
         if self.network is not None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainstack.localrun.nodes import LocalMachines, LocalNode
-from trainstack.localrun.standins import ComputeApiServer, MetadataServer
+from trainstack.localrun.standins import ComputeApiServer, MetadataServer, TokenServiceServer
 from trainstack.localrun.supervisor import Supervisor
 
 POLL_SECONDS = 0.1
@@ -136,13 +136,18 @@ class SpotMachines:
 
 
 def serve_stand_ins(
-    machines: LocalMachines, zone: str, spot: SpotMachines, workdir: Path
-) -> tuple[MetadataServer, ComputeApiServer]:
-    """The metadata server the machines read (a preempted node's says so) and the Compute
-    Engine API their chief calls, each on a free loopback port (calls logged in
-    ``compute-api.log``); started by the caller."""
+    machines: LocalMachines, zone: str, spot: SpotMachines, workdir: Path, proc_net: Path
+) -> tuple[MetadataServer, ComputeApiServer, TokenServiceServer]:
+    """The metadata server the machines read (a preempted node's says so; the node's token to
+    the agents alone, ``proc_net`` the nodes' socket tables), the Compute Engine API their
+    chief calls and the token service their agents downscope jobs' tokens at, each on a free
+    loopback port (Compute Engine calls logged in ``compute-api.log``); started by the caller."""
     metadata = MetadataServer(
-        {n.name: n.metadata for n in machines.nodes}, machines.project_attributes, zone, preempted=spot.preempted
+        {n.name: n.metadata for n in machines.nodes},
+        machines.project_attributes,
+        zone,
+        preempted=spot.preempted,
+        proc_net=proc_net,
     )
     compute = ComputeApiServer(zone, spot.instance_status, spot.start_instance, workdir / "compute-api.log")
-    return metadata, compute
+    return metadata, compute, TokenServiceServer()

@@ -1,5 +1,6 @@
 """The cloud services a local run's nodes call, on this machine: the metadata server, the
-Compute Engine API (get and start an instance) and the stack's bucket.
+Compute Engine API (get and start an instance), Google's Security Token Service (a job's
+downscoped token) and the stack's bucket.
 
 The node agent reaches each through its ``TRAINSTACK_*`` variables; nothing in the agent
 knows it is talking to a stand-in.
@@ -8,11 +9,14 @@ knows it is talking to a stand-in.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import re
+import secrets
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,12 +25,25 @@ from typing import Any, Protocol
 
 import trainstack_contract as contract
 from trainstack.stackmodel.resolved import ResolvedJob
+from trainstack_agent.jobtoken import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, socket_owner
+from trainstack_contract.jobaccess import MAX_BOUNDARY_RULES
 
 # What the metadata server stand-in answers for the project id and the VM's token, and the
 # Compute Engine stand-in accepts.
 LOCAL_PROJECT = "trainstack-local"
 # A stand-in's fixed token: it opens nothing outside this machine.
 LOCAL_TOKEN = "trainstack-local-token"  # noqa: S105
+# The nodes' account, as the metadata stand-in names it.
+LOCAL_ACCOUNT = "trainstack-local-node"
+# How long the token service's tokens last (Google's: as long as the token exchanged, at most an hour).
+JOB_TOKEN_SECONDS = 3599
+# The prefix of every job token the token service stand-in issues.
+JOB_TOKEN_PREFIX = "trainstack-local-job-"  # noqa: S105 - a prefix, not a token
+_BUCKET_RESOURCE = re.compile(r"//storage\.googleapis\.com/projects/_/buckets/[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
+_ROLE_PERMISSIONS = re.compile(r"inRole:roles/[A-Za-z0-9_.]{1,100}")
+# The longest condition expression Google takes in a boundary rule (IAM Conditions' limit,
+# 12,800 characters, unverified for boundaries).
+MAX_CONDITION_CHARS = 12_800
 
 
 class MetadataServer(ThreadingHTTPServer):
@@ -38,9 +55,14 @@ class MetadataServer(ThreadingHTTPServer):
         project: dict[str, str],
         zone: str,
         preempted: set[str] | None = None,
+        proc_net: Path | None = None,
     ) -> None:
         """``preempted``: the nodes Compute Engine is preempting, whose instance/preempted
-        says TRUE (a set the caller keeps up to date)."""
+        says TRUE (a set the caller keeps up to date). ``proc_net``: the socket tables of the
+        nodes' network namespace; where given, the node's token is answered to connections of
+        this process's user alone (the agents'), as a VM's firewall closes the metadata server
+        to the job's user (trainstack_agent.jobtoken): a job's code that asks gets a 403."""
+        self.proc_net = proc_net
         self.instances = instances
         self.project_attributes = project
         self.zone = zone
@@ -71,7 +93,16 @@ class MetadataServer(ThreadingHTTPServer):
             return LOCAL_PROJECT
         if path == "instance/service-accounts/default/token":
             return json.dumps({"access_token": LOCAL_TOKEN, "expires_in": 3599, "token_type": "Bearer"})
+        if path == "instance/service-accounts/default/email":
+            return f"{LOCAL_ACCOUNT}@{LOCAL_PROJECT}.iam.gserviceaccount.com"
         return None
+
+    def closed_to(self, client: tuple[str, int], path: str) -> bool:
+        """Whether ``path`` is refused to the connection from ``client``: the node's token,
+        to any user but this process's (an unknown one included)."""
+        if self.proc_net is None or not path.startswith("instance/service-accounts/"):
+            return False
+        return socket_owner(client, self.proc_net) != os.geteuid()
 
 
 class ComputeApiServer(ThreadingHTTPServer):
@@ -174,6 +205,10 @@ class _MetadataHandler(BaseHTTPRequestHandler):
             self.send_error(403, "Missing Metadata-Flavor:Google header")
             return
         node, _, rest = self.path.lstrip("/").partition("/computeMetadata/v1/")
+        if self.server.closed_to(self.client_address[:2], rest):
+            # A VM's firewall rejects the job's user outright; a 403 here says the same.
+            self.send_error(403, "the node's metadata server is closed to the job's user")
+            return
         failure = self.server.failures.get(rest)
         if failure is not None:
             self.send_error(failure)
@@ -191,6 +226,102 @@ class _MetadataHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server names it so
         """Quiet: the nodes' own logs say what they fetched."""
+
+
+class TokenServiceServer(ThreadingHTTPServer):
+    """Google's Security Token Service as a job's downscoped token is asked of it: ``POST
+    /v1/token``, a form of RFC 8693's token exchange whose subject is the node's token and
+    whose ``options`` hold the Credential Access Boundary (URL-quoted JSON). Anything else, a
+    subject that is not the node's token, or a boundary Google would refuse (no rule, more
+    than 10, a resource that is not a bucket, permissions not ``inRole:``), is answered 400
+    as STS answers. Each token issued is recorded with its boundary (``issued``)."""
+
+    def __init__(self) -> None:
+        self.issued: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _TokenServiceHandler)
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def exchange(self, form: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, answer) for one exchange's form fields."""
+
+        def field(name: str) -> str:
+            values = form.get(name, [])
+            return values[0] if len(values) == 1 else ""
+
+        if field("grant_type") != TOKEN_EXCHANGE_GRANT:
+            return _sts_error("unsupported_grant_type", "grant_type must be token-exchange")
+        if field("subject_token_type") != ACCESS_TOKEN_TYPE or field("requested_token_type") != ACCESS_TOKEN_TYPE:
+            return _sts_error("invalid_request", "subject_token_type and requested_token_type must be access_token")
+        if field("subject_token") != LOCAL_TOKEN:
+            return _sts_error("invalid_grant", "the subject token is not valid")
+        try:
+            options = json.loads(urllib.parse.unquote(field("options")))
+            rules = options["accessBoundary"]["accessBoundaryRules"]
+        except (ValueError, KeyError, TypeError):
+            return _sts_error("invalid_request", "options must hold an accessBoundary")
+        problem = _boundary_problem(rules)
+        if problem is not None:
+            return _sts_error("invalid_request", problem)
+        token = JOB_TOKEN_PREFIX + secrets.token_hex(16)
+        with self._lock:
+            self.issued[token] = options["accessBoundary"]
+        return 200, {
+            "access_token": token,
+            "issued_token_type": ACCESS_TOKEN_TYPE,
+            "token_type": "Bearer",
+            "expires_in": JOB_TOKEN_SECONDS,
+        }
+
+
+def _sts_error(error: str, description: str) -> tuple[int, dict[str, Any]]:
+    return 400, {"error": error, "error_description": description}
+
+
+def _boundary_problem(rules: Any) -> str | None:
+    """Why Google would refuse this list of boundary rules, or None."""
+    if not isinstance(rules, list) or not 1 <= len(rules) <= MAX_BOUNDARY_RULES:
+        return f"an access boundary holds 1 to {MAX_BOUNDARY_RULES} rules"
+    for rule in rules:
+        if not isinstance(rule, dict) or not _BUCKET_RESOURCE.fullmatch(str(rule.get("availableResource"))):
+            return "availableResource must be a Cloud Storage bucket"
+        permissions = rule.get("availablePermissions")
+        if not isinstance(permissions, list) or not permissions:
+            return "availablePermissions must list roles"
+        if not all(isinstance(p, str) and _ROLE_PERMISSIONS.fullmatch(p) for p in permissions):
+            return "availablePermissions must be inRole:roles/..."
+        condition = rule.get("availabilityCondition")
+        if condition is not None:
+            expression = condition.get("expression") if isinstance(condition, dict) else None
+            if not isinstance(expression, str) or not 0 < len(expression) <= MAX_CONDITION_CHARS:
+                return "availabilityCondition.expression must be a CEL expression"
+    return None
+
+
+class _TokenServiceHandler(BaseHTTPRequestHandler):
+    server: TokenServiceServer
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(min(length, 1 << 20))
+        if urllib.parse.urlsplit(self.path).path != "/v1/token" or not self.headers.get("Content-Type", "").startswith(
+            "application/x-www-form-urlencoded"
+        ):
+            self.send_error(404)
+            return
+        status, answer = self.server.exchange(urllib.parse.parse_qs(body.decode("utf-8", "replace")))
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server names it so
+        """Quiet: the agents log what fails."""
 
 
 class StandInBucket(Protocol):
