@@ -4,21 +4,18 @@ proxy that answers ifGenerationMatch as Cloud Storage does: the emulator ignores
 
 from __future__ import annotations
 
-import email
 import hashlib
-import http.client
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pytest
 from google.api_core import exceptions
 from google.cloud import storage
 from http_stand_in import serving
+from storage_proxies import PreconditionProxy
 
 from stack_helpers import base_config, with_changes, write_stack
 from test_job_code import probe_package
@@ -43,85 +40,6 @@ from trainstack_contract.queue import (
 from trainstack_contract.status import first_status
 
 NODES = ["chief", "worker-0", "worker-1"]
-
-
-# --- a proxy that answers ifGenerationMatch as Cloud Storage does --------------------------------------
-class PreconditionProxy(ThreadingHTTPServer):
-    """Forwards every request to the emulator, one at a time; a request with ifGenerationMatch
-    whose object (read through the emulator) has another generation gets Cloud Storage's 412."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = urlsplit(upstream).netloc
-        self.lock = threading.Lock()
-        self.refused = 0
-        super().__init__(("127.0.0.1", 0), _ProxyHandler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def call(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> Any:
-        connection = http.client.HTTPConnection(self.upstream, timeout=30)
-        connection.request(method, path, body=body, headers=headers or {})
-        response = connection.getresponse()
-        return response.status, response.getheaders(), response.read()
-
-    def generation(self, bucket: str, name: str) -> int:
-        status, _, data = self.call("GET", f"/storage/v1/b/{bucket}/o/{quote(name, safe='')}")
-        return 0 if status == 404 else int(json.loads(data)["generation"])
-
-
-def _target(path: str, query: dict[str, list[str]], headers: Any, body: bytes) -> tuple[str, str]:
-    """The bucket and object a JSON API request names: in its path, or an upload's metadata."""
-    parts = path.split("/")
-    bucket = parts[parts.index("b") + 1]
-    if "o" in parts and parts.index("o") + 1 < len(parts):
-        # The emulator's mediaLink leaves the name's slashes unquoted.
-        return bucket, unquote("/".join(parts[parts.index("o") + 1 :]))
-    if "name" in query:
-        return bucket, query["name"][0]
-    message = email.message_from_bytes(f"Content-Type: {headers['Content-Type']}\r\n\r\n".encode() + body)
-    metadata = message.get_payload()[0].get_payload()  # type: ignore[index,union-attr]
-    return bucket, json.loads(metadata)["name"]
-
-
-class _ProxyHandler(BaseHTTPRequestHandler):
-    server: PreconditionProxy
-    protocol_version = "HTTP/1.1"
-
-    def _serve(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        url = urlsplit(self.path)
-        query = parse_qs(url.query)
-        with self.server.lock:
-            expected = query.get("ifGenerationMatch")
-            if expected and self.server.generation(*_target(url.path, query, self.headers, body)) != int(expected[0]):
-                self.server.refused += 1
-                status, headers = 412, [("Content-Type", "application/json")]
-                data = json.dumps(
-                    {
-                        "error": {
-                            "code": 412,
-                            "message": "At least one of the pre-conditions you specified did not hold.",
-                            "errors": [{"reason": "conditionNotMet", "domain": "global"}],
-                        }
-                    }
-                ).encode()
-            else:
-                forwarded = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "content-length")}
-                status, headers, data = self.server.call(self.command, self.path, body, forwarded)
-        self.send_response(status)
-        for name, value in headers:
-            if name.lower() not in ("content-length", "transfer-encoding", "connection", "date", "server"):
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 (http.server's naming)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
 
 
 @pytest.fixture
