@@ -44,7 +44,9 @@ def planned_grants(tmp_path: Path, config: dict[str, Any]) -> list[Grant]:
     for binding in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember"):
         if binding.inputs["bucket"] == BUCKET:
             condition = binding.inputs.get("condition")
-            grants.append(Grant(binding.inputs["member"], binding.inputs["role"], condition and condition["expression"]))
+            grants.append(
+                Grant(binding.inputs["member"], binding.inputs["role"], condition and condition["expression"])
+            )
     return grants
 
 
