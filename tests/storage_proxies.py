@@ -148,8 +148,10 @@ LIST_PREFIX = "storage.googleapis.com/objectListPrefix"
 
 @dataclass(frozen=True)
 class Grant:
-    """One bucket binding: the member, its role, and its IAM condition (None: every object)."""
+    """One bucket binding: the bucket, the member, its role, and its IAM condition (None:
+    every object)."""
 
+    bucket: str
     member: str
     role: str
     expression: str | None = None
@@ -247,7 +249,10 @@ class IamStorageProxy(PreconditionProxy):
         self, member: str, boundary: dict[str, Any] | None, bucket: str, permission: str, attributes: dict[str, Any]
     ) -> bool:
         granted = any(
-            g.member == member and permission in ROLE_PERMISSIONS.get(g.role, ()) and holds(g.expression, attributes)
+            g.bucket == bucket
+            and g.member == member
+            and permission in ROLE_PERMISSIONS.get(g.role, ())
+            and holds(g.expression, attributes)
             for g in self.grants
         )
         if not granted or boundary is None:

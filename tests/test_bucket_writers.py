@@ -119,6 +119,8 @@ def test_the_notebook_cannot_write_the_clusters_status_or_backups(tmp_path: Path
     assert plan.bucket_access()["job_dir"] == {
         "uri": "gs://test-project-123_test/jobs/flowers_mwms",
         "writers": [training],
+        "reads": [],
+        "writes": [],
     }
 
 
@@ -132,7 +134,7 @@ def test_plans_table_says_the_notebook_writes_its_own_area_and_not_the_jobs_stat
     training = "serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"
     assert f"  {notebook}: notebooks/*\n" in table
     assert f"  {training}: jobs/*\n" in table
-    status = table[table.index("Who can write the job's status and backups") :].split("\nCost of stack")[0]
+    status = table[table.index("Who can write the job's status and backups") :].split("\nWhat the job's code")[0]
     assert status.splitlines() == [
         "Who can write the job's status and backups in gs://test-project-123_test/jobs/flowers_mwms/:",
         f"  {training}",

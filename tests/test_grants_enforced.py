@@ -37,16 +37,29 @@ QUEUED = queued_job_dir(f"gs://{BUCKET}", 1, "lr_low")
 TRIAL = queued_job_dir(f"gs://{BUCKET}", 2, "study_t1")
 
 
+# A team's own job, laid out as Google's taxifare tuning sample is: it reads its data and writes
+# its output in buckets of the team's own, which the flags say.
+TEAM_JOB = {
+    "name": "taxifare",
+    "package": "examples/tabular_mlp",
+    "module": "tabular_mlp.task",
+    "args": [
+        "--train_data_path",
+        "gs://team-data/taxifare/data/taxi-train*",
+        "--output_dir",
+        "gs://team-out/taxifare/",
+    ],
+}
+
+
 def planned_grants(tmp_path: Path, config: dict[str, Any]) -> list[Grant]:
     """The bucket grants `pulumi up` would make for this stack, from the real program."""
     plan = plan_of(write_stack(tmp_path, config))
     grants = []
     for binding in plan.of_type("gcp:storage/bucketIAMMember:BucketIAMMember"):
-        if binding.inputs["bucket"] == BUCKET:
-            condition = binding.inputs.get("condition")
-            grants.append(
-                Grant(binding.inputs["member"], binding.inputs["role"], condition and condition["expression"])
-            )
+        condition = binding.inputs.get("condition")
+        expression = condition and condition["expression"]
+        grants.append(Grant(binding.inputs["bucket"], binding.inputs["member"], binding.inputs["role"], expression))
     return grants
 
 
@@ -60,9 +73,9 @@ class Cloud:
         # What the node's agent writes with: the node's own token.
         self.storage = Storage(self.http, self.metadata, proxy.url)
 
-    def job_client(self, job_dir: str) -> storage.Client:
+    def job_client(self, access: JobAccess) -> storage.Client:
         """A job's code's client library, with the token its agent downscoped for it."""
-        token, _ = Downscoper(self.http, self.metadata, JobAccess(job_dir).boundary(), self.tokens.root).token()
+        token, _ = Downscoper(self.http, self.metadata, access.boundary(), self.tokens.root).token()
         credentials = google.oauth2.credentials.Credentials(token)
         return storage.Client(project="test-project-123", credentials=credentials)
 
@@ -71,8 +84,12 @@ class Cloud:
 def cloud(tmp_path: Path, emulator_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:  # noqa: F811
     emulator_server.wipe()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator_server.url)
-    storage.Client(project="test-project-123").create_bucket(BUCKET)
-    grants = planned_grants(tmp_path, base_config())
+    client = storage.Client(project="test-project-123")
+    for name in (BUCKET, "team-data", "team-out"):
+        client.create_bucket(name)
+    config = base_config()
+    config["trainstack:job"] = TEAM_JOB
+    grants = planned_grants(tmp_path, config)
     tokens = TokenServiceServer()
 
     def exchanged(token: str) -> tuple[str, dict[str, Any]] | None:
@@ -116,7 +133,7 @@ def test_a_jobs_code_reaches_its_own_directory_alone_and_never_what_the_agents_w
     # Another job's state, as the queue's agents wrote it with the node's token.
     other = "jobs/q2_other/status/job.json"
     cloud.storage.write(f"gs://{BUCKET}/{other}", b'{"state": "QUEUED"}')
-    bucket = cloud.job_client(QUEUED).bucket(BUCKET)
+    bucket = cloud.job_client(JobAccess(QUEUED)).bucket(BUCKET)
     own = QUEUED.removeprefix(f"gs://{BUCKET}/")
     bucket.blob(f"{own}/checkpoints/ckpt-1.index").upload_from_string(b"weights")
     bucket.blob(f"{own}/metrics.json").upload_from_string(b"{}")
@@ -137,3 +154,27 @@ def test_a_jobs_code_reaches_its_own_directory_alone_and_never_what_the_agents_w
     with pytest.raises(exceptions.Forbidden):
         bucket.blob(other).download_as_bytes()
     assert cloud.storage.read(f"gs://{BUCKET}/{other}", 1024) == b'{"state": "QUEUED"}'
+
+
+def test_a_jobs_code_reads_and_writes_where_its_flags_say_and_nowhere_else_in_those_buckets(cloud: Cloud) -> None:
+    # The team's data, put there by the team itself (straight into the emulator).
+    status, _, _ = cloud.proxy.call(
+        "POST", "/upload/storage/v1/b/team-data/o?uploadType=media&name=taxifare/data/taxi-train-0.csv", b"fare,km\n"
+    )
+    assert status == 200
+    job_dir = queued_job_dir(f"gs://{BUCKET}", 3, "taxifare")
+    client = cloud.job_client(JobAccess(job_dir, ("gs://team-data/taxifare/data/",), ("gs://team-out/taxifare/",)))
+    data, out = client.bucket("team-data"), client.bucket("team-out")
+    assert data.blob("taxifare/data/taxi-train-0.csv").download_as_bytes() == b"fare,km\n"
+    out.blob("taxifare/3/model/saved_model.pb").upload_from_string(b"model")
+    with pytest.raises(exceptions.Forbidden):
+        data.blob("taxifare/data/poisoned.csv").upload_from_string(b"x")
+    with pytest.raises(exceptions.Forbidden):
+        out.blob("other_team/model.pb").upload_from_string(b"x")
+    with pytest.raises(exceptions.Forbidden):
+        data.blob("secrets/key.json").download_as_bytes()
+    # What the job declares is no more than the plan grants: a token for a place it does not
+    # grant reaches nothing there.
+    beyond = cloud.job_client(JobAccess(job_dir, ("gs://team-data/",), ("gs://team-data/taxifare/data/",)))
+    with pytest.raises(exceptions.Forbidden):
+        beyond.bucket("team-data").blob("taxifare/data/x.csv").upload_from_string(b"x")

@@ -133,7 +133,12 @@ def test_the_nodes_write_the_job_dir_under_its_folder_alone(tmp_path: Path) -> N
     assert grant.inputs["member"] == instance.inputs["serviceAccount"]["email"].join(["serviceAccount:", ""])
     expression = grant.inputs["condition"]["expression"]
     assert 'startsWith("projects/_/buckets/acme-ml-models/objects/vision/run1/")' in expression
-    assert plan.bucket_access()["job_dir"] == {"uri": JOB_DIR, "writers": [grant.inputs["member"]]}
+    assert plan.bucket_access()["job_dir"] == {
+        "uri": JOB_DIR,
+        "writers": [grant.inputs["member"]],
+        "reads": [],
+        "writes": [],
+    }
 
 
 def test_a_stack_without_a_job_dir_grants_nothing_beyond_its_own_bucket(tmp_path: Path) -> None:
@@ -144,7 +149,12 @@ def test_a_stack_without_a_job_dir_grants_nothing_beyond_its_own_bucket(tmp_path
     plan = plan_of(path)
     assert {g.inputs["bucket"] for g in plan.of_type(BUCKET_GRANT)} == {plan.resolved.bucket_name}
     [member] = {g.inputs["member"] for g in plan.of_type(BUCKET_GRANT)}
-    assert plan.bucket_access()["job_dir"] == {"uri": "gs://test-project-123_test/jobs/vision", "writers": [member]}
+    assert plan.bucket_access()["job_dir"] == {
+        "uri": "gs://test-project-123_test/jobs/vision",
+        "writers": [member],
+        "reads": [],
+        "writes": [],
+    }
 
 
 @pytest.mark.slow

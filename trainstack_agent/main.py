@@ -55,7 +55,7 @@ from trainstack_agent.settings import (
 from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
 from trainstack_agent.warm import WarmStarts
 from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE, TPU_NODE_KIND
-from trainstack_contract.jobaccess import JobAccess, named_reads
+from trainstack_contract.jobaccess import JobAccess
 from trainstack_contract.metadata import MAX_RUN_SECONDS
 from trainstack_contract.names import NODE_NAME, PROJECT_ID
 
@@ -419,12 +419,11 @@ def job_node(
 def own_credentials(
     agent: Agent, settings: NodeSettings, user: JobUser | None
 ) -> contextlib.AbstractContextManager[dict[str, str]]:
-    """The job's own token while its code runs: its directory and the places its arguments and
-    variables name in Cloud Storage, for its user alone (trainstack_agent.jobtoken)."""
+    """The job's own token while its code runs: its directory and the places the stack decided
+    it reads and writes (job.buckets), for its user alone (trainstack_agent.jobtoken)."""
     job = settings.job
     assert job is not None
-    named = (*job.trainer_args, *(value for _, value in job.env))
-    access = JobAccess(job.job_dir, named_reads(named, own=job.job_dir))
+    access = JobAccess(job.job_dir, job.reads, job.writes)
     return job_credentials(
         access,
         user.uid if user is not None else None,

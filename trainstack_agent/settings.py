@@ -78,6 +78,9 @@ class JobSettings:
     # The built-in trainer's job (metadata trainstack-warm-start): on a standing node it may
     # start in a warm interpreter (trainstack_agent.warm).
     warm_start: bool = False
+    # Where it reads and writes in Cloud Storage besides its directory (its token carries them).
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,9 +180,20 @@ def _job(job: JobMetadata, bucket: str) -> JobSettings | None:
             secrets=job.secrets,
             env=job.env,
             warm_start=job.warm_start and requirements is None and job.code_install == PATH_INSTALL,
+            reads=job.reads,
+            writes=job.writes,
         )
     assert job.mode == IMAGE_JOB
-    return JobSettings(job.mode, job.job_dir, job.trainer_args, image=job.image, secrets=job.secrets, env=job.env)
+    return JobSettings(
+        job.mode,
+        job.job_dir,
+        job.trainer_args,
+        image=job.image,
+        secrets=job.secrets,
+        env=job.env,
+        reads=job.reads,
+        writes=job.writes,
+    )
 
 
 def job_from_spec(values: Mapping[str, str], bucket: str, job_dir: str) -> JobSettings:

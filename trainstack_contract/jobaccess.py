@@ -19,6 +19,7 @@ Standard library only, Python 3.10: the node agent ships it.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 from collections.abc import Iterable
@@ -75,10 +76,12 @@ def split_uri(uri: str) -> tuple[str, str]:
 @dataclass(frozen=True)
 class JobAccess:
     """What one job's code may reach: its directory (``gs://BUCKET/PREFIX``, read and written
-    but for :data:`AGENT_WRITTEN_DIRS`) and the places it reads (``gs://BUCKET[/PREFIX]``)."""
+    but for :data:`AGENT_WRITTEN_DIRS`), the places it reads and those it writes
+    (``gs://BUCKET`` or ``gs://BUCKET/FOLDER/``, as job.buckets declares them)."""
 
     job_dir: str | None
     reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
 
     def rules(self) -> list[dict[str, Any]]:
         rules: list[dict[str, Any]] = []
@@ -95,19 +98,17 @@ class JobAccess:
                     "read and list the job's own directory",
                 )
             )
-        for uri in self.reads:
-            bucket, prefix = split_uri(uri)
-            if not prefix:
-                rules.append(_rule(bucket, READ_PERMISSIONS, None, "read the job's data"))
-                continue
-            rules.append(
-                _rule(
-                    bucket,
-                    READ_PERMISSIONS,
-                    f"{_under(bucket, prefix + '/')} || {_lists_under(prefix + '/')}",
-                    "read the job's data",
-                )
-            )
+        for permissions, places, what in (
+            (READ_PERMISSIONS, self.reads, "read what the job reads"),
+            (WRITE_PERMISSIONS, self.writes, "write where the job writes"),
+        ):
+            for uri in places:
+                bucket, prefix = split_uri(uri)
+                if not prefix:
+                    rules.append(_rule(bucket, permissions, None, what))
+                    continue
+                own = f"{_under(bucket, prefix + '/')} || {_lists_under(prefix + '/')}"
+                rules.append(_rule(bucket, permissions, own, what))
         if len(rules) > MAX_BOUNDARY_RULES:
             raise BoundaryError(
                 f"the job's token would need {len(rules)} access boundary rules; Google allows at most "
@@ -122,25 +123,92 @@ class JobAccess:
         return {"accessBoundary": {"accessBoundaryRules": rules}} if rules else None
 
 
-def named_reads(values: Iterable[str], own: str | None = None) -> tuple[str, ...]:
-    """The places the job's arguments and variables name in Cloud Storage, as ``gs://BUCKET/FOLDER``
-    (the folder up to the last "/" before a wildcard or the name's end) or ``gs://BUCKET`` where
-    one bucket is named under several folders; ``own`` (the job's directory) and what lies under
-    it are left out. What the job may read of them is also bounded by its node's own grants."""
-    folders: dict[str, set[str]] = {}
-    for value in values:
+# Flags whose gs:// value a job writes under (AI Platform's --job-dir, the samples' --output_dir,
+# Keras' model and checkpoint folders), and those whose value it reads: a URI after any other
+# flag, or in job.env, says nothing of which, and is declared in job.buckets.
+WRITE_FLAG: Final = re.compile(r"--(?:job|output|model|export|checkpoint|log|tensorboard)[-_](?:dir|path)")
+READ_FLAG: Final = re.compile(
+    r"--(?:[a-z0-9]+[-_])*(?:data|files?|input|inputs|dataset|vocab)(?:[-_](?:path|dir|pattern|uri))?"
+)
+# A place a stack declares its job reads or writes: a bucket, or a folder of one (a trailing "/").
+PLACE: Final = re.compile(r"gs://[a-z0-9][a-z0-9_.-]{1,220}[a-z0-9](?:/(?:(?!\.{1,2}/)[A-Za-z0-9_.=-]{1,200}/){1,16})?")
+MAX_PLACES: Final = 8
+READ: Final = "read"
+WRITE: Final = "write"
+
+
+@dataclass(frozen=True)
+class BucketUse:
+    """A gs:// URI the job's arguments or variables name: the folder it lies in (``gs://B/F/``,
+    or ``gs://B`` for the bucket), whether a flag says the job reads or writes it (None: no
+    flag says), and where it was named (``job.args[3]``, ``job.env.NAME``)."""
+
+    uri: str
+    folder: str
+    kind: str | None
+    where: str
+
+
+def _folder(bucket: str, path: str) -> str:
+    folder = path if path.endswith("/") or not path else posixpath.dirname(path) + "/"
+    folder = folder.lstrip("/")
+    return f"gs://{bucket}/{folder}" if folder and folder != "/" else f"gs://{bucket}"
+
+
+def _kind(flag: str | None) -> str | None:
+    if flag is None:
+        return None
+    if WRITE_FLAG.fullmatch(flag):
+        return WRITE
+    return READ if READ_FLAG.fullmatch(flag) else None
+
+
+def bucket_uses(args: Iterable[str], env: Iterable[tuple[str, str]] = ()) -> tuple[BucketUse, ...]:
+    """Every gs:// URI in the job's arguments (after ``--flag`` or as ``--flag=URI``) and
+    variables, with what its flag says of it."""
+    uses: list[BucketUse] = []
+    previous: str | None = None
+    for index, arg in enumerate(args):
+        flag, _, value = arg.partition("=") if arg.startswith("--") and "=" in arg else (previous, "", arg)
+        kind = _kind(flag)
         for match in _NAMED_URI.finditer(value):
-            bucket, path = match[1], match[2].lstrip("/")
-            folder = path if path.endswith("/") or not path else posixpath.dirname(path) + "/"
-            uri = f"gs://{bucket}/{folder.lstrip('/')}"
-            if own is not None and (uri.rstrip("/") + "/").startswith(own.rstrip("/") + "/"):
-                continue
-            folders.setdefault(bucket, set()).add(folder.lstrip("/"))
-    reads = []
-    for bucket, named in sorted(folders.items()):
-        only = next(iter(named)) if len(named) == 1 else ""
-        reads.append(f"gs://{bucket}/{only}" if only else f"gs://{bucket}")
-    return tuple(reads)
+            # A directory flag's value is the folder itself, not the one it lies in.
+            path = match[2].rstrip("/") + "/" if kind == WRITE and match[2].strip("/") else match[2]
+            uses.append(BucketUse(match[0], _folder(match[1], path), kind, f"job.args[{index}]"))
+        previous = arg if arg.startswith("--") and "=" not in arg else None
+    for name, value in env:
+        for match in _NAMED_URI.finditer(value):
+            uses.append(BucketUse(match[0], _folder(match[1], match[2]), None, f"job.env.{name}"))
+    return tuple(uses)
+
+
+def covers(places: Iterable[str], folder: str) -> bool:
+    """Whether one of ``places`` (buckets, or folders ending in "/") holds ``folder``."""
+    return any(
+        folder == place or (folder + "/").startswith(place if place.endswith("/") else place + "/") for place in places
+    )
+
+
+def places_json(reads: tuple[str, ...], writes: tuple[str, ...]) -> str:
+    """The job's declared places as its metadata carries them."""
+    return json.dumps({READ: list(reads), WRITE: list(writes)}, separators=(",", ":"))
+
+
+def places_from_json(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(reads, writes) from :func:`places_json`'s text; ValueError names what is wrong."""
+    document = json.loads(text)
+    if not isinstance(document, dict) or set(document) - {READ, WRITE}:
+        raise ValueError('not {"read": [...], "write": [...]}')
+    found: list[tuple[str, ...]] = []
+    for kind in (READ, WRITE):
+        places = document.get(kind, [])
+        if not isinstance(places, list) or len(places) > MAX_PLACES:
+            raise ValueError(f"{kind} is not a list of at most {MAX_PLACES} places")
+        for place in places:
+            if not isinstance(place, str) or not PLACE.fullmatch(place):
+                raise ValueError(f"{str(place)[:100]!r} is not gs://BUCKET or gs://BUCKET/FOLDER/")
+        found.append(tuple(places))
+    return found[0], found[1]
 
 
 def _rule(bucket: str, permissions: str, expression: str | None, title: str) -> dict[str, Any]:

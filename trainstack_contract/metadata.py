@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args
 
+from trainstack_contract.jobaccess import places_from_json, places_json
 from trainstack_contract.jobenv import MAX_JOB_ENV, MAX_JOB_ENV_CHARS, job_env_problem
 from trainstack_contract.layout import EXTERNAL_JOB_DIR, LAYOUT
 from trainstack_contract.names import (
@@ -91,6 +92,9 @@ class MetadataKeys:
     secrets: str = "trainstack-secrets"
     # The job's own environment variables (job.env), a JSON object of names and text values.
     job_env: str = "trainstack-job-env"
+    # Where the job reads and writes in Cloud Storage besides its directory, {"read": [...],
+    # "write": [...]} (trainstack_contract.jobaccess): what its own token carries.
+    job_buckets: str = "trainstack-job-buckets"
     # Every node of the cluster by name, "chief worker-0 ...": a node whose trainer lost a
     # peer waits until none of them is down before it starts the trainer again.
     peers: str = "trainstack-peers"
@@ -345,6 +349,15 @@ def _job_env(key: str, text: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(env.items())
 
 
+def _job_places(key: str, text: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if text is None:
+        return (), ()
+    try:
+        return places_from_json(text)
+    except ValueError as error:
+        raise NodeMetadataError(key, f"metadata {key}: {error}") from None
+
+
 def _put(metadata: dict[str, str], key: str, value: str | int | None) -> None:
     if value is not None:
         metadata[key] = str(value)
@@ -383,6 +396,9 @@ class JobMetadata:
     # (ENV_NAME, SECRET_ID) pairs, and job.env's (NAME, VALUE) pairs.
     secrets: tuple[tuple[str, str], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    # Where it reads and writes in Cloud Storage besides its directory: gs://BUCKET[/FOLDER/].
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
 
     def to_metadata(self) -> dict[str, str]:
         metadata = {KEYS.job_mode: self.mode}
@@ -401,6 +417,8 @@ class JobMetadata:
         _put(metadata, KEYS.secrets, _pairs_text(self.secrets))
         if self.env:
             metadata[KEYS.job_env] = json.dumps(dict(self.env), separators=(",", ":"))
+        if self.reads or self.writes:
+            metadata[KEYS.job_buckets] = places_json(self.reads, self.writes)
         return metadata
 
     @classmethod
@@ -420,6 +438,7 @@ class JobMetadata:
         args = _trainer_args(KEYS.trainer_args, read.required(KEYS.trainer_args))
         secrets = read.pairs(KEYS.secrets, read.optional(KEYS.secrets), SECRET_LIST, "a list of NAME=SECRET_ID")
         env = _job_env(KEYS.job_env, read.optional(KEYS.job_env))
+        reads, writes = _job_places(KEYS.job_buckets, read.optional(KEYS.job_buckets))
         if mode == PACKAGE_JOB:
             code = read.pinned(KEYS.code_archive, KEYS.code_archive_sha256, CODE_ARCHIVE, "a code archive")
             if code is None:
@@ -439,9 +458,11 @@ class JobMetadata:
                 warm_start=read.flag(KEYS.warm_start),
                 secrets=secrets,
                 env=env,
+                reads=reads,
+                writes=writes,
             )
         image = read.match(KEYS.image, read.required(KEYS.image), IMAGE, "an image name")
-        return cls(mode, job_dir, args, image=image, secrets=secrets, env=env)
+        return cls(mode, job_dir, args, image=image, secrets=secrets, env=env, reads=reads, writes=writes)
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ SPEC_KEYS: Final = frozenset(
         METADATA_KEYS.image,
         METADATA_KEYS.secrets,
         METADATA_KEYS.job_env,
+        METADATA_KEYS.job_buckets,
         METADATA_KEYS.warm_start,
     }
 )

@@ -28,10 +28,10 @@ from trainstack_agent import jobtoken
 from trainstack_agent.cloud import Http, Retry
 from trainstack_agent.jobtoken import CredentialError, Downscoper, JobMetadataServer, socket_owner
 from trainstack_agent.metadata import Metadata
-from trainstack_contract.jobaccess import MAX_BOUNDARY_RULES, BoundaryError, JobAccess, named_reads
+from trainstack_contract.jobaccess import MAX_BOUNDARY_RULES, BoundaryError, JobAccess
 
 JOB_DIR = "gs://team-bucket/jobs/q7_lr_low"
-ACCESS = JobAccess(JOB_DIR, ("gs://team-data/taxifare/data/",))
+ACCESS = JobAccess(JOB_DIR, ("gs://team-data/taxifare/data/",), ("gs://team-out/taxifare/trained/",))
 
 
 class RecordingTokenService(TokenServiceServer):
@@ -145,21 +145,6 @@ def test_more_places_than_a_boundary_holds_is_one_clear_error() -> None:
     reads = tuple(f"gs://data-bucket-{n}/x/" for n in range(MAX_BOUNDARY_RULES))
     with pytest.raises(BoundaryError, match="would need 12 access boundary rules; Google allows at most 10"):
         JobAccess(JOB_DIR, reads).rules()
-
-
-def test_a_job_reads_the_folders_its_arguments_and_variables_name_and_never_its_own_by_another_rule() -> None:
-    named = named_reads(
-        [
-            "--train_data_path=gs://team-data/taxifare/data/train*.csv",
-            "--eval_data_path",
-            "gs://team-data/taxifare/data/eval*.csv",
-            f"{JOB_DIR}/model",
-            "gs://lookup-bucket/vocab.txt",
-            "gs://lookup-bucket/other/x",
-        ],
-        own=JOB_DIR,
-    )
-    assert named == ("gs://lookup-bucket", "gs://team-data/taxifare/data/")
 
 
 def client_library_token(host: str) -> subprocess.CompletedProcess[str]:

@@ -209,6 +209,8 @@ def node_job(job: ResolvedJob | None, args: tuple[str, ...]) -> JobMetadata:
         image=job.image.uri if job.image is not None else None,
         secrets=tuple(job.secrets),
         env=tuple(dict(job.env).items()),
+        reads=job.places.reads,
+        writes=job.places.writes,
     )
 
 

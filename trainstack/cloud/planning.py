@@ -33,7 +33,7 @@ from trainstack.cloud.pulumi_internals import (
     sync_await,
 )
 from trainstack.stackmodel.cost import CostReport, cost_report
-from trainstack.stackmodel.resolved import NodeCost, ResolvedStack, stack_warnings
+from trainstack.stackmodel.resolved import NodeCost, ResolvedJob, ResolvedStack, stack_warnings
 from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_INSTALL
 from trainstack_contract.grants import is_submit_grant
 from trainstack_contract.iam import STORAGE_WRITE_ROLES
@@ -149,12 +149,7 @@ class Plan:
             # The job's directory: who can write its status and backups (its own machines alone).
             prefix = job.job_dir_prefix or f"{LAYOUT.jobs}/{job.name}"
             watched = (f"{prefix}/{LAYOUT.job_status}", f"{prefix}/{LAYOUT.backup_dir}/")
-            access["job_dir"] = {
-                "uri": job.job_dir,
-                "writers": sorted(
-                    {g["member"] for g in job_grants if g["writes"] and any(_may_write(g["area"], n) for n in watched)}
-                ),
-            }
+            access["job_dir"] = job_dir_access(job, job_grants, watched)
         return access
 
     def machine_members(self) -> set[str]:
@@ -327,6 +322,18 @@ def _grant_document(grant: PlannedResource, bucket: str) -> dict[str, Any]:
         "queues_jobs": isinstance(condition, dict)
         and is_submit_grant(bucket, grant.inputs["role"], condition["expression"]),
         "area": area,
+    }
+
+
+def job_dir_access(job: ResolvedJob, job_grants: list[dict[str, Any]], watched: tuple[str, ...]) -> dict[str, Any]:
+    """Who can write the job's status and backups (its own machines alone), and what its own
+    token reaches besides its directory (job.buckets)."""
+    writers = {g["member"] for g in job_grants if g["writes"] and any(_may_write(g["area"], n) for n in watched)}
+    return {
+        "uri": job.job_dir,
+        "writers": sorted(writers),
+        "reads": list(job.places.reads),
+        "writes": list(job.places.writes),
     }
 
 

@@ -91,6 +91,13 @@ def _print_bucket_access(access: dict[str, Any]) -> None:
             print(f"  {member}")
         if not writers:
             print("  no machine")
+        places = access["job_dir"]
+        print(
+            "What the job's code reaches with its own token: its directory (but status/ and hypertune/, the "
+            "agents'), and"
+        )
+        print(f"  reads: {', '.join(places['reads']) or 'nothing else'}")
+        print(f"  writes: {', '.join(places['writes']) or 'nothing else'}")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -131,11 +131,38 @@ def checked_job(args: argparse.Namespace) -> tuple[ResolvedStack, ResolvedStack]
     except StackConfigError as error:
         raise SubmitRefused("\n".join(str(problem) for problem in error.problems)) from None
     assert queued.job is not None
+    ungranted = ungranted_places(stack, queued)
+    if ungranted:
+        raise SubmitRefused(
+            f"{JOB_KEY}.buckets: the queued job reaches {', '.join(ungranted)}, which the stack's machines are not "
+            f"granted (`pulumi up` grants what the stack file's {JOB_KEY}.buckets and job.args name): add it there "
+            "and run `pulumi up` first"
+        )
     if QUEUED_JOB_NAME.fullmatch(queued.job.name) is None:
         raise SubmitRefused(
             f"{JOB_KEY}.name: {queued.job.name[:40]!r} is longer than the 100 characters a queued job's name may have"
         )
     return stack, queued
+
+
+def ungranted_places(stack: ResolvedStack, queued: ResolvedStack) -> list[str]:
+    """The places the queued job reads or writes that the deployed stack grants its machines
+    nothing on (its own bucket is read whole; job.data's bucket too)."""
+    from trainstack_contract.jobaccess import covers
+
+    granted = stack.job.places if stack.job is not None else None
+    read_anyway = [
+        f"gs://{stack.bucket_name}",
+        *([f"gs://{stack.external_data_bucket}"] if stack.external_data_bucket else []),
+    ]
+    assert queued.job is not None
+    missing = [
+        place
+        for place in queued.job.places.reads
+        if not covers([*read_anyway, *(granted.reads if granted else ()), *(granted.writes if granted else ())], place)
+    ]
+    missing += [place for place in queued.job.places.writes if not covers(granted.writes if granted else (), place)]
+    return missing
 
 
 def spec_values(stack: ResolvedStack, local: bool, one_node: bool = False) -> dict[str, str]:

@@ -28,6 +28,7 @@ from trainstack.interop.jobfile_reading import (
 )
 from trainstack.jobcode.node_environment import pinned_version
 from trainstack_contract import EXTERNAL_JOB_DIR
+from trainstack_contract.jobaccess import READ, WRITE, bucket_uses, covers
 
 if TYPE_CHECKING:
     # pydantic, which the spec needs, loads only when a config holds `hyperparameters`: the
@@ -306,6 +307,35 @@ def _legacy_keras(training_input: dict[str, Any], job: dict[str, Any] | None, no
     notices.append(f"{LEGACY_KERAS_YAML} is set: {legacy_keras_why()}; remove it once the code is written for Keras 3")
 
 
+def _buckets(job: dict[str, Any] | None, notices: list[str]) -> None:
+    """job.buckets: the buckets of the team's own its arguments name, read or written as their
+    flags say, written out so the file shows what `pulumi up` grants; any other is named, for
+    `validate` asks which."""
+    if job is None:
+        return
+    own = f"{job['job_dir']}/" if "job_dir" in job else None
+    reads: list[str] = []
+    writes: list[str] = []
+    for use in bucket_uses(job.get("args", []), sorted(job.get("env", {}).items())):
+        if own is not None and covers([own], use.folder):
+            continue
+        places = writes if use.kind == WRITE else reads if use.kind == READ else None
+        if places is None:
+            notices.append(
+                f"{use.where} names {use.uri}, and no flag says whether the job reads or writes it: add it to "
+                "trainstack:job.buckets (`validate` says so too)"
+            )
+        elif not covers(places, use.folder):
+            places.append(use.folder)
+    if reads or writes:
+        job["buckets"] = {kind: places for kind, places in ((READ, reads), (WRITE, writes)) if places}
+        shown = "; ".join(f"{kind}s {', '.join(places)}" for kind, places in job["buckets"].items())
+        notices.append(
+            f"job.buckets: the job {shown}, as its flags say: `pulumi up` grants the job's machines those "
+            "folders alone, and the job's own token carries them"
+        )
+
+
 def _scheduling(training_input: dict[str, Any], shape: TrainingShape, notices: list[str]) -> None:
     """scheduling.maxRunningTime as the run-time cap of the machines (AI Platform cancelled the
     job after it; Compute Engine stops the VMs, or the TPU VM's agent stops it)."""
@@ -397,6 +427,7 @@ def shape_of(
     shape.region = region if isinstance(region, str) else None
     _job_dir(training_input, shape.job, notices)
     _legacy_keras(training_input, shape.job, notices)
+    _buckets(shape.job, notices)
     _scheduling(training_input, shape, notices)
     _unported(training_input, notices)
     # A spec with problems fails the import (SpecError: one line a problem): a study is not

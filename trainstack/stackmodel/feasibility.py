@@ -30,6 +30,7 @@ from trainstack.jobcode.package import (
 )
 from trainstack.stackmodel.configmap import parse_stack_config
 from trainstack.stackmodel.naming import NAMESPACE
+from trainstack.stackmodel.places import job_places
 from trainstack.stackmodel.schema import (
     Accelerator,
     CapacityChoice,
@@ -678,6 +679,16 @@ def check_job_dir(cfg: StackConfig) -> list[Problem]:
     return []
 
 
+def check_job_places(cfg: StackConfig) -> list[Problem]:
+    """What the job reads and writes in Cloud Storage, each place known to be one or the other
+    (trainstack.stackmodel.places)."""
+    job = cfg.settings.job
+    if job is None:
+        return []
+    job_dir = job.job_dir or LAYOUT.job_dir(f"gs://{cfg.bucket_name}", job.name)
+    return job_places(job, job_dir, cfg.bucket_name)[1]
+
+
 def check_requirements_against_nodes(
     cfg: StackConfig, catalog: Catalog, package: CodePackage | None, requirements: ExtraRequirements | None
 ) -> list[Problem]:
@@ -741,6 +752,7 @@ def check_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[
     cluster_problems, strategy = _check_cluster(cfg, catalog)
     job_problems, package, requirements = _check_job(cfg)
     job_problems += check_job_dir(cfg)
+    job_problems += check_job_places(cfg)
     job_problems += check_requirements_against_nodes(cfg, catalog, package, requirements)
     wheelhouse_problems, wheelhouse = _check_wheelhouse(cfg)
     problems = (

@@ -29,6 +29,7 @@ from trainstack.jobcode.package import (
     resolve_image,
 )
 from trainstack.stackmodel.feasibility import CheckedFacts, effective_accelerator, resolved_strategy
+from trainstack.stackmodel.places import JobPlaces, job_places
 from trainstack.stackmodel.schema import (
     DEFAULT_IDLE_MINUTES,
     Accelerator,
@@ -71,6 +72,8 @@ class ResolvedJob:
     job_dir_bucket: str | None = None
     # Flags the stack sets for the job's code, each with the key that sets them.
     reserved_flags: dict[str, str] = field(default_factory=dict)
+    # Where it reads and writes in Cloud Storage besides its directory (trainstack.stackmodel.places).
+    places: JobPlaces = field(default_factory=JobPlaces)
 
     @property
     def job_dir_prefix(self) -> str | None:
@@ -599,6 +602,7 @@ def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str, facts: Checke
     if job.requirements:
         source = project_path(job.package) if job.package is not None else None
         requirements = facts.requirements or load_requirements(project_path(job.requirements), source)
+    job_dir = job.job_dir or contract.LAYOUT.job_dir(bucket_uri, job.name)
     return ResolvedJob(
         name=job.name,
         mode=job.mode,
@@ -606,11 +610,12 @@ def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str, facts: Checke
         package=package,
         requirements=requirements,
         image=resolve_image(job.image, registry) if job.image is not None else None,
-        job_dir=job.job_dir or contract.LAYOUT.job_dir(bucket_uri, job.name),
+        job_dir=job_dir,
         secrets=tuple((env, secret_id(cfg.name, env)) for env in sorted(cfg.settings.secrets)),
         env=tuple(job.env.items()),
         job_dir_bucket=external["bucket"] if (external := _external_job_dir(job.job_dir)) else None,
         reserved_flags=dict(job.reserved_flags),
+        places=job_places(job, job_dir, cfg.bucket_name)[0],
     )
 
 

@@ -66,6 +66,7 @@ from trainstack_contract import (
     job_env_problem,
     under_prefix,
 )
+from trainstack_contract.jobaccess import MAX_PLACES, PLACE
 from trainstack_contract.metadata import (
     MAX_IDLE_MINUTES,
     MAX_JOB_ARGS,
@@ -502,6 +503,47 @@ _JOB_DIR_WORDS = (
 )
 
 
+def check_places(places: list[str]) -> list[str]:
+    """Places a job reads or writes: buckets, or folders of one (a trailing "/"), none under
+    trainstack/, each once."""
+    if len(places) > MAX_PLACES:
+        raise ValueError(f"at most {MAX_PLACES} places")
+    # gs://BUCKET/ is the whole bucket, as gs://BUCKET is.
+    places = [place.removesuffix("/") if place.count("/") == 3 else place for place in places]
+    for place in places:
+        if not PLACE.fullmatch(place):
+            raise ValueError(
+                f"{shorten(place)} is not a place: use gs://BUCKET for a whole bucket or gs://BUCKET/FOLDER/ (folder "
+                "names of letters, digits and '._=-', ending in '/') for what is under one folder"
+            )
+        if under_prefix(place.removeprefix("gs://").partition("/")[2], EXECUTED_PREFIX):
+            raise ValueError(f"{shorten(place)} lies under {EXECUTED_PREFIX}, where trainstack keeps what machines run")
+    if len(set(places)) != len(places):
+        raise ValueError("a place is named twice")
+    return places
+
+
+class JobBuckets(_Strict):
+    """Where a job reads and writes in Cloud Storage, beside its own directory: what `plan`
+    grants the job's machines and what the job's own token carries."""
+
+    read: list[str] = Field(default_factory=list, description="gs://BUCKET or gs://BUCKET/FOLDER/ the job reads")
+    write: list[str] = Field(default_factory=list, description="gs://BUCKET/FOLDER/ the job writes under")
+
+    @field_validator("read", "write")
+    @classmethod
+    def _places(cls, places: list[str]) -> list[str]:
+        return check_places(places)
+
+
+_BUCKETS_WORDS = (
+    "the Cloud Storage places the job reads and writes besides its own directory, "
+    "`{read: [gs://BUCKET/FOLDER/], write: [gs://BUCKET/FOLDER/]}`; what `--output_dir`, `--job-dir`, "
+    "`--*_data_path` and the like in job.args name is added by itself, and `validate` names any other "
+    "([security.md](security.md#what-a-jobs-code-can-reach))"
+)
+
+
 def _trainer_setting(default: Any, words: str) -> Any:
     """A setting of the built-in trainer, as a field with its description."""
     return Field(default=default, description=f"the built-in trainer's {words} ([trainer.md](trainer.md#flags))")
@@ -530,6 +572,7 @@ class Job(_Strict):
     env: dict[str, str] = Field(default_factory=dict, description=_ENV_WORDS)
     # Where the job writes, when not under jobs/<name> of the stack's bucket.
     job_dir: str | None = Field(default=None, description=_JOB_DIR_WORDS)
+    buckets: JobBuckets = Field(default_factory=JobBuckets, description=_BUCKETS_WORDS)
 
     @property
     def mode(self) -> JobMode:

@@ -14,6 +14,7 @@ primitive roles, never the default compute service account.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import pulumi
@@ -49,6 +50,12 @@ def writable_objects_condition(bucket: str, prefix: str = WRITABLE_PREFIX) -> st
     """The CEL expression that limits a grant on ``bucket`` to objects under ``prefix``, never
     under what machines run (trainstack/), whatever ``prefix`` is."""
     return f"{objects_under(bucket, prefix)} {spares_executed(bucket)}"
+
+
+def folder_read_condition(bucket: str, prefix: str) -> str:
+    """The CEL expression that limits a read grant on ``bucket`` to the objects under folder
+    ``prefix`` (and listing the bucket, which Cloud Storage checks on the bucket itself)."""
+    return f'resource.type == "storage.googleapis.com/Bucket" || ({objects_under(bucket, f"{prefix}/")})'
 
 
 def job_dir_condition(bucket: str, prefix: str) -> str:
@@ -102,6 +109,10 @@ class NodeIdentityArgs:
     # that is; None: nothing (a job that writes in job.job_dir alone).
     writable_prefix: str | None = WRITABLE_PREFIX
     writable_title: str = "job directories only"
+    # job.buckets: the places the job reads and writes in buckets of the team's own
+    # (gs://BUCKET or gs://BUCKET/FOLDER/; trainstack.stackmodel.places).
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
 
 
 class NodeIdentity(pulumi.ComponentResource):
@@ -156,6 +167,7 @@ class NodeIdentity(pulumi.ComponentResource):
                     ),
                 )
             )
+        self.bindings += team_places(name, grantee, args)
         self.bindings.append(
             grantee.on_repository(
                 f"{name}-registry-reader", args.project, args.repository_location, args.repository_name, REGISTRY_ROLE
@@ -170,6 +182,42 @@ class NodeIdentity(pulumi.ComponentResource):
                 )
             )
         self.register_outputs({"email": self.email})
+
+
+def _place_slug(place: str) -> str:
+    return hashlib.sha256(place.encode()).hexdigest()[:8]
+
+
+def team_places(name: str, grantee: Grantee, args: NodeIdentityArgs) -> list[pulumi.Resource]:
+    """Read and write grants on the places job.buckets names in buckets of the team's own, each
+    limited to its folder: what the stack's own bucket and job.data's bucket grant already is
+    not granted twice."""
+    grants: list[pulumi.Resource] = []
+    for place in args.reads:
+        bucket, _, folder = place.removeprefix("gs://").partition("/")
+        if bucket in (args.bucket, args.data_bucket):
+            continue
+        condition = None
+        if folder:
+            folder = folder.rstrip("/")
+            condition = Condition(
+                "what the job reads", f"read objects under {folder}/ only", folder_read_condition(bucket, folder)
+            )
+        grants.append(grantee.on_bucket(f"{name}-reads-{_place_slug(place)}", bucket, DATA_BUCKET_ROLE, condition))
+    for place in args.writes:
+        bucket, _, folder = place.removeprefix("gs://").partition("/")
+        folder = folder.rstrip("/")
+        what = f"read and write objects under {folder}/ only" if folder else "read and write objects"
+        expression = job_dir_condition(bucket, folder) if folder else writable_objects_condition(bucket, "")
+        grants.append(
+            grantee.on_bucket(
+                f"{name}-writes-{_place_slug(place)}",
+                bucket,
+                BUCKET_WRITE_ROLE,
+                Condition("where the job writes", what, expression),
+            )
+        )
+    return grants
 
 
 # NodeActionRole's type before it served more than releases.

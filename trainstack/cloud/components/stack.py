@@ -195,6 +195,8 @@ def declare_identities(
             job_dir_prefix=job.job_dir_prefix if job else None,
             writable_prefix=writable,
             writable_title=title,
+            reads=job.places.reads if job else (),
+            writes=job.places.writes if job else (),
         )
         return NodeIdentity(f"{stack.name}-{suffix}", identity_args, opts=after_apis)
 
