@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_standing_queue import REPOSITORY_ROOT, SHORT, environment, stack_config, start_standing, trainstack, until
+from test_standing_queue import (
+    REPOSITORY_ROOT,
+    SHORT,
+    environment,
+    job_state,
+    stack_config,
+    start_standing,
+    trainstack,
+    until,
+)
 
 from stack_helpers import LEARNING_RATE_STUDY, write_stack
 
@@ -135,3 +144,47 @@ def test_one_node_trials_of_the_built_in_trainer_run_each_on_one_node_of_a_clust
         args = settings["args"]
         assert args[args.index("--strategy") + 1] == "auto"
         assert trial["metric"] == json.loads((job_dir / "progress.json").read_text())["accuracy"]
+
+
+@pytest.mark.slow
+def test_on_a_stack_whose_own_job_writes_in_a_teams_bucket_a_queued_job_and_a_trial_succeed_in_theirs(
+    tmp_path: Path,
+) -> None:
+    """The stack's own job writes in job.job_dir (a team's bucket); the queue's jobs and trials
+    in jobs/q<ID>_<NAME>/ of the stack's bucket, which its nodes' grants reach too (on Google
+    Cloud they were a 403): each records its status, backs up, reports its metric and SUCCEEDS,
+    its code writing where the local stand-ins let it (its own directory but status/)."""
+    config = stack_config("dev", idle_minutes=2)
+    config["trainstack:job"]["job_dir"] = "gs://team-models/flowers/run1"
+    stack_file = write_stack(tmp_path, config, stack="teamdir")
+    workdir = tmp_path / "work"
+    (tmp_path / "hptuning_config.yaml").write_text(LEARNING_RATE_STUDY.format(trials=1, parallel=1))
+    target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
+    standing = start_standing(stack_file, workdir)
+    try:
+        team_dir = workdir / "bucket" / "team-models" / "flowers" / "run1"
+        until(lambda: job_state(team_dir) == "SUCCEEDED", "the stack's own job in the team's bucket", standing)
+        bucket = until(lambda: next(iter(sorted((workdir / "bucket").glob("*_teamdir"))), None), "the bucket", standing)
+        submitted = trainstack("submit", *target, "--name", "queued", *SHORT)
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        tuned = trainstack(
+            "tune", *target, "--spec", str(tmp_path / "hptuning_config.yaml"), "--name", "study", *SHORT, timeout=600
+        )
+        assert tuned.returncode == 0, tuned.stdout + tuned.stderr
+        queued = bucket / "jobs" / "q1_queued"
+        until(lambda: job_state(queued) == "SUCCEEDED", "the queued job's end", standing)
+    finally:
+        standing.send_signal(signal.SIGTERM)
+        standing.communicate(timeout=120)
+    study = study_document(bucket)
+    assert study is not None
+    [trial] = study["trials"]
+    assert trial["state"] == "SUCCEEDED"
+    for job_dir in (queued, bucket / trial["job_dir"]):
+        assert job_state(job_dir) == "SUCCEEDED"
+        assert (job_dir / "status" / "chief.json").is_file()
+        assert (job_dir / "metrics.json").is_file()
+        assert (job_dir / "checkpoints").is_dir()
+        # What the agents write there is theirs alone; the rest is the job's.
+        assert (job_dir / "status").stat().st_uid == 0
+    assert trial["metric"] == json.loads((bucket / trial["job_dir"] / "progress.json").read_text())["accuracy"]
