@@ -22,7 +22,9 @@ from storage_proxies import Grant, IamStorageProxy
 
 from stack_helpers import base_config, plan_of, write_stack
 from test_status import BUCKET, emulator_server  # noqa: F401 (a fixture)
+from trainstack.jobqueue import store as stores
 from trainstack.localrun.standins import LOCAL_TOKEN, MetadataServer, TokenServiceServer
+from trainstack.tuning.study import study_object
 from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError, Http, Retry
 from trainstack_agent.gcs import Storage
@@ -33,6 +35,9 @@ from trainstack_contract.jobaccess import JobAccess
 from trainstack_contract.queue import INDEX_OBJECT, TAKEN_BY, queued_job_dir, taken_by_bytes
 
 NODE = "serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"
+# A trainstack:access member, and the token a teammate's `gcloud auth` would give them.
+TEAMMATE = "user:ana@example.com"
+TEAMMATE_TOKEN = "ya29.teammate-token"
 QUEUED = queued_job_dir(f"gs://{BUCKET}", 1, "lr_low")
 TRIAL = queued_job_dir(f"gs://{BUCKET}", 2, "study_t1")
 
@@ -89,13 +94,14 @@ def cloud(tmp_path: Path, emulator_server: Any, monkeypatch: pytest.MonkeyPatch)
         client.create_bucket(name)
     config = base_config()
     config["trainstack:job"] = TEAM_JOB
+    config["trainstack:access"] = {"members": [TEAMMATE]}
     grants = planned_grants(tmp_path, config)
     tokens = TokenServiceServer()
 
     def exchanged(token: str) -> tuple[str, dict[str, Any]] | None:
         return (NODE, tokens.issued[token]) if token in tokens.issued else None
 
-    proxy = IamStorageProxy(emulator_server.url, grants, {LOCAL_TOKEN: NODE}, exchanged)
+    proxy = IamStorageProxy(emulator_server.url, grants, {LOCAL_TOKEN: NODE, TEAMMATE_TOKEN: TEAMMATE}, exchanged)
     with serving(tokens), serving(MetadataServer({"chief": {}}, {}, "us-central1-a")) as metadata, serving(proxy):
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
         yield Cloud(proxy, metadata, tokens)
@@ -178,3 +184,23 @@ def test_a_jobs_code_reads_and_writes_where_its_flags_say_and_nowhere_else_in_th
     beyond = cloud.job_client(JobAccess(job_dir, ("gs://team-data/",), ("gs://team-data/taxifare/data/",)))
     with pytest.raises(exceptions.Forbidden):
         beyond.bucket("team-data").blob("taxifare/data/x.csv").upload_from_string(b"x")
+
+
+def test_a_teammate_who_may_submit_may_tune_and_nothing_more_under_trainstack(cloud: Cloud) -> None:
+    """`tune` keeps its study in trainstack/tune/<study>/study.json, created and then replaced
+    under generation preconditions by the queue's own store: the grants a trainstack:access
+    member holds let them do that, as they let them queue jobs."""
+    client = storage.Client(
+        project="test-project-123", credentials=google.oauth2.credentials.Credentials(TEAMMATE_TOKEN)
+    )
+    store = stores.GcsStore("test-project-123", BUCKET, client)
+    store.write(study_object("lr_study"), b'{"v": 1}', if_generation_match=0)
+    first = store.read(study_object("lr_study"), 1024)
+    assert first is not None
+    store.write(study_object("lr_study"), b'{"v": 2}', if_generation_match=first.generation)
+    store.write(INDEX_OBJECT, b"{}", if_generation_match=0)
+    assert cloud.proxy.denied == []
+    with pytest.raises(stores.StoreError, match="403"):
+        store.write("trainstack/agent/trainstack-agent-0123456789abcdef.pyz", b"x", if_generation_match=0)
+    with pytest.raises(stores.StoreError, match="403"):
+        store.write("jobs/q1_lr_low/status/job.json", b"{}", if_generation_match=0)
