@@ -15,7 +15,7 @@ MEMBERS = ["user:ana@example.com", "group:ml-team@example.com"]
 TEAMMATE = "a `trainstack:access` member"
 JOB_CODE = "a job's code (its own token)"
 _ACCOUNT = re.compile(r"serviceAccount:(?P<stack>[a-z0-9-]+?)-(?P<kind>train|tpu|nb)@.*")
-_UNDER = re.compile(r"(!?)resource\.name\.startsWith\('projects/_/buckets/[^/]+/objects/(?P<prefix>[^']*)'\)")
+_UNDER = re.compile(r'(!?)resource\.name\.startsWith\("projects/_/buckets/[^/]+/objects/(?P<prefix>[^"]*)"\)')
 
 Row = tuple[str, str, str]
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from trainstack_contract import EXECUTED_PREFIX, LAYOUT
+from trainstack_contract.jobaccess import object_name, objects_under
 from trainstack_contract.queue import INDEX_OBJECT, SPECS_DIR, STUDIES_DIR
 
 # Creates objects; cannot read, replace or delete one.
@@ -35,16 +36,6 @@ REPLACE_ROLE: Final = "roles/storage.objectUser"
 READ_ROLE: Final = "roles/storage.objectViewer"
 # Principals a stack file may name in trainstack:access (trainstack.stackmodel.naming.MEMBER_PATTERN).
 MEMBER_KINDS: Final = ("user:", "group:", "serviceAccount:")
-
-
-def object_name(bucket: str, name: str) -> str:
-    """An object's resource name, as IAM Conditions see it."""
-    return f"projects/_/buckets/{bucket}/objects/{name}"
-
-
-def objects_under(bucket: str, prefix: str) -> str:
-    """The CEL test that an object of ``bucket`` is named under ``prefix``."""
-    return f'resource.name.startsWith("{object_name(bucket, prefix)}")'
 
 
 def object_named(bucket: str, name: str) -> str:

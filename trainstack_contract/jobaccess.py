@@ -53,16 +53,18 @@ def bucket_resource(bucket: str) -> str:
     return f"//storage.googleapis.com/projects/_/buckets/{bucket}"
 
 
-def _object(bucket: str, name: str) -> str:
+def object_name(bucket: str, name: str) -> str:
+    """An object's resource name, as IAM Conditions and access boundaries see it."""
     return f"projects/_/buckets/{bucket}/objects/{name}"
 
 
-def _under(bucket: str, prefix: str) -> str:
-    return f"resource.name.startsWith('{_object(bucket, prefix)}')"
+def objects_under(bucket: str, prefix: str) -> str:
+    """The CEL test that an object of ``bucket`` is named under ``prefix``."""
+    return f'resource.name.startsWith("{object_name(bucket, prefix)}")'
 
 
 def _lists_under(prefix: str) -> str:
-    return f"api.getAttribute('{LIST_PREFIX_ATTRIBUTE}', '').startsWith('{prefix}')"
+    return f'api.getAttribute("{LIST_PREFIX_ATTRIBUTE}", "").startsWith("{prefix}")'
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -88,13 +90,17 @@ class JobAccess:
         if self.job_dir is not None and self.job_dir.startswith("gs://"):
             bucket, prefix = split_uri(self.job_dir)
             own = f"{prefix}/"
-            spared = " ".join(f"&& !{_under(bucket, posixpath.join(own, each) + '/')}" for each in AGENT_WRITTEN_DIRS)
-            rules.append(_rule(bucket, WRITE_PERMISSIONS, f"{_under(bucket, own)} {spared}", "the job's own directory"))
+            spared = " ".join(
+                f"&& !{objects_under(bucket, posixpath.join(own, each) + '/')}" for each in AGENT_WRITTEN_DIRS
+            )
+            rules.append(
+                _rule(bucket, WRITE_PERMISSIONS, f"{objects_under(bucket, own)} {spared}", "the job's own directory")
+            )
             rules.append(
                 _rule(
                     bucket,
                     READ_PERMISSIONS,
-                    f"{_under(bucket, own)} || {_lists_under(own)}",
+                    f"{objects_under(bucket, own)} || {_lists_under(own)}",
                     "read and list the job's own directory",
                 )
             )
@@ -107,7 +113,7 @@ class JobAccess:
                 if not prefix:
                     rules.append(_rule(bucket, permissions, None, what))
                     continue
-                own = f"{_under(bucket, prefix + '/')} || {_lists_under(prefix + '/')}"
+                own = f"{objects_under(bucket, prefix + '/')} || {_lists_under(prefix + '/')}"
                 rules.append(_rule(bucket, permissions, own, what))
         if len(rules) > MAX_BOUNDARY_RULES:
             raise BoundaryError(

@@ -24,7 +24,8 @@ from trainstack.cloud.components import with_former_type
 from trainstack.cloud.components.grants import Condition, Grantee
 from trainstack.jobcode.package import ImageRef
 from trainstack_contract import LAYOUT
-from trainstack_contract.grants import objects_under, spares_executed
+from trainstack_contract.grants import spares_executed
+from trainstack_contract.jobaccess import objects_under
 
 # Project-wide roles every machine needs: write logs (Cloud Logging collects the trainer's
 # journal) and metrics. Everything else is granted on the one bucket and repository.
