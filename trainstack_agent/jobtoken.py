@@ -46,7 +46,8 @@ MAX_ANSWER_BYTES = 64 * 1024
 # Where a VM's metadata server is: the address a firewall rule closes to the job's user.
 METADATA_ADDRESS = "169.254.169.254"
 METADATA_HOSTS = frozenset({"metadata.google.internal", METADATA_ADDRESS, "metadata"})
-FIREWALL_SECONDS = 30
+# A firewall rule takes a moment; installing iptables where an image lacks it, minutes.
+FIREWALL_SECONDS = 600
 # The paths a client library reads from the metadata server to find and use its credentials.
 _ROOT = "/computeMetadata/v1/"
 _ACCOUNT = f"{_ROOT}instance/service-accounts/default/"
@@ -245,6 +246,11 @@ def close_metadata_server(
     without the rule, the job does not start."""
     if metadata_host(metadata_root) not in METADATA_HOSTS:
         return lambda: None
+    if shutil.which("iptables") is None:
+        # Debian's own package (its nftables backend), as Docker is installed where missing.
+        log("installing iptables, to close the metadata server to the job's user")
+        for step in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "iptables"]):
+            run(step)
     if shutil.which("iptables") is None:
         raise CredentialError("iptables is not installed: cannot close the metadata server to the job's user")
     for command in firewall_rule(uid, "-I"):

@@ -4,6 +4,7 @@ for the metadata server, and the node's own token closed to the job."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -224,7 +225,60 @@ def test_on_a_vm_the_metadata_server_is_closed_to_the_jobs_user_or_the_job_does_
     with pytest.raises(CredentialError, match="cannot close the metadata server"):
         jobtoken.close_metadata_server(1234, "http://169.254.169.254/computeMetadata/v1", lambda c: 1, print)
     monkeypatch.setattr(jobtoken.shutil, "which", lambda name: None)
+    ran.clear()
     with pytest.raises(CredentialError, match="iptables is not installed"):
-        jobtoken.close_metadata_server(1234, "http://metadata.google.internal/computeMetadata/v1", lambda c: 0, print)
+        jobtoken.close_metadata_server(
+            1234, "http://metadata.google.internal/computeMetadata/v1", lambda c: ran.append(c) or 0, print
+        )
+    # Installed from the OS's packages first, where an image lacks it.
+    assert ran == [["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "iptables"]]
     # A local run's stand-in closes itself: nothing to run.
     jobtoken.close_metadata_server(1234, "http://127.0.0.1:8080/chief/computeMetadata/v1", lambda c: 1, print)()
+
+
+# In a network namespace of its own (loopback alone, the metadata server's address on it, a
+# listener there as root): the rule the agent puts on a VM, by the real iptables, refuses the
+# job's user and no one else, and is gone once the job ends.
+FIREWALL_PROBE = """
+import json, os, socket, subprocess, sys, threading
+from trainstack_agent import jobtoken
+uid, python = int(sys.argv[1]), sys.argv[2]
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+subprocess.run(["ip", "addr", "add", "169.254.169.254/32", "dev", "lo"], check=True)
+listener = socket.create_server(("169.254.169.254", 80))
+threading.Thread(target=lambda: [listener.accept()[0].close() for _ in iter(int, 1)], daemon=True).start()
+probe = "import socket; socket.create_connection(('169.254.169.254', 80), timeout=5).close()"
+
+def reaches(user):
+    done = subprocess.run([python, "-c", probe], user=user, cwd="/", capture_output=True, timeout=30)
+    return done.returncode == 0
+
+root = "http://metadata.google.internal/computeMetadata/v1"
+reopen = jobtoken.close_metadata_server(uid, root, jobtoken.run_command, lambda line: None)
+during = {"job": reaches(uid), "root": reaches(0)}
+reopen()
+print(json.dumps({"during": during, "after": reaches(uid)}))
+"""
+
+
+def test_on_a_vm_the_rule_refuses_the_jobs_user_the_metadata_server_and_no_one_else(tmp_path: Path) -> None:
+    assert os.geteuid() == 0, "this test puts a firewall rule in a network namespace: run the suite as root"
+    from trainstack.localrun.workdir import interpreter_for_job_user
+    from trainstack_agent.jobuser import ensure_user
+
+    uid, _ = ensure_user()
+    probe = tmp_path / "probe.py"
+    probe.write_text(FIREWALL_PROBE)
+    # The job's user connects with an interpreter it may run (this one may be under /root).
+    python = interpreter_for_job_user()
+    assert python is not None
+    done = subprocess.run(
+        ["unshare", "--net", sys.executable, str(probe), str(uid), str(python)],
+        env={**os.environ, "PYTHONPATH": str(Path(jobtoken.__file__).parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"during": {"job": False, "root": True}, "after": True}
