@@ -83,8 +83,11 @@ def test_a_jobs_code_is_denied_other_jobs_the_queue_its_own_status_and_the_nodes
     assert other.read_text() == '{"state": "QUEUED"}'
     assert index.read_text() == '{"version": 1, "jobs": []}'
     assert json.loads((result.job_dir / LAYOUT.job_status).read_text())["state"] == "SUCCEEDED"
-    # Its own files are its own.
+    # Its own files are its own, while it runs; once it has ended, the agents' again.
     assert outcomes["own_checkpoint"] == "done"
+    checkpoint = result.job_dir / "checkpoints" / "ckpt"
+    assert checkpoint.stat().st_uid == 0
+    assert not checkpoint.stat().st_mode & 0o022
     # The node's token is closed to it; its own place answers it as the metadata server would.
     assert outcomes["node_token"]["status"] == 403
     assert LOCAL_TOKEN not in json.dumps(outcomes)

@@ -138,6 +138,26 @@ def give_tree(root: Path, uid: int, gid: int) -> None:
             _own_tree(entry, uid, gid)
 
 
+def take_back_tree(root: Path) -> None:
+    """A local run's job directory, once its job has ended, this agent's again and writable by
+    it alone: the job's user, which every later job's code runs as too, may no longer change a
+    finished job's backups, checkpoints, model or metrics (on Google Cloud its token ends with
+    it). Readable as before; links are not followed. A later run of the same job hands it over
+    again (:func:`give_tree`)."""
+    if os.geteuid() != 0 or not root.is_dir() or root.is_symlink():
+        return
+    agent_uid, agent_gid = os.geteuid(), os.getegid()
+    _own_tree(root, agent_uid, agent_gid)
+    for directory, subdirectories, files in os.walk(root):
+        for each in (directory, *(os.path.join(directory, name) for name in (*subdirectories, *files))):
+            try:
+                info = os.lstat(each)
+                if not stat.S_ISLNK(info.st_mode):
+                    os.chmod(each, stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH | stat.S_ISVTX))
+            except FileNotFoundError:
+                continue
+
+
 def _own_tree(top: Path, uid: int, gid: int) -> None:
     """``top`` and everything under it owned by ``uid``; links are not followed."""
     try:

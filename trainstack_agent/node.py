@@ -26,12 +26,14 @@ on_finish: a node must never idle and bill.
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 from trainstack_agent import job_record
 from trainstack_agent.artifacts import DigestMismatch
 from trainstack_agent.duties import Duties, supervised_preparation
 from trainstack_agent.hypertune import JobMetrics, MetricCopy
 from trainstack_agent.jobend import JobEnd
+from trainstack_agent.jobuser import take_back_tree
 from trainstack_agent.outcome import Ended, Outcome, ended_outcome
 from trainstack_agent.peers import PeerWatch
 from trainstack_agent.services import Services
@@ -121,7 +123,16 @@ class NodeAgent:
     def finish(self, outcome: Outcome) -> int:
         self._finished = True
         self.outcome = outcome
-        return self.end.finished(outcome)
+        code = self.end.finished(outcome)
+        job = self.settings.job
+        if self.settings.is_chief and job is not None and not job.job_dir.startswith("gs://"):
+            # The chief's end is the job's: a local job directory is no longer its code's to
+            # write (a later job's code runs as the same user).
+            try:
+                take_back_tree(Path(job.job_dir))
+            except OSError as error:
+                self.log(f"could not take the job directory back from the job's user: {error}")
+        return code
 
     def on_termination(self, signal_name: str) -> int:
         """A termination signal: record why, end every child, and leave the job resumable."""

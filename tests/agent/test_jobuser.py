@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from trainstack.localrun.workdir import interpreter_for_job_user
 from trainstack_agent import jobuser
 
 
@@ -32,3 +34,34 @@ def test_a_file_renamed_away_while_the_job_dir_is_handed_over_is_no_failure(
     monkeypatch.setattr(jobuser.os, "chown", chown)
     jobuser.give_tree(job_dir, os.getuid(), os.getgid())
     assert sorted(owned) == ["chief.json", "hypertune", "job", "status"]
+
+
+def test_a_finished_jobs_directory_is_the_agents_again_and_no_longer_the_job_users_to_write(tmp_path: Path) -> None:
+    """A later job's code runs as the same user: it must not rewrite a finished job's backups."""
+    assert os.geteuid() == 0, "this test hands a directory to the job's user and back: run the suite as root"
+    uid, gid = jobuser.ensure_user()
+    job_dir = tmp_path / "bucket" / "jobs" / "q1_first"
+    (job_dir / "backup" / "chief").mkdir(parents=True)
+    jobuser.give_tree(job_dir, uid, gid)
+    checkpoint = job_dir / "backup" / "chief" / "checkpoint"
+    checkpoint.write_text("weights")
+    os.chown(checkpoint, uid, gid)
+    # (give_tree opened the directories above it to passing through, as in a local run.)
+    python = interpreter_for_job_user()
+    assert python is not None
+
+    def job_user_may_write(path: Path) -> bool:
+        probe = "import sys; open(sys.argv[1], 'a').close()"
+        done = subprocess.run(
+            [str(python), "-c", probe, str(path)], user=uid, group=gid, extra_groups=[], cwd="/", check=False
+        )
+        return done.returncode == 0
+
+    assert job_user_may_write(checkpoint)
+    assert job_user_may_write(job_dir / "model.pb")
+    jobuser.take_back_tree(job_dir)
+    assert not job_user_may_write(checkpoint)
+    assert not job_user_may_write(job_dir / "planted.pb")
+    assert not job_user_may_write(job_dir / "backup" / "chief" / "planted")
+    assert checkpoint.read_text() == "weights"
+    assert checkpoint.stat().st_uid == 0
