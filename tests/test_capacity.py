@@ -324,3 +324,20 @@ def test_the_capacity_examples_validate_and_plan_their_capacity(
     assert main(["validate", "--stack-file", str(example)]) == 0, capsys.readouterr()
     for vm in plan_of(example).of_type(INSTANCE):
         assert vm.inputs["scheduling"]["provisioningModel"] == "FLEX_START" or "reservationAffinity" in vm.inputs
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        (H200, "every machine flex-start (Dynamic Workload Scheduler), released when the job ends (48 h)"),
+        (RESERVED, "every machine from a reservation, released when the job ends (48 h)"),
+    ],
+)
+def test_the_cost_tables_first_column_names_the_capacity_it_prices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, Any], words: str
+) -> None:
+    """Defect: a flex-start stack's column said "Spot where the stack sets it"."""
+    assert main(["cost", "--stack-file", str(write_stack(tmp_path, config))]) == 0
+    out = capsys.readouterr().out
+    assert words in out
+    assert "Spot" not in out.split("as configured", 1)[1].splitlines()[0]

@@ -174,6 +174,27 @@ def _stopped_monthly(stack: ResolvedStack, catalog: Catalog) -> float | None:
     return _sum(disks) if disks else 0.0
 
 
+# How the cost table names each way a machine gets its capacity (contract.CAPACITIES).
+CAPACITY_WORDS = {
+    "on_demand": "on demand",
+    "spot": "Spot",
+    "flex_start": "flex-start (Dynamic Workload Scheduler)",
+    "reservation": "from a reservation",
+}
+
+
+def capacity_words(stack: ResolvedStack) -> str:
+    """The capacity models of the stack's machines, as the cost table's first column prices
+    them: "each machine Spot or on demand as the stack sets it" for the usual mix."""
+    capacities = [n.capacity for n in stack.cluster.nodes] if stack.cluster else []
+    if stack.tpu is not None:
+        capacities.append(stack.tpu.capacity)
+    used = [CAPACITY_WORDS[c] for c in CAPACITY_WORDS if c in capacities]
+    if len(used) <= 1:
+        return f"every machine {used[0] if used else 'on demand'}"
+    return f"each machine {', '.join(used[:-1])} or {used[-1]} as the stack sets it"
+
+
 def capacity_notes(stack: ResolvedStack, catalog: Catalog) -> list[str]:
     """How the flex-start and reserved machines are priced, and what a reservation bills
     (catalog: capacity_rules.csv); nothing for a stack of on-demand and Spot machines."""
@@ -265,7 +286,7 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
             Column(
                 "as configured",
                 _times(machines_hourly, hours),
-                f"Spot where the stack sets it, released when the job ends ({length})",
+                f"{capacity_words(stack)}, released when the job ends ({length})",
             ),
             Column(
                 "on demand, left running a day",
