@@ -104,3 +104,22 @@ def test_an_imported_job_file_is_answered_the_same_way(
     assert f"{source}: not accepted: {words}" in err, err
     assert not any(pyyaml in err for pyyaml in PYYAML_WORDS), err
     assert not out.exists()
+
+
+CLUSTER = "  trainstack:cluster:\n    chief: {machine_type: n1-standard-4}\n    strategy: one_device\n"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        # Defect: "Input should be a valid number (got '1e12')" for what the user wrote as one.
+        ("1e12", "trainstack:cluster.max_run_hours: '1e12' is out of range: this key takes a number >= 0.01 and <= 2880"),
+        ("2e1", "'2e1' is read as text in YAML (an exponent needs a dot: 2.0e+01); this key takes a number >= 0.01 and <= 2880"),
+        ("'twelve'", "trainstack:cluster.max_run_hours: Input should be a valid number (got 'twelve')"),
+    ],
+)  # fmt: skip
+def test_a_number_yaml_reads_as_text_is_named_with_the_keys_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, message: str
+) -> None:
+    err = validate_error(tmp_path, capsys, f"{CLUSTER}    max_run_hours: {value}\n")
+    assert message in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,6 +64,58 @@ def _valid_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]
     return []
 
 
+def _field_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> Any:
+    """The pydantic field at ``loc`` (None when the path leaves the models)."""
+    current: Any = model
+    field = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        candidates = getattr(field.annotation, "__args__", (field.annotation,))
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return field
+
+
+def _bounds(loc: tuple[int | str, ...]) -> tuple[str, float | None, float | None]:
+    """The range a number at ``loc`` takes, in words, and its lowest and highest value."""
+    field = _field_at(Settings, loc)
+    limits = list(getattr(field, "metadata", []))
+    # An optional number (``Annotated[float, Field(...)] | None``) keeps its limits inside.
+    for member in typing.get_args(getattr(field, "annotation", None)):
+        for extra in typing.get_args(member)[1:]:
+            limits += getattr(extra, "metadata", [])
+    low = high = None
+    words = []
+    for limit in limits:
+        for attribute, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(limit, attribute, None)
+            if isinstance(value, (int, float)):
+                words.append(f"{sign} {value:g}")
+                low, high = (value, high) if attribute in ("ge", "gt") else (low, value)
+    return " and ".join(words), low, high
+
+
+def _number_as_text(loc: tuple[int | str, ...], text: str) -> str | None:
+    """For text a number field got that Python reads as a number (YAML 1.1 reads ``1e12``,
+    without a dot, as text): what it is and the range the key takes."""
+    try:
+        number = float(text.strip())
+    except ValueError:
+        return None
+    if number != number:  # NaN
+        return None
+    words, low, high = _bounds(loc)
+    shown = f"a number {words}" if words else "a number"
+    if (low is not None and number < low) or (high is not None and number > high):
+        return f"{text!r} is out of range: this key takes {shown}"
+    return f"{text!r} is read as text in YAML (an exponent needs a dot: {number:.1e}); this key takes {shown}"
+
+
 def problems_from_validation_error(error: ValidationError) -> list[Problem]:
     problems = []
     for detail in error.errors():
@@ -73,6 +126,12 @@ def problems_from_validation_error(error: ValidationError) -> list[Problem]:
             message = f"unknown key; valid keys here: {', '.join(valid)}" if valid else "unknown key"
         elif kind == "missing":
             message = "required key is missing"
+        elif (
+            kind in ("float_type", "int_type")
+            and isinstance(detail.get("input"), str)
+            and (number := _number_as_text(loc, detail["input"]))
+        ):
+            message = number
         else:
             message = str(detail["msg"]).removeprefix("Value error, ")
             if "input" in detail and kind not in {"model_type", "dict_type", "value_error"}:
