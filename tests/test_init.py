@@ -139,3 +139,17 @@ def test_a_hostile_value_writes_nothing_and_is_echoed_on_one_short_line(
     assert words in err, err
     assert len(err.splitlines()) == 1, err
     assert len(err) < 400, err
+
+
+def test_validate_says_the_project_init_wrote_is_a_placeholder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defect: `init` writes gcp:project: your-gcp-project, and validate said it was valid and no more."""
+    code, out = init(tmp_path, "--gpu", "nvidia-tesla-t4:1")
+    assert code == 0
+    capsys.readouterr()
+    assert main(["validate", "--stack-file", str(out)]) == 0
+    assert (
+        "note: placeholder: gcp:project is your-gcp-project, an example value; replace it with your own before "
+        "`pulumi up`"
+    ) in capsys.readouterr().err

@@ -33,7 +33,7 @@ from trainstack.cloud.pulumi_internals import (
     sync_await,
 )
 from trainstack.stackmodel.cost import CostReport, cost_report
-from trainstack.stackmodel.resolved import NodeCost, ResolvedJob, ResolvedStack, stack_warnings
+from trainstack.stackmodel.resolved import NodeCost, ResolvedJob, ResolvedStack, placeholder_notes, stack_warnings
 from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_INSTALL
 from trainstack_contract.grants import is_submit_grant
 from trainstack_contract.iam import STORAGE_WRITE_ROLES
@@ -534,26 +534,6 @@ def run_plan(stack: str, raw_config: Mapping[str, Any], secret_keys: frozenset[s
 
 # Google's monthly estimates count 730 hours a month.
 HOURS_PER_MONTH = 730
-
-
-# The shipped stacks' stand-ins for a user's own values: fine offline, refused by Google.
-PLACEHOLDERS = {
-    "gcp:project": "your-gcp-project",
-    "trainstack:budget.billing_account": "012345-6789AB-CDEF01",
-}
-
-
-def placeholder_notes(stack: ResolvedStack) -> list[str]:
-    budget = stack.budget
-    values = {
-        "gcp:project": stack.project,
-        "trainstack:budget.billing_account": budget.billing_account if budget else None,
-    }
-    return [
-        f"placeholder: {key} is {placeholder}, an example value; replace it with your own before `pulumi up`"
-        for key, placeholder in PLACEHOLDERS.items()
-        if values[key] == placeholder
-    ]
 
 
 # Why the TPU VM's release role is bound on the project, not on its own node.

@@ -32,11 +32,14 @@ def validate(config: StackConfig, facts: CheckedFacts | None = None) -> int:
     """Resolve the stack and render its boot files (the checks `pulumi up` would apply), then
     say what it is and warn of what it probably does not mean."""
     from trainstack.cloud.prepare import prepare
-    from trainstack.stackmodel.resolved import stack_warnings
+    from trainstack.stackmodel.resolved import placeholder_notes, stack_warnings
 
     resolved, _ = prepare(config, facts)
     print(_summary(resolved))
     print(catalog_line())
+    # Valid offline, refused by Google: an example value `init` or a shipped stack wrote.
+    for note in placeholder_notes(resolved):
+        print(f"note: {note}", file=sys.stderr)
     for warning in stack_warnings(resolved):
         print(f"warning: {warning}", file=sys.stderr)
     return 0

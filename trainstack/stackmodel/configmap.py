@@ -100,15 +100,17 @@ def _bounds(loc: tuple[int | str, ...]) -> tuple[str, float | None, float | None
     return " and ".join(words), low, high
 
 
+# What YAML 1.1 (PyYAML, Pulumi's config) reads as text though it looks like a number: an
+# exponent whose mantissa has no dot (1e12; 1.0e12 is a number).
+_EXPONENT_AS_TEXT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+
+
 def _number_as_text(loc: tuple[int | str, ...], text: str) -> str | None:
     """For text a number field got that Python reads as a number (YAML 1.1 reads ``1e12``,
     without a dot, as text): what it is and the range the key takes."""
-    try:
-        number = float(text.strip())
-    except ValueError:
+    if not _EXPONENT_AS_TEXT.fullmatch(text.strip()):
         return None
-    if number != number:  # NaN
-        return None
+    number = float(text.strip())
     words, low, high = _bounds(loc)
     shown = f"a number {words}" if words else "a number"
     if (low is not None and number < low) or (high is not None and number > high):

@@ -667,6 +667,26 @@ def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None, facts: Check
     )
 
 
+# The shipped stacks' stand-ins for a user's own values: fine offline, refused by Google.
+PLACEHOLDERS = {
+    "gcp:project": "your-gcp-project",
+    "trainstack:budget.billing_account": "012345-6789AB-CDEF01",
+}
+
+
+def placeholder_notes(stack: ResolvedStack) -> list[str]:
+    budget = stack.budget
+    values = {
+        "gcp:project": stack.project,
+        "trainstack:budget.billing_account": budget.billing_account if budget else None,
+    }
+    return [
+        f"placeholder: {key} is {placeholder}, an example value; replace it with your own before `pulumi up`"
+        for key, placeholder in PLACEHOLDERS.items()
+        if values[key] == placeholder
+    ]
+
+
 def stack_warnings(stack: ResolvedStack) -> list[str]:
     """Valid choices a user should know the cost of: `validate` and `plan` both show them."""
     warnings = []
