@@ -386,3 +386,17 @@ def test_a_directory_or_a_fifo_is_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "spec.fifo"
     os.mkfifo(fifo)
     assert "not a regular file" in file_problem(fifo)
+
+
+def test_every_problem_of_one_parameter_is_named_on_its_line() -> None:
+    """Defect: only the first problem of a parameter was shown, the next only after fixing it."""
+    line = one_problem(
+        [param(type="INTEGER", minValue=0.5, maxValue=0.1, scaleType="UNIT_LOG_SCALE", categoricalValues=["a"])]
+    )
+    assert line.startswith("hyperparameters.params[0]: ")
+    for words in (
+        "minValue 0.5 is not below maxValue 0.1",
+        "type INTEGER needs whole minValue and maxValue (got 0.5, 0.1)",
+        "categoricalValues does not apply to type INTEGER",
+    ):
+        assert words in line, line

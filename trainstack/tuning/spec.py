@@ -117,44 +117,49 @@ class ParameterSpec(_Strict):
 
     @model_validator(mode="after")
     def _by_type(self) -> ParameterSpec:
+        """Every problem of the parameter at once, in one message (a spec's author fixes them
+        together, not one run of `tune` each)."""
         kind = self.type
+        problems: list[str] = []
         if kind in ("DOUBLE", "INTEGER"):
-            self._check_range()
+            problems += self._range_problems()
         elif kind == "CATEGORICAL":
             if self.categorical_values is None:
-                raise ValueError("type CATEGORICAL needs categoricalValues (a list of strings)")
+                problems.append("type CATEGORICAL needs categoricalValues (a list of strings)")
             if self.scale_type != "NONE":
-                raise ValueError(f"scaleType {self.scale_type}: a CATEGORICAL parameter has no scale")
+                problems.append(f"scaleType {self.scale_type}: a CATEGORICAL parameter has no scale")
         elif self.discrete_values is None:
-            raise ValueError("type DISCRETE needs discreteValues (numbers in increasing order)")
+            problems.append("type DISCRETE needs discreteValues (numbers in increasing order)")
         elif self.scale_type in LOG_SCALES and self.discrete_values[0] <= 0:
-            raise ValueError(f"scaleType {self.scale_type} needs discreteValues above 0")
+            problems.append(f"scaleType {self.scale_type} needs discreteValues above 0")
         extra = {
             "minValue": self.min_value is not None and kind not in ("DOUBLE", "INTEGER"),
             "maxValue": self.max_value is not None and kind not in ("DOUBLE", "INTEGER"),
             "categoricalValues": self.categorical_values is not None and kind != "CATEGORICAL",
             "discreteValues": self.discrete_values is not None and kind != "DISCRETE",
         }
-        for key, present in extra.items():
-            if present:
-                raise ValueError(f"{key} does not apply to type {kind}")
+        problems += [f"{key} does not apply to type {kind}" for key, present in extra.items() if present]
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
-    def _check_range(self) -> None:
+    def _range_problems(self) -> list[str]:
         low, high, kind = self.min_value, self.max_value, self.type
         if low is None or high is None:
-            raise ValueError(f"type {kind} needs both minValue and maxValue (a bounded range)")
+            return [f"type {kind} needs both minValue and maxValue (a bounded range)"]
         if not (math.isfinite(low) and math.isfinite(high)):
-            raise ValueError(f"minValue and maxValue are finite numbers (got {low}, {high})")
+            return [f"minValue and maxValue are finite numbers (got {low}, {high})"]
+        problems = []
         if low >= high:
-            raise ValueError(f"minValue {low:g} is not below maxValue {high:g}")
+            problems.append(f"minValue {low:g} is not below maxValue {high:g}")
         if kind == "INTEGER":
             if low != int(low) or high != int(high):
-                raise ValueError(f"type INTEGER needs whole minValue and maxValue (got {low:g}, {high:g})")
+                problems.append(f"type INTEGER needs whole minValue and maxValue (got {low:g}, {high:g})")
             if max(abs(low), abs(high)) > MAX_INTEGER:
-                raise ValueError(f"minValue and maxValue of an INTEGER are within +/-{MAX_INTEGER}")
+                problems.append(f"minValue and maxValue of an INTEGER are within +/-{MAX_INTEGER}")
         if self.scale_type in LOG_SCALES and low <= 0:
-            raise ValueError(f"scaleType {self.scale_type} needs minValue above 0 (got {low:g})")
+            problems.append(f"scaleType {self.scale_type} needs minValue above 0 (got {low:g})")
+        return problems
 
     def grid(self) -> tuple[Any, ...]:
         """Every value a grid search tries (not for DOUBLE)."""
