@@ -1261,3 +1261,38 @@ def test_a_worker_that_fails_at_start_ends_the_chief_waiting_for_it_and_the_job(
     assert (chief["state"], chief["reason"]) == (STATES.failed, "peer worker-0 recorded FAILED"), chief
     assert result.job_status is not None
     assert result.job_status["state"] == STATES.failed
+
+
+@pytest.mark.parametrize("marker", ["setup.py", "pyproject.toml"])
+def test_a_requirements_file_beside_the_package_in_its_own_project_is_accepted_and_no_further_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], marker: str
+) -> None:
+    """Defect: AI Platform's layout (setup.py and requirements.txt beside the package directory
+    --package-path named) was refused as outside the project or the job's package."""
+    project = tmp_path / "team" / "census"
+    package = probe_package(project)
+    (project / marker).write_text("# the team's own project\n")
+    locked = (PROJECT_ROOT / "examples" / "team_project" / "requirements.txt").read_text()
+    (project / "requirements.txt").write_text(locked)
+    (tmp_path / "team" / "requirements.txt").write_text(locked)
+    job = {"name": "j", "package": str(package), "module": "probe_pkg.main"}
+    path = write_stack(tmp_path, single_node({**job, "requirements": str(project / "requirements.txt")}))
+    assert main(["validate", "--stack-file", str(path)]) == 0, capsys.readouterr().err
+    # One level beyond the package's own project is as far from it as any other folder.
+    above = {**job, "requirements": str(tmp_path / "team" / "requirements.txt")}
+    err = problems_for(tmp_path, single_node(above), capsys)
+    assert "is outside the project" in err
+    assert "and its own project directory" in err
+
+
+def test_a_packages_parent_without_a_project_file_gives_it_no_requirements(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    package = probe_package(tmp_path / "downloads")
+    locked = (PROJECT_ROOT / "examples" / "team_project" / "requirements.txt").read_text()
+    (tmp_path / "downloads" / "requirements.txt").write_text(locked)
+    job = {"name": "j", "package": str(package), "module": "probe_pkg.main"}
+    err = problems_for(
+        tmp_path, single_node({**job, "requirements": str(tmp_path / "downloads" / "requirements.txt")}), capsys
+    )
+    assert "is outside the project" in err

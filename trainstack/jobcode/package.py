@@ -605,6 +605,22 @@ def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
     return any(path.is_relative_to(root) and _is_shipped(path.relative_to(root)) for root in roots)
 
 
+# What makes a directory a Python project of its own: AI Platform's packages kept setup.py (and
+# their requirements.txt) beside the package directory --package-path named.
+PROJECT_FILES = ("setup.py", "setup.cfg", "pyproject.toml")
+
+
+def requirement_roots(package: Path | None) -> tuple[Path, ...]:
+    """Where a job's requirements file may lie besides the project: the job's package, and the
+    package's own project directory (its parent, where it holds setup.py, setup.cfg or
+    pyproject.toml), never further up."""
+    if package is None:
+        return ()
+    parent = package.resolve().parent
+    own_project = (parent,) if any((parent / name).is_file() for name in PROJECT_FILES) else ()
+    return (package, *own_project)
+
+
 def load_requirements(path: Path, package: Path | None = None) -> ExtraRequirements:
     """The job's requirements file, which must lie inside the project or the job's package
     ``package`` (links resolved): `pulumi up` uploads it where every account of the stack can
@@ -613,9 +629,11 @@ def load_requirements(path: Path, package: Path | None = None) -> ExtraRequireme
         raise CodeError(f"{path} is a symlink; name the file itself (a link could point at any file of this machine)")
     if not path.is_file():
         raise CodeError(f"{path} is not a file (a relative path starts at the project root, {PROJECT_ROOT})")
-    roots = tuple(root.resolve() for root in (PROJECT_ROOT, *([package] if package is not None else [])))
+    roots = tuple(root.resolve() for root in (PROJECT_ROOT, *requirement_roots(package)))
     if not _inside(path.resolve(), roots):
-        where = f"the project ({PROJECT_ROOT})" + (f" or the job's package ({package})" if package else "")
+        where = f"the project ({PROJECT_ROOT})" + (
+            f" or the job's package ({package}) and its own project directory" if package else ""
+        )
         raise CodeError(
             f"{path} is outside {where}, or in a hidden folder there: a requirements file lives in one of them (it "
             "is uploaded where every account of the stack can read it)"
