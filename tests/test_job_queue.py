@@ -589,3 +589,34 @@ def test_submit_local_first_leaves_a_work_directory_the_standing_run_adopts_and_
     assert code == 1, err
     assert "did not make it" in err, err
     assert sorted(path.name for path in foreign.iterdir()) == ["notes.txt"]
+
+
+def test_jobs_shows_the_metric_a_jobs_code_reported_with_cloudml_hypertune(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defect: the METRIC column was '-' for every trial whose code reported with cloudml-hypertune."""
+    args = local_args(stack, tmp_path)
+    for name in ("trial", "plain"):
+        assert run(capsys, "submit", *args, "--name", name)[0] == 0
+    root = bucket_dir(tmp_path)
+    start, end = "2026-01-01T10:00:00Z", "2026-01-01T10:30:00Z"
+    for job_dir in ("q1_trial", "q2_plain"):
+        write_status(root, job_dir, "job", (STATES.running, start), (STATES.succeeded, end))
+        write_status(root, job_dir, "chief", (STATES.running, start), (STATES.succeeded, end))
+    # As cloudml-hypertune writes it, and as the chief's agent copies it: one record a line,
+    # values as text, the last one the final.
+    records = [
+        {"checkpoint_path": "", "global_step": "1", "rmse": "9.5", "timestamp": 1.0, "trial": "1"},
+        {"checkpoint_path": "", "global_step": "2", "rmse": "4.25", "timestamp": 2.0, "trial": "1"},
+    ]
+    report = root / LAYOUT.jobs / "q1_trial" / LAYOUT.hypertune_metrics("chief")
+    report.parent.mkdir(parents=True)
+    report.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records) + "{not json\n")
+    (root / LAYOUT.jobs / "q2_plain" / LAYOUT.metrics).write_text(json.dumps({"status": "finished", "eval_loss": 0.5}))
+    code, out, err = run(capsys, "jobs", *args, "--json")
+    assert code == 0, err
+    rows = {row["id"]: row for row in json.loads(out)["jobs"]}
+    assert rows[1]["metric"] == {"name": "rmse", "value": 4.25}
+    assert rows[2]["metric"] == {"name": "eval_loss", "value": 0.5}
+    code, out, _ = run(capsys, "jobs", *args)
+    assert "rmse=4.25" in out

@@ -19,6 +19,9 @@ from typing import Final
 # LAYOUT.hypertune_metrics(node) in the job directory, at most its last
 # MAX_HYPERTUNE_METRICS_BYTES in whole lines.
 HYPERTUNE_METRIC_FILE_ENV: Final = "CLOUD_ML_HP_METRIC_FILE"
+# What every cloudml-hypertune record holds besides the metric it reports (hypertune.py's
+# report_hyperparameter_tuning_metric): the metric is the one other key.
+HYPERTUNE_RECORD_KEYS: Final = frozenset({"global_step", "timestamp", "trial", "checkpoint_path"})
 # The trial a job is, in hyperparameter tuning (1, 2, ...), as AI Platform and Vertex AI set it
 # and cloudml-hypertune reads it ("trial" in its records): `trainstack tune` puts it in each
 # trial's job.env; TensorFlow never reads it.

@@ -16,6 +16,7 @@ from trainstack.base.records import record_json
 from trainstack.jobstate.report import Objects, StatusReadError, parse_time, printable, read_json
 from trainstack.stackmodel.cost import hourly_together
 from trainstack_contract import LAYOUT, STATES
+from trainstack_contract.jobenv import HYPERTUNE_RECORD_KEYS
 from trainstack_contract.queue import ENDED_STATES, QueueEntry
 
 QUEUED = "QUEUED"
@@ -77,6 +78,26 @@ def _metric(metrics: dict[str, Any] | None) -> tuple[str, float] | None:
     return None
 
 
+def reported_metric(data: bytes | None) -> tuple[str, float] | None:
+    """The last metric a cloudml-hypertune report holds (its name, its value), or None: the
+    job's own final metric, as AI Platform took the last one reported."""
+    for line in reversed((data or b"").decode("utf-8", errors="replace").splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        names = [key for key in record if key not in HYPERTUNE_RECORD_KEYS] if isinstance(record, dict) else []
+        if len(names) != 1 or isinstance(record[names[0]], bool):
+            continue
+        try:
+            value = float(record[names[0]])
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            return str(names[0])[:60], value
+    return None
+
+
 def _seconds(start: str | None, end: str | None, now: float) -> float | None:
     began = parse_time(start)
     if began is None:
@@ -100,6 +121,14 @@ def job_row(source: JobSource, node_hourly: Mapping[str, float | None], now: flo
             if node_status is not None:
                 node_states[node] = str(node_status.get("state", "?"))[:20]
         metrics = read_json(source.objects, posixpath.join(source.prefix, LAYOUT.metrics)) if status else None
+        # The job's own report first (the chief's, else the one node's that ran it alone).
+        reported = None
+        for node in node_states if status else ():
+            reported = reported_metric(
+                source.objects.read(posixpath.join(source.prefix, LAYOUT.hypertune_metrics(node)))
+            )
+            if reported is not None:
+                break
     except StatusReadError as error:
         return JobRow(source.id, source.name, "UNREADABLE", where, submitted, problem=str(error))
     state = str((status or {}).get("state") or (QUEUED if entry else NO_STATUS))[:20]
@@ -112,7 +141,17 @@ def job_row(source: JobSource, node_hourly: Mapping[str, float | None], now: flo
     hourly = hourly_together([node_hourly[node] for node in (node_states if entry and entry.one_node else node_hourly)])
     cost = None if duration is None or hourly is None else hourly * duration / SECONDS_PER_HOUR
     return JobRow(
-        source.id, source.name, state, where, submitted, started, ended, duration, node_states, cost, _metric(metrics)
+        source.id,
+        source.name,
+        state,
+        where,
+        submitted,
+        started,
+        ended,
+        duration,
+        node_states,
+        cost,
+        reported or _metric(metrics),
     )
 
 

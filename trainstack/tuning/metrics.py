@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 
 from trainstack.jobstate.report import ListedObjects, StatusReadError
 from trainstack_contract import LAYOUT, MAX_HYPERTUNE_METRICS_BYTES
+from trainstack_contract.jobenv import HYPERTUNE_RECORD_KEYS
 
 # cloudml-hypertune's keys beside the tag's.
-HYPERTUNE_KEYS = frozenset({"global_step", "timestamp", "trial", "checkpoint_path"})
+HYPERTUNE_KEYS = HYPERTUNE_RECORD_KEYS
 # A trial's job directory: its summaries, checkpoints, model. Bounded listing and reads.
 MAX_JOB_OBJECTS = 5000
 MAX_EVENT_FILE_BYTES = 64 << 20
