@@ -605,19 +605,14 @@ def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
     return any(path.is_relative_to(root) and _is_shipped(path.relative_to(root)) for root in roots)
 
 
-# What makes a directory a Python project of its own: AI Platform's packages kept setup.py (and
-# their requirements.txt) beside the package directory --package-path named.
-PROJECT_FILES = ("setup.py", "setup.cfg", "pyproject.toml")
-
-
 def requirement_roots(package: Path | None) -> tuple[Path, ...]:
     """Where a job's requirements file may lie besides the project: the job's package, and the
-    package's own project directory (its parent, where it holds setup.py, setup.cfg or
-    pyproject.toml), never further up."""
+    package's own project directory (its parent, where it holds setup.py or pyproject.toml:
+    AI Platform's packages kept requirements.txt beside setup.py), never further up."""
     if package is None:
         return ()
     parent = package.resolve().parent
-    own_project = (parent,) if any((parent / name).is_file() for name in PROJECT_FILES) else ()
+    own_project = (parent,) if is_project(parent) else ()
     return (package, *own_project)
 
 
