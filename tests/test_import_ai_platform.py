@@ -242,7 +242,7 @@ def test_a_saved_commands_shell_variables_are_refused_all_named_never_taken_from
     monkeypatch.setenv("JOB_DIR", "gs://b/jobs")
     err = refused_import(tmp_path, capsys, FIXTURES / example, "seed-cli")
     assert (
-        "the command uses shell variables ($APP_PACKAGE_PATH, $JOB_DIR, $JOB_NAME, $MAIN_APP_MODULE): an import "
+        "the command uses shell variables ($APP_PACKAGE_PATH, $JOB_DIR, $MAIN_APP_MODULE): an import "
         "takes no value from this environment"
     ) in err, err
     assert "write each value into the command" in err

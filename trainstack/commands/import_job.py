@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ from trainstack.interop.ai_platform import (
     shape_of,
     strategy_for,
 )
-from trainstack.interop.ai_platform_command import is_command_line, shape_of_command_line
+from trainstack.interop.ai_platform_command import COMMAND, is_command_line, shape_of_command_line
 from trainstack.interop.jobfile_reading import (
     DEFAULT_REGION,
     MAX_DIGITS,
@@ -45,6 +46,7 @@ from trainstack.interop.jobfile_reading import (
     whole_number,
     without_job_dir,
 )
+from trainstack.interop.notebook_cell import command_in_cell
 
 if TYPE_CHECKING:
     from trainstack.tuning.spec import HyperparameterSpec
@@ -215,8 +217,13 @@ def import_file(path: Path, stack: str, project: str, zone: str | None) -> Impor
     """Any of the three kinds of file: a saved gcloud command line, a trainingInput, or worker pools."""
     text = read_text(path)
     notices: list[str] = []
+    cell = None if is_command_line(text) else command_in_cell(text, COMMAND)
     if is_command_line(text):
         shape = shape_of_command_line(text, path.parent, stack, notices)
+    elif cell is not None:
+        # A notebook's bash cell: its command, with the cell's own plain variables written in.
+        notices += cell.notices()
+        shape = shape_of_command_line(cell.command, path.parent, stack, notices)
     else:
         document = parse_document(text, path)
         if isinstance(document, dict) and get(document, "trainingInput", "training_input") is not None:
@@ -247,7 +254,44 @@ def import_file(path: Path, stack: str, project: str, zone: str | None) -> Impor
         settings["trainstack:tpu"] = shape.tpu
     if shape.job is not None:
         settings["trainstack:job"] = shape.job
+        if shape.tuning is not None and reports_with_hypertune(shape.job):
+            notices.append(
+                "the job's package imports hypertune (cloudml-hypertune), which no node installs: list "
+                "cloudml-hypertune in trainstack:job.requirements (hash-locked; docs/own-code.md)"
+            )
     return Imported(settings, notices, tuning=shape.tuning)
+
+
+# How much of a package the hypertune look reads: a sample's package is a few files.
+MAX_SCANNED_FILES = 200
+MAX_SCANNED_BYTES = 1 << 20
+_IMPORTS_HYPERTUNE = re.compile(r"^\s*(?:import\s+hypertune\b|from\s+hypertune\s+import\b)", re.MULTILINE)
+
+
+def reports_with_hypertune(job: dict[str, Any]) -> bool:
+    """Whether the job's package (a directory) imports cloudml-hypertune's ``hypertune``, in
+    the first files and bytes of it; a package with its own requirements file says no more."""
+    package = job.get("package")
+    if not isinstance(package, str) or "requirements" in job:
+        return False
+    from trainstack.jobcode.package import project_path
+
+    root = project_path(package)
+    if not root.is_dir() or root.is_symlink():
+        return False
+    for number, path in enumerate(sorted(root.rglob("*.py"))):
+        if number >= MAX_SCANNED_FILES:
+            break
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            with path.open("rb") as handle:
+                text = handle.read(MAX_SCANNED_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        if _IMPORTS_HYPERTUNE.search(text):
+            return True
+    return False
 
 
 def cmd_import(args: argparse.Namespace) -> int:

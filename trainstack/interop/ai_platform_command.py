@@ -229,6 +229,11 @@ def _package_job(command: CommandLine, base: Path, name: str, notices: list[str]
 
 def shape_of_command_line(text: str, base: Path, stack: str, notices: list[str]) -> TrainingShape:
     command = parse_command_line(text)
+    if command.job_name and SHELL_VARIABLE.search(command.job_name):
+        # A job name built at run time (taxifare_$(date ...), $JOB_NAME): nothing of it is
+        # copied, so it takes no value from anywhere; the job is named after the stack.
+        notices.append(f"the job name {command.job_name} is not a value: the job is named after the stack")
+        command.job_name = None
     refuse_variables_and_credentials(command)
     job_name = command.job_name if command.job_name and JOB_NAME.fullmatch(command.job_name) else None
     if command.job_name and job_name is None:
