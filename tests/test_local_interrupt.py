@@ -76,6 +76,7 @@ def test_an_interrupted_local_run_stops_every_node_and_leaves_the_job_resumable(
     assert cli.returncode == 130, err
     assert "Traceback" not in err
     assert f"interrupted ({signum.name})" in err
+    assert "the job resumes from its backup, with the settings this run had" in err
     # The command to resume carries the run's settings: the stack's own would not fit its backup.
     settings = "--epochs 50 --steps-per-epoch 200 --image-size 32"
     assert f"trainstack local --stack multiworker --workdir {workdir} {settings}" in err
@@ -163,3 +164,18 @@ def test_a_closed_terminal_stops_every_process_of_the_run_and_records_it_interru
     # Every status a node writes (settings.json records the job's start, not a state).
     states = {path.stem: json.loads(path.read_text()).get("state") for path in status_dir.glob("*.json")}
     assert states == {"chief": "INTERRUPTED", "job": "INTERRUPTED", "settings": None}
+
+
+def test_an_interrupted_teams_job_is_not_said_to_resume_from_a_backup_it_may_not_keep() -> None:
+    """Defect: `local` said every interrupted job resumes from its backup, a team's code too."""
+    from trainstack.commands.local import resumes
+    from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
+    from trainstack.stackmodel.stackfile import load_stack
+
+    def stack(name: str) -> ResolvedStack:
+        return resolve_stack(load_stack(REPO / "stacks" / f"Pulumi.{name}.yaml")[0])
+
+    assert resumes(stack("multiworker")) == "the job resumes from its backup"
+    team = resumes(stack("ownpackage"))
+    assert "backup" not in team
+    assert "resumes from what its code saved in its job directory, if anything" in team

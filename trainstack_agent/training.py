@@ -22,7 +22,7 @@ from trainstack_agent.outcome import Ended, Outcome, ended_outcome
 from trainstack_agent.peers import PeerWatch
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.settings import NodeSettings
-from trainstack_contract import STATES
+from trainstack_contract import BUILTIN_MODULE, STATES
 
 
 def restart_limit(settings: NodeSettings) -> int:
@@ -116,6 +116,15 @@ class CodeRun:
         return Outcome(code), snapshot
 
 
+def resume_words(settings: NodeSettings) -> str:
+    """What a restart resumes from: the built-in trainer keeps a backup in the job directory; a
+    team's code only what it saved there itself (trainstack cannot tell)."""
+    job = settings.job
+    if job is not None and job.module == BUILTIN_MODULE:
+        return "it resumes from its backup"
+    return "the job's code resumes from what it saved in its job directory, if anything (BackupAndRestore)"
+
+
 class Training:
     """The job's code run until it ends on its own: started again once the cluster is whole
     after a peer was lost, at most :func:`restart_limit` times."""
@@ -154,7 +163,7 @@ class Training:
             restarts += 1
             services.log(
                 f"the job's code exited {outcome.exit_code} after {lost}: restart {restarts} of at most {limit} "
-                "once the cluster is whole; it resumes from its backup"
+                f"once the cluster is whole; {resume_words(settings)}"
             )
             try:
                 services.board.write_node(STATES.running, reason=f"{lost}; restarting the job's code")

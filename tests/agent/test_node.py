@@ -3,6 +3,7 @@ preparing, waiting, restarting and finishing, in milliseconds."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from dataclasses import replace
@@ -734,3 +735,28 @@ def test_a_flex_start_node_past_its_run_end_at_boot_starts_no_code() -> None:
     assert w.agent.run() == EXIT_ENDED
     assert w.launcher.started == []
     assert w.releases == ["delete"]
+
+
+@pytest.mark.parametrize(
+    ("module", "words"),
+    [
+        ("trainer.task", "once the cluster is whole; it resumes from its backup"),
+        (
+            "taxifare.task",
+            "once the cluster is whole; the job's code resumes from what it saved in its job directory, if anything",
+        ),
+    ],
+)
+def test_a_restart_says_it_resumes_from_a_backup_only_for_code_that_keeps_one(module: str, words: str) -> None:
+    """Defect: a team's code that keeps no backup was said to resume from its backup."""
+    base = settings(peers=ASYNC)
+    assert base.job is not None
+    node_settings = dataclasses.replace(base, job=dataclasses.replace(base.job, module=module))
+    w = world(node_settings, runs=[(30.0, 1), (10.0, 0)])
+    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    w.clock.at(20.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    assert w.agent.run() == 0
+    [line] = [line for line in w.log if "restart 1 of at most" in line]
+    assert words in line
+    if module != "trainer.task":
+        assert "resumes from its backup" not in line

@@ -260,7 +260,7 @@ def cmd_local(args: argparse.Namespace) -> int:
             report(interrupted.result)
             print(
                 f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded "
-                f"INTERRUPTED; the job resumes from its backup, with the settings this run had, with `{again}` "
+                f"INTERRUPTED; {resumes(stack)}, with the settings this run had, with `{again}` "
                 "(--fresh starts it over)",
                 file=sys.stderr,
             )
@@ -277,6 +277,14 @@ def cmd_local(args: argparse.Namespace) -> int:
     return exit_code(result)
 
 
+def resumes(stack: ResolvedStack) -> str:
+    """What an interrupted job resumes from: the built-in trainer keeps a backup; a team's code
+    only what it saved itself."""
+    if stack.job is not None and stack.job.builtin:
+        return "the job resumes from its backup"
+    return "the job starts again, and resumes from what its code saved in its job directory, if anything"
+
+
 def standing_interrupted(args: argparse.Namespace, stack: ResolvedStack, interrupted: LocalStackRunInterrupted) -> int:
     """A standing run stopped by a signal: every job as `jobs --local` lists it, and how the
     job that was running resumes (queued ones wait for the same)."""
@@ -284,7 +292,7 @@ def standing_interrupted(args: argparse.Namespace, stack: ResolvedStack, interru
     where = f" --workdir {shlex.quote(str(args.workdir))}" if args.workdir is not None else ""
     print(
         f"trainstack: interrupted ({interrupted.signal_name}): every node was stopped and recorded INTERRUPTED; "
-        f"the job that was running resumes from its backup, and the queued ones follow, with "
+        f"the job that was running starts again ({resumes(stack)}), and the queued ones follow, with "
         f"`trainstack local {stack_option(args)} --standing{where}`",
         file=sys.stderr,
     )
