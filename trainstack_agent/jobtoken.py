@@ -306,9 +306,9 @@ def job_credentials(
         raise CredentialError(str(error)) from None
     project = metadata.get("project/project-id") or ""
     email = metadata.get("instance/service-accounts/default/email") or "default"
-    server = JobMetadataServer(Downscoper(http, metadata, boundary, sts_root), project, email, uid, log)
     reopen = close_metadata_server(uid, metadata_root, run, log) if uid is not None else (lambda: None)
     try:
+        server = JobMetadataServer(Downscoper(http, metadata, boundary, sts_root), project, email, uid, log)
         with serving(server):
             yield server.environment()
     finally:
