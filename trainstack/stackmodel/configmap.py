@@ -45,45 +45,29 @@ def _key_for(loc: tuple[int | str, ...]) -> str:
     return path
 
 
-def _valid_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    """The field names allowed at ``loc`` (for the 'unknown key' message)."""
+def _fields_at(model: type[BaseModel], parents: tuple[int | str, ...]) -> dict[str, Any]:
+    """The fields of the model that ``parents`` (keys from the top; list indexes skipped)
+    leads to, by name; empty when the path leaves the models."""
     current: Any = model
-    for part in loc[:-1]:
+    for part in parents:
         if isinstance(part, int):
             continue
         field = current.model_fields.get(part) if isinstance(current, type) and issubclass(current, BaseModel) else None
         if field is None:
-            return []
-        annotation = field.annotation
-        candidates = getattr(annotation, "__args__", (annotation,))
-        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-        if current is None:
-            return []
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return sorted(current.model_fields)
-    return []
-
-
-def _field_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> Any:
-    """The pydantic field at ``loc`` (None when the path leaves the models)."""
-    current: Any = model
-    field = None
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        field = current.model_fields.get(part)
-        if field is None:
-            return None
+            return {}
         candidates = getattr(field.annotation, "__args__", (field.annotation,))
         current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-    return field
+    return dict(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else {}
+
+
+def _valid_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names allowed at ``loc`` (for the 'unknown key' message)."""
+    return sorted(_fields_at(model, loc[:-1]))
 
 
 def _bounds(loc: tuple[int | str, ...]) -> tuple[str, float | None, float | None]:
     """The range a number at ``loc`` takes, in words, and its lowest and highest value."""
-    field = _field_at(Settings, loc)
+    field = _fields_at(Settings, loc[:-1]).get(str(loc[-1])) if loc else None
     limits = list(getattr(field, "metadata", []))
     # An optional number (``Annotated[float, Field(...)] | None``) keeps its limits inside.
     for member in typing.get_args(getattr(field, "annotation", None)):
