@@ -35,6 +35,7 @@ from typing import Any
 
 from trainstack_agent.cloud import CloudError, Http, Request, Retry
 from trainstack_agent.metadata import TOKEN_MARGIN_SECONDS, Metadata
+from trainstack_contract.iam import CLOUD_PLATFORM_SCOPE
 from trainstack_contract.jobaccess import BoundaryError, JobAccess
 
 # RFC 8693's token exchange, as Google's STS takes it for a downscoped token
@@ -51,8 +52,6 @@ FIREWALL_SECONDS = 600
 # The paths a client library reads from the metadata server to find and use its credentials.
 _ROOT = "/computeMetadata/v1/"
 _ACCOUNT = f"{_ROOT}instance/service-accounts/default/"
-# The account's scope, as a VM's token carries it (trainstack's VMs have cloud-platform alone).
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
 class CredentialError(CloudError):

@@ -25,3 +25,8 @@ STORAGE_WRITE_ROLES: Final = frozenset(
         "roles/storage.legacyObjectOwner",
     }
 )
+
+# The one OAuth scope the stack's machines carry: access is governed by IAM roles, as Google
+# recommends (https://cloud.google.com/compute/docs/access/service-accounts#scopes_best_practice).
+# The program sets it on every VM; the node agent reports it to a job's code as its token's scope.
+CLOUD_PLATFORM_SCOPE: Final = "https://www.googleapis.com/auth/cloud-platform"

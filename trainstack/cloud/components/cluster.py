@@ -13,7 +13,6 @@ import trainstack_contract as contract
 from trainstack.cloud.components import Placement
 from trainstack.cloud.components.grants import Grantee, Zone
 from trainstack.cloud.components.identity import (
-    CLOUD_PLATFORM_SCOPE,
     INSTANCE_RECOVER_PERMISSIONS,
     INSTANCE_RELEASE_PERMISSIONS,
     RELEASE_DESCRIPTION,
@@ -21,6 +20,7 @@ from trainstack.cloud.components.identity import (
     NodeActionRoleArgs,
 )
 from trainstack.stackmodel.resolved import ClusterNode, FlexStart, ResolvedCluster
+from trainstack_contract.iam import CLOUD_PLATFORM_SCOPE
 
 # A specifically targeted reservation is named by this label key
 # (https://cloud.google.com/compute/docs/reference/rest/v1/ReservationAffinity).

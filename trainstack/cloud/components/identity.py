@@ -68,8 +68,6 @@ def job_dir_condition(bucket: str, prefix: str) -> str:
 
 REGISTRY_ROLE = "roles/artifactregistry.reader"
 DATA_BUCKET_ROLE = "roles/storage.objectViewer"
-# OAuth scope for the VM: access is governed by the IAM roles above, as Google recommends.
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 # What a cluster node may do to an instance it is granted on: its own at the end of a job.
 # Stop is a guest shutdown and needs none of these; delete is one API call (get is what

@@ -11,7 +11,6 @@ import pulumi_gcp as gcp
 from trainstack.cloud.components import Placement, moved_here
 from trainstack.cloud.components.grants import Grantee
 from trainstack.cloud.components.identity import (
-    CLOUD_PLATFORM_SCOPE,
     RELEASE_DESCRIPTION,
     TPU_RELEASE_PERMISSIONS,
     NodeActionRole,
@@ -21,6 +20,7 @@ from trainstack.cloud.components.identity import (
 )
 from trainstack.stackmodel.resolved import ResolvedTpu
 from trainstack_contract import RESERVATION
+from trainstack_contract.iam import CLOUD_PLATFORM_SCOPE
 
 
 @dataclass(frozen=True)
