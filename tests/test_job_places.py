@@ -189,3 +189,10 @@ def test_a_folder_no_grant_can_name_in_the_arguments_is_refused_not_sent_to_the_
     config = team_job(["--train_data_path", "gs://team-data/../other-team/x.csv"])
     assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 1
     assert "in a folder trainstack cannot grant (gs://team-data/../other-team/)" in capsys.readouterr().err
+
+
+def test_a_declared_write_under_the_jobs_own_directory_is_its_own_not_another_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = team_job([], buckets={"write": ["gs://test-project-123_test/jobs/taxifare/exports/"]})
+    assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 0, capsys.readouterr().err

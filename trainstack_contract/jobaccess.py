@@ -5,7 +5,8 @@ A node's account writes every job directory of its stack (the queue creates them
 job could then forge another's status, its one-node claim, its backup or its tuning report.
 The agent keeps the node's token and hands each job a token of that job's own, downscoped by a
 Credential Access Boundary (https://cloud.google.com/iam/docs/downscoping-short-lived-credentials):
-its own directory, less the objects the agent alone writes there, and the buckets it reads.
+its own directory, less the objects the agent alone writes there, and the places the stack
+says it reads and writes (job.buckets).
 
 Google's limits on a boundary, as the STS API's reference gives them (2026-11-28,
 https://cloud.google.com/iam/docs/reference/sts/rest/v1/AccessBoundary): at most 10 rules, each

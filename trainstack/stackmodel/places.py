@@ -85,7 +85,7 @@ def job_places(job: Job, job_dir: str, own_bucket: str) -> tuple[JobPlaces, list
             )
     own = f"gs://{own_bucket}"
     for place in writes:
-        if covers([own], place):
+        if covers([own], place) and not covers([own_dir], place):
             problems.append(
                 Problem(
                     KEY,
