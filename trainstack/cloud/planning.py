@@ -32,6 +32,8 @@ from trainstack.cloud.pulumi_internals import (
     set_program_config,
     sync_await,
 )
+from trainstack.jobcode.package import ExtraRequirements
+from trainstack.jobcode.requirements_lock import pinned_lines
 from trainstack.stackmodel.cost import CostReport, cost_report
 from trainstack.stackmodel.resolved import NodeCost, ResolvedJob, ResolvedStack, placeholder_notes, stack_warnings
 from trainstack_contract import EXECUTED_PREFIX, LAYOUT, METADATA_KEYS, PROJECT_INSTALL
@@ -103,7 +105,9 @@ class Plan:
             "scripts": {name: text_digest(text) for name, text in sorted(self.scripts.items())},
             "cost": self.cost.to_json(),
             "bucket_access": self.bucket_access(),
-            "executed_artifacts": with_stand_in_digests(executed_artifacts(self.resources), self.resolved),
+            "executed_artifacts": with_requirement_lock(
+                with_stand_in_digests(executed_artifacts(self.resources), self.resolved), self.resolved
+            ),
         }
 
     def bucket_access(self) -> dict[str, Any]:
@@ -253,6 +257,39 @@ def with_stand_in_digests(artifacts: list[dict[str, Any]], stack: ResolvedStack)
             if entry["artifact"] == "job image":
                 entry.update(resolved_from=image.uri, stand_in_digest=True)
     return artifacts
+
+
+def requirements_note(requirements: ExtraRequirements) -> str:
+    """What the nodes install of the job's requirements: the file, or the lock made of it."""
+    uploaded = f"uploaded as {requirements.object_name}"
+    if requirements.lock is None:
+        return f"the job's requirements are {requirements.display_path} ({uploaded})"
+    versions: dict[str, list[str]] = {}
+    for pin in pinned_lines(requirements.data.decode("utf-8")):
+        name, _, version = pin.partition(";")[0].strip().partition("==")
+        versions.setdefault(name, []).append(version)
+    shown = ", ".join(f"{name} {' or '.join(found)}" for name, found in versions.items())
+    return (
+        f"the job's requirements {requirements.display_path} pin no versions: the nodes install the lock trainstack "
+        f"made of them, {_shown_path(requirements.lock)} ({uploaded}): {shown} (one version for each Python the "
+        "nodes run)"
+    )
+
+
+def with_requirement_lock(artifacts: list[dict[str, Any]], stack: ResolvedStack) -> list[dict[str, Any]]:
+    """``artifacts``, where the job's requirements are a lock trainstack made of the team's file
+    says so: the file, the lock and each version it pins."""
+    requirements = stack.job.requirements if stack.job is not None else None
+    if requirements is not None and requirements.lock is not None:
+        pins = pinned_lines(requirements.data.decode("utf-8"))
+        for entry in artifacts:
+            if entry["artifact"] == "job requirements":
+                entry.update(locked_from=requirements.display_path, lock=_shown_path(requirements.lock), pins=pins)
+    return artifacts
+
+
+def _shown_path(path: Path) -> str:
+    return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
 
 
 _OBJECTS_UNDER = re.compile(
@@ -578,10 +615,7 @@ def plan_notes(stack: ResolvedStack) -> list[str]:
             f"(uploaded as {stack.job.package.object_name})"
         )
     if stack.job is not None and stack.job.requirements is not None:
-        notes.append(
-            f"the job's requirements are {stack.job.requirements.display_path} "
-            f"(uploaded as {stack.job.requirements.object_name})"
-        )
+        notes.append(requirements_note(stack.job.requirements))
     if stack.job is not None and stack.job.env:
         shown = ", ".join(f"{name}={shorten(value)}" for name, value in stack.job.env)
         notes.append(f"the job's code runs with these environment variables (job.env): {shown}")

@@ -19,7 +19,6 @@ granted read access to exactly that repository.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import io
@@ -34,6 +33,7 @@ from trainstack.base.credentials import credential_kind
 from trainstack.base.errors import shorten
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.jobcode.node_environment import logical_lines, unhashed_requirements
+from trainstack.jobcode.requirements_lock import Constraints, LockError, is_hash_locked, lock_requirements
 from trainstack_contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
 from trainstack_contract.names import MAX_WHEELS, MODULE_NAME, PROJECT_ID, WHEEL_FILE
 
@@ -175,6 +175,9 @@ class ExtraRequirements:
     data: bytes = b""
     # The requirement lines, checked (pip's --hash options left out).
     lines: tuple[str, ...] = ()
+    # Where trainstack kept the hash lock it made of the file (``data``); None for a file that
+    # was hash-locked already, uploaded as it is (trainstack.jobcode.requirements_lock).
+    lock: Path | None = None
 
     @property
     def object_name(self) -> str:
@@ -184,6 +187,11 @@ class ExtraRequirements:
     def display_path(self) -> str:
         """The file relative to the project root when inside it (the same on every clone)."""
         return _shown(self.path)
+
+    @property
+    def installed_file(self) -> Path:
+        """The file whose bytes are ``data``: what the nodes install."""
+        return self.lock or self.path
 
 
 # A wheelhouse: wheel files only (WHEEL_FILE, at most MAX_WHEELS), within bounds the nodes
@@ -619,7 +627,8 @@ def requirement_roots(package: Path | None) -> tuple[Path, ...]:
 def load_requirements(path: Path, package: Path | None = None) -> ExtraRequirements:
     """The job's requirements file, which must lie inside the project or the job's package
     ``package`` (links resolved): `pulumi up` uploads it where every account of the stack can
-    read it, so no other file of this machine may be named."""
+    read it, so no other file of this machine may be named. One that is not hash-locked yet
+    is locked by :func:`as_installed` before anything is uploaded."""
     if path.is_symlink():
         raise CodeError(f"{path} is a symlink; name the file itself (a link could point at any file of this machine)")
     if not path.is_file():
@@ -640,12 +649,44 @@ def load_requirements(path: Path, package: Path | None = None) -> ExtraRequireme
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise CodeError(f"{path} is not UTF-8 text") from error
-    requirements = ExtraRequirements(
-        path=path, digest=digest_of([("requirements.txt", data)]), sha256=hashlib.sha256(data).hexdigest(), data=data
+    lines = checked_requirement_lines(text, _shown(path))
+    if not is_hash_locked(text):
+        check_lockable(path, text)
+    return _requirements(path, data, lines)
+
+
+def _requirements(path: Path, data: bytes, lines: tuple[str, ...], lock: Path | None = None) -> ExtraRequirements:
+    return ExtraRequirements(
+        path=path,
+        digest=digest_of([("requirements.txt", data)]),
+        sha256=hashlib.sha256(data).hexdigest(),
+        data=data,
+        lines=lines,
+        lock=lock,
     )
-    lines = checked_requirement_lines(text, requirements.display_path)
-    check_hash_locked(path, text)
-    return dataclasses.replace(requirements, lines=lines)
+
+
+def as_installed(requirements: ExtraRequirements, constraints: Constraints) -> ExtraRequirements:
+    """``requirements`` as the nodes install them: a hash-locked file as it is, another one
+    locked against ``constraints`` (what the nodes have before it: trainstack.jobcode.requirements_lock)."""
+    text = requirements.data.decode("utf-8")
+    if is_hash_locked(text):
+        return requirements
+    try:
+        data, lock = lock_requirements(requirements.path, requirements.display_path, requirements.data, constraints)
+    except LockError as error:
+        raise CodeError(str(error)) from None
+    return _requirements(requirements.path, data, requirements.lines, lock)
+
+
+def check_lockable(path: Path, text: str) -> None:
+    """A file trainstack locks names no hash: a file with some hashes was meant to be locked
+    already, and half-locked it would be re-resolved behind its author's back."""
+    from trainstack.jobcode.node_environment import locked_requirements
+
+    hashed = [entry for entry in locked_requirements(text) if entry.hashes]
+    if hashed:
+        check_hash_locked(path, text)
 
 
 def check_hash_locked(path: Path, text: str) -> None:
@@ -659,7 +700,7 @@ def check_hash_locked(path: Path, text: str) -> None:
         raise CodeError(
             f"{path.name}: {shown}{more} not pinned to one version with == and a --hash=sha256:...; nodes install "
             "the job's requirements hash-locked: generate the file with `pip-compile --generate-hashes` or `uv pip "
-            "compile --generate-hashes` (docs/own-code.md)"
+            "compile --generate-hashes`, or give it without any --hash and trainstack locks it (docs/own-code.md)"
         )
 
 

@@ -98,7 +98,7 @@ def fetch_for_pip(job: ResolvedJob | None, python: Path, find_links: Path, echo:
     if job is None or job.package is None:
         return
     project = job.package.source if job.package.install == contract.PROJECT_INSTALL else None
-    requirements = job.requirements.path if job.requirements is not None else None
+    requirements = job.requirements.installed_file if job.requirements is not None else None
     if project is None and requirements is None:
         return
     if echo:

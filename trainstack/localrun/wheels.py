@@ -123,10 +123,9 @@ def missing_distributions(python: Path, targets: list[str]) -> list[str]:
 def pins_of_requirements(requirements: Path) -> list[str]:
     """The requirements file's lines without their hashes (``pandas==2.3.3``): what the nodes
     have installed, hash-locked, by the time they install the project."""
-    from trainstack.jobcode.node_environment import requirement_lines
+    from trainstack.jobcode.requirements_lock import pinned_lines
 
-    text = requirements.read_text(encoding="utf-8")
-    return [line.split(" --", 1)[0] for _, line in requirement_lines(text)]
+    return pinned_lines(requirements.read_text(encoding="utf-8"))
 
 
 def fetch_for_nodes(python: Path, destination: Path, requirements: Path | None, project: Path | None) -> list[str]:

@@ -20,6 +20,7 @@ from trainstack.jobcode.package import (
     CodePackage,
     ExtraRequirements,
     Wheelhouse,
+    as_installed,
     load_package,
     load_requirements,
     load_wheelhouse,
@@ -28,6 +29,7 @@ from trainstack.jobcode.package import (
     package_layout,
     project_path,
 )
+from trainstack.jobcode.requirements_lock import Constraints, node_constraints, tpu_constraints
 from trainstack.stackmodel.configmap import parse_stack_config
 from trainstack.stackmodel.naming import NAMESPACE
 from trainstack.stackmodel.places import job_places
@@ -689,6 +691,15 @@ def check_job_places(cfg: StackConfig) -> list[Problem]:
     return job_places(job, job_dir, cfg.bucket_name)[1]
 
 
+def requirement_constraints(cfg: StackConfig, catalog: Catalog) -> Constraints:
+    """What the stack's nodes have installed before the job's requirements, which their lock keeps."""
+    tpu = cfg.settings.tpu
+    runtime = catalog.tpu_runtimes.get(tpu.runtime_version) if tpu is not None else None
+    if runtime is not None and runtime.tensorflow_version:
+        return tpu_constraints(runtime.tensorflow_version)
+    return node_constraints()
+
+
 def check_requirements_against_nodes(
     cfg: StackConfig, catalog: Catalog, package: CodePackage | None, requirements: ExtraRequirements | None
 ) -> list[Problem]:
@@ -758,6 +769,12 @@ def check_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[
     problems = (
         cluster_problems + check_tpu(cfg, catalog) + check_notebook(cfg, catalog) + job_problems + wheelhouse_problems
     )
+    if requirements is not None and not problems:
+        # Last, once the stack is otherwise sound: locking may reach a package index.
+        try:
+            requirements = as_installed(requirements, requirement_constraints(cfg, catalog))
+        except CodeError as error:
+            problems.append(Problem(f"{NAMESPACE}:job.requirements", str(error)))
     return problems, CheckedFacts(package, requirements, wheelhouse, strategy)
 
 

@@ -21,6 +21,7 @@ from trainstack.jobcode.package import (
     ExtraRequirements,
     ImageRef,
     Wheelhouse,
+    as_installed,
     builtin_package,
     load_package,
     load_requirements,
@@ -28,7 +29,12 @@ from trainstack.jobcode.package import (
     project_path,
     resolve_image,
 )
-from trainstack.stackmodel.feasibility import CheckedFacts, effective_accelerator, resolved_strategy
+from trainstack.stackmodel.feasibility import (
+    CheckedFacts,
+    effective_accelerator,
+    requirement_constraints,
+    resolved_strategy,
+)
 from trainstack.stackmodel.places import JobPlaces, job_places
 from trainstack.stackmodel.schema import (
     DEFAULT_IDLE_MINUTES,
@@ -589,7 +595,9 @@ def _resolve_notebook(cfg: StackConfig, catalog: Catalog) -> ResolvedNotebook | 
     )
 
 
-def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str, facts: CheckedFacts) -> ResolvedJob | None:
+def _resolve_job(
+    cfg: StackConfig, catalog: Catalog, bucket_uri: str, registry: str, facts: CheckedFacts
+) -> ResolvedJob | None:
     job = cfg.settings.job
     if job is None:
         return None
@@ -601,7 +609,9 @@ def _resolve_job(cfg: StackConfig, bucket_uri: str, registry: str, facts: Checke
     requirements = None
     if job.requirements:
         source = project_path(job.package) if job.package is not None else None
-        requirements = facts.requirements or load_requirements(project_path(job.requirements), source)
+        requirements = facts.requirements or as_installed(
+            load_requirements(project_path(job.requirements), source), requirement_constraints(cfg, catalog)
+        )
     job_dir = job.job_dir or contract.LAYOUT.job_dir(bucket_uri, job.name)
     return ResolvedJob(
         name=job.name,
@@ -651,7 +661,7 @@ def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None, facts: Check
         labels=cfg.labels,
         bucket_name=bucket_name,
         job=_resolve_job(
-            cfg, f"gs://{bucket_name}", registry_url(cfg.region, cfg.project, repository_id(cfg.name)), facts
+            cfg, catalog, f"gs://{bucket_name}", registry_url(cfg.region, cfg.project, repository_id(cfg.name)), facts
         ),
         external_data_bucket=_external_data_bucket(cfg, bucket_name),
         cluster=cluster,

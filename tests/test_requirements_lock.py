@@ -1,0 +1,186 @@
+"""A team's requirements file as AI Platform took it (``numpy>=1.14``, ``cloudml-hypertune``):
+trainstack locks it for the nodes, once, against the node environment's own lock, keeps the
+lock by the file's digest, uploads the lock and shows it in `plan`; offline with no kept lock,
+one line says why. The index here is a folder of wheels made by the test (uv's find-links),
+so what the lock must pick is known: the newest a requirement allows, except where the nodes
+pin a version."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stack_helpers import base_config, write_stack
+from trainstack.commands.main import main
+from trainstack.jobcode import requirements_lock
+from trainstack.jobcode.node_environment import NODE_LOCK, locked_requirements
+
+CENSUS_REQUIREMENTS = "numpy>=1.14\npandas>=0.22\nsix>=1.11\n"
+
+
+def node_pins(name: str) -> list[str]:
+    """The versions locks/node.txt pins for ``name`` (one for each Python it marks)."""
+    versions = [entry.version for entry in locked_requirements(NODE_LOCK.read_text()) if entry.name == name]
+    pinned = [version for version in versions if version is not None]
+    assert pinned == versions, f"locks/node.txt leaves {name} unpinned"
+    assert pinned, f"locks/node.txt pins no {name}"
+    return pinned
+
+
+def wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> str:
+    """A pure-Python wheel of ``name`` ``version`` in ``folder``; its sha256."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {requirement}\n" for requirement in requires
+    )
+    files = {
+        f"{dist}.dist-info/METADATA": metadata,
+        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+        f"{len(text.encode())}\n"
+        for path, text in files.items()
+    )
+    files[f"{dist}.dist-info/RECORD"] = record + f"{dist}.dist-info/RECORD,,\n"
+    path = folder / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in files.items():
+            archive.writestr(member, text)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A package index of wheels (uv's --find-links, no other index), and a lock folder of the test's own."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    monkeypatch.setenv("UV_FIND_LINKS", str(folder))
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    monkeypatch.setattr(requirements_lock, "LOCK_DIR", tmp_path / "locks")
+    return folder
+
+
+def team_stack(tmp_path: Path, requirements: str, **job: Any) -> Path:
+    """A stack running a team's package laid out as AI Platform's were: trainer/ beside
+    setup.py and requirements.txt."""
+    project = tmp_path / "team"
+    (project / "trainer").mkdir(parents=True)
+    (project / "trainer" / "__init__.py").write_text("")
+    (project / "trainer" / "task.py").write_text("print('trained')\n")
+    (project / "setup.py").write_text("from setuptools import setup\nsetup(name='trainer', packages=['trainer'])\n")
+    (project / "requirements.txt").write_text(requirements)
+    config = base_config()
+    config["trainstack:job"] = {
+        "name": "census",
+        "package": str(project / "trainer"),
+        "module": "trainer.task",
+        "requirements": str(project / "requirements.txt"),
+        **job,
+    }
+    return write_stack(tmp_path, config)
+
+
+def plan_json(stack_file: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["plan", "--stack-file", str(stack_file), "--json"]) == 0
+    return dict(json.loads(capsys.readouterr().out))
+
+
+def requirements_artifact(plan: dict[str, Any]) -> dict[str, Any]:
+    [entry] = [e for e in plan["executed_artifacts"] if e["artifact"] == "job requirements"]
+    return dict(entry)
+
+
+def test_censuss_own_requirements_validate_and_the_plan_shows_their_lock(
+    tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    numpy = node_pins("numpy")
+    [six] = node_pins("six")
+    for version in ("1.26.4", *numpy, "9.0.0"):
+        wheel(index, "numpy", version)
+    pandas = wheel(index, "pandas", "2.3.3", ("numpy>=1.14",))
+    wheel(index, "pandas", "0.21.0")
+    six_hash = wheel(index, "six", six)
+    wheel(index, "six", "9.9.9")
+    stack_file = team_stack(tmp_path, CENSUS_REQUIREMENTS)
+    assert main(["validate", "--stack-file", str(stack_file)]) == 0
+    assert "is valid" in capsys.readouterr().out
+    entry = requirements_artifact(plan_json(stack_file, capsys))
+    assert entry["pin"] == "hash-locked"
+    assert entry["unpinned"] is False
+    assert entry["locked_from"].endswith("team/requirements.txt")
+    # The newest each line allows, but what the nodes pin stays as they pin it (numpy, six).
+    pinned = [pin.partition(" ;")[0] for pin in entry["pins"]]
+    assert pinned == [*(f"numpy=={version}" for version in numpy), "pandas==2.3.3", f"six=={six}"]
+    [lock] = (tmp_path / "locks").iterdir()
+    assert entry["lock"] == str(lock)
+    text = lock.read_text()
+    assert f"--hash=sha256:{pandas}" in text
+    assert f"--hash=sha256:{six_hash}" in text
+    # What `pulumi up` uploads is the lock, pinned by its sha256 in the nodes' metadata.
+    assert entry["sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
+    assert main(["plan", "--stack-file", str(stack_file)]) == 0
+    assert f"pin no versions: the nodes install the lock trainstack made of them, {lock}" in capsys.readouterr().out
+
+
+def test_the_lock_is_kept_by_the_files_digest_and_used_offline_until_the_file_changes(
+    tmp_path: Path, index: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wheel(index, "cloudml-hypertune", "0.1.0.dev6")
+    stack_file = team_stack(tmp_path, "cloudml-hypertune\n")
+    first = requirements_artifact(plan_json(stack_file, capsys))
+    # The index gone: the kept lock is used as it is.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("UV_FIND_LINKS", str(empty))
+    assert requirements_artifact(plan_json(stack_file, capsys)) == first
+    # A changed file is locked anew, and offline that is one line naming the key.
+    (tmp_path / "team" / "requirements.txt").write_text("cloudml-hypertune\nsix\n")
+    assert main(["validate", "--stack-file", str(stack_file)]) == 1
+    err = capsys.readouterr().err
+    [problem] = [line for line in err.splitlines() if line.strip().startswith("trainstack:job.requirements")]
+    assert "pins no versions, so trainstack locks it for the nodes, and could not:" in problem
+    assert "lock it where the package index is reachable" in problem
+    assert "six" in problem
+    assert "Traceback" not in err
+
+
+def test_a_file_that_is_hash_locked_already_is_uploaded_as_it_is(
+    tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    digest = "a" * 64
+    text = f"tabulate==0.9.0 \\\n    --hash=sha256:{digest}\n"
+    stack_file = team_stack(tmp_path, text)
+    entry = requirements_artifact(plan_json(stack_file, capsys))
+    assert entry["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert "lock" not in entry
+    assert not (tmp_path / "locks").exists()
+
+
+def test_a_half_locked_file_is_refused_not_re_resolved(
+    tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = f"tabulate==0.9.0 --hash=sha256:{'a' * 64}\nsix>=1.11\n"
+    stack_file = team_stack(tmp_path, text)
+    assert main(["validate", "--stack-file", str(stack_file)]) == 1
+    err = capsys.readouterr().err
+    assert "line 2 ('six>=1.11') not pinned to one version with == and a --hash" in err
+    assert "give it without any --hash and trainstack locks it" in err
+
+
+def test_a_requirement_that_would_move_a_node_pin_is_named_before_any_index_is_asked(
+    tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack_file = team_stack(tmp_path, "tensorflow<2\n")
+    assert main(["validate", "--stack-file", str(stack_file)]) == 1
+    err = capsys.readouterr().err
+    assert "tensorflow<2 excludes tensorflow" in err
+    assert "could not" not in err
