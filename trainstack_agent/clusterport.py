@@ -93,10 +93,11 @@ WATCHING, LISTENED, WARNED, BLIND = "watching", "listened", "warned", "blind"
 class ClusterPortWatch:
     """One start of the job's code on a node of a multi-node cluster: does it listen on the
     node's TF_CONFIG port? It warns (log and status) when the code has run
-    :attr:`Timings.cluster_port_window` without listening, or ends with exit 0 after at least
-    :attr:`Timings.cluster_port_min_run` without having listened; a code that listens
-    withdraws an earlier warning. Code that fails early, or that the node ends itself, is not
-    judged: its failure or the lost peer says more."""
+    :attr:`Timings.cluster_port_window` without listening, or ends, well or not, after at least
+    :attr:`Timings.cluster_port_min_run` without having listened (nodes that each run the job
+    alone race on what they share, so such a job fails as often as not, and the warning says
+    why); a code that listens withdraws an earlier warning. Code that ends sooner, or that the
+    node ends itself, is not judged: its failure or the lost peer says more."""
 
     def __init__(
         self,
@@ -155,12 +156,18 @@ class ClusterPortWatch:
     def end(self, now: float, exit_code: int) -> None:
         """The code exited by itself with ``exit_code``."""
         ran = now - self.started
-        if self.state == WATCHING and exit_code == 0 and ran >= self.timings.cluster_port_min_run:
-            self._warn(
-                f"the job's code ended (exit 0) after {ran:.0f} s on {self.node} without ever listening on "
-                f"its TF_CONFIG port {self.port}: it ignored TF_CONFIG, so each of the {self.nodes} nodes "
-                "trained a model of its own instead of one model together"
-            )
+        if self.state != WATCHING or ran < self.timings.cluster_port_min_run:
+            return
+        outcome = (
+            "trained a model of its own instead of one model together"
+            if exit_code == 0
+            else "ran the job alone, racing the others on whatever they share (an output directory each deletes "
+            "and writes), which may be why it failed"
+        )
+        self._warn(
+            f"the job's code ended (exit {exit_code}) after {ran:.0f} s on {self.node} without ever listening on "
+            f"its TF_CONFIG port {self.port}: it ignored TF_CONFIG, so each of the {self.nodes} nodes {outcome}"
+        )
 
     def _blind(self, why: str) -> None:
         self.state = BLIND
