@@ -1,7 +1,7 @@
 """The command that runs the job's code: ``python -m MODULE`` or the job's image.
 
 Every kind of job gets the same contract: ``--job-dir`` and the stack's arguments, TF_CONFIG
-for its role (multi-machine strategies), the directories Vertex AI names in ``AIP_*``
+for its role (multi-machine strategies; every tuning trial, with its number in ``task.trial``), the directories Vertex AI names in ``AIP_*``
 variables, its own file for cloudml-hypertune's reports (``CLOUD_ML_HP_METRIC_FILE``), its
 secrets and the stack's ``job.env`` in the environment. Arguments are a list
 handed to the kernel as they are: no shell parses any of them.
@@ -9,6 +9,8 @@ handed to the kernel as they are: no shell parses any of them.
 
 from __future__ import annotations
 
+import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +22,15 @@ from trainstack_contract import (
     HYPERTUNE_METRIC_FILE_ENV,
     LAYOUT,
     TPU_NODE_KIND,
+    TRIAL_ID_ENV,
     VERTEX_CHECKPOINT_DIR_ENV,
     VERTEX_MODEL_DIR_ENV,
     VERTEX_TENSORBOARD_DIR_ENV,
 )
+from trainstack_contract.tf_config import trial_tf_config
+
+# A trial's number as `trainstack tune` sets it (1, 2, ...).
+TRIAL_NUMBER = re.compile(r"[1-9][0-9]{0,5}")
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,25 @@ def vertex_directories(job_dir: str) -> dict[str, str]:
         VERTEX_CHECKPOINT_DIR_ENV: f"{job_dir}/{LAYOUT.checkpoint_dir}",
         VERTEX_TENSORBOARD_DIR_ENV: f"{job_dir}/{LAYOUT.log_dir}",
     }
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on this node's loopback now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def job_tf_config(settings: NodeSettings) -> str | None:
+    """The job's TF_CONFIG: the node's in a multi-machine cluster; for a tuning trial (its
+    number in the job's CLOUD_ML_TRIAL_ID) with ``task.trial``, a trial on one machine in a
+    cluster of that one chief, as AI Platform set it for a master alone."""
+    job = settings.job
+    assert job is not None
+    trial = dict(job.env).get(TRIAL_ID_ENV)
+    if trial is None or TRIAL_NUMBER.fullmatch(trial) is None:
+        return settings.tf_config
+    return trial_tf_config(settings.tf_config, trial, f"localhost:{free_loopback_port()}")
 
 
 def job_command(
@@ -67,8 +93,9 @@ def job_command(
         env.update(job.env)
     env.update(vertex_directories(job.job_dir))
     env.pop("TF_CONFIG", None)
-    if settings.tf_config is not None:
-        env["TF_CONFIG"] = settings.tf_config
+    tf_config = job_tf_config(settings)
+    if tf_config is not None:
+        env["TF_CONFIG"] = tf_config
     # Which node this is (chief, worker-0, ps-1, tpu): the name in status objects and logs.
     env["NODE_NAME"] = settings.node
     env.pop(HYPERTUNE_METRIC_FILE_ENV, None)
@@ -100,7 +127,7 @@ def job_command(
     for name in (
         *vertex_directories(job.job_dir),
         "NODE_NAME",
-        *(["TF_CONFIG"] if settings.tf_config else []),
+        *(["TF_CONFIG"] if tf_config is not None else []),
         *([HYPERTUNE_METRIC_FILE_ENV] if metric_file is not None else []),
         *secrets,
         *credential_names,

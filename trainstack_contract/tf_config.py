@@ -69,6 +69,15 @@ def tf_config(cluster: dict[str, list[str]], role: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
 
 
+def trial_tf_config(node_tf_config: str | None, trial: str, own_address: str) -> str:
+    """A tuning trial's TF_CONFIG: the node's, or for a trial on one machine a cluster of that
+    one chief at ``own_address``, with the trial's number in ``task.trial`` as AI Platform set
+    it (its samples join it to their output directory, so that trials keep their own)."""
+    parsed = json.loads(node_tf_config) if node_tf_config else json.loads(tf_config({CHIEF: [own_address]}, CHIEF, 0))
+    parsed["task"]["trial"] = trial
+    return json.dumps(parsed)
+
+
 def read_cluster(raw: Any) -> dict[str, list[str]]:
     """The cluster of TF_CONFIG: each role a list of "host:port" strings.
 

@@ -186,6 +186,34 @@ def test_job_env_is_in_the_codes_environment_and_what_trainstack_sets_wins(tmp_p
     assert command.env["TF_CONFIG"] == node.tf_config
 
 
+@pytest.mark.parametrize("image", [False, True])
+def test_every_tuning_trial_gets_its_number_in_tf_config_as_ai_platform_set_it(tmp_path: Path, image: bool) -> None:
+    """AI Platform's samples join TF_CONFIG's task.trial to their output directory: without it
+    every trial wrote (and each trial's rmtree deleted) one folder, and the best trial's model
+    was gone."""
+    node = settings()
+    assert node.job is not None
+    assert node.tf_config is not None
+    job = replace(node.job, env=(("CLOUD_ML_TRIAL_ID", "3"),))
+    if image:
+        job = replace(job, module=None, image="registry.example/team/trainer:v1")
+    command = job_command(replace(node, job=job), {"PATH": "/bin"}, tmp_path / "python", None, tmp_path, {})
+    cluster_trial = json.loads(command.env["TF_CONFIG"])
+    assert cluster_trial == {**json.loads(node.tf_config), "task": {**json.loads(node.tf_config)["task"], "trial": "3"}}
+    if image:
+        assert command.argv[command.argv.index("TF_CONFIG") - 1] == "--env"
+    # A trial on one machine (tune --one-node, a one-node stack): a cluster of that one chief.
+    alone = replace(node, job=job, tf_config=None, peers=(), role="chief", index=0)
+    one = json.loads(job_command(alone, {}, tmp_path / "python", None, tmp_path, {}).env["TF_CONFIG"])
+    assert one["task"] == {"type": "chief", "index": 0, "trial": "3"}
+    [address] = one["cluster"]["chief"]
+    host, _, port = address.rpartition(":")
+    assert host == "localhost"
+    assert 0 < int(port) < 65536
+    # A job that is no trial keeps the node's TF_CONFIG, or none on one machine.
+    assert "TF_CONFIG" not in job_command(replace(alone, job=node.job), {}, tmp_path / "p", None, tmp_path, {}).env
+
+
 def test_an_images_container_runs_as_the_jobs_user_with_no_capability_while_its_client_stays_root(
     tmp_path: Path,
 ) -> None:

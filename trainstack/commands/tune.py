@@ -7,7 +7,8 @@
 --spec takes AI Platform's ``trainingInput.hyperparameters`` as written (alone, or in a job
 config such as a sample's hptuning_config.yaml). Each trial is a job on the stack's queue, named
 <study>_t<N>, with the job's own arguments and then the trial's parameters as --NAME=VALUE (AI
-Platform's convention), CLOUD_ML_TRIAL_ID=N in its environment, and its own job directory.
+Platform's convention), CLOUD_ML_TRIAL_ID=N in its environment and TF_CONFIG's task.trial, and
+its own job directory.
 Its metric is the spec's hyperparameterMetricTag, read from the cloudml-hypertune report or the
 TensorFlow summaries in that directory; a trial whose code never wrote the tag fails, naming
 the tags it did write. Suggestions and early stopping come from Optuna; the study's state is
