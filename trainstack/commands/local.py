@@ -45,7 +45,7 @@ def docker_engine_answers() -> bool:
 MAX_LOCAL_ARGS_CHARS = 32 * 1024
 # Options whose value is a command line for the job's code, often starting with "--": the
 # command line binds the word after one to it (main.bind_command_line_values).
-COMMAND_LINE_OPTIONS = ("--args",)
+COMMAND_LINE_OPTIONS = ("--args", "--args-replace")
 
 
 def _job_arguments(text: str) -> list[str]:
@@ -120,9 +120,11 @@ def trainer_overrides(args: argparse.Namespace, stack: ResolvedStack) -> Trainer
             "Set your code's flags in trainstack:job.args"
         )
     extra: list[str] = args.args or []
-    if extra and job is None:
-        raise LocalRefused(f"--args: stack {stack.name} has no job to pass them to")
-    for arg in extra:
+    replaced: list[str] | None = args.args_replace
+    option = "--args-replace" if replaced is not None else "--args"
+    if (extra or replaced is not None) and job is None:
+        raise LocalRefused(f"{option}: stack {stack.name} has no job to pass them to")
+    for arg in [*extra, *(replaced or [])]:
         flag = arg.split("=", 1)[0]
         if job is not None and flag in job.reserved_flags:
             hint = (
@@ -130,8 +132,8 @@ def trainer_overrides(args: argparse.Namespace, stack: ResolvedStack) -> Trainer
                 if job.builtin
                 else "nothing: it is the stack's"
             )
-            raise LocalRefused(f"--args: {flag} is set by the stack ({job.reserved_flags[flag]}); use {hint}")
-    return TrainerOverrides(values, tuple(extra))
+            raise LocalRefused(f"{option}: {flag} is set by the stack ({job.reserved_flags[flag]}); use {hint}")
+    return TrainerOverrides(values, tuple(extra), None if replaced is None else tuple(replaced))
 
 
 def preempted_nodes(args: argparse.Namespace, stack: ResolvedStack) -> tuple[str, ...]:
@@ -357,11 +359,19 @@ def register(subparsers: Any) -> None:
     )
     local.add_argument("--data", help="a local data path instead of the job's data")
     local.add_argument("--timeout", type=float, help="seconds to wait for the chief before stopping every node")
-    local.add_argument(
+    given = local.add_mutually_exclusive_group()
+    given.add_argument(
         "--args",
         type=_job_arguments,
         metavar='"ARGS"',
-        help="more arguments for the job's code, after the stack's job.args, e.g. --args \"--learning-rate 0.01\"",
+        help="arguments for the job's code overriding job.args flag by flag: a flag given replaces the same flag "
+        'and its values, the others are kept, e.g. --args "--learning-rate 0.01"',
+    )
+    given.add_argument(
+        "--args-replace",
+        type=_job_arguments,
+        metavar='"ARGS"',
+        help="the job's arguments in place of job.args whole",
     )
     local.add_argument(
         "--verbose", action="store_true", help="show TensorFlow's native start-up messages too (boot.log keeps them)"

@@ -2,8 +2,10 @@
 
 What the job is: with ``--job-file`` the file's mapping, whole (the keys of ``trainstack:job``);
 with ``--package`` or ``--image`` (and their keys) the options alone, whole; otherwise the
-stack's own ``trainstack:job`` with the options given (the built-in trainer's settings, --args,
---env, --name) in place of its values. Options given beside --job-file replace the file's values.
+stack's own ``trainstack:job`` with the options given (the built-in trainer's settings, --env,
+--name) in place of its values, and --args overriding its arguments flag by flag
+(trainstack.jobcode.arguments; --args-replace replaces them whole). Options given beside
+--job-file apply to the file's values the same way.
 
 The stack file with its job replaced goes through the checks every stack goes through (parse,
 catalog feasibility, resolve): every problem is one line naming the key, exit 1, before
@@ -16,6 +18,8 @@ job's id is printed. No Pulumi and no TensorFlow is imported on the way.
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +28,7 @@ from trainstack.commands.local import _job_arguments
 from trainstack.commands.parsers import add_documented_command
 from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
 from trainstack.commands.stackargs import add_stack_arguments, stack_option, stack_path
+from trainstack.jobcode.arguments import override_arguments
 from trainstack.jobstate.report import StatusReadError
 from trainstack_contract import (
     BATCH_SIZE_PER_REPLICA,
@@ -98,8 +103,12 @@ def job_settings(args: argparse.Namespace, stack_job: object) -> dict[str, Any]:
             # A path typed on the command line is the shell's: from the current directory (a
             # stack file's paths start at the project root).
             job[key] = str(Path(getattr(args, key)).absolute())
-    if args.args is not None:
-        job["args"] = args.args
+    if args.args_replace is not None:
+        job["args"] = args.args_replace
+    elif args.args is not None:
+        given = job.get("args")
+        base = [str(word) for word in given] if isinstance(given, list) else []
+        job["args"] = override_arguments(base, args.args)
     if args.env:
         given = job.get("env")
         job["env"] = {**(given if isinstance(given, dict) else {}), **_env(args.env)}
@@ -253,10 +262,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         assert job is not None
         code = [CodeObject(job.package.object_name, job.package.archive)] if job.package else []
         code += [CodeObject(job.requirements.object_name, job.requirements.data)] if job.requirements else []
+        values = spec_values(queued, args.local, args.one_node)
         entry = submit(
             place.store,
             job.name,
-            spec_values(queued, args.local, args.one_node),
+            values,
             code,
             utc_now(),
             lambda queued_entry: job_state(place.objects, job_prefix(queued_entry)) in ENDED_STATES,
@@ -279,6 +289,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         f"job {entry.id} ({entry.job_dir_name}) queued{where} on stack {stack.stack}: "
         f"{place.objects.location(job_prefix(entry))}"
     )
+    print(f"its code's arguments (after --job-dir): {shlex.join(json.loads(values[METADATA_KEYS.trainer_args]))}")
     if args.no_start:
         return 0
     if args.local:
@@ -305,8 +316,18 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "--requirements", help="extra requirements file (as job.requirements; relative to the current directory)"
     )
     own.add_argument("--image", help="a container image (as job.image)")
-    parser.add_argument(
-        "--args", type=_job_arguments, help="the job's arguments as one shell-quoted string (replaces job.args)"
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument(
+        "--args",
+        type=_job_arguments,
+        help="arguments for the job's code as one shell-quoted string, overriding job.args flag by flag: a flag "
+        'given replaces the same flag and its values, the others are kept (--args "--lr 0.01")',
+    )
+    given.add_argument(
+        "--args-replace",
+        type=_job_arguments,
+        metavar="ARGS",
+        help="the job's arguments as one shell-quoted string, in place of job.args whole",
     )
     parser.add_argument(
         "--env", action="append", metavar="NAME=VALUE", help="an environment variable of the job; repeat for several"
@@ -315,7 +336,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "--one-node",
         action="store_true",
         help="run the job (with tune: each trial) on one node of the cluster, the first free one, as a single "
-        "machine (no TF_CONFIG): such jobs run side by side, one per node",
+        "machine (TF_CONFIG names no peers): such jobs run side by side, one per node",
     )
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import shlex
 import signal
 import sys
 import time
@@ -47,6 +49,7 @@ from trainstack.commands.submit import (
     wake_standing,
 )
 from trainstack.jobstate.report import StatusReadError
+from trainstack_contract import METADATA_KEYS
 
 if TYPE_CHECKING:
     from trainstack.stackmodel.resolved import ResolvedStack
@@ -92,7 +95,7 @@ def _local_options(args: argparse.Namespace) -> str:
 
 
 def _job_options_given(args: argparse.Namespace) -> list[str]:
-    options = ["job_file", "name", "args", "env", "one_node", *BUILTIN_OPTIONS, *CODE_OPTIONS]
+    options = ["job_file", "name", "args", "args_replace", "env", "one_node", *BUILTIN_OPTIONS, *CODE_OPTIONS]
     return [f"--{key.replace('_', '-')}" for key in options if getattr(args, key, None)]
 
 
@@ -199,6 +202,8 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
     study, created = open_study(place.store, name, spec, values, utc_now(), one_node=args.one_node)
     if created:
         print(f"study {name} started on stack {stack.stack}: {spec.max_trials} trials of {spec.algorithm}")
+        shown = shlex.join(json.loads(values[METADATA_KEYS.trainer_args]))
+        print(f"each trial's code gets (after --job-dir) {shown} and then the trial's parameters")
     else:
         print(f"study {name} resumed: {len(study.trials)} trials recorded")
     return stack, place, study, code

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import trainstack_contract as contract
 from trainstack.cloud import bootscripts
+from trainstack.jobcode.arguments import override_arguments
 from trainstack.localrun.supervisor import free_loopback_ports
 from trainstack.stackmodel.resolved import ResolvedCluster, ResolvedJob, ResolvedStack
 
@@ -20,15 +21,19 @@ class TrainerOverrides:
     """Trainer flags a local run changes to keep a CPU job short (``--epochs 2`` ...)."""
 
     values: dict[str, str] = field(default_factory=dict)
-    # More arguments for the job's code, after the stack's own (`local --args`).
+    # Arguments for the job's code overriding the stack's flag by flag (`local --args`:
+    # trainstack.jobcode.arguments).
     extra: tuple[str, ...] = ()
+    # The job's arguments in place of the stack's whole (`local --args-replace`).
+    replaced: tuple[str, ...] | None = None
 
     def apply(self, args: list[str], dropped: tuple[str, ...] = ()) -> list[str]:
-        """``args`` with every occurrence of each overridden flag (``--f V`` and ``--f=V``)
-        replaced by one ``--f value`` at the end, and the ``dropped`` flags left out."""
+        """``args`` (or the ``replaced`` ones) with every occurrence of each overridden flag
+        (``--f V`` and ``--f=V``) replaced by one ``--f value`` at the end, the ``dropped``
+        flags left out, and ``extra`` overriding flag by flag."""
         result: list[str] = []
         skip_value = False
-        for arg in args:
+        for arg in args if self.replaced is None else self.replaced:
             if skip_value:
                 skip_value = False
                 continue
@@ -39,7 +44,7 @@ class TrainerOverrides:
             result.append(arg)
         for flag, value in self.values.items():
             result += [flag, value]
-        return [*result, *self.extra]
+        return override_arguments(result, self.extra)
 
 
 @dataclass
@@ -96,6 +101,7 @@ def tpu_stand_in(
             flags.logical_cpus: str(TPU_STAND_IN_REPLICAS),
         },
         overrides.extra,
+        overrides.replaced,
     )
     shrunk = ", ".join(f"{flag} {value}" for flag, value in TPU_STAND_IN_WORK.items() if flag not in overrides.values)
     notes = [

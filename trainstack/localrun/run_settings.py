@@ -39,7 +39,12 @@ def record_path(workdir: Path) -> Path:
 
 
 def write_record(workdir: Path, job: str, overrides: TrainerOverrides) -> None:
-    content = {"job": job, "values": overrides.values, "extra": list(overrides.extra)}
+    content = {
+        "job": job,
+        "values": overrides.values,
+        "extra": list(overrides.extra),
+        "replaced": None if overrides.replaced is None else list(overrides.replaced),
+    }
     temporary = record_path(workdir).with_suffix(".tmp")
     # In the order given: the command printed from it reads as the user wrote it.
     temporary.write_text(json.dumps(content, indent=2) + "\n")
@@ -59,16 +64,19 @@ def read_record(workdir: Path) -> RecordedRun | None:
         return None
     except (FileProblem, ValueError) as error:
         raise SettingsDiffer(f"{path}: {error}; --fresh starts the job over") from None
-    values, extra, job = (content.get(key) if isinstance(content, dict) else None for key in ("values", "extra", "job"))
+    values, extra, job, replaced = (
+        content.get(key) if isinstance(content, dict) else None for key in ("values", "extra", "job", "replaced")
+    )
     if (
-        not isinstance(job, str)
+        (replaced is not None and not (isinstance(replaced, list) and all(isinstance(a, str) for a in replaced)))
+        or not isinstance(job, str)
         or not isinstance(values, dict)
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())
         or not isinstance(extra, list)
         or not all(isinstance(arg, str) for arg in extra)
     ):
         raise SettingsDiffer(f"{path} is not a record of a local run's settings; --fresh starts the job over")
-    return RecordedRun(job, TrainerOverrides(dict(values), tuple(extra)))
+    return RecordedRun(job, TrainerOverrides(dict(values), tuple(extra), None if replaced is None else tuple(replaced)))
 
 
 def command_line(stack: str, overrides: TrainerOverrides, workdir: Path | None = None) -> str:
@@ -76,6 +84,8 @@ def command_line(stack: str, overrides: TrainerOverrides, workdir: Path | None =
     words = ["trainstack", "local", "--stack", stack, *(["--workdir", str(workdir)] if workdir else [])]
     for flag, value in overrides.values.items():
         words += [flag, value]
+    if overrides.replaced is not None:
+        words.append(f"--args-replace={shlex.join(overrides.replaced)}")
     if overrides.extra:
         words.append(f"--args={shlex.join(overrides.extra)}")
     return shlex.join(words)
@@ -83,6 +93,8 @@ def command_line(stack: str, overrides: TrainerOverrides, workdir: Path | None =
 
 def _describe(overrides: TrainerOverrides) -> dict[str, str]:
     described = dict(overrides.values)
+    if overrides.replaced is not None:
+        described["--args-replace"] = shlex.join(overrides.replaced)
     if overrides.extra:
         described["--args"] = shlex.join(overrides.extra)
     return described
