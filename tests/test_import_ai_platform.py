@@ -12,6 +12,7 @@ import yaml
 
 from trainstack.catalog import legacy_machine_types, load_catalog, scale_tiers
 from trainstack.commands.main import main
+from trainstack.jobcode.package import project_path
 from trainstack.stackmodel.stackfile import load_stack
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
@@ -209,7 +210,9 @@ def test_the_seed_gcloud_command_lines_import_with_package_module_and_user_args(
     cfg = load_stack(out)[0]
     assert cfg.settings.job is not None
     assert cfg.settings.job.name == "flowers_2019"
-    assert Path(cfg.settings.job.package or "") == trainer
+    # Written from the project root, as every path of a stack file, never absolute.
+    assert not Path(cfg.settings.job.package or "/").is_absolute()
+    assert project_path(cfg.settings.job.package or "").resolve() == trainer.resolve()
     assert cfg.settings.job.module == "trainer.task"
     assert cfg.settings.job.args == ["--user_arg_1", "value_1", "--user_arg_n", "value_n"]
     # Defect: code written for AI Platform's TensorFlow 2.x runtimes (tf.keras as Keras 2) needed

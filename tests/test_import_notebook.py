@@ -3,6 +3,7 @@ other lines, the variables the cell assigns plainly written in, every other one 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -32,11 +33,11 @@ gcloud ai-platform jobs submit training $JOB_NAME \\
 """
 
 
-def run_import(tmp_path: Path, text: str) -> tuple[int, Path]:
+def run_import(tmp_path: Path, text: str, *options: str) -> tuple[int, Path]:
     cell = tmp_path / "cell.sh"
     cell.write_text(text)
     out = tmp_path / "Pulumi.taxi.yaml"
-    return main(["import", str(cell), "--stack", "taxi", "--project", "acme-ml", "--out", str(out)]), out
+    return main(["import", str(cell), "--stack", "taxi", "--project", "acme-ml", "--out", str(out), *options]), out
 
 
 def test_a_notebook_cells_command_imports_with_the_cells_own_variables_written_in(
@@ -124,5 +125,22 @@ def test_a_tuned_job_whose_package_imports_hypertune_is_told_to_list_cloudml_hyp
     code, out = run_import(tmp_path, text)
     captured = capsys.readouterr()
     assert out.exists(), captured.err
-    assert "the job's package imports hypertune (cloudml-hypertune), which no node installs" in out.read_text()
+    said = "the job's package imports hypertune, which no node installs: add the line cloudml-hypertune to a "
+    assert said + "requirements file and name it in trainstack:job.requirements" in out.read_text()
     assert code == 0, captured.err
+    # Beside the package's setup.py (AI Platform's layout), the requirements file is the job's:
+    # the notice names it until it lists cloudml-hypertune, in any form.
+    (tmp_path / "team" / "setup.py").write_text("from setuptools import setup\nsetup(name='trainer')\n")
+    (tmp_path / "team" / "requirements.txt").write_text("numpy>=1.14\n")
+    code, out = run_import(tmp_path, text, "--force")
+    written = out.read_text()
+    assert code == 0
+    assert "requirements: ../" in written, written
+    assert (
+        f"add the line cloudml-hypertune to {os.path.relpath(tmp_path / 'team' / 'requirements.txt', PROJECT_ROOT)}"
+        in written
+    )
+    (tmp_path / "team" / "requirements.txt").write_text("numpy>=1.14\ncloudml_hypertune  # reports the metric\n")
+    code, out = run_import(tmp_path, text, "--force")
+    assert code == 0
+    assert "imports hypertune" not in out.read_text()

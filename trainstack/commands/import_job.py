@@ -254,10 +254,12 @@ def import_file(path: Path, stack: str, project: str, zone: str | None) -> Impor
         settings["trainstack:tpu"] = shape.tpu
     if shape.job is not None:
         settings["trainstack:job"] = shape.job
-        if shape.tuning is not None and reports_with_hypertune(shape.job):
+        if shape.tuning is not None and reports_with_hypertune(shape.job) and not requires_hypertune(shape.job):
+            where = shape.job.get("requirements")
             notices.append(
-                "the job's package imports hypertune (cloudml-hypertune), which no node installs: list "
-                "cloudml-hypertune in trainstack:job.requirements (hash-locked; docs/own-code.md)"
+                "the job's package imports hypertune, which no node installs: add the line cloudml-hypertune to "
+                + (f"{where}" if where else "a requirements file and name it in trainstack:job.requirements")
+                + " (a line that pins nothing is fine: trainstack hash-locks the file for the nodes)"
             )
     return Imported(settings, notices, tuning=shape.tuning)
 
@@ -268,11 +270,26 @@ MAX_SCANNED_BYTES = 1 << 20
 _IMPORTS_HYPERTUNE = re.compile(r"^\s*(?:import\s+hypertune\b|from\s+hypertune\s+import\b)", re.MULTILINE)
 
 
+def requires_hypertune(job: dict[str, Any]) -> bool:
+    """Whether the job's requirements file lists cloudml-hypertune."""
+    from trainstack.jobcode.node_environment import locked_requirements
+    from trainstack.jobcode.package import project_path
+
+    requirements = job.get("requirements")
+    if not isinstance(requirements, str):
+        return False
+    try:
+        text = project_path(requirements).read_bytes()[:MAX_SCANNED_BYTES].decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(entry.name == "cloudml-hypertune" for entry in locked_requirements(text))
+
+
 def reports_with_hypertune(job: dict[str, Any]) -> bool:
     """Whether the job's package (a directory) imports cloudml-hypertune's ``hypertune``, in
-    the first files and bytes of it; a package with its own requirements file says no more."""
+    the first files and bytes of it."""
     package = job.get("package")
-    if not isinstance(package, str) or "requirements" in job:
+    if not isinstance(package, str):
         return False
     from trainstack.jobcode.package import project_path
 

@@ -7,6 +7,7 @@ credentials in the command are refused, never expanded or carried into a stack.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -210,13 +211,19 @@ def _package_job(command: CommandLine, base: Path, name: str, notices: list[str]
     if module is None:
         raise ImportProblem("--package-path without --module-name: name the module to run (e.g. trainer.task)")
     from trainstack.base.project import PROJECT_ROOT
+    from trainstack.jobcode.package import is_project
 
     directory = (base / package_path).resolve()
-    try:
-        package = str(directory.relative_to(PROJECT_ROOT))
-    except ValueError:
-        package = str(directory)
-    job: dict[str, Any] = {"name": name, "package": package, "module": module}
+    # From the project root, as every path of a stack file: the same on every clone that keeps
+    # the team's repository where this one does (beside it, inside it).
+    job: dict[str, Any] = {"name": name, "package": os.path.relpath(directory, PROJECT_ROOT), "module": module}
+    beside = directory.parent / "requirements.txt"
+    if is_project(directory.parent) and beside.is_file() and not beside.is_symlink():
+        job["requirements"] = os.path.relpath(beside, PROJECT_ROOT)
+        notices.append(
+            f"job.requirements: {beside.name} beside the package's {_project_file(directory.parent)} (the nodes "
+            "install it before the package; one that pins nothing, trainstack hash-locks)"
+        )
     if command.args and (kept := without_job_dir(command.args, notices)):
         job["args"] = kept
     if "--packages" in command.flags:
@@ -225,6 +232,12 @@ def _package_job(command: CommandLine, base: Path, name: str, notices: list[str]
             "trainstack:job.requirements"
         )
     return job
+
+
+def _project_file(directory: Path) -> str:
+    from trainstack.jobcode.package import PROJECT_FILES
+
+    return next(name for name in PROJECT_FILES if (directory / name).is_file())
 
 
 def shape_of_command_line(text: str, base: Path, stack: str, notices: list[str]) -> TrainingShape:
