@@ -86,3 +86,31 @@ def test_a_file_that_is_not_a_plan_is_one_line_and_exit_1(
     err = capsys.readouterr().err
     assert "--against" in err
     assert "Traceback" not in err
+
+
+def test_a_label_added_updates_the_vms_in_place_and_replaces_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adding one labels entry planned a replacement of the chief VM (and its job): the Google
+    provider cannot change a boot disk's initialize_params.labels, so `pulumi up` is told to
+    leave them as created, and the VM's own labels change in place."""
+    import pulumi_gcp as gcp
+
+    ignored: list[list[str]] = []
+    original = gcp.compute.Instance.__init__
+
+    def recording(self: object, resource_name: str, *args: object, **kwargs: object) -> None:
+        opts = kwargs.get("opts")
+        ignored.append(list(getattr(opts, "ignore_changes", None) or []))
+        original(self, resource_name, *args, **kwargs)  # type: ignore[arg-type]
+
+    previous = plan_json(write_stack(tmp_path, base_config()), capsys)
+    labelled = base_config()
+    labelled["trainstack:labels"] = {"team": "vision", "cost-center": "cc-42"}
+    monkeypatch.setattr(gcp.compute.Instance, "__init__", recording)
+    document, _ = against(write_stack(tmp_path, labelled), previous, capsys)
+    assert ignored
+    assert all("bootDisk.initializeParams.labels" in each for each in ignored)
+    assert not [c for c in document["changes"] if c["action"] in ("replace", "delete")]
+    updated = {c["name"]: c["keys"] for c in document["changes"] if c["action"] == "update"}
+    assert updated["test-cluster-chief"] == ["labels"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.base.errors import Problem, StackConfigError
+from trainstack.cloud.components.cluster import INSTANCE_IGNORED_CHANGES
 
 # Arguments the gcp provider cannot update in place, for the resources and arguments
 # trainstack sets: a change to one means delete and create. A subset of the provider's
@@ -39,6 +40,8 @@ REPLACED_WHEN_CHANGED: dict[str, tuple[str, ...]] = {
     "gcp:compute/network:Network": ("name", "project", "autoCreateSubnetworks"),
     "gcp:compute/subnetwork:Subnetwork": ("name", "project", "region", "network", "ipCidrRange"),
 }
+# The inputs the program sets ignore_changes on, by type: a change to them changes nothing.
+IGNORED_CHANGES: dict[str, tuple[str, ...]] = {"gcp:compute/instance:Instance": INSTANCE_IGNORED_CHANGES}
 DEFAULT_REPLACED_WHEN_CHANGED = ("name", "project", "zone", "region", "location")
 BUCKET = "gcp:storage/bucket:Bucket"
 MACHINES = frozenset({"gcp:compute/instance:Instance", "gcp:tpu/v2Vm:V2Vm", "gcp:workbench/instance:Instance"})
@@ -92,11 +95,31 @@ def read_plan_json(path: Path) -> dict[str, Any]:
     return dict(document)
 
 
+def _without(inputs: dict[str, Any], path: str) -> dict[str, Any]:
+    """``inputs`` without the value at the dotted ``path`` (a copy where it was there)."""
+    head, _, rest = path.partition(".")
+    if head not in inputs:
+        return inputs
+    if not rest:
+        return {key: value for key, value in inputs.items() if key != head}
+    inner = inputs[head]
+    return {**inputs, head: _without(inner, rest)} if isinstance(inner, dict) else inputs
+
+
+def compared_inputs(resource: dict[str, Any]) -> dict[str, Any]:
+    """A resource's inputs as `pulumi up` compares them: without what the program tells it to
+    leave as created (ignore_changes)."""
+    inputs: dict[str, Any] = resource["inputs"]
+    for path in IGNORED_CHANGES.get(resource["type"], ()):
+        inputs = _without(inputs, path)
+    return inputs
+
+
 def compare(previous: dict[str, Any], current: dict[str, Any]) -> list[Change]:
     """The changes from ``previous`` to ``current`` (both ``plan --json`` documents), the
     ones that lose work first."""
-    before = {(r["type"], r["name"]): r["inputs"] for r in previous["resources"]}
-    after = {(r["type"], r["name"]): r["inputs"] for r in current["resources"]}
+    before = {(r["type"], r["name"]): compared_inputs(r) for r in previous["resources"]}
+    after = {(r["type"], r["name"]): compared_inputs(r) for r in current["resources"]}
     changes: list[Change] = []
     for key in sorted(before.keys() - after.keys()):
         changes.append(Change("delete", *key))

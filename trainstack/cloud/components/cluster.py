@@ -189,6 +189,13 @@ class TrainingCluster(pulumi.ComponentResource):
         self.register_outputs({"names": self.names, "recoverable_names": self.recoverable_names})
 
 
+# What `pulumi up` leaves as it was created: the provider cannot change a boot disk's labels
+# (initialize_params.labels is ForceNew in the Google provider), so a label added to the stack
+# would replace every VM, ending its job. The VM's own labels change in place; its disk keeps
+# the labels it was created with.
+INSTANCE_IGNORED_CHANGES = ("bootDisk.initializeParams.labels",)
+
+
 def node_instance(
     resource_name: str, node: ClusterNode, args: TrainingClusterArgs, opts: pulumi.ResourceOptions
 ) -> gcp.compute.Instance:
@@ -233,5 +240,5 @@ def node_instance(
         },
         labels={**args.place.labels, "trainstack-role": node.role},
         allow_stopping_for_update=True,
-        opts=opts,
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(ignore_changes=list(INSTANCE_IGNORED_CHANGES))),
     )
