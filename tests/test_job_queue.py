@@ -620,3 +620,34 @@ def test_jobs_shows_the_metric_a_jobs_code_reported_with_cloudml_hypertune(
     assert rows[2]["metric"] == {"name": "eval_loss", "value": 0.5}
     code, out, _ = run(capsys, "jobs", *args)
     assert "rmse=4.25" in out
+
+
+def test_jobs_shows_a_trials_metric_its_study_read_from_the_summaries(
+    stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trial whose code wrote only TensorBoard summaries has its metric in its study: `jobs`
+    shows it, by the spec's tag, where the trial's job itself reported none."""
+    import yaml
+
+    from stack_helpers import LEARNING_RATE_STUDY
+    from trainstack.tuning.spec import spec_from_mapping
+    from trainstack.tuning.study import Study, Trial, study_object
+
+    args = local_args(stack, tmp_path)
+    assert run(capsys, "submit", *args, "--name", "lr_t1")[0] == 0
+    root = bucket_dir(tmp_path)
+    start, end = "2026-01-01T10:00:00Z", "2026-01-01T10:30:00Z"
+    for node in ("job", "chief"):
+        write_status(root, "q1_lr_t1", node, (STATES.running, start), (STATES.succeeded, end))
+    spec = spec_from_mapping(
+        yaml.safe_load(LEARNING_RATE_STUDY.format(trials=2, parallel=1))["trainingInput"]["hyperparameters"]
+    )
+    trial = Trial(1, {"learning-rate": 0.01}, start, state=STATES.succeeded, job_id=1, metric=0.875)
+    study = Study("lr", spec, {}, start, 7, trials=(trial,))
+    study_file = root / study_object("lr")
+    study_file.parent.mkdir(parents=True)
+    study_file.write_bytes(study.to_json())
+    code, out, err = run(capsys, "jobs", *args, "--json")
+    assert code == 0, err
+    rows = {row["id"]: row for row in json.loads(out)["jobs"]}
+    assert rows[1]["metric"] == {"name": "epoch_accuracy", "value": 0.875}

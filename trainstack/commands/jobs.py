@@ -5,7 +5,9 @@ queue's index and their status objects, and a queued or running job ended.
 (the latest ``--limit``): state, when each was submitted, started and ended, its duration, the
 nodes that recorded a status, its cost at catalog prices (the hourly price of the machines it ran
 on, as `trainstack cost` has them: all of the stack's, or the one node of a one-node job; times the
-duration) and its final metric (metrics.json).
+duration) and its final metric, by name: the last its code reported with cloudml-hypertune, else
+the built-in trainer's metrics.json, else, for a tuning trial, what its study read from its
+summaries.
 
 `cancel` marks the job's entry cancelled under a generation precondition: a queued job never
 starts; the nodes running it end its code within a poll, record CANCELLED and go on with the
@@ -15,6 +17,8 @@ queue. A job that has ended (SUCCEEDED, FAILED, CANCELLED) is reported, exit 1, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -55,7 +59,38 @@ def job_rows(args: argparse.Namespace, stack: ResolvedStack, limit: int) -> list
         JobSource(entry.id, entry.name, place.objects, job_prefix(entry), entry) for entry in index.entries[-limit:]
     ]
     prices, now = node_hourly(stack), time.time()
-    return [job_row(source, prices, now) for source in sources]
+    return with_trial_metrics([job_row(source, prices, now) for source in sources], place.store)
+
+
+# A tuning trial's job name: <study>_t<N> (trainstack.tuning.study.trial_job_name).
+_TRIAL_JOB = re.compile(r"(?P<study>.+)_t(?P<number>[1-9][0-9]{0,5})")
+
+
+def with_trial_metrics(rows: list[JobRow], store: Any) -> list[JobRow]:
+    """``rows``, where a tuning trial's job reported no metric of its own (no hypertune report,
+    no metrics.json) with the one its study read for it from its summaries."""
+    from trainstack.jobqueue.store import StoreError
+    from trainstack.tuning.engine import read_study
+    from trainstack.tuning.study import StudyFormatError
+
+    studies: dict[str, Any] = {}
+    result = []
+    for row in rows:
+        match = _TRIAL_JOB.fullmatch(row.name)
+        if row.metric is None and match is not None and row.id > 0:
+            name = match["study"]
+            if name not in studies:
+                try:
+                    studies[name] = read_study(store, name)
+                except (StudyFormatError, StoreError):
+                    # A study that cannot be read leaves the row as it is: `tune status` says why.
+                    studies[name] = None
+            study = studies[name]
+            trial = next((t for t in study.trials if t.job_id == row.id), None) if study is not None else None
+            if trial is not None and trial.metric is not None:
+                row = dataclasses.replace(row, metric=(study.spec.hyperparameter_metric_tag, trial.metric))
+        result.append(row)
+    return result
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
