@@ -196,3 +196,23 @@ def test_a_declared_write_under_the_jobs_own_directory_is_its_own_not_another_pl
 ) -> None:
     config = team_job([], buckets={"write": ["gs://test-project-123_test/jobs/taxifare/exports/"]})
     assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "kind"),
+    [
+        # The course samples' own spellings, singular and plural.
+        ("--train_data_path", "read"),
+        ("--train_data_paths", "read"),
+        ("--eval_data_paths", "read"),
+        ("--input-files", "read"),
+        ("--output_dir", "write"),
+        ("--job-dir", "write"),
+        ("--learning_rate", None),
+    ],
+)
+def test_the_flags_the_samples_use_say_whether_the_job_reads_or_writes(flag: str, kind: str | None) -> None:
+    from trainstack_contract.jobaccess import bucket_uses
+
+    [use] = bucket_uses([f"{flag}=gs://team-data/taxifare/x.csv"])
+    assert use.kind == kind

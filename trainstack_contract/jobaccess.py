@@ -135,7 +135,7 @@ class JobAccess:
 # flag, or in job.env, says nothing of which, and is declared in job.buckets.
 WRITE_FLAG: Final = re.compile(r"--(?:job|output|model|export|checkpoint|log|tensorboard)[-_](?:dir|path)")
 READ_FLAG: Final = re.compile(
-    r"--(?:[a-z0-9]+[-_])*(?:data|files?|input|inputs|dataset|vocab)(?:[-_](?:path|dir|pattern|uri))?"
+    r"--(?:[a-z0-9]+[-_])*(?:data|files?|input|inputs|dataset|vocab)(?:[-_](?:path|dir|pattern|uri)s?)?"
 )
 # A place a stack declares its job reads or writes: a bucket, or a folder of one (a trailing "/").
 PLACE: Final = re.compile(r"gs://[a-z0-9][a-z0-9_.-]{1,220}[a-z0-9](?:/(?:(?!\.{1,2}/)[A-Za-z0-9_.=-]{1,200}/){1,16})?")
