@@ -28,6 +28,25 @@ def quicker_agent_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TIME_SCALE_VARIABLE, AGENT_TIME_SCALE)
 
 
+@pytest.fixture(autouse=True)
+def wheel_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test reaches a package index or writes the checkout's .trainstack/: a requirements
+    file trainstack locks (trainstack.jobcode.requirements_lock) is resolved offline against
+    this test's own folder of wheels (empty unless the test fills it, tests/wheel_index.py),
+    and its lock kept in the test's own folder."""
+    from trainstack.jobcode import requirements_lock
+
+    # Beside the test's tmp_path, not in it: tests list what they wrote there.
+    own = tmp_path_factory.mktemp("locking")
+    folder = own / "wheel-index"
+    folder.mkdir()
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    monkeypatch.setenv("UV_FIND_LINKS", str(folder))
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    monkeypatch.setattr(requirements_lock, "LOCK_DIR", own / "requirement-locks")
+    return folder
+
+
 @pytest.fixture(params=SHIPPED_STACKS)
 def shipped_plan(request: pytest.FixtureRequest) -> Plan:
     return plan_for(request.param)

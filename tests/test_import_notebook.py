@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from wheel_index import node_pins, wheel
 
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.commands.main import main
@@ -106,8 +107,11 @@ def test_a_file_with_no_submit_command_is_still_neither_yaml_nor_json(
 
 
 def test_a_tuned_job_whose_package_imports_hypertune_is_told_to_list_cloudml_hypertune(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], wheel_index: Path
 ) -> None:
+    for version in node_pins("numpy"):
+        wheel(wheel_index, "numpy", version)
+    wheel(wheel_index, "cloudml-hypertune", "0.1.0.dev6")
     package = tmp_path / "team" / "trainer"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")

@@ -7,65 +7,25 @@ pin a version."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from wheel_index import node_pins, wheel
 
 from stack_helpers import base_config, write_stack
 from trainstack.commands.main import main
 from trainstack.jobcode import requirements_lock
-from trainstack.jobcode.node_environment import NODE_LOCK, locked_requirements
 
 CENSUS_REQUIREMENTS = "numpy>=1.14\npandas>=0.22\nsix>=1.11\n"
 
 
-def node_pins(name: str) -> list[str]:
-    """The versions locks/node.txt pins for ``name`` (one for each Python it marks)."""
-    versions = [entry.version for entry in locked_requirements(NODE_LOCK.read_text()) if entry.name == name]
-    pinned = [version for version in versions if version is not None]
-    assert pinned == versions, f"locks/node.txt leaves {name} unpinned"
-    assert pinned, f"locks/node.txt pins no {name}"
-    return pinned
-
-
-def wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> str:
-    """A pure-Python wheel of ``name`` ``version`` in ``folder``; its sha256."""
-    dist = f"{name.replace('-', '_')}-{version}"
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
-        f"Requires-Dist: {requirement}\n" for requirement in requires
-    )
-    files = {
-        f"{dist}.dist-info/METADATA": metadata,
-        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(
-        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
-        f"{len(text.encode())}\n"
-        for path, text in files.items()
-    )
-    files[f"{dist}.dist-info/RECORD"] = record + f"{dist}.dist-info/RECORD,,\n"
-    path = folder / f"{dist}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for member, text in files.items():
-            archive.writestr(member, text)
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 @pytest.fixture
-def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A package index of wheels (uv's --find-links, no other index), and a lock folder of the test's own."""
-    folder = tmp_path / "wheels"
-    folder.mkdir()
-    monkeypatch.setenv("UV_OFFLINE", "1")
-    monkeypatch.setenv("UV_FIND_LINKS", str(folder))
-    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
-    monkeypatch.setattr(requirements_lock, "LOCK_DIR", tmp_path / "locks")
-    return folder
+def index(wheel_index: Path) -> Path:
+    """The test's own package index (conftest: offline, and each test's locks its own)."""
+    return wheel_index
 
 
 def team_stack(tmp_path: Path, requirements: str, **job: Any) -> Path:
@@ -120,7 +80,7 @@ def test_censuss_own_requirements_validate_and_the_plan_shows_their_lock(
     # The newest each line allows, but what the nodes pin stays as they pin it (numpy, six).
     pinned = [pin.partition(" ;")[0] for pin in entry["pins"]]
     assert pinned == [*(f"numpy=={version}" for version in numpy), "pandas==2.3.3", f"six=={six}"]
-    [lock] = (tmp_path / "locks").iterdir()
+    [lock] = requirements_lock.LOCK_DIR.iterdir()
     assert entry["lock"] == str(lock)
     text = lock.read_text()
     assert f"--hash=sha256:{pandas}" in text
@@ -162,7 +122,7 @@ def test_a_file_that_is_hash_locked_already_is_uploaded_as_it_is(
     entry = requirements_artifact(plan_json(stack_file, capsys))
     assert entry["sha256"] == hashlib.sha256(text.encode()).hexdigest()
     assert "lock" not in entry
-    assert not (tmp_path / "locks").exists()
+    assert not requirements_lock.LOCK_DIR.exists()
 
 
 def test_a_half_locked_file_is_refused_not_re_resolved(

@@ -718,7 +718,8 @@ class Settings(_Strict):
     labels: dict[str, str] = Field(
         default_factory=dict,
         description=f"labels on every resource: at most {MAX_USER_LABELS} of a stack's own; keys starting "
-        f"`{RESERVED_LABEL_PREFIX}` are trainstack's",
+        f"`{RESERVED_LABEL_PREFIX}` are trainstack's. A change updates the VMs' labels in place; a VM's boot disk "
+        "keeps the labels it was created with (the provider would replace the VM to change them)",
     )
     cluster: Cluster | None = Field(default=None, description="VMs that train: a chief, workers and parameter servers")
     tpu: Tpu | None = Field(default=None, description="a TPU VM that trains")
