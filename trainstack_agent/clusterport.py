@@ -94,7 +94,8 @@ class ClusterPortWatch:
     """One start of the job's code on a node of a multi-node cluster: does it listen on the
     node's TF_CONFIG port? It warns (log and status) when the code has run
     :attr:`Timings.cluster_port_window` without listening, or ends, well or not, after at least
-    :attr:`Timings.cluster_port_min_run` without having listened (nodes that each run the job
+    :attr:`Timings.cluster_port_min_run_own_code` (the built-in trainer's:
+    :attr:`Timings.cluster_port_min_run`) without having listened (nodes that each run the job
     alone race on what they share, so such a job fails as often as not, and the warning says
     why); a code that listens withdraws an earlier warning. Code that ends sooner, or that the
     node ends itself, is not judged: its failure or the lost peer says more."""
@@ -116,6 +117,10 @@ class ClusterPortWatch:
         self.timings = timings
         self.log = log
         self.state = WATCHING
+        # The built-in trainer on a finished job exits before it builds its strategy, a few
+        # seconds in with a gs:// job directory; a team's code that trains anything runs longer.
+        builtin = settings.job is not None and settings.job.builtin
+        self.min_run = timings.cluster_port_min_run if builtin else timings.cluster_port_min_run_own_code
         self.started = 0.0
         self.next_look = 0.0
 
@@ -156,17 +161,19 @@ class ClusterPortWatch:
     def end(self, now: float, exit_code: int) -> None:
         """The code exited by itself with ``exit_code``."""
         ran = now - self.started
-        if self.state != WATCHING or ran < self.timings.cluster_port_min_run:
+        if self.state != WATCHING or ran < self.min_run:
             return
-        outcome = (
-            "trained a model of its own instead of one model together"
-            if exit_code == 0
-            else "ran the job alone, racing the others on whatever they share (an output directory each deletes "
-            "and writes), which may be why it failed"
-        )
+        said = f"the job's code ended (exit {exit_code}) after {ran:.0f} s on {self.node} without ever listening on "
+        if exit_code == 0:
+            self._warn(
+                f"{said}its TF_CONFIG port {self.port}: it ignored TF_CONFIG, so each of the {self.nodes} nodes "
+                "trained a model of its own instead of one model together"
+            )
+            return
         self._warn(
-            f"the job's code ended (exit {exit_code}) after {ran:.0f} s on {self.node} without ever listening on "
-            f"its TF_CONFIG port {self.port}: it ignored TF_CONFIG, so each of the {self.nodes} nodes {outcome}"
+            f"{said}its TF_CONFIG port {self.port}: if it builds no strategy from TF_CONFIG, each of the "
+            f"{self.nodes} nodes ran the job alone, racing the others on whatever they share (an output directory "
+            "each deletes and writes), which may be why it failed"
         )
 
     def _blind(self, why: str) -> None:

@@ -82,6 +82,12 @@ class JobSettings:
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
 
+    @property
+    def builtin(self) -> bool:
+        """The built-in trainer's job, as warm_start marks it: its module's name says nothing
+        (AI Platform's samples run trainer.task too)."""
+        return self.warm_start
+
 
 @dataclass(frozen=True)
 class PythonSettings:

@@ -22,7 +22,7 @@ from trainstack_agent.outcome import Ended, Outcome, ended_outcome
 from trainstack_agent.peers import PeerWatch
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.settings import NodeSettings
-from trainstack_contract import BUILTIN_MODULE, STATES
+from trainstack_contract import STATES
 
 
 def restart_limit(settings: NodeSettings) -> int:
@@ -120,7 +120,7 @@ def resume_words(settings: NodeSettings) -> str:
     """What a restart resumes from: the built-in trainer keeps a backup in the job directory; a
     team's code only what it saved there itself (trainstack cannot tell)."""
     job = settings.job
-    if job is not None and job.module == BUILTIN_MODULE:
+    if job is not None and job.builtin:
         return "it resumes from its backup"
     return "the job's code resumes from what it saved in its job directory, if anything (BackupAndRestore)"
 
