@@ -43,6 +43,8 @@ def wheel_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     monkeypatch.setenv("UV_OFFLINE", "1")
     monkeypatch.setenv("UV_FIND_LINKS", str(folder))
     monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    # The variable too: trainstack commands a test starts read it.
+    monkeypatch.setenv(requirements_lock.LOCKS_VARIABLE, str(own / "requirement-locks"))
     monkeypatch.setattr(requirements_lock, "LOCK_DIR", own / "requirement-locks")
     return folder
 

@@ -5,7 +5,8 @@ AI Platform took it (``numpy>=1.14``, ``cloudml-hypertune``) pins nothing, so tr
 it: ``uv pip compile --generate-hashes --universal`` resolves it once, for every Python the
 nodes' images run, with the node environment's own lock as constraints (so no version a
 node pins moves), through the package index this machine's pip is set up for. The lock is
-kept in ``.trainstack/requirement-locks/`` (git-ignored), named by the digests of the file
+kept in ``.trainstack/requirement-locks/`` (git-ignored; or where TRAINSTACK_REQUIREMENT_LOCKS
+says), named by the digests of the file
 and of those constraints: a later `validate`, `plan` or `pulumi up` of the same file uses it
 without reaching an index, and it is what `pulumi up` uploads and every node installs. A file
 that is already hash-locked is used as it is.
@@ -25,7 +26,9 @@ from pathlib import Path
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.jobcode.node_environment import NODE_LOCK, tpu_lock, unhashed_requirements
 
-LOCK_DIR = PROJECT_ROOT / ".trainstack" / "requirement-locks"
+# Where locks are kept; TRAINSTACK_REQUIREMENT_LOCKS names another folder (a CI cache).
+LOCKS_VARIABLE = "TRAINSTACK_REQUIREMENT_LOCKS"
+LOCK_DIR = Path(os.environ.get(LOCKS_VARIABLE) or PROJECT_ROOT / ".trainstack" / "requirement-locks")
 # The oldest and the newest Python of the nodes' images (TPU VM: 3.10; Deep Learning VM: 3.12):
 # one universal resolution covers them all, as scripts/lock does for the node environment.
 NODE_PYTHON = "3.10"
