@@ -216,3 +216,21 @@ def test_the_flags_the_samples_use_say_whether_the_job_reads_or_writes(flag: str
 
     [use] = bucket_uses([f"{flag}=gs://team-data/taxifare/x.csv"])
     assert use.kind == kind
+
+
+def test_a_queued_job_may_write_the_stacks_own_job_directory_in_a_teams_bucket(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An imported AI Platform job keeps --job-dir as job.job_dir and writes --output_dir there
+    too: `pulumi up` grants that folder, so a queued job or trial writing it is not refused."""
+    config = team_job([*TAXIFARE_ARGS[:2], "--output_dir", "gs://team-out/taxifare/trained"])
+    config["trainstack:job"]["job_dir"] = "gs://team-out/taxifare/trained"
+    config["trainstack:cluster"]["idle_minutes"] = 10
+    stack = write_stack(tmp_path, config)
+    base = ["submit", "--stack-file", str(stack), "--local", "--workdir", str(tmp_path / "work"), "--no-start"]
+    assert main(base) == 0, capsys.readouterr().err
+    assert main([*base, "--args", "--output_dir gs://team-out/taxifare/elsewhere"]) == 1
+    assert (
+        "reaches gs://team-out/taxifare/elsewhere/, which the stack's machines are not granted"
+        in capsys.readouterr().err
+    )

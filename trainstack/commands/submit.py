@@ -170,7 +170,11 @@ def ungranted_places(stack: ResolvedStack, queued: ResolvedStack) -> list[str]:
         for place in queued.job.places.reads
         if not covers([*read_anyway, *(granted.reads if granted else ()), *(granted.writes if granted else ())], place)
     ]
-    missing += [place for place in queued.job.places.writes if not covers(granted.writes if granted else (), place)]
+    # The stack's own job directory in a team's bucket is granted for writing too: a queued
+    # job's arguments that name it (AI Platform's --output_dir = --job-dir) write a granted place.
+    own_dir = [stack.job.job_dir.rstrip("/") + "/"] if stack.job is not None and stack.job.job_dir_bucket else []
+    writable = [*(granted.writes if granted else ()), *own_dir]
+    missing += [place for place in queued.job.places.writes if not covers(writable, place)]
     return missing
 
 
