@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
+from wheel_index import wheel
 
 import trainstack.localrun.run
 import trainstack.stackmodel.stackfile
@@ -268,8 +269,11 @@ _already_run: set[tuple[tuple[str, ...], int]] = set()
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A directory like the repository root, whose stacks/ is a copy."""
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wheel_index: Path) -> Path:
+    """A directory like the repository root, whose stacks/ is a copy. The requirements files
+    the pages' examples name are locked offline (conftest), against a wheel of each name they
+    require in the test's own index."""
+    wheel(wheel_index, "cloudml-hypertune", "0.1.0.dev6")
     stacks = tmp_path / "stacks"
     stacks.mkdir()
     for stack_file in (ROOT / "stacks").glob("Pulumi.*.yaml"):
