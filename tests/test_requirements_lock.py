@@ -144,3 +144,20 @@ def test_a_requirement_that_would_move_a_node_pin_is_named_before_any_index_is_a
     err = capsys.readouterr().err
     assert "tensorflow<2 excludes tensorflow" in err
     assert "could not" not in err
+
+
+def test_a_tpu_vms_lock_keeps_its_runtimes_tensorflow_and_what_trainstack_adds_to_it() -> None:
+    """A TPU VM runs its runtime's TensorFlow, not locks/node.txt's: its lock is resolved
+    against that version and locks/tpu-tf-X.Y.txt."""
+    from trainstack.base.project import PROJECT_ROOT
+    from trainstack.catalog import load_catalog
+    from trainstack.stackmodel.feasibility import requirement_constraints
+    from trainstack.stackmodel.stackfile import load_checked_stack
+
+    cfg, _ = load_checked_stack(PROJECT_ROOT / "stacks" / "Pulumi.tpu.yaml")
+    constraints = requirement_constraints(cfg, load_catalog())
+    assert constraints.name == "locks/tpu-tf-2.17.txt"
+    assert constraints.text.startswith("tensorflow==2.17.")
+    assert "tf-keras==2.17." in constraints.text
+    multiworker, _ = load_checked_stack(PROJECT_ROOT / "stacks" / "Pulumi.multiworker.yaml")
+    assert requirement_constraints(multiworker, load_catalog()).name == "locks/node.txt"
