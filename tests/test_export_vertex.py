@@ -716,3 +716,19 @@ def test_a_tune_spec_with_the_sdk_snippet_format_is_refused(capsys: pytest.Captu
     code, out, err = export(capsys, "--stack", "paramserver", "--tune-spec", str(spec_file), "--format", "python")
     assert (code, out) == (2, "")
     assert err == "trainstack: --tune-spec: --format gcloud or json (the SDK snippet is a custom job)\n"
+
+
+def test_an_a3_ultra_stack_keeps_its_hyperdisk_boot_disk_on_vertex(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A3 Ultra cannot boot from Persistent Disk: rewritten to pd-ssd, the exported job failed at
+    creation. Vertex AI's DiskSpec takes hyperdisk-balanced (its default for A3 Ultra)."""
+    path = write_stack(tmp_path, {"chief": {"machine_type": "a3-ultragpu-8g", "spot": True}})
+    config = yaml.safe_load(path.read_text())
+    config["config"]["trainstack:zone"] = "us-central1-b"
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = export(capsys, "--stack-file", str(path))
+    assert code == 0, err
+    [pool] = spec_of(out).worker_pool_specs
+    assert pool.disk_spec.boot_disk_type == "hyperdisk-balanced"
+    assert "becomes pd-ssd" not in err

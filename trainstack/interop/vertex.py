@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 FORMATS = ("gcloud", "python", "json")
 # Vertex AI's pool order: the chief, the workers, the parameter servers (the contract's order).
 POOL_ROLES = ROLES
-# The boot disk types a Vertex AI training replica takes (DiskSpec.boot_disk_type).
-VERTEX_BOOT_DISKS = ("pd-ssd", "pd-standard")
+# The boot disk types a Vertex AI training replica takes (DiskSpec.boot_disk_type: "Valid values:
+# pd-ssd, pd-standard or hyperdisk-balanced", the default for A3 Ultra machines; aiplatform v1
+# discovery document, revision 20261106, shipped with google-api-python-client 2.202.0).
+VERTEX_BOOT_DISKS = ("pd-ssd", "pd-standard", "hyperdisk-balanced")
 
 
 class ExportProblem(ValueError):
@@ -46,7 +48,10 @@ def _machine_spec(node: ClusterNode) -> dict[str, Any]:
 def _disk_spec(node: ClusterNode, notes: list[str]) -> dict[str, Any]:
     disk_type = node.boot_disk_type if node.boot_disk_type in VERTEX_BOOT_DISKS else "pd-ssd"
     if disk_type != node.boot_disk_type:
-        note = f"Vertex AI boots replicas from pd-ssd or pd-standard: {node.boot_disk_type} becomes pd-ssd"
+        note = (
+            f"Vertex AI boots replicas from pd-ssd, pd-standard or hyperdisk-balanced: {node.boot_disk_type} "
+            "becomes pd-ssd"
+        )
         if note not in notes:
             notes.append(note)
     return {"bootDiskType": disk_type, "bootDiskSizeGb": node.disk_gb}
