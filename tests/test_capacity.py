@@ -88,7 +88,21 @@ def test_a_flex_start_node_is_planned_with_the_scheduling_google_requires(h200_p
     assert scheduling["instanceTerminationAction"] == "DELETE"
     assert scheduling["maxRunDuration"]["seconds"] == HOURS * 3600
     assert "preemptible" not in scheduling
-    assert "reservationAffinity" not in instance(h200_plan, "worker-0").inputs
+    # Dynamic Workload Scheduler's capacity, never a reservation's.
+    assert instance(h200_plan, "worker-0").inputs["reservationAffinity"] == {"type": "NO_RESERVATION"}
+
+
+@pytest.mark.parametrize(("on_finish", "action"), [("stop", "STOP"), ("keep", "STOP"), ("delete", "DELETE")])
+def test_a_flex_start_run_ends_stopped_or_deleted_as_on_finish_says(
+    tmp_path: Path, on_finish: str, action: str
+) -> None:
+    """Google stops or deletes a flex-start VM at the end of its run by its termination action:
+    on_finish: stop was refused as if Compute Engine always deleted it."""
+    plan = plan_of(write_stack(tmp_path, with_changes(H200, {f"{C}.on_finish": on_finish})))
+    for node in ("chief", "worker-0"):
+        scheduling = instance(plan, node).inputs["scheduling"]
+        assert scheduling["provisioningModel"] == "FLEX_START"
+        assert scheduling["instanceTerminationAction"] == action
 
 
 def test_a_reservation_node_consumes_the_reservation_it_names(reserved_plan: Plan) -> None:
@@ -194,7 +208,13 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         f"{C}.max_run_hours",
         "a flex-start VM needs a run duration",
     ),
-    ("flex_start_stopped", H200, {f"{C}.on_finish": "stop"}, f"{C}.on_finish", "use on_finish: delete"),
+    (
+        "flex_start_six_minutes",
+        H200,
+        {f"{C}.max_run_hours": 0.1},
+        f"{C}.max_run_hours",
+        "0.1 (6 minutes) is under flex-start's shortest run of 10 minutes",
+    ),
     (
         "spot_and_reservation",
         RESERVED,
@@ -228,8 +248,9 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         H200,
         {f"{C}.workers.capacity": "spot"},
         f"{C}.workers.capacity",
-        "spot, but cluster.chief is flex-start: a flex-start VM is deleted after max_run_hours and cannot be started "
-        "again, and the cluster's other machines would wait for it; make every node of the cluster flex_start, or none",
+        "spot, but cluster.chief is flex-start: Compute Engine ends a flex-start VM's run after max_run_hours (stopped "
+        "or deleted), and the cluster's other machines would wait for it; make every node of the cluster flex_start, "
+        "or none",
     ),
     (
         "flex_start_beside_reservation",
@@ -313,7 +334,8 @@ def test_every_capacity_rule_carries_its_source() -> None:
     assert rules.rows
     assert all(r.source and r.as_of[:4].isdigit() for r in rules.rows)
     assert rules.flex_start_max_run_hours == 168
-    assert rules.flex_start_termination_action == "DELETE"
+    assert rules.flex_start_termination_actions == ("STOP", "DELETE")
+    assert rules.flex_start_min_run_minutes == 10
     assert not rules.reservation_with_spot
 
 

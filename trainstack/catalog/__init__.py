@@ -182,8 +182,18 @@ class CapacityRules:
         return float(value) if value else None
 
     @property
-    def flex_start_termination_action(self) -> str:
-        return self._value("flex_start_termination_action") or "DELETE"
+    def flex_start_termination_actions(self) -> tuple[str, ...]:
+        """The termination actions a flex-start VM may have at the end of its run."""
+        return tuple((self._value("flex_start_termination_actions") or "DELETE").split())
+
+    @property
+    def flex_start_min_run_minutes(self) -> float | None:
+        value = self._value("flex_start_min_run_minutes")
+        return float(value) if value else None
+
+    @property
+    def flex_start_reservation_affinity(self) -> str:
+        return self._value("flex_start_reservation_affinity") or "NO_RESERVATION"
 
     @property
     def flex_start_automatic_restart(self) -> bool:

@@ -212,14 +212,14 @@ def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]
     which = f"cluster.{_join(flex)} {'is' if len(flex) == 1 else 'are'} flex-start"
     bound = rules.flex_start_max_run_hours
     problems: list[Problem] = [
-        # Compute Engine deletes a flex-start VM at the end of its run and cannot start it
-        # again: a machine of another capacity would outlive it and wait for it, idle and
-        # billing, with every job it takes after.
+        # Compute Engine ends a flex-start VM's run at max_run_hours (stopped or deleted), and
+        # only the flex-start pool gives it back: a machine of another capacity would outlive it
+        # and wait for it, idle and billing, with every job it takes after.
         Problem(
             f"{key}.{name}.capacity",
-            f"{pool.effective_capacity}, but {which}: a flex-start VM is deleted after max_run_hours and cannot be "
-            "started again, and the cluster's other machines would wait for it; make every node of the cluster "
-            "flex_start, or none (the flex-start machines in a stack of their own)",
+            f"{pool.effective_capacity}, but {which}: Compute Engine ends a flex-start VM's run after max_run_hours "
+            "(stopped or deleted), and the cluster's other machines would wait for it; make every node of the "
+            "cluster flex_start, or none (the flex-start machines in a stack of their own)",
         )
         for name, pool in pools
         if pool.effective_capacity != FLEX_START
@@ -240,13 +240,24 @@ def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]
                 f"{which}; set max_run_hours to at most {bound:g} ({CAPACITY_RULES})",
             )
         )
-    if cluster.on_finish == "stop" and not rules.flex_start_stoppable:
+    shortest = rules.flex_start_min_run_minutes
+    if cluster.max_run_hours is not None and shortest is not None and cluster.max_run_hours * 60 < shortest:
+        problems.append(
+            Problem(
+                f"{key}.max_run_hours",
+                f"{cluster.max_run_hours:g} ({cluster.max_run_hours * 60:g} minutes) is under flex-start's shortest run "
+                f"of {shortest:g} minutes, and {which}; set max_run_hours to at least {shortest / 60:.4g} "
+                f"({CAPACITY_RULES}; this bound is unverified)",
+            )
+        )
+    action = "DELETE" if cluster.on_finish == "delete" else "STOP"
+    if action not in rules.flex_start_termination_actions or (action == "STOP" and not rules.flex_start_stoppable):
+        allowed = " or ".join(rules.flex_start_termination_actions)
         problems.append(
             Problem(
                 f"{key}.on_finish",
-                f"stop, but {which}: Compute Engine deletes a flex-start VM at the end of its run "
-                f"(termination action {rules.flex_start_termination_action}) and a stopped one is not known to start "
-                f"again; use on_finish: delete (or keep) ({CAPACITY_RULES})",
+                f"{cluster.on_finish}, but {which}: its run would end with termination action {action}, and a "
+                f"flex-start VM takes {allowed} ({CAPACITY_RULES})",
             )
         )
     return problems

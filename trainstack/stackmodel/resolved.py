@@ -92,9 +92,12 @@ class ResolvedJob:
 class FlexStart:
     """What Compute Engine requires of a flex-start VM (catalog: capacity_rules.csv)."""
 
+    # At the end of its run: STOP or DELETE, as the cluster's on_finish says.
     termination_action: str
     automatic_restart: bool
     max_run_hours: float | None
+    # The reservations it may consume: none (NO_RESERVATION).
+    reservation_affinity: str = "NO_RESERVATION"
 
 
 class OnCapacity:
@@ -495,14 +498,21 @@ def _cluster_node(
         cost=NodeCost(vm_name, describe_machine(machine_type, accelerator, spot, capacity, pool.reservation), price),
         capacity=capacity,
         reservation=pool.reservation,
-        flex_start=_flex_start(catalog) if capacity == contract.FLEX_START else None,
+        flex_start=_flex_start(catalog, cfg.settings.cluster.on_finish if cfg.settings.cluster else "delete")
+        if capacity == contract.FLEX_START
+        else None,
     )
 
 
-def _flex_start(catalog: Catalog) -> FlexStart:
+def _flex_start(catalog: Catalog, on_finish: str) -> FlexStart:
+    """A flex-start node ends its run as the cluster's other nodes end theirs: deleted with
+    on_finish: delete, else stopped (validate checked the catalog allows it)."""
     rules = catalog.capacity
     return FlexStart(
-        rules.flex_start_termination_action, rules.flex_start_automatic_restart, rules.flex_start_max_run_hours
+        "DELETE" if on_finish == "delete" else "STOP",
+        rules.flex_start_automatic_restart,
+        rules.flex_start_max_run_hours,
+        rules.flex_start_reservation_affinity,
     )
 
 

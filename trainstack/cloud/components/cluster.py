@@ -29,7 +29,10 @@ RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
 
 def reservation_affinity_for(node: ClusterNode) -> gcp.compute.InstanceReservationAffinityArgs | None:
     """The reservation a reservation node consumes: the one it names, else any that matches;
-    None for every other node (their arguments stay as they were before capacity existed)."""
+    none for a flex-start node; None for every other node (their arguments stay as they were before capacity existed)."""
+    if node.flex_start is not None:
+        # A flex-start VM's capacity is the Dynamic Workload Scheduler's, never a reservation's.
+        return gcp.compute.InstanceReservationAffinityArgs(type=node.flex_start.reservation_affinity)
     if node.capacity != contract.RESERVATION:
         return None
     if node.reservation is None:
@@ -43,8 +46,8 @@ def reservation_affinity_for(node: ClusterNode) -> gcp.compute.InstanceReservati
 
 
 def flex_start_scheduling(flex: FlexStart, cluster: ResolvedCluster) -> gcp.compute.InstanceSchedulingArgs:
-    """A Dynamic Workload Scheduler flex-start VM: FLEX_START, restarted by nothing, terminated
-    as the catalog says at the end of its run duration (validate checked the duration)."""
+    """A Dynamic Workload Scheduler flex-start VM: FLEX_START, restarted by nothing, stopped or
+    deleted (as on_finish says) at the end of its run duration (validate checked the duration)."""
     seconds = cluster.max_run_seconds
     assert seconds is not None, "validate refuses flex-start without max_run_hours"
     return gcp.compute.InstanceSchedulingArgs(
