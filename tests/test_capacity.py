@@ -34,7 +34,8 @@ H200: dict[str, Any] = {
     },
     "trainstack:job": {"name": "h200", "epochs": 1},
 }
-# The same two machines from the named reservation h200-team.
+# The same two machines from the named reservation h200-team: A3 Ultra is reserved by future
+# reservations alone, so its VMs are reservation-bound.
 RESERVED: dict[str, Any] = {
     **H200,
     "trainstack:cluster": {
@@ -105,17 +106,54 @@ def test_a_flex_start_run_ends_stopped_or_deleted_as_on_finish_says(
         assert scheduling["instanceTerminationAction"] == action
 
 
-def test_a_reservation_node_consumes_the_reservation_it_names(reserved_plan: Plan) -> None:
-    chief = instance(reserved_plan, "chief").inputs
+# Two A3 High machines (8 x H100) from an ordinary reservation.
+A3_HIGH_RESERVED: dict[str, Any] = {
+    **H200,
+    "trainstack:cluster": {
+        "chief": {"machine_type": "a3-highgpu-8g", "capacity": "reservation", "reservation": "h100-team"},
+        "workers": {"count": 1, "machine_type": "a3-highgpu-8g", "capacity": "reservation", "reservation": "h100-team"},
+        "max_run_hours": HOURS,
+    },
+}
+H200_TEAM = {
+    "type": "SPECIFIC_RESERVATION",
+    "specificReservation": {"key": "compute.googleapis.com/reservation-name", "values": ["h200-team"]},
+}
+
+
+def test_a_reserved_a3_ultra_is_reservation_bound_to_the_reservation_it_names(reserved_plan: Plan) -> None:
+    """A3 Ultra's reserved capacity comes from future reservations, whose VMs Google creates
+    RESERVATION_BOUND: sent as STANDARD, `pulumi up` would fail."""
+    for node in ("chief", "worker-0"):
+        vm = instance(reserved_plan, node).inputs
+        assert vm["scheduling"]["provisioningModel"] == "RESERVATION_BOUND"
+        assert vm["scheduling"]["instanceTerminationAction"] == "STOP"
+        assert vm["reservationAffinity"] == H200_TEAM
+
+
+def test_a_reserved_a3_high_is_a_standard_vm_targeting_its_reservation_unless_calendar_mode(tmp_path: Path) -> None:
+    plan = plan_of(write_stack(tmp_path, A3_HIGH_RESERVED))
+    chief = instance(plan, "chief").inputs
     assert chief["scheduling"]["provisioningModel"] == "STANDARD"
-    assert chief["reservationAffinity"] == {
-        "type": "SPECIFIC_RESERVATION",
-        "specificReservation": {"key": "compute.googleapis.com/reservation-name", "values": ["h200-team"]},
-    }
+    assert chief["reservationAffinity"]["specificReservation"]["values"] == ["h100-team"]
+    calendar = with_changes(
+        A3_HIGH_RESERVED, {f"{C}.chief.reservation_bound": True, f"{C}.workers.reservation_bound": True}
+    )
+    chief = instance(plan_of(write_stack(tmp_path, calendar, stack="calendar")), "chief").inputs
+    assert chief["scheduling"]["provisioningModel"] == "RESERVATION_BOUND"
+    assert chief["reservationAffinity"]["type"] == "SPECIFIC_RESERVATION"
+
+
+def test_plan_and_cost_say_which_kind_of_reservation_a_node_consumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cost", "--stack-file", str(write_stack(tmp_path, A3_HIGH_RESERVED)), "--json"]) == 0
+    described = {node["description"] for node in json.loads(capsys.readouterr().out)["nodes"]}
+    assert described == {"a3-highgpu-8g + 8 x nvidia-h100-80gb (reservation h100-team)"}
 
 
 def test_a_reservation_node_without_a_name_consumes_any_matching_reservation(tmp_path: Path) -> None:
-    plan = plan_of(write_stack(tmp_path, with_changes(RESERVED, {f"{C}.chief.reservation": DELETE})))
+    plan = plan_of(write_stack(tmp_path, with_changes(A3_HIGH_RESERVED, {f"{C}.chief.reservation": DELETE})))
     assert instance(plan, "chief").inputs["reservationAffinity"] == {"type": "ANY_RESERVATION"}
 
 
@@ -168,7 +206,7 @@ def test_cost_says_how_flex_start_and_reserved_machines_are_priced(
     reserved = json.loads(capsys.readouterr().out)
     assert {node["description"] for node in flex["nodes"]} == {"a3-ultragpu-8g + 8 x nvidia-h200-141gb (flex-start)"}
     assert {node["description"] for node in reserved["nodes"]} == {
-        "a3-ultragpu-8g + 8 x nvidia-h200-141gb (reservation h200-team)"
+        "a3-ultragpu-8g + 8 x nvidia-h200-141gb (reservation-bound to future reservation h200-team)"
     }
     assert "flex-start: test-chief, test-worker-0 priced at the on-demand list price, an upper bound" in " ".join(
         flex["notes"]
@@ -180,6 +218,35 @@ def test_cost_says_how_flex_start_and_reserved_machines_are_priced(
 
 INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     # (case id, base, changes, key the message must name, words it must contain)
+    (
+        "reservation_bound_without_a_name",
+        RESERVED,
+        {f"{C}.chief.reservation": DELETE},
+        f"{C}.chief.reservation",
+        "not set, but the node is reservation-bound (a3-ultragpu-8g): a reservation-bound VM targets its future "
+        "reservation by name",
+    ),
+    (
+        "a3_ultra_from_an_ordinary_reservation",
+        RESERVED,
+        {f"{C}.chief.reservation_bound": False},
+        f"{C}.chief.reservation_bound",
+        "false, but a3-ultragpu-8g's reserved capacity comes from future reservations alone",
+    ),
+    (
+        "reservation_bound_on_a_machine_never_so_reserved",
+        RESERVED,
+        {f"{C}.chief.machine_type": "a2-highgpu-1g", f"{C}.chief.reservation_bound": True},
+        f"{C}.chief.reservation_bound",
+        "true, but a2-highgpu-1g is not reserved by future reservations",
+    ),
+    (
+        "reservation_bound_without_a_reservation",
+        H200,
+        {f"{C}.chief.reservation_bound": True},
+        f"{C}.chief",
+        "reservation_bound: true says how a reservation binds the VM, which only capacity: reservation has",
+    ),
     (
         "h200_on_demand",
         RESERVED,

@@ -220,14 +220,14 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "typo_nested_key",
         {f"{C}.workers.machine": "n1-standard-8"},
         f"{C}.workers.machine",
-        "valid keys here: accelerator, capacity, count, disk_gb, machine_type, reservation, spot",
+        "valid keys here: accelerator, capacity, count, disk_gb, machine_type, reservation, reservation_bound, spot",
     ),
     (
         # The chief's annotation is a model, not an Optional: the valid keys are found through it too.
         "typo_in_a_required_section",
         {f"{C}.chief.machine": "n1-standard-8"},
         f"{C}.chief.machine",
-        "valid keys here: accelerator, capacity, disk_gb, machine_type, reservation, spot",
+        "valid keys here: accelerator, capacity, disk_gb, machine_type, reservation, reservation_bound, spot",
     ),
     (
         "accelerator_on_parameter_server",

@@ -203,6 +203,12 @@ class CapacityRules:
     def flex_start_stoppable(self) -> bool:
         return self._value("flex_start_stoppable") == "yes"
 
+    def reservation_bound(self, machine_type: str) -> str | None:
+        """How ``machine_type``'s reserved capacity binds its VMs: "always" (future reservations
+        only: RESERVATION_BOUND), "calendar" (either kind: the stack says), None (never)."""
+        row = next((r for r in self.rows if r.rule == "reservation_bound_machine" and r.subject == machine_type), None)
+        return row.value if row is not None else None
+
     @property
     def reservation_with_spot(self) -> bool:
         return self._value("reservation_spot") == "yes"

@@ -194,6 +194,51 @@ def _check_machine_capacity(key: str, machine: MachineType, capacity: str, catal
     return []
 
 
+def is_reservation_bound(pool: CapacityChoice, machine_type: str, catalog: Catalog) -> bool:
+    """Whether a reservation node is reservation-bound: as the stack says, else as its machine
+    type is reserved (catalog: reservation_bound_machine)."""
+    if pool.effective_capacity != RESERVATION:
+        return False
+    if pool.reservation_bound is not None:
+        return pool.reservation_bound
+    return catalog.capacity.reservation_bound(machine_type) == "always"
+
+
+def _check_reservation_bound(key: str, pool: Any, catalog: Catalog) -> list[Problem]:
+    """A reservation-bound node: a machine type Google reserves that way, naming its reservation;
+    an ordinary one: a machine type that can be reserved so."""
+    if pool.effective_capacity != RESERVATION:
+        return []
+    kind = catalog.capacity.reservation_bound(pool.machine_type)
+    bound = is_reservation_bound(pool, pool.machine_type, catalog)
+    if bound and kind is None:
+        machines = sorted(r.subject for r in catalog.capacity.rows if r.rule == "reservation_bound_machine")
+        return [
+            Problem(
+                f"{key}.reservation_bound",
+                f"true, but {pool.machine_type} is not reserved by future reservations (reservation-bound machine "
+                f"types: {_join(machines)}); leave reservation_bound out ({CAPACITY_RULES})",
+            )
+        ]
+    if not bound and kind == "always":
+        return [
+            Problem(
+                f"{key}.reservation_bound",
+                f"false, but {pool.machine_type}'s reserved capacity comes from future reservations alone (calendar "
+                f"mode or AI Hypercomputer), whose VMs are reservation-bound; leave reservation_bound out ({CAPACITY_RULES})",
+            )
+        ]
+    if bound and pool.reservation is None:
+        return [
+            Problem(
+                f"{key}.reservation",
+                f"not set, but the node is reservation-bound ({pool.machine_type}): a reservation-bound VM targets its "
+                f"future reservation by name; set reservation: NAME (the reservation Compute Engine created for it)",
+            )
+        ]
+    return []
+
+
 def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]:
     """What flex-start asks of the whole cluster: every node flex-start, a run duration within
     its bound, and an on_finish its VMs can carry out."""
@@ -205,9 +250,10 @@ def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]
         if cluster.parameter_servers is not None and cluster.parameter_servers.count
         else []
     )
+    bound_problems = [p for name, pool in pools for p in _check_reservation_bound(f"{key}.{name}", pool, catalog)]
     flex = [f"{name}" for name, pool in pools if pool.effective_capacity == FLEX_START]
     if not flex:
-        return []
+        return bound_problems
     rules = catalog.capacity
     which = f"cluster.{_join(flex)} {'is' if len(flex) == 1 else 'are'} flex-start"
     bound = rules.flex_start_max_run_hours
@@ -260,12 +306,20 @@ def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]
                 f"flex-start VM takes {allowed} ({CAPACITY_RULES})",
             )
         )
-    return problems
+    return bound_problems + problems
 
 
 def _check_tpu_capacity(tpu: Tpu, catalog: Catalog) -> list[Problem]:
     """The capacities a TPU VM can be created with through pulumi-gcp's tpu.V2Vm."""
     key = f"{NAMESPACE}:tpu"
+    if tpu.reservation_bound is not None:
+        return [
+            Problem(
+                f"{key}.reservation_bound",
+                "a TPU VM's reservation is not chosen by provisioning model (tpu.V2Vm offers only \"created under a "
+                'reservation"); leave reservation_bound out',
+            )
+        ]
     offered = catalog.capacity.tpu_capacities()
     rule = offered.get(tpu.effective_capacity)
     if rule is not None and rule.value != "yes":

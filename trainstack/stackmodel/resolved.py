@@ -32,6 +32,7 @@ from trainstack.jobcode.package import (
 from trainstack.stackmodel.feasibility import (
     CheckedFacts,
     effective_accelerator,
+    is_reservation_bound,
     requirement_constraints,
     resolved_strategy,
 )
@@ -131,6 +132,8 @@ class ClusterNode(OnCapacity):
     # (None with capacity reservation: any matching one).
     capacity: contract.Capacity = contract.ON_DEMAND
     reservation: str | None = None
+    # A reservation node bound to a future reservation's lifetime (RESERVATION_BOUND).
+    reservation_bound: bool = False
     # Set for a flex-start node alone.
     flex_start: FlexStart | None = None
 
@@ -341,10 +344,12 @@ def tpu_hourly_usd(catalog: Catalog, accelerator_type: str, spot: bool, region: 
     return None if per_chip is None else per_chip * generation.chips(size)
 
 
-def describe_capacity(capacity: str, reservation: str | None = None) -> str:
+def describe_capacity(capacity: str, reservation: str | None = None, bound: bool = False) -> str:
     """How a node's price line names its capacity: nothing on demand, " (spot)" as before."""
     if capacity == contract.ON_DEMAND:
         return ""
+    if capacity == contract.RESERVATION and bound:
+        return f" (reservation-bound to future reservation {reservation})"
     if capacity == contract.RESERVATION:
         return f" (reservation {reservation})" if reservation else " (any matching reservation)"
     return f" ({capacity.replace('_', '-')})"
@@ -356,9 +361,10 @@ def describe_machine(
     spot: bool,
     capacity: str | None = None,
     reservation: str | None = None,
+    bound: bool = False,
 ) -> str:
     gpus = f" + {accelerator.count} x {accelerator.type}" if accelerator else ""
-    how = describe_capacity(capacity or (contract.SPOT if spot else contract.ON_DEMAND), reservation)
+    how = describe_capacity(capacity or (contract.SPOT if spot else contract.ON_DEMAND), reservation, bound)
     return f"{machine_type}{gpus}{how}"
 
 
@@ -479,6 +485,7 @@ def _cluster_node(
     name = contract.node_name(role, index)
     vm_name = contract.vm_name(cfg.name, name)
     capacity, spot = pool.effective_capacity, pool.is_spot
+    bound = is_reservation_bound(pool, machine_type, catalog)
     # Flex-start and reserved VMs are priced at the on-demand list price: Google's flex-start
     # prices are not in the catalog (an upper bound), and a reservation bills at on-demand rates
     # (see trainstack.stackmodel.cost for what the report says of both).
@@ -495,9 +502,12 @@ def _cluster_node(
         boot_disk_type=machine.boot_disk_type,
         nic_type=machine.nic_type,
         image=catalog.images["gpu" if accelerator is not None else "cpu"],
-        cost=NodeCost(vm_name, describe_machine(machine_type, accelerator, spot, capacity, pool.reservation), price),
+        cost=NodeCost(
+            vm_name, describe_machine(machine_type, accelerator, spot, capacity, pool.reservation, bound), price
+        ),
         capacity=capacity,
         reservation=pool.reservation,
+        reservation_bound=bound,
         flex_start=_flex_start(catalog, cfg.settings.cluster.on_finish if cfg.settings.cluster else "delete")
         if capacity == contract.FLEX_START
         else None,

@@ -177,6 +177,11 @@ def check_one_capacity(choice: CapacityChoice) -> None:
             f"reservation: {choice.reservation} names a reservation to consume, which only capacity: "
             f"{RESERVATION} does (capacity is {choice.effective_capacity})"
         )
+    if choice.reservation_bound is not None and choice.effective_capacity != RESERVATION:
+        raise ValueError(
+            f"reservation_bound: {str(choice.reservation_bound).lower()} says how a reservation binds the VM, which "
+            f"only capacity: {RESERVATION} has (capacity is {choice.effective_capacity})"
+        )
 
 
 def check_run_time_cap(max_run_hours: float | None, acknowledged: bool) -> None:
@@ -312,6 +317,13 @@ class CapacityChoice(_Strict):
         default=None,
         description="with `capacity: reservation` only: the name of the Compute Engine reservation to consume. "
         "Not set: any matching reservation",
+    )
+    reservation_bound: bool | None = Field(
+        default=None,
+        description="with `capacity: reservation` only: `true` for a future reservation's capacity (calendar mode, "
+        "AI Hypercomputer), whose VMs are reservation-bound: stopped or deleted at the reservation's end; `false` "
+        "for an ordinary reservation. Not set: `true` where the machine type is reserved no other way (A3 Ultra, "
+        "A4), else `false`",
     )
 
     @field_validator("reservation")

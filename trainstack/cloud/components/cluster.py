@@ -68,6 +68,16 @@ def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.I
     termination = "DELETE" if cluster.on_finish == "delete" else "STOP"
     seconds = cluster.max_run_seconds
     max_run = None if seconds is None else gcp.compute.InstanceSchedulingMaxRunDurationArgs(seconds=seconds)
+    if node.reservation_bound:
+        # A future reservation's VM: bound to the reservation's lifetime, and stopped or deleted
+        # by its termination action at the reservation's end (about-reservation-bound-vms).
+        return gcp.compute.InstanceSchedulingArgs(
+            provisioning_model="RESERVATION_BOUND",
+            automatic_restart=True,
+            on_host_maintenance="TERMINATE",
+            instance_termination_action=termination,
+            max_run_duration=max_run,
+        )
     if node.spot:
         return gcp.compute.InstanceSchedulingArgs(
             provisioning_model="SPOT",
@@ -82,8 +92,7 @@ def scheduling_for(node: ClusterNode, cluster: ResolvedCluster) -> gcp.compute.I
             instance_termination_action="STOP",
             max_run_duration=max_run,
         )
-    # On demand, or from a reservation: a VM consuming an ordinary reservation is a standard VM
-    # with a reservation affinity (RESERVATION_BOUND is for calendar-mode reservations).
+    # On demand, or from an ordinary reservation: a standard VM with a reservation affinity.
     return gcp.compute.InstanceSchedulingArgs(
         provisioning_model="STANDARD",
         automatic_restart=True,
