@@ -169,3 +169,18 @@ def test_a4_carries_eight_b200_at_the_prices_of_the_source() -> None:
     assert machine("us-east4", spot=True) == pytest.approx(32.6064)
     # A region with no row has no price, never us-central1's.
     assert machine("europe-west1", spot=False) is None
+
+
+def test_catalog_show_unverified_lists_the_rules_that_rest_on_no_confirmed_source(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trainstack.commands.main import main
+
+    assert main(["catalog", "show", "--unverified"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    [bound] = [line for line in lines if line.startswith("capacity_rules.csv: flex_start_min_run_minutes")]
+    assert "unverified" in bound
+    assert "[source: https://cloud.google.com/compute/docs/instances/about-flex-start-vms" in bound
+    # A confirmed rule is not listed.
+    assert not [line for line in lines if line.startswith("capacity_rules.csv: flex_start_termination_actions")]
+    assert lines[-1].endswith("row(s) of the shipped catalog rest on no confirmed source")

@@ -610,3 +610,32 @@ def quota_metrics() -> dict[tuple[str, str, str], QuotaMetric]:
         for row in _rows("quota_metrics.csv")
     )
     return {(r.kind, r.name, r.pool): r for r in records}
+
+
+@dataclass(frozen=True)
+class UnverifiedRow:
+    """A shipped catalog row that rests on no confirmed source: its note or source says so."""
+
+    filename: str
+    subject: str  # the row's first columns, as they name it
+    note: str
+    source: str
+    as_of: str
+
+
+def unverified_rows() -> list[UnverifiedRow]:
+    """Every row of the shipped catalog whose note or source says "unverified", file by file."""
+    found = []
+    for entry in sorted(resources.files(__package__).iterdir(), key=lambda path: path.name):
+        if not entry.name.endswith(".csv"):
+            continue
+        reader = csv.DictReader(
+            line for line in entry.read_text(encoding="utf-8").splitlines() if not line.startswith("#")
+        )
+        columns = [name for name in reader.fieldnames or () if name not in ("note", "source", "as_of")]
+        for row in reader:
+            note, source = row.get("note") or "", row.get("source") or ""
+            if "unverified" in (note + " " + source).lower():
+                subject = " ".join(value for value in (row.get(column) or "" for column in columns[:2]) if value)
+                found.append(UnverifiedRow(entry.name, subject, note, source, row.get("as_of") or ""))
+    return found

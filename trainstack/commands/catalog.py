@@ -106,9 +106,15 @@ def refresh(args: argparse.Namespace, services: Any = None) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    from trainstack.catalog import catalog_line
+    from trainstack.catalog import catalog_line, unverified_rows
     from trainstack.catalog.overlay import current_overlay
 
+    if args.unverified:
+        rows = unverified_rows()
+        for row in rows:
+            print(f"{row.filename}: {row.subject}: {row.note} [source: {row.source or 'none'}; as of {row.as_of}]")
+        print(f"{len(rows)} row(s) of the shipped catalog rest on no confirmed source")
+        return 0
     print(catalog_line())
     overlay = current_overlay()
     if overlay is not None:
@@ -162,5 +168,11 @@ def register(subparsers: Any) -> None:
     refresh_parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     refresh_parser.add_argument("--today", type=_day, help=argparse.SUPPRESS)
     refresh_parser.set_defaults(func=refresh)
-    verbs.add_parser("show", help="which catalog the commands use").set_defaults(func=show)
+    show_parser = verbs.add_parser("show", help="which catalog the commands use")
+    show_parser.add_argument(
+        "--unverified",
+        action="store_true",
+        help="list the shipped catalog's rows that rest on no confirmed source, each with its note and source",
+    )
+    show_parser.set_defaults(func=show)
     verbs.add_parser("diff", help="every change the overlay makes to the shipped catalog").set_defaults(func=diff)
