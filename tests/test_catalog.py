@@ -178,9 +178,10 @@ def test_catalog_show_unverified_lists_the_rules_that_rest_on_no_confirmed_sourc
 
     assert main(["catalog", "show", "--unverified"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    [bound] = [line for line in lines if line.startswith("capacity_rules.csv: flex_start_min_run_minutes")]
-    assert "unverified" in bound
-    assert "[source: https://cloud.google.com/compute/docs/instances/about-flex-start-vms" in bound
-    # A confirmed rule is not listed.
-    assert not [line for line in lines if line.startswith("capacity_rules.csv: flex_start_termination_actions")]
+    [restart] = [line for line in lines if line.startswith("capacity_rules.csv: flex_start_stoppable")]
+    assert "unverified" in restart
+    assert "[source: https://cloud.google.com/compute/docs/instances/about-flex-start-vms" in restart
+    # Confirmed rules are not listed.
+    for rule in ("flex_start_termination_actions", "flex_start_min_run_minutes"):
+        assert not [line for line in lines if line.startswith(f"capacity_rules.csv: {rule}")]
     assert lines[-1].endswith("row(s) of the shipped catalog rest on no confirmed source")

@@ -293,7 +293,7 @@ def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]
                 f"{key}.max_run_hours",
                 f"{cluster.max_run_hours:g} ({cluster.max_run_hours * 60:g} minutes) is under flex-start's shortest run "
                 f"of {shortest:g} minutes, and {which}; set max_run_hours to at least {shortest / 60:.4g} "
-                f"({CAPACITY_RULES}; this bound is unverified)",
+                f"({CAPACITY_RULES})",
             )
         )
     action = "DELETE" if cluster.on_finish == "delete" else "STOP"
