@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -62,23 +61,18 @@ def job_rows(args: argparse.Namespace, stack: ResolvedStack, limit: int) -> list
     return with_trial_metrics([job_row(source, prices, now) for source in sources], place.store)
 
 
-# A tuning trial's job name: <study>_t<N> (trainstack.tuning.study.trial_job_name).
-_TRIAL_JOB = re.compile(r"(?P<study>.+)_t(?P<number>[1-9][0-9]{0,5})")
-
-
 def with_trial_metrics(rows: list[JobRow], store: Any) -> list[JobRow]:
     """``rows``, where a tuning trial's job reported no metric of its own (no hypertune report,
     no metrics.json) with the one its study read for it from its summaries."""
     from trainstack.jobqueue.store import StoreError
     from trainstack.tuning.engine import read_study
-    from trainstack.tuning.study import StudyFormatError
+    from trainstack.tuning.study import StudyFormatError, study_of_trial_job
 
     studies: dict[str, Any] = {}
     result = []
     for row in rows:
-        match = _TRIAL_JOB.fullmatch(row.name)
-        if row.metric is None and match is not None and row.id > 0:
-            name = match["study"]
+        name = study_of_trial_job(row.name)
+        if row.metric is None and name is not None and row.id > 0:
             if name not in studies:
                 try:
                     studies[name] = read_study(store, name)

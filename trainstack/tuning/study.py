@@ -73,6 +73,16 @@ def trial_job_name(study: str, number: int) -> str:
     return f"{study}_t{number}"
 
 
+# What trial_job_name writes, read back: the study's name and the trial's number.
+_TRIAL_JOB_NAME = re.compile(r"(?P<study>.+)_t(?P<number>[1-9][0-9]{0,5})")
+
+
+def study_of_trial_job(name: str) -> str | None:
+    """The study a trial's job name (trial_job_name) belongs to; None for any other job name."""
+    match = _TRIAL_JOB_NAME.fullmatch(name)
+    return match["study"] if match else None
+
+
 @dataclass(frozen=True)
 class Trial:
     number: int
