@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stack_helpers import DELETE, TPU_STACK, plan_for, plan_of, with_changes, write_stack
+from stack_helpers import DELETE, TPU_STACK, base_config, plan_for, plan_of, with_changes, write_stack
 from trainstack.cloud.planning import Plan, PlannedResource
 from trainstack.commands.main import main
 from trainstack_agent.settings import SettingsError, read_settings
@@ -430,3 +430,48 @@ def test_the_cost_tables_first_column_names_the_capacity_it_prices(
     out = capsys.readouterr().out
     assert words in out
     assert "Spot" not in out.split("as configured", 1)[1].splitlines()[0]
+
+
+def _validate_notes(tmp_path: Path, config: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> str:
+    tmp_path.mkdir(exist_ok=True)
+    assert main(["validate", "--stack-file", str(write_stack(tmp_path, config))]) == 0
+    return capsys.readouterr().err
+
+
+def test_validate_names_the_unconfirmed_rules_a_stack_rests_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whether a stopped flex-start VM can be started again is unconfirmed
+    (capacity_rules.csv flex_start_stoppable): a stack that stops its flex-start VMs is told so
+    in one line; one that deletes them, and a stack on confirmed rows alone, are not."""
+    stopped = _validate_notes(tmp_path / "stop", with_changes(H200, {f"{C}.on_finish": "stop"}), capsys)
+    [line] = [line for line in stopped.splitlines() if "no primary source confirms" in line]
+    assert "capacity_rules.csv flex_start_stoppable" in line
+    assert "trainstack catalog show --unverified" in line
+    deleted = _validate_notes(tmp_path / "delete", H200, capsys)
+    assert "flex_start_stoppable" not in deleted
+    assert "no primary source confirms" not in _validate_notes(tmp_path / "base", base_config(), capsys)
+
+
+def test_a_row_marked_unverified_is_named_only_for_the_stacks_that_use_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainstack.catalog import UnverifiedRow
+    from trainstack.stackmodel import provenance
+
+    def marked(filename: str, *key: str) -> UnverifiedRow:
+        return UnverifiedRow(filename, " ".join(key), "unverified", "", "2026-11", key)
+
+    rows = [
+        marked("machine_types.csv", "n1-standard-8", "n1"),
+        marked("gpu_zones.csv", "nvidia-tesla-t4", "us-central1-a"),
+        marked("gpu_zones.csv", "nvidia-tesla-t4", "us-central1-b"),
+        marked("machine_types.csv", "a2-highgpu-1g", "a2"),
+    ]
+    monkeypatch.setattr(provenance, "unverified_rows", lambda: rows)
+    line = _validate_notes(tmp_path, base_config(), capsys)
+    assert "rests on 2 catalog row(s)" in line
+    assert "machine_types.csv n1-standard-8," in line
+    assert "gpu_zones.csv nvidia-tesla-t4 us-central1-a)" in line
+    assert "a2-highgpu-1g" not in line
+    assert "us-central1-b" not in line

@@ -621,6 +621,7 @@ class UnverifiedRow:
     note: str
     source: str
     as_of: str
+    key: tuple[str, ...] = ()  # the values of the row's first two columns, to match it by
 
 
 def unverified_rows() -> list[UnverifiedRow]:
@@ -636,6 +637,7 @@ def unverified_rows() -> list[UnverifiedRow]:
         for row in reader:
             note, source = row.get("note") or "", row.get("source") or ""
             if "unverified" in (note + " " + source).lower():
-                subject = " ".join(value for value in (row.get(column) or "" for column in columns[:2]) if value)
-                found.append(UnverifiedRow(entry.name, subject, note, source, row.get("as_of") or ""))
+                key = tuple(row.get(column) or "" for column in columns[:2])
+                subject = " ".join(value for value in key if value)
+                found.append(UnverifiedRow(entry.name, subject, note, source, row.get("as_of") or "", key))
     return found

@@ -31,7 +31,9 @@ def _summary(stack: ResolvedStack) -> str:
 def validate(config: StackConfig, facts: CheckedFacts | None = None) -> int:
     """Resolve the stack and render its boot files (the checks `pulumi up` would apply), then
     say what it is and warn of what it probably does not mean."""
+    from trainstack.catalog import load_catalog
     from trainstack.cloud.prepare import prepare
+    from trainstack.stackmodel.provenance import unverified_line
     from trainstack.stackmodel.resolved import placeholder_notes, stack_warnings
 
     resolved, _ = prepare(config, facts)
@@ -42,6 +44,9 @@ def validate(config: StackConfig, facts: CheckedFacts | None = None) -> int:
         print(f"note: {note}", file=sys.stderr)
     for warning in stack_warnings(resolved):
         print(f"warning: {warning}", file=sys.stderr)
+    unverified = unverified_line(resolved, load_catalog())
+    if unverified is not None:
+        print(f"note: {unverified}", file=sys.stderr)
     return 0
 
 
