@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cloud_quotas_server import cloud_quotas, dimensions_info, quota_info
 from tests.googleapi_fakes import FakeGoogle, api_disabled, error, ok
 from trainstack.commands import quota as quota_command
 from trainstack.commands.main import main
@@ -89,7 +90,7 @@ def test_an_exceeded_gpu_quota_says_by_how_much_and_how_to_ask(monkeypatch: pyte
         f"https://console.cloud.google.com/iam-admin/quotas?project={PROJECT} (search for NVIDIA_T4_GPUS)",
         "gcloud beta quotas preferences create --service=compute.googleapis.com "
         f"--project={PROJECT} --quota-id=NVIDIA-T4-GPUS-per-project-region --preferred-value=2 "
-        "--dimensions=region=us-central1",
+        '--dimensions=region=us-central1 --email="$(gcloud config get-value account)"',
     ]
     assert by_metric(report)["CPUS"]["status"] == "fits"
 
@@ -294,3 +295,153 @@ def test_flex_start_draws_on_the_preemptible_quota_and_a_reserved_node_on_the_st
     gpus = reserved_quotas["NVIDIA_A100_GPUS"]
     assert (gpus["need"], gpus["status"]) == (3, "fits")
     assert "PREEMPTIBLE_NVIDIA_A100_GPUS" not in reserved_quotas
+
+
+# The GPU-family quota as Google's Cloud Quotas documentation shows it: dimensions gpu_family and
+# region, dimensionsInfos from the most specific to the default.
+FAMILY = "GPUS-PER-GPU-FAMILY-per-project-region"
+
+
+def family_quota(*infos: dict[str, Any]) -> Any:
+    return quota_info(
+        PROJECT, FAMILY, "compute.googleapis.com/gpus_per_gpu_family", ["gpu_family", "region"], list(infos)
+    )
+
+
+def h100_stack(tmp_path: Path, capacity: str = "on_demand", count: int = 0) -> Path:
+    """An a3-highgpu-8g chief (8 H100) and ``count`` workers like it, in us-central1."""
+    cluster: dict[str, Any] = {"chief": {"machine_type": "a3-highgpu-8g", "capacity": capacity}, "max_run_hours": 24}
+    if count:
+        cluster["workers"] = {"count": count, "machine_type": "a3-highgpu-8g", "capacity": capacity}
+        cluster["strategy"] = "multi_worker_mirrored"
+    config = {
+        "gcp:project": PROJECT,
+        "gcp:region": "us-central1",
+        "trainstack:zone": "us-central1-a",
+        "trainstack:cluster": cluster,
+    }
+    stack_file = tmp_path / f"Pulumi.h100-{capacity}-{count}.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
+    return stack_file
+
+
+def run_with_cloud_quotas(
+    stack_file: Path, quotas: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: Any, project: str = PROJECT
+) -> tuple[int, dict[str, Any], list[str], str]:
+    answers = [
+        region(CPUS=(24.0, 0.0), PREEMPTIBLE_NVIDIA_H100_GPUS=(0.0, 0.0)),
+        project_answer(GPUS_ALL_REGIONS=(64.0, 8.0)),
+    ]
+    monkeypatch.setattr(quota_command, "HTTP", FakeGoogle(answers))
+    with cloud_quotas(project, quotas) as (server, channel):
+        monkeypatch.setattr(quota_command, "QUOTAS_CHANNEL", channel)
+        code = main(["quota", "--stack-file", str(stack_file), "--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out) if captured.out else {}, server.names, captured.err
+
+
+project_answer = project
+
+
+def family_line(report: dict[str, Any]) -> dict[str, Any]:
+    [line] = [q for q in report["quotas"] if q["metric"] == FAMILY]
+    return line
+
+
+def test_h100_is_checked_against_its_gpu_family_quota_in_cloud_quotas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """regions.get reports no on-demand H100 quota: it is Cloud Quotas' GPU-family quota, whose
+    value for us-central1 and NVIDIA_H100 is the most specific entry that applies."""
+    quotas = {
+        FAMILY: family_quota(
+            dimensions_info(16, ["us-central1"], region="us-central1", gpu_family="NVIDIA_H100"),
+            dimensions_info(8, ["global"], gpu_family="NVIDIA_H100"),
+            dimensions_info(None, ["global"]),
+        )
+    }
+    code, report, names, _ = run_with_cloud_quotas(h100_stack(tmp_path, count=1), quotas, monkeypatch, capsys)
+    assert code == 0
+    assert names == [f"projects/{PROJECT}/locations/global/services/compute.googleapis.com/quotaInfos/{FAMILY}"]
+    line = family_line(report)
+    assert (line["gpu_family"], line["need"], line["limit"], line["usage"], line["status"]) == (
+        "NVIDIA_H100",
+        16,
+        16.0,
+        None,
+        "under limit",
+    )
+    assert "Cloud Quotas reports the limit, not the usage" in line["notes"][0]
+    assert report["fits"] is True
+
+
+def test_a_family_quota_short_of_the_stack_prints_the_request_with_its_dimensions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Nothing set for us-central1: the family's own entry (8) applies, and 24 H100 exceed it."""
+    quotas = {
+        FAMILY: family_quota(
+            dimensions_info(64, ["europe-west4"], region="europe-west4", gpu_family="NVIDIA_H100"),
+            dimensions_info(8, ["global"], gpu_family="NVIDIA_H100"),
+            dimensions_info(None, ["global"]),
+        )
+    }
+    code, report, _, _ = run_with_cloud_quotas(h100_stack(tmp_path, count=2), quotas, monkeypatch, capsys)
+    assert code == 1
+    line = family_line(report)
+    assert (line["need"], line["limit"], line["short_by"], line["status"]) == (24, 8.0, 16.0, "exceeded")
+    assert line["request"][1] == (
+        "gcloud beta quotas preferences create --service=compute.googleapis.com "
+        f"--project={PROJECT} --quota-id={FAMILY} --preferred-value=24 "
+        '--dimensions=region=us-central1,gpu_family=NVIDIA_H100 --email="$(gcloud config get-value account)"'
+    )
+
+
+def test_a_zero_family_quota_is_a_shortfall_and_an_absent_one_is_not_taken_for_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """proto3 leaves a zero value out: such an entry enforces 0; a project whose Cloud Quotas has
+    no family quota at all is said, and fails the check."""
+    zero = {FAMILY: family_quota(dimensions_info(None, ["global"]))}
+    code, report, _, _ = run_with_cloud_quotas(h100_stack(tmp_path), zero, monkeypatch, capsys)
+    assert code == 1
+    assert (family_line(report)["limit"], family_line(report)["status"]) == (0.0, "exceeded")
+    code, report, _, _ = run_with_cloud_quotas(h100_stack(tmp_path), {}, monkeypatch, capsys)
+    assert code == 1
+    line = family_line(report)
+    assert (line["status"], line["limit"]) == ("missing", None)
+    assert line["notes"] == [f"Cloud Quotas has no quota {FAMILY} in the project: not checked"]
+
+
+def test_spot_h200_without_its_preemptible_quota_draws_on_the_family_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    config = {
+        "gcp:project": PROJECT,
+        "gcp:region": "us-central1",
+        "trainstack:zone": "us-central1-b",
+        "trainstack:cluster": {"chief": {"machine_type": "a3-ultragpu-8g", "capacity": "spot"}, "max_run_hours": 24},
+    }
+    stack_file = tmp_path / "Pulumi.h200.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
+    quotas = {FAMILY: family_quota(dimensions_info(8, ["global"], gpu_family="NVIDIA_H200"))}
+    code, report, names, _ = run_with_cloud_quotas(stack_file, quotas, monkeypatch, capsys)
+    assert code == 0
+    assert sorted(name.rsplit("/", 1)[1] for name in names) == [
+        FAMILY,
+        "PREEMPTIBLE-NVIDIA-H200-GPUS-per-project-region",
+    ]
+    line = family_line(report)
+    assert (line["gpu_family"], line["need"], line["status"]) == ("NVIDIA_H200", 8, "under limit")
+    assert "no PREEMPTIBLE-NVIDIA-H200-GPUS-per-project-region in the region" in line["notes"][0]
+
+
+def test_a_cloud_quotas_refusal_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    code, report, _, err = run_with_cloud_quotas(
+        h100_stack(tmp_path), {}, monkeypatch, capsys, project="another-project"
+    )
+    assert code == 1
+    assert report == {}
+    assert err.count("\n") == 1
+    assert err.startswith(f"trainstack quota: Cloud Quotas of project {PROJECT} ({FAMILY}): permission denied")
+    assert "roles/servicemanagement.quotaViewer" in err

@@ -582,16 +582,24 @@ def vertex_training_containers() -> list[TrainingContainer]:
 class QuotaMetric:
     """Which Compute Engine quota metric (``Quota.metric`` of regions.get or projects.get) a
     resource draws on: ``kind`` gpu (by GPU type), cpu (by machine series), tpu (by generation)
-    or gpus_all_regions; ``pool`` on_demand or preemptible. An empty ``metric``: Compute Engine's
-    quotas report none for it (said, never guessed)."""
+    or gpus_all_regions; ``pool`` on_demand or preemptible. An empty ``metric``: Google's
+    quotas report none for it (said, never guessed). Scope ``cloud_quotas``: Compute Engine's
+    regions.get does not report it, and the quota is read from the Cloud Quotas API by
+    ``quota_id`` in the stack's region (and ``gpu_family``, for the GPU-family quota)."""
 
     kind: str
     name: str
     pool: str
     metric: str
-    scope: str  # "region" (regions.get) or "project" (projects.get)
+    scope: str  # "region" (regions.get), "project" (projects.get) or "cloud_quotas"
     quota_id: str  # Cloud Quotas' ID for `gcloud beta quotas preferences create`; empty: unknown
     note: str
+    gpu_family: str = ""  # the gpu_family dimension of GPUS-PER-GPU-FAMILY-per-project-region
+
+    @property
+    def label(self) -> str:
+        """The quota as the report names it: the metric, and the GPU family where there is one."""
+        return f"{self.metric} [gpu_family={self.gpu_family}]" if self.gpu_family else self.metric
 
 
 @cache
@@ -606,6 +614,7 @@ def quota_metrics() -> dict[tuple[str, str, str], QuotaMetric]:
             scope=row["scope"],
             quota_id=row["quota_id"],
             note=row["note"],
+            gpu_family=row["gpu_family"],
         )
         for row in _rows("quota_metrics.csv")
     )

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 # The HTTP object the Google client uses; None: the user's application default credentials.
 # Tests set the library's HttpMockSequence here.
 HTTP: Any = None
+# The gRPC channel the Cloud Quotas client uses; None: Google's endpoint with those credentials.
+# Tests set a channel to a local Cloud Quotas server here.
+QUOTAS_CHANNEL: Any = None
 
 
 def _figure(value: float | None) -> str:
@@ -23,14 +26,18 @@ def _figure(value: float | None) -> str:
 
 
 def format_line(line: QuotaLine) -> list[str]:
-    from trainstack.stackmodel.quota import EXCEEDED, FITS, NOT_REPORTED
+    from trainstack.stackmodel.quota import EXCEEDED, FITS, NOT_REPORTED, UNDER_LIMIT
 
-    name = line.metric or "(no Compute Engine metric)"
+    name = line.metric or "(no quota metric)"
+    if line.gpu_family:
+        name += f" [gpu_family={line.gpu_family}]"
     head = f"  {line.status.upper():<12} {name:<34} {line.scope:<12} need {line.need:g}"
-    if line.status in (FITS, EXCEEDED):
+    if line.status in (FITS, EXCEEDED) and line.usage is not None:
         head += f", limit {_figure(line.limit)}, used {_figure(line.usage)}, available {_figure(line.available)}"
+    elif line.status in (UNDER_LIMIT, EXCEEDED):
+        head += f", limit {_figure(line.limit)} (usage not reported)"
     if line.status == EXCEEDED:
-        head += f": short by {_figure(line.short_by)}"
+        head += f": short by {'at least ' if line.usage is None else ''}{_figure(line.short_by)}"
     if line.status == NOT_REPORTED:
         head += ": not checked here"
     lines = [head, f"      {line.what}; nodes: {', '.join(line.nodes)}"]
@@ -40,7 +47,7 @@ def format_line(line: QuotaLine) -> list[str]:
 
 
 def format_report(report: QuotaReport) -> list[str]:
-    lines = [f"Compute Engine quotas of project {report.project} for stack {report.stack} (region {report.region}):"]
+    lines = [f"Quotas of project {report.project} for stack {report.stack} (region {report.region}):"]
     for line in report.lines:
         lines += format_line(line)
     lines += [f"  note: {note}" for note in report.notes]
@@ -56,7 +63,7 @@ def cmd_quota(args: argparse.Namespace) -> int:
 
     stack = load_resolved(args)
     try:
-        report = quota_report(stack, load_catalog(), http=HTTP)
+        report = quota_report(stack, load_catalog(), http=HTTP, channel=QUOTAS_CHANNEL)
     except GoogleApiError as error:
         print(f"trainstack quota: {error}", file=sys.stderr)
         return 1
@@ -72,11 +79,13 @@ def register(subparsers: Any) -> None:
         "quota",
         help="the project's Compute Engine quotas the stack needs (GPUs, Spot GPUs, CPUs, TPU chips): which it would exceed",
         description=(
-            "Read the project's regional and project-wide Compute Engine quotas (regions.get, projects.get) with "
-            "your application default credentials and compare them with what the stack's VMs need, before "
-            "`pulumi up`. Exit 0 when everything fits; 1 when a quota would be exceeded, a quota the stack "
-            "needs is missing from Google's answer, or the call failed. Needs compute.regions.get and "
-            "compute.projects.get (roles/compute.viewer)."
+            "Read the project's regional and project-wide Compute Engine quotas (regions.get, projects.get) and, "
+            "for the GPUs Compute Engine does not report there (H100, H100 Mega, H200, B200: the GPU-family "
+            "quota), the Cloud Quotas API, with your application default credentials, and compare them with "
+            "what the stack's VMs need, before `pulumi up`. Exit 0 when everything fits; 1 when a quota would "
+            "be exceeded, a quota the stack needs is missing from Google's answer, or a call failed. Needs "
+            "compute.regions.get and compute.projects.get (roles/compute.viewer) and, for those GPUs, "
+            "roles/servicemanagement.quotaViewer (Quota Viewer) and the Cloud Quotas API enabled."
         ),
     )
     add_stack_arguments(quota)
