@@ -55,10 +55,33 @@ def quota_info(
 
 
 class CloudQuotasServer:
-    def __init__(self, project: str, quotas: Mapping[str, resources.QuotaInfo]) -> None:
+    def __init__(self, project: str, quotas: Mapping[str, resources.QuotaInfo], enabled: bool = True) -> None:
         self.project = project
         self.quotas = dict(quotas)
+        self.enabled = enabled
         self.names: list[str] = []
+
+    def refuse_disabled(self, context: grpc.ServicerContext) -> None:
+        """Google's answer when the API is not enabled in the project: PERMISSION_DENIED with an
+        ErrorInfo whose reason is SERVICE_DISABLED."""
+        from google.protobuf import any_pb2
+        from google.rpc import code_pb2, error_details_pb2, status_pb2
+        from grpc_status import rpc_status
+
+        detail = any_pb2.Any()
+        detail.Pack(
+            error_details_pb2.ErrorInfo(
+                reason="SERVICE_DISABLED",
+                domain="googleapis.com",
+                metadata={"service": "cloudquotas.googleapis.com", "consumer": f"projects/{self.project}"},
+            )
+        )
+        message = (
+            f"Cloud Quotas API has not been used in project {self.project} before or it is disabled. "
+            "Enable it by visiting https://console.developers.google.com/apis/api/cloudquotas.googleapis.com/overview"
+        )
+        status = status_pb2.Status(code=code_pb2.PERMISSION_DENIED, message=message, details=[detail])
+        context.abort_with_status(rpc_status.to_status(status))
 
     def get_quota_info(
         self, request: cloudquotas.GetQuotaInfoRequest, context: grpc.ServicerContext
@@ -67,6 +90,8 @@ class CloudQuotasServer:
         if urllib.parse.unquote(routing) != f"name={request.name}":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "missing or wrong x-goog-request-params routing header")
         self.names.append(request.name)
+        if not self.enabled:
+            self.refuse_disabled(context)
         found = NAME.fullmatch(request.name)
         if found is None or found["location"] != "global":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid resource name: {request.name}")
@@ -85,10 +110,10 @@ class CloudQuotasServer:
 
 @contextmanager
 def cloud_quotas(
-    project: str, quotas: Mapping[str, resources.QuotaInfo]
+    project: str, quotas: Mapping[str, resources.QuotaInfo], enabled: bool = True
 ) -> Iterator[tuple[CloudQuotasServer, grpc.Channel]]:
     """A running server on a free loopback port, and an insecure channel to it."""
-    state = CloudQuotasServer(project, quotas)
+    state = CloudQuotasServer(project, quotas, enabled)
     handler = grpc.method_handlers_generic_handler(
         SERVICE,
         {

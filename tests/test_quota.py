@@ -326,14 +326,19 @@ def h100_stack(tmp_path: Path, capacity: str = "on_demand", count: int = 0) -> P
 
 
 def run_with_cloud_quotas(
-    stack_file: Path, quotas: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: Any, project: str = PROJECT
+    stack_file: Path,
+    quotas: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+    project: str = PROJECT,
+    enabled: bool = True,
 ) -> tuple[int, dict[str, Any], list[str], str]:
     answers = [
         region(CPUS=(24.0, 0.0), PREEMPTIBLE_NVIDIA_H100_GPUS=(0.0, 0.0)),
         project_answer(GPUS_ALL_REGIONS=(64.0, 8.0)),
     ]
     monkeypatch.setattr(quota_command, "HTTP", FakeGoogle(answers))
-    with cloud_quotas(project, quotas) as (server, channel):
+    with cloud_quotas(project, quotas, enabled) as (server, channel):
         monkeypatch.setattr(quota_command, "QUOTAS_CHANNEL", channel)
         code = main(["quota", "--stack-file", str(stack_file), "--json"])
     captured = capsys.readouterr()
@@ -445,3 +450,14 @@ def test_a_cloud_quotas_refusal_is_one_line(tmp_path: Path, monkeypatch: pytest.
     assert err.count("\n") == 1
     assert err.startswith(f"trainstack quota: Cloud Quotas of project {PROJECT} ({FAMILY}): permission denied")
     assert "roles/servicemanagement.quotaViewer" in err
+
+
+def test_cloud_quotas_disabled_says_how_to_enable_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    code, _, _, err = run_with_cloud_quotas(h100_stack(tmp_path), {}, monkeypatch, capsys, enabled=False)
+    assert code == 1
+    assert err == (
+        f"trainstack quota: Cloud Quotas of project {PROJECT} ({FAMILY}): the Cloud Quotas API is not enabled in "
+        f"the project: gcloud services enable cloudquotas.googleapis.com --project={PROJECT}\n"
+    )

@@ -355,8 +355,11 @@ def cloud_quotas_error_line(error: Any, project: str) -> str:
     message = one_line(getattr(error, "message", "") or str(error))
     code = getattr(error, "grpc_status_code", None)
     name = getattr(code, "name", "") if code is not None else ""
-    if "SERVICE_DISABLED" in str(error) or "has not been used" in message:
-        return f"the Cloud Quotas API is not enabled: gcloud services enable cloudquotas.googleapis.com --project={shlex.quote(project)}"
+    if getattr(error, "reason", None) == "SERVICE_DISABLED":
+        return (
+            "the Cloud Quotas API is not enabled in the project: "
+            f"gcloud services enable cloudquotas.googleapis.com --project={shlex.quote(project)}"
+        )
     if name == "PERMISSION_DENIED":
         return f"permission denied ({message}): reading quotas needs roles/servicemanagement.quotaViewer (Quota Viewer)"
     return f"{name or 'error'}: {message}"
