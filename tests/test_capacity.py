@@ -208,9 +208,12 @@ def test_cost_says_how_flex_start_and_reserved_machines_are_priced(
     assert {node["description"] for node in reserved["nodes"]} == {
         "a3-ultragpu-8g + 8 x nvidia-h200-141gb (reservation-bound to future reservation h200-team)"
     }
-    assert "flex-start: test-chief, test-worker-0 priced at the on-demand list price, an upper bound" in " ".join(
-        flex["notes"]
-    )
+    # No flex-start price is known for A3 Ultra: unpriced, never shown at the list price.
+    assert {node["usd_per_hour"] for node in flex["nodes"]} == {None}
+    assert (
+        "no flex-start price is known for a3-ultragpu-8g in us-central1 (flex_start_prices.csv), so test-chief, "
+        "test-worker-0 are left unpriced rather than shown at the on-demand list price"
+    ) in " ".join(flex["notes"])
     assert "bills at on-demand rates for as long as it exists, whether these machines run" in " ".join(
         reserved["notes"]
     )
@@ -475,3 +478,58 @@ def test_a_row_marked_unverified_is_named_only_for_the_stacks_that_use_it(
     assert "gpu_zones.csv nvidia-tesla-t4 us-central1-a)" in line
     assert "a2-highgpu-1g" not in line
     assert "us-central1-b" not in line
+
+
+def _cost(tmp_path: Path, config: dict[str, Any], capsys: pytest.CaptureFixture[str], stack: str) -> dict[str, Any]:
+    assert main(["cost", "--stack-file", str(write_stack(tmp_path, config, stack=stack)), "--json"]) == 0
+    report: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return report
+
+
+def test_a_flex_start_a3_high_stack_is_priced_at_the_dws_skus_well_under_on_demand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two a3-highgpu-8g machines: 208 vCPUs, 1872 GiB and 8 H100 each, at the DWS Defined
+    Duration SKUs of flex_start_prices.csv, against the same machines on demand."""
+    flex_config = with_changes(
+        H200,
+        {
+            f"{C}.chief.machine_type": "a3-highgpu-8g",
+            f"{C}.workers.machine_type": "a3-highgpu-8g",
+            f"{C}.chief.disk_gb": 200,
+            f"{C}.workers.disk_gb": 200,
+        },
+    )
+    on_demand_config = with_changes(
+        flex_config, {f"{C}.chief.capacity": "on_demand", f"{C}.workers.capacity": "on_demand"}
+    )
+    flex = _cost(tmp_path, flex_config, capsys, "flex")
+    on_demand = _cost(tmp_path, on_demand_config, capsys, "ondemand")
+    disk = 200 * 0.10 / 730  # the 200 GB pd-balanced boot disk at disks.csv's price
+    host = 208 * 0.010934 + 1872 * 0.000952
+    assert [node["usd_per_hour"] for node in flex["nodes"]] == pytest.approx([host + 8 * 4.200761 + disk] * 2)
+    assert flex["hourly_usd"] < 0.5 * on_demand["hourly_usd"]
+    [note] = [n for n in flex["notes"] if n.startswith("flex-start:")]
+    for sku in (
+        "DWS Defined Duration A3 Core running in Americas",
+        "DWS Defined Duration A3 Ram running in Americas",
+        "Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running in Americas",
+    ):
+        assert sku in note
+
+
+def test_flex_start_in_a_region_without_a_known_dws_price_is_left_unpriced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = with_changes(
+        H200,
+        {
+            "gcp:region": "us-east4",
+            "trainstack:zone": "us-east4-a",
+            f"{C}.chief.machine_type": "a3-highgpu-8g",
+            f"{C}.workers.machine_type": "a3-highgpu-8g",
+        },
+    )
+    report = _cost(tmp_path, config, capsys, "east")
+    assert {node["usd_per_hour"] for node in report["nodes"]} == {None}
+    assert any("no flex-start price is known for a3-highgpu-8g in us-east4" in n for n in report["notes"])

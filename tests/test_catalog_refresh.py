@@ -14,8 +14,8 @@ import pytest
 
 from tests.googleapi_fakes import FakeGoogle, api_disabled, error, ok
 from trainstack.base import googleapis
-from trainstack.catalog import build_catalog, load_catalog
-from trainstack.catalog.overlay import CATALOG_VARIABLE, MANIFEST
+from trainstack.catalog import build_catalog, flex_start_gpu_usd_hr, flex_start_machine_usd_hr, load_catalog
+from trainstack.catalog.overlay import CATALOG_VARIABLE, MANIFEST, read_overlay
 from trainstack.commands.main import main
 
 PROJECT = "my-project"
@@ -187,6 +187,34 @@ def billing_answers() -> list[tuple[dict[str, str], str]]:
                 "GiBy.h",
             ),
             sku("C5", "N1 Custom Instance Core running in Americas", "OnDemand", ["us-central1"], "0", 990000000),
+            # Dynamic Workload Scheduler (flex-start): usage type OnDemand like the list price's
+            sku(
+                "D1",
+                "Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running in Americas",
+                "OnDemand",
+                ["us-central1"],
+                "4",
+                100000000,
+            ),
+            sku("D2", "DWS Defined Duration A3 Core running in Americas", "OnDemand", ["us-central1"], "0", 11000000),
+            sku(
+                "D3",
+                "DWS Defined Duration A3 Ram running in Americas",
+                "OnDemand",
+                ["us-central1"],
+                "0",
+                1000000,
+                "GiBy.h",
+            ),
+            # a calendar-mode reservation's SKU is not flex-start's
+            sku(
+                "D4",
+                "DWS Calendar Mode A4 Nvidia B200 (1 gpu slice) in Americas",
+                "OnDemand",
+                ["us-central1"],
+                "11",
+                277000000,
+            ),
         ],
         "nextPageToken": "",
     }
@@ -294,6 +322,24 @@ def test_refresh_writes_the_overlay_from_the_answers(
     assert "the side the SKUs lack is the shipped figure" in l4["source"]
     # a v2 SKU prices a v2-8 device: 4 chips
     assert prices["tpu_chip", "v2", "us-central1"]["on_demand_usd_hr"] == "1.2"
+    # flex-start's own SKUs, apart from the list prices; the calendar-mode SKU taken for neither
+    flex = {(r["kind"], r["name"], r["region"]): r for r in overlay_rows(overlay_dir, "flex_start_prices.csv")}
+    assert {key: (row["usd_hr"], row["sku_description"]) for key, row in flex.items()} == {
+        ("gpu", "nvidia-h100-80gb", "us-central1"): (
+            "4.1",
+            "Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running in Americas",
+        ),
+        ("machine_core", "a3-highgpu", "us-central1"): ("0.011", "DWS Defined Duration A3 Core running in Americas"),
+        ("machine_ram", "a3-highgpu", "us-central1"): ("0.001", "DWS Defined Duration A3 Ram running in Americas"),
+    }
+    refreshed = build_catalog(read_overlay(overlay_dir))
+    assert flex_start_gpu_usd_hr(refreshed, "nvidia-h100-80gb", "us-central1") == 4.1
+    assert flex_start_machine_usd_hr(refreshed, "a3-highgpu-8g", "us-central1") == pytest.approx(
+        208 * 0.011 + 1872 * 0.001
+    )
+    assert refreshed.gpu_usd_hr("nvidia-h100-80gb", "us-central1", False) == build_catalog(None).gpu_usd_hr(
+        "nvidia-h100-80gb", "us-central1", False
+    )
     manifest = json.loads((overlay_dir / MANIFEST).read_text(encoding="utf-8"))
     assert manifest["zones_read"] == {
         "gpu_zones.csv": ["us-central1-a", "us-central1-b", "us-central1-f"],

@@ -142,6 +142,17 @@ class HourlyPrice:
 
 
 @dataclass(frozen=True)
+class FlexStartPrice:
+    """One of Dynamic Workload Scheduler's flex-start prices (flex_start_prices.csv)."""
+
+    kind: str  # gpu, machine_core or machine_ram
+    name: str  # the GPU type, or the machine family whose host it prices
+    region: str
+    usd_hr: float  # per GPU-hour, vCPU-hour or GiB-hour
+    sku_description: str  # the Cloud Billing SKU's description
+
+
+@dataclass(frozen=True)
 class CapacityRule:
     """One row of capacity_rules.csv: a rule of how machines are had, with its source."""
 
@@ -243,6 +254,10 @@ class Catalog:
     gpu_zone_machines: dict[str, dict[str, frozenset[str] | None]] = field(default_factory=dict)
     # How machines can be had: flex-start, reservations, TPU capacity (capacity_rules.csv).
     capacity: CapacityRules = field(default_factory=CapacityRules)
+    # (kind, name, region) -> Dynamic Workload Scheduler's flex-start price (flex_start_prices.csv):
+    # kinds "gpu" (per GPU-hour), "machine_core" (per vCPU-hour) and "machine_ram" (per GiB-hour)
+    # of a machine family's host ("a3-highgpu").
+    flex_start_rates: dict[tuple[str, str, str], FlexStartPrice] = field(default_factory=dict)
 
     def _hourly(self, kind: str, name: str, region: str, spot: bool, base: HourlyPrice | None) -> float | None:
         regional = self.regional_prices.get((kind, name, region))
@@ -346,6 +361,47 @@ def _regional_prices(overlay: Overlay | None) -> dict[tuple[str, str, str], Hour
             _optional_float(row["on_demand_usd_hr"]), _optional_float(row["spot_usd_hr"])
         )
         for row in _rows("regional_prices.csv", overlay)
+    }
+
+
+def flex_start_machine_usd_hr(catalog: Catalog, machine_type: str, region: str) -> float | None:
+    """A flex-start machine's host (its vCPUs and memory, without its GPUs) per hour at
+    Dynamic Workload Scheduler's own SKUs in ``region``; None when they are not known there."""
+    machine = catalog.machine_types.get(machine_type)
+    family = machine_family(machine_type)
+    core = catalog.flex_start_rates.get(("machine_core", family, region))
+    ram = catalog.flex_start_rates.get(("machine_ram", family, region))
+    if machine is None or core is None or ram is None:
+        return None
+    return machine.vcpus * core.usd_hr + machine.memory_gb * ram.usd_hr
+
+
+def flex_start_gpu_usd_hr(catalog: Catalog, gpu_type: str, region: str) -> float | None:
+    """One GPU of a flex-start machine per hour in ``region``; None when not known there."""
+    found = catalog.flex_start_rates.get(("gpu", gpu_type, region))
+    return None if found is None else found.usd_hr
+
+
+def flex_start_rows(catalog: Catalog, machine_type: str, gpu_type: str | None, region: str) -> list[FlexStartPrice]:
+    """The flex-start prices a machine (and its GPUs) is priced with in ``region``."""
+    family = machine_family(machine_type)
+    keys = [("machine_core", family, region), ("machine_ram", family, region), ("gpu", gpu_type or "", region)]
+    return [catalog.flex_start_rates[key] for key in keys if key in catalog.flex_start_rates]
+
+
+def machine_family(machine_type: str) -> str:
+    """The family whose host SKUs price a machine type: its name without the size ("a3-highgpu"
+    of "a3-highgpu-8g"), since one series' families bill differently (A3 High, Mega, Ultra)."""
+    return machine_type.rsplit("-", 1)[0]
+
+
+def _flex_start_rates(overlay: Overlay | None) -> dict[tuple[str, str, str], FlexStartPrice]:
+    return {
+        (row["kind"], row["name"], row["region"]): FlexStartPrice(
+            row["kind"], row["name"], row["region"], float(row["usd_hr"]), row["sku_description"]
+        )
+        for row in _rows("flex_start_prices.csv", overlay)
+        if row["usd_hr"].strip()
     }
 
 
@@ -472,6 +528,7 @@ def build_catalog(overlay: Overlay | None) -> Catalog:
         regions=frozenset(row["region"] for row in rows("regions.csv")),
         zones=frozenset(row["zone"] for row in rows("zones.csv")),
         regional_prices=_regional_prices(overlay),
+        flex_start_rates=_flex_start_rates(overlay),
         regional_rates=_regional_rates(),
         gpu_zone_machines=dict(gpu_zone_machines),
         capacity=CapacityRules(

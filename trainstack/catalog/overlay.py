@@ -30,6 +30,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "tpu_zones.csv": ("generation", "zone"),
     "zones.csv": ("zone",),
     "regional_prices.csv": ("kind", "name", "region"),
+    "flex_start_prices.csv": ("kind", "name", "region"),
 }
 
 

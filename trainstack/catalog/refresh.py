@@ -262,7 +262,12 @@ def sku_rules() -> list[SkuRule]:
 
 # The unit a SKU of each kind is priced in: an hour of a GPU, TPU device or vCPU; a GiB-hour of
 # memory (Compute Engine's "GB" of memory is a GiB).
-USAGE_UNITS = {"machine_ram": "GiBy.h"}
+USAGE_UNITS = {"machine_ram": "GiBy.h", "flex_machine_ram": "GiBy.h"}
+# billing_skus.csv's kinds for Dynamic Workload Scheduler's flex-start SKUs ("DWS Defined
+# Duration"), and the flex_start_prices.csv kind each becomes. Their usageType is OnDemand, as the
+# list price's: the description alone tells them, and EXCLUDED_SKU keeps them from the list prices.
+FLEX_START_KINDS = {"flex_gpu": "gpu", "flex_machine_core": "machine_core", "flex_machine_ram": "machine_ram"}
+CALENDAR_SKU = re.compile(r"calendar", re.IGNORECASE)
 
 
 def hourly_usd(sku: dict[str, Any], unit: str = "h") -> float | None:
@@ -287,10 +292,29 @@ def _is_spot(sku: dict[str, Any]) -> bool | None:
     return False if usage == "OnDemand" else None
 
 
+def _flex_start_price(
+    sku: dict[str, Any],
+    rules: list[SkuRule],
+    regions: frozenset[str],
+    found: dict[tuple[str, str, str], set[tuple[float, str]]],
+) -> None:
+    """Record a flex-start SKU's price (and description) under each rule it matches, per region."""
+    description = str(sku.get("description", ""))
+    if CALENDAR_SKU.search(description):
+        return
+    for rule in rules:
+        price = hourly_usd(sku, USAGE_UNITS.get(rule.kind, "h"))
+        if price is not None and rule.pattern.search(description):
+            for region in set(sku.get("serviceRegions", [])) & regions:
+                found[(FLEX_START_KINDS[rule.kind], rule.name, region)].add((round(price, 6), description))
+
+
 def read_prices(billing: Any, refresh: Refresh, catalog: Catalog) -> None:
     regions = frozenset(refresh.regions)
-    rules = sku_rules()
+    rules = [rule for rule in sku_rules() if rule.kind not in FLEX_START_KINDS]
+    flex_rules = [rule for rule in sku_rules() if rule.kind in FLEX_START_KINDS]
     found: dict[tuple[str, str, str, bool], set[float]] = defaultdict(set)
+    flex_found: dict[tuple[str, str, str], set[tuple[float, str]]] = defaultdict(set)
     for service in (COMPUTE_SERVICE, TPU_SERVICE):
         for answer in pages(
             billing.services().skus().list(parent=service, currencyCode="USD", pageSize=5000),
@@ -299,6 +323,7 @@ def read_prices(billing: Any, refresh: Refresh, catalog: Catalog) -> None:
             refresh.project,
         ):
             for sku in answer.get("skus", []):
+                _flex_start_price(sku, flex_rules, regions, flex_found)
                 description = str(sku.get("description", ""))
                 spot = _is_spot(sku)
                 if spot is None or EXCLUDED_SKU.search(description):
@@ -310,6 +335,7 @@ def read_prices(billing: Any, refresh: Refresh, catalog: Catalog) -> None:
                             found[(rule.kind, rule.name, region, spot)].add(round(price / rule.chips_per_sku, 6))
     _add_machine_prices(found, catalog)
     ambiguous = sorted(f"{k[1]} {k[2]}" for k, v in found.items() if len(v) > 1)
+    ambiguous += sorted(f"{k[1]} {k[2]} (flex-start)" for k, v in flex_found.items() if len({p for p, _ in v}) > 1)
     if ambiguous:
         refresh.notes.append(f"prices left as shipped, several SKUs disagree: {_bounded(ambiguous)}")
     rows = []
@@ -331,6 +357,21 @@ def read_prices(billing: Any, refresh: Refresh, catalog: Catalog) -> None:
             }
         )
     refresh.rows["regional_prices.csv"] = rows
+    refresh.rows["flex_start_prices.csv"] = [
+        {
+            "kind": kind,
+            "name": name,
+            "region": region,
+            "usd_hr": _text(price),
+            "sku_description": description,
+            "note": "",
+            "source": _source("cloudbilling.services.skus.list", refresh.project),
+            "as_of": refresh.today,
+        }
+        for (kind, name, region), matches in sorted(flex_found.items())
+        if len({p for p, _ in matches}) == 1
+        for price, description in [min(matches)]
+    ]
 
 
 def _add_machine_prices(found: dict[tuple[str, str, str, bool], set[float]], catalog: Catalog) -> None:
@@ -380,7 +421,7 @@ def refresh_catalog(services: ServiceFactory, project: str, regions: tuple[str, 
         except GoogleApiError as error:
             refresh.problems.append(f"{what} not refreshed: {error}")
     refresh.notes.append(
-        "not rebuilt (shipped figures kept): prices of machine series billing_skus.csv does not name (A3, A4), "
+        "not rebuilt (shipped figures kept): list prices of machine series billing_skus.csv does not name (A3, A4), "
         "machine shapes and rules, TPU runtimes' generations, disk and network rates"
     )
     return refresh

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from trainstack.catalog import HOURS_PER_MONTH, Catalog, load_catalog
 
 if TYPE_CHECKING:
-    from trainstack.stackmodel.resolved import NodeCost, ResolvedStack
+    from trainstack.stackmodel.resolved import ClusterNode, NodeCost, ResolvedStack
 
 # "Left running a day after the job": the seeds' warning about a cluster nobody stopped.
 LEFT_RUNNING_HOURS = 24
@@ -88,7 +88,9 @@ def _job_hours(stack: ResolvedStack) -> float | None:
 
 def _job_machine_prices(stack: ResolvedStack, catalog: Catalog, region: str, as_they_are: bool) -> list[float | None]:
     """Each machine that runs the job (the cluster's nodes, the TPU VM) per hour at ``region``'s
-    list prices: Spot where the stack's node is Spot (``as_they_are``), else every one on demand."""
+    list prices: Spot or flex-start where the stack's node is (``as_they_are``), else every one
+    on demand."""
+    import trainstack_contract as contract
     from trainstack.stackmodel.resolved import machine_hourly_usd, tpu_hourly_usd
 
     prices: list[float | None] = []
@@ -103,6 +105,7 @@ def _job_machine_prices(stack: ResolvedStack, catalog: Catalog, region: str, as_
                     node.disk_gb,
                     node.boot_disk_type,
                     region,
+                    flex_start=as_they_are and node.capacity == contract.FLEX_START,
                 )
             )
     if stack.tpu is not None:
@@ -201,22 +204,7 @@ def capacity_notes(stack: ResolvedStack, catalog: Catalog) -> list[str]:
     import trainstack_contract as contract
 
     nodes = list(stack.cluster.nodes) if stack.cluster else []
-    flex = [n for n in nodes if n.capacity == contract.FLEX_START]
-    notes = []
-    discounted = catalog.capacity.flex_start_discounted_series
-    cheaper = [n.vm_name for n in flex if n.machine_type.split("-")[0] in discounted]
-    if cheaper:
-        notes.append(
-            f"flex-start: {', '.join(cheaper)} priced at the on-demand list price, an upper bound: Google prices "
-            f"flex-start {', '.join(sorted(s.upper() for s in discounted))} machines below on demand, and the catalog "
-            "holds no flex-start price (capacity_rules.csv)"
-        )
-    if len(cheaper) < len(flex):
-        notes.append(
-            "flex-start: "
-            + ", ".join(n.vm_name for n in flex if n.vm_name not in cheaper)
-            + " priced at the on-demand list price: Google names no flex-start discount for its series (capacity_rules.csv)"
-        )
+    notes = flex_start_notes([n for n in nodes if n.capacity == contract.FLEX_START], stack.region, catalog)
     reserved = [n.vm_name for n in nodes if n.capacity == contract.RESERVATION]
     reserved += [stack.tpu.vm_name] if stack.tpu is not None and stack.tpu.capacity == contract.RESERVATION else []
     if reserved:
@@ -224,6 +212,43 @@ def capacity_notes(stack: ResolvedStack, catalog: Catalog) -> list[str]:
             f"reservation: {', '.join(reserved)} {'consumes' if len(reserved) == 1 else 'consume'} a reservation, which bills at on-demand rates for as long as "
             "it exists, whether these machines run, are stopped or deleted; the machines bill nothing more for what "
             "it covers (the prices shown are those rates). The stopped and run figures leave the reservation out"
+        )
+    return notes
+
+
+def flex_start_notes(flex: list[ClusterNode], region: str, catalog: Catalog) -> list[str]:
+    """How the flex-start nodes are priced: at Dynamic Workload Scheduler's SKUs (named), at the
+    on-demand price where Google names no discount for the series, or not at all where the
+    catalog holds no flex-start price for the machine in the region."""
+    from trainstack.catalog import flex_start_rows
+    from trainstack.stackmodel.resolved import is_flex_start_discounted
+
+    discounted = [n for n in flex if is_flex_start_discounted(catalog, n.machine_type)]
+    priced = [n for n in discounted if n.cost.usd_per_hour is not None]
+    notes = []
+    if priced:
+        skus = {
+            row.sku_description
+            for n in priced
+            for row in flex_start_rows(catalog, n.machine_type, n.accelerator.type if n.accelerator else None, region)
+        }
+        notes.append(
+            f"flex-start: {', '.join(n.vm_name for n in priced)} priced at Dynamic Workload Scheduler's own SKUs "
+            f"({'; '.join(sorted(skus))}: flex_start_prices.csv)"
+        )
+    unpriced = [n for n in discounted if n.cost.usd_per_hour is None]
+    if unpriced:
+        notes.append(
+            f"flex-start: no flex-start price is known for {', '.join(sorted({n.machine_type for n in unpriced}))} "
+            f"in {region} (flex_start_prices.csv), so {', '.join(n.vm_name for n in unpriced)} "
+            f"{'is' if len(unpriced) == 1 else 'are'} left unpriced rather than shown at the on-demand list price; "
+            "`trainstack catalog refresh` reads Google's DWS SKUs"
+        )
+    full_price = [n.vm_name for n in flex if n not in discounted]
+    if full_price:
+        notes.append(
+            f"flex-start: {', '.join(full_price)} priced at the on-demand list price: Google names no flex-start "
+            "discount for its series (capacity_rules.csv)"
         )
     return notes
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trainstack_contract as contract
-from trainstack.catalog import Catalog, Image, load_catalog
+from trainstack.catalog import Catalog, Image, flex_start_gpu_usd_hr, flex_start_machine_usd_hr, load_catalog
 from trainstack.jobcode.package import (
     CodePackage,
     ExtraRequirements,
@@ -320,19 +320,33 @@ def machine_hourly_usd(
     disk_gb: int,
     disk_type: str,
     region: str,
+    flex_start: bool = False,
 ) -> float | None:
-    """Machine, GPUs and boot disk per hour at ``region``'s list prices; None when a part has none there."""
-    price = catalog.machine_usd_hr(machine_type, region, spot)
+    """Machine, GPUs and boot disk per hour at ``region``'s list prices; None when a part has none
+    there. ``flex_start``: at Dynamic Workload Scheduler's own SKUs where Google discounts the
+    series (flex_start_prices.csv; None where they are not known), else at the on-demand price."""
+    if flex_start and is_flex_start_discounted(catalog, machine_type):
+        price = flex_start_machine_usd_hr(catalog, machine_type, region)
+        gpu_price = None if accelerator is None else flex_start_gpu_usd_hr(catalog, accelerator.type, region)
+    else:
+        price = catalog.machine_usd_hr(machine_type, region, spot)
+        gpu_price = None if accelerator is None else catalog.gpu_usd_hr(accelerator.type, region, spot)
     if price is None:
         return None
     # Built-in GPUs are priced per GPU like attached ones (the machine row is without them).
     if accelerator is not None:
-        gpu_price = catalog.gpu_usd_hr(accelerator.type, region, spot)
         if gpu_price is None:
             return None
         price += accelerator.count * gpu_price
     disk_price = catalog.disk_usd_gb_hour(disk_type, region)
     return None if disk_price is None else price + disk_gb * disk_price
+
+
+def is_flex_start_discounted(catalog: Catalog, machine_type: str) -> bool:
+    """Whether Google prices the machine's series below on demand when it is flex-start
+    (capacity_rules.csv flex_start_discounted_series); others bill their on-demand price."""
+    machine = catalog.machine_types.get(machine_type)
+    return machine is not None and machine.series in catalog.capacity.flex_start_discounted_series
 
 
 def tpu_hourly_usd(catalog: Catalog, accelerator_type: str, spot: bool, region: str) -> float | None:
@@ -486,10 +500,18 @@ def _cluster_node(
     vm_name = contract.vm_name(cfg.name, name)
     capacity, spot = pool.effective_capacity, pool.is_spot
     bound = is_reservation_bound(pool, machine_type, catalog)
-    # Flex-start and reserved VMs are priced at the on-demand list price: Google's flex-start
-    # prices are not in the catalog (an upper bound), and a reservation bills at on-demand rates
-    # (see trainstack.stackmodel.cost for what the report says of both).
-    price = machine_hourly_usd(catalog, machine_type, accelerator, spot, disk_gb, machine.boot_disk_type, cfg.region)
+    # Flex-start VMs are priced at Dynamic Workload Scheduler's SKUs, and reserved ones at the
+    # on-demand rates a reservation bills (trainstack.stackmodel.cost says what of both).
+    price = machine_hourly_usd(
+        catalog,
+        machine_type,
+        accelerator,
+        spot,
+        disk_gb,
+        machine.boot_disk_type,
+        cfg.region,
+        flex_start=capacity == contract.FLEX_START,
+    )
     return ClusterNode(
         role=role,
         index=index,
