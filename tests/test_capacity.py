@@ -350,6 +350,40 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         "trainstack:tpu.reservation",
         "a TPU VM cannot name its reservation",
     ),
+    (
+        "g4_flex_start",
+        H200,
+        {f"{C}.chief.machine_type": "g4-standard-96", f"{C}.workers": DELETE},
+        f"{C}.chief.capacity",
+        "flex_start: g4-standard-96 (G4) cannot be created with flex-start",
+    ),
+    (
+        "a4x_on_arm",
+        RESERVED,
+        {f"{C}.chief.machine_type": "a4x-highgpu-4g", f"{C}.workers": DELETE},
+        f"{C}.chief.machine_type",
+        "a4x-highgpu-4g (nvidia-gb200) is not supported: its hosts are Arm (NVIDIA Grace), and TensorFlow publishes "
+        "no CUDA build for Linux on Arm",
+    ),
+    (
+        "a3_high_in_an_a3_edge_only_zone",
+        A3_HIGH_RESERVED,
+        {"gcp:region": "asia-northeast3", "trainstack:zone": "asia-northeast3-a", f"{C}.workers": DELETE},
+        f"{C}.chief.machine_type",
+        "not offered in zone asia-northeast3-a",
+    ),
+    (
+        "tpu_on_demand_in_a_single_tenant_zone",
+        TPU_STACK,
+        {
+            "gcp:region": "us-east4",
+            "trainstack:zone": "us-east4-a",
+            "trainstack:tpu.accelerator_type": "v6e-4",
+            "trainstack:tpu.runtime_version": "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+        },
+        "trainstack:tpu.capacity",
+        "on_demand: v6e in us-east4-a: Google's TPU zones page marks the zone single-tenant",
+    ),
 ]
 
 
@@ -381,6 +415,27 @@ def test_invalid_capacity_is_refused_in_one_line_naming_the_key(
         (RESERVED, {f"{C}.workers.capacity": "spot", f"{C}.workers.reservation": DELETE}),
         (RESERVED, {f"{C}.workers.capacity": DELETE, f"{C}.workers.reservation": DELETE, f"{C}.workers.spot": True}),
         (H200, {f"{C}.max_run_hours": 168}),
+        (H200, {f"{C}.chief": {"machine_type": "g4-standard-48"}, f"{C}.workers": DELETE}),
+        (
+            H200,
+            {
+                "gcp:region": "asia-northeast3",
+                "trainstack:zone": "asia-northeast3-a",
+                f"{C}.chief": {"machine_type": "a3-edgegpu-8g", "capacity": "spot"},
+                f"{C}.workers": DELETE,
+            },
+        ),
+        (
+            TPU_STACK,
+            {
+                "gcp:region": "us-west1",
+                "trainstack:zone": "us-west1-c",
+                "trainstack:tpu.accelerator_type": "v6e-4",
+                "trainstack:tpu.runtime_version": "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+                "trainstack:tpu.capacity": "spot",
+                "trainstack:tpu.on_finish": "delete",
+            },
+        ),
     ],
     ids=[
         "flex-start",
@@ -388,6 +443,9 @@ def test_invalid_capacity_is_refused_in_one_line_naming_the_key(
         "reservation-and-capacity-spot",
         "reservation-and-spot-true",
         "flex-at-its-bound",
+        "g4-on-demand",
+        "a3-edge-in-its-own-zone",
+        "tpu-spot-in-a-single-tenant-zone-that-keeps-spot",
     ],
 )
 def test_capacities_google_allows_validate(
@@ -533,3 +591,24 @@ def test_flex_start_in_a_region_without_a_known_dws_price_is_left_unpriced(
     report = _cost(tmp_path, config, capsys, "east")
     assert {node["usd_per_hour"] for node in report["nodes"]} == {None}
     assert any("no flex-start price is known for a3-highgpu-8g in us-east4" in n for n in report["notes"])
+
+
+def test_a_g4_machine_is_planned_with_its_built_in_gpus_on_hyperdisk(tmp_path: Path) -> None:
+    """G4 boots from hyperdisk-balanced alone (Google: no Persistent Disk) and its RTX PRO 6000
+    GPUs come with the machine type, never as guest accelerators."""
+    config = with_changes(H200, {f"{C}.chief": {"machine_type": "g4-standard-96"}, f"{C}.workers": DELETE})
+    vm = instance(plan_of(write_stack(tmp_path, config)), "chief").inputs
+    assert vm["machineType"] == "g4-standard-96"
+    assert vm["bootDisk"]["initializeParams"]["type"] == "hyperdisk-balanced"
+    assert not vm.get("guestAccelerators")
+    assert vm["scheduling"]["provisioningModel"] == "STANDARD"
+
+
+def test_a3_mega_hosts_bill_at_their_own_rates_above_a3_high() -> None:
+    from trainstack.catalog import load_catalog
+
+    catalog = load_catalog()
+    high = catalog.machine_usd_hr("a3-highgpu-8g", "us-central1", False)
+    mega = catalog.machine_usd_hr("a3-megagpu-8g", "us-central1", False)
+    assert (high, mega) == (9.46006, 9.98816)
+    assert mega / high == pytest.approx(1.0558, abs=1e-4)

@@ -160,8 +160,11 @@ def test_a4_carries_eight_b200_at_the_prices_of_the_source() -> None:
         gpu = catalog.gpu_usd_hr("nvidia-b200", region, spot)
         return None if host is None or gpu is None else host + 8 * gpu
 
-    # The source's B200 x8 rows (its a4-highgpu-8g rows are 0.0: the GPU rows carry the machine).
-    assert machine("us-central1", spot=False) == pytest.approx(90.216)
+    # A4 bills per GPU slice, the machine included (the source's a4-highgpu-8g rows are 0.0). On
+    # demand is the list rate 16.11 a slice (what a reservation bills), not the source's
+    # us-central1 row 90.216 / 8, which is the calendar-mode SKU's.
+    assert machine("us-central1", spot=False) == pytest.approx(8 * 16.11)
+    assert machine("europe-west4", spot=False) is None
     assert machine("us-central1", spot=True) == pytest.approx(37.7464)
     assert machine("europe-west4", spot=True) == pytest.approx(34.0736)
     # us-east4's row reads 64.44, another SKU than us-central1's: unknown, not a guess.

@@ -52,7 +52,7 @@ ACCELERATORS = {
             [
                 gpu("nvidia-tesla-t4", "us-central1-a", 4),
                 gpu("nvidia-l4", "us-central1-a", 8),
-                gpu("nvidia-rtx-pro-6000", "us-central1-a", 8),
+                gpu("nvidia-gb300", "us-central1-a", 4),
             ],
         ),
         "zones/us-central1-b": zone_scope("acceleratorTypes", [gpu("nvidia-l4", "us-central1-b", 8)]),
@@ -68,7 +68,7 @@ MACHINES = {
             [
                 machine("g2-standard-4", "nvidia-l4", 1, 4, 16384),
                 machine("g2-standard-8", "nvidia-l4", 1, 8, 32768),
-                machine("a3-edgegpu-8g", "nvidia-h100-80gb", 8, 208, 1916928),
+                machine("a4x-maxgpu-4g-metal", "nvidia-gb300", 4, 144, 983040),
             ],
         ),
         "zones/us-central1-b": zone_scope("machineTypes", [machine("g2-standard-4", "nvidia-l4", 1, 4, 16384)]),
@@ -270,7 +270,7 @@ def test_refresh_writes_the_overlay_from_the_answers(
     assert fakes["compute"].uris == [
         f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/aggregated/acceleratorTypes?maxResults=500&alt=json",
         f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/aggregated/machineTypes?maxResults=500"
-        "&filter=name+eq+%27%28a2%7Ca3%7Ca4%7Cg2%29-.%2A%27&alt=json",
+        "&filter=name+eq+%27%28a2%7Ca3%7Ca4%7Cg2%7Cg4%29-.%2A%27&alt=json",
     ]
     assert fakes["tpu"].uris == [
         f"https://tpu.googleapis.com/v2/projects/{PROJECT}/locations?alt=json",
@@ -359,8 +359,8 @@ def test_refresh_prints_what_changed_bounded_and_each_problem_in_one_line(
     change_lines = [line for line in out.splitlines() if line.startswith("  ") and "... and" not in line]
     assert len(change_lines) == 30
     assert "more (`trainstack catalog diff` lists them all)" in out
-    assert "GPU types the API lists and the catalog does not know (not added): nvidia-rtx-pro-6000" in out
-    assert "machine types the API lists and the catalog does not know (not added): a3-edgegpu-8g" in out
+    assert "GPU types the API lists and the catalog does not know (not added): nvidia-gb300" in out
+    assert "machine types the API lists and the catalog does not know (not added): a4x-maxgpu-4g-metal" in out
     assert "tpu-vm-tf-2.19.0-pjrt" in out
     assert "prices of machine series billing_skus.csv does not name (A3, A4)" in out
     problems = err.splitlines()

@@ -679,6 +679,25 @@ def quota_metrics() -> dict[tuple[str, str, str], QuotaMetric]:
 
 
 @dataclass(frozen=True)
+class UnsupportedMachine:
+    """A machine family Google offers that trainstack refuses, and why (unsupported_machines.csv)."""
+
+    family: str
+    gpu: str
+    reason: str
+    source: str
+
+
+@cache
+def unsupported_machines() -> dict[str, UnsupportedMachine]:
+    """Machine family ("a4x-highgpu") -> why trainstack does not run on it."""
+    return {
+        row["machine_family"]: UnsupportedMachine(row["machine_family"], row["gpu"], row["reason"], row["source"])
+        for row in _rows("unsupported_machines.csv")
+    }
+
+
+@dataclass(frozen=True)
 class UnverifiedRow:
     """A shipped catalog row that rests on no confirmed source: its note or source says so."""
 

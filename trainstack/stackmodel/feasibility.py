@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainstack.base.errors import Problem, StackConfigError
-from trainstack.catalog import Catalog, MachineType, N1GpuLimit, load_catalog
+from trainstack.catalog import Catalog, MachineType, N1GpuLimit, load_catalog, machine_family, unsupported_machines
 from trainstack.jobcode.node_environment import Pin, cluster_pins, project_conflicts, requirements_file_conflicts
 from trainstack.jobcode.package import (
     PROJECT_LAYOUT,
@@ -100,6 +100,9 @@ def check_machine(
     """A machine type with its GPUs: known, attachable in that count, offered in the zone, and
     to be had with ``capacity``."""
     machine = catalog.machine_types.get(machine_type)
+    refused = unsupported_machines().get(machine_family(machine_type))
+    if machine is None and refused is not None:
+        return [Problem(f"{key}.machine_type", f"{machine_type} ({refused.gpu}) is not supported: {refused.reason}")]
     if machine is None:
         close = difflib.get_close_matches(machine_type, list(catalog.machine_types), n=5, cutoff=0.5)
         hint = (
@@ -307,6 +310,21 @@ def _check_cluster_capacity(cluster: Cluster, catalog: Catalog) -> list[Problem]
             )
         )
     return bound_problems + problems
+
+
+def _check_single_tenant_zone(tpu: Tpu, generation: str, zone: str, catalog: Catalog) -> list[Problem]:
+    """A zone Google marks single-tenant for the generation gives only the capacities its
+    capacity_rules.csv row names (reserved capacity; Spot too where Google says so)."""
+    rule = catalog.capacity.row("tpu_single_tenant_zone", f"{generation} {zone}")
+    if rule is None or tpu.effective_capacity in rule.value.split():
+        return []
+    allowed = " or ".join(f"capacity: {c}" for c in rule.value.split())
+    return [
+        Problem(
+            f"{NAMESPACE}:tpu.capacity",
+            f"{tpu.effective_capacity}: {generation} in {zone}: {rule.note}; use {allowed}, or another zone",
+        )
+    ]
 
 
 def _check_tpu_capacity(tpu: Tpu, catalog: Catalog) -> list[Problem]:
@@ -588,6 +606,7 @@ def check_tpu(cfg: StackConfig, catalog: Catalog) -> list[Problem]:
             )
         )
     problems += _check_tpu_capacity(tpu, catalog)
+    problems += _check_single_tenant_zone(tpu, generation.generation, zone, catalog)
     if tpu.is_spot and tpu.effective_on_finish == "stop":
         # Google: a Spot TPU cannot be restarted once stopped or preempted, only recreated.
         problems.append(
