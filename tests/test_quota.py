@@ -383,10 +383,12 @@ def test_h100_is_checked_against_its_gpu_family_quota_in_cloud_quotas(
 def test_a_family_quota_short_of_the_stack_prints_the_request_with_its_dimensions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    """Nothing set for us-central1: the family's own entry (8) applies, and 24 H100 exceed it."""
+    """Nothing set for us-central1: the family's own entry (8) applies, and 24 H100 exceed it;
+    H200's entry, and H100's in another region, are not H100's in us-central1."""
     quotas = {
         FAMILY: family_quota(
             dimensions_info(64, ["europe-west4"], region="europe-west4", gpu_family="NVIDIA_H100"),
+            dimensions_info(64, ["global"], gpu_family="NVIDIA_H200"),
             dimensions_info(8, ["global"], gpu_family="NVIDIA_H100"),
             dimensions_info(None, ["global"]),
         )
