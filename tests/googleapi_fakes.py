@@ -101,6 +101,12 @@ def ok(api: str, version: str, method_id: str, body: dict[str, Any]) -> tuple[di
     return {"status": "200", "content-type": "application/json"}, json.dumps(body)
 
 
+def off_schema(body: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """A 200 answer that is not one the API could send: what a broken proxy or a hostile
+    endpoint answers, for the tests that the reader holds its ground."""
+    return {"status": "200", "content-type": "application/json"}, json.dumps(body)
+
+
 def error(
     status: int, message: str, *, reason: str | None = None, error_info: str | None = None, service: str | None = None
 ) -> tuple[dict[str, str], str]:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.cloud_quotas_server import cloud_quotas, dimensions_info, quota_info
-from tests.googleapi_fakes import FakeGoogle, api_disabled, error, ok
+from tests.googleapi_fakes import FakeGoogle, api_disabled, error, off_schema, ok
 from trainstack.commands import quota as quota_command
 from trainstack.commands.main import main
 
@@ -463,3 +463,44 @@ def test_cloud_quotas_disabled_says_how_to_enable_it(
         f"trainstack quota: Cloud Quotas of project {PROJECT} ({FAMILY}): the Cloud Quotas API is not enabled in "
         f"the project: gcloud services enable cloudquotas.googleapis.com --project={PROJECT}\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("limit", "usage", "words"),
+    [
+        ("abc", 0, "the limit 'abc' is not a number"),
+        (8, "NaN", "the usage 'NaN' is not a finite count"),
+        ("Infinity", 0, "the limit 'Infinity' is not a finite count"),
+        (-1, 0, "the limit -1 is not a finite count"),
+        (None, 0, "the limit None is not a number"),
+    ],
+    ids=["text", "nan-usage", "infinite-limit", "negative", "null"],
+)
+def test_a_figure_that_is_not_a_count_is_named_and_never_counted_as_room(
+    limit: Any, usage: Any, words: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    region_body = {
+        "kind": "compute#region",
+        "name": "us-central1",
+        "quotas": [
+            {"metric": "CPUS", "limit": 24, "usage": 0},
+            {"metric": "NVIDIA_T4_GPUS", "limit": limit, "usage": usage},
+        ],
+    }
+    answers = [off_schema(region_body), project(GPUS_ALL_REGIONS=(4.0, 0.0))]
+    code, report, _, err = run("dev", answers, monkeypatch, capsys)
+    assert code == 1, err
+    assert report["fits"] is False
+    t4 = by_metric(report)["NVIDIA_T4_GPUS"]
+    assert (t4["status"], t4["limit"], t4["available"]) == ("unreadable", None, None)
+    assert t4["notes"] == [f"Google's answer for NVIDIA_T4_GPUS: {words}; not counted as room"]
+    assert "Traceback" not in err
+
+
+def test_an_unreadable_cloud_quotas_value_is_named(tmp_path: Path) -> None:
+    from trainstack.stackmodel.quota import UnreadableFigure, quota_info_limit
+
+    info = {"dimensionsInfos": [{"dimensions": {"gpu_family": "NVIDIA_H100"}, "details": {"value": "lots"}}]}
+    with pytest.raises(UnreadableFigure, match="the value 'lots' is not a number"):
+        quota_info_limit(info, "us-central1", "NVIDIA_H100")
+    assert quota_info_limit({"dimensionsInfos": "not a list"}, "us-central1") is None

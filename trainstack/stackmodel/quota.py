@@ -30,6 +30,8 @@ PREEMPTIBLE = "preemptible"
 FITS, EXCEEDED, MISSING, NOT_REPORTED = "fits", "exceeded", "missing", "not reported"
 # Under the limit Cloud Quotas reports, which comes without the usage.
 UNDER_LIMIT = "under limit"
+# A limit or usage in Google's answer that is not a count: a failed check, never room.
+UNREADABLE = "unreadable"
 CLOUD_QUOTAS = "cloud_quotas"  # quota_metrics.csv's scope for quotas read from the Cloud Quotas API
 COMPUTE_SERVICE = "compute.googleapis.com"
 CONSOLE_QUOTAS = "https://console.cloud.google.com/iam-admin/quotas"
@@ -172,11 +174,32 @@ def request_more(metric: QuotaMetric, project: str, region: str, new_limit: int)
     return tuple(ways)
 
 
-def _quotas(answer: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
-    found: dict[str, tuple[float, float]] = {}
-    for quota in answer.get("quotas") or []:
+class UnreadableFigure(Exception):
+    """A limit or usage in Google's answer that is not a finite, non-negative number; ``str()``
+    says which and what it was."""
+
+
+def quota_figure(value: Any, what: str) -> float:
+    """A limit or usage as Google answers it (a JSON number, or an int64 as a string), or
+    UnreadableFigure: never a figure that would count as room ("Infinity", "NaN", -1, "abc")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UnreadableFigure(f"{what} {value!r} is not a number")
+    try:
+        figure = float(value)
+    except ValueError:
+        raise UnreadableFigure(f"{what} {value!r} is not a number") from None
+    if not math.isfinite(figure) or figure < 0:
+        raise UnreadableFigure(f"{what} {value!r} is not a finite count")
+    return figure
+
+
+def _quotas(answer: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """regions.get's or projects.get's quotas by metric, as answered (read by quota_figure)."""
+    found: dict[str, Mapping[str, Any]] = {}
+    quotas = answer.get("quotas")
+    for quota in quotas if isinstance(quotas, list) else []:
         if isinstance(quota, Mapping) and isinstance(quota.get("metric"), str):
-            found[quota["metric"]] = (float(quota.get("limit") or 0.0), float(quota.get("usage") or 0.0))
+            found[quota["metric"]] = quota
     return found
 
 
@@ -184,9 +207,11 @@ def quota_info_limit(info: Mapping[str, Any], region: str, gpu_family: str = "")
     """The value a Cloud Quotas QuotaInfo enforces in ``region`` (for ``gpu_family``): the first
     of its dimensionsInfos, which Google orders from the most specific, whose dimensions the
     target has and whose applicableLocations include the region; None when none applies. An
-    absent value is 0 (proto3 JSON leaves zero out) and int64 values come as strings."""
+    absent value is 0 (proto3 JSON leaves zero out) and int64 values come as strings;
+    UnreadableFigure for one that is not a count."""
     target = {"region": region, **({"gpu_family": gpu_family} if gpu_family else {})}
-    for entry in info.get("dimensionsInfos") or []:
+    entries = info.get("dimensionsInfos")
+    for entry in entries if isinstance(entries, list) else []:
         if not isinstance(entry, Mapping):
             continue
         dimensions = entry.get("dimensions") or {}
@@ -196,11 +221,8 @@ def quota_info_limit(info: Mapping[str, Any], region: str, gpu_family: str = "")
         if locations and region not in locations and "global" not in locations:
             continue
         details = entry.get("details") or {}
-        value = details.get("value", 0) if isinstance(details, Mapping) else 0
-        try:
-            return float(value or 0)
-        except (TypeError, ValueError):
-            return None
+        value = details.get("value", 0) if isinstance(details, Mapping) else None
+        return quota_figure(0 if value == "" else value, "the value")
     return None
 
 
@@ -215,12 +237,15 @@ class QuotaAnswers:
 
     def limit_and_usage(self, record: QuotaMetric, region: str) -> tuple[float, float | None] | None:
         """The limit and usage of a quota (usage None: Cloud Quotas reports limits alone);
-        None when Google's answer lacks the quota."""
+        None when Google's answer lacks the quota; UnreadableFigure when a figure is not one."""
         if record.scope == CLOUD_QUOTAS:
             info = self.cloud_quotas.get(record.quota_id)
             limit = None if info is None else quota_info_limit(info, region, record.gpu_family)
             return None if limit is None else (limit, None)
-        return _quotas(self.project if record.scope == "project" else self.region).get(record.metric)
+        quota = _quotas(self.project if record.scope == "project" else self.region).get(record.metric)
+        if quota is None:
+            return None
+        return quota_figure(quota.get("limit", 0), "the limit"), quota_figure(quota.get("usage", 0), "the usage")
 
     def missing(self, record: QuotaMetric, region: str) -> str:
         if record.scope == CLOUD_QUOTAS:
@@ -241,8 +266,11 @@ def _metric_for(need: Need, answers: QuotaAnswers, region: str) -> tuple[QuotaMe
     # Google: request preemptible quota "to prevent Spot VMs from consuming your quotas for
     # standard VMs' CPUs, GPUs, and disks" (Compute Engine, "Create and use Spot VMs"): without
     # it (no such metric in the region, or a limit of 0) a Spot VM draws on the standard quota.
-    if own is not None and own.metric and ((answers.limit_and_usage(own, region) or (0.0, None))[0] > 0):
-        return own, ""
+    try:
+        if own is not None and own.metric and ((answers.limit_and_usage(own, region) or (0.0, None))[0] > 0):
+            return own, ""
+    except UnreadableFigure:
+        return own, ""  # named as unreadable on its own line, never taken as an absent quota
     standard = metrics.get((need.kind, need.name, ON_DEMAND))
     lacking = own.label if own is not None and own.metric else f"preemptible quota for {need.name}"
     return standard, f"no {lacking} in the region: Spot draws on the standard quota"
@@ -284,7 +312,12 @@ def check_quotas(needs: list[Need], project: str, region: str, answers: QuotaAns
         scope = "project" if record.scope == "project" else region
         nodes = tuple(dict.fromkeys(node for n in grouped for node in n.nodes))
         line = QuotaLine(record.metric, scope, what, total, MISSING, nodes=nodes, gpu_family=record.gpu_family)
-        found = answers.limit_and_usage(record, region)
+        try:
+            found = answers.limit_and_usage(record, region)
+        except UnreadableFigure as unreadable:
+            note = f"Google's answer for {record.label}: {unreadable}; not counted as room"
+            lines.append(replace(line, status=UNREADABLE, notes=(note, *notes[label])))
+            continue
         if found is None:
             lines.append(replace(line, notes=(answers.missing(record, region), *notes[label])))
             continue
