@@ -12,19 +12,11 @@ JSON, with ``errors`` for Compute Engine's v1 style and ``details`` for ErrorInf
 from __future__ import annotations
 
 import json
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-import googleapiclient
 from googleapiclient.http import HttpMockSequence
 
-DOCUMENTS = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
-
-
-@cache
-def discovery_document(api: str, version: str) -> dict[str, Any]:
-    return json.loads((DOCUMENTS / f"{api}.{version}.json").read_text(encoding="utf-8"))
+from trainstack.base.discovery import discovery_document, schema_problems
 
 
 def _methods(resource: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -39,55 +31,6 @@ def method(api: str, version: str, method_id: str) -> dict[str, Any]:
     if method_id not in methods:
         raise AssertionError(f"{api} {version} has no method {method_id}")
     return methods[method_id]
-
-
-def _object_problems(api: str, version: str, schema: dict[str, Any], value: Any, path: str) -> list[str]:
-    if not isinstance(value, dict):
-        return [f"{path}: expected an object, got {type(value).__name__}"]
-    problems: list[str] = []
-    properties = schema.get("properties", {})
-    extra = schema.get("additionalProperties")
-    for key, item in value.items():
-        if key in properties:
-            problems += schema_problems(api, version, properties[key], item, f"{path}.{key}")
-        elif extra is not None:
-            problems += schema_problems(api, version, extra, item, f"{path}[{key!r}]")
-        else:
-            problems.append(f"{path}: no field {key!r} in the schema (fields: {', '.join(sorted(properties))})")
-    return problems
-
-
-def schema_problems(api: str, version: str, schema: dict[str, Any], value: Any, path: str = "$") -> list[str]:
-    """Where ``value`` departs from ``schema`` (a discovery-document schema, ``$ref`` followed)."""
-    document = discovery_document(api, version)
-    if "$ref" in schema:
-        return schema_problems(api, version, document["schemas"][schema["$ref"]], value, path)
-    kind = schema.get("type")
-    if kind == "object":
-        return _object_problems(api, version, schema, value, path)
-    if kind == "array":
-        if not isinstance(value, list):
-            return [f"{path}: expected an array, got {type(value).__name__}"]
-        return [
-            p
-            for i, item in enumerate(value)
-            for p in schema_problems(api, version, schema["items"], item, f"{path}[{i}]")
-        ]
-    if kind == "string":
-        if not isinstance(value, str):
-            # int64 and uint64 travel as strings in JSON: a bare number is a wrong answer.
-            return [f"{path}: expected a string ({schema.get('format', 'text')}), got {type(value).__name__}"]
-        if "enum" in schema and value not in schema["enum"]:
-            return [f"{path}: {value!r} is not one of the schema's values"]
-        return []
-    if kind == "integer":
-        return [] if isinstance(value, int) and not isinstance(value, bool) else [f"{path}: expected an integer"]
-    if kind == "number":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return [] if ok else [f"{path}: expected a number"]
-    if kind == "boolean":
-        return [] if isinstance(value, bool) else [f"{path}: expected a boolean"]
-    return []  # "any"
 
 
 def ok(api: str, version: str, method_id: str, body: dict[str, Any]) -> tuple[dict[str, str], str]:

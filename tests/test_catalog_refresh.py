@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.googleapi_fakes import FakeGoogle, api_disabled, error, ok
+from tests.googleapi_fakes import FakeGoogle, api_disabled, error, off_schema, ok
 from trainstack.base import googleapis
 from trainstack.catalog import build_catalog, flex_start_gpu_usd_hr, flex_start_machine_usd_hr, load_catalog
 from trainstack.catalog.overlay import CATALOG_VARIABLE, MANIFEST, read_overlay
@@ -552,3 +552,40 @@ def test_bad_arguments_are_one_line(
     load_catalog.cache_clear()
     assert main(["gpus"]) == 1
     assert "cannot be read" in capsys.readouterr().err
+
+
+def test_answers_off_the_schema_or_out_of_bounds_are_skipped_counted_and_never_written(
+    overlay_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a broken proxy or a hostile endpoint could answer: a scope that is no zone's name, a
+    GPU whose name is a number, a TPU location that is a list, a negative price and a price
+    whose units are text. None of it reaches the overlay; the rest of each answer does."""
+    accelerators = json.loads(compute_answers()[0][1])
+    accelerators["items"]["zones/us-central1-x y"] = {"acceleratorTypes": [gpu("nvidia-tesla-t4", "x y", 4)]}
+    accelerators["items"]["zones/us-central1-b"]["acceleratorTypes"].append({"name": 5, "zone": "us-central1-b"})
+    locations = json.loads(tpu_answers()[0][1])
+    locations["locations"].append({"name": "projects/p/locations/x", "locationId": ["us-central1-f"]})
+    compute_skus = json.loads(billing_answers()[0][1])
+    negative = sku("N1", "Nvidia Tesla T4 GPU running in Americas", "OnDemand", ["us-west1"], "-5", 0)
+    text = sku("N2", "Nvidia L4 GPU running in Americas", "OnDemand", ["us-central1"], "lots", 0)
+    compute_skus["skus"] += [negative, text]
+    fake_google(
+        monkeypatch,
+        {
+            "compute": [off_schema(accelerators), compute_answers()[1]],
+            "tpu": [off_schema(locations), *tpu_answers()[1:]],
+            "cloudbilling": [off_schema(compute_skus), billing_answers()[1]],
+        },
+    )
+    status = refresh(overlay_dir, "--regions", "us-central1,us-west1")
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "Traceback" not in out + err
+    [line] = [line for line in err.splitlines() if "item(s) of Google's answers skipped" in line]
+    assert line.startswith("trainstack: catalog refresh: 5 item(s) of Google's answers skipped")
+    zones = {row["zone"] for row in overlay_rows(overlay_dir, "gpu_zones.csv")}
+    assert zones == {"us-central1-a", "us-central1-b"}
+    prices = {(r["kind"], r["name"], r["region"]): r for r in overlay_rows(overlay_dir, "regional_prices.csv")}
+    assert ("gpu", "nvidia-tesla-t4", "us-west1") not in prices
+    assert prices["gpu", "nvidia-l4", "us-central1"]["on_demand_usd_hr"] == "0.56004"
+    assert all(float(r["on_demand_usd_hr"] or 0) >= 0 for r in prices.values())

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from trainstack.base.discovery import item_problems
 from trainstack.base.googleapis import GoogleApiError, pages
 from trainstack.catalog import Catalog, build_catalog
 from trainstack.catalog.overlay import MANIFEST, Overlay
@@ -39,6 +40,18 @@ EXCLUDED_SKU = re.compile(r"commit|reserv|sole tenan|virtual workstation|\bDWS\b
 # Compute Engine's per-zone warnings that mean the zone was not read (compute.v1 discovery
 # document, the ScopedList warning codes); NO_RESULTS_ON_PAGE means read, and empty.
 UNREAD_WARNINGS = frozenset({"UNREACHABLE", "PARTIAL_SUCCESS"})
+# What a name in Google's answers must be to enter the catalog, matched whole: a zone
+# (us-central1-a), and a GPU, machine type, TPU type or runtime (nvidia-l4, tpu-vm-tf-2.18.0-pjrt).
+ZONE = re.compile(r"[a-z]+(?:-[a-z]+)*[0-9]+-[a-z]")
+RESOURCE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+# The dearest unit the catalog prices (a GPU-, TPU-chip- or vCPU-hour, a GiB-hour) is far
+# below this: a larger price, or a negative one, is not taken.
+MAX_USD_PER_UNIT_HOUR = 1000.0
+# The compute v1 schema of each aggregatedList's items.
+SCOPED_SCHEMAS = {
+    "acceleratorTypes": ("AcceleratorTypesScopedList", "AcceleratorType"),
+    "machineTypes": ("MachineTypesScopedList", "MachineType"),
+}
 
 ServiceFactory = Callable[[str, str], Any]
 
@@ -55,6 +68,12 @@ class Refresh:
     zones_read: dict[str, set[str]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Items of Google's answers left out: off the method's schema, or outside the catalog's
+    # patterns and bounds (what, the first reason), counted in one note.
+    skipped: list[str] = field(default_factory=list)
+
+    def skip(self, what: str, problems: list[str]) -> None:
+        self.skipped.append(f"{what}: {problems[0]}")
 
     def overlay(self, directory: Path) -> Overlay:
         return Overlay(
@@ -80,21 +99,50 @@ def _region(zone: str) -> str:
 
 
 def _scoped(
-    answers: Iterable[dict[str, Any]], key: str, regions: frozenset[str]
-) -> tuple[dict[str, list[Any]], set[str]]:
-    """An aggregatedList's items per zone of ``regions``, and the zones it could not read."""
-    items: dict[str, list[Any]] = {}
+    answers: Iterable[dict[str, Any]], key: str, regions: frozenset[str], refresh: Refresh
+) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
+    """An aggregatedList's items per zone of ``regions``, and the zones it could not read; an
+    item off its schema (AcceleratorType, MachineType) or a scope that is not a zone's name is
+    skipped and counted."""
+    scoped_schema, schema = SCOPED_SCHEMAS[key]
+    items: dict[str, list[dict[str, Any]]] = {}
     unread: set[str] = set()
     for answer in answers:
-        unread.update(u.rsplit("/", 1)[-1] for u in answer.get("unreachables", []))
-        for scope, scoped in answer.get("items", {}).items():
-            zone = scope.rsplit("/", 1)[-1]
-            if not scope.startswith("zones/") or _region(zone) not in regions:
+        unreachables = answer.get("unreachables", [])
+        unread.update(
+            u.rsplit("/", 1)[-1] for u in unreachables if isinstance(u, str) and ZONE.fullmatch(u.rsplit("/", 1)[-1])
+        )
+        scopes = answer.get("items", {})
+        for scope, scoped in scopes.items() if isinstance(scopes, dict) else ():
+            zone = scope.rsplit("/", 1)[-1] if isinstance(scope, str) else ""
+            if not isinstance(scope, str) or not scope.startswith("zones/") or not ZONE.fullmatch(zone):
+                refresh.skip("a scope", [f"{scope!r} is not zones/ZONE"])
+                continue
+            if _region(zone) not in regions:
+                continue
+            problems = item_problems("compute", "v1", scoped_schema, {k: v for k, v in scoped.items() if k != key})
+            if problems:
+                refresh.skip(f"{zone}'s {key}", problems)
                 continue
             if scoped.get("warning", {}).get("code") in UNREAD_WARNINGS:
                 unread.add(zone)
-            items.setdefault(zone, []).extend(scoped.get(key, []))
+            kept = []
+            listed = scoped.get(key, [])
+            for item in listed if isinstance(listed, list) else [listed]:
+                problems = item_problems("compute", "v1", schema, item) or _name_problems(item)
+                if problems:
+                    refresh.skip(f"an item of {zone}'s {key}", problems)
+                else:
+                    kept.append(item)
+            items.setdefault(zone, []).extend(kept)
     return items, unread
+
+
+def _name_problems(item: dict[str, Any]) -> list[str]:
+    name = item.get("name")
+    if not isinstance(name, str) or not RESOURCE_NAME.fullmatch(name):
+        return [f"name {name!r} is not a resource name"]
+    return []
 
 
 def read_gpu_zones(compute: Any, refresh: Refresh, catalog: Catalog) -> None:
@@ -109,6 +157,7 @@ def read_gpu_zones(compute: Any, refresh: Refresh, catalog: Catalog) -> None:
         ),
         "acceleratorTypes",
         regions,
+        refresh,
     )
     machines, unread_m = _scoped(
         pages(
@@ -121,6 +170,7 @@ def read_gpu_zones(compute: Any, refresh: Refresh, catalog: Catalog) -> None:
         ),
         "machineTypes",
         regions,
+        refresh,
     )
     known = {zone for zone in catalog.zones if _region(zone) in regions}
     read = (set(accelerators) & set(machines)) - unread_a - unread_m
@@ -136,7 +186,7 @@ def read_gpu_zones(compute: Any, refresh: Refresh, catalog: Catalog) -> None:
         carrying: dict[str, set[str]] = defaultdict(set)
         for machine in machines[zone]:
             for accelerator in machine.get("accelerators", []):
-                carrying[str(accelerator.get("guestAcceleratorType"))].add(str(machine["name"]))
+                carrying[str(accelerator.get("guestAcceleratorType", ""))].add(str(machine["name"]))
             if machine["name"] not in catalog.machine_types:
                 unknown["machine type"].add(str(machine["name"]))
         for accelerator in accelerators[zone]:
@@ -169,16 +219,25 @@ def read_gpu_zones(compute: Any, refresh: Refresh, catalog: Catalog) -> None:
 
 
 def _each_field(
-    collection: Any, query: dict[str, str], items_field: tuple[str, str], what: str, project: str
+    collection: Any, query: dict[str, str], items_field: tuple[str, str, str], what: str, refresh: Refresh
 ) -> list[str]:
     """``field`` of every item a paged ``collection.list(**query)`` returns under ``items``
-    (``items_field``), as text; an item without it gives ""."""
-    items, field = items_field
-    return [
-        str(item.get(field, ""))
-        for answer in pages(collection.list(**query), collection.list_next, what, project)
-        for item in answer.get(items, [])
-    ]
+    (``items_field``: the items' key, the field, the items' schema in Cloud TPU v2); an item off
+    its schema or whose field is not a resource name is skipped and counted."""
+    items, field, schema = items_field
+    found = []
+    for answer in pages(collection.list(**query), collection.list_next, what, refresh.project):
+        listed = answer.get(items, [])
+        for item in listed if isinstance(listed, list) else [listed]:
+            value = item.get(field) if isinstance(item, dict) else None
+            problems = item_problems("tpu", "v2", schema, item)
+            if not problems and (not isinstance(value, str) or not RESOURCE_NAME.fullmatch(value)):
+                problems = [f"{field} {value!r} is not a resource name"]
+            if problems:
+                refresh.skip(what, problems)
+            elif isinstance(value, str):
+                found.append(value)
+    return found
 
 
 def read_tpu_zones(tpu: Any, refresh: Refresh, catalog: Catalog) -> None:
@@ -186,11 +245,11 @@ def read_tpu_zones(tpu: Any, refresh: Refresh, catalog: Catalog) -> None:
     locations = _each_field(
         tpu.projects().locations(),
         {"name": f"projects/{project}"},
-        ("locations", "locationId"),
+        ("locations", "locationId", "Location"),
         "the Cloud TPU locations (tpu.projects.locations.list)",
-        project,
+        refresh,
     )
-    zones = sorted(z for z in locations if re.fullmatch(r"[a-z]+-[a-z]+[0-9]+-[a-z]", z) and _region(z) in regions)
+    zones = sorted(z for z in locations if ZONE.fullmatch(z) and _region(z) in regions)
     by_prefix = {g.prefix: g.generation for g in catalog.tpu_generations.values()}
     rows: list[dict[str, str]] = []
     read: set[str] = set()
@@ -202,17 +261,17 @@ def read_tpu_zones(tpu: Any, refresh: Refresh, catalog: Catalog) -> None:
             types = _each_field(
                 in_zone.acceleratorTypes(),
                 {"parent": parent},
-                ("acceleratorTypes", "type"),
+                ("acceleratorTypes", "type", "AcceleratorType"),
                 f"the TPU types of {zone}",
-                project,
+                refresh,
             )
             runtimes.update(
                 _each_field(
                     in_zone.runtimeVersions(),
                     {"parent": parent},
-                    ("runtimeVersions", "version"),
+                    ("runtimeVersions", "version", "RuntimeVersion"),
                     f"the TPU runtimes of {zone}",
-                    project,
+                    refresh,
                 )
             )
         except GoogleApiError as error:
@@ -271,7 +330,8 @@ CALENDAR_SKU = re.compile(r"calendar", re.IGNORECASE)
 
 
 def hourly_usd(sku: dict[str, Any], unit: str = "h") -> float | None:
-    """The first tier's USD price per ``unit`` of a SKU; None when it is priced otherwise."""
+    """The first tier's USD price per ``unit`` of a SKU; None when it is priced otherwise;
+    ValueError for a price that is not a number of dollars between 0 and MAX_USD_PER_UNIT_HOUR."""
     for info in sku.get("pricingInfo", [])[:1]:
         expression = info.get("pricingExpression", {})
         rates = expression.get("tieredRates", [])
@@ -280,7 +340,10 @@ def hourly_usd(sku: dict[str, Any], unit: str = "h") -> float | None:
         price = rates[0].get("unitPrice", {})
         if price.get("currencyCode", "USD") != "USD":
             return None
-        return int(price.get("units", "0") or 0) + int(price.get("nanos", 0) or 0) / 1e9
+        usd = int(price.get("units", "0") or 0) + int(price.get("nanos", 0) or 0) / 1e9
+        if not 0 <= usd <= MAX_USD_PER_UNIT_HOUR:
+            raise ValueError(f"a price of {usd:g} USD per {unit} is outside 0 to {MAX_USD_PER_UNIT_HOUR:g}")
+        return usd
     return None
 
 
@@ -309,6 +372,19 @@ def _flex_start_price(
                 found[(FLEX_START_KINDS[rule.kind], rule.name, region)].add((round(price, 6), description))
 
 
+def _sku_problems(sku: Any) -> list[str]:
+    """Why a SKU of the answer cannot be read: off the Sku schema, or a price out of bounds."""
+    problems = item_problems("cloudbilling", "v1", "Sku", sku)
+    if problems:
+        return problems
+    try:
+        for unit in ("h", *USAGE_UNITS.values()):
+            hourly_usd(sku, unit)
+    except ValueError as error:
+        return [str(error)]
+    return []
+
+
 def read_prices(billing: Any, refresh: Refresh, catalog: Catalog) -> None:
     regions = frozenset(refresh.regions)
     rules = [rule for rule in sku_rules() if rule.kind not in FLEX_START_KINDS]
@@ -323,6 +399,10 @@ def read_prices(billing: Any, refresh: Refresh, catalog: Catalog) -> None:
             refresh.project,
         ):
             for sku in answer.get("skus", []):
+                problems = _sku_problems(sku)
+                if problems:
+                    refresh.skip(f"a SKU of {service}", problems)
+                    continue
                 _flex_start_price(sku, flex_rules, regions, flex_found)
                 description = str(sku.get("description", ""))
                 spot = _is_spot(sku)
@@ -420,6 +500,11 @@ def refresh_catalog(services: ServiceFactory, project: str, regions: tuple[str, 
             read(services(api, version), refresh, shipped)
         except GoogleApiError as error:
             refresh.problems.append(f"{what} not refreshed: {error}")
+    if refresh.skipped:
+        refresh.problems.append(
+            f"{len(refresh.skipped)} item(s) of Google's answers skipped, off the API's schema or outside the "
+            f"catalog's bounds (first: {refresh.skipped[0]})"
+        )
     refresh.notes.append(
         "not rebuilt (shipped figures kept): list prices of machine series billing_skus.csv does not name (A3, A4), "
         "machine shapes and rules, TPU runtimes' generations, disk and network rates"
