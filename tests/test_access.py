@@ -94,6 +94,14 @@ def test_a_tpu_stack_grants_no_project_wide_login_and_says_so(tpu_plan: Plan) ->
         (["allUsers"], "an IAM principal"),
         (["domain:example.com"], "an IAM principal"),
         (["user:ana@example.com", "user:ana@example.com"], "listed more than once"),
+        # The accounts the stack's own machines run as (the base stack is named "test"), and
+        # Compute Engine's default one: a machine that could queue jobs could run code on all.
+        (
+            ["serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"],
+            "is an account the stack's machines run as",
+        ),
+        (["serviceAccount:test-nb@test-project-123.iam.gserviceaccount.com"], "an account the stack's machines run as"),
+        (["serviceAccount:123456789012-compute@developer.gserviceaccount.com"], "an account the stack's machines"),
     ],
 )
 def test_access_members_must_be_named_principals(

@@ -819,6 +819,36 @@ class CheckedFacts:
     strategy: str | None = None
 
 
+# The service accounts the stack's machines run as: <name>-train (cluster nodes), <name>-tpu,
+# <name>-nb (the notebook), in the stack's project (components.stack creates them).
+TRAINING_ACCOUNT_SUFFIX, TPU_ACCOUNT_SUFFIX, NOTEBOOK_ACCOUNT_SUFFIX = "train", "tpu", "nb"
+# Compute Engine's default service account: PROJECT_NUMBER-compute@developer.gserviceaccount.com.
+DEFAULT_COMPUTE_ACCOUNT_SUFFIX = "-compute@developer.gserviceaccount.com"
+
+
+def check_access(cfg: StackConfig) -> list[Problem]:
+    """trainstack:access names teammates, never an account a machine runs as: a machine that
+    could queue jobs could run code on every other one (`check`'s policy refuses it too)."""
+    if cfg.settings.access is None:
+        return []
+    machines = {
+        f"{cfg.name}-{suffix}@{cfg.project}.iam.gserviceaccount.com"
+        for suffix in (TRAINING_ACCOUNT_SUFFIX, TPU_ACCOUNT_SUFFIX, NOTEBOOK_ACCOUNT_SUFFIX)
+    }
+    problems = []
+    for member in cfg.settings.access.members:
+        email = member.split(":", 1)[-1]
+        if email in machines or email.endswith(DEFAULT_COMPUTE_ACCOUNT_SUFFIX):
+            problems.append(
+                Problem(
+                    f"{NAMESPACE}:access.members",
+                    f"{member} is an account the stack's machines run as: a machine that could queue jobs could run "
+                    "code on every other one; name the teammates (user:, group: or their own serviceAccount:)",
+                )
+            )
+    return problems
+
+
 def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Problem]:
     return check_and_derive(cfg, catalog)[0]
 
@@ -848,6 +878,7 @@ def check_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[
     job_problems, package, requirements = _check_job(cfg)
     job_problems += check_job_dir(cfg)
     job_problems += check_job_places(cfg)
+    job_problems += check_access(cfg)
     job_problems += check_requirements_against_nodes(cfg, catalog, package, requirements)
     wheelhouse_problems, wheelhouse = _check_wheelhouse(cfg)
     problems = (

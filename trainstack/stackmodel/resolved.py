@@ -30,6 +30,7 @@ from trainstack.jobcode.package import (
     resolve_image,
 )
 from trainstack.stackmodel.feasibility import (
+    TRAINING_ACCOUNT_SUFFIX,
     CheckedFacts,
     effective_accelerator,
     is_reservation_bound,
@@ -383,9 +384,8 @@ def describe_machine(
 
 
 # --- Names and arguments ---------------------------------------------------------------------
-# The training nodes' service account is <stack>-train (components.stack creates it; `export
-# vertex` runs Vertex AI jobs as it).
-TRAINING_ACCOUNT_SUFFIX = "train"
+# The training nodes' service account is <stack>-train (TRAINING_ACCOUNT_SUFFIX; components.stack
+# creates it; `export vertex` runs Vertex AI jobs as it).
 
 
 def repository_id(stack_name: str) -> str:

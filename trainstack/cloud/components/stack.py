@@ -30,7 +30,8 @@ from trainstack.cloud.components.services import (
     ProjectServicesArgs,
 )
 from trainstack.cloud.components.tpu_vm import TpuVm, TpuVmArgs
-from trainstack.stackmodel.resolved import TRAINING_ACCOUNT_SUFFIX, ResolvedStack
+from trainstack.stackmodel.feasibility import NOTEBOOK_ACCOUNT_SUFFIX, TPU_ACCOUNT_SUFFIX, TRAINING_ACCOUNT_SUFFIX
+from trainstack.stackmodel.resolved import ResolvedStack
 from trainstack_contract import METADATA_KEYS, STACK_LABEL
 
 
@@ -204,9 +205,11 @@ def declare_identities(
     if stack.cluster is not None:
         identities.training = identity("identity", TRAINING_ACCOUNT_SUFFIX, "trainstack training nodes")
     if stack.tpu is not None:
-        identities.tpu = identity("tpu-identity", "tpu", "trainstack TPU VM")
+        identities.tpu = identity("tpu-identity", TPU_ACCOUNT_SUFFIX, "trainstack TPU VM")
     if stack.notebook is not None:
-        identities.notebook = identity("notebook-identity", "nb", "trainstack Workbench notebook", runs_job=False)
+        identities.notebook = identity(
+            "notebook-identity", NOTEBOOK_ACCOUNT_SUFFIX, "trainstack Workbench notebook", runs_job=False
+        )
     return identities
 
 
