@@ -55,6 +55,31 @@ def test_a_bad_spec_is_one_line_per_problem_and_nothing_is_written(
     assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("job-dir", "parameterName job-dir: --job-dir is a flag the stack sets for every trial"),
+        ("job", "parameterName job: --job is a prefix of --job-dir, which argparse expands to a flag"),
+        (
+            "epochs",
+            "parameterName epochs: --epochs is a flag the stack sets for every trial; use trainstack:job.epochs",
+        ),
+    ],
+)
+def test_a_parameter_named_as_a_flag_the_stack_sets_is_refused(
+    tmp_path: Path, target: list[str], capsys: pytest.CaptureFixture[str], name: str, words: str
+) -> None:
+    """--job-dir=VALUE after the stack's own would move the trial's outputs out of its directory;
+    the built-in trainer's job keys are the stack's to set too."""
+    spec = tmp_path / "hp.yaml"
+    spec.write_text(GOOD.replace("parameterName: learning-rate", f"parameterName: {name}"))
+    assert main(["tune", *target, "--spec", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert words in err
+    assert not bucket_of(tmp_path).exists()
+
+
 def test_a_stack_without_a_queue_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = stack_config()
     del config["trainstack:cluster"]["idle_minutes"]

@@ -154,7 +154,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
     from trainstack.localrun.workdir import claim_workdir
     from trainstack.stackmodel.resolved import one_node_refusal
     from trainstack.tuning.engine import StudyRefused, open_study, read_study
-    from trainstack.tuning.spec import read_spec
+    from trainstack.tuning.spec import read_spec, reserved_parameter_problems
     from trainstack.tuning.study import STUDY_NAME
     from trainstack_contract.status import utc_now
 
@@ -184,6 +184,9 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
         )
     job = queued.job
     assert job is not None
+    reserved = reserved_parameter_problems(spec, job.reserved_flags)
+    if reserved:
+        raise SubmitRefused(f"{args.spec}: " + "; ".join(reserved))
     name = args.study or job.name
     if STUDY_NAME.fullmatch(name) is None:
         raise SubmitRefused(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -342,6 +343,24 @@ def find_spec(document: Any) -> tuple[Any, str] | None:
     if "params" in document or "goal" in document:
         return document, KEY
     return None
+
+
+def reserved_parameter_problems(spec: HyperparameterSpec, reserved: Mapping[str, str]) -> list[str]:
+    """A parameter is passed as --NAME=VALUE after the stack's flags: one that is a flag the stack
+    sets (``reserved``: flag -> the key to use), or a prefix argparse would expand to one
+    (``job`` -> --job-dir), would override it, and could move the trial's outputs out of its
+    directory. One line per such parameter, naming it."""
+    problems = []
+    for name in spec.parameter_names:
+        flag = f"--{name}"
+        meant = [reserved_flag for reserved_flag in reserved if reserved_flag.startswith(flag)]
+        if meant:
+            what = "is" if flag in reserved else f"is a prefix of {', '.join(meant)}, which argparse expands to"
+            problems.append(
+                f"parameterName {name}: --{name} {what} a flag the stack sets for every trial; "
+                f"use {'; '.join(reserved[m] for m in meant)}, or give the parameter another name"
+            )
+    return problems
 
 
 def read_spec(path: Path) -> HyperparameterSpec:
