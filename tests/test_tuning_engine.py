@@ -500,3 +500,60 @@ def test_the_engine_never_reads_a_job_directory_outside_the_trials_own(bucket: P
     assert job_dir is not None
     assert read
     assert all(posixpath.commonpath([name, job_dir]) == job_dir for name in read)
+
+
+def _spec_of(max_trials: int, params: list[dict[str, Any]]) -> Any:
+    return spec_from_mapping(
+        {"goal": "MAXIMIZE", "hyperparameterMetricTag": "acc", "maxTrials": max_trials, "params": params}, "spec"
+    )
+
+
+# 32 parameters, each with a 200-character category and a 64-character name: inside every limit
+# a spec has, and a study of 1000 of their trials would not fit what a study may hold.
+LONG_CATEGORIES = [
+    {"parameterName": f"p{i:02d}" + "x" * 61, "type": "CATEGORICAL", "categoricalValues": ["v" * 200, "w"]}
+    for i in range(32)
+]
+
+
+def test_a_spec_whose_largest_study_cannot_be_read_back_is_refused_naming_what_fits(bucket: Path) -> None:
+    with pytest.raises(engine.StudyRefused) as refused:
+        engine.open_study(DirectoryStore(bucket), "big", _spec_of(1000, LONG_CATEGORIES), dict(JOB), "now", seed=1)
+    message = str(refused.value)
+    assert message.startswith("maxTrials 1000: at its largest")
+    fits = int(message.rsplit("at most ", 1)[1].split()[0])
+    assert 500 < fits < 1000
+    assert not list(bucket.rglob("*"))
+    engine.open_study(DirectoryStore(bucket), "fits", _spec_of(fits, LONG_CATEGORIES), dict(JOB), "now", seed=1)
+
+
+def test_the_worst_case_bound_holds_a_study_written_at_its_worst(bucket: Path) -> None:
+    """Every trial recorded with the longest values it can have: the study written is within
+    the computed bound, and the bound within what is read back."""
+    from dataclasses import replace
+
+    from trainstack.tuning.metrics import MAX_STEPS
+    from trainstack.tuning.study import MAX_STUDY_BYTES, Study, Trial, worst_case_study_bytes
+
+    spec = _spec_of(300, LONG_CATEGORIES)
+    study = Study(name="s" * 64, spec=spec, job=dict(JOB), created="now", seed=1)
+    overhead, per_trial = worst_case_study_bytes(study)
+    hostile = '\U0001f600\x00"\\' * 300  # text a trial's files could put in a problem or source
+    trials = tuple(
+        Trial(
+            number=n,
+            params={p.parameter_name: "v" * 200 for p in spec.params},
+            submitted="2026-11-26T00:00:00.000000+00:00",
+            state="CANCELLED",
+            job_id=2**63 - 1,
+            job_dir=f"jobs/q{2**63 - 1}_{'s' * 64}_t{n}",
+            metric=-2.2250738585072014e-308,
+            steps=((2**63 - 1, -2.2250738585072014e-308),) * MAX_STEPS,
+            source=hostile,
+            problem=hostile,
+            ended="2026-11-26T00:00:00.000000+00:00",
+        )
+        for n in range(1, 301)
+    )
+    written = replace(study, trials=trials, problem=hostile, state="SUCCEEDED").to_json()
+    assert len(written) <= overhead + 300 * per_trial <= MAX_STUDY_BYTES

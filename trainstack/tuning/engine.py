@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from trainstack.jobqueue.store import ObjectStore, StoreError, update
 from trainstack.jobstate.report import ListedObjects, StatusReadError, read_json
 from trainstack.tuning import optimizer
-from trainstack.tuning.metrics import MetricReading, read_metric
+from trainstack.tuning.metrics import MAX_STEPS, MetricReading, read_metric
 from trainstack.tuning.spec import HyperparameterSpec
 from trainstack.tuning.study import (
     CANCELLED,
@@ -40,6 +40,7 @@ from trainstack.tuning.study import (
     parse_study,
     study_object,
     trial_job_name,
+    worst_case_study_bytes,
 )
 from trainstack_contract import LAYOUT, METADATA_KEYS, STATES, TRIAL_ID_ENV
 from trainstack_contract.queue import (
@@ -94,9 +95,16 @@ def _change(services: TuneServices, name: str, change: Callable[[Study], Study |
         except StudyFormatError as error:
             raise StudyRefused(f"{error}; nothing was changed") from None
         changed = change(current)
-        return (None, current) if changed is None else (changed.to_json(), changed)
+        return (None, current) if changed is None else (bounded(changed.to_json(), where), changed)
 
     return update(store, study_object(name), MAX_STUDY_BYTES, apply)
+
+
+def bounded(data: bytes, where: str) -> bytes:
+    """A study's object as written, never larger than what is read back (MAX_STUDY_BYTES)."""
+    if len(data) > MAX_STUDY_BYTES:
+        raise StudyRefused(f"{where} would come to {len(data)} bytes, over the {MAX_STUDY_BYTES} a study may hold")
+    return data
 
 
 def read_study(store: ObjectStore, name: str) -> Study | None:
@@ -126,10 +134,19 @@ def open_study(
     where = store.location(study_object(name))
     seed = random.randrange(2**31) if seed is None else seed  # noqa: S311 - a search seed, not a secret
     fresh = Study(name=name, spec=spec, job=job, created=now, seed=seed, one_node=one_node)
+    overhead, per_trial = worst_case_study_bytes(fresh)
+    worst = overhead + spec.max_trials * per_trial
+    if worst > MAX_STUDY_BYTES:
+        fits = (MAX_STUDY_BYTES - overhead) // per_trial
+        raise StudyRefused(
+            f"maxTrials {spec.max_trials}: at its largest (every parameter at its longest value, {MAX_STEPS} reported "
+            f"steps a trial) the study would come to {worst / (1 << 20):.1f} MiB, over the {MAX_STUDY_BYTES >> 20} MiB "
+            f"a study may hold; at most {fits} trials of these parameters fit"
+        )
 
     def create_or_check(data: bytes | None) -> tuple[bytes | None, tuple[Study, bool]]:
         if data is None:
-            return fresh.to_json(), (fresh, True)
+            return bounded(fresh.to_json(), where), (fresh, True)
         try:
             existing = parse_study(data, where)
         except StudyFormatError as error:

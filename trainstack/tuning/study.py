@@ -22,7 +22,9 @@ from typing import Any
 
 from trainstack.base.records import record_json
 from trainstack.jobstate.report import ListedObjects
-from trainstack.tuning.spec import MAX_TRIALS, HyperparameterSpec, SpecError, spec_from_mapping
+from trainstack.tuning.metrics import MAX_STEPS
+from trainstack.tuning.spec import MAX_INTEGER, MAX_TRIALS, HyperparameterSpec, SpecError, spec_from_mapping
+from trainstack_contract import LAYOUT
 from trainstack_contract.queue import STUDIES_DIR
 
 STUDIES_PREFIX = STUDIES_DIR
@@ -34,6 +36,20 @@ VERSION = 1
 MAX_STUDIES = 10_000
 # 1000 trials of a few hundred bytes and up to 200 intermediate values each.
 MAX_STUDY_BYTES = 16 << 20
+# A trial's free text is cut to these lengths where it is written, so that a study's worst case
+# (worst_case_study_bytes) is known from its spec and always fits MAX_STUDY_BYTES.
+MAX_PROBLEM_CHARS = 500
+MAX_SOURCE_CHARS = 200
+# Free text is kept as printable ASCII (other characters become "?"), whose longest in JSON is
+# a quote or a backslash: two bytes.
+WORST_CHAR = '"'
+
+
+def display_text(text: str | None, limit: int) -> str | None:
+    """A trial's or study's free text as recorded: cut to ``limit``, printable ASCII alone (it
+    may quote a trial's own file names)."""
+    return None if text is None else "".join(c if " " <= c <= "~" else "?" for c in text[:limit])
+
 
 PENDING = "PENDING"  # parameters chosen and recorded; its job not yet known to be queued
 QUEUED = "QUEUED"
@@ -102,7 +118,12 @@ class Trial:
         return self.state in OUTSTANDING
 
     def to_json(self) -> dict[str, Any]:
-        return record_json(self, steps=[list(step) for step in self.steps])
+        return record_json(
+            self,
+            steps=[list(step) for step in self.steps],
+            problem=display_text(self.problem, MAX_PROBLEM_CHARS),
+            source=display_text(self.source, MAX_SOURCE_CHARS),
+        )
 
 
 @dataclass(frozen=True)
@@ -129,10 +150,11 @@ class Study:
             "created": self.created,
             "seed": self.seed,
             "state": self.state,
-            "problem": self.problem,
+            "problem": display_text(self.problem, MAX_PROBLEM_CHARS),
             "trials": [trial.to_json() for trial in self.trials],
         }
-        return json.dumps(document, indent=1, sort_keys=True).encode()
+        # Compact: a study of 1000 trials with 200 reported steps each must fit MAX_STUDY_BYTES.
+        return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
     def counts(self) -> dict[str, int]:
         counted = dict.fromkeys(TRIAL_STATES, 0)
@@ -161,6 +183,39 @@ class Study:
         if all(existing.number != trial.number for existing in self.trials):
             trials.append(trial)
         return replace(self, trials=tuple(trials))
+
+
+def worst_case_study_bytes(study: Study) -> tuple[int, int]:
+    """The most bytes ``study`` can come to without its trials, and the most one trial adds:
+    its longest parameter values, MAX_STEPS reported steps of the widest numbers, and free text
+    at its cut. All its spec's trials: the first plus maxTrials times the second."""
+    widest = -2.2250738585072014e-308  # the longest repr a finite float has
+    longest_int = -(2**63)
+    params: dict[str, Any] = {}
+    for param in study.spec.params:
+        if param.type == "CATEGORICAL":
+            params[param.parameter_name] = max(param.categorical_values or ("",), key=lambda v: len(json.dumps(v)))
+        elif param.type == "INTEGER":
+            params[param.parameter_name] = -MAX_INTEGER
+        else:
+            params[param.parameter_name] = widest
+    trial = Trial(
+        number=MAX_TRIALS,
+        params=params,
+        submitted="2026-01-01T00:00:00.000000+00:00",
+        state=max(TRIAL_STATES, key=len),
+        job_id=longest_int,
+        # The queue names it: jobs/q<ID>_<study>_t<N>, ASCII (queue ID an int64, study STUDY_NAME).
+        job_dir=posixpath.join(LAYOUT.jobs, f"q{2**63}_{study.name}_t{MAX_TRIALS}"),
+        metric=widest,
+        steps=((longest_int, widest),) * MAX_STEPS,
+        source=WORST_CHAR * MAX_SOURCE_CHARS,
+        problem=WORST_CHAR * MAX_PROBLEM_CHARS,
+        ended="2026-01-01T00:00:00.000000+00:00",
+    )
+    one = len(json.dumps(trial.to_json(), separators=(",", ":"), sort_keys=True)) + 1
+    empty = replace(study, trials=(), problem=WORST_CHAR * MAX_PROBLEM_CHARS, state=max(STUDY_STATES, key=len))
+    return len(empty.to_json()), one
 
 
 def _field(document: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
