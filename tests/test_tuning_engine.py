@@ -115,8 +115,8 @@ class Nodes:
                 if state == "RUNNING":
                     self._record(entry, "CANCELLED")
                 continue
-            if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
-                continue
+            if state in ("SUCCEEDED", "FAILED", "CANCELLED") or not isinstance(state, (str, type(None))):
+                continue  # ended (or its status object was overwritten after its end)
             if state is None:
                 self._record(entry, "RUNNING")
                 values = self.spec_values(entry)
@@ -557,3 +557,59 @@ def test_the_worst_case_bound_holds_a_study_written_at_its_worst(bucket: Path) -
     )
     written = replace(study, trials=trials, problem=hostile, state="SUCCEEDED").to_json()
     assert len(written) <= overhead + 300 * per_trial <= MAX_STUDY_BYTES
+
+
+def _odd_event_file(directory: Path) -> None:
+    """An event file whose scalar for the metric tag is a float tensor of two bytes, not four."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    tensor = tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_FLOAT, tensor_shape=tensor_shape_pb2.TensorShapeProto(), tensor_content=b"\x00\x01"
+    )
+    summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=TAG, tensor=tensor)])
+    writer = EventFileWriter(str(directory))
+    writer.add_event(event_pb2.Event(step=1, wall_time=1.0, summary=summary))
+    writer.close()
+
+
+def _hostile(case: str, job_dir: Path) -> None:
+    if case == "state-is-a-list":
+        (job_dir / LAYOUT.job_status).write_text(json.dumps({"state": ["SUCCEEDED"], "time": "x"}))
+    elif case == "odd-scalar-payload":
+        (job_dir / "hypertune" / "chief.metrics").unlink()
+        _odd_event_file(job_dir / "train")
+    else:  # more objects than a job directory is read whole
+        many = job_dir / "many"
+        many.mkdir()
+        for n in range(5001):
+            (many / str(n)).touch()
+
+
+@pytest.mark.parametrize("case", ["state-is-a-list", "odd-scalar-payload", "too-many-objects"])
+def test_whatever_a_trial_writes_it_fails_alone_in_one_line_and_the_study_goes_on(bucket: Path, case: str) -> None:
+    start(bucket, spec(maxTrials=2, maxFailedTrials=2))
+    tune, nodes = services(bucket), Nodes(bucket, DirectoryStore(bucket), score)
+    injected = False
+    for _ in range(50):
+        study = engine.step(tune, "study")
+        if study.state != "ACTIVE":
+            break
+        nodes.work()
+        [first, *_] = read_index(DirectoryStore(bucket)).entries
+        if not injected and nodes.state(first) == "SUCCEEDED":
+            # Its job has ended; what it wrote is read at the study's next step.
+            _hostile(case, bucket / job_prefix(first))
+            injected = True
+    assert injected
+    assert study.state == STUDY_SUCCEEDED
+    failed, succeeded = study.trials
+    assert (failed.state, succeeded.state) == ("FAILED", SUCCEEDED)
+    assert failed.problem is not None
+    assert "\n" not in failed.problem
+    expected = {
+        "state-is-a-list": "state \"['SUCCEEDED']\" is not a job state",
+        "odd-scalar-payload": f"the metric tag {TAG!r} was never written",
+        "too-many-objects": "holds more than 5000 objects",
+    }[case]
+    assert expected in failed.problem

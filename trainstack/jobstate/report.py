@@ -51,6 +51,12 @@ class StatusReadError(Exception):
     """The bucket or one of its objects cannot be read; the message is one line for the user."""
 
 
+class ObjectContentError(StatusReadError):
+    """What is in the bucket cannot be taken: an object that is not the JSON object expected, is
+    larger than its bound, or a directory of more objects than read whole. Reading again gives
+    the same answer, unlike a failed call."""
+
+
 class Objects(Protocol):
     """Objects of one bucket by name (``jobs/<job>/status/job.json``)."""
 
@@ -77,11 +83,11 @@ class ListedObjects(Objects, Protocol):
 
 
 def _too_many(where: str, limit: int) -> StatusReadError:
-    return StatusReadError(f"{where} holds more than {limit} objects; not a job directory trainstack reads whole")
+    return ObjectContentError(f"{where} holds more than {limit} objects; not a job directory trainstack reads whole")
 
 
 def _too_large(where: str, limit: int = MAX_OBJECT_BYTES) -> StatusReadError:
-    return StatusReadError(f"{where} is larger than {limit} bytes; not an object trainstack wrote")
+    return ObjectContentError(f"{where} is larger than {limit} bytes; not an object trainstack wrote")
 
 
 def read_local(path: Path, limit: int) -> bytes | None:
@@ -251,13 +257,13 @@ def read_json(objects: Objects, name: str) -> dict[str, Any] | None:
     try:
         value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        raise StatusReadError(f"{where} is not UTF-8 text") from None
+        raise ObjectContentError(f"{where} is not UTF-8 text") from None
     except json.JSONDecodeError as error:
-        raise StatusReadError(
+        raise ObjectContentError(
             f"{where} is not valid JSON ({error.msg} at line {error.lineno} column {error.colno})"
         ) from None
     if not isinstance(value, dict):
-        raise StatusReadError(f"{where} holds JSON, but not an object")
+        raise ObjectContentError(f"{where} holds JSON, but not an object")
     return value
 
 

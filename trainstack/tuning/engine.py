@@ -10,15 +10,17 @@ loses no trial, and the next `tune` of the study finishes what it left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 
+from trainstack.jobqueue.queue import CancelRefused
 from trainstack.jobqueue.store import ObjectStore, StoreError, update
-from trainstack.jobstate.report import ListedObjects, StatusReadError, read_json
+from trainstack.jobstate.report import ListedObjects, ObjectContentError, StatusReadError, read_json
 from trainstack.tuning import optimizer
 from trainstack.tuning.metrics import MAX_STEPS, MetricReading, read_metric
 from trainstack.tuning.spec import HyperparameterSpec
@@ -51,6 +53,9 @@ from trainstack_contract.queue import (
     QueueFormatError,
     taken_by,
 )
+
+# Every state a job's status object may hold (what the trial's job.json is checked against).
+JOB_STATES = frozenset(astuple(STATES))
 
 
 class StudyRefused(Exception):
@@ -266,8 +271,11 @@ def _ended(services: TuneServices, study: Study, trial: Trial, state: str, probl
 def _observe(services: TuneServices, study: Study, trial: Trial, entry: QueueEntry | None) -> Trial:
     """The trial as its job's status objects (and the queue's cancel mark) tell it now."""
     assert trial.job_dir is not None
-    status = read_json(services.objects, posixpath.join(trial.job_dir, LAYOUT.job_status)) or {}
+    where = posixpath.join(trial.job_dir, LAYOUT.job_status)
+    status = read_json(services.objects, where) or {}
     state = status.get("state")
+    if state is not None and (not isinstance(state, str) or state not in JOB_STATES):
+        raise ObjectContentError(f"{services.objects.location(where)}: state {str(state)[:40]!r} is not a job state")
     if state in ENDED_STATES:
         problem = status.get("reason") if isinstance(status.get("reason"), str) else None
         return _ended(services, study, trial, str(state), problem and f"its job ended {state}: {problem[:300]}")
@@ -307,6 +315,14 @@ def _refresh(services: TuneServices, study: Study) -> Study:
             continue
         try:
             seen = _observe(services, study, trial, entries.get(trial.job_id or -1))
+        except ObjectContentError as error:
+            # What the trial's job wrote cannot be read, and will not be on a later look: the
+            # trial fails (its job, if it still runs, is cancelled) and the study goes on.
+            with contextlib.suppress(CancelRefused):  # it has ended, or was cancelled: nothing runs
+                services.cancel(trial.job_id or 0)
+            seen = replace(
+                trial, state=FAILED, problem=f"its job's objects cannot be read: {error}", ended=services.now()
+            )
         except StatusReadError as error:
             services.log(f"trial {trial.number}: cannot read its job's state ({error}); trying again")
             continue

@@ -161,8 +161,10 @@ def read_summaries(objects: ListedObjects, names: list[str], tag: str, reading: 
             continue
         try:
             scalars = _scalars(data, tag, reading.tags_seen)
-        except DecodeError:
-            reading.problems.append(f"{objects.location(name)} is not a TensorFlow event file")
+        except (DecodeError, ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError):
+            # Whatever a trial's code wrote there: a file that is not an event file, or a
+            # summary value whose payload is not a number tensor_util can read.
+            reading.problems.append(f"{objects.location(name)} is not a TensorFlow event file trainstack can read")
             continue
         if scalars:
             by_directory.setdefault(posixpath.dirname(name), []).extend(scalars)
