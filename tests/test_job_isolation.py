@@ -6,6 +6,7 @@ as root, as a node runs)."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,78 @@ def test_a_jobs_code_is_denied_other_jobs_the_queue_its_own_status_and_the_nodes
     log = "\n".join(result.logs["chief"])
     assert "denied: other_status: [Errno 13] Permission denied" in log
     assert "denied: queue_index: [Errno 13] Permission denied" in log
+
+
+# Job A: leaves a daemon in a session of its own (setsid(1)) that, every 50 ms, reads the
+# environment of every process it can and writes any secret it finds through a file it opened
+# while the job ran; then job A ends.
+LEAVER_MODULE = """
+import os, pathlib, subprocess, sys
+argv = sys.argv[1:]
+job_dir = pathlib.Path(argv[argv.index("--job-dir") + 1])
+daemon = '''
+import os, pathlib, sys, time
+found = open(sys.argv[1], "a", buffering=1)
+while True:
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            for item in (entry / "environ").read_bytes().split(b"\\\\0"):
+                if item.startswith(b"TEAM_B_SECRET="):
+                    found.write(item.decode() + "\\\\n")
+        except OSError:
+            pass
+    time.sleep(0.05)
+'''
+leaks = job_dir / "leaks.txt"
+child = subprocess.Popen(["setsid", sys.executable, "-c", daemon, str(leaks)], start_new_session=True)
+(job_dir / "daemon.pid").write_text(str(child.pid))
+"""
+# Job B, another team member's: holds a secret in its environment for a few seconds.
+HOLDER_MODULE = """
+import time
+time.sleep(4)
+"""
+
+
+@pytest.mark.slow
+def test_a_process_that_leaves_its_jobs_session_ends_with_the_job_and_never_sees_the_next(tmp_path: Path) -> None:
+    """On a standing node, job A's code leaves a daemon behind in a session of its own; it ends
+    with job A (its cgroup), so job B, run next as the same user, keeps its secret to itself."""
+    from test_standing_queue import job_state, stack_config, standing_cluster, trainstack, until
+
+    from stack_helpers import write_stack
+
+    require_root()
+    packages = {}
+    for name, source in (("leaver", LEAVER_MODULE), ("holder", HOLDER_MODULE)):
+        package = tmp_path / name / f"{name}_pkg"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "main.py").write_text(source)
+        packages[name] = package
+    stack_file = write_stack(tmp_path, stack_config("dev", idle_minutes=1), stack="team")
+    workdir = tmp_path / "work"
+    target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
+    with standing_cluster(stack_file, workdir) as standing:
+        for name, extra in (("leaver", []), ("holder", ["--env", "TEAM_B_SECRET=hunter2"])):
+            package = packages[name]
+            submitted = trainstack(
+                "submit", *target, "--name", name, "--package", str(package), "--module", f"{name}_pkg.main", *extra
+            )
+            assert submitted.returncode == 0, submitted.stderr
+        jobs = until(lambda: next(iter(workdir.glob("bucket/*/jobs")), None), "the bucket's jobs/", standing)
+        until(lambda: job_state(jobs / "q2_holder") == "SUCCEEDED", "job B's end", standing)
+        standing.send_signal(signal.SIGTERM)
+        standing.communicate(timeout=120)
+    assert job_state(jobs / "q1_leaver") == "SUCCEEDED"
+    pid = int((jobs / "q1_leaver" / "daemon.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or _zombie(pid), f"job A's daemon {pid} outlived its job"
+    leaks = jobs / "q1_leaver" / "leaks.txt"
+    assert "hunter2" not in (leaks.read_text() if leaks.exists() else "")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True

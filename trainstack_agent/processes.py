@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from trainstack_agent.job import JobCommand
+from trainstack_agent.jobscope import JobScope
 from trainstack_agent.jobuser import JobUser
 from trainstack_agent.timings import Timings
 
@@ -295,18 +296,30 @@ def remove_container(name: str) -> None:
 
 
 class JobChild:
-    """The job's code: a child process, and its container for an image job."""
+    """The job's code: a child process, its container for an image job, and the scope of
+    every process it starts (:mod:`trainstack_agent.jobscope`)."""
 
-    def __init__(self, child: Child, container: str | None, stop_grace: float = STOP_GRACE_SECONDS) -> None:
+    def __init__(
+        self,
+        child: Child,
+        container: str | None,
+        stop_grace: float = STOP_GRACE_SECONDS,
+        scope: JobScope | None = None,
+    ) -> None:
         self.child = child
         self.container = container
         self.stop_grace = stop_grace
+        self.scope = scope
 
     def poll(self) -> int | None:
         return self.child.poll()
 
     def stop(self, grace: float | None = None) -> int:
+        """Ends the job's code (its process group, then whatever left the group), whether it
+        still runs or has exited on its own; returns its exit status."""
         code = self.child.stop(self.stop_grace if grace is None else grace)
+        if self.scope is not None:
+            self.scope.end()
         if self.container is not None:
             remove_container(self.container)
         return code
@@ -322,8 +335,10 @@ class JobLauncher:
     def start(self, command: JobCommand) -> JobChild:
         if command.container is not None:
             self._containers.append(command.container)
-        child = self.processes.start(command.argv, command.env, command.cwd, command.user)
-        return JobChild(child, command.container, self.processes.stop_grace)
+        scope = JobScope(f"job-{os.getpid()}", command.user.uid if command.user else None, self.processes.log)
+        child = self.processes.start(command.argv, {**command.env, **scope.env}, command.cwd, command.user)
+        scope.adopt(child.pid)
+        return JobChild(child, command.container, self.processes.stop_grace, scope)
 
     def stop_all(self, close: bool = True, keep: Child | None = None) -> None:
         """Every child of this boot (installs included) but ``keep``, and the job's containers."""

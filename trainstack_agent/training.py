@@ -111,6 +111,8 @@ class CodeRun:
             return Outcome(child.stop(services.timings.peer_down_grace), lost=broken[0]), snapshot
         code = child.poll()
         assert code is not None
+        # Exited on its own: what it left running (a daemon in a session of its own) ends with it.
+        child.stop(0)
         if watch is not None:
             watch.end(clock.monotonic(), code)
         return Outcome(code), snapshot

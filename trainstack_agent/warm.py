@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from trainstack_agent.job import JobCommand
+from trainstack_agent.jobscope import JobScope
 from trainstack_agent.processes import JobChild, JobLauncher
 from trainstack_contract import (
     BUILTIN_MODULE,
@@ -208,10 +209,16 @@ class WarmStarts:
         module = builtin_module(command)
         if warm is not None and module is not None and warm.child.poll() is None and warm.matches(command):
             code_path = [entry for entry in command.env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+            # The job's scope: the warm interpreter joins the job's cgroup as it takes the job.
+            scope = JobScope(f"job-{os.getpid()}", command.user.uid if command.user else None, self.log)
+            env = {**command.env, **scope.env}
             payload = json.dumps(
-                {"module": module, "args": list(command.argv[3:]), "env": dict(command.env), "path": code_path}
+                {"module": module, "args": list(command.argv[3:]), "env": env, "path": code_path}
             ).encode()
             if len(payload) <= MAX_HANDOFF_BYTES:
+                # Into the job's cgroup while it still waits: whatever it starts is the job's.
+                scope.adopt(warm.child.child.pid)
+                warm.child.scope = scope
                 try:
                     os.write(warm.pipe, payload)
                     os.close(warm.pipe)
@@ -221,6 +228,8 @@ class WarmStarts:
                     self.handed += 1
                     self.log("the job's code starts in the warm interpreter")
                     return warm.child
+            else:
+                scope.end()  # an empty cgroup, removed
         if warm is not None:
             self._end(warm)
         return self.launcher.start(command)
