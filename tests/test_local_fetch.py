@@ -128,3 +128,68 @@ def test_a_pinned_source_distribution_comes_with_its_build_requirements(tmp_path
     assert sorted(path.name for path in destination.iterdir()) == sorted(
         ["hyper-0.1.tar.gz", next(local_index.glob("dep-2.0-*.whl")).name]
     )
+
+
+# A team's setup.py that records, when it runs, who runs it, whether it reaches this machine's
+# network, and whether it sees the deploying user's credentials.
+SNOOPING_SETUP = """\
+import json, os, socket
+from setuptools import setup
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+    reached = True
+except OSError:
+    reached = False
+seen = {{"uid": os.getuid(), "reached": reached, "secret": os.environ.get("DEPLOYER_SECRET")}}
+with open({record!r}, "a") as handle:
+    handle.write(json.dumps(seen) + "\\n")
+setup(name="team-trainer", version="0.1", py_modules=["team_trainer"], install_requires=["dep"])
+"""
+
+
+@pytest.mark.slow
+def test_a_teams_setup_py_never_runs_as_the_deploying_user_with_its_network_and_credentials(
+    tmp_path: Path, local_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the nodes install for a project with a setup.py is found by running it in the job's
+    sandbox alone: as the job's unprivileged user (run as root), in a network namespace that
+    reaches nothing, with none of this user's environment."""
+    import json
+    import os
+    import socket
+
+    record = tmp_path / "runs" / "setup-runs.jsonl"
+    record.parent.mkdir()
+    record.parent.chmod(0o777)
+    tmp_path.chmod(0o755)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        team = tmp_path / "team" / "team-trainer"
+        team.mkdir(parents=True)
+        (team / "team_trainer.py").write_text("")
+        (team / "setup.py").write_text(SNOOPING_SETUP.format(port=port, record=str(record)))
+        (team / "pyproject.toml").write_text(PYPROJECT)
+        monkeypatch.setenv("DEPLOYER_SECRET", "hunter2")
+        fetched = fetch_for_nodes(Path(sys.executable), tmp_path / "find-links", None, team)
+    assert fetched == ["dep==2.0"]
+    runs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert runs, "setup.py did not run at all"
+    for run in runs:
+        assert run["reached"] is False, run
+        assert run["secret"] is None, run
+        if os.geteuid() == 0:
+            assert run["uid"] != 0, run
+
+
+def test_a_pyproject_that_states_its_dependencies_is_read_not_run(tmp_path: Path) -> None:
+    from trainstack.localrun.wheels import project_requirements
+
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "setup.py").write_text("raise SystemExit('setup.py must not run')\n")
+    (team / "pyproject.toml").write_text(
+        '[project]\nname = "team"\nversion = "0.1"\ndependencies = ["dep>=1", "other; python_version >= \\"3\\""]\n'
+    )
+    assert project_requirements(Path(sys.executable), team) == ["dep>=1", 'other; python_version >= "3"']

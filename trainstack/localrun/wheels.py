@@ -13,12 +13,18 @@ each source distribution among them (cloudml-hypertune has no wheel), needs.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import sys
+import sysconfig
 import tarfile
 import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
+
+from trainstack.localrun.workdir import unreachable_by_others
 
 # Bounds on each pip call: a hung index must not hang the run.
 PIP_SECONDS = 900
@@ -120,6 +126,140 @@ def missing_distributions(python: Path, targets: list[str]) -> list[str]:
     return missing
 
 
+def static_dependencies(project: Path) -> list[str] | None:
+    """A project's runtime requirements where its pyproject.toml states them ([project]
+    dependencies, not dynamic): read, nothing run. None where they are not stated there."""
+    pyproject = project / "pyproject.toml"
+    if not pyproject.is_file():
+        return None
+    try:
+        document = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise FetchError(f"{pyproject} is not TOML pip can read: {error}") from None
+    table = document.get("project")
+    if not isinstance(table, dict) or "dependencies" in (table.get("dynamic") or []):
+        return None
+    dependencies = table.get("dependencies", [])
+    if not isinstance(dependencies, list) or not all(isinstance(item, str) for item in dependencies):
+        raise FetchError(f"{pyproject}: project.dependencies is not a list of requirements")
+    return dependencies
+
+
+# What a sandboxed step sees of the environment: no credentials, no pip or index settings of
+# the user's, no proxy.
+SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def sandboxed(argv: list[str], python: Path) -> list[str]:
+    """``argv`` as a node runs the job's code: run as root, as the job's unprivileged user in a
+    network namespace of its own that reaches nothing; otherwise as this user in a user and
+    network namespace of its own. FetchError where neither can be made here."""
+    unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
+    if os.geteuid() == 0:
+        from trainstack_agent.jobuser import JobUserError, ensure_user
+
+        if unshare is None or setpriv is None:
+            raise FetchError("preparing the project's metadata in a sandbox needs unshare and setpriv (util-linux)")
+        blocked = unreachable_by_others(python)
+        if blocked is not None:
+            raise FetchError(
+                f"the job's user cannot run {python} (it cannot enter {blocked}) to prepare the project's metadata "
+                "in a sandbox; state the project's dependencies in pyproject.toml's [project] table instead"
+            )
+        try:
+            uid, gid = ensure_user()
+        except JobUserError as error:
+            raise FetchError(str(error)) from None
+        drop = [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--"]
+        return [unshare, "--net", "--", *drop, *argv]
+    if unshare is None:
+        raise FetchError("preparing the project's metadata in a sandbox needs unshare (util-linux)")
+    return [unshare, "--user", "--net", "--", *argv]
+
+
+def _sandbox_python(env_dir: Path) -> Path:
+    """A virtual environment of an interpreter the job's user can run, with this interpreter's
+    packages on its path, as a local node's environment is made."""
+    from trainstack.localrun.workdir import interpreter_for_job_user
+
+    interpreter = interpreter_for_job_user()
+    packages = Path(sysconfig.get_paths()["purelib"])
+    blocked = unreachable_by_others(packages)
+    if interpreter is None or blocked is not None:
+        where = f"cannot enter {blocked}" if blocked is not None else f"has no Python {sys.version_info[:2]} to run"
+        raise FetchError(
+            f"the job's user {where}, so the project's metadata cannot be prepared in a sandbox here; state the "
+            "project's dependencies in pyproject.toml's [project] table instead"
+        )
+    subprocess.run([str(interpreter), "-m", "venv", "--without-pip", str(env_dir)], check=True, capture_output=True)
+    purelib = subprocess.check_output(
+        [str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+    ).strip()
+    (Path(purelib) / "trainstack-host.pth").write_text(f"{packages}\n", encoding="utf-8")
+    return env_dir / "bin" / "python"
+
+
+def project_requirements(python: Path, project: Path) -> list[str]:
+    """The project's runtime requirements (its Requires-Dist), found without running its code
+    on this machine with this user's rights: from pyproject.toml where it states them, else from
+    the metadata pip prepares (setup.py runs) in :func:`sandboxed`, on a copy of the project,
+    with no package index and nothing of this user's environment."""
+    static = static_dependencies(project)
+    if static is not None:
+        return static
+    with tempfile.TemporaryDirectory(prefix="trainstack-metadata-") as scratch:
+        root = Path(scratch)
+        copy = root / "project"
+        shutil.copytree(project, copy, symlinks=True)
+        report = root / "report.json"
+        if os.geteuid() == 0:
+            from trainstack_agent.jobuser import ensure_user
+
+            # An interpreter the job's user can run, seeing this one's packages (pip, setuptools).
+            python = _sandbox_python(root / "venv")
+            uid, gid = ensure_user()
+            for path in [root, *root.rglob("*")]:
+                os.chown(path, uid, gid, follow_symlinks=False)
+            root.chmod(0o711)  # its own now; others may pass, as the check of the path wants
+        argv = [str(python), "-m", "pip", "install", "--dry-run", "--quiet", "--no-deps", "--no-index"]
+        argv += ["--no-build-isolation", "--report", str(report), str(copy)]
+        try:
+            completed = subprocess.run(
+                sandboxed(argv, python),
+                capture_output=True,
+                text=True,
+                timeout=PIP_SECONDS,
+                check=False,
+                cwd=root,
+                env={**SANDBOX_ENV, "HOME": str(root)},
+            )
+        except subprocess.TimeoutExpired:
+            raise FetchError(f"preparing {project}'s metadata: pip did not finish within {PIP_SECONDS} s") from None
+        if completed.returncode != 0:
+            lines = [line for line in completed.stderr.splitlines() if line.strip()]
+            said = lines[-1].strip() if lines else f"exit {completed.returncode}"
+            raise FetchError(f"preparing {project}'s metadata in a sandbox (no network, no credentials): {said}")
+        try:
+            document = json.loads(report.read_text(encoding="utf-8"))
+            requires = document["install"][0]["metadata"].get("requires_dist") or []
+        except (OSError, ValueError, KeyError, IndexError) as error:
+            raise FetchError(f"preparing {project}'s metadata: pip's report is unreadable ({error})") from None
+    if not isinstance(requires, list) or not all(isinstance(item, str) for item in requires):
+        raise FetchError(f"{project}'s metadata lists its requirements in a form pip does not write")
+    return [item for item in requires if not _for_an_extra(item)]
+
+
+def _for_an_extra(requirement: str) -> bool:
+    """A requirement of one of the project's extras (``; extra == "test"``): nodes install none."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        marker = Requirement(requirement).marker
+    except InvalidRequirement:
+        return False
+    return marker is not None and "extra" in str(marker)
+
+
 def pins_of_requirements(requirements: Path) -> list[str]:
     """The requirements file's lines without their hashes (``pandas==2.3.3``): what the nodes
     have installed, hash-locked, by the time they install the project."""
@@ -146,7 +286,9 @@ def fetch_for_nodes(python: Path, destination: Path, requirements: Path | None, 
                 pins.write_text("".join(f"{line}\n" for line in pins_of_requirements(requirements)), encoding="utf-8")
                 constraints = ["-c", str(pins)]
         if project is not None:
-            for each in missing_distributions(python, [*constraints, str(project)]):
+            # The project's own code (setup.py) never runs here: its requirements by name.
+            needs = project_requirements(python, project)
+            for each in missing_distributions(python, [*constraints, *needs]) if needs else []:
                 if each not in missing:
                     missing.append(each)
     if missing:
