@@ -115,7 +115,7 @@ while True:
     for entry in pathlib.Path("/proc").iterdir():
         try:
             for item in (entry / "environ").read_bytes().split(b"\\\\0"):
-                if item.startswith(b"TEAM_B_SECRET="):
+                if item.startswith(b"TEAM_B_RUN_LABEL="):
                     found.write(item.decode() + "\\\\n")
         except OSError:
             pass
@@ -152,7 +152,7 @@ def test_a_process_that_leaves_its_jobs_session_ends_with_the_job_and_never_sees
     workdir = tmp_path / "work"
     target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
     with standing_cluster(stack_file, workdir) as standing:
-        for name, extra in (("leaver", []), ("holder", ["--env", "TEAM_B_SECRET=hunter2"])):
+        for name, extra in (("leaver", []), ("holder", ["--env", "TEAM_B_RUN_LABEL=hunter2"])):
             package = packages[name]
             submitted = trainstack(
                 "submit", *target, "--name", name, "--package", str(package), "--module", f"{name}_pkg.main", *extra
