@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from stack_helpers import base_config, write_stack
+from trainstack.commands.main import main
 from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.run import LocalStackRun
 from trainstack.localrun.supervisor import wait_for
-from trainstack.localrun.workdir import job_user_obstacle
+from trainstack.localrun.workdir import JobUserUnreachable, job_user_obstacle
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 from trainstack_agent.jobuser import JOB_USER_NAME
@@ -94,26 +95,30 @@ def test_the_jobs_code_runs_unprivileged_and_cannot_write_where_only_root_may(tm
     assert home.stat().st_mode & 0o077 == 0
 
 
-@pytest.mark.slow
-def test_a_work_directory_the_jobs_user_cannot_enter_runs_the_job_as_root_and_says_so(
+def test_a_work_directory_the_jobs_user_cannot_enter_is_refused_never_run_as_root(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A clone under root's own home (mode 0700): the job's user could not reach the run's files,
-    # so the job runs as the agent rather than failing, and the run says why.
+    """A work directory under a folder only root may enter (mktemp -d, root's home): the job's
+    user could not reach the run's files. Running the job as root instead would no longer show
+    what the cloud enforces: the run is refused, naming the folder and what to do."""
     require_root()
     closed = tmp_path / "home-of-root"
     closed.mkdir(mode=0o700)
     closed.chmod(0o700)
-    forbidden = tmp_path / "root-only"
-    forbidden.mkdir(mode=0o700)
-    local = local_run(tmp_path, PRIVILEGES_MODULE, ["--forbidden", str(forbidden)], closed / "work", echo=True)
-    result = local.start().wait(timeout=300)
-    assert result.succeeded, result.logs
-    record: dict[str, Any] = json.loads((Path(result.job_dir) / "privileges.json").read_text())
-    assert record["uid"] == 0, record
-    output = capsys.readouterr().out
-    assert f"the job's code runs as root here, not as the unprivileged {JOB_USER_NAME}" in output
-    assert f"cannot enter {closed} (mode 0700)" in output
+    local = local_run(tmp_path, PRIVILEGES_MODULE, ["--forbidden", str(tmp_path)], closed / "work", echo=True)
+    with pytest.raises(JobUserUnreachable) as refused:
+        local.start()
+    message = str(refused.value)
+    assert f"the job's code would run as root here, not as the unprivileged {JOB_USER_NAME}" in message
+    assert f"cannot enter {closed} (mode 0700)" in message
+    assert f"chmod o+x {closed}" in message
+    assert not list((closed / "work").glob("nodes/*/boot.log"))
+    stack_file = next(tmp_path.glob("Pulumi.*.yaml"))
+    code = main(["local", "--stack-file", str(stack_file), "--workdir", str(closed / "cli")])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert err.startswith("trainstack: the job's code would run as root here")
+    assert err.count("\n") == 1
 
 
 def _gone(pid: int) -> bool:

@@ -207,7 +207,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     from trainstack.localrun.run import SharedNetworkRefused, run_local
     from trainstack.localrun.run_settings import SettingsDiffer, command_line, forget, settings_for_this_run
     from trainstack.localrun.wheels import FetchError
-    from trainstack.localrun.workdir import WorkdirError
+    from trainstack.localrun.workdir import JobUserUnreachable, WorkdirError
 
     stack = load_resolved(args)
     try:
@@ -250,6 +250,9 @@ def cmd_local(args: argparse.Namespace) -> int:
         return LocalExit.NOT_RUN
     except WorkdirError as error:
         print(f"trainstack: {'--fresh' if args.fresh else '--workdir'}: {error}", file=sys.stderr)
+        return LocalExit.NOT_RUN
+    except JobUserUnreachable as refused:
+        print(f"trainstack: {refused}", file=sys.stderr)
         return LocalExit.NOT_RUN
     except FetchError as error:
         print(f"trainstack: {error}; the nodes of `local` install from what this machine fetches", file=sys.stderr)

@@ -25,7 +25,7 @@ from trainstack.localrun.nodes import (
 )
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
-from trainstack.localrun.workdir import FIND_LINKS_DIR, job_user_obstacle, mark_workdir
+from trainstack.localrun.workdir import FIND_LINKS_DIR, JobUserUnreachable, job_user_obstacle, mark_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
 from trainstack_agent.jobuser import JOB_USER_NAME
 from trainstack_contract import CHIEF, LAYOUT, STATES
@@ -79,27 +79,26 @@ class LocalRunLayout:
         return self.workdir / FIND_LINKS_DIR
 
     def prepare(self, echo: bool) -> str | None:
-        """The work directory as ``pulumi up`` and the VMs' disks would leave it. Returns why
-        the job's code cannot run as the cloud's unprivileged job user here, if it cannot
-        (:func:`~trainstack.localrun.workdir.job_user_obstacle`): it then runs as the agent."""
+        """The work directory as ``pulumi up`` and the VMs' disks would leave it.
+        :class:`~trainstack.localrun.workdir.JobUserUnreachable` when, run as root, the job's
+        code could not run as the cloud's unprivileged job user here (the run would no longer
+        show what the cloud enforces: never a quiet downgrade to root). Returns None: the job's
+        code runs as that user (as this one, when this one is not root)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         obstacle = job_user_obstacle(self.workdir, agent_makes_environment=not self.environment_installed)
+        if obstacle is not None:
+            raise JobUserUnreachable(
+                f"the job's code would run as root here, not as the unprivileged {JOB_USER_NAME} it runs as on the "
+                f"cloud: {obstacle}"
+            )
         mark_workdir(self.workdir, self.stack.stack)
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
         staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse, self.kind.lock_artifact)
-        staging.prepare_node_disks(
-            self.nodes, self.kind.requirements_stamp, self.environment_installed, obstacle is None
-        )
+        staging.prepare_node_disks(self.nodes, self.kind.requirements_stamp, self.environment_installed, True)
         venv_python = self.nodes[0].state_dir / "venv" / "bin" / "python"
         python = venv_python if venv_python.exists() else Path(sys.executable)
         staging.fetch_for_pip(self.job, python, self.pip_find_links, echo)
-        if obstacle is not None and echo:
-            print(
-                f"[local] note: the job's code runs as root here, not as the unprivileged {JOB_USER_NAME} "
-                f"it runs as on the cloud: {obstacle}",
-                flush=True,
-            )
-        return obstacle
+        return None
 
 
 def lay_out(

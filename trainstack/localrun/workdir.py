@@ -19,6 +19,11 @@ WORKDIR_MARKER = ".trainstack-local-workdir"
 FIND_LINKS_DIR = "pip-find-links"
 
 
+class JobUserUnreachable(Exception):
+    """Run as root, a local run would have to start the job's code as root, not as the cloud's
+    unprivileged job user; the message says why and what to do."""
+
+
 class WorkdirError(Exception):
     """A work directory `trainstack local` refuses to use or delete."""
 
@@ -110,11 +115,26 @@ def job_user_obstacle(workdir: Path, agent_makes_environment: bool = False) -> s
     if os.geteuid() != 0:
         return None
     packages = Path(sysconfig.get_paths()["purelib"])
-    for what, path in (("the work directory", workdir), ("this interpreter's packages", packages)):
+    remedies = (
+        (
+            "the work directory",
+            workdir,
+            "give --workdir a directory it can reach (under /var/tmp, say), or let it pass through: chmod o+x {blocked}",
+        ),
+        (
+            "this interpreter's packages",
+            packages,
+            "keep the project and its .venv outside {blocked}, or run as a user other than root (the job's code then "
+            "runs as you)",
+        ),
+    )
+    for what, path, remedy in remedies:
         blocked = unreachable_by_others(path)
         if blocked is not None:
             mode = stat.S_IMODE(blocked.stat().st_mode)
-            return f"{JOB_USER_NAME} cannot enter {blocked} (mode {mode:04o}) above {what} {path}"
+            return f"{JOB_USER_NAME} cannot enter {blocked} (mode {mode:04o}) above {what} {path}; " + remedy.format(
+                blocked=blocked
+            )
     python3 = shutil.which("python3")
     if agent_makes_environment and python3 is not None and unreachable_by_others(Path(python3)) is not None:
         blocked = unreachable_by_others(Path(python3))
