@@ -189,3 +189,43 @@ def test_a_standing_run_stopped_by_a_signal_lists_its_jobs_and_says_how_to_resum
     assert code == LocalExit.INTERRUPTED, err
     assert "standing: no job has run on this cluster yet" in out, out
     assert f"`trainstack local --stack-file {stack_file} --standing --workdir {workdir}`" in err, err
+
+
+@pytest.mark.slow
+def test_a_job_queued_as_every_node_idled_out_boots_them_again_rather_than_wait(
+    tmp_path: Path, fake_boot: None
+) -> None:
+    """The idle-stop race, locally: the job reaches the queue after each node's last look and
+    the wake finds them still up; when they have all stopped, the standing run boots them again
+    for it, as `submit` starts a VM that stopped. Twice at most: these fake nodes never take it."""
+    from trainstack.jobqueue.queue import submit
+    from trainstack.jobqueue.store import DirectoryStore
+
+    stack = standing_stack()
+    workdir = tmp_path / "work"
+
+    def drive() -> None:
+        try:
+            wait_until((workdir / "standing.json").exists, "standing.json was not written")
+            wait_until(lambda: boots(workdir, "chief")[-1:] == ["end"], "the chief did not end its first boot")
+            bucket = workdir / "bucket" / stack.bucket_name
+            submit(
+                DirectoryStore(bucket),
+                "late",
+                {"trainstack-job-mode": "package"},
+                [],
+                "2026-11-28T00:00:00Z",
+                lambda e: False,
+            )
+        finally:
+            (workdir / "release").touch()
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    result = run_local(
+        stack, workdir, TrainerOverrides(), echo=False, timeout=HANG_SECONDS, allow_shared_network=True, standing=True
+    )
+    driver.join(HANG_SECONDS)
+    for node in ("chief", "worker-0", "worker-1"):
+        assert boots(workdir, node) == [f"boot idle={IDLE_MINUTES * 60}", "end"] * 3, node
+    assert result.exit_codes == {"chief": 0, "worker-0": 0, "worker-1": 0}

@@ -434,3 +434,60 @@ def test_submit_starts_each_stopped_vm_without_awaiting_its_operation(
     assert compute.requests == [get(CHIEF), post(CHIEF, "start"), get(WORKER_0), post(WORKER_0, "start"), get(WORKER_1)]
     out, _ = capsys.readouterr()
     assert re.search(rf"chief +{CHIEF} +start requested \(was TERMINATED; operation operation-{CHIEF}-start\)", out)
+
+
+def _queued_place(tmp_path: Path) -> tuple[Any, Any]:
+    """A queue (a directory standing in for the bucket) holding one job, and that job."""
+    from trainstack.commands.queueargs import QueuePlace
+    from trainstack.jobqueue.queue import submit
+    from trainstack.jobqueue.store import DirectoryStore
+    from trainstack.jobstate.report import LocalObjects
+
+    store = DirectoryStore(tmp_path)
+    entry = submit(store, "late", {"trainstack-job-mode": "package"}, [], "2026-11-28T00:00:00Z", lambda e: False)
+    return QueuePlace(store, LocalObjects(tmp_path)), entry
+
+
+def test_a_node_that_stops_as_the_job_comes_is_started_again_once_stopped(
+    compute: FakeCompute, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The idle-stop race: the job is queued while every node is up and idle; the chief ends its
+    idle wait anyway (it looked at the queue just before) and stops. `submit` sees it stopping,
+    says so, and starts it once it has stopped: the job never waits for a `submit` to come."""
+    from trainstack.commands.submit import watch_until_taken
+    from trainstack.stackmodel.resolved import resolve_stack
+    from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
+
+    stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.multiworker.yaml")[0])
+    place, entry = _queued_place(tmp_path)
+    compute.statuses = {CHIEF: "STOPPING", WORKER_0: "RUNNING", WORKER_1: "RUNNING"}
+    compute.first_status = "RUNNING"
+    timer = threading.Timer(0.3, lambda: compute.statuses.update({CHIEF: "TERMINATED"}))
+    timer.start()
+    try:
+        assert watch_until_taken(stack, place, entry, seconds=30, poll=0.05) == 0
+    finally:
+        timer.cancel()
+    assert post(CHIEF, "start") in compute.requests
+    assert post(WORKER_0, "start") not in compute.requests
+    out = capsys.readouterr().out
+    assert f"chief is stopping (its idle wait ended as job {entry.id} came); it is started again once stopped" in out
+    assert f"chief stopped at the end of its idle wait as job {entry.id} came: starting it again" in out
+
+
+def test_a_job_a_node_has_taken_needs_no_start(
+    compute: FakeCompute, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainstack.commands.submit import watch_until_taken
+    from trainstack.jobqueue.queue import job_prefix
+    from trainstack.stackmodel.resolved import resolve_stack
+    from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
+
+    stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.multiworker.yaml")[0])
+    place, entry = _queued_place(tmp_path)
+    status = tmp_path / job_prefix(entry) / "status" / "job.json"
+    status.parent.mkdir(parents=True)
+    status.write_text(json.dumps({"state": "RUNNING", "time": "2026-11-28T00:00:01Z"}))
+    compute.statuses = {CHIEF: "RUNNING", WORKER_0: "RUNNING", WORKER_1: "RUNNING"}
+    assert watch_until_taken(stack, place, entry, seconds=30, poll=0.05) == 0
+    assert not [request for request in compute.requests if request[0] == "POST"]

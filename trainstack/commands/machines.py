@@ -99,6 +99,24 @@ def stack_machines(stack: ResolvedStack) -> list[Machine]:
     return machines
 
 
+def vm_statuses(stack: ResolvedStack, clients: ComputeClients | None = None) -> dict[str, str]:
+    """Each cluster VM's status by node (compute.instances.get, which a teammate who queues jobs
+    holds on each VM); a VM that cannot be read is left out."""
+    from google.api_core import exceptions as api
+
+    clients = clients or compute_clients()
+    statuses = {}
+    for machine in stack_machines(stack):
+        if machine.kind != "vm":
+            continue
+        try:
+            found = clients.instances.get(project=stack.project, zone=stack.zone, instance=machine.name, timeout=60.0)
+        except api.GoogleAPICallError:
+            continue
+        statuses[machine.node] = str(found.status)
+    return statuses
+
+
 def select_machines(machines: Sequence[Machine], wanted: Sequence[str] | None) -> list[Machine]:
     """Every machine, or those --node names (in the stack's order)."""
     if not wanted:

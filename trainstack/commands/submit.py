@@ -21,6 +21,7 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ from trainstack_contract import (
 
 if TYPE_CHECKING:
     from trainstack.stackmodel.resolved import ResolvedStack
+    from trainstack_contract.queue import QueueEntry
 
 JOB_KEY = "trainstack:job"
 # A job file is a job's settings: a few kilobytes. Its spec may be at most MAX_SPEC_BYTES.
@@ -229,12 +231,71 @@ def wake_standing(place: QueuePlace, stack: ResolvedStack, args: argparse.Namesp
     return wake(place.workdir, stack.stack, stack_option(args))
 
 
+# How long `submit` watches a cluster that was up when its job came, for a node that stops at
+# the end of its idle wait without having seen the job (seconds; Compute Engine stops a VM in
+# about a minute), and how often it looks.
+STOPPING_WATCH_SECONDS = 240.0
+STOPPING_WATCH_POLL = 5.0
+
+
 def _start_machines(stack: ResolvedStack) -> int:
     from trainstack.commands.machines import run_machines
 
     nodes = [node.name for node in stack.cluster.nodes] if stack.cluster else []
     nodes += [stack.tpu.name] if stack.tpu else []
     return run_machines(stack, "start", nodes=nodes, wait=False)
+
+
+def _up_and_idle(stack: ResolvedStack, place: QueuePlace, entry: QueueEntry) -> bool:
+    """Every VM of the cluster up, and no job before this one still to end: its nodes are in
+    their idle wait, and one may end it as the job comes."""
+    from trainstack.commands.machines import UP, vm_statuses
+    from trainstack.jobqueue.history import job_state
+    from trainstack.jobqueue.queue import job_prefix, read_index
+    from trainstack_contract.queue import ENDED_STATES
+
+    if stack.cluster is None:
+        return False
+    statuses = vm_statuses(stack)
+    if len(statuses) != len(stack.cluster.nodes) or not all(status in UP for status in statuses.values()):
+        return False
+    earlier = [e for e in read_index(place.store).entries if e.id < entry.id and e.cancelled is None]
+    return all(job_state(place.objects, job_prefix(e)) in ENDED_STATES for e in earlier)
+
+
+def watch_until_taken(
+    stack: ResolvedStack,
+    place: QueuePlace,
+    entry: QueueEntry,
+    seconds: float = STOPPING_WATCH_SECONDS,
+    poll: float = STOPPING_WATCH_POLL,
+) -> int:
+    """The job came to a cluster whose nodes were all in their idle wait: until a node takes it,
+    a node that stops anyway (its wait ended as the job came) is started again once stopped,
+    and the submitter is told so. Exit status of the starts, or 0."""
+    from trainstack.commands.machines import STOPPED, STOPPING, run_machines, vm_statuses
+    from trainstack.jobqueue.history import job_state
+    from trainstack.jobqueue.queue import job_prefix
+
+    deadline, told = time.monotonic() + seconds, False
+    while time.monotonic() < deadline:
+        if job_state(place.objects, job_prefix(entry)) is not None:
+            return 0  # a node has taken it (RUNNING, or ended already)
+        statuses = vm_statuses(stack)
+        stopped = [node for node, status in statuses.items() if status in STOPPED]
+        stopping = [node for node, status in statuses.items() if status in STOPPING]
+        if stopped and not stopping:
+            print(f"{', '.join(stopped)} stopped at the end of its idle wait as job {entry.id} came: starting it again")
+            return run_machines(stack, "start", nodes=stopped, wait=False)
+        if stopping and not told:
+            print(
+                f"{', '.join(stopping)} is stopping (its idle wait ended as job {entry.id} came); "
+                "it is started again once stopped"
+            )
+            told = True
+        time.sleep(poll)
+    print(f"no node has taken job {entry.id} within {seconds:.0f} s; `trainstack jobs` says when one does")
+    return 0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -299,6 +360,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.local:
         print(wake_standing(place, stack, args))
         return 0
+    if _up_and_idle(stack, place, entry):
+        return watch_until_taken(stack, place, entry)
     return _start_machines(stack)
 
 

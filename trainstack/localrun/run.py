@@ -283,17 +283,54 @@ class LocalStackRun:
         return collect_result(self.layout, list(self.compute.calls), list(self.spot.preemptions))
 
 
+# How many times the standing run boots its nodes again for a job left queued as they stopped.
+MAX_BOOTS_FOR_A_QUEUED_JOB = 2
+
+
+def queued_job(run: LocalStackRun) -> int | None:
+    """The id of a job of the queue that has not ended and is not cancelled, if any."""
+    from trainstack.jobqueue.history import job_state
+    from trainstack.jobqueue.queue import job_prefix, read_index
+    from trainstack.jobqueue.store import DirectoryStore, StoreError
+    from trainstack.jobstate.report import LocalObjects, StatusReadError
+    from trainstack.localrun.standins import DirectoryBucket
+    from trainstack_contract.queue import ENDED_STATES, QueueFormatError
+
+    bucket = run.layout.bucket
+    if not isinstance(bucket, DirectoryBucket):
+        return None
+    try:
+        entries = read_index(DirectoryStore(bucket.root)).entries
+        objects = LocalObjects(bucket.root)
+        for entry in entries:
+            if entry.cancelled is None and job_state(objects, job_prefix(entry)) not in ENDED_STATES:
+                return entry.id
+    except (StoreError, StatusReadError, QueueFormatError):
+        return None
+    return None
+
+
 def wait_standing(run: LocalStackRun, wake: threading.Event, timeout: float | None = None) -> LocalStackRunResult:
     """`local --standing`: waits until every node's processes have exited (each idled out, or
     ended) or ``timeout``; each time ``wake`` is set (SIGUSR1: a job was submitted), boots every
     node that has exited again. Then stops what is left, as :meth:`LocalStackRun.wait` does."""
     names = [n.name for n in run.nodes]
     deadline = None if timeout is None else time.monotonic() + timeout
+    booted_for: dict[int, int] = {}
     while run.supervisor.wait_for(lambda: wake.is_set() or run.supervisor.all_exited(names), deadline):
-        if not wake.is_set():
+        if wake.is_set():
+            wake.clear()
+            run.spot.boot_stopped("a job was submitted")
+            continue
+        # The idle-stop race: a job came as the nodes ended their idle wait (each looked at the
+        # queue just before), and the wake found them still up. It would wait for the next
+        # `submit`: the nodes boot again for it, as `submit` starts a stopped VM. Twice at most
+        # for one job: nodes that boot and leave it be will not take it.
+        job = queued_job(run)
+        if job is None or booted_for.get(job, 0) >= MAX_BOOTS_FOR_A_QUEUED_JOB:
             break
-        wake.clear()
-        run.spot.boot_stopped("a job was submitted")
+        booted_for[job] = booted_for.get(job, 0) + 1
+        run.spot.boot_stopped(f"job {job} came as the nodes stopped")
     run.spot.close()
     stop_nodes(run.supervisor, run.layout, run.echo)
     run._close()
