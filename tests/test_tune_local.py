@@ -188,3 +188,60 @@ def test_on_a_stack_whose_own_job_writes_in_a_teams_bucket_a_queued_job_and_a_tr
         # What the agents write there is theirs alone; the rest is the job's.
         assert (job_dir / "status").stat().st_uid == 0
     assert trial["metric"] == json.loads((bucket / trial["job_dir"] / "progress.json").read_text())["accuracy"]
+
+
+# A team's trial: the first writes more objects in its job directory than a study reads whole;
+# the others report their metric as cloudml-hypertune does.
+FLOODING_TRIAL = """
+import json, os, pathlib, sys
+argv = sys.argv[1:]
+job_dir = pathlib.Path(argv[argv.index("--job-dir") + 1])
+if os.environ["CLOUD_ML_TRIAL_ID"] == "1":
+    many = job_dir / "many"
+    many.mkdir(parents=True, exist_ok=True)
+    for n in range(5001):
+        (many / str(n)).touch()
+else:
+    record = {"accuracy": "0.5", "global_step": "1", "checkpoint_path": "", "timestamp": 1.0, "trial": "2"}
+    with open(os.environ["CLOUD_ML_HP_METRIC_FILE"], "a") as handle:
+        handle.write(json.dumps(record) + "\\n")
+"""
+FLOOD_STUDY = """\
+trainingInput:
+  hyperparameters:
+    goal: MAXIMIZE
+    hyperparameterMetricTag: accuracy
+    maxTrials: 2
+    maxFailedTrials: 2
+    params:
+      - {parameterName: rate, type: DOUBLE, minValue: 0.01, maxValue: 0.1}
+"""
+
+
+@pytest.mark.slow
+def test_a_trial_whose_code_floods_its_directory_fails_alone_and_the_study_goes_on(tmp_path: Path) -> None:
+    """On a standing local cluster: trial 1's code writes 5001 objects in its job directory,
+    more than a study reads whole. It is recorded FAILED, in one line; trial 2 runs and the
+    study ends, where `tune` used to retry trial 1 for ever."""
+    package = tmp_path / "code" / "flood_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "main.py").write_text(FLOODING_TRIAL)
+    stack_file, workdir, target = study_on_a_standing_stack(tmp_path, "dev", "flood", idle_minutes=2, parallel=1)
+    spec = tmp_path / "flood.yaml"
+    spec.write_text(FLOOD_STUDY)
+    code = ["--package", str(package), "--module", "flood_pkg.main", "--name", "flood"]
+    standing = start_standing(stack_file, workdir)
+    try:
+        tuned = trainstack("tune", *target, "--spec", str(spec), *code, timeout=600)
+    finally:
+        standing.send_signal(signal.SIGTERM)
+        standing.communicate(timeout=120)
+    assert tuned.returncode == 0, tuned.stdout + tuned.stderr
+    bucket = next(iter(sorted((workdir / "bucket").glob("*_flood"))))
+    study = json.loads((bucket / "trainstack" / "tune" / "flood" / "study.json").read_text())
+    first, second = study["trials"]
+    assert first["state"] == "FAILED"
+    assert "holds more than 5000 objects" in first["problem"]
+    assert second["state"] == "SUCCEEDED"
+    assert second["metric"] == 0.5
