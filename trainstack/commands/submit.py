@@ -250,17 +250,16 @@ def _up_and_idle(stack: ResolvedStack, place: QueuePlace, entry: QueueEntry) -> 
     """Every VM of the cluster up, and no job before this one still to end: its nodes are in
     their idle wait, and one may end it as the job comes."""
     from trainstack.commands.machines import UP, vm_statuses
-    from trainstack.jobqueue.history import job_state
-    from trainstack.jobqueue.queue import job_prefix, read_index
-    from trainstack_contract.queue import ENDED_STATES
+    from trainstack.jobqueue.history import outstanding
+    from trainstack.jobqueue.queue import read_index
 
     if stack.cluster is None:
         return False
     statuses = vm_statuses(stack)
     if len(statuses) != len(stack.cluster.nodes) or not all(status in UP for status in statuses.values()):
         return False
-    earlier = [e for e in read_index(place.store).entries if e.id < entry.id and e.cancelled is None]
-    return all(job_state(place.objects, job_prefix(e)) in ENDED_STATES for e in earlier)
+    earlier = [e for e in read_index(place.store).entries if e.id < entry.id]
+    return not outstanding(earlier, place.objects)
 
 
 def watch_until_taken(

@@ -206,3 +206,11 @@ def job_state(objects: Objects, prefix: str) -> str | None:
     status = read_json(objects, posixpath.join(prefix, LAYOUT.job_status))
     state = (status or {}).get("state")
     return state if isinstance(state, str) else None
+
+
+def outstanding(entries: Sequence[QueueEntry], objects: Objects) -> list[QueueEntry]:
+    """The queue's jobs still to end: neither cancelled nor ended (a job with no status yet is
+    one a node has still to take)."""
+    from trainstack.jobqueue.queue import job_prefix
+
+    return [e for e in entries if e.cancelled is None and job_state(objects, job_prefix(e)) not in ENDED_STATES]

@@ -289,25 +289,21 @@ MAX_BOOTS_FOR_A_QUEUED_JOB = 2
 
 def queued_job(run: LocalStackRun) -> int | None:
     """The id of a job of the queue that has not ended and is not cancelled, if any."""
-    from trainstack.jobqueue.history import job_state
-    from trainstack.jobqueue.queue import job_prefix, read_index
+    from trainstack.jobqueue.history import outstanding
+    from trainstack.jobqueue.queue import read_index
     from trainstack.jobqueue.store import DirectoryStore, StoreError
     from trainstack.jobstate.report import LocalObjects, StatusReadError
     from trainstack.localrun.standins import DirectoryBucket
-    from trainstack_contract.queue import ENDED_STATES, QueueFormatError
+    from trainstack_contract.queue import QueueFormatError
 
     bucket = run.layout.bucket
     if not isinstance(bucket, DirectoryBucket):
         return None
     try:
-        entries = read_index(DirectoryStore(bucket.root)).entries
-        objects = LocalObjects(bucket.root)
-        for entry in entries:
-            if entry.cancelled is None and job_state(objects, job_prefix(entry)) not in ENDED_STATES:
-                return entry.id
+        left = outstanding(read_index(DirectoryStore(bucket.root)).entries, LocalObjects(bucket.root))
     except (StoreError, StatusReadError, QueueFormatError):
         return None
-    return None
+    return left[0].id if left else None
 
 
 def wait_standing(run: LocalStackRun, wake: threading.Event, timeout: float | None = None) -> LocalStackRunResult:

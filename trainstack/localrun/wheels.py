@@ -39,13 +39,14 @@ class FetchError(Exception):
 
 
 def _pip(python: Path, arguments: list[str], what: str) -> None:
+    _run([str(python), "-m", "pip", *arguments], what)
+
+
+def _run(argv: list[str], what: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    """A pip command, bounded by PIP_SECONDS; FetchError with pip's last line when it fails."""
     try:
         completed = subprocess.run(
-            [str(python), "-m", "pip", *arguments],
-            capture_output=True,
-            text=True,
-            timeout=PIP_SECONDS,
-            check=False,
+            argv, capture_output=True, text=True, timeout=PIP_SECONDS, check=False, cwd=cwd, env=env
         )
     except subprocess.TimeoutExpired:
         raise FetchError(f"{what}: pip did not finish within {PIP_SECONDS} s") from None
@@ -223,22 +224,8 @@ def project_requirements(python: Path, project: Path) -> list[str]:
             root.chmod(0o711)  # its own now; others may pass, as the check of the path wants
         argv = [str(python), "-m", "pip", "install", "--dry-run", "--quiet", "--no-deps", "--no-index"]
         argv += ["--no-build-isolation", "--report", str(report), str(copy)]
-        try:
-            completed = subprocess.run(
-                sandboxed(argv, python),
-                capture_output=True,
-                text=True,
-                timeout=PIP_SECONDS,
-                check=False,
-                cwd=root,
-                env={**SANDBOX_ENV, "HOME": str(root)},
-            )
-        except subprocess.TimeoutExpired:
-            raise FetchError(f"preparing {project}'s metadata: pip did not finish within {PIP_SECONDS} s") from None
-        if completed.returncode != 0:
-            lines = [line for line in completed.stderr.splitlines() if line.strip()]
-            said = lines[-1].strip() if lines else f"exit {completed.returncode}"
-            raise FetchError(f"preparing {project}'s metadata in a sandbox (no network, no credentials): {said}")
+        what = f"preparing {project}'s metadata in a sandbox (no network, no credentials)"
+        _run(sandboxed(argv, python), what, cwd=root, env={**SANDBOX_ENV, "HOME": str(root)})
         try:
             document = json.loads(report.read_text(encoding="utf-8"))
             requires = document["install"][0]["metadata"].get("requires_dist") or []
