@@ -25,7 +25,13 @@ from trainstack.localrun.nodes import (
 )
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
-from trainstack.localrun.workdir import FIND_LINKS_DIR, JobUserUnreachable, job_user_obstacle, mark_workdir
+from trainstack.localrun.workdir import (
+    FIND_LINKS_DIR,
+    JobUserUnreachable,
+    job_user_obstacle,
+    mark_workdir,
+    nodes_python3,
+)
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
 from trainstack_agent.jobuser import JOB_USER_NAME
 from trainstack_contract import CHIEF, LAYOUT, STATES
@@ -61,6 +67,11 @@ class LocalRunLayout:
         return self.machines.nodes
 
     @property
+    def nodes_bin(self) -> Path:
+        """Where :func:`~trainstack.localrun.workdir.nodes_python3` links the nodes' ``python3``."""
+        return self.workdir / "bin"
+
+    @property
     def job_dir(self) -> Path | str:
         """A local path with the directory stand-in; a gs:// URI with a test's GcsBucket."""
         uri = self.job_directory.uri
@@ -85,13 +96,15 @@ class LocalRunLayout:
         show what the cloud enforces: never a quiet downgrade to root). Returns None: the job's
         code runs as that user (as this one, when this one is not root)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        obstacle = job_user_obstacle(self.workdir, agent_makes_environment=not self.environment_installed)
+        obstacle = job_user_obstacle(self.workdir)
         if obstacle is not None:
             raise JobUserUnreachable(
                 f"the job's code would run as root here, not as the unprivileged {JOB_USER_NAME} it runs as on the "
                 f"cloud: {obstacle}"
             )
         mark_workdir(self.workdir, self.stack.stack)
+        if not self.environment_installed:
+            nodes_python3(self.workdir)
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
         staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse, self.kind.lock_artifact)
         staging.prepare_node_disks(self.nodes, self.kind.requirements_stamp, self.environment_installed, True)

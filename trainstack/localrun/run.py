@@ -69,6 +69,10 @@ def node_environment(
     metadata_root, compute_root, sts_root = roots
     self_stop_log, pip_find_links = layout.self_stop_log, layout.pip_find_links
     environment = dict(os.environ)
+    if (layout.nodes_bin / "python3").is_symlink():
+        # The python3 the nodes' boot script runs their agent with, as a VM's own: one the
+        # job's user can run too (trainstack.localrun.workdir.nodes_python3).
+        environment["PATH"] = f"{layout.nodes_bin}{os.pathsep}{environment.get('PATH', '')}"
     if job_as_agent_user:
         environment["TRAINSTACK_JOB_AS_AGENT_USER"] = "1"
     environment.update(

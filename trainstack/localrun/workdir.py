@@ -104,14 +104,13 @@ def interpreter_for_job_user() -> Path | None:
     return None
 
 
-def job_user_obstacle(workdir: Path, agent_makes_environment: bool = False) -> str | None:
+def job_user_obstacle(workdir: Path) -> str | None:
     """Run as root, a local run's agents start the job's code as the unprivileged user the
     cloud's nodes use (:mod:`trainstack_agent.jobuser`). That user must pass through every
     directory above the work directory and this interpreter's packages, and run an
     interpreter; what stops it, in words, or None when nothing does. Not root: None, the
-    job's code runs as this user, who can. ``agent_makes_environment``: the nodes' agents make
-    their environment from the ``python3`` their boot script finds, which that user must then
-    be able to run too."""
+    job's code runs as this user, who can. Nodes whose agents make their own environment get a
+    ``python3`` that user can run (:func:`nodes_python3`)."""
     if os.geteuid() != 0:
         return None
     packages = Path(sysconfig.get_paths()["purelib"])
@@ -135,13 +134,28 @@ def job_user_obstacle(workdir: Path, agent_makes_environment: bool = False) -> s
             return f"{JOB_USER_NAME} cannot enter {blocked} (mode {mode:04o}) above {what} {path}; " + remedy.format(
                 blocked=blocked
             )
-    python3 = shutil.which("python3")
-    if agent_makes_environment and python3 is not None and unreachable_by_others(Path(python3)) is not None:
-        blocked = unreachable_by_others(Path(python3))
-        return f"{JOB_USER_NAME} cannot run the nodes' python3 ({python3}): it cannot enter {blocked}"
     if interpreter_for_job_user() is None:
         return (
             f"{JOB_USER_NAME} cannot run {sys.executable} (under a directory others may not enter) and no "
             f"python{sys.version_info.major}.{sys.version_info.minor} is in /usr/local/bin or /usr/bin"
         )
     return None
+
+
+def nodes_python3(workdir: Path) -> Path | None:
+    """Run as root, where the nodes' agents make their own environment from the ``python3`` on
+    PATH and the job's user could not run that one (pyenv's under root's home): the directory
+    of a ``python3`` it can run (:func:`interpreter_for_job_user`), linked in the work directory,
+    to put first on the nodes' PATH, as a VM's own ``python3`` is. None where none is needed."""
+    python3 = shutil.which("python3")
+    if os.geteuid() != 0 or (python3 is not None and unreachable_by_others(Path(python3)) is None):
+        return None
+    interpreter = interpreter_for_job_user()
+    if interpreter is None:
+        return None
+    directory = workdir / "bin"
+    directory.mkdir(exist_ok=True)
+    link = directory / "python3"
+    link.unlink(missing_ok=True)
+    link.symlink_to(interpreter)
+    return directory
