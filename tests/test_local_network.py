@@ -88,3 +88,28 @@ def test_a_run_without_a_namespace_of_its_own_is_refused_and_nothing_of_it_liste
     assert "--allow-shared-network" in err, err
     assert "as root" in err, err
     assert run_processes(workdir) == []
+
+
+def test_a_stand_in_server_never_takes_a_port_tf_config_gave_a_node() -> None:
+    """The nodes' TF ports are picked before the stand-ins bind port 0: a stand-in the kernel
+    put on one of them is made again, else that node's TensorFlow server could not listen."""
+    from trainstack.localrun.spot import clear_of
+
+    class Bound:
+        def __init__(self, port: int) -> None:
+            self.server_address = ("127.0.0.1", port)
+            self.closed = False
+
+        def server_close(self) -> None:
+            self.closed = True
+
+    given = iter([42671, 42672, 51000])
+    made: list[Bound] = []
+
+    def make() -> Bound:
+        made.append(Bound(next(given)))
+        return made[-1]
+
+    server = clear_of((42671, 42672), make)  # type: ignore[type-var]
+    assert server.server_address[1] == 51000
+    assert [bound.closed for bound in made] == [True, True, False]

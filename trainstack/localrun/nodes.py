@@ -141,6 +141,9 @@ class LocalMachines:
     project_attributes: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     preempt: tuple[str, ...] = ()
+    # The loopback ports TF_CONFIG gives the nodes' TensorFlow servers: kept clear of every
+    # stand-in server the run starts (trainstack.localrun.spot.serve_stand_ins).
+    cluster_ports: tuple[int, ...] = ()
 
 
 def without_queue(metadata: dict[str, str], idle_seconds: int | None) -> dict[str, str]:
@@ -239,4 +242,5 @@ def cluster_machines(stack: ResolvedStack, setup: NodeSetup, gpu_count: int) -> 
         nodes,
         project_attributes=project_attributes,
         preempt=check_preemptible(cluster, setup.preempt),
+        cluster_ports=tuple(ports) if cluster.tf_cluster else (),
     )

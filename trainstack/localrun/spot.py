@@ -5,17 +5,22 @@ boots a stopped node again."""
 from __future__ import annotations
 
 import signal
+import socketserver
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from trainstack.localrun.nodes import LocalMachines, LocalNode
 from trainstack.localrun.standins import ComputeApiServer, MetadataServer, TokenServiceServer
 from trainstack.localrun.supervisor import Supervisor
 
 POLL_SECONDS = 0.1
+# How many times a stand-in server is made again when the kernel gave it a cluster port.
+MAX_PORT_TRIES = 20
+ServerT = TypeVar("ServerT", bound=socketserver.TCPServer)
 # A preempted Spot VM gets about 30 s between the preemption notice (ACPI G2 soft off, which
 # the guest turns into SIGTERM) and being stopped
 # (https://cloud.google.com/compute/docs/instances/spot#preemption-process).
@@ -142,12 +147,30 @@ def serve_stand_ins(
     the agents alone, ``proc_net`` the nodes' socket tables), the Compute Engine API their
     chief calls and the token service their agents downscope jobs' tokens at, each on a free
     loopback port (Compute Engine calls logged in ``compute-api.log``); started by the caller."""
-    metadata = MetadataServer(
-        {n.name: n.metadata for n in machines.nodes},
-        machines.project_attributes,
-        zone,
-        preempted=spot.preempted,
-        proc_net=proc_net,
+    ports = machines.cluster_ports
+    metadata = clear_of(
+        ports,
+        lambda: MetadataServer(
+            {n.name: n.metadata for n in machines.nodes},
+            machines.project_attributes,
+            zone,
+            preempted=spot.preempted,
+            proc_net=proc_net,
+        ),
     )
-    compute = ComputeApiServer(zone, spot.instance_status, spot.start_instance, workdir / "compute-api.log")
-    return metadata, compute, TokenServiceServer()
+    compute = clear_of(
+        ports, lambda: ComputeApiServer(zone, spot.instance_status, spot.start_instance, workdir / "compute-api.log")
+    )
+    return metadata, compute, clear_of(ports, TokenServiceServer)
+
+
+def clear_of(ports: tuple[int, ...], make: Callable[[], ServerT]) -> ServerT:
+    """A server on a free port that is none of ``ports``: the kernel may give a server bound to
+    port 0 a port the run's TF_CONFIG already gave a node, picked before (then the node's
+    TensorFlow server could not listen, and the job fail)."""
+    for _ in range(MAX_PORT_TRIES):
+        server = make()
+        if server.server_address[1] not in ports:
+            return server
+        server.server_close()
+    raise OSError(f"no free port other than the cluster's {ports} after {MAX_PORT_TRIES} tries")
