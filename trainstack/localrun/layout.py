@@ -89,12 +89,11 @@ class LocalRunLayout:
     def pip_find_links(self) -> Path:
         return self.workdir / FIND_LINKS_DIR
 
-    def prepare(self, echo: bool) -> str | None:
+    def prepare(self, echo: bool) -> None:
         """The work directory as ``pulumi up`` and the VMs' disks would leave it.
         :class:`~trainstack.localrun.workdir.JobUserUnreachable` when, run as root, the job's
         code could not run as the cloud's unprivileged job user here (the run would no longer
-        show what the cloud enforces: never a quiet downgrade to root). Returns None: the job's
-        code runs as that user (as this one, when this one is not root)."""
+        show what the cloud enforces: never a quiet downgrade to root)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         obstacle = job_user_obstacle(self.workdir)
         if obstacle is not None:
@@ -111,7 +110,6 @@ class LocalRunLayout:
         venv_python = self.nodes[0].state_dir / "venv" / "bin" / "python"
         python = venv_python if venv_python.exists() else Path(sys.executable)
         staging.fetch_for_pip(self.job, python, self.pip_find_links, echo)
-        return None
 
 
 def lay_out(

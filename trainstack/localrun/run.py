@@ -59,13 +59,10 @@ POLL_SECONDS = 0.1
 THREADS_PER_NODE = "1"
 
 
-def node_environment(
-    local_node: LocalNode, roots: tuple[str, str, str], layout: LocalRunLayout, job_as_agent_user: bool
-) -> dict[str, str]:
+def node_environment(local_node: LocalNode, roots: tuple[str, str, str], layout: LocalRunLayout) -> dict[str, str]:
     """This process's environment with the node agent's cloud bound to the run's stand-ins,
-    and TensorFlow kept to the CPU and one thread pool. ``job_as_agent_user``: the job's code
-    runs as the agent (:func:`~trainstack.localrun.workdir.job_user_obstacle` said why).
-    ``roots``: the stand-ins' roots (the node's metadata, Compute Engine, the token service)."""
+    and TensorFlow kept to the CPU and one thread pool. ``roots``: the stand-ins' roots (the
+    node's metadata, Compute Engine, the token service)."""
     metadata_root, compute_root, sts_root = roots
     self_stop_log, pip_find_links = layout.self_stop_log, layout.pip_find_links
     environment = dict(os.environ)
@@ -73,8 +70,6 @@ def node_environment(
         # The python3 the nodes' boot script runs their agent with, as a VM's own: one the
         # job's user can run too (trainstack.localrun.workdir.nodes_python3).
         environment["PATH"] = f"{layout.nodes_bin}{os.pathsep}{environment.get('PATH', '')}"
-    if job_as_agent_user:
-        environment["TRAINSTACK_JOB_AS_AGENT_USER"] = "1"
     environment.update(
         TRAINSTACK_METADATA_ROOT=metadata_root,
         TRAINSTACK_COMPUTE_API=compute_root,
@@ -188,7 +183,6 @@ class LocalStackRun:
         self.machines, self.nodes, self.job_dir = self.layout.machines, self.layout.nodes, self.layout.job_dir
         self.script = self.layout.script
         self.echo = echo
-        self.job_user_obstacle: str | None = None
         self.network, self.network_note = loopback_network(allow_shared_network, self.layout.bucket, self.job)
         shown = None if verbose else (lambda line: not is_runtime_noise(line))
         self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS, shown=shown)
@@ -199,11 +193,11 @@ class LocalStackRun:
         self.server, self.compute, self.tokens = self.network.run_inside(stand_ins) if self.network else stand_ins()
 
     def prepare(self) -> None:
-        self.job_user_obstacle = self.layout.prepare(self.echo)
+        self.layout.prepare(self.echo)
 
     def _environment(self, local_node: LocalNode) -> dict[str, str]:
         roots = (self.server.root_for(local_node.name), self.compute.root, self.tokens.root)
-        return node_environment(local_node, roots, self.layout, self.job_user_obstacle is not None)
+        return node_environment(local_node, roots, self.layout)
 
     def boot_command(self) -> list[str]:
         """How a node boots: its boot script, inside the run's namespace when there is one."""
