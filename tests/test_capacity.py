@@ -612,3 +612,15 @@ def test_a3_mega_hosts_bill_at_their_own_rates_above_a3_high() -> None:
     mega = catalog.machine_usd_hr("a3-megagpu-8g", "us-central1", False)
     assert (high, mega) == (9.46006, 9.98816)
     assert mega / high == pytest.approx(1.0558, abs=1e-4)
+
+
+def test_cost_names_the_parts_it_has_no_price_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A G4 boots from hyperdisk-balanced, whose price the catalog lacks, and its GPU has no
+    Spot price: the total is unknown, and the note says which parts make it so."""
+    config = with_changes(
+        H200, {f"{C}.chief": {"machine_type": "g4-standard-48", "capacity": "spot"}, f"{C}.workers": DELETE}
+    )
+    report = _cost(tmp_path, config, capsys, "g4")
+    assert report["hourly_usd"] is None
+    [note] = [n for n in report["notes"] if n.startswith("some part has no")]
+    assert "(Spot nvidia-rtx-pro-6000, hyperdisk-balanced disks)" in note

@@ -216,6 +216,33 @@ def capacity_notes(stack: ResolvedStack, catalog: Catalog) -> list[str]:
     return notes
 
 
+def unpriced_parts(stack: ResolvedStack, catalog: Catalog) -> list[str]:
+    """The parts of the stack's machines the catalog has no list price for in its region (a
+    flex-start machine's own SKUs are said by :func:`flex_start_notes`)."""
+    import trainstack_contract as contract
+
+    region, missing = stack.region, []
+    machines = [
+        (n.machine_type, n.accelerator, n.spot, n.boot_disk_type)
+        for n in (stack.cluster.nodes if stack.cluster else ())
+        if n.capacity != contract.FLEX_START
+    ]
+    if stack.notebook is not None:
+        notebook = stack.notebook
+        machines.append((notebook.machine_type, notebook.accelerator, False, notebook.boot_disk_type))
+    for machine_type, accelerator, spot, disk_type in machines:
+        side = "Spot " if spot else ""
+        if catalog.machine_usd_hr(machine_type, region, spot) is None:
+            missing.append(f"{side}{machine_type}")
+        if accelerator is not None and catalog.gpu_usd_hr(accelerator.type, region, spot) is None:
+            missing.append(f"{side}{accelerator.type}")
+        if catalog.disk_usd_gb_hour(disk_type, region) is None:
+            missing.append(f"{disk_type} disks")
+    if stack.tpu is not None and stack.tpu.cost.usd_per_hour is None:
+        missing.append(stack.tpu.accelerator_type)
+    return list(dict.fromkeys(missing))
+
+
 def flex_start_notes(flex: list[ClusterNode], region: str, catalog: Catalog) -> list[str]:
     """How the flex-start nodes are priced: at Dynamic Workload Scheduler's SKUs (named), at the
     on-demand price where Google names no discount for the series, or not at all where the
@@ -328,7 +355,9 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
         )
     notes += capacity_notes(stack, catalog)
     if hourly is None:
-        notes.append(f"some part has no {region} price in the catalog: totals that include it are unknown")
+        missing = unpriced_parts(stack, catalog)
+        named = f" ({', '.join(missing)})" if missing else ""
+        notes.append(f"some part has no {region} price in the catalog{named}: totals that include it are unknown")
     return CostReport(
         stack=stack.stack,
         region=region,
