@@ -582,8 +582,33 @@ TPU_RELEASE_SCOPE = (
 )
 
 
+def joined_network_notes(stack: ResolvedStack) -> list[str]:
+    """What a stack that joins an existing network (trainstack:network) relies on the network's
+    owners for, and, with ``firewall: host``, the rules they must have."""
+    from trainstack.cloud.components.network import host_firewall_rules
+
+    joined = stack.network
+    if joined is None:
+        return []
+    notes = [
+        f"network: the machines join {joined.subnetwork} (project {joined.host_project}); the stack creates no "
+        "network, subnetwork, router or Cloud NAT. The subnetwork needs Private Google Access and egress to the "
+        "package index (or storage.wheelhouse), and the stack's service accounts and Google's Compute Engine and "
+        "Notebooks service agents of project "
+        f"{stack.project} need roles/compute.networkUser on it (docs/deploying.md#inside-a-landing-zone)"
+    ]
+    rules = host_firewall_rules(stack)
+    if rules:
+        notes.append(
+            f"network: firewall: host: the stack creates no firewall rule; {joined.network} must have: "
+            + "; ".join(rules)
+        )
+    return notes
+
+
 def plan_notes(stack: ResolvedStack) -> list[str]:
     notes = placeholder_notes(stack) + [f"warning: {w}" for w in stack_warnings(stack)]
+    notes += joined_network_notes(stack)
     tpu = stack.tpu
     if tpu is not None and not tpu.on_finish_chosen:
         why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"

@@ -322,6 +322,13 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
             f"first boot: each cluster node downloads {download_gib:.1f} GiB of Python packages through Cloud NAT "
             "(none with storage.wheelhouse)"
         )
+    if stack.network is not None:
+        # The network is the host's: its Cloud NAT, if it has one, bills the host project.
+        nat_gateway, first_boot = 0.0, 0.0
+        notes.append(
+            f"network: the stack joins {stack.network.subnetwork}; its egress (Cloud NAT, if the host has one) bills "
+            f"project {stack.network.host_project}, not this stack"
+        )
 
     storage_rate = catalog.regional_rates.get(("storage", "standard", region))
     noncurrent_days = stack.storage.noncurrent_version_days

@@ -849,6 +849,20 @@ def check_access(cfg: StackConfig) -> list[Problem]:
     return problems
 
 
+def check_network(cfg: StackConfig) -> list[Problem]:
+    """A network to join is in the stack's region: a machine goes on a subnetwork of its own region."""
+    network = cfg.settings.network
+    if network is None or network.region == cfg.region:
+        return []
+    return [
+        Problem(
+            f"{NAMESPACE}:network.subnetwork",
+            f"{network.subnetwork} is in {network.region}, not in gcp:region {cfg.region}: the machines go on a "
+            f"subnetwork of their own region (one of {network.host_project}'s in {cfg.region})",
+        )
+    ]
+
+
 def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Problem]:
     return check_and_derive(cfg, catalog)[0]
 
@@ -879,6 +893,7 @@ def check_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[
     job_problems += check_job_dir(cfg)
     job_problems += check_job_places(cfg)
     job_problems += check_access(cfg)
+    job_problems += check_network(cfg)
     job_problems += check_requirements_against_nodes(cfg, catalog, package, requirements)
     wheelhouse_problems, wheelhouse = _check_wheelhouse(cfg)
     problems = (

@@ -11,7 +11,7 @@ import hashlib
 import re
 
 from trainstack.base.errors import shorten
-from trainstack_contract.names import GCS_BUCKET_NAME
+from trainstack_contract.names import GCS_BUCKET_NAME, PROJECT_ID
 
 # The stack file's namespace of trainstack's own keys (trainstack:zone, trainstack:cluster, ...).
 NAMESPACE = "trainstack"
@@ -93,3 +93,14 @@ def stack_name_problem(stack: str) -> str | None:
             "at most 100 characters, not '.' or '..'"
         )
     return None
+
+
+# A VPC network and a subnetwork of a Shared VPC host project (or the stack's own), as Compute
+# Engine names them: projects/PROJECT/global/networks/NAME and
+# projects/PROJECT/regions/REGION/subnetworks/NAME (names: RFC 1035, at most 63 characters).
+_GCE_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_PROJECT = PROJECT_ID.pattern
+NETWORK_PATH_PATTERN = re.compile(rf"projects/(?P<project>{_PROJECT})/global/networks/(?P<name>{_GCE_NAME})")
+SUBNETWORK_PATH_PATTERN = re.compile(
+    rf"projects/(?P<project>{_PROJECT})/regions/(?P<region>[a-z]+-[a-z]+[0-9]+)/subnetworks/(?P<name>{_GCE_NAME})"
+)

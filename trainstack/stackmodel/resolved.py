@@ -30,6 +30,8 @@ from trainstack.jobcode.package import (
     resolve_image,
 )
 from trainstack.stackmodel.feasibility import (
+    NOTEBOOK_ACCOUNT_SUFFIX,
+    TPU_ACCOUNT_SUFFIX,
     TRAINING_ACCOUNT_SUFFIX,
     CheckedFacts,
     effective_accelerator,
@@ -44,6 +46,7 @@ from trainstack.stackmodel.schema import (
     Access,
     Budget,
     CapacityChoice,
+    ExistingNetwork,
     NodeSpec,
     StackConfig,
     Storage,
@@ -248,6 +251,8 @@ class ResolvedStack:
     storage: Storage = field(default_factory=Storage)
     budget: Budget | None = None
     access: Access | None = None
+    # A network the machines join (a Shared VPC's subnetwork); None: the stack creates its own.
+    network: ExistingNetwork | None = None
     # The job's secret values by variable, as Pulumi decrypts them (None offline); their repr hides them.
     secret_values: dict[str, JobSecret] = field(default_factory=dict)
     # The cluster's nodes and the TPU VM run a job queue (`trainstack submit`), then idle out: the
@@ -270,6 +275,14 @@ class ResolvedStack:
     @property
     def training_account_email(self) -> str:
         return f"{self.name}-{TRAINING_ACCOUNT_SUFFIX}@{self.project}.iam.gserviceaccount.com"
+
+    @property
+    def machine_accounts(self) -> list[str]:
+        """The service accounts the stack's machines run as (cluster nodes, TPU VM, notebook)."""
+        suffixes = [TRAINING_ACCOUNT_SUFFIX] if self.cluster else []
+        suffixes += [TPU_ACCOUNT_SUFFIX] if self.tpu else []
+        suffixes += [NOTEBOOK_ACCOUNT_SUFFIX] if self.notebook else []
+        return [f"{self.name}-{suffix}@{self.project}.iam.gserviceaccount.com" for suffix in suffixes]
 
     @property
     def registry_url(self) -> str:
@@ -714,6 +727,7 @@ def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None, facts: Check
         storage=cfg.settings.storage,
         budget=cfg.settings.budget,
         access=cfg.settings.access,
+        network=cfg.settings.network,
         secret_values=dict(cfg.settings.secrets),
         runs_queue=stack_runs_queue(cfg),
     )

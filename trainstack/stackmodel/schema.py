@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -27,10 +27,12 @@ from trainstack.stackmodel.naming import (
     MAX_ACCESS_MEMBERS,
     MAX_USER_LABELS,
     MEMBER_PATTERN,
+    NETWORK_PATH_PATTERN,
     RESERVATION_NAME_PATTERN,
     RESERVED_LABEL_PREFIX,
     RESOURCE_NAME_MAX,
     RESOURCE_NAME_PATTERN,
+    SUBNETWORK_PATH_PATTERN,
     default_bucket_name,
     default_resource_name,
     full_match,
@@ -718,6 +720,58 @@ class Access(_Strict):
         return check_principals(members)
 
 
+class ExistingNetwork(_Strict):
+    """A network the stack's machines join instead of one of their own: a subnetwork of the
+    organisation's Shared VPC (in its host project) or of the stack's own project. The stack
+    then creates no network, subnetwork, router or Cloud NAT ([deploying.md](deploying.md#inside-a-landing-zone))."""
+
+    network: str = Field(description="`projects/HOST/global/networks/NAME`: the VPC the subnetwork belongs to")
+    subnetwork: str = Field(
+        description="`projects/HOST/regions/REGION/subnetworks/NAME`: where every machine goes; in `gcp:region`"
+    )
+    firewall: Literal["stack", "host"] = Field(
+        default="stack",
+        description="`stack`: the stack creates its IAP and training-port rules in the network's project; "
+        "`host`: it creates none, and `plan` lists the rules the host's admins must have",
+    )
+
+    @field_validator("network")
+    @classmethod
+    def _network_path(cls, network: str) -> str:
+        return full_match(NETWORK_PATH_PATTERN, network, "a VPC network: projects/PROJECT/global/networks/NAME")
+
+    @field_validator("subnetwork")
+    @classmethod
+    def _subnetwork_path(cls, subnetwork: str) -> str:
+        what = "a subnetwork: projects/PROJECT/regions/REGION/subnetworks/NAME"
+        return full_match(SUBNETWORK_PATH_PATTERN, subnetwork, what)
+
+    @model_validator(mode="after")
+    def _one_project(self) -> ExistingNetwork:
+        if self.host_project != self.subnetwork_match["project"]:
+            raise ValueError(
+                f"the subnetwork is in project {self.subnetwork_match['project']}, the network in {self.host_project}: "
+                "a subnetwork belongs to its network's project"
+            )
+        return self
+
+    @property
+    def subnetwork_match(self) -> dict[str, str]:
+        found = SUBNETWORK_PATH_PATTERN.fullmatch(self.subnetwork)
+        assert found is not None  # checked by its validator
+        return found.groupdict()
+
+    @property
+    def host_project(self) -> str:
+        found = NETWORK_PATH_PATTERN.fullmatch(self.network)
+        assert found is not None
+        return found["project"]
+
+    @property
+    def region(self) -> str:
+        return self.subnetwork_match["region"]
+
+
 class Settings(_Strict):
     """The ``trainstack:`` namespace of a stack file."""
 
@@ -746,6 +800,10 @@ class Settings(_Strict):
     budget: Budget | None = Field(default=None, description="a billing budget that alerts as the stack spends")
     storage: Storage = Field(default_factory=Storage, description="the stack's bucket")
     access: Access | None = Field(default=None, description="teammates who may reach the machines")
+    network: ExistingNetwork | None = Field(
+        default=None,
+        description="a network to join (a Shared VPC's subnetwork) instead of one the stack creates",
+    )
     # Tokens the job needs (an experiment-tracking key): stored in Secret Manager by the
     # program, readable by the training accounts alone, fetched by the boot script at run time.
     secrets: dict[str, JobSecret] = Field(

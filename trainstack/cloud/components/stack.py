@@ -16,7 +16,7 @@ from trainstack.cloud.components.bucket import TrainingBucket, TrainingBucketArg
 from trainstack.cloud.components.budget import BillingBudget, BillingBudgetArgs
 from trainstack.cloud.components.cluster import TrainingCluster, TrainingClusterArgs
 from trainstack.cloud.components.identity import NOTEBOOK_PREFIX, WRITABLE_PREFIX, NodeIdentity, NodeIdentityArgs
-from trainstack.cloud.components.network import PrivateNetwork, PrivateNetworkArgs
+from trainstack.cloud.components.network import JoinedNetwork, PrivateNetwork, PrivateNetworkArgs
 from trainstack.cloud.components.notebook import WorkbenchNotebook, WorkbenchNotebookArgs
 from trainstack.cloud.components.registry import ContainerRegistry, ContainerRegistryArgs, pinned_image
 from trainstack.cloud.components.secrets import JobSecrets, JobSecretsArgs
@@ -98,17 +98,18 @@ class TrainingStack(pulumi.ComponentResource):
         identities = declare_identities(stack, bucket, registry, after_apis)
         secret_resources = declare_secrets(stack, identities.job_runners, after_apis)
         port = stack.cluster.training_port if stack.cluster else None
-        network = PrivateNetwork(
-            f"{stack.name}-net",
-            PrivateNetworkArgs(
-                stack.project,
-                stack.region,
-                [i.email for i in identities.every],
-                identities.training.email if port is not None and identities.training else None,
-                port,
-            ),
-            opts=after_apis,
+        network_args = PrivateNetworkArgs(
+            stack.project,
+            stack.region,
+            [i.email for i in identities.every],
+            identities.training.email if port is not None and identities.training else None,
+            port,
         )
+        network: PrivateNetwork | JoinedNetwork
+        if stack.network is not None:
+            network = JoinedNetwork(f"{stack.name}-net", network_args, stack.network, opts=after_apis)
+        else:
+            network = PrivateNetwork(f"{stack.name}-net", network_args, opts=after_apis)
         options = MachineOptions(self, network, secret_resources, bucket.ready)
         machines = declare_machines(stack, boot, identities, bucket, options)
         declare_access_and_budget(stack, identities, machines, bucket, after_apis)
@@ -250,7 +251,7 @@ class MachineOptions:
     """What every machine is declared with: its parent, and what it waits for."""
 
     parent: pulumi.Resource
-    network: PrivateNetwork
+    network: PrivateNetwork | JoinedNetwork
     secrets: list[pulumi.Resource]
     code: list[pulumi.Resource]
 
@@ -260,7 +261,7 @@ class MachineOptions:
         # Machines start training at boot: their permissions, egress, secrets and code come first.
         return pulumi.ResourceOptions(
             parent=self.parent,
-            depends_on=[*identity.bindings, self.network.nat, *self.secrets, *(self.code if fetches_code else [])],
+            depends_on=[*identity.bindings, *self.network.egress, *self.secrets, *(self.code if fetches_code else [])],
             aliases=[pulumi.Alias(type_=alias_type)] if alias_type else None,
         )
 
@@ -271,7 +272,7 @@ def declare_machines(
     """The cluster, the TPU VM and the notebook the stack asks for."""
     name, project, zone = stack.name, stack.project, stack.zone
     network = options.network
-    place = Placement(project, zone, network.network.id, network.subnetwork.id, stack.labels, name)
+    place = Placement(project, zone, network.network_id, network.subnetwork_id, stack.labels, name)
     machines = Machines()
     pin = image_pin(stack, options.parent)
     if stack.cluster is not None and boot.cluster_script is not None and identities.training is not None:
