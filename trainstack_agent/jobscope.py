@@ -50,19 +50,27 @@ def cgroup2_root(mounts: Path = MOUNTS) -> Path | None:
 class JobScope:
     """One job's processes: its cgroup when one could be made, and its mark."""
 
-    def __init__(self, name: str, uid: int | None, log: Log, root: Path | None = None) -> None:
-        self.mark = secrets.token_hex(8)
+    def __init__(self, mark: str, uid: int | None, log: Log, cgroup: Path | None) -> None:
+        self.mark = mark
         self.uid = uid
         self.log = log
-        self.cgroup: Path | None = None
+        self.cgroup = cgroup
+        self.ended = False
+
+    @classmethod
+    def create(cls, name: str, uid: int | None, log: Log, root: Path | None = None) -> JobScope:
+        """A new scope, in a new cgroup ``<root>/trainstack-jobs/<name>-<mark>`` where it can be made."""
+        mark = secrets.token_hex(8)
         root = cgroup2_root() if root is None else root
-        if root is not None:
-            path = root / CGROUP_PARENT / f"{name}-{self.mark}"
-            try:
-                path.mkdir(parents=True)
-                self.cgroup = path
-            except OSError as error:
-                log(f"no cgroup for the job ({error.strerror}): its processes are found by their mark when it ends")
+        if root is None:
+            return cls(mark, uid, log, None)
+        path = root / CGROUP_PARENT / f"{name}-{mark}"
+        try:
+            path.mkdir(parents=True)
+        except OSError as error:
+            log(f"no cgroup for the job ({error.strerror}): its processes are found by their mark when it ends")
+            return cls(mark, uid, log, None)
+        return cls(mark, uid, log, path)
 
     @property
     def env(self) -> dict[str, str]:
@@ -80,6 +88,7 @@ class JobScope:
 
     def end(self) -> None:
         """Ends every process of the job, whatever session or group it made for itself."""
+        self.ended = True
         deadline = time.monotonic() + END_SECONDS
         if self.cgroup is not None:
             self._kill_cgroup(deadline)
@@ -150,3 +159,18 @@ def marked_processes(mark: str, uid: int | None, proc: Path = PROC) -> list[int]
         if state not in ("Z", "X") and wanted in environ.split(b"\0"):
             found.append(int(entry.name))
     return found
+
+
+def end_abandoned_scopes(log: Log, root: Path | None = None) -> None:
+    """Ends and removes the job cgroups of agents that are gone (their pid, in the cgroup's
+    name, runs no more): a killed agent's job, or an empty cgroup it left. Another live agent's
+    (the other nodes of a local run on one host) are left alone."""
+    root = cgroup2_root() if root is None else root
+    parent = None if root is None else root / CGROUP_PARENT
+    if parent is None or not parent.is_dir():
+        return
+    for cgroup in parent.iterdir():
+        fields = cgroup.name.split("-")
+        if not cgroup.is_dir() or len(fields) != 3 or not fields[1].isdigit() or (PROC / fields[1]).exists():
+            continue
+        JobScope(fields[2], None, log, cgroup).end()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from trainstack_agent.job import JobCommand
-from trainstack_agent.jobscope import JobScope
+from trainstack_agent.jobscope import JobScope, end_abandoned_scopes
 from trainstack_agent.jobuser import JobUser
 from trainstack_agent.timings import Timings
 
@@ -331,17 +331,31 @@ class JobLauncher:
     def __init__(self, processes: Processes) -> None:
         self.processes = processes
         self._containers: list[str] = []
+        self._scopes: list[JobScope] = []
+        # What an agent killed before it could end its jobs left behind (a host restart leaves
+        # nothing; a killed agent on a standing node may).
+        end_abandoned_scopes(processes.log)
+
+    def scope(self, user: JobUser | None) -> JobScope:
+        """A new job's scope, ended with every child of the boot (:meth:`stop_all`)."""
+        scope = JobScope.create(f"job-{os.getpid()}", user.uid if user else None, self.processes.log)
+        self._scopes = [each for each in self._scopes if not each.ended] + [scope]
+        return scope
 
     def start(self, command: JobCommand) -> JobChild:
         if command.container is not None:
             self._containers.append(command.container)
-        scope = JobScope(f"job-{os.getpid()}", command.user.uid if command.user else None, self.processes.log)
+        scope = self.scope(command.user)
         child = self.processes.start(command.argv, {**command.env, **scope.env}, command.cwd, command.user)
         scope.adopt(child.pid)
         return JobChild(child, command.container, self.processes.stop_grace, scope)
 
     def stop_all(self, close: bool = True, keep: Child | None = None) -> None:
-        """Every child of this boot (installs included) but ``keep``, and the job's containers."""
+        """Every child of this boot (installs included) but ``keep``, whatever each job's code
+        started (its scope), and the job's containers."""
         self.processes.stop_all(close=close, keep=keep)
+        for scope in self._scopes:
+            scope.end()
+        self._scopes = []
         for container in self._containers:
             remove_container(container)

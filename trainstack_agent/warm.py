@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from trainstack_agent.job import JobCommand
-from trainstack_agent.jobscope import JobScope
 from trainstack_agent.processes import JobChild, JobLauncher
 from trainstack_contract import (
     BUILTIN_MODULE,
@@ -210,7 +209,7 @@ class WarmStarts:
         if warm is not None and module is not None and warm.child.poll() is None and warm.matches(command):
             code_path = [entry for entry in command.env.get("PYTHONPATH", "").split(os.pathsep) if entry]
             # The job's scope: the warm interpreter joins the job's cgroup as it takes the job.
-            scope = JobScope(f"job-{os.getpid()}", command.user.uid if command.user else None, self.log)
+            scope = self.launcher.scope(command.user)
             env = {**command.env, **scope.env}
             payload = json.dumps(
                 {"module": module, "args": list(command.argv[3:]), "env": env, "path": code_path}
