@@ -106,7 +106,7 @@ class LocalRunLayout:
             nodes_python3(self.workdir)
         self.script.write_text(bootscripts.render(self.machines.template, self.stack, self.kind))
         staging.upload_objects(self.bucket, self.job, self.stack.wheelhouse, self.kind.lock_artifact)
-        staging.prepare_node_disks(self.nodes, self.kind.requirements_stamp, self.environment_installed, True)
+        staging.prepare_node_disks(self.nodes, self.kind.requirements_stamp, self.environment_installed)
         venv_python = self.nodes[0].state_dir / "venv" / "bin" / "python"
         python = venv_python if venv_python.exists() else Path(sys.executable)
         staging.fetch_for_pip(self.job, python, self.pip_find_links, echo)

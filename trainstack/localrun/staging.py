@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import functools
 import shutil
-import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import trainstack_contract as contract
@@ -45,15 +43,13 @@ def upload_objects(
         bucket.put(job.requirements.object_name, lambda destination: destination.write_bytes(checked))
 
 
-def python_for_nodes(as_job_user: bool) -> Path:
-    """The interpreter the nodes' environments are made from: this one, or, where the job's
-    code runs as the unprivileged job user, one that user can run
-    (:func:`~trainstack.localrun.workdir.interpreter_for_job_user`)."""
-    interpreter = workdir.interpreter_for_job_user() if as_job_user else None
-    return interpreter or Path(sys.executable)
+def python_for_nodes() -> Path:
+    """The interpreter the nodes' environments are made from: this one, or one the job's
+    unprivileged user can run (:func:`~trainstack.localrun.workdir.interpreter_for_job_user`)."""
+    return workdir.interpreter_for_job_user() or Path(sys.executable)
 
 
-def prepare_local_environment(env_dir: Path, stamp: str, as_job_user: bool) -> None:
+def prepare_local_environment(env_dir: Path, stamp: str) -> None:
     """A virtual environment that sees this interpreter's packages, stamped as the boot
     script stamps a finished install: the nodes then take the already-installed path.
 
@@ -61,24 +57,15 @@ def prepare_local_environment(env_dir: Path, stamp: str, as_job_user: bool) -> N
     the install path itself is exercised by the tests with a small wheelhouse.
     """
     marker = env_dir / ".trainstack-requirements"
-    python = python_for_nodes(as_job_user)
+    python = python_for_nodes()
     made_from = env_dir / "bin" / "python"
     if marker.exists() and marker.read_text().strip() == stamp and made_from.resolve() == python.resolve():
         return
-    subprocess.run([str(python), "-m", "venv", "--clear", "--without-pip", str(env_dir)], check=True)
-    site_packages = Path(
-        subprocess.check_output(
-            [str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            text=True,
-        ).strip()
-    )
-    (site_packages / "trainstack-host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    workdir.host_packages_venv(env_dir, python, clear=True)
     marker.write_text(stamp + "\n")
 
 
-def prepare_node_disks(
-    nodes: list[LocalNode], requirements_stamp: str, environment_installed: bool, as_job_user: bool
-) -> None:
+def prepare_node_disks(nodes: list[LocalNode], requirements_stamp: str, environment_installed: bool) -> None:
     """Each node's state directory (its disk) and, with ``environment_installed``, its
     Python environment: one per node, as each machine has its own, so the job's
     requirements and project are installed by every node's agent, as on the cloud."""
@@ -89,7 +76,7 @@ def prepare_node_disks(
             # A work directory of an earlier version, whose nodes shared one environment.
             venv.unlink()
         if environment_installed:
-            prepare_local_environment(venv, requirements_stamp, as_job_user)
+            prepare_local_environment(venv, requirements_stamp)
 
 
 def fetch_for_pip(job: ResolvedJob | None, python: Path, find_links: Path, echo: bool) -> None:

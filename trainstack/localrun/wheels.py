@@ -181,23 +181,17 @@ def sandboxed(argv: list[str], python: Path) -> list[str]:
 def _sandbox_python(env_dir: Path) -> Path:
     """A virtual environment of an interpreter the job's user can run, with this interpreter's
     packages on its path, as a local node's environment is made."""
-    from trainstack.localrun.workdir import interpreter_for_job_user
+    from trainstack.localrun.workdir import host_packages_venv, interpreter_for_job_user
 
     interpreter = interpreter_for_job_user()
-    packages = Path(sysconfig.get_paths()["purelib"])
-    blocked = unreachable_by_others(packages)
+    blocked = unreachable_by_others(Path(sysconfig.get_paths()["purelib"]))
     if interpreter is None or blocked is not None:
         where = f"cannot enter {blocked}" if blocked is not None else f"has no Python {sys.version_info[:2]} to run"
         raise FetchError(
             f"the job's user {where}, so the project's metadata cannot be prepared in a sandbox here; state the "
             "project's dependencies in pyproject.toml's [project] table instead"
         )
-    subprocess.run([str(interpreter), "-m", "venv", "--without-pip", str(env_dir)], check=True, capture_output=True)
-    purelib = subprocess.check_output(
-        [str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
-    ).strip()
-    (Path(purelib) / "trainstack-host.pth").write_text(f"{packages}\n", encoding="utf-8")
-    return env_dir / "bin" / "python"
+    return host_packages_venv(env_dir, interpreter)
 
 
 def project_requirements(python: Path, project: Path) -> list[str]:

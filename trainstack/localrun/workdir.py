@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -102,6 +103,19 @@ def interpreter_for_job_user() -> Path | None:
         if candidate.is_file() and unreachable_by_others(candidate) is None:
             return candidate
     return None
+
+
+def host_packages_venv(env_dir: Path, interpreter: Path, clear: bool = False) -> Path:
+    """A virtual environment of ``interpreter`` (no pip of its own) that sees this interpreter's
+    packages through a .pth file, as a local node's environment is made; its python."""
+    argv = [str(interpreter), "-m", "venv", "--without-pip", str(env_dir)]
+    subprocess.run([*argv[:3], *(["--clear"] if clear else []), *argv[3:]], check=True, capture_output=True)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.check_output(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+    ).strip()
+    (Path(purelib) / "trainstack-host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    return python
 
 
 def job_user_obstacle(workdir: Path) -> str | None:
