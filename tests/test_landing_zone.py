@@ -4,6 +4,7 @@ recorded inputs; bad network paths and a subnetwork in another region are refuse
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,172 @@ def test_a_network_that_is_not_one_to_join_is_refused_naming_the_key(
     lines = [line.strip() for line in err.splitlines() if line.strip().startswith(key)]
     assert lines, err
     assert any(words in line for line in lines), err
+
+
+KEY = "projects/acme-kms/locations/us-central1/keyRings/ml/cryptoKeys/vision"
+KEY_ROLE = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+KEY_GRANT = "gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember"
+NOTEBOOK = {"trainstack:notebook": {"machine_type": "n1-standard-4"}}
+
+
+def encrypted(grants: str = "stack") -> dict[str, Any]:
+    return {"trainstack:encryption": {"kms_key": KEY, "grants": grants}}
+
+
+def agent(domain: str, plan: Plan) -> str:
+    return f"serviceAccount:service-{plan_number()}@{domain}"
+
+
+def plan_number() -> str:
+    from trainstack.cloud.planning import MOCK_PROJECT_NUMBER
+
+    return MOCK_PROJECT_NUMBER
+
+
+def test_a_key_encrypts_the_bucket_every_disk_the_registry_and_the_notebook(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path, with_changes(base_config(), {**encrypted(), **NOTEBOOK}))
+    [bucket] = plan.of_type("gcp:storage/bucket:Bucket")
+    assert bucket.inputs["encryption"] == {"defaultKmsKeyName": KEY}
+    [repository] = plan.of_type("gcp:artifactregistry/repository:Repository")
+    assert repository.inputs["kmsKeyName"] == KEY
+    instances = plan.of_type("gcp:compute/instance:Instance")
+    assert len(instances) == 3
+    assert all(vm.inputs["bootDisk"]["kmsKeySelfLink"] == KEY for vm in instances)
+    [notebook] = plan.of_type("gcp:workbench/instance:Instance")
+    setup = notebook.inputs["gceSetup"]
+    for disk in (setup["bootDisk"], setup["dataDisks"]):
+        assert (disk["diskEncryption"], disk["kmsKey"]) == ("CMEK", KEY)
+
+
+def test_the_key_is_granted_on_itself_alone_to_the_service_agents_that_use_it(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path, with_changes(base_config(), {**encrypted(), **NOTEBOOK}))
+    grants = plan.of_type(KEY_GRANT)
+    assert {(g.inputs["cryptoKeyId"], g.inputs["role"]) for g in grants} == {(KEY, KEY_ROLE)}
+    assert sorted(g.inputs["member"] for g in grants) == sorted(
+        agent(domain, plan)
+        for domain in (
+            "gs-project-accounts.iam.gserviceaccount.com",
+            "compute-system.iam.gserviceaccount.com",
+            "gcp-sa-artifactregistry.iam.gserviceaccount.com",
+            "gcp-sa-notebooks.iam.gserviceaccount.com",
+        )
+    )
+    # No other binding names the key, and no agent gets a role on the project for it.
+    assert not [r for r in plan.resources if "kms" in r.type.lower() and r.type != KEY_GRANT]
+
+
+def test_what_the_key_encrypts_waits_for_its_grants(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path, with_changes(base_config(), {**encrypted(), **NOTEBOOK}))
+    grants = {g.name for g in plan.of_type(KEY_GRANT)}
+    for kind in (
+        "gcp:storage/bucket:Bucket",
+        "gcp:artifactregistry/repository:Repository",
+        "gcp:compute/instance:Instance",
+        "gcp:workbench/instance:Instance",
+    ):
+        for resource in plan.of_type(kind):
+            assert grants <= plan.waits_for[resource.name], (kind, resource.name, plan.waits_for[resource.name])
+
+
+def test_a_cluster_only_stack_grants_no_notebooks_agent_and_a_tpu_stack_no_compute_agent(tmp_path: Path) -> None:
+    cluster = plan_with(tmp_path / "cluster", with_changes(base_config(), encrypted()))
+    members = {g.inputs["member"] for g in cluster.of_type(KEY_GRANT)}
+    assert not any("gcp-sa-notebooks" in m for m in members)
+    assert any("compute-system" in m for m in members)
+    tpu = plan_with(tmp_path / "tpu", with_changes(TPU_STACK, encrypted()))
+    members = {g.inputs["member"] for g in tpu.of_type(KEY_GRANT)}
+    assert not any("compute-system" in m or "notebooks" in m for m in members)
+    assert any("the TPU VM's boot disk keeps Google's key" in note for note in tpu.notes)
+
+
+def test_with_grants_key_admins_the_stack_grants_nothing_and_plan_lists_the_grants(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path, with_changes(base_config(), encrypted("key_admins")))
+    assert not plan.of_type(KEY_GRANT)
+    [bucket] = plan.of_type("gcp:storage/bucket:Bucket")
+    assert bucket.inputs["encryption"] == {"defaultKmsKeyName": KEY}
+    [note] = [n for n in plan.notes if n.startswith("encryption: grants: key_admins")]
+    for domain in ("gs-project-accounts", "compute-system", "gcp-sa-artifactregistry"):
+        assert f"{KEY_ROLE} on {KEY} to service-PROJECT_NUMBER@{domain}" in note
+
+
+def test_a_stack_without_a_key_plans_as_before(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path, base_config())
+    assert not plan.of_type(KEY_GRANT)
+    [bucket] = plan.of_type("gcp:storage/bucket:Bucket")
+    assert "encryption" not in bucket.inputs
+    assert all("kmsKeySelfLink" not in vm.inputs["bootDisk"] for vm in plan.of_type("gcp:compute/instance:Instance"))
+
+
+@pytest.mark.parametrize(
+    ("encryption", "key", "words"),
+    [
+        (
+            {"kms_key": KEY.replace("us-central1", "europe-west4")},
+            "trainstack:encryption.kms_key",
+            "the key is in location europe-west4, not in gcp:region us-central1",
+        ),
+        ({"kms_key": KEY.replace("us-central1", "global")}, "trainstack:encryption.kms_key", "the key is in global"),
+        ({"kms_key": KEY + "\n"}, "trainstack:encryption.kms_key", "is not a Cloud KMS key"),
+        ({"kms_key": KEY + "/cryptoKeyVersions/1"}, "trainstack:encryption.kms_key", "is not a Cloud KMS key"),
+        ({"kms_key": "vision"}, "trainstack:encryption.kms_key", "is not a Cloud KMS key"),
+        ({"kms_key": KEY, "grants": "nobody"}, "trainstack:encryption.grants", ""),
+    ],
+    ids=["other-region", "global", "trailing-newline", "key-version", "bare-name", "bad-grants"],
+)
+def test_a_key_that_is_not_one_to_use_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], encryption: dict[str, Any], key: str, words: str
+) -> None:
+    path = write_stack(tmp_path, with_changes(base_config(), {"trainstack:encryption": encryption}))
+    assert main(["validate", "--stack-file", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line.strip() for line in err.splitlines() if line.strip().startswith(key)]
+    assert lines, err
+    assert any(words in line for line in lines), err
+
+
+def test_the_policy_packs_landing_zone_rules_pass_a_landing_zone_stack_and_fail_a_default_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "policy.json"
+    config.write_text(
+        json.dumps(
+            {
+                "customer-managed-keys": {"enforcementLevel": "mandatory", "key_projects": ["acme-kms"]},
+                "shared-network-only": {"enforcementLevel": "mandatory", "subnetworks": [SUBNETWORK]},
+            }
+        )
+    )
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "default").mkdir()
+    landing = write_stack(
+        tmp_path / "landing", with_changes(base_config(), {**joined("stack"), **encrypted(), **NOTEBOOK})
+    )
+    assert main(["check", "--stack-file", str(landing), "--policy-config", str(config), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {"customer-managed-keys", "shared-network-only"} <= set(document["policies"])
+    assert document["violations"] == []
+    default = write_stack(tmp_path / "default", base_config())
+    assert main(["check", "--stack-file", str(default), "--policy-config", str(config), "--json"]) == 1
+    found = {
+        (v["policy"], v["resource_type"].rsplit(":", 1)[-1]) for v in json.loads(capsys.readouterr().out)["violations"]
+    }
+    assert ("shared-network-only", "RouterNat") in found
+    assert ("shared-network-only", "Instance") in found
+    assert ("customer-managed-keys", "Bucket") in found
+    assert ("customer-managed-keys", "Repository") in found
+
+
+def test_two_teams_stacks_join_one_network_each_with_rules_of_its_own(tmp_path: Path) -> None:
+    plans = [
+        plan_with(tmp_path / team, with_changes(base_config(), {**joined("stack"), "trainstack:name": team}))
+        for team in ("vision", "speech")
+    ]
+    names = [{rule.name for rule in plan.of_type(FIREWALL)} for plan in plans]
+    assert all(len(rules) == 2 for rules in names)
+    assert not names[0] & names[1]
+    for plan in plans:
+        for kind in OWN_NETWORK_TYPES:
+            assert not plan.of_type(kind), kind
+        accounts = {a for rule in plan.of_type(FIREWALL) for a in rule.inputs["targetServiceAccounts"]}
+        assert all(a.startswith(f"{plan.resolved.name}-") for a in accounts), accounts

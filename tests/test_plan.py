@@ -658,3 +658,22 @@ def test_plan_says_why_the_tpu_release_grant_cannot_be_narrowed_to_the_stacks_no
     assert len(release) == 1
     assert "condition" not in release[0].inputs
     assert all("every TPU node" not in n for n in plan_for("multiworker").notes)
+
+
+def test_every_machine_waits_for_its_grants_its_code_and_its_egress(shipped_plan: Plan) -> None:
+    """A machine trains from boot: the engine creates it only after the bindings its account
+    needs, the objects it fetches and the network's NAT, not merely after its component."""
+    machines = [
+        *vms(shipped_plan),
+        *shipped_plan.of_type("gcp:tpu/v2Vm:V2Vm"),
+        *shipped_plan.of_type("gcp:workbench/instance:Instance"),
+    ]
+    nat = {r.name for r in shipped_plan.of_type("gcp:compute/routerNat:RouterNat")}
+    for machine in machines:
+        waits = shipped_plan.waits_for[machine.name]
+        grants = {r.name for r in shipped_plan.resources if r.type.endswith("IAMMember") and r.name in waits}
+        assert grants, machine.name
+        assert nat <= waits, machine.name
+        if machine.type != "gcp:workbench/instance:Instance":
+            code = {r.name for r in shipped_plan.of_type("gcp:storage/bucketObject:BucketObject")}
+            assert code & waits, machine.name

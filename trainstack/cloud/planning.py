@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+from pulumi.runtime.mocks import MockMonitor
 
 from trainstack.base.errors import ProgramExit, shorten
 from trainstack.base.project import PROJECT_ROOT
@@ -69,6 +70,9 @@ class Plan:
     outputs: dict[str, Any] = field(default_factory=dict)
     # What the program chose for the user where the stack file is silent.
     notes: list[str] = field(default_factory=list)
+    # By resource name, the names of the resources the engine would create before it (its
+    # depends_on and the resources its inputs come from), as the program registered them.
+    waits_for: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def costs(self) -> tuple[NodeCost, ...]:
@@ -398,6 +402,23 @@ def _scripts_as_hashes(value: Any) -> Any:
     return value
 
 
+# Cloud Storage's service agent, as getProjectServiceAccount names it (it creates the agent).
+STORAGE_AGENT_TOKEN = "gcp:storage/getProjectServiceAccount:getProjectServiceAccount"
+
+
+def service_agent_domain(service: str) -> str:
+    """Where a service's agent lives (service-NUMBER@DOMAIN), as ServiceIdentity reports it: the
+    agents the stack creates are the TPU's and the key users' (encryption.SERVICE_AGENTS)."""
+    from trainstack.cloud.components.encryption import SERVICE_AGENTS
+    from trainstack.cloud.components.identity import TPU_AGENT_DOMAIN, TPU_SERVICE
+
+    domains = {agent.service: agent.domain for agent in SERVICE_AGENTS}
+    domains[TPU_SERVICE] = TPU_AGENT_DOMAIN
+    if service not in domains:
+        raise ValueError(f"the planning stand-in knows no service agent for {service}")
+    return domains[service]
+
+
 def _computed_state(type_token: str, inputs: dict[str, Any], project: str) -> dict[str, Any]:
     """What the provider reports after create that the program reads back."""
     name = inputs.get("name", "")
@@ -411,8 +432,7 @@ def _computed_state(type_token: str, inputs: dict[str, Any], project: str) -> di
     if type_token == "gcp:storage/bucket:Bucket":
         return {"url": f"gs://{name}", "selfLink": f"https://www.googleapis.com/storage/v1/b/{name}"}
     if type_token == "gcp:projects/serviceIdentity:ServiceIdentity":
-        service = inputs["service"].split(".")[0]
-        email = f"service-{MOCK_PROJECT_NUMBER}@cloud-{service}.iam.gserviceaccount.com"
+        email = f"service-{MOCK_PROJECT_NUMBER}@{service_agent_domain(inputs['service'])}"
         return {"email": email, "member": f"serviceAccount:{email}"}
     if type_token == "gcp:artifactregistry/repository:Repository":
         return {"name": inputs["repositoryId"]}
@@ -479,6 +499,32 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class OrderingMonitor(MockMonitor):
+    """The mock monitor, also keeping what each resource waits for: the URNs the engine gets
+    with its registration (explicit depends_on and the resources its inputs come from)."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.dependencies: dict[str, list[str]] = {}
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (the gRPC method's name)
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        self.dependencies[response.urn] = list(request.dependencies)
+        return response
+
+    def waits_for(self) -> dict[str, frozenset[str]]:
+        """Names of the resources each resource (by name) waits for."""
+        return {
+            _urn_name(urn): frozenset(_urn_name(dependency) for dependency in dependencies)
+            for urn, dependencies in self.dependencies.items()
+        }
+
+
+def _urn_name(urn: str) -> str:
+    """A resource's name, the URN's last part (urn:pulumi:STACK::PROJECT::TYPE::NAME)."""
+    return urn.rsplit("::", 1)[-1]
+
+
 class PlanMocks(pulumi.runtime.Mocks):
     """Records every custom resource the program registers."""
 
@@ -498,6 +544,9 @@ class PlanMocks(pulumi.runtime.Mocks):
             return {"number": MOCK_PROJECT_NUMBER, "projectId": args.args.get("projectId", self.project)}, []
         if args.token == DOCKER_IMAGE_TOKEN:
             return stand_in_docker_image(args.args), []
+        if args.token == STORAGE_AGENT_TOKEN:
+            email = f"service-{MOCK_PROJECT_NUMBER}@{service_agent_domain('storage.googleapis.com')}"
+            return {"emailAddress": email, "member": f"serviceAccount:{email}", "project": self.project}, []
         return {}, []
 
 
@@ -535,7 +584,8 @@ def run_plan(stack: str, raw_config: Mapping[str, Any], secret_keys: frozenset[s
     :class:`ProgramExit`."""
     project = raw_config.get("gcp:project")
     mocks = PlanMocks(project if isinstance(project, str) else "")
-    pulumi.runtime.set_mocks(mocks, project="trainstack", stack=stack, preview=True)
+    monitor = OrderingMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project="trainstack", stack=stack, preview=True, monitor=monitor)
     set_program_config(engine_config(raw_config), secret_keys)
 
     def program() -> None:
@@ -566,6 +616,7 @@ def run_plan(stack: str, raw_config: Mapping[str, Any], secret_keys: frozenset[s
         cost=cost_report(resolved),
         outputs=_resolved_outputs(),
         notes=plan_notes(resolved),
+        waits_for=monitor.waits_for(),
     )
 
 
@@ -606,9 +657,34 @@ def joined_network_notes(stack: ResolvedStack) -> list[str]:
     return notes
 
 
+def encryption_notes(stack: ResolvedStack) -> list[str]:
+    """What a stack with a customer-managed key (trainstack:encryption) encrypts with it, what
+    it does not, and, with ``grants: key_admins``, the grants the key's admins must make."""
+    from trainstack.cloud.components.encryption import TPU_DISK_NOTE, key_admin_grants
+
+    encryption = stack.encryption
+    if encryption is None:
+        return []
+    encrypted = ["the bucket", "the registry"]
+    encrypted += ["the cluster's boot disks"] if stack.cluster is not None else []
+    encrypted += ["the notebook's boot and data disks"] if stack.notebook is not None else []
+    notes = [f"encryption: {encryption.kms_key} encrypts " + ", ".join(encrypted)]
+    if stack.tpu is not None:
+        notes.append(f"encryption: {TPU_DISK_NOTE}")
+    grants = key_admin_grants(stack)
+    if grants:
+        notes.append(
+            "encryption: grants: key_admins: the stack grants nothing on the key; before `pulumi up` its admins "
+            f"must grant (PROJECT_NUMBER: `gcloud projects describe {stack.project} --format='value(projectNumber)'`): "
+            + "; ".join(grants)
+        )
+    return notes
+
+
 def plan_notes(stack: ResolvedStack) -> list[str]:
     notes = placeholder_notes(stack) + [f"warning: {w}" for w in stack_warnings(stack)]
     notes += joined_network_notes(stack)
+    notes += encryption_notes(stack)
     tpu = stack.tpu
     if tpu is not None and not tpu.on_finish_chosen:
         why = "a Spot TPU cannot be started again once stopped" if tpu.spot else "it stops billing for the TPU"

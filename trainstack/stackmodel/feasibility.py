@@ -863,6 +863,23 @@ def check_network(cfg: StackConfig) -> list[Problem]:
     ]
 
 
+def check_encryption(cfg: StackConfig) -> list[Problem]:
+    """A customer-managed key is in the stack's region: the bucket (a regional bucket), the
+    registry and the disks are there, and Cloud Storage and Artifact Registry take a key of
+    their resource's own location only; no `global` or multi-region key serves all three."""
+    encryption = cfg.settings.encryption
+    if encryption is None or encryption.location == cfg.region:
+        return []
+    where = "global" if encryption.location == "global" else f"location {encryption.location}"
+    return [
+        Problem(
+            f"{NAMESPACE}:encryption.kms_key",
+            f"the key is in {where}, not in gcp:region {cfg.region}: the bucket and the registry take a key of "
+            f"their own region only; use a key ring in {cfg.region} (projects/P/locations/{cfg.region}/keyRings/...)",
+        )
+    ]
+
+
 def check_stack(cfg: StackConfig, catalog: Catalog | None = None) -> list[Problem]:
     return check_and_derive(cfg, catalog)[0]
 
@@ -894,6 +911,7 @@ def check_and_derive(cfg: StackConfig, catalog: Catalog | None = None) -> tuple[
     job_problems += check_job_places(cfg)
     job_problems += check_access(cfg)
     job_problems += check_network(cfg)
+    job_problems += check_encryption(cfg)
     job_problems += check_requirements_against_nodes(cfg, catalog, package, requirements)
     wheelhouse_problems, wheelhouse = _check_wheelhouse(cfg)
     problems = (

@@ -104,3 +104,11 @@ NETWORK_PATH_PATTERN = re.compile(rf"projects/(?P<project>{_PROJECT})/global/net
 SUBNETWORK_PATH_PATTERN = re.compile(
     rf"projects/(?P<project>{_PROJECT})/regions/(?P<region>[a-z]+-[a-z]+[0-9]+)/subnetworks/(?P<name>{_GCE_NAME})"
 )
+# A Cloud KMS key as every CMEK-taking API names it:
+# projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY. Key ring and key ids are 1-63
+# letters, digits, "_" and "-" (https://cloud.google.com/kms/docs/resource-hierarchy); a location
+# is a region (us-central1), a multi-region (us, nam4) or global.
+KMS_KEY_PATTERN = re.compile(
+    rf"projects/(?P<project>{_PROJECT})/locations/(?P<location>[a-z][a-z0-9-]{{0,30}}[a-z0-9])"
+    r"/keyRings/(?P<ring>[A-Za-z0-9_-]{1,63})/cryptoKeys/(?P<key>[A-Za-z0-9_-]{1,63})"
+)

@@ -46,6 +46,7 @@ from trainstack.stackmodel.schema import (
     Access,
     Budget,
     CapacityChoice,
+    Encryption,
     ExistingNetwork,
     NodeSpec,
     StackConfig,
@@ -253,6 +254,8 @@ class ResolvedStack:
     access: Access | None = None
     # A network the machines join (a Shared VPC's subnetwork); None: the stack creates its own.
     network: ExistingNetwork | None = None
+    # A customer-managed key for the bucket, the disks and the registry; None: Google's keys.
+    encryption: Encryption | None = None
     # The job's secret values by variable, as Pulumi decrypts them (None offline); their repr hides them.
     secret_values: dict[str, JobSecret] = field(default_factory=dict)
     # The cluster's nodes and the TPU VM run a job queue (`trainstack submit`), then idle out: the
@@ -728,6 +731,7 @@ def resolve_stack(cfg: StackConfig, catalog: Catalog | None = None, facts: Check
         budget=cfg.settings.budget,
         access=cfg.settings.access,
         network=cfg.settings.network,
+        encryption=cfg.settings.encryption,
         secret_values=dict(cfg.settings.secrets),
         runs_queue=stack_runs_queue(cfg),
     )

@@ -22,6 +22,7 @@ from trainstack.stackmodel.naming import (
     BILLING_ACCOUNT_PATTERN,
     BUCKET_NAME_PATTERN,
     GCS_URI_PATTERN,
+    KMS_KEY_PATTERN,
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
     MAX_ACCESS_MEMBERS,
@@ -772,6 +773,33 @@ class ExistingNetwork(_Strict):
         return self.subnetwork_match["region"]
 
 
+class Encryption(_Strict):
+    """A customer-managed key (CMEK) for what the stack stores: the bucket's default key, every
+    disk of the cluster and the notebook, the container registry
+    ([deploying.md](deploying.md#customer-managed-encryption-keys))."""
+
+    kms_key: str = Field(
+        description="`projects/P/locations/REGION/keyRings/RING/cryptoKeys/KEY`: a Cloud KMS key in `gcp:region`"
+    )
+    grants: Literal["stack", "key_admins"] = Field(
+        default="stack",
+        description="`stack`: the stack grants the key's Encrypter/Decrypter role to the service agents that use "
+        "it; `key_admins`: it grants none, and `plan` lists the grants the key's admins must make",
+    )
+
+    @field_validator("kms_key")
+    @classmethod
+    def _key_path(cls, kms_key: str) -> str:
+        what = "a Cloud KMS key: projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY"
+        return full_match(KMS_KEY_PATTERN, kms_key, what)
+
+    @property
+    def location(self) -> str:
+        found = KMS_KEY_PATTERN.fullmatch(self.kms_key)
+        assert found is not None  # checked by its validator
+        return found["location"]
+
+
 class Settings(_Strict):
     """The ``trainstack:`` namespace of a stack file."""
 
@@ -803,6 +831,10 @@ class Settings(_Strict):
     network: ExistingNetwork | None = Field(
         default=None,
         description="a network to join (a Shared VPC's subnetwork) instead of one the stack creates",
+    )
+    encryption: Encryption | None = Field(
+        default=None,
+        description="a customer-managed key for the bucket, the disks and the registry; not set: Google's keys",
     )
     # Tokens the job needs (an experiment-tracking key): stored in Secret Manager by the
     # program, readable by the training accounts alone, fetched by the boot script at run time.

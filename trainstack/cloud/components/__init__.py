@@ -21,6 +21,15 @@ class Placement:
     stack_name: str
 
 
+def waits_with(component: pulumi.ComponentResource, opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
+    """Options for a child that waits for what its component was declared to wait for.
+
+    The engine does not carry a component's depends_on to its children: without this a VM
+    would be created before the grants, code and egress its component waits for, as far as
+    the engine's graph (and so `pulumi destroy` and a replacement) knows."""
+    return pulumi.ResourceOptions(parent=component, depends_on=opts.depends_on if opts is not None else None)
+
+
 def moved_here(component: pulumi.ComponentResource, opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
     """Options for a child that used to be a child of ``component``'s own parent (the stack).
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.cloud.components import waits_with
 from trainstack.jobcode import artifacts
 from trainstack.jobcode.package import Wheelhouse
 from trainstack.stackmodel.resolved import ResolvedJob
@@ -30,6 +31,8 @@ class TrainingBucketArgs:
     wheelhouse: Wheelhouse | None = None
     # The hash-locked requirements those machines install (one per kind of machine).
     locks: tuple[artifacts.BuiltArtifact, ...] = ()
+    # The bucket's default key (trainstack:encryption); None: Google's.
+    kms_key: str | None = None
 
 
 class TrainingBucket(pulumi.ComponentResource):
@@ -64,11 +67,17 @@ class TrainingBucket(pulumi.ComponentResource):
                 )
             ],
             force_destroy=False,
+            # Every object written without a key of its own (the uploads here, the nodes' and the
+            # queue's writes) is encrypted with the stack's key.
+            encryption=gcp.storage.BucketEncryptionArgs(default_kms_key_name=args.kms_key) if args.kms_key else None,
             labels=args.labels,
             # protect: a `pulumi up` that would delete or replace the bucket (a renamed stack, a
             # changed name) fails instead; `pulumi destroy --exclude-protected` leaves it.
-            opts=pulumi.ResourceOptions(
-                parent=self, protect=not storage.delete_on_destroy, retain_on_delete=not storage.delete_on_destroy
+            opts=pulumi.ResourceOptions.merge(
+                waits_with(self, opts),
+                pulumi.ResourceOptions(
+                    protect=not storage.delete_on_destroy, retain_on_delete=not storage.delete_on_destroy
+                ),
             ),
         )
         self.name = self.bucket.name

@@ -10,7 +10,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 import trainstack_contract as contract
-from trainstack.cloud.components import Placement
+from trainstack.cloud.components import Placement, waits_with
 from trainstack.cloud.components.grants import Grantee, Zone
 from trainstack.cloud.components.identity import (
     INSTANCE_RECOVER_PERMISSIONS,
@@ -115,6 +115,8 @@ class TrainingClusterArgs:
     # Instance metadata by node name (see trainstack.cloud.bootscripts.cluster_node_metadata).
     node_metadata: Mapping[str, Mapping[str, pulumi.Input[str]]]
     service_account_email: pulumi.Input[str]
+    # The boot disks' key (trainstack:encryption); None: Google's.
+    disk_key: str | None = None
 
 
 class TrainingCluster(pulumi.ComponentResource):
@@ -183,9 +185,8 @@ class TrainingCluster(pulumi.ComponentResource):
         nodes = Grantee(pulumi.Output.concat("serviceAccount:", args.service_account_email), child)
         where = Zone(args.place.project, args.place.zone)
         for node in cluster.nodes:
-            instance = node_instance(
-                f"{name}-{node.name}", node, args, pulumi.ResourceOptions(parent=self, depends_on=depends_on)
-            )
+            waits = pulumi.ResourceOptions.merge(waits_with(self, opts), pulumi.ResourceOptions(depends_on=depends_on))
+            instance = node_instance(f"{name}-{node.name}", node, args, waits)
             self.instances[node.name] = instance
             # Each grant is on this instance alone. The nodes share one account, so a grant
             # is what any node holds: the release role lets a node get, stop or delete any
@@ -228,6 +229,7 @@ def node_instance(
         reservation_affinity=reservation_affinity_for(node),
         boot_disk=gcp.compute.InstanceBootDiskArgs(
             auto_delete=True,
+            kms_key_self_link=args.disk_key,
             initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
                 image=node.image.uri, size=node.disk_gb, type=node.boot_disk_type, labels=args.place.labels
             ),

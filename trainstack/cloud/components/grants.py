@@ -107,6 +107,10 @@ class Grantee:
             resource_name, project=project, secret_id=secret_id, **self._binding(role)
         )
 
+    def on_crypto_key(self, resource_name: str, key: str, role: str) -> gcp.kms.CryptoKeyIAMMember:
+        """``role`` on one Cloud KMS key (``key``: projects/P/locations/L/keyRings/R/cryptoKeys/K)."""
+        return gcp.kms.CryptoKeyIAMMember(resource_name, crypto_key_id=key, **self._binding(role))
+
     def on_project(self, resource_name: str, project: str, role: pulumi.Input[str]) -> gcp.projects.IAMMember:
         """``role`` on the whole project: only where the resource has no IAM of its own."""
         return gcp.projects.IAMMember(resource_name, project=project, **self._binding(role))

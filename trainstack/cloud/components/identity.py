@@ -262,6 +262,12 @@ class NodeActionRole(pulumi.ComponentResource):
         self.register_outputs({"role_name": self.role_name, "permissions": list(args.permissions)})
 
 
+# The Cloud TPU service agent: service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com
+# (https://cloud.google.com/tpu/docs/tpu-iam-admin).
+TPU_SERVICE = "tpu.googleapis.com"
+TPU_AGENT_DOMAIN = "cloud-tpu.iam.gserviceaccount.com"
+
+
 @dataclass(frozen=True)
 class TpuServiceAgentArgs:
     project: str
@@ -277,7 +283,7 @@ class TpuServiceAgent(pulumi.ComponentResource):
         super().__init__("trainstack:index:TpuServiceAgent", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.identity = gcp.projects.ServiceIdentity(
-            f"{name}-identity", project=args.project, service="tpu.googleapis.com", opts=child
+            f"{name}-identity", project=args.project, service=TPU_SERVICE, opts=child
         )
         self.binding = Grantee(self.identity.member, child).on_project(f"{name}-role", args.project, args.role)
         self.member = self.identity.member

@@ -9,7 +9,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainstack.catalog import workbench_enum
-from trainstack.cloud.components import Placement, moved_here
+from trainstack.cloud.components import Placement, moved_here, waits_with
 from trainstack.jobcode.artifacts import NAME_DIGEST_CHARS
 from trainstack.stackmodel.resolved import ResolvedNotebook
 from trainstack_contract import LAYOUT, METADATA_KEYS
@@ -28,6 +28,8 @@ class WorkbenchNotebookArgs:
     # The stack's bucket, which holds the post-startup script.
     bucket_name: pulumi.Input[str]
     service_account_email: pulumi.Input[str]
+    # The boot and data disks' key (trainstack:encryption); None: Google's.
+    disk_key: str | None = None
 
 
 class WorkbenchNotebook(pulumi.ComponentResource):
@@ -73,8 +75,14 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                     project=notebook.image.project, family=notebook.image.family
                 ),
                 boot_disk=gcp.workbench.InstanceGceSetupBootDiskArgs(
-                    disk_size_gb=str(notebook.disk_gb), disk_type=workbench_enum(notebook.boot_disk_type)
+                    disk_size_gb=str(notebook.disk_gb),
+                    disk_type=workbench_enum(notebook.boot_disk_type),
+                    **disk_encryption(args.disk_key),
                 ),
+                # A Workbench instance has a data disk too (/home/jupyter); it takes the key as well.
+                data_disks=gcp.workbench.InstanceGceSetupDataDisksArgs(**disk_encryption(args.disk_key))
+                if args.disk_key
+                else None,
                 disable_public_ip=True,
                 network_interfaces=[
                     gcp.workbench.InstanceGceSetupNetworkInterfaceArgs(
@@ -101,8 +109,13 @@ class WorkbenchNotebook(pulumi.ComponentResource):
                 },
             ),
             labels=args.place.labels,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=waits_with(self, opts),
         )
         self.name = notebook.instance_name
         self.proxy_uri = self.instance.proxy_uri
         self.register_outputs({"name": self.name, "proxy_uri": self.proxy_uri})
+
+
+def disk_encryption(key: str | None) -> dict[str, str]:
+    """Workbench's disk arguments for ``key``: CMEK with it, or nothing (Google's key)."""
+    return {"disk_encryption": "CMEK", "kms_key": key} if key else {}

@@ -9,6 +9,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from trainstack.base.errors import shorten
+from trainstack.cloud.components import waits_with
 from trainstack.jobcode.package import ImageRef
 
 # Untagged images pile up with every push of a moving tag; keep the recent ones for rollback.
@@ -25,6 +26,8 @@ class ContainerRegistryArgs:
     location: str
     repository_id: str
     labels: dict[str, str]
+    # The repository's key (trainstack:encryption); None: Google's. Set only at creation.
+    kms_key: str | None = None
 
 
 class ContainerRegistry(pulumi.ComponentResource):
@@ -57,8 +60,9 @@ class ContainerRegistry(pulumi.ComponentResource):
                     ),
                 ),
             ],
+            kms_key_name=args.kms_key,
             labels=args.labels,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=waits_with(self, opts),
         )
         self.url = pulumi.Output.concat(location, "-docker.pkg.dev/", project, "/", self.repository.repository_id)
         self.register_outputs({"url": self.url, "repository_id": self.repository.repository_id})

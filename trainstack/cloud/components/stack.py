@@ -15,6 +15,7 @@ from trainstack.cloud.components.access import QueueAccess, QueueAccessArgs, Tea
 from trainstack.cloud.components.bucket import TrainingBucket, TrainingBucketArgs
 from trainstack.cloud.components.budget import BillingBudget, BillingBudgetArgs
 from trainstack.cloud.components.cluster import TrainingCluster, TrainingClusterArgs
+from trainstack.cloud.components.encryption import KeyGrants, KeyGrantsArgs, key_users
 from trainstack.cloud.components.identity import NOTEBOOK_PREFIX, WRITABLE_PREFIX, NodeIdentity, NodeIdentityArgs
 from trainstack.cloud.components.network import JoinedNetwork, PrivateNetwork, PrivateNetworkArgs
 from trainstack.cloud.components.notebook import WorkbenchNotebook, WorkbenchNotebookArgs
@@ -94,7 +95,8 @@ class TrainingStack(pulumi.ComponentResource):
         super().__init__("trainstack:index:TrainingStack", stack.name, None, opts)
         # Declared in this order: the plan lists resources as they are declared.
         after_apis = enable_services(stack, self)
-        bucket, registry = declare_storage(stack, after_apis)
+        keys = declare_key_grants(stack, after_apis)
+        bucket, registry = declare_storage(stack, after_apis, keys)
         identities = declare_identities(stack, bucket, registry, after_apis)
         secret_resources = declare_secrets(stack, identities.job_runners, after_apis)
         port = stack.cluster.training_port if stack.cluster else None
@@ -110,7 +112,7 @@ class TrainingStack(pulumi.ComponentResource):
             network = JoinedNetwork(f"{stack.name}-net", network_args, stack.network, opts=after_apis)
         else:
             network = PrivateNetwork(f"{stack.name}-net", network_args, opts=after_apis)
-        options = MachineOptions(self, network, secret_resources, bucket.ready)
+        options = MachineOptions(self, network, secret_resources, bucket.ready, keys)
         machines = declare_machines(stack, boot, identities, bucket, options)
         declare_access_and_budget(stack, identities, machines, bucket, after_apis)
         self.bucket_url = bucket.url
@@ -148,10 +150,28 @@ def enable_services(stack: ResolvedStack, parent: pulumi.Resource) -> pulumi.Res
     return pulumi.ResourceOptions(parent=parent, depends_on=services.ready)
 
 
+def declare_key_grants(stack: ResolvedStack, after_apis: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+    """With trainstack:encryption, the key's grants to the service agents that use it; returns
+    what everything encrypted with the key waits for."""
+    if stack.encryption is None:
+        return []
+    grants = KeyGrants(
+        f"{stack.name}-key-grants",
+        KeyGrantsArgs(stack.project, stack.encryption, tuple(key_users(stack))),
+        opts=after_apis,
+    )
+    return grants.ready
+
+
 def declare_storage(
-    stack: ResolvedStack, after_apis: pulumi.ResourceOptions
+    stack: ResolvedStack, after_apis: pulumi.ResourceOptions, keys: list[pulumi.Resource]
 ) -> tuple[TrainingBucket, ContainerRegistry]:
-    """The bucket (with what the machines fetch at boot) and the container registry."""
+    """The bucket (with what the machines fetch at boot) and the container registry, each
+    encrypted with the stack's key where it has one (after the grants that let Google use it)."""
+    kms_key = stack.encryption.kms_key if stack.encryption is not None else None
+    after_keys = (
+        pulumi.ResourceOptions.merge(after_apis, pulumi.ResourceOptions(depends_on=keys)) if keys else after_apis
+    )
     runs_agent = stack.cluster is not None or stack.tpu is not None
     bucket = TrainingBucket(
         f"{stack.name}-storage",
@@ -165,13 +185,14 @@ def declare_storage(
             runs_agent=runs_agent,
             wheelhouse=stack.wheelhouse,
             locks=tuple(kind.lock_artifact for kind in bootscripts.node_kinds(stack)),
+            kms_key=kms_key,
         ),
-        opts=after_apis,
+        opts=after_keys,
     )
     registry = ContainerRegistry(
         f"{stack.name}-registry",
-        ContainerRegistryArgs(stack.project, stack.region, stack.repository_id, stack.labels),
-        opts=after_apis,
+        ContainerRegistryArgs(stack.project, stack.region, stack.repository_id, stack.labels, kms_key),
+        opts=after_keys,
     )
     return bucket, registry
 
@@ -254,6 +275,8 @@ class MachineOptions:
     network: PrivateNetwork | JoinedNetwork
     secrets: list[pulumi.Resource]
     code: list[pulumi.Resource]
+    # The key's grants, where the stack has a key: its disks are created with it.
+    keys: list[pulumi.Resource]
 
     def waiting(
         self, identity: NodeIdentity, fetches_code: bool = True, alias_type: str | None = None
@@ -261,7 +284,13 @@ class MachineOptions:
         # Machines start training at boot: their permissions, egress, secrets and code come first.
         return pulumi.ResourceOptions(
             parent=self.parent,
-            depends_on=[*identity.bindings, *self.network.egress, *self.secrets, *(self.code if fetches_code else [])],
+            depends_on=[
+                *identity.bindings,
+                *self.network.egress,
+                *self.secrets,
+                *(self.code if fetches_code else []),
+                *self.keys,
+            ],
             aliases=[pulumi.Alias(type_=alias_type)] if alias_type else None,
         )
 
@@ -275,6 +304,7 @@ def declare_machines(
     place = Placement(project, zone, network.network_id, network.subnetwork_id, stack.labels, name)
     machines = Machines()
     pin = image_pin(stack, options.parent)
+    disk_key = stack.encryption.kms_key if stack.encryption is not None else None
     if stack.cluster is not None and boot.cluster_script is not None and identities.training is not None:
         machines.cluster = TrainingCluster(
             f"{name}-cluster",
@@ -284,6 +314,7 @@ def declare_machines(
                 startup_script=boot.cluster_script,
                 node_metadata={node: pin(metadata) for node, metadata in boot.cluster_metadata.items()},
                 service_account_email=identities.training.email,
+                disk_key=disk_key,
             ),
             # The component's former type: an update keeps every VM rather than replacing it.
             opts=options.waiting(identities.training, alias_type="trainstack:index:GpuCluster"),
@@ -318,6 +349,7 @@ def declare_machines(
                 startup_script=boot.notebook_startup_script,
                 bucket_name=bucket.name,
                 service_account_email=identities.notebook.email,
+                disk_key=disk_key,
             ),
             opts=options.waiting(identities.notebook, fetches_code=False),
         )

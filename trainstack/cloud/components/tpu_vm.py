@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
-from trainstack.cloud.components import Placement, moved_here
+from trainstack.cloud.components import Placement, moved_here, waits_with
 from trainstack.cloud.components.grants import Grantee
 from trainstack.cloud.components.identity import (
     RELEASE_DESCRIPTION,
@@ -93,7 +93,9 @@ class TpuVm(pulumi.ComponentResource):
             },
             labels=args.place.labels,
             # The VM boots into its job: the agent's role and its own release role come first.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[agent.binding, release_binding]),
+            opts=pulumi.ResourceOptions.merge(
+                waits_with(self, opts), pulumi.ResourceOptions(depends_on=[agent.binding, release_binding])
+            ),
         )
         self.name = tpu.vm_name
         self.state = self.vm.state
