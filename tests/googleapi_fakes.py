@@ -85,6 +85,44 @@ def api_disabled(service: str) -> tuple[dict[str, str], str]:
     return error(403, message, reason="accessNotConfigured", error_info="SERVICE_DISABLED", service=service)
 
 
+# A refusal by a VPC Service Controls perimeter, as Google's APIs send it (google.rpc.Status with
+# a PreconditionFailure of type VPC_SERVICE_CONTROLS and an ErrorInfo SECURITY_POLICY_VIOLATED).
+PERIMETER_VIOLATION_ID = "eYhDkfYCu-dOCjuj8X4Am9-spkxs0-kX5Ynh"
+
+
+def perimeter_refused_body(service: str) -> dict[str, Any]:
+    message = (
+        f"Request is prohibited by organization's policy. vpcServiceControlsUniqueIdentifier: {PERIMETER_VIOLATION_ID}"
+    )
+    return {
+        "error": {
+            "code": 403,
+            "message": message,
+            "status": "PERMISSION_DENIED",
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.PreconditionFailure",
+                    "violations": [{"type": "VPC_SERVICE_CONTROLS", "description": PERIMETER_VIOLATION_ID}],
+                },
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "SECURITY_POLICY_VIOLATED",
+                    "domain": "googleapis.com",
+                    "metadata": {
+                        "service": service,
+                        "uid": PERIMETER_VIOLATION_ID,
+                        "consumer": "projects/123456789012",
+                    },
+                },
+            ],
+        }
+    }
+
+
+def perimeter_refused(service: str) -> tuple[dict[str, str], str]:
+    return {"status": "403", "content-type": "application/json"}, json.dumps(perimeter_refused_body(service))
+
+
 class FakeGoogle(HttpMockSequence):  # type: ignore[misc]
     """HttpMockSequence that says which requests were made and which answers were left unused."""
 

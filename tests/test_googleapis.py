@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.googleapi_fakes import FakeGoogle, api_disabled, error, ok
+from tests.googleapi_fakes import PERIMETER_VIOLATION_ID, FakeGoogle, api_disabled, error, ok, perimeter_refused
 from trainstack.base.googleapis import MAX_PAGES, GoogleApiError, build_service, execute, pages
 
 REGION = {
@@ -57,6 +57,16 @@ def test_permission_denied_is_one_line_with_google_s_reason() -> None:
     answer = error(403, "Required 'compute.regions.get' permission for 'projects/my-project'", reason="forbidden")
     with pytest.raises(GoogleApiError, match=r"permission denied \(Required 'compute.regions.get' permission"):
         region_of(FakeGoogle([answer]))
+
+
+def test_a_perimeter_refusal_is_told_apart_from_a_missing_role() -> None:
+    with pytest.raises(GoogleApiError) as caught:
+        region_of(FakeGoogle([perimeter_refused("compute.googleapis.com")]))
+    line = str(caught.value)
+    assert "refused by a VPC Service Controls perimeter" in line
+    assert f"violation {PERIMETER_VIOLATION_ID}" in line
+    assert "permission denied" not in line
+    assert "docs/deploying.md#vpc-service-controls" in line
 
 
 def test_credentials_refused_and_not_found_say_so() -> None:

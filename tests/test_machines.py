@@ -28,6 +28,7 @@ from google.cloud import compute_v1
 
 from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, write_stack
+from tests.googleapi_fakes import perimeter_refused_body
 from trainstack.commands import machines
 from trainstack.commands.main import main
 from trainstack.stackmodel.stackfile import STACKS_DIR
@@ -50,6 +51,8 @@ class FakeCompute:
     statuses: dict[str, str]  # instance name -> status; a missing name is 404
     requests: list[tuple[str, str]] = field(default_factory=list)
     forbidden: bool = False
+    # Refused by a VPC Service Controls perimeter, whatever the caller's roles.
+    outside_perimeter: bool = False
     # The status of the Operation that start/stop answers with, and that wait answers with.
     first_status: str = "DONE"
     wait_status: str = "DONE"
@@ -59,6 +62,8 @@ class FakeCompute:
 
     def answer(self, method: str, path: str) -> tuple[int, dict[str, Any]]:
         self.requests.append((method, path))
+        if self.outside_perimeter:
+            return 403, perimeter_refused_body("compute.googleapis.com")
         if self.forbidden:
             return 403, _error(403, f"Required 'compute.instances.get' permission for '{path}'", "forbidden")
         if method == "GET" and (match := INSTANCE.fullmatch(path)):
@@ -247,6 +252,18 @@ def test_permission_denied_is_one_line_per_node(compute: FakeCompute, capsys: py
     assert len(lines) == 3
     assert all("permission denied in project your-gcp-project" in line for line in lines)
     assert "Traceback" not in "\n".join(lines)
+
+
+def test_a_perimeter_refusal_says_so_not_permission_denied(
+    compute: FakeCompute, capsys: pytest.CaptureFixture[str]
+) -> None:
+    compute.statuses = {CHIEF: "RUNNING", WORKER_0: "RUNNING", WORKER_1: "RUNNING"}
+    compute.outside_perimeter = True
+    assert main(["stop", "--stack", "multiworker"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3
+    assert all("refused by a VPC Service Controls perimeter" in line for line in lines), lines
+    assert not any("permission denied" in line for line in lines)
 
 
 def test_an_operation_that_fails_is_reported_for_its_node(

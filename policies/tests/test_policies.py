@@ -368,7 +368,10 @@ def test_rules_work_on_crossguard_proxies_and_stop_at_unknown_values() -> None:
 
     proxied = unknown_checking_proxy(copy.deepcopy(gpu_vm()))
     for policy in rules.values():
-        args = ResourceValidationArgs(VM, proxied, "urn", "vm", _options(), None, settings(policy, {})[1])
+        level, config = settings(policy, {})
+        if level == EnforcementLevel.DISABLED:
+            continue  # the engine runs no disabled policy
+        args = ResourceValidationArgs(VM, proxied, "urn", "vm", _options(), None, config)
         policy.validate(args, record)
     assert found == []
     broken = gpu_vm()
@@ -611,3 +614,80 @@ def test_a_queue_grant_whose_member_is_unknown_fails_the_stack_rule() -> None:
     rule.validate(StackValidationArgs([resource], {}), record)
     assert found
     assert "not known before deployment" in found[0]
+
+
+KMS_KEY = "projects/acme-kms/locations/us-central1/keyRings/ml/cryptoKeys/vision"
+SUBNET = "projects/acme-net-host/regions/us-central1/subnetworks/ml-vision"
+REPOSITORY = "gcp:artifactregistry/repository:Repository"
+LANDING_ZONE = {
+    "customer-managed-keys": {"enforcementLevel": "mandatory", "key_projects": ["acme-kms"]},
+    "shared-network-only": {"enforcementLevel": "mandatory", "subnetworks": [SUBNET]},
+}
+
+
+def landing_zone_stack() -> list[dict[str, Any]]:
+    """The compliant stack as a landing zone's stack makes it: keys everywhere, on the shared
+    subnetwork, and no TPU VM (its disk cannot take a key)."""
+    resources = [r for r in compliant_stack() if r["type"] != TPU]
+    for resource in resources:
+        inputs = resource["inputs"]
+        if resource["type"] == VM:
+            inputs["bootDisk"]["kmsKeySelfLink"] = KMS_KEY
+            inputs["networkInterfaces"] = [{"subnetwork": SUBNET}]
+        elif resource["type"] == NB:
+            for disk in ("bootDisk", "dataDisks"):
+                inputs["gceSetup"][disk] = {"diskEncryption": "CMEK", "kmsKey": KMS_KEY}
+            inputs["gceSetup"]["networkInterfaces"] = [{"network": "n", "subnet": SUBNET}]
+        elif resource["type"] == BUCKET:
+            inputs["encryption"] = {"defaultKmsKeyName": KMS_KEY}
+    resources.append({"type": REPOSITORY, "name": "team-registry", "inputs": {"kmsKeyName": KMS_KEY}})
+    return resources
+
+
+def test_the_landing_zone_rules_are_off_by_default_and_pass_a_landing_zone_stack() -> None:
+    assert violations(compliant_stack()) == []
+    assert {settings(p, {})[0] for p in POLICIES if p.name in LANDING_ZONE} == {EnforcementLevel.DISABLED}
+    assert violations(landing_zone_stack(), LANDING_ZONE) == []
+
+
+LANDING_ZONE_BROKEN: list[tuple[str, str, Breakage, str]] = [
+    ("customer-managed-keys", BUCKET, _drop("encryption"), "no customer-managed key"),
+    ("customer-managed-keys", REPOSITORY, _drop("kmsKeyName"), "kmsKeyName: no customer-managed key"),
+    ("customer-managed-keys", VM, _drop("bootDisk.kmsKeySelfLink"), "bootDisk.kmsKeySelfLink"),
+    ("customer-managed-keys", NB, _set("gceSetup.dataDisks", {}), "dataDisks.diskEncryption is not CMEK"),
+    (
+        "customer-managed-keys",
+        BUCKET,
+        _set("encryption.defaultKmsKeyName", KMS_KEY.replace("acme-kms", "elsewhere")),
+        "in project elsewhere, not in acme-kms",
+    ),
+    ("shared-network-only", VM, _set("networkInterfaces.0.subnetwork", "<computed>"), "not a subnetwork"),
+    (
+        "shared-network-only",
+        NB,
+        _set("gceSetup.networkInterfaces.0.subnet", SUBNET.replace("ml-vision", "ml-other")),
+        "is not one of the allowed subnetworks",
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule", "resource_type", "breakage", "words"), LANDING_ZONE_BROKEN)
+def test_each_landing_zone_rule_fires_on_its_broken_resource(
+    rule: str, resource_type: str, breakage: Breakage, words: str
+) -> None:
+    resources = landing_zone_stack()
+    target = next(r for r in resources if r["type"] == resource_type)
+    breakage(target["inputs"])
+    found = violations(resources, LANDING_ZONE)
+    assert {(v.policy, v.resource_name) for v in found} == {(rule, target["name"])}, found
+    assert any(words in v.message for v in found), found
+
+
+def test_a_network_of_the_stacks_own_and_a_tpu_vm_fail_the_landing_zone_rules() -> None:
+    resources = landing_zone_stack()
+    resources.append({"type": "gcp:compute/routerNat:RouterNat", "name": "team-nat", "inputs": {}})
+    resources.append(
+        {"type": TPU, "name": "team-tpu-vm", "inputs": {**tpu_vm(), "networkConfig": {"subnetwork": SUBNET}}}
+    )
+    found = {(v.policy, v.resource_name) for v in violations(resources, LANDING_ZONE)}
+    assert found == {("shared-network-only", "team-nat"), ("customer-managed-keys", "team-tpu-vm")}

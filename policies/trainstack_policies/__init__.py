@@ -25,10 +25,15 @@ CIS = "CIS Google Cloud Platform Foundation Benchmark"
 CIS_VERSION = "4.0.0"
 MANDATORY = EnforcementLevel.MANDATORY
 ADVISORY = EnforcementLevel.ADVISORY
+DISABLED = EnforcementLevel.DISABLED
 
 
 def _cis(*controls: str) -> PolicyComplianceFramework:
     return PolicyComplianceFramework(name=CIS, version=CIS_VERSION, reference=", ".join(controls))
+
+
+def _landing_zone(*constraints: str) -> PolicyComplianceFramework:
+    return PolicyComplianceFramework(name="organisation policy", reference=", ".join(constraints))
 
 
 def _own() -> PolicyComplianceFramework:
@@ -194,5 +199,28 @@ POLICIES: tuple[Policy, ...] = (
             properties={"max_idle_hours": {"type": "number", "default": rules.DEFAULT_MAX_NOTEBOOK_IDLE_HOURS}}
         ),
         framework=_own(),
+    ),
+    # The landing zone's rules: off unless an organisation's policy config turns them on.
+    ResourceValidationPolicy(
+        name="customer-managed-keys",
+        description="The bucket, the registry and every disk are encrypted with a customer-managed key (from the "
+        "listed projects, where key_projects lists any); a TPU VM, whose disk cannot take one, fails.",
+        validate=rules.customer_managed_keys,
+        enforcement_level=DISABLED,
+        config_schema=PolicyConfigSchema(
+            properties={"key_projects": {"type": "array", "items": {"type": "string"}, "default": []}}
+        ),
+        framework=_landing_zone("gcp.restrictNonCmekServices", "gcp.restrictCmekCryptoKeyProjects"),
+    ),
+    ResourceValidationPolicy(
+        name="shared-network-only",
+        description="The stack creates no network, subnetwork, router or Cloud NAT, and every machine is on an "
+        "existing subnetwork (one of the listed subnetworks, where subnetworks lists any).",
+        validate=rules.shared_network_only,
+        enforcement_level=DISABLED,
+        config_schema=PolicyConfigSchema(
+            properties={"subnetworks": {"type": "array", "items": {"type": "string"}, "default": []}}
+        ),
+        framework=_landing_zone("compute.restrictSharedVpcSubnetworks"),
     ),
 )

@@ -183,7 +183,9 @@ def main() -> int:
     except InputError as error:
         print(f"trainstack_policies: {error}", file=sys.stderr)
         return 2
-    json.dump({"policies": [p.name for p in POLICIES], "violations": [asdict(v) for v in violations]}, sys.stdout)
+    # The policies that ran: a policy the config leaves disabled is not among them.
+    ran = [p.name for p in POLICIES if settings(p, config)[0] != EnforcementLevel.DISABLED]
+    json.dump({"policies": ran, "violations": [asdict(v) for v in violations]}, sys.stdout)
     return 0
 
 

@@ -23,6 +23,14 @@ CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
 # Project-level IAM resources: IAMMember, IAMBinding, IAMPolicy.
 PROJECT_IAM_PREFIX = "gcp:projects/iAM"
 MACHINES = (VM, TPU_VM, NOTEBOOK)
+REPOSITORY = "gcp:artifactregistry/repository:Repository"
+# What a stack that makes its own network creates; a service project of a Shared VPC may not.
+OWN_NETWORK = (
+    "gcp:compute/network:Network",
+    "gcp:compute/subnetwork:Subnetwork",
+    "gcp:compute/router:Router",
+    "gcp:compute/routerNat:RouterNat",
+)
 
 CLOUD_PLATFORM_SCOPES = frozenset({"cloud-platform", "https://www.googleapis.com/auth/cloud-platform"})
 # Compute Engine's default account is <project number>-compute@developer.gserviceaccount.com;

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pulumi_policy.proxy import UnknownValueError
@@ -34,7 +34,9 @@ from trainstack_policies.resources import (
     FIREWALL,
     MACHINES,
     NOTEBOOK,
+    OWN_NETWORK,
     PROJECT_IAM_PREFIX,
+    REPOSITORY,
     TPU_VM,
     VM,
     accounts,
@@ -546,3 +548,73 @@ def broad_scope_least_privilege(args: Any, report: Report) -> None:
                         "runs as with the cloud-platform scope; grant only the roles the job needs",
                         None,
                     )
+
+
+def _key_in(key: Any, projects: Sequence[str]) -> str | None:
+    """Why ``key`` does not do as a customer-managed key (None: it does): there is none, or it
+    is not in one of ``projects`` (any project where none are listed)."""
+    if not isinstance(key, str) or not key:
+        return "no customer-managed key"
+    project = key.split("/")[1] if key.startswith("projects/") and key.count("/") >= 1 else ""
+    if projects and project not in projects:
+        return f"the key {key} is in project {project or '?'}, not in {', '.join(projects)}"
+    return None
+
+
+def customer_managed_keys(args: Any, report: Report) -> None:
+    """Everything that stores data is encrypted with a customer-managed key, from one of the
+    allowed projects: what an organisation's gcp.restrictNonCmekServices and
+    gcp.restrictCmekCryptoKeyProjects constraints refuse at `pulumi up`, found at preview."""
+    projects = [str(p) for p in sequence(args.get_config().get("key_projects", []))]
+    props = args.props
+    places: list[tuple[str, Any]] = []
+    if args.resource_type == BUCKET:
+        places.append(("encryption.defaultKmsKeyName", mapping(props.get("encryption")).get("defaultKmsKeyName")))
+    elif args.resource_type == REPOSITORY:
+        places.append(("kmsKeyName", props.get("kmsKeyName")))
+    elif args.resource_type == VM:
+        places.append(("bootDisk.kmsKeySelfLink", mapping(props.get("bootDisk")).get("kmsKeySelfLink")))
+    elif args.resource_type == NOTEBOOK:
+        setup = mapping(props.get("gceSetup"))
+        for disk in ("bootDisk", "dataDisks"):
+            found = mapping(setup.get(disk))
+            if found.get("diskEncryption") != "CMEK":
+                report(f"gceSetup.{disk}.diskEncryption is not CMEK: Google's key encrypts it", None)
+            else:
+                places.append((f"gceSetup.{disk}.kmsKey", found.get("kmsKey")))
+    elif args.resource_type == TPU_VM:
+        report("a TPU VM's boot disk takes no customer-managed key through pulumi-gcp's tpu.V2Vm", None)
+    for where, key in places:
+        problem = _key_in(key, projects)
+        if problem is not None:
+            report(f"{where}: {problem}", None)
+
+
+def shared_network_only(args: Any, report: Report) -> None:
+    """The stack creates no network of its own and puts every machine on an allowed
+    subnetwork: what a Shared VPC's service project may do (gcp's
+    compute.restrictSharedVpcSubnetworks constraint), found at preview."""
+    if args.resource_type in OWN_NETWORK:
+        kind = args.resource_type.rsplit(":", 1)[-1]
+        report(f"creates a {kind}: join the organisation's network instead (trainstack:network)", None)
+        return
+    if args.resource_type not in MACHINES:
+        return
+    allowed = [str(s) for s in sequence(args.get_config().get("subnetworks", []))]
+    props = args.props
+    if args.resource_type == VM:
+        found = [mapping(nic).get("subnetwork") for nic in sequence(props.get("networkInterfaces"))]
+        where = "networkInterfaces[].subnetwork"
+    elif args.resource_type == TPU_VM:
+        found = [mapping(props.get("networkConfig")).get("subnetwork")]
+        where = "networkConfig.subnetwork"
+    else:
+        found = [
+            mapping(nic).get("subnet") for nic in sequence(mapping(props.get("gceSetup")).get("networkInterfaces"))
+        ]
+        where = "gceSetup.networkInterfaces[].subnet"
+    for subnetwork in found or [None]:
+        if not isinstance(subnetwork, str) or not subnetwork.startswith("projects/"):
+            report(f"{where} is not a subnetwork of an existing network (projects/HOST/regions/R/subnetworks/S)", None)
+        elif allowed and subnetwork not in allowed:
+            report(f"{where} {subnetwork} is not one of the allowed subnetworks: {', '.join(allowed)}", None)

@@ -10,7 +10,8 @@ injectable: the tests hand in the library's own HttpMockSequence.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from trainstack.base.errors import one_line
@@ -24,6 +25,27 @@ MAX_MESSAGE_CHARS = 300
 MAX_PAGES = 200
 CREDENTIALS_HINT = "run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)"
 READ_ONLY_SCOPE = "https://www.googleapis.com/auth/cloud-platform.read-only"
+
+
+# What Google answers when a VPC Service Controls perimeter refuses a request, whatever the
+# caller's IAM roles: a 403 "Request is prohibited by organization's policy.
+# vpcServiceControlsUniqueIdentifier: ID" whose ErrorInfo reason is SECURITY_POLICY_VIOLATED
+# (Cloud Storage's JSON API gives errors[].reason vpcServiceControls instead).
+PERIMETER_VIOLATION = re.compile(r"vpcServiceControlsUniqueIdentifier:\s*(?P<id>[A-Za-z0-9_-]{1,200})")
+PERIMETER_REASONS = frozenset({"SECURITY_POLICY_VIOLATED", "vpcServiceControls"})
+PERIMETER_DOCS = "docs/deploying.md#vpc-service-controls"
+
+
+def perimeter_refusal(message: str, reasons: Iterable[str] = ()) -> str | None:
+    """What to say when a VPC Service Controls perimeter refused the request (None: it did not)."""
+    found = PERIMETER_VIOLATION.search(message)
+    if found is None and not PERIMETER_REASONS & set(reasons):
+        return None
+    violation = f" (violation {found['id']}: the perimeter's audit log names it)" if found else ""
+    return (
+        f"refused by a VPC Service Controls perimeter{violation}, not for want of an IAM role: run it from inside "
+        f"the perimeter, or have its admins admit you with an ingress rule ({PERIMETER_DOCS})"
+    )
 
 
 class GoogleApiError(Exception):
@@ -110,6 +132,9 @@ def http_error_line(error: Any, project: str | None = None) -> str:
         return f"Google Cloud credentials refused ({message}); {CREDENTIALS_HINT}"
     if status == 403 and ("rateLimitExceeded" in reasons or "RATE_LIMIT_EXCEEDED" in info_reasons):
         return f"rate limited; try again in a minute ({message})"
+    refusal = perimeter_refusal(message, reasons | info_reasons) if status == 403 else None
+    if refusal is not None:
+        return refusal
     if status == 403:
         return f"permission denied ({message})"
     if status == 404:
@@ -136,3 +161,12 @@ def _first_line(error: BaseException) -> str:
 def _first_line_of(text: str) -> str:
     lines = text.strip().splitlines()
     return one_line(lines[0])[:MAX_MESSAGE_CHARS] if lines else ""
+
+
+def api_reasons(error: Any) -> set[str]:
+    """The reasons a google.api_core error carries: its ErrorInfo's and its errors[] entries'."""
+    reasons = {str(error.reason)} if getattr(error, "reason", None) else set()
+    for entry in getattr(error, "errors", None) or []:
+        if isinstance(entry, Mapping) and entry.get("reason"):
+            reasons.add(str(entry["reason"]))
+    return reasons

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from trainstack.base.googleapis import api_reasons, perimeter_refusal
 from trainstack.commands.parsers import number_argument
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 
@@ -173,6 +174,9 @@ def _api_error(error: BaseException, stack: ResolvedStack, action: Action) -> st
             f"no such VM in project {stack.project}, zone {stack.zone}: run `pulumi up` first "
             "(`pulumi up --refresh` when it deleted itself with on_finish: delete)"
         )
+    refusal = perimeter_refusal(str(error.message), api_reasons(error)) if isinstance(error, api.Forbidden) else None
+    if refusal is not None:
+        return f"project {stack.project}: {refusal}"
     if isinstance(error, api.Forbidden):
         return (
             f"permission denied in project {stack.project} (compute.instances.get and compute.instances.{action} "

@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from trainstack.base.googleapis import api_reasons, perimeter_refusal
 from trainstack.base.records import record_json
 from trainstack_contract import LAYOUT, STATES
 from trainstack_contract.status import CLUSTER_PORT_WARNING, MAX_REASON_CHARS, MAX_WARNINGS, TF_CONFIG_DOCS
@@ -195,6 +196,11 @@ def gcs_failure(error: BaseException, what: str, permission: str) -> str:
 
     if isinstance(error, (auth_exceptions.DefaultCredentialsError, auth_exceptions.RefreshError)):
         return f"{what}: no usable Google Cloud credentials ({_one_line(error)}); {CREDENTIALS_HINT}"
+    refusal = (
+        perimeter_refusal(str(error.message), api_reasons(error)) if isinstance(error, exceptions.Forbidden) else None
+    )
+    if refusal is not None:
+        return f"{what}: {refusal}"
     if isinstance(error, exceptions.Forbidden):
         return f"{what}: permission denied ({_one_line(error.message)}); it needs {permission} on the bucket"
     if isinstance(error, exceptions.RetryError):
