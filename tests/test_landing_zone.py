@@ -201,8 +201,10 @@ def test_with_grants_key_admins_the_stack_grants_nothing_and_plan_lists_the_gran
     [bucket] = plan.of_type("gcp:storage/bucket:Bucket")
     assert bucket.inputs["encryption"] == {"defaultKmsKeyName": KEY}
     [note] = [n for n in plan.notes if n.startswith("encryption: grants: key_admins")]
+    assert f"must grant {KEY_ROLE} on it to service-PROJECT_NUMBER@" in note
     for domain in ("gs-project-accounts", "compute-system", "gcp-sa-artifactregistry"):
-        assert f"{KEY_ROLE} on {KEY} to service-PROJECT_NUMBER@{domain}" in note
+        assert f"service-PROJECT_NUMBER@{domain}.iam.gserviceaccount.com" in note
+    assert "gcp-sa-notebooks" not in note
 
 
 def test_a_stack_without_a_key_plans_as_before(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from stack_helpers import SHIPPED_STACKS, base_config, plan_for, plan_of, write_stack
+from stack_helpers import SHIPPED_STACKS, base_config, plan_for, plan_of, with_changes, write_stack
 from trainstack.cloud.planning import SECRET_MASK, PlannedResource, text_digest
 from trainstack.cloud.pulumi_internals import SECRET_SIGNATURE, SECRET_SIGNATURE_KEY
 from trainstack.commands import main as cli_main
@@ -49,6 +49,7 @@ TERRAFORM_TYPES = {
     "gcp:compute/router:Router": "google_compute_router",
     "gcp:compute/routerNat:RouterNat": "google_compute_router_nat",
     "gcp:compute/subnetwork:Subnetwork": "google_compute_subnetwork",
+    "gcp:kms/cryptoKeyIAMMember:CryptoKeyIAMMember": "google_kms_crypto_key_iam_member",
     "gcp:projects/iAMCustomRole:IAMCustomRole": "google_project_iam_custom_role",
     "gcp:projects/iAMMember:IAMMember": "google_project_iam_member",
     "gcp:projects/service:Service": "google_project_service",
@@ -90,10 +91,22 @@ def test_type_tokens_map_to_terraform_types(token: str, expected: str) -> None:
     assert terraform_type(token) == expected
 
 
-def test_every_shipped_resource_type_is_known() -> None:
-    """A type the program starts to use must be added to TERRAFORM_TYPES once checked."""
-    used = {r.type for s in SHIPPED_STACKS for r in plan_for(s).resources if not r.type.startswith("pulumi:")}
+def test_every_planned_resource_type_is_known(tmp_path: Path) -> None:
+    """A type the program starts to use must be added to TERRAFORM_TYPES once checked: the
+    shipped stacks' types, and those only a landing zone's keys add (a customer-managed key)."""
+    landing_zone = {
+        "trainstack:network": {
+            "network": "projects/acme-net-host/global/networks/shared-vpc",
+            "subnetwork": "projects/acme-net-host/regions/us-central1/subnetworks/ml-vision",
+        },
+        "trainstack:encryption": {"kms_key": "projects/acme-kms/locations/us-central1/keyRings/ml/cryptoKeys/vision"},
+        "trainstack:notebook": {"machine_type": "n1-standard-4"},
+    }
+    plans = [plan_for(s) for s in SHIPPED_STACKS]
+    plans.append(plan_of(write_stack(tmp_path, with_changes(base_config(), landing_zone))))
+    used = {r.type for plan in plans for r in plan.resources if not r.type.startswith("pulumi:")}
     assert used <= set(TERRAFORM_TYPES), sorted(used - set(TERRAFORM_TYPES))
+    assert terraform_plan(plans[-1].resources)["resource_changes"]
 
 
 @pytest.mark.parametrize("token", ["gcp:bigquery/table:Table", "aws:s3/bucket:Bucket", "gcp:Instance", "nonsense"])

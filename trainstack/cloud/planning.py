@@ -660,7 +660,7 @@ def joined_network_notes(stack: ResolvedStack) -> list[str]:
 def encryption_notes(stack: ResolvedStack) -> list[str]:
     """What a stack with a customer-managed key (trainstack:encryption) encrypts with it, what
     it does not, and, with ``grants: key_admins``, the grants the key's admins must make."""
-    from trainstack.cloud.components.encryption import TPU_DISK_NOTE, key_admin_grants
+    from trainstack.cloud.components.encryption import KEY_USER_ROLE, TPU_DISK_NOTE, key_admin_grants
 
     encryption = stack.encryption
     if encryption is None:
@@ -671,12 +671,17 @@ def encryption_notes(stack: ResolvedStack) -> list[str]:
     notes = [f"encryption: {encryption.kms_key} encrypts " + ", ".join(encrypted)]
     if stack.tpu is not None:
         notes.append(f"encryption: {TPU_DISK_NOTE}")
-    grants = key_admin_grants(stack)
-    if grants:
+    agents = key_admin_grants(stack)
+    if agents:
         notes.append(
-            "encryption: grants: key_admins: the stack grants nothing on the key; before `pulumi up` its admins "
-            f"must grant (PROJECT_NUMBER: `gcloud projects describe {stack.project} --format='value(projectNumber)'`): "
-            + "; ".join(grants)
+            f"encryption: grants: key_admins: the stack grants nothing on the key; before `pulumi up` its admins must "
+            f"grant {KEY_USER_ROLE} on it to " + "; ".join(agents) + " (PROJECT_NUMBER: `gcloud projects describe "
+            f"{stack.project} --format='value(projectNumber)'`)"
+        )
+    elif encryption.grants == "stack":
+        notes.append(
+            f"encryption: the stack grants {KEY_USER_ROLE} on the key to the service agents that use it: "
+            "`pulumi up` needs cloudkms.cryptoKeys.setIamPolicy on the key (or set grants: key_admins)"
         )
     return notes
 

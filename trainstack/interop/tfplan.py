@@ -52,6 +52,7 @@ MODULE_PREFIXES = {
     "artifactregistry": "artifact_registry",
     "billing": "billing",
     "compute": "compute",
+    "kms": "kms",
     "projects": "project",
     "secretmanager": "secret_manager",
     "serviceaccount": "service_account",

@@ -131,11 +131,9 @@ class KeyGrants(pulumi.ComponentResource):
 
 
 def key_admin_grants(stack: ResolvedStack) -> list[str]:
-    """With ``grants: key_admins``, the grants the key's admins must make, in words."""
+    """With ``grants: key_admins``, the service agents the key's admins must grant
+    :data:`KEY_USER_ROLE` on the key to, in words."""
     encryption = stack.encryption
     if encryption is None or encryption.grants != "key_admins":
         return []
-    return [
-        f"{KEY_USER_ROLE} on {encryption.kms_key} to service-PROJECT_NUMBER@{user.domain} ({user.uses})"
-        for user in key_users(stack)
-    ]
+    return [f"service-PROJECT_NUMBER@{user.domain} ({user.uses})" for user in key_users(stack)]
