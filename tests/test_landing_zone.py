@@ -110,7 +110,14 @@ def test_a_tpu_vm_and_a_notebook_join_the_subnetwork_too(tmp_path: Path) -> None
 def test_a_network_that_is_not_one_to_join_is_refused_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], network: dict[str, Any], key: str, words: str
 ) -> None:
-    path = write_stack(tmp_path, with_changes(base_config(), {"trainstack:network": network}))
+    refused_naming(tmp_path, capsys, {"trainstack:network": network}, key, words)
+
+
+def refused_naming(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], key: str, words: str
+) -> None:
+    """`validate` refuses the base stack with ``changes`` in one line that starts with ``key``."""
+    path = write_stack(tmp_path, with_changes(base_config(), changes))
     assert main(["validate", "--stack-file", str(path)]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -234,13 +241,7 @@ def test_a_stack_without_a_key_plans_as_before(tmp_path: Path) -> None:
 def test_a_key_that_is_not_one_to_use_is_refused_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], encryption: dict[str, Any], key: str, words: str
 ) -> None:
-    path = write_stack(tmp_path, with_changes(base_config(), {"trainstack:encryption": encryption}))
-    assert main(["validate", "--stack-file", str(path)]) == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line.strip() for line in err.splitlines() if line.strip().startswith(key)]
-    assert lines, err
-    assert any(words in line for line in lines), err
+    refused_naming(tmp_path, capsys, {"trainstack:encryption": encryption}, key, words)
 
 
 def test_the_policy_packs_landing_zone_rules_pass_a_landing_zone_stack_and_fail_a_default_one(

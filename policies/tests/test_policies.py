@@ -209,10 +209,22 @@ BROKEN: list[tuple[str, str, Breakage, str]] = [
 def test_each_rule_fires_on_its_broken_resource_and_names_it(
     rule: str, resource_type: str, breakage: Breakage, words: str
 ) -> None:
-    resources = compliant_stack()
+    fires_alone(compliant_stack(), {}, rule, resource_type, breakage, words)
+
+
+def fires_alone(
+    resources: list[dict[str, Any]],
+    config: dict[str, Any],
+    rule: str,
+    resource_type: str,
+    breakage: Breakage,
+    words: str,
+) -> None:
+    """Broken by ``breakage``, the first resource of ``resource_type`` fails ``rule`` alone,
+    with ``words`` in the message."""
     target = next(r for r in resources if r["type"] == resource_type)
     breakage(target["inputs"])
-    found = violations(resources)
+    found = violations(resources, config)
     assert {(v.policy, v.resource_name) for v in found} == {(rule, target["name"])}, found
     assert any(words in v.message for v in found), found
 
@@ -675,12 +687,7 @@ LANDING_ZONE_BROKEN: list[tuple[str, str, Breakage, str]] = [
 def test_each_landing_zone_rule_fires_on_its_broken_resource(
     rule: str, resource_type: str, breakage: Breakage, words: str
 ) -> None:
-    resources = landing_zone_stack()
-    target = next(r for r in resources if r["type"] == resource_type)
-    breakage(target["inputs"])
-    found = violations(resources, LANDING_ZONE)
-    assert {(v.policy, v.resource_name) for v in found} == {(rule, target["name"])}, found
-    assert any(words in v.message for v in found), found
+    fires_alone(landing_zone_stack(), LANDING_ZONE, rule, resource_type, breakage, words)
 
 
 def test_a_network_of_the_stacks_own_and_a_tpu_vm_fail_the_landing_zone_rules() -> None:
