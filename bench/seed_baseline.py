@@ -61,7 +61,20 @@ def build_seed_model(image_size: int) -> Any:
     )
 
 
-def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int, seed: int) -> dict[str, Any]:
+def build_seed_resnet50(image_size: int) -> Any:
+    """Seed 002's network: Keras' ResNet50 as the blog builds it inside ``strategy.scope()``
+    (``weights=None``, its own softmax head), in float32, compiled with Adam."""
+    import tf_keras as keras
+
+    return keras.applications.ResNet50(weights=None, input_shape=(image_size, image_size, 3), classes=NUM_CLASSES)
+
+
+SEED_MODELS = {"cnn": build_seed_model, "resnet50": build_seed_resnet50}
+
+
+def run(
+    image_size: int, batch_size: int, steps_per_epoch: int, epochs: int, seed: int, model_name: str = "cnn"
+) -> dict[str, Any]:
     import tensorflow as tf
     import tf_keras as keras
 
@@ -84,7 +97,7 @@ def run(image_size: int, batch_size: int, steps_per_epoch: int, epochs: int, see
     train = train.cache().shuffle(SEED_SHUFFLE_BUFFER).prefetch(buffer_size=tf.data.AUTOTUNE)
 
     with strategy.scope():
-        model = build_seed_model(image_size)
+        model = SEED_MODELS[model_name](image_size)
         model.compile(
             optimizer=keras.optimizers.Adam(), loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"]
         )
@@ -130,9 +143,12 @@ def main() -> int:
     parser.add_argument("--steps-per-epoch", type=int, default=50)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--model", choices=sorted(SEED_MODELS), default="cnn", help="cnn: seed 004's lab; resnet50: seed 002's"
+    )
     parser.add_argument("--output", type=Path, required=True, help="where to write the JSON result")
     args = parser.parse_args()
-    result = run(args.image_size, args.batch_size, args.steps_per_epoch, args.epochs, args.seed)
+    result = run(args.image_size, args.batch_size, args.steps_per_epoch, args.epochs, args.seed, args.model)
     args.output.write_text(json.dumps(result, indent=2))
     return 0
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from trainer import jobdir
@@ -111,6 +114,90 @@ def backup_save_frequency(save_every_steps: int, steps_per_execution: int, param
     return max(1, -(-save_every_steps // steps_per_execution))
 
 
+# Calls of the training function a MultiWorkerMirroredStrategy chief times before the job's
+# saving interval is turned into calls: the first call traces and compiles, the next ones run.
+CALIBRATION_CALLS = 3
+
+
+class TrainingClock:
+    """Training time as every node of a job counts it, for deciding when to save.
+
+    Saves under MultiWorkerMirroredStrategy are collective (every worker takes part), so the
+    workers must decide alike; each one timing itself would split the decision where their
+    clocks straddle the interval. There the clock counts calls of the training function, each
+    worth the seconds per call the chief measured over its first calls and broadcast (``agree``):
+    one decision for the job. A single process (one device, several GPUs of one machine, a TPU
+    VM, a parameter-server coordinator) reads the monotonic clock."""
+
+    def __init__(self, agree: Callable[[float], float] | None = None, clock: Callable[[], float] = time.monotonic):
+        self._agree = agree
+        self._clock = clock
+        self.calls = 0
+        self._first_call_ended: float | None = None
+        self.seconds_per_call: float | None = None
+
+    def call_ended(self) -> None:
+        self.calls += 1
+        if self._agree is None or self.seconds_per_call is not None:
+            return
+        if self.calls == 1:
+            self._first_call_ended = self._clock()
+        elif self.calls == CALIBRATION_CALLS and self._first_call_ended is not None:
+            measured = (self._clock() - self._first_call_ended) / (CALIBRATION_CALLS - 1)
+            self.seconds_per_call = max(self._agree(measured), 1e-6)
+            log.info("saving interval counted in calls of %.4f s (the chief's measure)", self.seconds_per_call)
+
+    def now(self) -> float:
+        """Seconds of training so far, as this clock counts them."""
+        if self._agree is None:
+            return self._clock()
+        return self.calls * (self.seconds_per_call or 0.0)
+
+
+class SaveInterval:
+    """When a save is due: ``seconds`` of training since the last one, by ``clock``, or
+    ``every_calls`` calls of the training function where a step bound is set as well."""
+
+    def __init__(self, clock: TrainingClock, seconds: float, every_calls: int | None = None) -> None:
+        self.clock = clock
+        self.seconds = seconds
+        self.every_calls = every_calls
+        self._saved_at = clock.now()
+        self._saved_at_call = clock.calls
+
+    def due(self) -> bool:
+        if self.every_calls is not None and self.clock.calls - self._saved_at_call >= self.every_calls:
+            return True
+        return self.clock.now() - self._saved_at >= self.seconds
+
+    def saved(self) -> None:
+        self._saved_at = self.clock.now()
+        self._saved_at_call = self.clock.calls
+
+
+class PendingSaves:
+    """Checkpoint writes still under way in the background (asynchronous saves): waited for
+    before the run ends or a signal stops it, so that a save that was started is not lost."""
+
+    def __init__(self) -> None:
+        self._managers: list[Any] = []
+
+    def add(self, manager: Any) -> None:
+        if manager not in self._managers:
+            self._managers.append(manager)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Waits for every write (at most ``timeout`` seconds); whether they all finished."""
+        waiter = threading.Thread(target=self._sync_all, daemon=True)
+        waiter.start()
+        waiter.join(timeout)
+        return not waiter.is_alive()
+
+    def _sync_all(self) -> None:
+        for manager in self._managers:
+            manager.sync()
+
+
 @dataclasses.dataclass
 class RunRecord:
     """What happened during fit, filled in by ``ProgressCallback``."""
@@ -133,6 +220,8 @@ class RunRecord:
     started_at_step: int = 0
     trained_to_step: int = 0
     backed_up_to_step: int = 0
+    # Saves still being written in the background; waited for before the run ends or stops.
+    pending: PendingSaves = dataclasses.field(default_factory=lambda: PendingSaves())
 
 
 def write_scalar(name: str, value: float, step: int) -> None:

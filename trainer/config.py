@@ -29,11 +29,13 @@ from trainstack_contract import (
     VERTEX_TENSORBOARD_DIR_ENV,
 )
 
-# Backups every this many steps (and at every epoch's end): a lost node costs at most this many.
-SAVE_EVERY_STEPS = 200
+# Backups and epoch checkpoints every this many seconds of training: a lost node costs at most
+# this much training, and saves stay a small share of it however short the epochs are.
+SAVE_EVERY_SECONDS = 300
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 SWITCHES = ("auto", "on", "off")
+AUGMENTATIONS = ("none", "flip")
 # Adam moves every weight by up to the learning rate per step; above 1 that is more than
 # the scale of the weights themselves, so training can only diverge.
 MAX_LEARNING_RATE = 1.0
@@ -62,7 +64,7 @@ class TrainerConfig:
     strategy: str
     tpu: str | None
     learning_rate: float
-    save_every_steps: int
+    save_every_steps: int | None
     steps_per_execution: int
     precision: str
     xla: str
@@ -77,6 +79,8 @@ class TrainerConfig:
     checkpoint_dir_override: str | None = None
     tensorboard_dir_override: str | None = None
     storage_timeout_seconds: int = STORAGE_TIMEOUT_SECONDS
+    save_every_seconds: int = SAVE_EVERY_SECONDS
+    augment: str = "none"
 
 
 def _whole_number(text: str) -> int:
@@ -179,13 +183,22 @@ def _add_how_to_train(parser: argparse.ArgumentParser) -> None:
         "--learning-rate", type=float, default=1e-3, help=f"Adam's learning rate, in (0, {MAX_LEARNING_RATE:g}]."
     )
     parser.add_argument(
+        "--save-every-seconds",
+        type=_positive_int,
+        default=SAVE_EVERY_SECONDS,
+        help=(
+            "Back up the training state (and keep an epoch checkpoint) once this many seconds of "
+            "training have passed since the last save, and at the end, so a restart after a lost node "
+            "trains again about this long at most (parameter servers: at the first epoch's end after it)."
+        ),
+    )
+    parser.add_argument(
         "--save-every-steps",
         type=_positive_int,
-        default=SAVE_EVERY_STEPS,
+        default=None,
         help=(
-            "Back up the training state every N steps and at every epoch's end, so a restart "
-            "after a lost node trains again at most N steps, or what is left of the epoch if "
-            "less (parameter servers: at every epoch's end only, so up to one epoch)."
+            "Also back up every N steps and at every epoch's end (and keep every epoch's checkpoint): "
+            "a bound in steps for jobs that want one."
         ),
     )
     parser.add_argument(
@@ -208,6 +221,13 @@ def _add_how_to_train(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--xla", choices=SWITCHES, default="auto", help="XLA-compile the training step. auto: on for a single GPU only."
+    )
+    parser.add_argument(
+        "--augment",
+        choices=AUGMENTATIONS,
+        default="none",
+        help="Training images only (not synthetic data): flip: a random horizontal flip each epoch, "
+        "drawn in parallel after the cache (not for data where left and right differ, such as text).",
     )
     parser.add_argument(
         "--num-classes",
@@ -296,4 +316,6 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
         checkpoint_dir_override=environ.get(VERTEX_CHECKPOINT_DIR_ENV) or None,
         tensorboard_dir_override=environ.get(VERTEX_TENSORBOARD_DIR_ENV) or None,
         storage_timeout_seconds=args.storage_timeout_seconds,
+        save_every_seconds=args.save_every_seconds,
+        augment=args.augment,
     )

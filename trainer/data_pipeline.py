@@ -63,6 +63,10 @@ def _parse_example(record: tf.Tensor, image_size: int) -> tuple[tf.Tensor, tf.Te
     return _decode_image(example["image"], image_size), example["label"]
 
 
+# Files read at once by one pipeline: enough to hide a Cloud Storage read's latency behind others.
+MAX_PARALLEL_FILES = 16
+
+
 def _tfrecords(
     files: tuple[str, ...],
     image_size: int,
@@ -71,15 +75,40 @@ def _tfrecords(
     held_out: bool,
     context: tf.distribute.InputContext,
 ) -> tf.data.Dataset:
+    """The records of ``files`` this pipeline reads, training or held out. With at least one
+    file per pipeline each worker reads its own files (shards of the data as written), several
+    at once; with fewer, every pipeline reads them all and keeps its share of the records."""
     import tensorflow as tf
 
-    records = tf.data.TFRecordDataset(list(files), num_parallel_reads=tf.data.AUTOTUNE if len(files) > 1 else None)
-    records = records.enumerate().filter(
-        lambda index, _: tf.equal(tfrecord_held_out(index, validation_split), held_out)
-    )
-    records = records.shard(context.num_input_pipelines, context.input_pipeline_id)
+    pipelines, mine = context.num_input_pipelines, context.input_pipeline_id
+    by_file = len(files) >= pipelines
+    paths = tf.data.Dataset.from_tensor_slices(list(files))
+    if by_file:
+        paths = paths.shard(pipelines, mine)
 
-    def parse(_: tf.Tensor, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def records_of(path: tf.Tensor) -> tf.data.Dataset:
+        name = tf.strings.regex_replace(path, r"^.*/", "")
+        return (
+            tf.data.TFRecordDataset(path)
+            .enumerate()
+            .filter(lambda index, _: tf.equal(tfrecord_held_out(name, index, validation_split), held_out))
+            .map(lambda _, record: record)
+        )
+
+    reading = min(MAX_PARALLEL_FILES, max(1, -(-len(files) // pipelines) if by_file else len(files)))
+    # Training on files of its own takes records as they arrive from whichever file answers
+    # first. Sharing records out needs the one order every pipeline sees (else two pipelines
+    # take the same record and none another); evaluation reads in order.
+    records = paths.interleave(
+        records_of,
+        cycle_length=reading,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=held_out or not by_file,
+    )
+    if not by_file:
+        records = records.shard(pipelines, mine)
+
+    def parse(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         image, label = _parse_example(record, image_size)
         # Out of range, the loss fails on the CPU with no word of the data, and on a GPU
         # it silently turns into NaN; here it is an input error that names the flag.
@@ -94,15 +123,52 @@ def _tfrecords(
 # ---------------------------------------------------------------- pipelines
 
 
-def _finish(
-    examples: tf.data.Dataset, per_replica_batch: int, shuffle_buffer: int, seed: int, training: bool
-) -> tf.data.Dataset:
-    """cache -> shuffle -> repeat -> batch -> float -> prefetch, tuned for throughput."""
+# The share of this machine's memory the decoded images a node caches may take, all its input
+# pipelines together; above it the pipeline decodes every epoch again (in parallel) instead.
+CACHE_MEMORY_SHARE = 0.25
+BYTES_PER_PIXEL = 3  # uint8 RGB, as decoded images are cached
+
+
+def physical_memory_bytes() -> int:
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def cache_fits(examples: int | None, image_size: int, memory_bytes: int) -> bool:
+    """Whether ``examples`` decoded images (what one node's pipeline reads) fit the cache's share
+    of memory; an unknown count does not (a TFRecord set is not counted when --steps-per-epoch
+    is given)."""
+    if examples is None:
+        return False
+    return examples * image_size * image_size * BYTES_PER_PIXEL <= CACHE_MEMORY_SHARE * memory_bytes
+
+
+def _flip(image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     import tensorflow as tf
 
-    dataset = examples.cache()
+    return tf.image.random_flip_left_right(image), label
+
+
+def _finish(
+    examples: tf.data.Dataset,
+    per_replica_batch: int,
+    shuffle_buffer: int,
+    seed: int,
+    training: bool,
+    cache: bool = True,
+    augment: str = "none",
+) -> tf.data.Dataset:
+    """cache (where it fits) -> shuffle -> augment -> repeat -> batch -> float -> prefetch, tuned
+    for throughput."""
+    import tensorflow as tf
+
+    dataset = examples.cache() if cache else examples
     if training:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        if augment == "flip":
+            # After the cache: each epoch sees other flips, drawn in parallel.
+            dataset = dataset.map(_flip, num_parallel_calls=tf.data.AUTOTUNE)
     # Repeating forever lets the step count, not the data size, end an epoch: every
     # replica then runs the same number of steps, which synchronous training needs.
     dataset = dataset.repeat()
@@ -121,6 +187,10 @@ def _finish(
 
 def make_input_fn(config: TrainerConfig, source: DataSource, steps: int, training: bool) -> InputFn:
     """The per-worker dataset function for Keras' DatasetCreator."""
+    examples_total = (
+        (source.num_train_examples if training else source.num_eval_examples) if source.kind != SYNTHETIC_DATA else None
+    )
+    memory = physical_memory_bytes()
 
     def input_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         import tensorflow as tf
@@ -129,6 +199,7 @@ def make_input_fn(config: TrainerConfig, source: DataSource, steps: int, trainin
             config.batch_size_per_replica * context.num_replicas_in_sync
         )
         seed = config.seed + context.input_pipeline_id
+        cache = True
         if source.kind == SYNTHETIC_DATA:
             if training:
                 pool = synthetic_pool_size(steps, per_replica_batch * context.num_replicas_in_sync)
@@ -149,6 +220,7 @@ def make_input_fn(config: TrainerConfig, source: DataSource, steps: int, trainin
             )
             examples = _image_files(files, labels, config.image_size, context)
             buffer = max(1, len(files))
+            cache = cache_fits(len(files) // context.num_input_pipelines, config.image_size, memory)
         else:
             examples = _tfrecords(
                 source.tfrecord_files,
@@ -159,6 +231,9 @@ def make_input_fn(config: TrainerConfig, source: DataSource, steps: int, trainin
                 context=context,
             )
             buffer = 10_000
-        return _finish(examples, per_replica_batch, buffer, seed, training)
+            share = None if examples_total is None else examples_total // context.num_input_pipelines
+            cache = cache_fits(share, config.image_size, memory)
+        augment = config.augment if source.kind != SYNTHETIC_DATA else "none"
+        return _finish(examples, per_replica_batch, buffer, seed, training, cache, augment)
 
     return input_fn

@@ -251,18 +251,18 @@ def count_records(config: TrainerConfig, source: DataSource) -> DataSource:
         return source
     import tensorflow as tf
 
-    total = 0
+    total = num_eval = 0
     for file in source.tfrecord_files:
         # One file at a time, so a corrupt one is named.
         try:
-            total += sum(1 for _ in tf.data.TFRecordDataset(file))
+            count = sum(1 for _ in tf.data.TFRecordDataset(file))
         except tf.errors.OpError as error:
             raise DataError(f"{data_and_file(config, file)}: {locations.summarize(error)}") from None
+        total += count
+        held_out = tfrecord_held_out(posixpath.basename(file), tf.range(count, dtype=tf.int64), config.validation_split)
+        num_eval += int(tf.reduce_sum(tf.cast(held_out, tf.int32)))
     if total == 0:
         raise DataError(f"--data {config.data}: its TFRecord files hold no records")
-    num_eval = int(
-        tf.reduce_sum(tf.cast(tfrecord_held_out(tf.range(total, dtype=tf.int64), config.validation_split), tf.int32))
-    )
     return dataclasses.replace(source, num_train_examples=total - num_eval, num_eval_examples=num_eval)
 
 
@@ -275,9 +275,12 @@ def steps_per_epoch(config: TrainerConfig, source: DataSource, global_batch: int
     return max(1, source.num_train_examples // global_batch)
 
 
-def tfrecord_held_out(index: tf.Tensor, validation_split: float) -> tf.Tensor:
-    """The held-out test for a record, keyed by its position in the file list."""
+def tfrecord_held_out(file_name: str | tf.Tensor, index: tf.Tensor, validation_split: float) -> tf.Tensor:
+    """The held-out test for a record, keyed by its file's name and its position in that file:
+    the same records are held out on every worker, however the files are shared out among them,
+    and wherever the files are copied."""
     import tensorflow as tf
 
-    bucket = tf.strings.to_hash_bucket_fast(tf.strings.as_string(index), 10_000)
+    key = tf.strings.join([file_name, tf.strings.as_string(index)], separator=":")
+    bucket = tf.strings.to_hash_bucket_fast(key, 10_000)
     return bucket < int(validation_split * 10_000)

@@ -22,7 +22,7 @@ from trainer.config import TrainerConfig
 from trainer.data_sources import DataSource
 from trainer.jobdir import JobLayout
 from trainer.strategy import ClusterInfo
-from trainstack_contract import FINISHED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
+from trainstack_contract import FINISHED, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,9 @@ def stop_on_sigterm(record: RunRecord) -> None:
     atomically, so nothing is left half-saved; the next start resumes from it."""
 
     def stop(signum: int, frame: Any) -> None:
+        # A backup still being written in the background is let finish (Compute Engine gives
+        # a preempted VM 30 s): the restart then resumes from it.
+        record.pending.wait(timeout=PENDING_SAVE_SECONDS)
         print(
             f"trainer: stopped by {signal.Signals(signum).name} after step {record.trained_to_step} of the job; "
             f"the backup reaches step {record.backed_up_to_step}, so "
@@ -72,6 +75,10 @@ def stop_on_sigterm(record: RunRecord) -> None:
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
+
+
+# How long a signalled trainer waits for a backup being written in the background.
+PENDING_SAVE_SECONDS = 20
 
 
 def largest_divisor_at_most(number: int, limit: int) -> int:
@@ -231,16 +238,67 @@ def fit(config: TrainerConfig, setup: TrainingSetup, model: Any, layout: JobLayo
 
     from trainer.callbacks import make_callbacks
 
-    save_freq = checkpointing.backup_save_frequency(
-        config.save_every_steps, setup.steps_per_execution, setup.kind == PARAMETER_SERVER
+    parameter_server = setup.kind == PARAMETER_SERVER
+    steps_bound = config.save_every_steps
+    every_calls = (
+        None
+        if steps_bound is None
+        else checkpointing.backup_save_frequency(steps_bound, setup.steps_per_execution, False)
     )
-    callbacks = make_callbacks(setup.strategy, layout, record, save_freq, setup.task_type, setup.task_id)
+    saving = saving_plan(config, setup, record, every_calls if isinstance(every_calls, int) else None)
+    save_freq: int | str = "epoch" if parameter_server else (every_calls if isinstance(every_calls, int) else 1)
+    callbacks = make_callbacks(setup.strategy, layout, record, save_freq, setup.task_type, setup.task_id, saving)
     make_input = data_pipeline.make_input_fn(config, setup.source, setup.steps, training=True)
-    train_input = keras.utils.experimental.DatasetCreator(make_input)
+    train_input = keras.utils.experimental.DatasetCreator(make_input, input_options=device_prefetch(parameter_server))
     started = time.perf_counter()
     with data_checks.input_errors(config, "training"):
         model.fit(train_input, epochs=config.epochs, steps_per_epoch=setup.steps, callbacks=callbacks, verbose=2)
     return time.perf_counter() - started
+
+
+# Batches each replica's device holds ready beyond the one it trains on: the next batch's copy
+# to a GPU overlaps the current step.
+DEVICE_PREFETCH_BATCHES = 2
+
+
+def device_prefetch(parameter_server: bool) -> Any:
+    """The strategy's input options: batches copied to each replica's device ahead of its step
+    (parameter servers' workers fetch their own, as TensorFlow's coordinator arranges)."""
+    import tensorflow as tf
+
+    if parameter_server:
+        return None
+    return tf.distribute.InputOptions(
+        experimental_fetch_to_device=True, experimental_per_replica_buffer_size=DEVICE_PREFETCH_BATCHES
+    )
+
+
+def saving_plan(config: TrainerConfig, setup: TrainingSetup, record: RunRecord, every_calls: int | None) -> Any:
+    """When the backup and the epoch checkpoints are written, on one clock every node counts
+    alike (under MultiWorkerMirroredStrategy, calls of the training function at the chief's
+    measured pace), and whether the writer's saves finish in the background: on one process
+    (one device, the GPUs of one machine), not where saves are collective across workers or
+    run on a TPU, where asynchronous checkpoints are not verified here."""
+    from trainer.callbacks import Saving
+
+    agree = None
+    if setup.kind == MULTI_WORKER_MIRRORED:
+        is_chief = checkpointing.is_writer(setup.strategy)
+
+        def agree(measured: float) -> float:
+            # Microseconds as whole numbers: what the broadcast carries.
+            chief = job_settings.broadcast_from_chief(setup.strategy, [round(measured * 1e6)], is_chief)
+            return chief[0] / 1e6
+
+    clock = checkpointing.TrainingClock(agree)
+    seconds = config.save_every_seconds
+    return Saving(
+        backup=checkpointing.SaveInterval(clock, seconds, every_calls),
+        checkpoint=checkpointing.SaveInterval(clock, seconds),
+        every_epoch=config.save_every_steps is not None,
+        asynchronous=setup.kind in (ONE_DEVICE, MIRRORED) and setup.strategy is not None,
+        pending=record.pending,
+    )
 
 
 def evaluate(config: TrainerConfig, setup: TrainingSetup, model: Any) -> tuple[float | None, float | None]:

@@ -149,6 +149,8 @@ STEPS_PER_EPOCH: Final = Bound[None](default=None, low=1, high=10_000_000)
 # 180: the image size of TensorFlow's flowers tutorial
 # (https://www.tensorflow.org/tutorials/images/classification).
 IMAGE_SIZE: Final = Bound(default=180, low=16, high=1024)
+# None: the trainer's own interval (trainer/config.py SAVE_EVERY_SECONDS, five minutes).
+SAVE_EVERY_MINUTES: Final = Bound[None](default=None, low=1, high=24 * 60)
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,7 @@ class TrainerFlags:
     batch_size_per_replica: str = "--batch-size-per-replica"
     image_size: str = "--image-size"
     steps_per_epoch: str = "--steps-per-epoch"
+    save_every_seconds: str = "--save-every-seconds"
     strategy: str = "--strategy"
     tpu: str = "--tpu"
     # Logical devices the CPU is split into: replicas for MirroredStrategy where no GPU or TPU

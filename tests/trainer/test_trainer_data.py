@@ -156,3 +156,100 @@ def test_empty_image_folder_fails_on_every_node_without_hanging(tmp_path: Path, 
     assert not result.timed_out
     assert result.exit_codes == {"worker-0": 2, "worker-1": 2}, result.log_text()[-3000:]
     assert "no .jpg/.jpeg/.png/.bmp/.gif images" in result.log_text("worker-1")
+
+
+@pytest.mark.slow
+def test_shards_written_from_an_image_folder_train_and_are_never_overwritten_unasked(
+    digits_folder: Path, tmp_path: Path, job_dir: Path
+) -> None:
+    shards = tmp_path / "shards"
+    command = [sys.executable, "-m", "trainer.shards", "--images", str(digits_folder), "--out", str(shards)]
+    written = subprocess.run(
+        [*command, "--shards", "4"], cwd=REPOSITORY_ROOT, env=trainer_env(), capture_output=True, text=True, timeout=300
+    )
+    assert written.returncode == 0, written.stderr[-3000:]
+    assert sorted(p.name for p in shards.glob("*.tfrecord")) == [f"train-0000{i}-of-00004.tfrecord" for i in range(4)]
+    assert (shards / "labels.txt").read_text().splitlines() == [f"digit_{d}" for d in range(DIGIT_CLASSES)]
+    assert f"--data {shards}/*.tfrecord --num-classes {DIGIT_CLASSES}" in written.stdout
+
+    before = {path.name: path.read_bytes() for path in shards.iterdir()}
+    again = subprocess.run(
+        [*command, "--shards", "2"], cwd=REPOSITORY_ROOT, env=trainer_env(), capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 2
+    assert "pass --overwrite to replace them" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert {path.name: path.read_bytes() for path in shards.iterdir()} == before
+
+    # Two workers, each reading its own two files, several at once.
+    result = run_local_cluster(
+        workers=2,
+        args=[
+            "--data",
+            f"{shards}/*.tfrecord",
+            "--num-classes",
+            str(DIGIT_CLASSES),
+            "--image-size",
+            "16",
+            "--epochs",
+            "2",
+            "--batch-size-per-replica",
+            "32",
+            "--augment",
+            "flip",
+        ],
+        job_dir=job_dir,
+        env=trainer_env(),
+        timeout=300,
+        threads_per_node=1,
+        echo=False,
+    )
+    assert result.chief_exit_code == 0, result.log_text()[-5000:]
+    metrics = read_metrics(job_dir)
+    assert metrics["data"] == "tfrecord"
+    assert metrics["loss_history"][-1] < metrics["loss_history"][0]
+
+
+def test_each_record_is_read_by_one_pipeline_and_held_out_alike_however_files_are_shared(tmp_path: Path) -> None:
+    """Files shared out among pipelines (one per worker) or records among them: every training
+    record reaches exactly one pipeline, and the held-out set is the same either way."""
+    import tensorflow as tf
+
+    from trainer.data_pipeline import _tfrecords
+    from trainer.shards import example_bytes
+
+    files = []
+    for shard in range(3):
+        path = tmp_path / f"part-{shard}.tfrecord"
+        with tf.io.TFRecordWriter(str(path)) as writer:
+            for index in range(40):
+                writer.write(example_bytes(png_bytes(np.full((4, 4, 3), index, np.uint8)), shard))
+        files.append(str(path))
+
+    def read(pipelines: int, held_out: bool) -> list[tuple[int, int]]:
+        seen = []
+        for pipeline in range(pipelines):
+            context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline)
+            dataset = _tfrecords(tuple(files), 4, 3, 0.2, held_out, context)
+            seen += [(int(label), int(image[0, 0, 0])) for image, label in dataset.as_numpy_iterator()]
+        return seen
+
+    for pipelines in (1, 2, 3, 4):  # 4 pipelines > 3 files: records, not files, are shared out
+        training, held_out = read(pipelines, False), read(pipelines, True)
+        assert len(training) == len(set(training)), pipelines
+        assert set(training) | set(held_out) == {(shard, index) for shard in range(3) for index in range(40)}
+        assert not set(training) & set(held_out)
+        if pipelines == 1:
+            first_held_out = set(held_out)
+        assert set(held_out) == first_held_out, pipelines
+    assert 0 < len(first_held_out) < 60
+
+
+def test_decoded_images_are_cached_only_where_they_fit() -> None:
+    from trainer.data_pipeline import cache_fits
+
+    gib = 1024**3
+    # 10 000 images of 224 x 224 x 3 bytes: 1.4 GiB, within a quarter of 16 GiB, not of 4 GiB.
+    assert cache_fits(10_000, 224, 16 * gib)
+    assert not cache_fits(10_000, 224, 4 * gib)
+    assert not cache_fits(None, 224, 16 * gib)

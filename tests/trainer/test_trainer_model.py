@@ -77,8 +77,8 @@ def test_an_epoch_checkpoint_holds_the_weights_the_evaluator_restores_and_no_opt
     checkpoint three times the size of the weights, and its save three times as long."""
     import tensorflow as tf
 
-    from trainer.callbacks import EpochCheckpoint
-    from trainer.checkpointing import RunRecord
+    from trainer.callbacks import EpochCheckpoint, Saving
+    from trainer.checkpointing import RunRecord, SaveInterval, TrainingClock
     from trainer.config import parse_args
     from trainer.jobdir import JobLayout
     from trainer.model import compile_model
@@ -89,7 +89,9 @@ def test_an_epoch_checkpoint_holds_the_weights_the_evaluator_restores_and_no_opt
     compile_model(model, 1e-3, steps_per_execution=1, jit_compile=False)
     images = np.random.default_rng(0).uniform(0, 255, (8, IMAGE_SIZE, IMAGE_SIZE, 3)).astype("float32")
     labels = np.arange(8) % NUM_CLASSES
-    checkpoint = EpochCheckpoint(tf.distribute.get_strategy(), layout, record, "chief", 0)
+    clock = TrainingClock()
+    saving = Saving(SaveInterval(clock, 300), SaveInterval(clock, 300), True, False, record.pending)
+    checkpoint = EpochCheckpoint(tf.distribute.get_strategy(), layout, record, "chief", 0, saving)
     model.fit(images, labels, batch_size=4, epochs=1, callbacks=[checkpoint], verbose=0)
 
     saved = tf.train.latest_checkpoint(layout.checkpoint_dir)

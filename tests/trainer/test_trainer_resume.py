@@ -18,9 +18,10 @@ from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, run_p
 from trainstack.localrun.bare_trainers import BareTrainerCluster, run_local_cluster
 
 EPOCHS = 5
-# The default backup interval (200 steps) is longer than an epoch: only the backup at every
-# epoch's end lets the restart resume (it once started over from step 0).
-RESUME_ARGS = [*FAST_ARGS, "--epochs", str(EPOCHS), "--steps-per-epoch", "40"]
+# A step bound longer than an epoch: only the backup at every epoch's end lets the restart
+# resume (it once started over from step 0). The default interval, minutes of training, would
+# not save before the kill.
+RESUME_ARGS = [*FAST_ARGS, "--epochs", str(EPOCHS), "--steps-per-epoch", "40", "--save-every-steps", "200"]
 # A generous bound for a stuck run; the test never waits on it when all is well.
 DEADLINE_SECONDS = 240
 
@@ -174,3 +175,59 @@ def test_a_truncated_backup_fails_the_resume_naming_the_file_and_changes_nothing
         assert f"{target} is damaged ({expected}" in line
         assert f"Move {job_dir / 'backup'} aside (or remove it) to start the job over" in line
         assert {path: path.read_bytes() for path in job_dir.rglob("*") if path.is_file()} == before
+
+
+# Steps of 32 px images at batch 16 take milliseconds here: an epoch of 600 lasts seconds, so
+# one-second backups land inside epochs, where only a time-based backup can be.
+TIMED_ARGS = [*FAST_ARGS, "--epochs", "2", "--steps-per-epoch", "600", "--steps-per-execution", "10"]
+_BACKUP_AT = re.compile(r"backup at step (\d+) of the job")
+_STOPPED = re.compile(r"stopped by SIGTERM after step (\d+) of the job; the backup reaches step (\d+)")
+_RESUMED_AT = re.compile(r"resuming from the backup at epoch (\d+), step (\d+)")
+
+
+@pytest.mark.slow
+def test_a_preempted_job_resumes_from_its_last_timed_backup_redoing_at_most_one_interval(tmp_path: Path) -> None:
+    """Backups by training time (--save-every-seconds, here a short one), written in the
+    background: SIGTERM (a preemption) lets the backup under way finish, and the restart
+    resumes at the last backup, having lost no more than one interval's steps."""
+    job_dir = tmp_path / "job"
+    args = [*TIMED_ARGS, "--save-every-seconds", "1", "--job-dir", str(job_dir)]
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "trainer.task", *args],
+        cwd=REPOSITORY_ROOT,
+        env=trainer_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    assert trainer.stderr is not None
+    try:
+        # Two backups, the second inside the first epoch: the interval, in steps, is known.
+        while len([m for line in lines if (m := _BACKUP_AT.search(line))]) < 2:
+            line = trainer.stderr.readline()
+            assert line or trainer.poll() is None, "\n".join(lines[-40:])
+            assert time.monotonic() < deadline, "no two backups were written"
+            lines.append(line.rstrip())
+        trainer.send_signal(signal.SIGTERM)
+        _, rest = trainer.communicate(timeout=120)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+    lines += rest.splitlines()
+    assert trainer.returncode == 128 + signal.SIGTERM, "\n".join(lines[-40:])
+    backups = [int(m[1]) for line in lines if (m := _BACKUP_AT.search(line))]
+    [(trained, backed_up)] = [(int(m[1]), int(m[2])) for line in lines if (m := _STOPPED.search(line))]
+    assert backed_up == backups[-1]
+    assert backups[0] % 600 != 0, backups  # inside an epoch: by time, not at an epoch's end
+    longest_interval = max(later - earlier for earlier, later in zip([0, *backups], backups, strict=False))
+    assert trained - backed_up <= longest_interval + 10, (trained, backups)
+
+    resumed = run_trainer(args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    [(epoch, step)] = [
+        (int(m[1]), int(m[2])) for line in resumed.stderr.splitlines() if (m := _RESUMED_AT.search(line))
+    ]
+    assert epoch * 600 + step == backed_up
+    assert read_metrics(job_dir)["resumed"] is True

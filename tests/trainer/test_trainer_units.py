@@ -79,6 +79,74 @@ def test_backup_frequency_counts_executions_not_steps() -> None:
     assert backup_save_frequency(200, 10, parameter_server=True) == "epoch"
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_single_process_saves_once_the_interval_has_passed_by_its_clock() -> None:
+    from trainer.checkpointing import SaveInterval, TrainingClock
+
+    time_now = FakeClock()
+    interval = SaveInterval(TrainingClock(clock=time_now), seconds=300)
+    due = []
+    for _ in range(10):  # ten calls of 40 s each
+        time_now.now += 40
+        interval.clock.call_ended()
+        due.append(interval.due())
+        if due[-1]:
+            interval.saved()
+    # Due at the first call that ends 300 s or more after the last save (call 8: 320 s), then
+    # counted afresh: never more than one interval (plus the call in progress) unsaved.
+    assert due == [False] * 7 + [True, False, False]
+
+
+def test_a_step_bound_saves_every_n_calls_whatever_the_clock() -> None:
+    from trainer.checkpointing import SaveInterval, TrainingClock
+
+    interval = SaveInterval(TrainingClock(clock=FakeClock()), seconds=300, every_calls=3)
+    due = []
+    for _ in range(7):
+        interval.clock.call_ended()
+        due.append(interval.due())
+        if due[-1]:
+            interval.saved()
+    assert due == [False, False, True, False, False, True, False]
+
+
+def test_workers_count_calls_at_the_chiefs_pace_so_they_save_at_the_same_call() -> None:
+    """Each worker measures its own pace; all of them save at the call the chief's pace gives."""
+    from trainer.checkpointing import CALIBRATION_CALLS, SaveInterval, TrainingClock
+
+    chief_pace = 0.5
+    decisions = []
+    for own_pace in (0.5, 0.45, 0.7):  # the chief, a faster and a slower worker
+        time_now = FakeClock()
+        agreed: list[float] = []
+
+        def agree(measured: float, agreed: list[float] = agreed) -> float:
+            agreed.append(measured)
+            return chief_pace
+
+        interval = SaveInterval(TrainingClock(agree, clock=time_now), seconds=10)
+        saved_at = []
+        for call in range(1, 60):
+            time_now.now += own_pace
+            interval.clock.call_ended()
+            if interval.due():
+                saved_at.append(call)
+                interval.saved()
+        assert agreed == [pytest.approx(own_pace)]  # measured once, over calls 2..CALIBRATION_CALLS
+        decisions.append(saved_at)
+    assert decisions[0] == decisions[1] == decisions[2]
+    # 10 s at 0.5 s a call: every 20 calls, counted from the calibration.
+    assert decisions[0][:2] == [20, 40]
+    assert CALIBRATION_CALLS < 20
+
+
 def test_synthetic_images_are_deterministic_and_class_dependent() -> None:
     from trainer.synthetic_images import synthetic_examples
 

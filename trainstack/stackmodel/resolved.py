@@ -438,6 +438,8 @@ def trainer_args(cfg: StackConfig, strategy: str) -> tuple[str, ...]:
     ]  # fmt: skip
     if job.steps_per_epoch is not None:
         args += [flags.steps_per_epoch, str(job.steps_per_epoch)]
+    if job.save_every_minutes is not None:
+        args += [flags.save_every_seconds, str(job.save_every_minutes * SECONDS_PER_MINUTE)]
     if strategy == contract.TPU:
         args += [flags.tpu, contract.LOCAL_TPU]
     return (*args, *job.args)

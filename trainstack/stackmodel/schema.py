@@ -58,6 +58,7 @@ from trainstack_contract import (
     ON_DEMAND,
     PACKAGE_JOB,
     RESERVATION,
+    SAVE_EVERY_MINUTES,
     SPOT,
     STACK_LABEL,
     STEPS_PER_EPOCH,
@@ -101,12 +102,21 @@ STACK_SET_FLAGS = {
     FLAGS.batch_size_per_replica: "trainstack:job.batch_size_per_replica",
     FLAGS.image_size: "trainstack:job.image_size",
     FLAGS.steps_per_epoch: "trainstack:job.steps_per_epoch",
+    FLAGS.save_every_seconds: "trainstack:job.save_every_minutes",
     FLAGS.strategy: "trainstack:cluster.strategy",
     FLAGS.tpu: "trainstack:tpu",
 }
 # The job settings only the built-in trainer reads; a team's package or image takes its
 # own flags through job.args.
-BUILTIN_TRAINER_KEYS = ("model", "data", "epochs", "batch_size_per_replica", "steps_per_epoch", "image_size")
+BUILTIN_TRAINER_KEYS = (
+    "model",
+    "data",
+    "epochs",
+    "batch_size_per_replica",
+    "steps_per_epoch",
+    "image_size",
+    "save_every_minutes",
+)
 # Trainer flags every job's code receives from the stack: job.args may not set them.
 ALWAYS_STACK_SET_FLAGS = (FLAGS.job_dir,)
 MAX_PATH_CHARS = 4096
@@ -122,6 +132,7 @@ Epochs = Annotated[int, Field(ge=EPOCHS.low, le=EPOCHS.high)]
 BatchSize = Annotated[int, Field(ge=BATCH_SIZE_PER_REPLICA.low, le=BATCH_SIZE_PER_REPLICA.high)]
 Steps = Annotated[int, Field(ge=STEPS_PER_EPOCH.low, le=STEPS_PER_EPOCH.high)]
 ImageSize = Annotated[int, Field(ge=IMAGE_SIZE.low, le=IMAGE_SIZE.high)]
+SaveMinutes = Annotated[int, Field(ge=SAVE_EVERY_MINUTES.low, le=SAVE_EVERY_MINUTES.high)]
 # Compute Engine accepts run-time limits from 30 seconds up to 120 days.
 MIN_RUN_HOURS = 0.01
 MAX_RUN_HOURS = MAX_RUN_SECONDS // 3600
@@ -578,6 +589,10 @@ class Job(_Strict):
     batch_size_per_replica: BatchSize = _trainer_setting(BATCH_SIZE_PER_REPLICA.default, "batch size per replica")
     steps_per_epoch: Steps | None = _trainer_setting(STEPS_PER_EPOCH.default, _STEPS_WORDS)
     image_size: ImageSize = _trainer_setting(IMAGE_SIZE.default, "image size, in pixels a side")
+    save_every_minutes: SaveMinutes | None = _trainer_setting(
+        SAVE_EVERY_MINUTES.default,
+        "backup interval, in minutes of training (a preemption redoes at most about this much); not set: 5",
+    )
     # A team's own code. Checked against the files by trainstack.stackmodel.feasibility.
     package: str | None = Field(default=None, description=f"a team's Python package {_OWN_CODE}")
     module: str | None = Field(default=None, description=f"the package's module the job runs (`python -m`) {_OWN_CODE}")
