@@ -101,6 +101,8 @@ def main() -> None:
     os.environ.pop(TIME_SCALE_VARIABLE, None)
     scripted, direct, stop = [], [], []
     with tempfile.TemporaryDirectory() as scratch:
+        # The job's unprivileged user must pass through to the run's files (mkdtemp makes 0700).
+        os.chmod(scratch, 0o711)  # noqa: S103 - search only: nothing in it becomes listable
         for attempt in range(args.repeat):
             # Alternate the two so machine load drifts over both alike.
             scripted.append(through_boot_script(Path(scratch) / f"script-{attempt}"))

@@ -17,16 +17,18 @@ Printed, with the baseline measured in the same run:
    boot comes on top (see docs/node-agent.md: Compute Engine's own figures).
 2. Steps redone: the steps trained after the last backup before the loss (the chief's
    trainer says how many when it exits for the lost peer, and each node's resume point
-   must match it). Baseline: the backup interval, the trainer's default unless
-   --save-every-steps says otherwise. Target: at most one interval.
+   must match it). Baseline: the backup interval in steps: --save-every-seconds (10 s here,
+   so that a short run backs up; the trainer's default is 300) at the pace the chief measured
+   and broadcast (its log says it). Target: at most one interval.
 
-    python bench/preemption_recovery.py [--save-every-steps N] [--mid-epoch-seconds 0.5]
+    python bench/preemption_recovery.py [--save-every-seconds N] [--mid-epoch-seconds 0.5]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -38,8 +40,6 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
-from trainer.checkpointing import backup_save_frequency  # noqa: E402
-from trainer.config import SAVE_EVERY_STEPS  # noqa: E402
 from trainer.training import largest_divisor_at_most  # noqa: E402
 from trainstack.localrun.nodes import TrainerOverrides  # noqa: E402
 from trainstack.localrun.run import LocalStackRun  # noqa: E402
@@ -54,6 +54,8 @@ _LOGGED_AT = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 # What the built-in trainer says when it stops for a lost peer, by its own exit or by SIGTERM.
 _LOST = re.compile(r"after step (\d+) of the job; the backup reaches step (\d+)")
 _RESUMED = re.compile(r"resuming from the backup at epoch (\d+), step (\d+)")
+# The chief's measured pace, broadcast to every worker: the saving interval's unit.
+_PACE = re.compile(r"saving interval counted in calls of ([0-9.]+) s")
 TARGET_RECOVERY_SECONDS = 30.0
 
 
@@ -86,9 +88,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--steps-per-epoch", type=int, default=1000)
     parser.add_argument("--steps-per-execution", type=int, default=10)
-    parser.add_argument(
-        "--save-every-steps", type=int, default=SAVE_EVERY_STEPS, help="the trainer's backup interval (its default)"
-    )
+    parser.add_argument("--save-every-seconds", type=int, default=10, help="the trainer's backup interval")
     parser.add_argument("--mid-epoch-seconds", type=float, default=0.5, help="how long after an epoch's end to preempt")
     parser.add_argument("--workdir", type=Path, help="keep the run here (default: a temporary directory)")
     options = parser.parse_args()
@@ -101,10 +101,11 @@ def main() -> int:
         "--batch-size-per-replica": "8",
         "--steps-per-execution": str(options.steps_per_execution),
     }
-    if options.save_every_steps != SAVE_EVERY_STEPS:
-        overrides["--save-every-steps"] = str(options.save_every_steps)
+    overrides["--save-every-seconds"] = str(options.save_every_seconds)
     cfg, _ = load_stack(STACKS_DIR / "Pulumi.multiworker.yaml")
     with tempfile.TemporaryDirectory(prefix="trainstack-bench-preemption-") as scratch:
+        # The job's unprivileged user must pass through to the run's files (mkdtemp makes 0700).
+        os.chmod(scratch, 0o711)  # noqa: S103 - search only: nothing in it becomes listable
         run = LocalStackRun(
             resolve_stack(cfg), options.workdir or Path(scratch), TrainerOverrides(overrides), echo=False
         ).start()
@@ -144,9 +145,12 @@ def main() -> int:
         if not resumed_at <= {backup for _, backup in losses}:
             raise SystemExit(f"the nodes resumed at steps {sorted(resumed_at)}, not at a backup's: {losses}")
         steps_per_execution = largest_divisor_at_most(options.steps_per_epoch, options.steps_per_execution)
-        frequency = backup_save_frequency(options.save_every_steps, steps_per_execution, parameter_server=False)
-        assert isinstance(frequency, int)
-        interval = frequency * steps_per_execution
+        paces = [float(m[1]) for line in result.logs["chief"] if (m := _PACE.search(line))]
+        if not paces:
+            raise SystemExit("the chief never said its pace:\n" + "\n".join(result.logs["chief"]))
+        # Due at the first call whose count of paces reaches the interval (the fastest pace the
+        # chief measured at any of its starts gives the most calls).
+        interval = math.ceil(options.save_every_seconds / min(paces)) * steps_per_execution
         redone = trained - backed_up
         metrics = json.loads((job_dir / LAYOUT.metrics).read_text())
 

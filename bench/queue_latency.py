@@ -214,6 +214,8 @@ def main() -> None:
     cold, returned, loop, one_node_gaps = [], [], [], []
     cold_nodes, loop_nodes = [], []
     with tempfile.TemporaryDirectory(prefix="queue-latency-") as scratch:
+        # The job's unprivileged user must pass through to the run's files (mkdtemp makes 0700).
+        os.chmod(scratch, 0o711)  # noqa: S103 - search only: nothing in it becomes listable
         standing_dir = Path(scratch) / "standing"
         standing = subprocess.Popen(
             [*TRAINSTACK, "local", "--stack", args.stack, "--standing", "--workdir", str(standing_dir), *ONE_STEP],

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import trainstack_contract as contract
-from stack_helpers import base_config
+from stack_helpers import base_config, with_changes
 from trainer.strategy import ClusterInfo, choose_strategy
 from trainstack.base.errors import StackConfigError
 from trainstack.stackmodel.configmap import parse_stack_config
@@ -226,3 +226,18 @@ def test_a_notebook_alone_runs_no_queue_even_with_a_job() -> None:
     stack = resolved({"trainstack:cluster": None, "trainstack:notebook": {"machine_type": "n1-standard-8"}})
     assert not stack.runs_queue
     assert stack.idle_seconds is None
+
+
+def test_the_backup_interval_key_reaches_the_trainer_in_seconds_and_job_args_may_not_set_it() -> None:
+    def dotted(changes: dict[str, Any]) -> ResolvedStack:
+        return resolve_stack(parse_and_check("test", with_changes(base_config(), changes)))
+
+    stack = dotted({"trainstack:job.save_every_minutes": 2})
+    assert stack.cluster is not None
+    args = list(stack.cluster.trainer_args)
+    assert args[args.index("--save-every-seconds") + 1] == "120"
+    default = resolved()
+    assert default.cluster is not None
+    assert "--save-every-seconds" not in default.cluster.trainer_args
+    with pytest.raises(StackConfigError, match=r"trainstack:job\.save_every_minutes"):
+        dotted({"trainstack:job.args": ["--save-every-seconds", "5"]})
