@@ -1,4 +1,4 @@
-"""Writes an image folder as TFRecord shards, the layout ``--data`` reads from Cloud Storage.
+"""Writes an image folder as TFRecord shards, the layout the trainer's --data reads from Cloud Storage.
 
     python -m trainer.shards --images flower_photos --out gs://BUCKET/flowers --shards 16
 
@@ -18,12 +18,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import posixpath
+import re
 import sys
 from collections.abc import Sequence
 
 from trainer.data_sources import IMAGE_EXTENSIONS
 
 SHARD_PATTERN = "train-{index:05d}-of-{count:05d}.tfrecord"
+# Shards this module wrote, of any count: what --overwrite replaces, and nothing else.
+WRITTEN_SHARD = re.compile(r"train-[0-9]{5}-of-[0-9]{5}\.tfrecord")
 LABELS_FILE = "labels.txt"
 MAX_SHARDS = 4096
 # An image file bigger than this is not a training image (and would hold a reader up).
@@ -80,11 +83,18 @@ def write_shards(folder: ImageFolder, out: str, count: int, overwrite: bool = Fa
     import tensorflow as tf
 
     names = shard_names(out, count)
-    present = [name for name in [*names, posixpath.join(out, LABELS_FILE)] if tf.io.gfile.exists(name)]
+    # Every shard a previous write left, of any count: a glob over --out would read them too.
+    present = [
+        posixpath.join(out, entry)
+        for entry in (sorted(tf.io.gfile.listdir(out)) if tf.io.gfile.isdir(out) else [])
+        if WRITTEN_SHARD.fullmatch(entry) or entry == LABELS_FILE
+    ]
     if present and not overwrite:
         raise ShardError(
             f"--out {out} already holds {present[0]} (and {len(present) - 1} more): pass --overwrite to replace them"
         )
+    for stale in sorted(set(present) - set(names) - {posixpath.join(out, LABELS_FILE)}):
+        tf.io.gfile.remove(stale)
     tf.io.gfile.makedirs(out)
     writers = [tf.io.TFRecordWriter(name) for name in names]
     try:

@@ -180,6 +180,17 @@ def test_shards_written_from_an_image_folder_train_and_are_never_overwritten_una
     assert "pass --overwrite to replace them" in again.stderr
     assert "Traceback" not in again.stderr
     assert {path.name: path.read_bytes() for path in shards.iterdir()} == before
+    # Asked to, a new write replaces every shard of the old one (a glob would read stale ones).
+    replaced = subprocess.run(
+        [*command, "--shards", "2", "--overwrite"],
+        cwd=REPOSITORY_ROOT,
+        env=trainer_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    assert sorted(p.name for p in shards.glob("*.tfrecord")) == [f"train-0000{i}-of-00002.tfrecord" for i in range(2)]
 
     # Two workers, each reading its own two files, several at once.
     result = run_local_cluster(
