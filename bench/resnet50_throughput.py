@@ -62,38 +62,8 @@ def _environment(gpus: str | None = None) -> dict[str, str]:
 
 
 def run_length(args: argparse.Namespace) -> list[str]:
-    return [
-        "--image-size",
-        str(args.image_size),
-        "--steps-per-epoch",
-        str(args.steps_per_epoch),
-        "--epochs",
-        str(args.epochs),
-        "--seed",
-        "42",
-    ]
-
-
-def run_baseline(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    output = workdir / "baseline.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPOSITORY_ROOT / "bench" / "seed_baseline.py"),
-            "--model",
-            "resnet50",
-            "--batch-size",
-            str(args.batch_size),
-            *run_length(args),
-            "--output",
-            str(output),
-        ],
-        cwd=REPOSITORY_ROOT,
-        env=_environment(),
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(output.read_text())
-    return result
+    """What the trainer's runs share with the baseline's (trainer_throughput's flags)."""
+    return trainer_throughput._run_length(args, batch_size_flag="--batch-size-per-replica")
 
 
 def run_trainer(
@@ -113,8 +83,6 @@ def run_trainer(
             "--data",
             data,
             *extra,
-            "--batch-size-per-replica",
-            str(args.batch_size),
             "--validation-split",
             "0",
             *run_length(args),
@@ -278,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps-per-epoch", type=trainer_throughput._at_least_one, default=6)
     parser.add_argument("--epochs", type=trainer_throughput._at_least_one, default=3)
     parser.add_argument("--scaling", action="store_true", help="on a machine with 2 GPUs, also 2 against 1")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--baseline-onednn", action="store_true", help="give the baseline oneDNN's kernels (as trainer_throughput.py)"
+    )
     args = parser.parse_args(argv)
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch traces and is not counted")
@@ -289,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         shards.mkdir()
         data, images = write_shards(args, shards)
         results = {
-            "baseline (seed 002)": run_baseline(args, workdir),
+            "baseline (seed 002)": trainer_throughput.run_baseline(args, workdir, model="resnet50"),
             "trainer, synthetic": run_trainer(args, workdir, "synthetic", "synthetic"),
             "trainer, TFRecord shards": run_trainer(args, workdir, "shards", data),
         }

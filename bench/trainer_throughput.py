@@ -87,12 +87,15 @@ def _run_length(args: argparse.Namespace, batch_size_flag: str) -> list[str]:
     ]
 
 
-def run_baseline(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+def run_baseline(args: argparse.Namespace, workdir: Path, model: str = "cnn") -> dict[str, Any]:
+    """bench/seed_baseline.py in its own process: seed 004's CNN, or seed 002's ResNet50."""
     output = workdir / "baseline.json"
     subprocess.run(
         [
             sys.executable,
             str(REPOSITORY_ROOT / "bench" / "seed_baseline.py"),
+            "--model",
+            model,
             *_run_length(args, batch_size_flag="--batch-size"),
             "--output",
             str(output),

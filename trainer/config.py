@@ -32,6 +32,8 @@ from trainstack_contract import (
 # Backups and epoch checkpoints every this many seconds of training: a lost node costs at most
 # this much training, and saves stay a small share of it however short the epochs are.
 SAVE_EVERY_SECONDS = 300
+# A day: beyond it a run would keep no backup worth the name (the stack's key stops there too).
+MAX_SAVE_EVERY_SECONDS = 24 * 3600
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 SWITCHES = ("auto", "on", "off")
@@ -94,6 +96,13 @@ def _positive_int(text: str) -> int:
     value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _save_interval(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_SAVE_EVERY_SECONDS:
+        raise argparse.ArgumentTypeError(f"{value} is more than a day ({MAX_SAVE_EVERY_SECONDS} s)")
     return value
 
 
@@ -184,7 +193,7 @@ def _add_how_to_train(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--save-every-seconds",
-        type=_positive_int,
+        type=_save_interval,
         default=SAVE_EVERY_SECONDS,
         help=(
             "Back up the training state (and keep an epoch checkpoint) once this many seconds of "
