@@ -136,6 +136,16 @@ BASE = ["--job-dir", JOB, "--data", "synthetic"]
             id="save-every-word",
         ),
         pytest.param(
+            [*BASE, "--save-every-seconds", "86401"],
+            ["argument --save-every-seconds", "86401 is more than a day (86400 s)"],
+            id="save-every-seconds-beyond-a-day",
+        ),
+        pytest.param(
+            [*BASE, "--augment", "rotate"],
+            ["argument --augment", "invalid choice: 'rotate'"],
+            id="augment-unknown",
+        ),
+        pytest.param(
             [*BASE, "--num-classes", "1"],
             ["argument --num-classes", "at least 2 classes, got 1"],
             id="one-class-flag",
