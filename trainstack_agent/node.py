@@ -40,6 +40,7 @@ from trainstack_agent.services import Services
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.training import CodeRun, Training
 from trainstack_contract import LAYOUT, STATES
+from trainstack_contract.queue import ENDED_STATES
 
 
 class NodeAgent:
@@ -125,14 +126,27 @@ class NodeAgent:
         self.outcome = outcome
         code = self.end.finished(outcome)
         job = self.settings.job
-        if self.settings.is_chief and job is not None and not job.job_dir.startswith("gs://"):
-            # The chief's end is the job's: a local job directory is no longer its code's to
-            # write (a later job's code runs as the same user).
+        if job is not None and not job.job_dir.startswith("gs://") and self._last_to_end():
+            # Once the job's code has ended on every node, a local job directory is no longer
+            # its code's to write (a later job's code runs as the same user). Not before: on
+            # Google Cloud a node's token lasts until its own job ends, whoever ended first.
             try:
                 take_back_tree(Path(job.job_dir))
             except OSError as error:
                 self.log(f"could not take the job directory back from the job's user: {error}")
         return code
+
+    def _last_to_end(self) -> bool:
+        """Whether every other node has recorded the job's end (or never ran it). Each node
+        records its own end before it asks, so the last of them to ask sees every end."""
+        for peer in self.settings.other_nodes:
+            try:
+                document = self.board.peer(peer)
+            except Exception:  # noqa: BLE001 - unreadable: the peer may still be writing
+                return False
+            if document is not None and document.state not in ENDED_STATES:
+                return False
+        return True
 
     def on_termination(self, signal_name: str) -> int:
         """A termination signal: record why, end every child, and leave the job resumable."""

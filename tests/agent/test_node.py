@@ -763,3 +763,20 @@ def test_a_restart_says_it_resumes_from_a_backup_only_for_code_that_keeps_one(bu
     assert words in line
     if not builtin:
         assert "resumes from its backup" not in line
+
+
+def test_a_local_job_directory_is_taken_back_by_the_last_node_to_end_not_the_first() -> None:
+    """A node's token lasts until its own job ends: a chief that ended first took a local job
+    directory back while worker-0's code still wrote its share (a flaky PermissionError)."""
+    from trainstack_contract import STATES
+
+    chief = world(settings("chief", peers=("chief", "worker-0", "worker-1")), runs=[])
+    chief.put_status("worker-0", STATES.running)
+    chief.put_status("worker-1", STATES.succeeded)
+    assert not chief.agent._last_to_end()
+    chief.put_status("worker-0", STATES.interrupted)  # down, to resume: not the job's end
+    assert not chief.agent._last_to_end()
+    chief.put_status("worker-0", STATES.failed)
+    assert chief.agent._last_to_end()
+    alone = world(settings("worker-0", peers=("chief", "worker-0")), runs=[])
+    assert alone.agent._last_to_end()  # the chief never wrote a status: it never ran the code
