@@ -296,7 +296,7 @@ def saving_plan(config: TrainerConfig, setup: TrainingSetup, record: RunRecord, 
         backup=checkpointing.SaveInterval(clock, seconds, every_calls),
         checkpoint=checkpointing.SaveInterval(clock, seconds),
         every_epoch=config.save_every_steps is not None,
-        asynchronous=setup.kind in (ONE_DEVICE, MIRRORED) and setup.strategy is not None,
+        asynchronous=setup.kind in (ONE_DEVICE, MIRRORED),
         pending=record.pending,
     )
 
