@@ -156,7 +156,10 @@ def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_
     job_dirs = [jobs_dir / "flowers_mwms", jobs_dir / "q1_first", jobs_dir / "q2_long", jobs_dir / "q3_last"]
     seen = [incarnations(job_dir) for job_dir in job_dirs]
     assert sorted(seen[0]) == ["chief", "worker-0", "worker-1"]
-    assert all(each == seen[0] for each in seen), seen
+    # Job 2 was cancelled once the chief ran it: a node that had not taken it yet skips it and
+    # writes no status there (a slow worker on a loaded machine did, in CI).
+    assert all(seen[index] == seen[0] for index in (1, 3)), seen
+    assert seen[2].items() <= seen[0].items(), seen
     # Idle for idle_minutes: every node applied on_finish (stop) once, and nothing runs.
     stops = (workdir / "self-stop.log").read_text().split("\n")
     assert sorted(line.split()[-1] for line in stops if line) == ["chief", "worker-0", "worker-1"], stops
