@@ -40,8 +40,6 @@ sys.path.insert(0, str(REPOSITORY_ROOT))
 import cpu_peak  # noqa: E402  # bench/, the directory of this script
 import trainer_throughput  # noqa: E402
 
-from trainstack_contract import LAYOUT  # noqa: E402
-
 NVIDIA_FIGURES = Path(__file__).resolve().parent / "nvidia_resnet50.csv"
 # ResNet-50 v1.5 at 224 x 224: 4.1 G multiply-adds forward (Keras' ResNet50 has the same
 # layers); a training image costs about three forward passes (the backward pass is two), at 2
@@ -69,30 +67,9 @@ def run_length(args: argparse.Namespace) -> list[str]:
 def run_trainer(
     args: argparse.Namespace, workdir: Path, name: str, data: str, gpus: str | None = None
 ) -> dict[str, Any]:
-    job_dir = workdir / name
     extra = ["--num-classes", "5"] if data != "synthetic" else []
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--job-dir",
-            str(job_dir),
-            "--model",
-            "resnet50",
-            "--data",
-            data,
-            *extra,
-            "--validation-split",
-            "0",
-            *run_length(args),
-        ],
-        cwd=REPOSITORY_ROOT,
-        env=_environment(gpus),
-        check=True,
-    )
-    result: dict[str, Any] = json.loads((job_dir / LAYOUT.metrics).read_text())
-    return result
+    flags = ["--model", "resnet50", "--data", data, *extra, "--validation-split", "0", *run_length(args)]
+    return trainer_throughput.trainer_run(workdir / name, flags, _environment(gpus))
 
 
 def write_shards(args: argparse.Namespace, directory: Path) -> tuple[str, int]:

@@ -108,15 +108,22 @@ def run_baseline(args: argparse.Namespace, workdir: Path, model: str = "cnn") ->
     return result
 
 
-def run_trainer(args: argparse.Namespace, workdir: Path, flags: list[str]) -> dict[str, Any]:
-    job_dir = workdir / "job"
+def trainer_run(job_dir: Path, flags: list[str], environment: dict[str, str]) -> dict[str, Any]:
+    """``python -m trainer.task`` in its own process into ``job_dir``; its metrics.json."""
     subprocess.run(
+        [sys.executable, "-m", "trainer.task", "--job-dir", str(job_dir), *flags],
+        cwd=REPOSITORY_ROOT,
+        env=environment,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads((job_dir / LAYOUT.metrics).read_text())
+    return result
+
+
+def run_trainer(args: argparse.Namespace, workdir: Path, flags: list[str]) -> dict[str, Any]:
+    return trainer_run(
+        workdir / "job",
         [
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--job-dir",
-            str(job_dir),
             "--data",
             "synthetic",
             "--model",
@@ -127,12 +134,8 @@ def run_trainer(args: argparse.Namespace, workdir: Path, flags: list[str]) -> di
             *flags,
             *args.trainer_flags,
         ],
-        cwd=REPOSITORY_ROOT,
-        env=_environment(),
-        check=True,
+        _environment(),
     )
-    result: dict[str, Any] = json.loads((job_dir / LAYOUT.metrics).read_text())
-    return result
 
 
 def seed_cnn_training_flops(image_size: int, num_classes: int = 5) -> int:
