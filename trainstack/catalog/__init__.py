@@ -678,6 +678,13 @@ def quota_metrics() -> dict[tuple[str, str, str], QuotaMetric]:
     return {(r.kind, r.name, r.pool): r for r in records}
 
 
+@cache
+def service_agent_domains() -> dict[str, str]:
+    """API ("storage.googleapis.com") -> where its Google-managed service agent lives: the agent
+    is service-PROJECT_NUMBER@DOMAIN (service_agents.csv)."""
+    return {row["service"]: row["domain"] for row in _rows("service_agents.csv")}
+
+
 @dataclass(frozen=True)
 class UnsupportedMachine:
     """A machine family Google offers that trainstack refuses, and why (unsupported_machines.csv)."""

@@ -407,13 +407,11 @@ STORAGE_AGENT_TOKEN = "gcp:storage/getProjectServiceAccount:getProjectServiceAcc
 
 
 def service_agent_domain(service: str) -> str:
-    """Where a service's agent lives (service-NUMBER@DOMAIN), as ServiceIdentity reports it: the
-    agents the stack creates are the TPU's and the key users' (encryption.SERVICE_AGENTS)."""
-    from trainstack.cloud.components.encryption import SERVICE_AGENTS
-    from trainstack.cloud.components.identity import TPU_AGENT_DOMAIN, TPU_SERVICE
+    """Where a service's agent lives (service-NUMBER@DOMAIN), as ServiceIdentity reports it, from
+    the catalog's service_agents.csv."""
+    from trainstack.catalog import service_agent_domains
 
-    domains = {agent.service: agent.domain for agent in SERVICE_AGENTS}
-    domains[TPU_SERVICE] = TPU_AGENT_DOMAIN
+    domains = service_agent_domains()
     if service not in domains:
         raise ValueError(f"the planning stand-in knows no service agent for {service}")
     return domains[service]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from trainstack.catalog import service_agent_domains
 from trainstack.cloud.components.grants import Grantee
 from trainstack.stackmodel.resolved import ResolvedStack
 from trainstack.stackmodel.schema import Encryption
@@ -20,43 +21,22 @@ KEY_USER_ROLE = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
 @dataclass(frozen=True)
 class KeyUser:
     """A Google service agent that encrypts the stack's data with its key: it is
-    service-PROJECT_NUMBER@``domain``, in the project that owns the resources."""
+    service-PROJECT_NUMBER@``domain`` (the catalog's service_agents.csv), in the project that
+    owns the resources."""
 
     slug: str
     service: str
-    domain: str
     uses: str
-    source: str
+
+    @property
+    def domain(self) -> str:
+        return service_agent_domains()[self.service]
 
 
-STORAGE_AGENT = KeyUser(
-    "storage",
-    "storage.googleapis.com",
-    "gs-project-accounts.iam.gserviceaccount.com",
-    "Cloud Storage: the bucket's objects",
-    "https://cloud.google.com/kms/docs/separation-of-duties",
-)
-COMPUTE_AGENT = KeyUser(
-    "compute",
-    "compute.googleapis.com",
-    "compute-system.iam.gserviceaccount.com",
-    "Compute Engine: the VMs' and the notebook's disks",
-    "https://cloud.google.com/compute/docs/disks/customer-managed-encryption",
-)
-REGISTRY_AGENT = KeyUser(
-    "registry",
-    "artifactregistry.googleapis.com",
-    "gcp-sa-artifactregistry.iam.gserviceaccount.com",
-    "Artifact Registry: the repository's images",
-    "https://cloud.google.com/artifact-registry/docs/ar-service-account",
-)
-NOTEBOOKS_AGENT = KeyUser(
-    "notebooks",
-    "notebooks.googleapis.com",
-    "gcp-sa-notebooks.iam.gserviceaccount.com",
-    "Vertex AI Workbench: the notebook's disks",
-    "https://cloud.google.com/vertex-ai/docs/workbench/instances/cmek",
-)
+STORAGE_AGENT = KeyUser("storage", "storage.googleapis.com", "Cloud Storage: the bucket's objects")
+COMPUTE_AGENT = KeyUser("compute", "compute.googleapis.com", "Compute Engine: the VMs' and the notebook's disks")
+REGISTRY_AGENT = KeyUser("registry", "artifactregistry.googleapis.com", "Artifact Registry: the repository's images")
+NOTEBOOKS_AGENT = KeyUser("notebooks", "notebooks.googleapis.com", "Vertex AI Workbench: the notebook's disks")
 SERVICE_AGENTS = (STORAGE_AGENT, COMPUTE_AGENT, REGISTRY_AGENT, NOTEBOOKS_AGENT)
 
 

@@ -262,10 +262,8 @@ class NodeActionRole(pulumi.ComponentResource):
         self.register_outputs({"role_name": self.role_name, "permissions": list(args.permissions)})
 
 
-# The Cloud TPU service agent: service-PROJECT_NUMBER@cloud-tpu.iam.gserviceaccount.com
-# (https://cloud.google.com/tpu/docs/tpu-iam-admin).
+# The Cloud TPU API, whose service agent the TPU VM needs (its domain: the catalog's service_agents.csv).
 TPU_SERVICE = "tpu.googleapis.com"
-TPU_AGENT_DOMAIN = "cloud-tpu.iam.gserviceaccount.com"
 
 
 @dataclass(frozen=True)
