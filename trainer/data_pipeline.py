@@ -144,6 +144,15 @@ def cache_fits(examples: int | None, image_size: int, memory_bytes: int) -> bool
     return examples * image_size * image_size * BYTES_PER_PIXEL <= CACHE_MEMORY_SHARE * memory_bytes
 
 
+def tfrecord_share(source: DataSource, training: bool, pipelines: int) -> int | None:
+    """The records of TFRecord data one pipeline reads, training or held out; None when they
+    were not counted (--steps-per-epoch given: num_train_examples unset, and num_eval_examples
+    left at 0, which is no count)."""
+    if source.num_train_examples is None:
+        return None
+    return (source.num_train_examples if training else source.num_eval_examples) // pipelines
+
+
 def _flip(image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     import tensorflow as tf
 
@@ -187,9 +196,6 @@ def _finish(
 
 def make_input_fn(config: TrainerConfig, source: DataSource, steps: int, training: bool) -> InputFn:
     """The per-worker dataset function for Keras' DatasetCreator."""
-    examples_total = (
-        (source.num_train_examples if training else source.num_eval_examples) if source.kind != SYNTHETIC_DATA else None
-    )
     memory = physical_memory_bytes()
 
     def input_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -231,7 +237,7 @@ def make_input_fn(config: TrainerConfig, source: DataSource, steps: int, trainin
                 context=context,
             )
             buffer = 10_000
-            share = None if examples_total is None else examples_total // context.num_input_pipelines
+            share = tfrecord_share(source, training, context.num_input_pipelines)
             cache = cache_fits(share, config.image_size, memory)
         augment = config.augment if source.kind != SYNTHETIC_DATA else "none"
         return _finish(examples, per_replica_batch, buffer, seed, training, cache, augment)

@@ -257,10 +257,17 @@ def test_each_record_is_read_by_one_pipeline_and_held_out_alike_however_files_ar
 
 
 def test_decoded_images_are_cached_only_where_they_fit() -> None:
-    from trainer.data_pipeline import cache_fits
+    from trainer.data_pipeline import cache_fits, tfrecord_share
+    from trainer.data_sources import DataSource
 
     gib = 1024**3
     # 10 000 images of 224 x 224 x 3 bytes: 1.4 GiB, within a quarter of 16 GiB, not of 4 GiB.
     assert cache_fits(10_000, 224, 16 * gib)
     assert not cache_fits(10_000, 224, 4 * gib)
     assert not cache_fits(None, 224, 16 * gib)
+    # Records not counted (--steps-per-epoch given): the held-out share is unknown too, not 0.
+    uncounted = DataSource(kind="tfrecord", num_classes=5, num_train_examples=None, num_eval_examples=0)
+    assert tfrecord_share(uncounted, training=False, pipelines=2) is None
+    counted = DataSource(kind="tfrecord", num_classes=5, num_train_examples=800, num_eval_examples=200)
+    assert tfrecord_share(counted, training=True, pipelines=2) == 400
+    assert tfrecord_share(counted, training=False, pipelines=2) == 100

@@ -58,6 +58,13 @@ def full_match(pattern: re.Pattern[str], value: str, what: str) -> str:
     return value
 
 
+def part_of(pattern: re.Pattern[str], value: str, group: str) -> str:
+    """A named group of ``value``, which a validator has already checked against ``pattern``."""
+    found = pattern.fullmatch(value)
+    assert found is not None, "checked by its validator"
+    return found[group]
+
+
 def default_bucket_name(project: str, name: str) -> str:
     """The stack's bucket: ``<project>_<name>``. Bucket names are global, and neither a project
     id nor a stack's name holds "_", so no other (project, stack) pair gives the same name

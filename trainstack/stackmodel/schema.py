@@ -37,6 +37,7 @@ from trainstack.stackmodel.naming import (
     default_bucket_name,
     default_resource_name,
     full_match,
+    part_of,
 )
 from trainstack.stackmodel.secrets import SECRET_COMMAND, SECRET_LIKE_ENV_NAME, JobSecret, check_secret_names
 from trainstack_contract import (
@@ -764,28 +765,24 @@ class ExistingNetwork(_Strict):
 
     @model_validator(mode="after")
     def _one_project(self) -> ExistingNetwork:
-        if self.host_project != self.subnetwork_match["project"]:
+        if self.host_project != self.subnetwork_project:
             raise ValueError(
-                f"the subnetwork is in project {self.subnetwork_match['project']}, the network in {self.host_project}: "
+                f"the subnetwork is in project {self.subnetwork_project}, the network in {self.host_project}: "
                 "a subnetwork belongs to its network's project"
             )
         return self
 
     @property
-    def subnetwork_match(self) -> dict[str, str]:
-        found = SUBNETWORK_PATH_PATTERN.fullmatch(self.subnetwork)
-        assert found is not None  # checked by its validator
-        return found.groupdict()
+    def subnetwork_project(self) -> str:
+        return part_of(SUBNETWORK_PATH_PATTERN, self.subnetwork, "project")
 
     @property
     def host_project(self) -> str:
-        found = NETWORK_PATH_PATTERN.fullmatch(self.network)
-        assert found is not None
-        return found["project"]
+        return part_of(NETWORK_PATH_PATTERN, self.network, "project")
 
     @property
     def region(self) -> str:
-        return self.subnetwork_match["region"]
+        return part_of(SUBNETWORK_PATH_PATTERN, self.subnetwork, "region")
 
 
 class Encryption(_Strict):
@@ -810,9 +807,7 @@ class Encryption(_Strict):
 
     @property
     def location(self) -> str:
-        found = KMS_KEY_PATTERN.fullmatch(self.kms_key)
-        assert found is not None  # checked by its validator
-        return found["location"]
+        return part_of(KMS_KEY_PATTERN, self.kms_key, "location")
 
 
 class Settings(_Strict):
