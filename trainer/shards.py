@@ -112,6 +112,19 @@ def write_shards(folder: ImageFolder, out: str, count: int, overwrite: bool = Fa
     return names
 
 
+# A path with a control character (a newline pasted in) names a file nobody meant.
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+MAX_PATH_CHARS = 4096
+
+
+def _path(text: str) -> str:
+    if CONTROL_CHARACTER.search(text) or not text.strip() or len(text) > MAX_PATH_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not a path: empty, longer than {MAX_PATH_CHARS} characters, or with a control character"
+        )
+    return text
+
+
 def _shard_count(text: str) -> int:
     try:
         value = int(text)
@@ -124,8 +137,10 @@ def _shard_count(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.shards", description=__doc__.splitlines()[0])
-    parser.add_argument("--images", required=True, help="a folder of class sub-folders of images (local or gs://)")
-    parser.add_argument("--out", required=True, help="where the shards go (local or gs://)")
+    parser.add_argument(
+        "--images", required=True, type=_path, help="a folder of class sub-folders of images (local or gs://)"
+    )
+    parser.add_argument("--out", required=True, type=_path, help="where the shards go (local or gs://)")
     parser.add_argument(
         "--shards", type=_shard_count, default=16, help="how many files: at least one per worker that will read them"
     )

@@ -221,6 +221,16 @@ def test_shards_written_from_an_image_folder_train_and_are_never_overwritten_una
     assert metrics["loss_history"][-1] < metrics["loss_history"][0]
 
 
+@pytest.mark.parametrize("out", ["shards\n", "a\x00b", "", "x" * 5000])
+def test_shards_refuse_an_output_path_that_is_no_path_naming_the_flag(tmp_path: Path, out: str) -> None:
+    from trainer.shards import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--images", str(tmp_path), "--out", out])
+    assert exited.value.code == 2
+    assert not list(tmp_path.iterdir())
+
+
 def test_each_record_is_read_by_one_pipeline_and_held_out_alike_however_files_are_shared(tmp_path: Path) -> None:
     """Files shared out among pipelines (one per worker) or records among them: every training
     record reaches exactly one pipeline, and the held-out set is the same either way."""
