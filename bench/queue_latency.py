@@ -36,6 +36,7 @@ under 5 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -210,10 +211,20 @@ def main() -> None:
         action="store_true",
         help="then a second study whose trials run on one node each (`tune --one-node`)",
     )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the runs' directories (the nodes' logs) and print where"
+    )
     args = parser.parse_args()
     cold, returned, loop, one_node_gaps = [], [], [], []
     cold_nodes, loop_nodes = [], []
-    with tempfile.TemporaryDirectory(prefix="queue-latency-") as scratch:
+    runs_dir = (
+        contextlib.nullcontext(tempfile.mkdtemp(prefix="queue-latency-"))
+        if args.keep
+        else tempfile.TemporaryDirectory(prefix="queue-latency-")
+    )
+    with runs_dir as scratch:
+        if args.keep:
+            print(f"the runs' directories: {scratch}", flush=True)
         # The job's unprivileged user must pass through to the run's files (mkdtemp makes 0700).
         os.chmod(scratch, 0o711)  # noqa: S103 - search only: nothing in it becomes listable
         standing_dir = Path(scratch) / "standing"
