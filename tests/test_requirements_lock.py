@@ -125,6 +125,19 @@ def test_a_file_that_is_hash_locked_already_is_uploaded_as_it_is(
     assert not requirements_lock.LOCK_DIR.exists()
 
 
+@pytest.mark.parametrize(("algorithm", "digits"), [("sha384", 96), ("sha512", 128)])
+def test_a_file_locked_with_a_stronger_hash_pip_takes_is_hash_locked_too(
+    algorithm: str, digits: int, tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pip's --require-hashes takes sha384 and sha512 as well as sha256: the package's line rule
+    # and the lock's count are one rule (trainstack.jobcode.node_environment.HASH_OPTION).
+    text = f"tabulate==0.9.0 \\\n    --hash={algorithm}:{'b' * digits}\n"
+    stack_file = team_stack(tmp_path, text)
+    entry = requirements_artifact(plan_json(stack_file, capsys))
+    assert entry["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert "lock" not in entry
+
+
 def test_a_half_locked_file_is_refused_not_re_resolved(
     tmp_path: Path, index: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,6 +28,7 @@ from trainstack_contract import (
 )
 from trainstack_contract.metadata import (
     BUCKET,
+    MAX_HEARTBEAT_SECONDS,
     JobMetadata,
     NodeMetadata,
     NodeMetadataError,
@@ -40,7 +41,7 @@ from trainstack_contract.tf_config import TfConfigError, check_task, read_cluste
 
 KEYS: Final = METADATA_KEYS
 # A single TPU VM has no peers: its heartbeat only tells a reader it is alive.
-TPU_HEARTBEAT_SECONDS: Final = 60
+TPU_HEARTBEAT_SECONDS: Final = MAX_HEARTBEAT_SECONDS
 
 # A metadata value that is missing or does not match; the message names the key (``.key``).
 SettingsError = NodeMetadataError

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from trainstack_contract.layout import LAYOUT
+from trainstack_contract.names import ANY_BUCKET_NAME
 
 # In a job's directory: written by its nodes' agents alone (status objects, the one-node claim,
 # the settings a run resumes with, the copies of the hypertune reports), never by its code.
@@ -42,7 +43,7 @@ LIST_PREFIX_ATTRIBUTE: Final = "storage.googleapis.com/objectListPrefix"
 
 # A gs:// URI inside an argument or a variable's value (``--data=gs://b/x/*.tfrecord``): the
 # bucket, and the folder up to the first wildcard.
-_NAMED_URI: Final = re.compile(r"gs://([a-z0-9][a-z0-9._-]{1,220}[a-z0-9])((?:/[^\s*?\[]*)?)")
+_NAMED_URI: Final = re.compile(rf"gs://({ANY_BUCKET_NAME})((?:/[^\s*?\[]*)?)")
 
 
 class BoundaryError(ValueError):
@@ -138,7 +139,7 @@ READ_FLAG: Final = re.compile(
     r"--(?:[a-z0-9]+[-_])*(?:data|files?|input|inputs|dataset|vocab)(?:[-_](?:path|dir|pattern|uri)s?)?"
 )
 # A place a stack declares its job reads or writes: a bucket, or a folder of one (a trailing "/").
-PLACE: Final = re.compile(r"gs://[a-z0-9][a-z0-9_.-]{1,220}[a-z0-9](?:/(?:(?!\.{1,2}/)[A-Za-z0-9_.=-]{1,200}/){1,16})?")
+PLACE: Final = re.compile(rf"gs://{ANY_BUCKET_NAME}(?:/(?:(?!\.{{1,2}}/)[A-Za-z0-9_.=-]{{1,200}}/){{1,16}})?")
 MAX_PLACES: Final = 8
 READ: Final = "read"
 WRITE: Final = "write"

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from trainstack_contract.names import UNDOTTED_BUCKET_NAME
+
 # What trainstack executes from, in its own bucket and in any other: the agent, the job's code
 # and requirements, the wheelhouse, the notebook's post-startup script. No job directory and no
 # machine's write grant may reach it, in any bucket.
@@ -125,7 +127,7 @@ LAYOUT: Final = BucketLayout()
 # jobs/<name> in its own bucket: gs://BUCKET/PREFIX, PREFIX one or more folder names of
 # letters, digits and "._=-" (never "." or ".." alone); the nodes get write access under it alone.
 EXTERNAL_JOB_DIR: Final = re.compile(
-    r"gs://(?P<bucket>[a-z0-9][a-z0-9_-]{1,61}[a-z0-9])"
+    rf"gs://(?P<bucket>{UNDOTTED_BUCKET_NAME})"
     r"/(?P<prefix>(?!\.{1,2}(?:/|$))[A-Za-z0-9_.=-]{1,200}(?:/(?!\.{1,2}(?:/|$))[A-Za-z0-9_.=-]{1,200}){0,15})"
 )
 # The ``status`` of a finished job's metrics file.

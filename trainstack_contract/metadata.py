@@ -182,6 +182,18 @@ MAX_INDEX: Final = MAX_NODES - 1
 MAX_GPUS: Final = 64
 MAX_NODE_HEARTBEAT_SECONDS: Final = 3600
 MAX_PEER_TIMEOUT_SECONDS: Final = 86400
+# How often a node writes its heartbeat: a few chances to be seen within its peers' timeout, at
+# most one object write a minute (Cloud Storage allows one write per second to one object),
+# at least one every second locally. A TPU VM, which has no peers, beats at the longest.
+HEARTBEATS_PER_TIMEOUT: Final = 5
+MAX_HEARTBEAT_SECONDS: Final = 60
+
+
+def heartbeat_seconds(peer_timeout_seconds: int) -> int:
+    """A cluster node's heartbeat interval for its peers' timeout."""
+    return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
+
+
 # How a metadata value says yes or no.
 TRUE: Final = "true"
 FALSE: Final = "false"

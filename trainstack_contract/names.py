@@ -29,10 +29,18 @@ NODE_LIST: Final = re.compile(rf"{_NODE}( {_NODE}){{0,{MAX_NODES - 1}}}")
 # "NODE=INSTANCE ...": the chief's Spot peers and their VM names.
 NODE_INSTANCE_LIST: Final = re.compile(rf"{_NODE}={_NODE}( {_NODE}={_NODE}){{0,{MAX_NODES - 1}}}")
 
-# A Cloud Storage bucket's name as a gs:// URI may carry it: 3-63 lowercase letters, digits,
-# ".", "_" and "-", a letter or digit at each end. The text of a pattern (a Python regex and a
-# bash ERE alike), for the patterns that hold it.
+# Cloud Storage bucket names (https://cloud.google.com/storage/docs/buckets#naming): lowercase
+# letters, digits, "-", "_" and ".", a letter or digit at each end; 3-63 characters, or up to
+# 222 in dot-separated parts. Each is the text of a pattern (a Python regex and a bash ERE
+# alike), for the patterns that hold it.
+# Any bucket a user may name (data, a place a job reads or writes), dotted ones included.
+ANY_BUCKET_NAME: Final = r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"
+# A bucket of at most 63 characters, as a gs:// URI in a boot script or a node's metadata
+# carries the stack's bucket.
 GCS_BUCKET_NAME: Final = r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]"
+# Without dots: a stack's own bucket, and a job directory it names elsewhere (a dotted name is
+# a domain-named bucket, which needs domain verification).
+UNDOTTED_BUCKET_NAME: Final = r"[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]"
 
 # A Google Cloud project id: 6 to 30 lowercase letters, digits and hyphens, a letter first.
 PROJECT_ID: Final = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]")

@@ -40,7 +40,14 @@ from trainstack_contract import (
     TPU_NODE_KIND,
     requirements_stamp,
 )
-from trainstack_contract.metadata import ClusterMember, JobMetadata, NodeMetadata, PinnedObject, PythonMetadata
+from trainstack_contract.metadata import (
+    ClusterMember,
+    JobMetadata,
+    NodeMetadata,
+    PinnedObject,
+    PythonMetadata,
+    heartbeat_seconds,
+)
 from trainstack_contract.names import GCS_BUCKET_NAME
 
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
@@ -66,12 +73,6 @@ def _shell_finalize(value: Any) -> str:
         return shlex.quote(value)
     raise TypeError(f"a {type(value).__name__} cannot be rendered into a shell script")
 
-
-# Heartbeats: a few chances to be seen within the timeout, at most one object write a
-# minute (Cloud Storage allows one write per second to one object), at least one every
-# second locally.
-HEARTBEATS_PER_TIMEOUT = 5
-MAX_HEARTBEAT_SECONDS = 60
 
 CLUSTER_NODE = "cluster-node.sh.j2"
 TPU_VM = "tpu-vm.sh.j2"
@@ -162,10 +163,6 @@ def _environment(templates: Path = TEMPLATES_DIR) -> jinja2.Environment:
         autoescape=False,  # noqa: S701
         finalize=_shell_finalize,
     )
-
-
-def heartbeat_seconds(peer_timeout_seconds: int) -> int:
-    return max(1, min(MAX_HEARTBEAT_SECONDS, peer_timeout_seconds // HEARTBEATS_PER_TIMEOUT))
 
 
 def agent_archive(bucket: str) -> PinnedObject:

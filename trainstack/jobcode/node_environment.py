@@ -28,8 +28,10 @@ from trainstack.base.project import PROJECT_ROOT
 NODE_REQUIREMENTS = PROJECT_ROOT / "requirements-node.txt"
 LOCKS_DIR = PROJECT_ROOT / "locks"
 NODE_LOCK = LOCKS_DIR / "node.txt"
-# pip's hash option in a requirements file, as a lock writes it.
-_HASH_OPTION = re.compile(r"--hash[= ](?:sha256):[0-9a-f]{64}")
+# pip's per-requirement hash option (``--hash=sha256:HEX``; pip takes sha384 and sha512 too):
+# what a lock writes, and all it narrows is what pip accepts. One rule for the locks read here
+# and the lines a package's requirements may hold (trainstack.jobcode.package).
+HASH_OPTION = re.compile(r"--hash[= ]sha(?:256:[0-9a-f]{64}|384:[0-9a-f]{96}|512:[0-9a-f]{128})")
 # A project file larger than this is not read for its dependencies (pip on the node still is).
 MAX_PYPROJECT_BYTES = 256 * 1024
 # pip's comment: "#" at the start of a line or after whitespace.
@@ -214,7 +216,7 @@ def locked_requirements(text: str) -> list[Locked]:
     found = []
     for number, line in requirement_lines(text):
         requirement_text, _, options = line.partition(" --")
-        hashes = len(_HASH_OPTION.findall("--" + options)) if options else 0
+        hashes = len(HASH_OPTION.findall("--" + options)) if options else 0
         try:
             requirement = Requirement(requirement_text)
         except InvalidRequirement:

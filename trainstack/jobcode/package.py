@@ -32,7 +32,7 @@ import trainstack_contract
 from trainstack.base.credentials import credential_kind
 from trainstack.base.errors import shorten
 from trainstack.base.project import PROJECT_ROOT
-from trainstack.jobcode.node_environment import logical_lines, unhashed_requirements
+from trainstack.jobcode.node_environment import HASH_OPTION, logical_lines, unhashed_requirements
 from trainstack.jobcode.requirements_lock import Constraints, LockError, is_hash_locked, lock_requirements
 from trainstack_contract import BUILTIN_MODULE, BUILTIN_PACKAGE, LAYOUT
 from trainstack_contract.names import MAX_WHEELS, MODULE_NAME, PROJECT_ID, WHEEL_FILE
@@ -548,8 +548,6 @@ ALLOWED_REQUIREMENT_LINES = (
     "one requirement per line as PEP 508 writes it (NAME, NAME[EXTRA]>=VERSION ; MARKER, NAME @ https://URL "
     "without user or password), optionally followed by pip's --hash=sha256:HEX; comments (#) and blank lines"
 )
-# pip's per-requirement hash option: only narrows what pip accepts.
-_HASH_OPTION = re.compile(r"--hash=sha(?:256:[0-9a-f]{64}|384:[0-9a-f]{96}|512:[0-9a-f]{128})")
 # URL schemes a requirement may name (pip fetches them on the node).
 _REQUIREMENT_URL_SCHEMES = ("https", "git+https")
 
@@ -563,7 +561,7 @@ def _requirement_line_problem(line: str) -> str | None:
 
     words = line.split()
     text = line
-    while words and _HASH_OPTION.fullmatch(words[-1]):
+    while words and HASH_OPTION.fullmatch(words[-1]):
         # A sha256 is long random hex by design: it is a pin, not a credential.
         words.pop()
         text = " ".join(words)
@@ -600,7 +598,7 @@ def checked_requirement_lines(text: str, shown: str) -> tuple[str, ...]:
         problem = _requirement_line_problem(line)
         if problem is not None:
             raise CodeError(f"{shown} line {start}: {problem}; allowed: {ALLOWED_REQUIREMENT_LINES}")
-        found.append(" ".join(word for word in line.split() if not _HASH_OPTION.fullmatch(word)))
+        found.append(" ".join(word for word in line.split() if not HASH_OPTION.fullmatch(word)))
     if unterminated is not None:
         raise CodeError(
             f"{shown} line {unterminated}: ends in a line continuation (\\); allowed: {ALLOWED_REQUIREMENT_LINES}"

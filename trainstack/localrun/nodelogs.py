@@ -8,6 +8,8 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+from trainstack.localrun.supervisor import POLL_SECONDS
+
 # The first line each run writes to every node's log: `trainstack logs --local` shows one
 # heading per run from it, instead of running successive runs together.
 RUN_HEADING = "=== trainstack local run started "
@@ -39,9 +41,6 @@ _NATIVE_NOTICES = (
 def is_runtime_noise(line: str) -> bool:
     """True for TensorFlow's native start-up chatter, which says nothing about the job."""
     return bool(_NATIVE_LOG_LINE.fullmatch(line)) or line.startswith(_NATIVE_NOTICES)
-
-
-POLL_SECONDS = 0.1
 
 
 class NodeLogWriter:

@@ -54,7 +54,6 @@ INTERRUPT_GRACE_SECONDS = 15.0
 # After the chief's script exits, how long the other nodes may take to end on their own
 # (parameter servers notice the finished job by polling the job directory).
 GRACE_SECONDS = 90.0
-POLL_SECONDS = 0.1
 # Local nodes share two cores: one intra-op thread pool per process keeps them from thrashing.
 THREADS_PER_NODE = "1"
 
@@ -185,7 +184,7 @@ class LocalStackRun:
         self.echo = echo
         self.network, self.network_note = loopback_network(allow_shared_network, self.layout.bucket, self.job)
         shown = None if verbose else (lambda line: not is_runtime_noise(line))
-        self.supervisor = Supervisor(echo=echo, poll_seconds=POLL_SECONDS, shown=shown)
+        self.supervisor = Supervisor(echo=echo, shown=shown)
         self.spot = SpotMachines(self.supervisor, self.nodes, self._boot_again, echo)
         self.preempt_after = preempt_after
         proc_net = self.network.proc_net if self.network else Path("/proc/self/net")

@@ -15,9 +15,8 @@ from typing import TypeVar
 
 from trainstack.localrun.nodes import LocalMachines, LocalNode
 from trainstack.localrun.standins import ComputeApiServer, MetadataServer, TokenServiceServer
-from trainstack.localrun.supervisor import Supervisor
+from trainstack.localrun.supervisor import POLL_SECONDS, Supervisor
 
-POLL_SECONDS = 0.1
 # How many times a stand-in server is made again when the kernel gave it a cluster port.
 MAX_PORT_TRIES = 20
 ServerT = TypeVar("ServerT", bound=socketserver.TCPServer)

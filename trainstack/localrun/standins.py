@@ -27,6 +27,7 @@ import trainstack_contract as contract
 from trainstack.stackmodel.resolved import ResolvedJob
 from trainstack_agent.jobtoken import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, socket_owner
 from trainstack_contract.jobaccess import MAX_BOUNDARY_RULES
+from trainstack_contract.names import ANY_BUCKET_NAME
 
 # What the metadata server stand-in answers for the project id and the VM's token, and the
 # Compute Engine stand-in accepts.
@@ -39,7 +40,7 @@ LOCAL_ACCOUNT = "trainstack-local-node"
 JOB_TOKEN_SECONDS = 3599
 # The prefix of every job token the token service stand-in issues.
 JOB_TOKEN_PREFIX = "trainstack-local-job-"  # noqa: S105 - a prefix, not a token
-_BUCKET_RESOURCE = re.compile(r"//storage\.googleapis\.com/projects/_/buckets/[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
+_BUCKET_RESOURCE = re.compile(rf"//storage\.googleapis\.com/projects/_/buckets/{ANY_BUCKET_NAME}")
 _ROLE_PERMISSIONS = re.compile(r"inRole:roles/[A-Za-z0-9_.]{1,100}")
 # The longest condition expression Google takes in a boundary rule (IAM Conditions' limit,
 # 12,800 characters, unverified for boundaries).

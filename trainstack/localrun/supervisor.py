@@ -33,7 +33,8 @@ from trainstack_agent.processes import popen_in_own_session
 
 # How long stop() waits after SIGTERM before it sends SIGKILL.
 STOP_SECONDS = 10.0
-# How often wait_for() looks at its predicate.
+# How often a local run looks at what it waits for: wait_for()'s predicate, the nodes' logs
+# (trainstack.localrun.nodelogs), the stand-in preemptions (trainstack.localrun.spot).
 POLL_SECONDS = 0.1
 # How long close() waits for each reader thread to see the end of its output.
 READER_JOIN_SECONDS = 10.0

@@ -11,7 +11,7 @@ import hashlib
 import re
 
 from trainstack.base.errors import shorten
-from trainstack_contract.names import GCS_BUCKET_NAME, PROJECT_ID
+from trainstack_contract.names import GCS_BUCKET_NAME, PROJECT_ID, UNDOTTED_BUCKET_NAME
 
 # The stack file's namespace of trainstack's own keys (trainstack:zone, trainstack:cluster, ...).
 NAMESPACE = "trainstack"
@@ -37,7 +37,7 @@ GCS_URI_PATTERN = re.compile(rf"gs://(?P<bucket>{GCS_BUCKET_NAME})(/[^\x00-\x1f\
 # Cloud Storage bucket names: 3-63 lowercase letters, digits, "-" and "_", starting and ending
 # with a letter or digit, no "goog" prefix; dots are left out (they make a domain-named bucket,
 # which needs domain verification). https://cloud.google.com/storage/docs/buckets#naming
-BUCKET_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]")
+BUCKET_NAME_PATTERN = re.compile(UNDOTTED_BUCKET_NAME)
 
 # A Compute Engine reservation's name: a lowercase RFC 1035 label of 1-63 characters
 # (https://cloud.google.com/compute/docs/reference/rest/v1/reservations, name).
