@@ -14,6 +14,7 @@ from functools import cache
 from importlib import resources
 
 from trainstack.catalog.overlay import Overlay, current_overlay, shown_path
+from trainstack.catalog.rows import column, records
 from trainstack_contract.tpu import is_multi_host, is_pod_runtime
 
 # Google prices a month as 730 hours.
@@ -30,7 +31,7 @@ def _optional_float(text: str) -> float | None:
 
 @dataclass(frozen=True)
 class Gpu:
-    name: str
+    name: str = column("gpu")
     display_name: str
     attach: str  # "n1": attached to N1 machine types; "builtin": comes with its own machine family
     status: str  # "available" or "retired"
@@ -56,12 +57,12 @@ def workbench_enum(compute_engine_name: str) -> str:
 
 @dataclass(frozen=True)
 class MachineType:
-    name: str
+    name: str = column("machine_type")
     series: str
     vcpus: int
     memory_gb: float
     builtin_gpu: str | None
-    builtin_gpu_count: int
+    builtin_gpu_count: int = column(empty=0)
     on_demand_usd_hr: float | None  # without its GPUs
     spot_usd_hr: float | None
     on_demand_allowed: (
@@ -74,7 +75,7 @@ class MachineType:
 @dataclass(frozen=True)
 class N1GpuLimit:
     gpu: str
-    count: int
+    count: int = column("gpu_count")
     max_vcpus: int
     max_memory_gb: float
 
@@ -106,7 +107,7 @@ class TpuGeneration:
 
 @dataclass(frozen=True)
 class TpuRuntime:
-    version: str
+    version: str = column("runtime_version")
     tensorflow_version: str
     generations: tuple[str, ...]
     status: str
@@ -124,8 +125,8 @@ def _version_key(version: str) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class Image:
     purpose: str
-    project: str
-    family: str
+    project: str = column("image_project")
+    family: str = column("image_family")
 
     @property
     def uri(self) -> str:
@@ -355,6 +356,11 @@ def _rows(filename: str, overlay: Overlay | None = None) -> list[dict[str, str]]
     return shipped if overlay is None else overlay.merge(filename, shipped)
 
 
+def _inferred(confidence: str) -> bool:
+    """An AI Platform table's row whose Compute Engine machine is inferred, not read from Google."""
+    return confidence == "inferred"
+
+
 def _regional_prices(overlay: Overlay | None) -> dict[tuple[str, str, str], HourlyPrice]:
     return {
         (row["kind"], row["name"], row["region"]): HourlyPrice(
@@ -445,38 +451,12 @@ def build_catalog(overlay: Overlay | None) -> Catalog:
     def rows(filename: str) -> list[dict[str, str]]:
         return _rows(filename, overlay)
 
-    gpus = {
-        row["gpu"]: Gpu(
-            name=row["gpu"],
-            display_name=row["display_name"],
-            attach=row["attach"],
-            status=row["status"],
-            memory_gb=_optional_float(row["memory_gb"]),
-            on_demand_usd_hr=_optional_float(row["on_demand_usd_hr"]),
-            spot_usd_hr=_optional_float(row["spot_usd_hr"]),
-            note=row["note"],
-        )
-        for row in rows("gpus.csv")
-    }
+    gpus = {gpu.name: gpu for gpu in records(rows("gpus.csv"), Gpu, "gpus.csv")}
     machine_types = {
-        row["machine_type"]: MachineType(
-            name=row["machine_type"],
-            series=row["series"],
-            vcpus=int(row["vcpus"]),
-            memory_gb=float(row["memory_gb"]),
-            builtin_gpu=row["builtin_gpu"] or None,
-            builtin_gpu_count=int(row["builtin_gpu_count"] or 0),
-            on_demand_usd_hr=_optional_float(row["on_demand_usd_hr"]),
-            spot_usd_hr=_optional_float(row["spot_usd_hr"]),
-            on_demand_allowed=row["on_demand_allowed"] == "yes",
-            nic_type=row["nic_type"] or None,
-            boot_disk_type=row["boot_disk_type"],
-        )
-        for row in rows("machine_types.csv")
+        machine.name: machine for machine in records(rows("machine_types.csv"), MachineType, "machine_types.csv")
     }
     limits: dict[str, dict[int, N1GpuLimit]] = defaultdict(dict)
-    for row in rows("n1_gpu_limits.csv"):
-        limit = N1GpuLimit(row["gpu"], int(row["gpu_count"]), int(row["max_vcpus"]), float(row["max_memory_gb"]))
+    for limit in records(rows("n1_gpu_limits.csv"), N1GpuLimit, "n1_gpu_limits.csv"):
         limits[limit.gpu][limit.count] = limit
     gpu_zones: dict[str, set[str]] = defaultdict(set)
     gpu_zone_machines: dict[str, dict[str, frozenset[str] | None]] = defaultdict(dict)
@@ -485,36 +465,20 @@ def build_catalog(overlay: Overlay | None) -> Catalog:
         machines = None if row["machine_types"] == "all" else frozenset(row["machine_types"].split())
         gpu_zone_machines[row["gpu"]][row["zone"]] = machines
     generations = {
-        row["generation"]: TpuGeneration(
-            generation=row["generation"],
-            api_type=row["api_type"],
-            prefix=row["prefix"],
-            suffix_unit=row["suffix_unit"],
-            cores_per_chip=int(row["cores_per_chip"]),
-            chips_per_host=int(row["chips_per_host"]),
-            valid_suffixes=tuple(int(s) for s in row["valid_suffixes"].split()),
-            on_demand_usd_chip_hr=_optional_float(row["on_demand_usd_chip_hr"]),
-            spot_usd_chip_hr=_optional_float(row["spot_usd_chip_hr"]),
-        )
-        for row in rows("tpu_generations.csv")
+        generation.generation: generation
+        for generation in records(rows("tpu_generations.csv"), TpuGeneration, "tpu_generations.csv")
     }
     tpu_zones: dict[str, dict[str, frozenset[int] | None]] = defaultdict(dict)
     for row in rows("tpu_zones.csv"):
         sizes = None if row["sizes"] == "all" else frozenset(int(size) for size in row["sizes"].split())
         tpu_zones[row["generation"]][row["zone"]] = sizes
     runtimes = {
-        row["runtime_version"]: TpuRuntime(
-            version=row["runtime_version"],
-            tensorflow_version=row["tensorflow_version"],
-            generations=tuple(row["generations"].split()),
-            status=row["status"],
-        )
-        for row in rows("tpu_runtimes.csv")
+        runtime.version: runtime for runtime in records(rows("tpu_runtimes.csv"), TpuRuntime, "tpu_runtimes.csv")
     }
     images: dict[str, Image] = {}
-    for row in rows("images.csv"):
+    for image in records(rows("images.csv"), Image, "images.csv"):
         # The first row per purpose is the one the program uses; later rows are alternatives.
-        images.setdefault(row["purpose"], Image(row["purpose"], row["image_project"], row["image_family"]))
+        images.setdefault(image.purpose, image)
     return Catalog(
         gpus=gpus,
         machine_types=machine_types,
@@ -531,12 +495,7 @@ def build_catalog(overlay: Overlay | None) -> Catalog:
         flex_start_rates=_flex_start_rates(overlay),
         regional_rates=_regional_rates(),
         gpu_zone_machines=dict(gpu_zone_machines),
-        capacity=CapacityRules(
-            tuple(
-                CapacityRule(row["rule"], row["subject"], row["value"], row["note"], row["source"], row["as_of"])
-                for row in _rows("capacity_rules.csv")
-            )
-        ),
+        capacity=CapacityRules(tuple(records(_rows("capacity_rules.csv"), CapacityRule, "capacity_rules.csv"))),
     )
 
 
@@ -547,62 +506,40 @@ def build_catalog(overlay: Overlay | None) -> Catalog:
 class LegacyMachineType:
     """An AI Platform machine type and the Compute Engine machine (and current GPU) standing for it."""
 
-    name: str
+    name: str = column("legacy_type")
     machine_type: str
     gpu: str | None
     gpu_count: int
     retired_gpu: str | None  # the GPU it carried when that GPU is retired (K80)
-    inferred: bool  # True: the Compute Engine machine is inferred, not read from a Google table
+    # True: the Compute Engine machine is inferred, not read from a Google table
+    inferred: bool = column("confidence", parse=_inferred)
     source: str
     note: str
 
 
 @dataclass(frozen=True)
 class ScaleTier:
-    name: str
+    name: str = column("tier")
     master_type: str
     worker_type: str | None
     worker_count: int
     parameter_server_type: str | None
     parameter_server_count: int
-    inferred: bool
+    inferred: bool = column("confidence", parse=_inferred)
     source: str
     note: str
 
 
 @cache
 def legacy_machine_types() -> dict[str, LegacyMachineType]:
-    return {
-        row["legacy_type"]: LegacyMachineType(
-            name=row["legacy_type"],
-            machine_type=row["machine_type"],
-            gpu=row["gpu"] or None,
-            gpu_count=int(row["gpu_count"]),
-            retired_gpu=row["retired_gpu"] or None,
-            inferred=row["confidence"] == "inferred",
-            source=row["source"],
-            note=row["note"],
-        )
-        for row in _rows("ai_platform_machine_types.csv")
-    }
+    filename = "ai_platform_machine_types.csv"
+    return {legacy.name: legacy for legacy in records(_rows(filename), LegacyMachineType, filename)}
 
 
 @cache
 def scale_tiers() -> dict[str, ScaleTier]:
-    return {
-        row["tier"]: ScaleTier(
-            name=row["tier"],
-            master_type=row["master_type"],
-            worker_type=row["worker_type"] or None,
-            worker_count=int(row["worker_count"]),
-            parameter_server_type=row["parameter_server_type"] or None,
-            parameter_server_count=int(row["parameter_server_count"]),
-            inferred=row["confidence"] == "inferred",
-            source=row["source"],
-            note=row["note"],
-        )
-        for row in _rows("ai_platform_scale_tiers.csv")
-    }
+    filename = "ai_platform_scale_tiers.csv"
+    return {tier.name: tier for tier in records(_rows(filename), ScaleTier, filename)}
 
 
 @dataclass(frozen=True)
@@ -619,17 +556,8 @@ class TrainingContainer:
 @cache
 def vertex_training_containers() -> list[TrainingContainer]:
     """Google's prebuilt training containers for Vertex AI's python_package_spec."""
-    return [
-        TrainingContainer(
-            row["framework"],
-            row["version"],
-            row["accelerator"],
-            row["uri"],
-            date.fromisoformat(row["available_until"]),
-            row["note"],
-        )
-        for row in _rows("vertex_training_containers.csv")
-    ]
+    filename = "vertex_training_containers.csv"
+    return records(_rows(filename), TrainingContainer, filename)
 
 
 # --- Compute Engine quota metrics, for `trainstack quota` ---------------------------------------
@@ -662,20 +590,8 @@ class QuotaMetric:
 @cache
 def quota_metrics() -> dict[tuple[str, str, str], QuotaMetric]:
     """(kind, name, pool) -> the metric, from quota_metrics.csv."""
-    records = (
-        QuotaMetric(
-            kind=row["kind"],
-            name=row["name"],
-            pool=row["pool"],
-            metric=row["metric"],
-            scope=row["scope"],
-            quota_id=row["quota_id"],
-            note=row["note"],
-            gpu_family=row["gpu_family"],
-        )
-        for row in _rows("quota_metrics.csv")
-    )
-    return {(r.kind, r.name, r.pool): r for r in records}
+    metrics = records(_rows("quota_metrics.csv"), QuotaMetric, "quota_metrics.csv")
+    return {(metric.kind, metric.name, metric.pool): metric for metric in metrics}
 
 
 @cache
@@ -689,7 +605,7 @@ def service_agent_domains() -> dict[str, str]:
 class UnsupportedMachine:
     """A machine family Google offers that trainstack refuses, and why (unsupported_machines.csv)."""
 
-    family: str
+    family: str = column("machine_family")
     gpu: str
     reason: str
     source: str
@@ -698,10 +614,8 @@ class UnsupportedMachine:
 @cache
 def unsupported_machines() -> dict[str, UnsupportedMachine]:
     """Machine family ("a4x-highgpu") -> why trainstack does not run on it."""
-    return {
-        row["machine_family"]: UnsupportedMachine(row["machine_family"], row["gpu"], row["reason"], row["source"])
-        for row in _rows("unsupported_machines.csv")
-    }
+    filename = "unsupported_machines.csv"
+    return {machine.family: machine for machine in records(_rows(filename), UnsupportedMachine, filename)}
 
 
 @dataclass(frozen=True)
