@@ -4,7 +4,7 @@ and column."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 
 import pytest
@@ -15,13 +15,13 @@ from trainstack.catalog.rows import CatalogError, column, records
 
 @dataclass(frozen=True)
 class Sample:
-    name: str = column("sample")
-    count: int = column(empty=0)
+    name: str = field(metadata=column("sample"))
+    count: int = field(metadata=column(empty=0))
     price: float | None
     allowed: bool
     sizes: tuple[int, ...]
     until: date
-    inferred: bool = column("confidence", parse=lambda text: text == "inferred")
+    inferred: bool = field(metadata=column("confidence", parse=lambda text: text == "inferred"))
 
 
 ROW = {

@@ -31,7 +31,7 @@ def _optional_float(text: str) -> float | None:
 
 @dataclass(frozen=True)
 class Gpu:
-    name: str = column("gpu")
+    name: str = field(metadata=column("gpu"))
     display_name: str
     attach: str  # "n1": attached to N1 machine types; "builtin": comes with its own machine family
     status: str  # "available" or "retired"
@@ -57,12 +57,12 @@ def workbench_enum(compute_engine_name: str) -> str:
 
 @dataclass(frozen=True)
 class MachineType:
-    name: str = column("machine_type")
+    name: str = field(metadata=column("machine_type"))
     series: str
     vcpus: int
     memory_gb: float
     builtin_gpu: str | None
-    builtin_gpu_count: int = column(empty=0)
+    builtin_gpu_count: int = field(metadata=column(empty=0))
     on_demand_usd_hr: float | None  # without its GPUs
     spot_usd_hr: float | None
     on_demand_allowed: (
@@ -75,7 +75,7 @@ class MachineType:
 @dataclass(frozen=True)
 class N1GpuLimit:
     gpu: str
-    count: int = column("gpu_count")
+    count: int = field(metadata=column("gpu_count"))
     max_vcpus: int
     max_memory_gb: float
 
@@ -107,7 +107,7 @@ class TpuGeneration:
 
 @dataclass(frozen=True)
 class TpuRuntime:
-    version: str = column("runtime_version")
+    version: str = field(metadata=column("runtime_version"))
     tensorflow_version: str
     generations: tuple[str, ...]
     status: str
@@ -125,8 +125,8 @@ def _version_key(version: str) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class Image:
     purpose: str
-    project: str = column("image_project")
-    family: str = column("image_family")
+    project: str = field(metadata=column("image_project"))
+    family: str = field(metadata=column("image_family"))
 
     @property
     def uri(self) -> str:
@@ -506,26 +506,26 @@ def build_catalog(overlay: Overlay | None) -> Catalog:
 class LegacyMachineType:
     """An AI Platform machine type and the Compute Engine machine (and current GPU) standing for it."""
 
-    name: str = column("legacy_type")
+    name: str = field(metadata=column("legacy_type"))
     machine_type: str
     gpu: str | None
     gpu_count: int
     retired_gpu: str | None  # the GPU it carried when that GPU is retired (K80)
     # True: the Compute Engine machine is inferred, not read from a Google table
-    inferred: bool = column("confidence", parse=_inferred)
+    inferred: bool = field(metadata=column("confidence", parse=_inferred))
     source: str
     note: str
 
 
 @dataclass(frozen=True)
 class ScaleTier:
-    name: str = column("tier")
+    name: str = field(metadata=column("tier"))
     master_type: str
     worker_type: str | None
     worker_count: int
     parameter_server_type: str | None
     parameter_server_count: int
-    inferred: bool = column("confidence", parse=_inferred)
+    inferred: bool = field(metadata=column("confidence", parse=_inferred))
     source: str
     note: str
 
@@ -605,7 +605,7 @@ def service_agent_domains() -> dict[str, str]:
 class UnsupportedMachine:
     """A machine family Google offers that trainstack refuses, and why (unsupported_machines.csv)."""
 
-    family: str = column("machine_family")
+    family: str = field(metadata=column("machine_family"))
     gpu: str
     reason: str
     source: str

@@ -1,7 +1,7 @@
 """The catalog's CSV rows read into its typed records, one rule for every file.
 
 A record is a frozen dataclass; each field is read from the column of its name, or of the name
-its :func:`column` gives, by the field's type: ``str`` as it is, ``int``, ``float``, ``bool``
+its :func:`column` metadata gives, by the field's type: ``str`` as it is, ``int``, ``float``, ``bool``
 (``yes`` or ``no``), ``date`` (ISO), ``tuple[int, ...]`` and ``tuple[str, ...]`` (separated by
 spaces), and ``X | None`` (an empty cell is None). A cell that does not read as its type is a
 :class:`CatalogError` naming the file, the row and the column: the shipped files are checked by
@@ -30,16 +30,12 @@ class CatalogError(ValueError):
 
 
 def column(
-    name: str | None = None,
-    *,
-    empty: Any = dataclasses.MISSING,
-    parse: Callable[[str], Any] | None = None,
-    default: Any = dataclasses.MISSING,
-) -> Any:
-    """A record field read from the column ``name`` (the field's own name if None); ``empty``:
-    its value for an empty cell; ``parse``: how its text reads, where its type does not say."""
-    metadata = {_COLUMN: name, _EMPTY: empty, _PARSE: parse}
-    return dataclasses.field(default=default, metadata=metadata)
+    name: str | None = None, *, empty: Any = dataclasses.MISSING, parse: Callable[[str], Any] | None = None
+) -> dict[str, Any]:
+    """The metadata of a record field (``dataclasses.field(metadata=column(...))``) read from
+    the column ``name`` (the field's own name if None); ``empty``: its value for an empty cell;
+    ``parse``: how its text reads, where its type does not say."""
+    return {_COLUMN: name, _EMPTY: empty, _PARSE: parse}
 
 
 def records(rows: Iterable[Mapping[str, str]], record: type[Record], filename: str) -> list[Record]:
