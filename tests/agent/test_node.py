@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -438,6 +439,26 @@ def test_a_preparation_that_fails_records_failed_exit_1_and_its_cause_and_starts
     assert (job.state, job.exit_code, job.reason) == (STATES.failed, 1, chief.reason)
     assert w.launcher.started == []
     assert w.releases == ["stop"]
+
+
+def test_a_job_prepared_at_once_starts_its_code_without_a_ticks_sleep() -> None:
+    # A standing node's next job is prepared in milliseconds: its code starts as soon as the
+    # preparation ends, not after the duties' next tick (a quarter of a second on every job).
+    def quick() -> Prepared:
+        time.sleep(0.05)  # milliseconds of real work: files in place, the code unpacked
+        return Prepared(Path("/state/venv/bin/python"), Path("/state/code/x"), Path("/state"))
+
+    w = world(settings(), runs=[(1.0, 0)], prepare=quick)
+    starts_at: list[float] = []
+    start = w.launcher.start
+
+    def recording(command: object) -> object:
+        starts_at.append(w.clock.now)
+        return start(command)  # type: ignore[arg-type]
+
+    w.launcher.start = recording  # type: ignore[method-assign]
+    assert w.agent.run() == 0
+    assert starts_at == [0.0]
 
 
 def test_a_worker_still_preparing_ends_when_the_chief_records_failed() -> None:
