@@ -15,6 +15,7 @@ from trainer import data_pipeline, data_sources, training
 from trainer import strategy as strategies
 from trainer.config import parse_args
 from trainer.jobdir import JobLayout
+from trainer.precision import MIXED_FLOAT16
 from trainer.prepared import Prepared, held, hold, model_key
 from trainstack_contract import CHIEF, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, SYNTHETIC_DATA, WORKER
 from trainstack_contract.tf_config import cluster_key
@@ -49,6 +50,10 @@ def rehearse(argv: Sequence[str]) -> str:
         setup = training.set_up(rehearsal, cluster, source, layout)
         made = time.monotonic()
         hold(Prepared(cluster_key(os.environ.get("TF_CONFIG")), setup.kind, setup.strategy))
+        if setup.precision == MIXED_FLOAT16:
+            # Its loss scale (the scale and its count of good steps) moves in the rehearsal's
+            # step and is no optimizer variable take_model sets back: the job builds its own.
+            return f"a {setup.kind} strategy ({made - began:.1f} s); no model, which mixed_float16 builds anew"
         with setup.strategy.scope():
             model = training.build_and_compile(rehearsal, setup.source, setup.steps_per_execution, setup.use_xla)
         first = model.get_weights()

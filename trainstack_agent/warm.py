@@ -282,11 +282,15 @@ class WarmStarts:
         log: Callable[[str], None],
         preload: tuple[str, ...] = PRELOAD,
         rehearsal_wait: float = REHEARSAL_WAIT_SECONDS,
+        keep_apart: bool = True,
     ) -> None:
         self.launcher = launcher
         self.log = log
         self.preload = preload
         self.rehearsal_wait = rehearsal_wait
+        # Whether a rehearsed interpreter may wait while a job of this node alone runs: not on
+        # a GPU node, where its TensorFlow holds the GPU's memory.
+        self.keep_apart = keep_apart
         self._warm: _Warm | None = None
         # The warm starts so far, and of those the rehearsed: figures for the log and the tests.
         self.handed = 0
@@ -358,7 +362,7 @@ class WarmStarts:
                 self.log(f"the job's code starts in the{' rehearsed' if warm.rehearsal else ''} warm interpreter")
                 return warm.child
             self.log(f"the warm interpreter did not take the job ({problem}); starting a new one")
-        elif warm is not None and warm.holds_cluster_apart_from(command):
+        elif self.keep_apart and warm is not None and warm.holds_cluster_apart_from(command):
             self._warm = warm
             return self.launcher.start(command)
         if warm is not None:

@@ -342,6 +342,20 @@ def test_a_one_node_job_leaves_the_rehearsed_interpreter_to_the_clusters_next_jo
     assert json.loads((tmp_path / "next.json").read_text())["pid"] == waiting.child.child.pid  # type: ignore[attr-defined]
 
 
+def test_on_a_gpu_node_a_one_node_job_ends_the_rehearsed_interpreter_which_holds_the_gpus_memory(
+    rehearsing_code: Path, tmp_path: Path
+) -> None:
+    processes = Processes(Log(stream=io.StringIO(), journal=False))
+    starts = WarmStarts(JobLauncher(processes), lambda line: None, preload=("decimal",), keep_apart=False)
+    try:
+        waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
+        lone = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "lone.json", ONE_NODE, "--exit", "0")
+        assert wait(starts.start(lone)) == 0
+        assert waiting.child.poll() is not None  # type: ignore[attr-defined]
+    finally:
+        starts.stop_all()
+
+
 @pytest.mark.parametrize("trouble", ["--fail-rehearsal", "--hang-rehearsal"])
 def test_a_rehearsal_that_fails_or_does_not_end_leaves_the_job_to_a_new_interpreter_in_its_process(
     trouble: str, rehearsing_code: Path, tmp_path: Path

@@ -35,8 +35,11 @@ DETERMINISTIC = {"TF_DETERMINISTIC_OPS": "1"}
         (["--learning-rate", "0.01"], True),
         # Another image size: another model, built afresh (the strategy is the rehearsal's).
         (["--image-size", "16"], False),
+        # mixed_float16's loss scale moves in the rehearsal's step and is not set back (over
+        # three steps it shows in no figure): no model is kept.
+        (["--precision", "mixed_float16"], False),
     ],
-    ids=["another-learning-rate", "another-model"],
+    ids=["another-learning-rate", "another-model", "mixed-float16"],
 )
 def test_a_job_after_a_rehearsal_trains_as_a_fresh_process_would(
     job_change: list[str], reused: bool, tmp_path: Path
@@ -45,7 +48,7 @@ def test_a_job_after_a_rehearsal_trains_as_a_fresh_process_would(
     # The rehearsal is given the ended job's arguments, its job directory among them.
     ended_dir = tmp_path / "ended"
     rehearsed_dir, fresh_dir = tmp_path / "rehearsed", tmp_path / "fresh"
-    rehearsal = [*JOB, "--job-dir", str(ended_dir)]
+    rehearsal = [*JOB, *(job_change if "mixed_float16" in job_change else []), "--job-dir", str(ended_dir)]
     run = run_python(
         ["-c", REHEARSED_THEN_RUN, " ".join(rehearsal), " ".join([*job, "--job-dir", str(rehearsed_dir)])],
         DETERMINISTIC,
@@ -53,7 +56,7 @@ def test_a_job_after_a_rehearsal_trains_as_a_fresh_process_would(
     assert run.returncode == 0, run.stderr[-3000:]
     assert "rehearsal: a one_device strategy" in run.stdout
     assert (REUSED in run.stderr) is reused
-    assert (NOT_FITTING in run.stderr) is not reused
+    assert (NOT_FITTING in run.stderr) is (not reused and "mixed_float16" not in job_change)
     # The rehearsal wrote nothing in the directory of the job it was given.
     assert not ended_dir.exists()
     fresh = run_trainer([*job, "--job-dir", str(fresh_dir)], DETERMINISTIC)
