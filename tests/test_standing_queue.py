@@ -36,8 +36,6 @@ def stack_config(shipped_stack: str = "multiworker", idle_minutes: int = 1) -> d
     shipped = yaml.safe_load((REPOSITORY_ROOT / "stacks" / f"Pulumi.{shipped_stack}.yaml").read_text())["config"]
     shipped["trainstack:cluster"]["idle_minutes"] = idle_minutes
     shipped["trainstack:job"].update(epochs=1, steps_per_epoch=2, image_size=32, batch_size_per_replica=8)
-    # Equal jobs train to equal figures (threads otherwise sum in any order).
-    shipped["trainstack:job"].setdefault("env", {})["TF_DETERMINISTIC_OPS"] = "1"
     return dict(shipped)
 
 
@@ -120,7 +118,10 @@ def incarnations(job_dir: Path) -> dict[str, str]:
 def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_idle_nodes_stop(
     tmp_path: Path,
 ) -> None:
-    stack_file = write_stack(tmp_path, stack_config(), stack="loop")
+    config = stack_config()
+    # Equal jobs train to equal figures (threads otherwise sum in any order).
+    config["trainstack:job"]["env"] = {"TF_DETERMINISTIC_OPS": "1"}
+    stack_file = write_stack(tmp_path, config, stack="loop")
     workdir = tmp_path / "work"
     with standing_cluster(stack_file, workdir) as standing:
         target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
