@@ -118,10 +118,7 @@ def incarnations(job_dir: Path) -> dict[str, str]:
 def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_idle_nodes_stop(
     tmp_path: Path,
 ) -> None:
-    config = stack_config()
-    # Equal jobs train to equal figures (threads otherwise sum in any order).
-    config["trainstack:job"]["env"] = {"TF_DETERMINISTIC_OPS": "1"}
-    stack_file = write_stack(tmp_path, config, stack="loop")
+    stack_file = write_stack(tmp_path, stack_config(), stack="loop")
     workdir = tmp_path / "work"
     with standing_cluster(stack_file, workdir) as standing:
         target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
@@ -163,14 +160,6 @@ def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_
     # writes no status there (a slow worker on a loaded machine did, in CI).
     assert all(seen[index] == seen[0] for index in (1, 3)), seen
     assert seen[2].items() <= seen[0].items(), seen
-    # Job 1 is job 0 again: every node's warm interpreter made its strategy and model once job 0
-    # had ended (trainer.rehearsal), and it trained exactly as job 0's new processes did.
-    for node in ("chief", "worker-0", "worker-1"):
-        log = (workdir / "nodes" / node / "boot.log").read_text()
-        assert "the job's code starts in the rehearsed warm interpreter" in log, log[-3000:]
-    first, again = (json.loads((job_dirs[index] / "metrics.json").read_text()) for index in (0, 1))
-    for figure in ("loss_history", "eval_loss", "eval_accuracy"):
-        assert first[figure] == again[figure], (figure, first, again)
     # Idle for idle_minutes: every node applied on_finish (stop) once, and nothing runs.
     stops = (workdir / "self-stop.log").read_text().split("\n")
     assert sorted(line.split()[-1] for line in stops if line) == ["chief", "worker-0", "worker-1"], stops

@@ -14,14 +14,14 @@ import sys
 import time
 from typing import Any
 
-from trainer import checkpointing, data_checks, data_pipeline, data_sources, job_settings, jobdir, kernels, prepared
+from trainer import checkpointing, data_checks, data_pipeline, data_sources, job_settings, jobdir, kernels
 from trainer import precision as precisions
 from trainer import strategy as strategies
 from trainer.checkpointing import RunRecord
 from trainer.config import TrainerConfig
 from trainer.data_sources import DataSource
 from trainer.jobdir import JobLayout
-from trainer.strategy import ClusterInfo, StrategyError
+from trainer.strategy import ClusterInfo
 from trainstack_contract import FINISHED, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
 
 log = logging.getLogger(__name__)
@@ -132,18 +132,11 @@ def set_up(config: TrainerConfig, cluster: ClusterInfo, source: DataSource, layo
     import tensorflow as tf
     import tf_keras as keras
 
-    rehearsed = prepared.held() is not None
-    if not rehearsed:
-        # A rehearsal made its strategy with one device per CPU: it rehearses no other.
-        strategies.configure_logical_cpus(config.logical_cpus)
+    strategies.configure_logical_cpus(config.logical_cpus)
     num_gpus = len(tf.config.list_physical_devices("GPU"))
     kind = strategies.choose_strategy(config.strategy, cluster, num_gpus, config.tpu, config.logical_cpus)
-    if rehearsed and config.logical_cpus > 1:
-        raise StrategyError("--logical-cpus must split the CPU before TensorFlow starts; start the trainer anew")
     keras.utils.set_random_seed(config.seed)
-    strategy = prepared.strategy_for(kind, os.environ)
-    if strategy is None:
-        strategy = strategies.build_strategy(kind, config.tpu)
+    strategy = strategies.build_strategy(kind, config.tpu)
     task_type, task_id = strategies.task_identity(strategy)
     # Not before: counting and the precision probe run TensorFlow ops, which must follow the
     # strategy's set-up.
@@ -222,10 +215,8 @@ def node_choice(
 def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout, source: DataSource) -> TrainingOutcome:
     """Trains on this node; returns its metrics (written to metrics.json by the chief)."""
     setup = set_up(config, cluster, source, layout)
-    model = prepared.take_model(prepared.model_key(config, setup), config.learning_rate)
-    if model is None:
-        with setup.strategy.scope():
-            model = build_and_compile(config, setup.source, setup.steps_per_execution, setup.use_xla)
+    with setup.strategy.scope():
+        model = build_and_compile(config, setup.source, setup.steps_per_execution, setup.use_xla)
     record = RunRecord(steps_per_epoch=setup.steps)
     stop_on_sigterm(record)
     try:
