@@ -402,12 +402,10 @@ def machine_family(machine_type: str) -> str:
 
 
 def _flex_start_rates(overlay: Overlay | None) -> dict[tuple[str, str, str], FlexStartPrice]:
+    # A row without a price (an overlay of `catalog refresh` may hold one) gives no rate.
+    priced = [row for row in _rows("flex_start_prices.csv", overlay) if row["usd_hr"].strip()]
     return {
-        (row["kind"], row["name"], row["region"]): FlexStartPrice(
-            row["kind"], row["name"], row["region"], float(row["usd_hr"]), row["sku_description"]
-        )
-        for row in _rows("flex_start_prices.csv", overlay)
-        if row["usd_hr"].strip()
+        (rate.kind, rate.name, rate.region): rate for rate in records(priced, FlexStartPrice, "flex_start_prices.csv")
     }
 
 
