@@ -33,8 +33,8 @@ from trainstack.localrun.nodes import TrainerOverrides  # noqa: E402
 from trainstack.localrun.run import THREADS_PER_NODE, LocalStackRun  # noqa: E402
 from trainstack.stackmodel.resolved import resolve_stack  # noqa: E402
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack  # noqa: E402
-from trainstack_agent.timings import TIME_SCALE_VARIABLE  # noqa: E402
 from trainstack_contract import LAYOUT  # noqa: E402
+from trainstack_contract.timescale import TIME_SCALE_VARIABLE  # noqa: E402
 
 PROBE_TRAINER = REPOSITORY / "tests" / "fixtures" / "probe_trainer" / "trainer"
 ONE_STEP = {"--epochs": "1", "--steps-per-epoch": "1", "--image-size": "32", "--batch-size-per-replica": "8"}

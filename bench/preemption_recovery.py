@@ -45,8 +45,8 @@ from trainstack.localrun.nodes import TrainerOverrides  # noqa: E402
 from trainstack.localrun.run import LocalStackRun  # noqa: E402
 from trainstack.stackmodel.resolved import resolve_stack  # noqa: E402
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack  # noqa: E402
-from trainstack_agent.timings import TIME_SCALE_VARIABLE  # noqa: E402
 from trainstack_contract import LAYOUT  # noqa: E402
+from trainstack_contract.timescale import TIME_SCALE_VARIABLE  # noqa: E402
 
 PREEMPTED = "worker-0"
 # The trainer's log format (trainer/task.py): "2026-11-23 05:51:06,144 INFO trainer...".

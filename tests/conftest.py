@@ -10,7 +10,7 @@ import pytest
 
 from stack_helpers import SHIPPED_STACKS, plan_for
 from trainstack.cloud.planning import Plan
-from trainstack_agent.timings import TIME_SCALE_VARIABLE
+from trainstack_contract.timescale import TIME_SCALE_VARIABLE
 
 # The node agent's waits are sized for Compute Engine (a 20 s settle window after a failed
 # step, 10 s between looks at Spot peers, 30 s before a second start call). The local runs

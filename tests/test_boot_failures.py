@@ -38,8 +38,8 @@ from trainstack_agent.main import cap_orders
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.release import Release
 from trainstack_agent.settings import read_settings
-from trainstack_agent.timings import TIME_SCALE_VARIABLE
 from trainstack_contract import LAYOUT, METADATA_KEYS
+from trainstack_contract.timescale import TIME_SCALE_VARIABLE
 
 
 def wait_for(condition: Any, seconds: float, what: str) -> None:

@@ -30,8 +30,9 @@ from trainstack_agent.cloud import CloudError, Http, Retry
 from trainstack_agent.gcs import Storage
 from trainstack_agent.jobtoken import Downscoper
 from trainstack_agent.metadata import Metadata
-from trainstack_contract import LAYOUT, STATES
+from trainstack_contract import LAYOUT
 from trainstack_contract.jobaccess import JobAccess
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.queue import INDEX_OBJECT, TAKEN_BY, queued_job_dir, taken_by_bytes
 
 NODE = "serviceAccount:test-train@test-project-123.iam.gserviceaccount.com"
@@ -112,16 +113,16 @@ def test_the_node_writes_a_queued_jobs_status_claim_settings_and_report_under_th
     cloud: Cloud, job_dir: str
 ) -> None:
     board = Board(cloud.storage, job_dir, "chief", "boot-1")
-    board.write_node(STATES.running)
-    board.write_job(STATES.running)
-    board.write_node(STATES.succeeded, 0)
-    board.write_job(STATES.succeeded, 0)
+    board.write_node(JobState.RUNNING)
+    board.write_job(JobState.RUNNING)
+    board.write_node(JobState.SUCCEEDED, 0)
+    board.write_job(JobState.SUCCEEDED, 0)
     assert cloud.storage.create(f"{job_dir}/{TAKEN_BY}", taken_by_bytes("chief", "2026-11-28T00:00:00Z"))
     cloud.storage.write(f"{job_dir}/{LAYOUT.job_settings}", b"{}")
     cloud.storage.write(f"{job_dir}/{LAYOUT.hypertune_metrics('chief')}", b'{"rmse": "1.5"}\n', "text/plain")
     job = cloud.storage.read(board.job_uri, 1 << 16)
     assert job is not None
-    assert json.loads(job)["state"] == STATES.succeeded
+    assert json.loads(job)["state"] == JobState.SUCCEEDED
     assert cloud.proxy.denied == []
 
 

@@ -27,7 +27,8 @@ from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.run import LocalStackRun
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
-from trainstack_contract import LAYOUT, STATES
+from trainstack_contract import LAYOUT
+from trainstack_contract.lifecycle import JobState
 
 EXAMPLE = PROJECT_ROOT / "examples" / "tabular_mlp"
 INSTANCE = "gcp:compute/instance:Instance"
@@ -1257,10 +1258,10 @@ def test_a_worker_that_fails_at_start_ends_the_chief_waiting_for_it_and_the_job(
     worker, chief = result.node_status["worker-0"], result.node_status["chief"]
     assert worker is not None, result.logs
     assert chief is not None, result.logs
-    assert (worker["state"], worker["exit_code"]) == (STATES.failed, 1)
-    assert (chief["state"], chief["reason"]) == (STATES.failed, "peer worker-0 recorded FAILED"), chief
+    assert (worker["state"], worker["exit_code"]) == (JobState.FAILED, 1)
+    assert (chief["state"], chief["reason"]) == (JobState.FAILED, "peer worker-0 recorded FAILED"), chief
     assert result.job_status is not None
-    assert result.job_status["state"] == STATES.failed
+    assert result.job_status["state"] == JobState.FAILED
 
 
 @pytest.mark.parametrize("marker", ["setup.py", "pyproject.toml"])

@@ -21,8 +21,8 @@ from trainstack.localrun.supervisor import wait_for
 from trainstack.localrun.workdir import JobUserUnreachable, job_user_obstacle
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
-from trainstack_agent.jobuser import JOB_USER_NAME
-from trainstack_contract import STATES
+from trainstack_contract.jobuser import JOB_USER_NAME
+from trainstack_contract.lifecycle import JobState
 
 # Records who it runs as and whether it could write into the directory --forbidden names.
 PRIVILEGES_MODULE = """
@@ -147,9 +147,9 @@ def test_a_killed_agent_takes_its_trainer_with_it_and_its_node_is_not_left_runni
         assert wait_for(lambda: _gone(trainer), time.monotonic() + 30), f"trainer {trainer} outlived its agent"
         assert result.node_status["chief"] is not None
         assert result.job_status is not None
-        assert result.node_status["chief"]["state"] == STATES.failed, result.node_status
+        assert result.node_status["chief"]["state"] == JobState.FAILED, result.node_status
         assert "SIGKILL" in result.node_status["chief"]["reason"]
-        assert result.job_status["state"] == STATES.failed, result.job_status
+        assert result.job_status["state"] == JobState.FAILED, result.job_status
     finally:
         if trainer is not None and not _gone(trainer):
             os.kill(trainer, signal.SIGKILL)

@@ -27,7 +27,8 @@ from trainstack.localrun.workdir import claim_workdir
 from trainstack.stackmodel.cost import job_hourly, node_hourly
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_checked_stack
-from trainstack_contract import LAYOUT, METADATA_KEYS, STATES
+from trainstack_contract import LAYOUT, METADATA_KEYS
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.queue import (
     INDEX_OBJECT,
     TAKEN_BY,
@@ -404,7 +405,7 @@ def test_cancel_of_a_queued_job_marks_it_and_an_ended_one_is_refused(
     assert code == 1
     assert "was cancelled already" in err
     write_status(
-        root, "q2_b", "job", (STATES.running, "2026-01-01T10:00:00Z"), (STATES.succeeded, "2026-01-01T11:00:00Z")
+        root, "q2_b", "job", (JobState.RUNNING, "2026-01-01T10:00:00Z"), (JobState.SUCCEEDED, "2026-01-01T11:00:00Z")
     )
     before = (root / INDEX_OBJECT).read_bytes()
     code, _, err = run(capsys, "cancel", *args, "2")
@@ -425,14 +426,14 @@ def test_jobs_lists_queued_running_succeeded_and_cancelled_jobs(
     assert run(capsys, "cancel", *args, "4")[0] == 0
     root = bucket_dir(tmp_path)
     start, end = "2026-01-01T10:00:00Z", "2026-01-01T10:30:00Z"
-    write_status(root, "q1_done", "job", (STATES.running, start), (STATES.succeeded, end))
+    write_status(root, "q1_done", "job", (JobState.RUNNING, start), (JobState.SUCCEEDED, end))
     for node in NODES:
-        write_status(root, "q1_done", node, (STATES.running, start), (STATES.succeeded, end))
+        write_status(root, "q1_done", node, (JobState.RUNNING, start), (JobState.SUCCEEDED, end))
     (root / LAYOUT.jobs / "q1_done" / LAYOUT.metrics).write_text(
         json.dumps({"status": "finished", "eval_accuracy": 0.5})
     )
-    write_status(root, "q2_running", "job", (STATES.running, start))
-    write_status(root, "q2_running", "chief", (STATES.running, start))
+    write_status(root, "q2_running", "job", (JobState.RUNNING, start))
+    write_status(root, "q2_running", "chief", (JobState.RUNNING, start))
     code, out, err = run(capsys, "jobs", *args, "--json")
     assert code == 0, err
     rows = {row["id"]: row for row in json.loads(out)["jobs"]}
@@ -482,7 +483,7 @@ def test_jobs_prices_a_one_node_job_at_the_node_that_ran_it(
     root = bucket_dir(tmp_path)
     start, end = "2026-01-01T10:00:00Z", "2026-01-01T10:30:00Z"
     for node in ("job", "worker-1"):
-        write_status(root, "q1_solo", node, (STATES.running, start), (STATES.succeeded, end))
+        write_status(root, "q1_solo", node, (JobState.RUNNING, start), (JobState.SUCCEEDED, end))
     code, out, err = run(capsys, "jobs", *args, "--json")
     assert code == 0, err
     [solo] = [row for row in json.loads(out)["jobs"] if row["id"] == 1]
@@ -601,8 +602,8 @@ def test_jobs_shows_the_metric_a_jobs_code_reported_with_cloudml_hypertune(
     root = bucket_dir(tmp_path)
     start, end = "2026-01-01T10:00:00Z", "2026-01-01T10:30:00Z"
     for job_dir in ("q1_trial", "q2_plain"):
-        write_status(root, job_dir, "job", (STATES.running, start), (STATES.succeeded, end))
-        write_status(root, job_dir, "chief", (STATES.running, start), (STATES.succeeded, end))
+        write_status(root, job_dir, "job", (JobState.RUNNING, start), (JobState.SUCCEEDED, end))
+        write_status(root, job_dir, "chief", (JobState.RUNNING, start), (JobState.SUCCEEDED, end))
     # As cloudml-hypertune writes it, and as the chief's agent copies it: one record a line,
     # values as text, the last one the final.
     records = [
@@ -638,11 +639,11 @@ def test_jobs_shows_a_trials_metric_its_study_read_from_the_summaries(
     root = bucket_dir(tmp_path)
     start, end = "2026-01-01T10:00:00Z", "2026-01-01T10:30:00Z"
     for node in ("job", "chief"):
-        write_status(root, "q1_lr_t1", node, (STATES.running, start), (STATES.succeeded, end))
+        write_status(root, "q1_lr_t1", node, (JobState.RUNNING, start), (JobState.SUCCEEDED, end))
     spec = spec_from_mapping(
         yaml.safe_load(LEARNING_RATE_STUDY.format(trials=2, parallel=1))["trainingInput"]["hyperparameters"]
     )
-    trial = Trial(1, {"learning-rate": 0.01}, start, state=STATES.succeeded, job_id=1, metric=0.875)
+    trial = Trial(1, {"learning-rate": 0.01}, start, state=JobState.SUCCEEDED, job_id=1, metric=0.875)
     study = Study("lr", spec, {}, start, 7, trials=(trial,))
     study_file = root / study_object("lr")
     study_file.parent.mkdir(parents=True)

@@ -116,6 +116,19 @@ def test_no_import_circle(package: str) -> None:
     assert circles == []
 
 
+# The one module that packages the node agent (its files, for the bucket the nodes fetch it from).
+AGENT_PACKAGING = "trainstack.jobcode.artifacts"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != AGENT_PACKAGING))
+def test_the_library_shares_with_the_agent_only_through_the_contract(module: str) -> None:
+    """What the command line and the node agent both use (the local run's variables, the job's
+    user, the time scale, the token exchange) lives in trainstack_contract; the library
+    imports the agent nowhere but where it packages it."""
+    agent = sorted(target for target in imported_modules(MODULES[module]) if target.split(".")[0] == "trainstack_agent")
+    assert agent == [], f"{module} imports the node agent"
+
+
 def test_the_readme_module_map_names_every_folder() -> None:
     readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
     missing = [layer for layer in LAYERS if f"| `trainstack/{layer}/` |" not in readme]

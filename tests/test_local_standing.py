@@ -147,7 +147,7 @@ def test_standing_tells_how_many_nodes_are_up_how_to_submit_and_when_they_stop(
     import argparse
 
     from trainstack.commands.local import standing_note
-    from trainstack_agent.timings import TIME_SCALE_VARIABLE
+    from trainstack_contract.timescale import TIME_SCALE_VARIABLE
 
     monkeypatch.delenv(TIME_SCALE_VARIABLE, raising=False)
     note = standing_note(argparse.Namespace(workdir=None, stack="standing", stack_file=None), standing_stack())

@@ -25,7 +25,8 @@ from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.run import LocalStackRun
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
-from trainstack_contract import LAYOUT, STATES
+from trainstack_contract import LAYOUT
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.status import CLUSTER_PORT_WARNING, TF_CONFIG_DOCS
 
 PROBE_TRAINER = Path(__file__).resolve().parent / "fixtures" / "probe_trainer" / "trainer"
@@ -108,7 +109,7 @@ def test_a_local_runs_status_reads_the_same_from_its_directory_and_from_the_buck
     local = status_json(capsys, "--stack-file", str(path), "--local", "--workdir", str(workdir))
     assert local["source"] == "local"
     assert local["job_dir"] == str(result.job_dir)
-    assert local["state"] == STATES.succeeded
+    assert local["state"] == JobState.SUCCEEDED
     assert local["job_status"] == result.job_status
     assert [(n["name"], n["status"]) for n in local["nodes"]] == list(result.node_status.items())
     assert local["heartbeat_age_seconds"] is None, "a finished job has no heartbeat"

@@ -12,8 +12,9 @@ from stack_helpers import base_config, write_stack
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.commands.main import main
 from trainstack.localrun.outcome import LocalStackRunResult, report
-from trainstack_agent.timings import TIME_SCALE_VARIABLE, Timings
+from trainstack_agent.timings import Timings
 from trainstack_contract.status import CLUSTER_PORT_WARNING, TF_CONFIG_DOCS
+from trainstack_contract.timescale import TIME_SCALE_VARIABLE
 
 # The sample in a few lines: it trains (sleeps) and saves its model to the job
 # directory, building no strategy, unless --listen makes it start a server on its TF_CONFIG

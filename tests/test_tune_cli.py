@@ -17,7 +17,8 @@ from trainstack.commands.main import main
 from trainstack.jobqueue.store import DirectoryStore
 from trainstack.tuning import engine
 from trainstack.tuning.spec import spec_from_mapping
-from trainstack.tuning.study import SUCCEEDED, Trial, study_object
+from trainstack.tuning.study import Trial, study_object
+from trainstack_contract.lifecycle import TrialState
 
 GOOD = """\
 trainingInput:
@@ -108,7 +109,7 @@ def test_status_reads_a_study_back_as_a_table_json_and_a_chart(
             1,
             {"learning-rate": 0.01, "act": "relu"},
             "t",
-            SUCCEEDED,
+            TrialState.SUCCEEDED,
             1,
             "jobs/q1_lr_t1",
             0.5,
@@ -118,7 +119,7 @@ def test_status_reads_a_study_back_as_a_table_json_and_a_chart(
             2,
             {"learning-rate": 0.05, "act": "tanh"},
             "t",
-            SUCCEEDED,
+            TrialState.SUCCEEDED,
             2,
             "jobs/q2_lr_t2",
             0.25,

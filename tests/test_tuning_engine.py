@@ -25,16 +25,9 @@ from trainstack.jobqueue.store import DirectoryStore
 from trainstack.jobstate.report import LocalObjects
 from trainstack.tuning import engine
 from trainstack.tuning.spec import spec_from_mapping
-from trainstack.tuning.study import (
-    CANCELLED,
-    FAILED,
-    STOPPED,
-    STUDY_FAILED,
-    STUDY_SUCCEEDED,
-    SUCCEEDED,
-    study_object,
-)
+from trainstack.tuning.study import study_object
 from trainstack_contract import LAYOUT, METADATA_KEYS
+from trainstack_contract.lifecycle import StudyState, TrialState
 from trainstack_contract.queue import TAKEN_BY, QueueEntry, read_spec, spec_object, taken_by_bytes
 
 JOB = {METADATA_KEYS.job_mode: "package", METADATA_KEYS.trainer_args: json.dumps(["--epochs", "2"])}
@@ -209,8 +202,8 @@ def test_a_study_runs_max_trials_never_more_than_max_parallel_at_once_and_names_
         if study.state != "ACTIVE":
             break
         nodes.work()
-    assert study.state == STUDY_SUCCEEDED
-    assert [trial.state for trial in study.trials] == [SUCCEEDED] * 6
+    assert study.state == StudyState.SUCCEEDED
+    assert [trial.state for trial in study.trials] == [TrialState.SUCCEEDED] * 6
     assert most_outstanding == 2
     # Six jobs queued, one per trial, each with its trial's parameters and number.
     entries = read_index(DirectoryStore(bucket)).entries
@@ -258,7 +251,7 @@ def test_a_tune_killed_between_recording_a_trial_and_queueing_it_queues_that_tri
     params = recorded.trials[0].params
     # Resumed (a new process: new services over the same bucket).
     study = run_to_end(services(bucket), Nodes(bucket, store, score))
-    assert study.state == STUDY_SUCCEEDED
+    assert study.state == StudyState.SUCCEEDED
     assert len(study.trials) == 3
     assert study.trials[0].params == params
     assert [entry.name for entry in read_index(store).entries] == ["study_t1", "study_t2", "study_t3"]
@@ -286,14 +279,14 @@ def test_failed_trials_end_the_study_at_max_failed_trials_and_cancel_what_is_out
     nodes.fail = {1, 2}
     tune = services(bucket)
     study = run_to_end(tune, nodes)
-    assert study.state == STUDY_FAILED
+    assert study.state == StudyState.FAILED
     assert "2 trials failed" in (study.problem or "")
     states = [trial.state for trial in study.trials]
-    assert states[:2] == [FAILED, FAILED]
-    assert CANCELLED in states
+    assert states[:2] == [TrialState.FAILED, TrialState.FAILED]
+    assert TrialState.CANCELLED in states
     # The outstanding trial's job is cancelled in the queue: nothing bills for a failed study.
     cancelled = {entry.id for entry in read_index(store).entries if entry.cancelled}
-    assert cancelled == {trial.job_id for trial in study.trials if trial.state == CANCELLED}
+    assert cancelled == {trial.job_id for trial in study.trials if trial.state == TrialState.CANCELLED}
     # Nothing is left queued or running, and no trial was asked once the study had failed.
     assert not study.outstanding
     assert len(study.trials) < 6
@@ -314,9 +307,9 @@ def test_a_trial_whose_code_never_writes_the_tag_fails_naming_the_tags_it_wrote(
     )
     study = run_to_end(services(bucket), nodes)
     trial = study.trials[0]
-    assert trial.state == FAILED
+    assert trial.state == TrialState.FAILED
     assert trial.problem == "the metric tag 'accuracy' was never written; the tags written were: loss"
-    assert study.state == STUDY_FAILED
+    assert study.state == StudyState.FAILED
 
 
 def test_early_stopping_stops_a_trial_worse_than_the_median_and_cancels_its_job(bucket: Path) -> None:
@@ -331,7 +324,7 @@ def test_early_stopping_stops_a_trial_worse_than_the_median_and_cancels_its_job(
         engine.step(tune, "study")
         nodes.work()
     study = engine.step(tune, "study")
-    assert [trial.state for trial in study.trials[:3]] == [SUCCEEDED] * 3
+    assert [trial.state for trial in study.trials[:3]] == [TrialState.SUCCEEDED] * 3
     # The fourth reports far below the others at its first two steps: stopped at its second.
     nodes.score = lambda args: 0.1
     nodes.work()  # RUNNING, first report 0.05
@@ -339,7 +332,7 @@ def test_early_stopping_stops_a_trial_worse_than_the_median_and_cancels_its_job(
     nodes._report(entry, [0.05, 0.06])
     study = engine.step(tune, "study")
     fourth = study.trials[3]
-    assert fourth.state == STOPPED
+    assert fourth.state == TrialState.STOPPED
     assert fourth.metric == pytest.approx(0.06)
     assert read_index(store).entries[3].cancelled is not None
     assert study.best() is not None
@@ -360,7 +353,7 @@ def test_grid_search_tries_every_point_once_and_ends_when_the_grid_is_walked(buc
     study = run_to_end(services(bucket), Nodes(bucket, DirectoryStore(bucket), lambda args: float(args["units"])))
     points = sorted((trial.params["units"], trial.params["act"]) for trial in study.trials)
     assert points == sorted((units, act) for units in (16.0, 32.0) for act in ("relu", "tanh", "gelu"))
-    assert study.state == STUDY_SUCCEEDED
+    assert study.state == StudyState.SUCCEEDED
     # DISCRETE 16 reaches an argparse type=int as 16, not 16.0.
     args = json.loads(
         Nodes(bucket, DirectoryStore(bucket), score).spec_values(read_index(DirectoryStore(bucket)).entries[0])[
@@ -424,9 +417,9 @@ def test_one_node_trials_are_queued_side_by_side_and_read_from_the_node_that_ran
         (job / LAYOUT.job_status).write_text(json.dumps({"state": "SUCCEEDED", "time": "2026-11-26T00:01:00Z"}))
     study = engine.step(tune, "study")
     assert [(trial.state, trial.metric) for trial in study.trials] == [
-        (SUCCEEDED, 0.25),
-        (SUCCEEDED, 0.5),
-        (SUCCEEDED, 0.75),
+        (TrialState.SUCCEEDED, 0.25),
+        (TrialState.SUCCEEDED, 0.5),
+        (TrialState.SUCCEEDED, 0.75),
     ]
     assert study.one_node
     best = study.best()
@@ -602,9 +595,9 @@ def test_whatever_a_trial_writes_it_fails_alone_in_one_line_and_the_study_goes_o
             _hostile(case, bucket / job_prefix(first))
             injected = True
     assert injected
-    assert study.state == STUDY_SUCCEEDED
+    assert study.state == StudyState.SUCCEEDED
     failed, succeeded = study.trials
-    assert (failed.state, succeeded.state) == ("FAILED", SUCCEEDED)
+    assert (failed.state, succeeded.state) == ("FAILED", TrialState.SUCCEEDED)
     assert failed.problem is not None
     assert "\n" not in failed.problem
     expected = {

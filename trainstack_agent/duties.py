@@ -21,13 +21,12 @@ from trainstack_agent.environment import Prepared
 from trainstack_agent.outcome import Cancelled, ChiefSucceeded, Ended
 from trainstack_agent.services import Services
 from trainstack_agent.settings import NodeSettings
-from trainstack_contract import STATES
+from trainstack_contract.lifecycle import DOWN_JOB_STATES, JobState
 from trainstack_contract.status import StatusDocument, StatusFormatError, recorded_since
 
 # How often the loops look at the job's code and at their duties (every other wait is in
 # :class:`Timings`).
 TICK_SECONDS = 0.25
-DOWN_STATES = (STATES.preempted, STATES.interrupted)
 
 
 class Duties:
@@ -90,7 +89,9 @@ class Duties:
         gone = peer_gone(self.peer_documents, self.started_at, now - self.began, self.settings.peer_timeout_seconds)
         if gone is not None:
             raise Ended(gone)
-        down = tuple(peer for peer, doc in self.peer_documents.items() if doc is not None and doc.state in DOWN_STATES)
+        down = tuple(
+            peer for peer, doc in self.peer_documents.items() if doc is not None and doc.state in DOWN_JOB_STATES
+        )
         if down != self.peers_down:
             self.peers_down = down
             self.next_heartbeat = now
@@ -101,7 +102,7 @@ class Duties:
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + self.settings.heartbeat_seconds
             try:
-                services.board.write_job(STATES.running, peers_down=self.peers_down)
+                services.board.write_job(JobState.RUNNING, peers_down=self.peers_down)
             except CloudError as error:
                 services.log(f"could not refresh the heartbeat in {services.board.job_uri}: {error}")
         if services.recovery is not None and now >= self.next_recovery:
@@ -125,11 +126,11 @@ class Duties:
             services.log(f"could not read the job's status: {error}")
             raw = self.last_seen
         document = parse_status(raw)
-        if document is not None and recorded_since(document, STATES.failed, self.started_at):
+        if document is not None and recorded_since(document, JobState.FAILED, self.started_at):
             raise Ended("the chief recorded the job FAILED")
-        if document is not None and recorded_since(document, STATES.cancelled, self.started_at):
+        if document is not None and recorded_since(document, JobState.CANCELLED, self.started_at):
             raise Cancelled("the chief recorded the job CANCELLED")
-        if document is not None and recorded_since(document, STATES.succeeded, self.started_at):
+        if document is not None and recorded_since(document, JobState.SUCCEEDED, self.started_at):
             if self.chief_succeeded_at is None:
                 self.chief_succeeded_at = now
             elif now - self.chief_succeeded_at >= services.timings.chief_end_grace:
@@ -147,7 +148,7 @@ def peer_gone(
     """Why the chief ends the job for a peer gone for good, as its peers' status objects
     show ``began_ago`` seconds after it began the job (at ``started_at``); None while none is."""
     for peer, document in documents.items():
-        if document is not None and recorded_since(document, STATES.failed, started_at):
+        if document is not None and recorded_since(document, JobState.FAILED, started_at):
             # The peer's job ended for good (its code failed, it could not prepare): the
             # cluster can no longer train, and waiting on it (TensorFlow's own barrier waits an
             # hour) would bill every other machine for nothing.
@@ -162,7 +163,7 @@ def peer_gone(
         # either in TensorFlow's barrier.
         if document is None:
             return f"{peer} recorded no status for this job within {timeout} s"
-        if document.state == STATES.failed:
+        if document.state == JobState.FAILED:
             return f"{peer} recorded FAILED before this node began the job, and nothing since within {timeout} s"
     return None
 

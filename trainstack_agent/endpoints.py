@@ -1,16 +1,13 @@
-"""Where the agent's cloud is, and the few ways a local run differs from a VM.
-
-On a VM no ``TRAINSTACK_*`` variable is set and every value is Google's. ``trainstack local``
-sets them to point the same agent at its stand-ins (a metadata server, a Compute Engine API and
-a token service on loopback, a directory for the bucket, a log for self-stops); the tests point
-``TRAINSTACK_STORAGE_API`` at a Cloud Storage emulator.
-"""
+"""Where the agent's cloud is, and the few ways a local run differs from a VM: Google's values,
+with what `trainstack local` overrides (trainstack_contract.overrides) applied."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from trainstack_contract.overrides import LocalOverrides
 
 
 @dataclass(frozen=True)
@@ -50,26 +47,23 @@ class Host:
 
 def from_environment(environment: Mapping[str, str]) -> tuple[Endpoints, Host]:
     """The endpoints and host, with every ``TRAINSTACK_*`` override applied."""
-    defaults = Endpoints()
+    local = LocalOverrides.from_environment(environment)
+    defaults, host_defaults = Endpoints(), Host()
     endpoints = Endpoints(
-        metadata=environment.get("TRAINSTACK_METADATA_ROOT") or defaults.metadata,
-        compute=environment.get("TRAINSTACK_COMPUTE_API") or defaults.compute,
-        storage=environment.get("TRAINSTACK_STORAGE_API") or defaults.storage,
-        tpu=environment.get("TRAINSTACK_TPU_API") or defaults.tpu,
-        secrets=environment.get("TRAINSTACK_SECRETS_API") or defaults.secrets,
-        sts=environment.get("TRAINSTACK_STS_API") or defaults.sts,
+        metadata=local.metadata_root or defaults.metadata,
+        compute=local.compute_api or defaults.compute,
+        storage=local.storage_api or defaults.storage,
+        tpu=local.tpu_api or defaults.tpu,
+        secrets=local.secrets_api or defaults.secrets,
+        sts=local.sts_api or defaults.sts,
     )
-    host_defaults = Host()
-    stop_log = environment.get("TRAINSTACK_SELF_STOP_LOG")
     host = Host(
-        state_dir=Path(environment.get("TRAINSTACK_STATE_DIR") or host_defaults.state_dir),
-        profile_dir=Path(environment.get("TRAINSTACK_PROFILE_DIR") or host_defaults.profile_dir),
-        self_stop_log=Path(stop_log) if stop_log else None,
-        skip_registry_login=bool(environment.get("TRAINSTACK_SKIP_REGISTRY_LOGIN")),
-        secrets_from_environment=bool(environment.get("TRAINSTACK_SECRETS_FROM_ENVIRONMENT")),
-        pip_find_links=Path(environment["TRAINSTACK_PIP_FIND_LINKS"])
-        if environment.get("TRAINSTACK_PIP_FIND_LINKS")
-        else None,
-        job_as_agent_user=bool(environment.get("TRAINSTACK_JOB_AS_AGENT_USER")),
+        state_dir=Path(local.state_dir) if local.state_dir else host_defaults.state_dir,
+        profile_dir=Path(local.profile_dir) if local.profile_dir else host_defaults.profile_dir,
+        self_stop_log=Path(local.self_stop_log) if local.self_stop_log else None,
+        skip_registry_login=local.skip_registry_login,
+        secrets_from_environment=local.secrets_from_environment,
+        pip_find_links=Path(local.pip_find_links) if local.pip_find_links else None,
+        job_as_agent_user=local.job_as_agent_user,
     )
     return endpoints, host

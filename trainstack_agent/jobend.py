@@ -15,7 +15,7 @@ from trainstack_agent.hypertune import JobMetrics
 from trainstack_agent.outcome import EXIT_ENDED, Outcome
 from trainstack_agent.services import Services
 from trainstack_agent.settings import NodeSettings
-from trainstack_contract import STATES
+from trainstack_contract.lifecycle import JobState
 
 
 def apply_on_finish(
@@ -53,12 +53,12 @@ class JobEnd:
 
     def finished(self, outcome: Outcome) -> int:
         """Records SUCCEEDED, FAILED or CANCELLED (the chief also for the job); the exit status."""
-        state = STATES.succeeded if outcome.exit_code == 0 else STATES.failed
+        state = JobState.SUCCEEDED if outcome.exit_code == 0 else JobState.FAILED
         if outcome.cancelled:
-            state = STATES.cancelled
+            state = JobState.CANCELLED
         reason = f" ({outcome.reason})" if outcome.reason else ""
         self.services.log(f"job step ended with status {outcome.exit_code}: {state}{reason}")
-        if state != STATES.succeeded or outcome.ended_by_chief:
+        if state != JobState.SUCCEEDED or outcome.ended_by_chief:
             # A job recorded FAILED or CANCELLED runs nothing more, whatever on_finish keeps: on_finish=keep
             # keeps the machine, not the job's code (which an unexpected error may have left running).
             # Nor does a node that the chief's SUCCEEDED ended (its install may still run).
@@ -84,9 +84,9 @@ class JobEnd:
             log(f"received {signal_name} after the job's end was recorded")
             self.services.launcher.stop_all()
             return EXIT_ENDED
-        state, why = STATES.interrupted, "a guest shutdown, reboot or host maintenance"
+        state, why = JobState.INTERRUPTED, "a guest shutdown, reboot or host maintenance"
         if self.services.preempted():
-            state, why = STATES.preempted, "Compute Engine preempted this Spot VM"
+            state, why = JobState.PREEMPTED, "Compute Engine preempted this Spot VM"
         log(
             f"received {signal_name} ({why}): recording {state}; on_finish is not applied, and the next boot resumes the job"
         )

@@ -36,7 +36,7 @@ from typing import Final
 
 from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError, TooLarge
-from trainstack_agent.duties import DOWN_STATES, parse_status
+from trainstack_agent.duties import parse_status
 from trainstack_agent.gcs import Storage
 from trainstack_agent.jobend import apply_on_finish
 from trainstack_agent.node import NodeAgent
@@ -45,9 +45,9 @@ from trainstack_agent.runend import RunEnd
 from trainstack_agent.services import Clock
 from trainstack_agent.settings import NodeSettings, SettingsError, is_job_dir, job_from_spec
 from trainstack_agent.timings import Timings
-from trainstack_contract import CHIEF, STATES
+from trainstack_contract import CHIEF
+from trainstack_contract.lifecycle import DOWN_JOB_STATES, ENDED_JOB_STATES, JobState
 from trainstack_contract.queue import (
-    ENDED_STATES,
     INDEX_OBJECT,
     MAX_ENTRIES,
     MAX_INDEX_BYTES,
@@ -237,7 +237,7 @@ class HolderWatch:
         if seen is None or raw != seen[0]:
             seen = self.seen[job_dir] = (raw, now)
         document = parse_status(raw)
-        down = document is not None and document.state in DOWN_STATES
+        down = document is not None and document.state in DOWN_JOB_STATES
         timeout = self.settings.peer_timeout_seconds
         if not down and now - seen[1] < timeout:
             self.gone.discard(job_dir)
@@ -283,7 +283,7 @@ class NextJob:
         board = self.services.board(job_dir)
         for uri in (board.job_uri, board.node_uri(self.settings.node)):
             document = self._read_status(board, uri)
-            if document is not None and document.state in ENDED_STATES:
+            if document is not None and document.state in ENDED_JOB_STATES:
                 return True
         return False
 
@@ -338,7 +338,7 @@ class NextJob:
             reason = f"{label} cannot be run: {error}"
             self.log(f"queue: {reason}")
             board = self.services.board(job_dir)
-            board.record(STATES.failed, 1, reason, True, self.log)
+            board.record(JobState.FAILED, 1, reason, True, self.log)
             return None
 
     def _skip_cancelled(self, entry: QueueEntry, job_dir: str) -> None:
@@ -347,12 +347,12 @@ class NextJob:
         the job too."""
         board = self.services.board(job_dir)
         own = self._read_status(board, board.node_uri(self.settings.node))
-        if own is None or own.state in ENDED_STATES:
+        if own is None or own.state in ENDED_JOB_STATES:
             self.log(f"queue: job {entry.id} ({entry.job_dir_name}) was cancelled: skipping it")
             return
         self.log(f"queue: job {entry.id} ({entry.job_dir_name}) was cancelled while this node was down")
         reason = f"job {entry.id} was cancelled at {entry.cancelled}"
-        board.record(STATES.cancelled, None, reason, self.settings.is_chief or entry.one_node, self.log)
+        board.record(JobState.CANCELLED, None, reason, self.settings.is_chief or entry.one_node, self.log)
 
 
 class JobQueue:
@@ -460,7 +460,7 @@ class JobQueue:
         except SpecRefused as refused:
             self.log(f"queue: {label} refused: {refused}")
             board = self.services.board(job_dir)
-            board.record(STATES.failed, 1, str(refused), self.settings.is_chief, self.log)
+            board.record(JobState.FAILED, 1, str(refused), self.settings.is_chief, self.log)
             self.done.add(entry.id, index)
             return None
         self.log(f"queue: {label} starting")

@@ -21,7 +21,6 @@ Standard library only, Python 3.10.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import shutil
 import subprocess
@@ -37,11 +36,8 @@ from trainstack_agent.cloud import CloudError, Http, Request, Retry
 from trainstack_agent.metadata import TOKEN_MARGIN_SECONDS, Metadata
 from trainstack_contract.iam import CLOUD_PLATFORM_SCOPE
 from trainstack_contract.jobaccess import BoundaryError, JobAccess
+from trainstack_contract.tokens import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, socket_owner
 
-# RFC 8693's token exchange, as Google's STS takes it for a downscoped token
-# (google-auth's google/auth/downscoped.py sends the same).
-TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105 - a grant's name
-ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 - a type's name
 STS_ROOT = "https://sts.googleapis.com"
 MAX_ANSWER_BYTES = 64 * 1024
 # Where a VM's metadata server is: the address a firewall rule closes to the job's user.
@@ -112,28 +108,6 @@ class Downscoper:
         if not isinstance(token, str) or not token or lifetime <= 0:
             raise CredentialError("the job's token: the token service's answer is not a token")
         return token, now + max(0.0, lifetime - TOKEN_MARGIN_SECONDS), now + lifetime
-
-
-def socket_owner(client: tuple[str, int], proc_net: Path = Path("/proc/self/net")) -> int | None:
-    """The uid that owns the TCP socket at ``client`` (a connection's far end, on this host's
-    loopback), from the kernel's socket tables; None when no socket there is found."""
-    address = ipaddress.ip_address(client[0])
-    table = "tcp6" if address.version == 6 else "tcp"
-    if address.version == 4:
-        # /proc/net/tcp writes an IPv4 address as one little-endian 32-bit word in hex.
-        wanted = f"{int.from_bytes(address.packed, 'little'):08X}:{client[1]:04X}"
-    else:
-        words = [int.from_bytes(address.packed[i : i + 4], "little") for i in range(0, 16, 4)]
-        wanted = "".join(f"{w:08X}" for w in words) + f":{client[1]:04X}"
-    try:
-        lines = (proc_net / table).read_text().splitlines()[1:]
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 7 and fields[1] == wanted:
-            return int(fields[7])
-    return None
 
 
 class JobMetadataServer(ThreadingHTTPServer):

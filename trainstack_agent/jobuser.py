@@ -23,22 +23,12 @@ code runs as that user, as the agent does.
 from __future__ import annotations
 
 import os
-import pwd
 import stat
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack_contract.jobaccess import AGENT_WRITTEN_DIRS
-
-# The system user (and its group) every node's job runs as.
-JOB_USER_NAME = "trainstack-job"
-USERADD = ("useradd", "--system", "--user-group", "--no-create-home")
-USERADD_SECONDS = 60
-
-
-class JobUserError(Exception):
-    """The job's user cannot be made or its paths cannot be put in place."""
+from trainstack_contract.jobuser import JOB_USER_NAME, JobUserError, ensure_user
 
 
 @dataclass(frozen=True)
@@ -49,31 +39,6 @@ class JobUser:
     # Its HOME and working directory (both its own, mode 0700).
     home: Path
     workdir: Path
-
-
-def _lookup(name: str) -> pwd.struct_passwd | None:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        return None
-
-
-def ensure_user(name: str = JOB_USER_NAME) -> tuple[int, int]:
-    """The uid and gid of system user ``name``, made with ``useradd --system`` when missing (a
-    second agent of a local run may make it at the same moment: that is no failure)."""
-    entry = _lookup(name)
-    if entry is None:
-        command = [*USERADD, "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=USERADD_SECONDS, check=False)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise JobUserError(f"cannot make the job's user {name} ({error})") from None
-        entry = _lookup(name)
-        if entry is None:
-            raise JobUserError(f"cannot make the job's user {name}: {done.stderr.strip()[:300]}")
-    if entry.pw_uid == 0 or entry.pw_gid == 0:
-        raise JobUserError(f"the job's user {name} has uid or gid 0; it must be unprivileged")
-    return entry.pw_uid, entry.pw_gid
 
 
 def _own_directory(path: Path, uid: int, gid: int) -> None:

@@ -52,12 +52,14 @@ from trainstack_agent.settings import (
     known_identity,
     read_settings,
 )
-from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
+from trainstack_agent.timings import Timings
 from trainstack_agent.warm import WarmStarts
-from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, STATES, TPU_NODE, TPU_NODE_KIND
+from trainstack_contract import CLUSTER_NODE_KIND, LAYOUT, NO_JOB, TPU_NODE, TPU_NODE_KIND
 from trainstack_contract.jobaccess import JobAccess
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.metadata import MAX_RUN_SECONDS
 from trainstack_contract.names import NODE_NAME, PROJECT_ID
+from trainstack_contract.timescale import TIME_SCALE_VARIABLE, TimeScaleError, parse_time_scale
 
 EXIT_ABORTED = 1
 # After the TPU run-time cap's SIGTERM, how long the agent gets to record and end its work.
@@ -134,7 +136,7 @@ def abort(agent: Agent, reason: str) -> int:
     node, job_dir = known_identity(agent.metadata)
     if node is not None and job_dir is not None:
         try:
-            Board(agent.storage, job_dir, node, new_incarnation()).write_node(STATES.failed, 1, reason)
+            Board(agent.storage, job_dir, node, new_incarnation()).write_node(JobState.FAILED, 1, reason)
         except Exception as error:  # noqa: BLE001 - the machine stops whatever happens here
             agent.log(f"could not record FAILED: {error}")
     try:
@@ -309,11 +311,11 @@ def record_cap(agent: Agent) -> None:
     except Exception as error:  # noqa: BLE001 - whatever fails, the cap still stops the machine
         agent.log(f"run-time cap: cannot read {board.job_uri} ({error}); recording FAILED")
         job = None
-    if job is not None and job.state == STATES.succeeded:
+    if job is not None and job.state == JobState.SUCCEEDED:
         return
     try:
-        board.write_node(STATES.failed, 124, "run-time cap reached")
-        board.write_job(STATES.failed, 124, "run-time cap reached")
+        board.write_node(JobState.FAILED, 124, "run-time cap reached")
+        board.write_job(JobState.FAILED, 124, "run-time cap reached")
     except Exception as error:  # noqa: BLE001 - whatever fails, the cap still stops the machine
         agent.log(f"could not record FAILED: {error}")
 

@@ -39,8 +39,8 @@ from trainstack_agent.peers import PeerWatch
 from trainstack_agent.services import Services
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.training import CodeRun, Training
-from trainstack_contract import LAYOUT, STATES
-from trainstack_contract.queue import ENDED_STATES
+from trainstack_contract import LAYOUT
+from trainstack_contract.lifecycle import ENDED_JOB_STATES, JobState
 
 
 class NodeAgent:
@@ -83,13 +83,13 @@ class NodeAgent:
             # cannot tell whether the job already ended, so it fails and releases its machine
             # rather than idle (and bill) until the run-time cap.
             return self.finish(Outcome(1, f"cannot read the job's status {self.board.job_uri}: {str(error)[:300]}"))
-        if job is not None and job.state == STATES.succeeded:
+        if job is not None and job.state == JobState.SUCCEEDED:
             self.log(f"job already SUCCEEDED ({self.board.job_uri}); not training again")
             if self.release_at_end:
                 self.end.apply_on_finish()
             return 0
         try:
-            self.board.write_node(STATES.running)
+            self.board.write_node(JobState.RUNNING)
             self._running = True
             outcome = self.run_job()
         except Exception as error:  # a node must record and release, whatever failed
@@ -144,7 +144,7 @@ class NodeAgent:
                 document = self.board.peer(peer)
             except Exception:  # noqa: BLE001 - unreadable: the peer may still be writing
                 return False
-            if document is not None and document.state not in ENDED_STATES:
+            if document is not None and document.state not in ENDED_JOB_STATES:
                 return False
         return True
 

@@ -13,9 +13,9 @@ from datetime import datetime
 
 from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError
-from trainstack_agent.duties import DOWN_STATES, TICK_SECONDS, Duties
+from trainstack_agent.duties import TICK_SECONDS, Duties
 from trainstack_agent.outcome import Ended
-from trainstack_contract import STATES
+from trainstack_contract.lifecycle import DOWN_JOB_STATES, JobState
 from trainstack_contract.status import StatusDocument, recorded_since
 
 
@@ -24,7 +24,7 @@ def peer_lost(peer: str, document: StatusDocument | None, snapshot: dict[str, st
     it is down now, or it has rebooted since; None otherwise."""
     if document is None:
         return None
-    if document.state in DOWN_STATES:
+    if document.state in DOWN_JOB_STATES:
         return f"{peer} was {document.state}"
     if peer in snapshot and document.incarnation != snapshot[peer]:
         return f"{peer} rebooted"
@@ -38,9 +38,9 @@ def peer_states(board: Board, peers: tuple[str, ...], started_at: datetime) -> t
         document = board.peer(peer)
         if document is None:
             continue
-        if document.state in DOWN_STATES:
+        if document.state in DOWN_JOB_STATES:
             down.append(peer)
-        elif recorded_since(document, STATES.failed, started_at):
+        elif recorded_since(document, JobState.FAILED, started_at):
             return down, peer
     return down, None
 
@@ -146,7 +146,7 @@ class PeerWatch:
                 lost = peer_lost(peer, document, snapshot)
                 if lost is not None:
                     return lost
-                if document is not None and recorded_since(document, STATES.failed, self.started_at):
+                if document is not None and recorded_since(document, JobState.FAILED, self.started_at):
                     return None
             if clock.monotonic() >= deadline:
                 return None

@@ -9,7 +9,6 @@ agent's log, under the job's journal tag.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -17,14 +16,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import IO, TextIO
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.jobscope import JobScope, end_abandoned_scopes
 from trainstack_agent.jobuser import JobUser
 from trainstack_agent.timings import Timings
+from trainstack_contract.sessions import popen_in_own_session
 
 # The journal tags Cloud Logging collects on Deep Learning VM and TPU VM images
 # (`trainstack logs` queries both).
@@ -37,59 +37,6 @@ KILL_WAIT_SECONDS = 5.0
 EXIT_UNREAPED = 128 + signal.SIGKILL
 # After SIGTERM, how long a child gets before SIGKILL (Timings.stop_grace by default).
 STOP_GRACE_SECONDS = Timings().stop_grace
-
-
-# prctl(2): PR_SET_PDEATHSIG, the signal a process gets when the thread that started it ends.
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    """What a child runs between fork and exec so that it ends (SIGKILL) when the process that
-    started it ends, even by SIGKILL: no trainer outlives a killed agent. The kernel clears
-    this setting on a change of user, and CPython switches the user (``user=``) before it
-    runs ``preexec_fn``, so it holds for a job run as its own user. A parent already gone
-    by then ends the child at once."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def in_child() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return in_child
-
-
-def popen_in_own_session(
-    argv: Sequence[str],
-    env: Mapping[str, str] | None,
-    cwd: str | os.PathLike[str] | None,
-    pass_fds: Sequence[int] = (),
-    user: JobUser | None = None,
-    die_with_parent: bool = False,
-) -> subprocess.Popen[str]:
-    """``argv`` with stdout and stderr merged into one text stream, in a session and process
-    group of its own: a signal to the group reaches anything the process started. (`trainstack
-    local`'s supervisor starts the nodes' boot scripts the same way.) ``user``: the process
-    runs as that user and its group, with no supplementary group; ``die_with_parent``: it
-    ends when this process ends (Linux)."""
-    switch: dict[str, Any] = {}
-    if user is not None:
-        switch = {"user": user.uid, "group": user.gid, "extra_groups": []}
-    return subprocess.Popen(
-        list(argv),
-        env=None if env is None else dict(env),
-        cwd=None if cwd is None else Path(cwd),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=True,
-        pass_fds=tuple(pass_fds),
-        preexec_fn=_die_with_parent(os.getpid()) if die_with_parent else None,  # noqa: PLW1509 - the prctl must run in the child
-        **switch,
-    )
 
 
 class Log:
@@ -236,7 +183,12 @@ class Processes:
             if self._closed:
                 raise RuntimeError("the agent is ending; no new process starts")
             popen = popen_in_own_session(
-                argv, env, cwd, pass_fds=(*self.keep_fds, *pass_fds), user=user, die_with_parent=True
+                argv,
+                env,
+                cwd,
+                pass_fds=(*self.keep_fds, *pass_fds),
+                user_ids=None if user is None else (user.uid, user.gid),
+                die_with_parent=True,
             )
             # A standing node starts children job after job: those that ended are let go.
             self._children = [each for each in self._children if each.poll() is None]

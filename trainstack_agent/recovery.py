@@ -32,7 +32,7 @@ from typing import Protocol
 from trainstack_agent.board import Board
 from trainstack_agent.cloud import CloudError
 from trainstack_agent.timings import Timings
-from trainstack_contract import STATES
+from trainstack_contract.lifecycle import JobState
 
 # A stopped instance, as Compute Engine reports it.
 TERMINATED = "TERMINATED"
@@ -115,7 +115,7 @@ class SpotRecovery:
         except CloudError as error:
             return self._unreadable(node, instance, error)
         self.outages[node].unreadable_since = None
-        if document is None or document.state not in (STATES.preempted, STATES.running):
+        if document is None or document.state not in (JobState.PREEMPTED, JobState.RUNNING):
             return None
         outage = self.outages[node]
         now = self.clock()

@@ -22,7 +22,7 @@ from trainstack_agent.outcome import Ended, Outcome, ended_outcome
 from trainstack_agent.peers import PeerWatch
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.settings import NodeSettings
-from trainstack_contract import STATES
+from trainstack_contract.lifecycle import JobState
 
 
 def restart_limit(settings: NodeSettings) -> int:
@@ -168,6 +168,6 @@ class Training:
                 f"once the cluster is whole; {resume_words(settings)}"
             )
             try:
-                services.board.write_node(STATES.running, reason=f"{lost}; restarting the job's code")
+                services.board.write_node(JobState.RUNNING, reason=f"{lost}; restarting the job's code")
             except CloudError as error:
                 services.log(f"could not record the restart: {error}")

@@ -177,23 +177,6 @@ FLAGS: Final = TrainerFlags()
 LOCAL_TPU: Final = "local"
 
 
-@dataclass(frozen=True)
-class JobStates:
-    """The ``state`` of a status object."""
-
-    running: str = "RUNNING"
-    succeeded: str = "SUCCEEDED"
-    failed: str = "FAILED"
-    # The boot script got a termination signal: the job stays resumable.
-    interrupted: str = "INTERRUPTED"
-    # The termination signal came from Compute Engine reclaiming a Spot VM (the metadata
-    # server's instance/preempted says TRUE): not a failure of the job, which stays resumable.
-    preempted: str = "PREEMPTED"
-    # `trainstack cancel` ended the job (a queued job of a standing cluster): not resumed.
-    cancelled: str = "CANCELLED"
-
-
-STATES: Final = JobStates()
 # A status object's ``history``: its last states, oldest first, at most this many.
 STATUS_HISTORY_LIMIT: Final = 50
 

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from trainstack_contract import EXECUTED_DIR, LAYOUT, METADATA_KEYS, STATES
+from trainstack_contract import EXECUTED_DIR, LAYOUT, METADATA_KEYS
 from trainstack_contract.metadata import MAX_TRAINER_ARGS_CHARS
 from trainstack_contract.names import NODE_NAME, SHA256
 
@@ -78,11 +78,6 @@ SPEC_KEYS: Final = frozenset(
 )
 # Each value of a spec: at most the agent's longest (the trainer's arguments).
 MAX_SPEC_VALUE_CHARS: Final = MAX_TRAINER_ARGS_CHARS
-
-
-# A job whose status/job.json (or, for a node, its own status) says one of these has ended:
-# no node runs it again, and `cancel` leaves it as it is.
-ENDED_STATES: Final = frozenset({STATES.succeeded, STATES.failed, STATES.cancelled})
 
 
 class QueueFormatError(ValueError):

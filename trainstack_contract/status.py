@@ -18,13 +18,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Final
 
-from trainstack_contract import STATES, STATUS_HISTORY_LIMIT
+from trainstack_contract import STATUS_HISTORY_LIMIT
+from trainstack_contract.lifecycle import REPORTED_JOB_STATES
 from trainstack_contract.names import MAX_NODES, NODE_NAME
 
-# What a status object may hold: its states, a node name or "job", bounded free text.
-_STATE_NAMES: Final = frozenset(
-    (STATES.running, STATES.succeeded, STATES.failed, STATES.interrupted, STATES.preempted, STATES.cancelled)
-)
+# What a status object may hold: its states (REPORTED_JOB_STATES), a node name or "job", bounded free text.
 _INCARNATION_PATTERN: Final = re.compile(r"[0-9a-f]{0,32}")
 # 2026-11-23T10:00:05.123456Z; the shell wrote nanoseconds, which read as microseconds.
 _TIME_PATTERN: Final = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z")
@@ -93,8 +91,8 @@ def _text(document: dict[str, Any], key: str, required: bool = True) -> str | No
 
 def _state(document: dict[str, Any]) -> str:
     state = _text(document, "state")
-    if state not in _STATE_NAMES:
-        raise StatusFormatError(f"state {state!r} is not one of {', '.join(sorted(_STATE_NAMES))}")
+    if state not in REPORTED_JOB_STATES:
+        raise StatusFormatError(f"state {state!r} is not one of {', '.join(sorted(REPORTED_JOB_STATES))}")
     return state
 
 

@@ -22,8 +22,8 @@ from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceVali
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from trainstack_policies import POLICIES
-from trainstack_policies.contract import PRIMITIVE_ROLES
-from trainstack_policies.offline import InputError, Violation, _options, evaluate, settings
+from trainstack_policies.contract import PRIMITIVE_ROLES, PolicyFinding
+from trainstack_policies.offline import InputError, _options, evaluate, settings
 
 PACK = Path(__file__).resolve().parent.parent
 EMAIL = "team-train@my-project.iam.gserviceaccount.com"
@@ -112,7 +112,7 @@ def compliant_stack() -> list[dict[str, Any]]:
     ]
 
 
-def violations(resources: list[dict[str, Any]], config: dict[str, Any] | None = None) -> list[Violation]:
+def violations(resources: list[dict[str, Any]], config: dict[str, Any] | None = None) -> list[PolicyFinding]:
     return evaluate("team", resources, config or {})
 
 

@@ -24,6 +24,7 @@ from trainstack_contract.grants import (  # noqa: E402
     spares_executed,
 )
 from trainstack_contract.iam import PRIMITIVE_ROLES, STORAGE_WRITE_ROLES  # noqa: E402
+from trainstack_contract.policy import PolicyFinding  # noqa: E402
 
 MAX_RUN_SECONDS_KEY = METADATA_KEYS.max_run_seconds
 
@@ -34,6 +35,7 @@ __all__ = [
     "PRIMITIVE_ROLES",
     "STACK_LABEL",
     "STORAGE_WRITE_ROLES",
+    "PolicyFinding",
     "is_submit_grant",
     "narrower_than_jobs_area",
     "spares_executed",

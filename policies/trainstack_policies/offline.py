@@ -17,7 +17,7 @@ import inspect
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from pulumi_policy import (
@@ -33,6 +33,7 @@ from pulumi_policy import (
 )
 
 from trainstack_policies import PACK_NAME, POLICIES
+from trainstack_policies.contract import PolicyFinding
 
 # A plan is at most a few thousand resources; anything far larger is not one.
 MAX_INPUT_BYTES = 256 * 1024 * 1024
@@ -41,15 +42,6 @@ LEVELS = {level.value: level for level in EnforcementLevel}
 
 class InputError(ValueError):
     """The request on stdin is not a plan this module can check."""
-
-
-@dataclass(frozen=True)
-class Violation:
-    policy: str
-    enforcement: str
-    resource_type: str
-    resource_name: str
-    message: str
 
 
 def urn(stack: str, resource_type: str, name: str) -> str:
@@ -110,20 +102,20 @@ def _check_type(where: str, spec: Mapping[str, Any], value: Any) -> None:
 
 
 def _reporter(
-    found: list[Violation], policy: Policy, level: EnforcementLevel, stack: str, resource: PolicyResource | None
+    found: list[PolicyFinding], policy: Policy, level: EnforcementLevel, stack: str, resource: PolicyResource | None
 ) -> Callable[..., None]:
     """The ``report(message, urn=None)`` callback a policy gets, recording against ``resource``
     (or the stack, for a stack validation)."""
 
     def report(message: str, _urn: str | None = None) -> None:
         where = (resource.resource_type, resource.name) if resource is not None else ("stack", stack)
-        found.append(Violation(policy.name, level.value, *where, message))
+        found.append(PolicyFinding(policy.name, level.value, *where, message))
 
     return report
 
 
-def evaluate(stack: str, resources: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> list[Violation]:
-    found: list[Violation] = []
+def evaluate(stack: str, resources: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> list[PolicyFinding]:
+    found: list[PolicyFinding] = []
     planned = [
         PolicyResource(
             r["type"], r["inputs"], urn(stack, r["type"], r["name"]), r["name"], _options(), None, None, [], {}

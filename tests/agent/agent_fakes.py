@@ -25,8 +25,9 @@ from trainstack_agent.runend import RunEnd
 from trainstack_agent.services import Services
 from trainstack_agent.settings import JobSettings, NodeSettings, PythonSettings
 from trainstack_agent.timings import Timings
-from trainstack_contract import STATES, tf_cluster
+from trainstack_contract import tf_cluster
 from trainstack_contract import tf_config as contract_tf_config
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.status import StatusDocument, first_status, format_time
 
 BUCKET = "gs://test-bucket"
@@ -260,7 +261,7 @@ class World:
     def peers_running(self, node_settings: NodeSettings) -> None:
         """Every other node's agent has recorded RUNNING, as each does before it prepares."""
         for peer in node_settings.other_nodes:
-            self.put_status(peer, STATES.running)
+            self.put_status(peer, JobState.RUNNING)
 
     def put_job_status(self, state: str, peers_down: tuple[str, ...] = ()) -> None:
         document = first_status("chief", state, time=self.clock.utc_text(), incarnation="cccc")
@@ -307,4 +308,4 @@ def world(
 
 
 def running(state: str) -> bool:
-    return state == STATES.running
+    return state == JobState.RUNNING

@@ -21,7 +21,8 @@ from agent_fakes import JOB_DIR, World, settings, world
 from trainstack_agent.clusterport import MAX_TABLE_BYTES, own_port, port_listening
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.timings import Timings
-from trainstack_contract import STATES, tf_cluster, tf_config
+from trainstack_contract import tf_cluster, tf_config
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.status import (
     CLUSTER_PORT_WARNING,
     TF_CONFIG_DOCS,
@@ -101,7 +102,7 @@ def test_code_that_listens_on_its_port_joined_the_cluster_and_is_not_warned_abou
     assert w.agent.run() == 0
     chief = w.status("chief")
     assert chief is not None
-    assert chief.state == STATES.succeeded
+    assert chief.state == JobState.SUCCEEDED
     assert warning(chief) is None
     assert warning_lines(w) == []
     assert any("listens on this node's TF_CONFIG port 2222: it joined the cluster" in line for line in w.log)
@@ -122,7 +123,7 @@ def test_code_that_never_listens_is_warned_about_after_the_window_while_it_runs(
     assert warning(seen["before"]) is None
     during = seen["after"]
     assert during is not None
-    assert during.state == STATES.running
+    assert during.state == JobState.RUNNING
     text = warning(during)
     assert text is not None
     assert "without listening on its TF_CONFIG port 2222" in text
@@ -135,7 +136,7 @@ def test_code_that_never_listens_is_warned_about_after_the_window_while_it_runs(
     assert "build its strategy from TF_CONFIG" in line
     final = w.status("chief")
     assert final is not None
-    assert final.state == STATES.succeeded
+    assert final.state == JobState.SUCCEEDED
     assert warning(final) == text
 
 
@@ -151,13 +152,13 @@ def test_reads_of_proc_are_bounded_once_the_code_was_warned_about() -> None:
 
 def test_code_that_ends_well_without_ever_listening_is_warned_about_at_its_end() -> None:
     w, _ = watched(settings(node="worker-0", tf_port=PORT), [(50.0, 0)])
-    w.put_job_status(STATES.running)
-    w.clock.at(30.0, lambda: w.put_job_status(STATES.running))
+    w.put_job_status(JobState.RUNNING)
+    w.clock.at(30.0, lambda: w.put_job_status(JobState.RUNNING))
     assert w.agent.run() == 0
     node = w.status("worker-0")
     text = warning(node)
     assert node is not None
-    assert node.state == STATES.succeeded
+    assert node.state == JobState.SUCCEEDED
     assert text is not None
     assert "ended (exit 0) after 50 s on worker-0 without ever listening" in text
     assert "on its TF_CONFIG port 2222" in text
@@ -169,7 +170,7 @@ def test_a_short_job_that_ends_well_without_listening_is_warned_about_too() -> N
     """An AI Platform sample that builds no strategy trained 40 epochs on three local nodes in
     about 40 s, and went unreported while the shortest judged run was 60 s."""
     w, _ = watched(settings(tf_port=PORT), [(40.0, 0)])
-    w.put_status("worker-0", STATES.running)
+    w.put_status("worker-0", JobState.RUNNING)
     assert w.agent.run() == 0
     text = warning(w.status("chief"))
     assert text is not None
@@ -194,11 +195,11 @@ def test_code_that_fails_without_ever_listening_is_warned_about_too() -> None:
     """An AI Platform sample that ignores TF_CONFIG FAILED once on three nodes (they raced on
     deleting and writing one output directory) with no warning, and SUCCEEDED once with it."""
     w, _ = watched(settings(tf_port=PORT), [(40.0, 1)])
-    w.put_status("worker-0", STATES.running)
+    w.put_status("worker-0", JobState.RUNNING)
     assert w.agent.run() == 1
     chief = w.status("chief")
     assert chief is not None
-    assert chief.state == STATES.failed
+    assert chief.state == JobState.FAILED
     text = warning(chief)
     assert text is not None
     assert "ended (exit 1) after 40 s on chief without ever listening on its TF_CONFIG port 2222" in text
@@ -209,7 +210,7 @@ def test_code_that_fails_without_ever_listening_is_warned_about_too() -> None:
 def test_a_teams_sample_that_trains_a_few_seconds_without_listening_is_warned_about() -> None:
     """An AI Platform sample of 8 epochs ran 7 s here, TensorFlow's import included: judged."""
     w, _ = watched(settings(tf_port=PORT), [(7.0, 0)])
-    w.put_status("worker-0", STATES.running)
+    w.put_status("worker-0", JobState.RUNNING)
     assert w.agent.run() == 0
     text = warning(w.status("chief"))
     assert text is not None
@@ -219,7 +220,7 @@ def test_a_teams_sample_that_trains_a_few_seconds_without_listening_is_warned_ab
 def test_code_that_fails_within_the_shortest_judged_run_is_not_judged() -> None:
     """A failure at start (an import error, a bad flag) says more than a port never opened."""
     w, _ = watched(settings(tf_port=PORT), [(TIMINGS.cluster_port_min_run_own_code - 1, 1)])
-    w.put_status("worker-0", STATES.running)
+    w.put_status("worker-0", JobState.RUNNING)
     assert w.agent.run() == 1
     assert warning(w.status("chief")) is None
     assert warning_lines(w) == []
@@ -267,13 +268,13 @@ def test_code_that_listens_after_the_window_has_its_warning_withdrawn() -> None:
 
 def test_a_warning_from_an_earlier_boot_is_withdrawn_when_this_boots_code_joins_the_cluster() -> None:
     w, _ = watched(settings(tf_port=PORT), [(600.0, 0)], listens_at=10.0)
-    earlier = first_status("chief", STATES.preempted, time=w.clock.utc_text(), incarnation="0000")
+    earlier = first_status("chief", JobState.PREEMPTED, time=w.clock.utc_text(), incarnation="0000")
     earlier = with_warning(earlier, CLUSTER_PORT_WARNING, "the job's code ended ... (see docs)")
     w.storage.objects[f"{JOB_DIR}/status/chief.json"] = earlier.to_json().encode()
     assert w.agent.run() == 0
     final = w.status("chief")
     assert final is not None
-    assert final.state == STATES.succeeded
+    assert final.state == JobState.SUCCEEDED
     assert warning(final) is None
 
 
@@ -376,7 +377,7 @@ def test_a_table_is_read_to_its_bound_where_the_kernel_has_listed_every_listener
 
 def test_the_status_keeps_the_warning_as_json_the_report_reads() -> None:
     document = with_warning(
-        first_status("chief", STATES.running, time="2026-11-23T10:00:00.000000Z", incarnation="ab"),
+        first_status("chief", JobState.RUNNING, time="2026-11-23T10:00:00.000000Z", incarnation="ab"),
         CLUSTER_PORT_WARNING,
         "x",
     )

@@ -19,7 +19,8 @@ from trainstack_agent.job import job_command
 from trainstack_agent.jobuser import JobUser
 from trainstack_agent.timings import Timings
 from trainstack_agent.warm import warm_environment
-from trainstack_contract import HYPERTUNE_METRIC_FILE_ENV, LAYOUT, MAX_HYPERTUNE_METRICS_BYTES, STATES
+from trainstack_contract import HYPERTUNE_METRIC_FILE_ENV, LAYOUT, MAX_HYPERTUNE_METRICS_BYTES
+from trainstack_contract.lifecycle import JobState
 
 METRICS_URI = f"{JOB_DIR}/{LAYOUT.hypertune_metrics('chief')}"
 IMAGE = "registry.example/team/trainer:v1"
@@ -72,7 +73,7 @@ def test_a_job_that_reports_twice_has_both_lines_in_the_bucket_and_the_first_whi
     assert last_copy < succeeded
     chief = w.status("chief")
     assert chief is not None
-    assert chief.state == STATES.succeeded
+    assert chief.state == JobState.SUCCEEDED
 
 
 @pytest.mark.parametrize("end", ["fails", "is cancelled", "is preempted"])
@@ -104,7 +105,7 @@ def test_the_report_of_a_job_that_does_not_succeed_is_copied_too(tmp_path: Path,
     else:
         w.agent.run()
     chief = w.status("chief")
-    expected = {"fails": STATES.failed, "is cancelled": STATES.cancelled, "is preempted": STATES.preempted}[end]
+    expected = {"fails": JobState.FAILED, "is cancelled": JobState.CANCELLED, "is preempted": JobState.PREEMPTED}[end]
     assert chief is not None
     assert chief.state == expected
     assert w.storage.objects.get(METRICS_URI) == report_line(0.25, 50).encode()

@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 from agent_fakes import JOB_DIR, settings, world
-from trainstack_contract import STATES
+from trainstack_contract.lifecycle import JobState
 
 RECORD = f"{JOB_DIR}/status/settings.json"
 
@@ -46,7 +46,7 @@ def test_a_job_started_again_with_other_arguments_is_refused_naming_them_and_its
     assert w.launcher.started == [], "the job's code ran against a backup made with other settings"
     job = w.job_status()
     assert job is not None
-    assert job.state == STATES.failed
+    assert job.state == JobState.FAILED
     assert job.reason is not None
     assert "args --epochs 20 --image-size 64 (first started with: --epochs 2)" in job.reason
     assert "a new name (trainstack:job.name)" in job.reason
@@ -63,7 +63,7 @@ def test_a_record_that_is_not_one_is_refused() -> None:
 
 def test_only_the_chief_records() -> None:
     w = world(settings(node="worker-0"), runs=[(1.0, 0)])
-    w.put_job_status(STATES.running)
+    w.put_job_status(JobState.RUNNING)
     w.agent.run()
     assert RECORD not in w.storage.objects
 

@@ -27,9 +27,10 @@ from trainstack.localrun.standins import (
 )
 from trainstack_agent import jobtoken
 from trainstack_agent.cloud import Http, Retry
-from trainstack_agent.jobtoken import CredentialError, Downscoper, JobMetadataServer, socket_owner
+from trainstack_agent.jobtoken import CredentialError, Downscoper, JobMetadataServer
 from trainstack_agent.metadata import Metadata
 from trainstack_contract.jobaccess import MAX_BOUNDARY_RULES, BoundaryError, JobAccess
+from trainstack_contract.tokens import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, socket_owner
 
 JOB_DIR = "gs://team-bucket/jobs/q7_lr_low"
 ACCESS = JobAccess(JOB_DIR, ("gs://team-data/taxifare/data/",), ("gs://team-out/taxifare/trained/",))
@@ -88,10 +89,10 @@ def test_the_agents_exchange_sends_what_googles_auth_library_sends(
     # google-auth's own exchange (google/auth/downscoped.py's refresh), against the stand-in.
     sts.Client(f"{token_service.root}/v1/token").exchange_token(
         request=google.auth.transport.requests.Request(),
-        grant_type=jobtoken.TOKEN_EXCHANGE_GRANT,
+        grant_type=TOKEN_EXCHANGE_GRANT,
         subject_token=LOCAL_TOKEN,
-        subject_token_type=jobtoken.ACCESS_TOKEN_TYPE,
-        requested_token_type=jobtoken.ACCESS_TOKEN_TYPE,
+        subject_token_type=ACCESS_TOKEN_TYPE,
+        requested_token_type=ACCESS_TOKEN_TYPE,
         additional_options=boundary,
     )
     token, expires_in = Downscoper(Http(), agent_metadata(node_metadata), boundary, token_service.root).token()
@@ -264,7 +265,7 @@ print(json.dumps({"during": during, "after": reaches(uid)}))
 def test_on_a_vm_the_rule_refuses_the_jobs_user_the_metadata_server_and_no_one_else(tmp_path: Path) -> None:
     assert os.geteuid() == 0, "this test puts a firewall rule in a network namespace: run the suite as root"
     from trainstack.localrun.workdir import interpreter_for_job_user
-    from trainstack_agent.jobuser import ensure_user
+    from trainstack_contract.jobuser import ensure_user
 
     uid, _ = ensure_user()
     probe = tmp_path / "probe.py"

@@ -10,6 +10,7 @@ import pytest
 
 from trainstack.localrun.workdir import interpreter_for_job_user
 from trainstack_agent import jobuser
+from trainstack_contract.jobuser import ensure_user
 
 
 def test_a_file_renamed_away_while_the_job_dir_is_handed_over_is_no_failure(
@@ -39,7 +40,7 @@ def test_a_file_renamed_away_while_the_job_dir_is_handed_over_is_no_failure(
 def test_a_finished_jobs_directory_is_the_agents_again_and_no_longer_the_job_users_to_write(tmp_path: Path) -> None:
     """A later job's code runs as the same user: it must not rewrite a finished job's backups."""
     assert os.geteuid() == 0, "this test hands a directory to the job's user and back: run the suite as root"
-    uid, gid = jobuser.ensure_user()
+    uid, gid = ensure_user()
     job_dir = tmp_path / "bucket" / "jobs" / "q1_first"
     (job_dir / "backup" / "chief").mkdir(parents=True)
     jobuser.give_tree(job_dir, uid, gid)

@@ -21,7 +21,7 @@ from trainstack_agent.runend import RunEnd
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.timings import Timings
 from trainstack_agent.training import restart_limit
-from trainstack_contract import STATES
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.status import first_status
 
 
@@ -29,7 +29,7 @@ def failed_reason(w: World, node: str = "chief") -> str:
     """The reason the node's status gives; the status must be there and FAILED."""
     own = w.status(node)
     assert own is not None
-    assert own.state == STATES.failed
+    assert own.state == JobState.FAILED
     return own.reason or ""
 
 
@@ -46,12 +46,12 @@ def test_a_job_that_succeeds_records_running_then_succeeded_and_releases_once() 
     assert w.agent.run() == 0
     chief = w.status("chief")
     assert chief is not None
-    assert chief.state == STATES.succeeded
+    assert chief.state == JobState.SUCCEEDED
     assert chief.exit_code == 0
-    assert [entry.state for entry in chief.history] == [STATES.running, STATES.succeeded]
+    assert [entry.state for entry in chief.history] == [JobState.RUNNING, JobState.SUCCEEDED]
     job = w.job_status()
     assert job is not None
-    assert job.state == STATES.succeeded
+    assert job.state == JobState.SUCCEEDED
     assert w.releases == ["stop"]
     assert len(w.launcher.started) == 1
 
@@ -83,7 +83,7 @@ def test_the_log_names_the_jobs_arguments_as_a_shell_would_read_them(args: tuple
 
 def test_a_job_that_already_succeeded_is_not_trained_again_but_on_finish_applies() -> None:
     w = world(settings(), runs=[(1.0, 0)])
-    w.put_job_status(STATES.succeeded)
+    w.put_job_status(JobState.SUCCEEDED)
     assert w.agent.run() == 0
     assert w.launcher.started == []
     assert w.releases == ["stop"]
@@ -101,7 +101,7 @@ def test_an_oversize_job_status_at_boot_records_failed_naming_it_and_applies_on_
     assert w.agent.run() == 1
     own = w.status(node)
     assert own is not None
-    assert own.state == STATES.failed
+    assert own.state == JobState.FAILED
     assert own.exit_code == 1
     assert own.reason is not None
     assert f"{JOB_DIR}/status/job.json" in own.reason
@@ -131,7 +131,7 @@ def test_a_job_status_that_cannot_be_read_at_boot_records_failed_and_applies_on_
     assert w.releases == ["stop"]
     own = w.status("chief")
     assert own is not None
-    assert own.state == STATES.failed
+    assert own.state == JobState.FAILED
     assert own.reason is not None
     assert own.reason.startswith(f"cannot read the job's status {JOB_DIR}/status/job.json")
 
@@ -151,11 +151,11 @@ def test_keep_releases_nothing() -> None:
 
 def test_a_failure_with_no_lost_peer_is_failed_after_the_settle_window_and_not_restarted() -> None:
     w = world(settings(), runs=[(30.0, 3)])
-    w.put_status("worker-0", STATES.running)
+    w.put_status("worker-0", JobState.RUNNING)
     assert w.agent.run() == 3
     chief = w.status("chief")
     assert chief is not None
-    assert (chief.state, chief.exit_code) == (STATES.failed, 3)
+    assert (chief.state, chief.exit_code) == (JobState.FAILED, 3)
     assert len(w.launcher.started) == 1
     # It looked for a lost peer for the settle window, and no longer.
     assert 30.0 + Timings().peer_settle <= w.clock.now <= 30.0 + Timings().peer_settle + 5
@@ -178,25 +178,25 @@ def test_any_exit_after_a_peer_was_preempted_restarts_the_code_once_the_peer_is_
     """Recovery does not depend on this project's exit code: a team's trainer exits 1 with a
     traceback when TensorFlow reports the lost peer."""
     w = world(settings(peers=ASYNC), runs=[(30.0, exit_code), (40.0, 0)])
-    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    w.put_status("worker-0", JobState.RUNNING, incarnation="aaaa")
     # worker-0 is preempted at 25 s, and its next boot writes RUNNING at 90 s.
-    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
-    w.clock.at(90.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.clock.at(25.0, lambda: w.put_status("worker-0", JobState.PREEMPTED, incarnation="aaaa"))
+    w.clock.at(90.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
     assert w.agent.run() == 0
     assert len(w.launcher.started) == 2
     # The second start waited for the peer to come back.
     assert w.launcher.children[1].exits_at - 40.0 >= 90.0
     chief = w.status("chief")
     assert chief is not None
-    assert chief.state == STATES.succeeded
+    assert chief.state == JobState.SUCCEEDED
     assert chief.attempt == 2
     assert any("restarting" in (entry.reason or "") for entry in chief.history)
 
 
 def test_a_peer_that_rebooted_while_the_code_ran_counts_as_lost_even_when_it_is_up_again() -> None:
     w = world(settings(peers=ASYNC), runs=[(30.0, 1), (10.0, 0)])
-    w.put_status("worker-0", STATES.running, incarnation="aaaa")
-    w.clock.at(20.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.put_status("worker-0", JobState.RUNNING, incarnation="aaaa")
+    w.clock.at(20.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
     assert w.agent.run() == 0
     assert len(w.launcher.started) == 2
 
@@ -207,10 +207,10 @@ def test_restarts_after_lost_peers_are_bounded() -> None:
     limit = restart_limit(node_settings)
     assert limit == 3
     w = world(node_settings, runs=[(30.0, 1)])
-    w.put_status("worker-0", STATES.running, incarnation="a0")
+    w.put_status("worker-0", JobState.RUNNING, incarnation="a0")
 
     def reboot_peer(start: int) -> None:
-        w.clock.at(w.clock.now + 10.0, lambda: w.put_status("worker-0", STATES.running, incarnation=f"b{start}"))
+        w.clock.at(w.clock.now + 10.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation=f"b{start}"))
 
     w.launcher.on_start = reboot_peer
     assert w.agent.run() == 1
@@ -222,7 +222,7 @@ def test_a_peer_that_stays_down_past_the_timeout_fails_the_node() -> None:
     node_settings = settings(peers=ASYNC, peer_timeout_seconds=120)
     w = world(node_settings, runs=[(30.0, 1)])
     w.peers_running(node_settings)
-    w.clock.at(10.0, lambda: w.put_status("worker-0", STATES.preempted))
+    w.clock.at(10.0, lambda: w.put_status("worker-0", JobState.PREEMPTED))
     assert w.agent.run() == EXIT_ENDED
     assert failed_reason(w) == "worker-0 did not come back within 120 s"
     assert len(w.launcher.started) == 1
@@ -231,27 +231,27 @@ def test_a_peer_that_stays_down_past_the_timeout_fails_the_node() -> None:
 
 def test_a_node_waits_at_boot_for_a_peer_that_is_down() -> None:
     w = world(settings(), runs=[(5.0, 0)])
-    w.put_status("worker-0", STATES.interrupted)
-    w.clock.at(50.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.put_status("worker-0", JobState.INTERRUPTED)
+    w.clock.at(50.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
     assert w.agent.run() == 0
     assert w.launcher.children[0].exits_at >= 50.0 + 5.0
 
 
 def test_a_node_waiting_at_boot_for_a_peer_ends_when_the_peer_records_failed() -> None:
     w = world(settings(), runs=[(5.0, 0)])
-    w.put_status("worker-0", STATES.interrupted)
-    w.clock.at(50.0, lambda: w.put_status("worker-0", STATES.failed))
+    w.put_status("worker-0", JobState.INTERRUPTED)
+    w.clock.at(50.0, lambda: w.put_status("worker-0", JobState.FAILED))
     assert w.agent.run() == EXIT_ENDED
     chief = w.status("chief")
     assert chief is not None
-    assert (chief.state, chief.reason) == (STATES.failed, "peer worker-0 recorded FAILED")
+    assert (chief.state, chief.reason) == (JobState.FAILED, "peer worker-0 recorded FAILED")
     assert w.launcher.started == []
 
 
 def test_a_peer_that_recorded_failed_since_the_start_ends_the_look_for_a_lost_peer_at_once() -> None:
     w = world(settings(), runs=[(30.0, 3)])
-    w.put_status("worker-0", STATES.running)
-    w.clock.at(29.0, lambda: w.put_status("worker-0", STATES.failed))
+    w.put_status("worker-0", JobState.RUNNING)
+    w.clock.at(29.0, lambda: w.put_status("worker-0", JobState.FAILED))
     assert w.agent.run() == 3
     assert len(w.launcher.started) == 1
     # No settle window: a FAILED peer is not coming back.
@@ -266,13 +266,13 @@ def test_a_peer_that_records_failed_while_the_code_runs_ends_the_chiefs_code_and
     MultiWorkerMirroredStrategy's barrier for an hour, its machine billing, before the job
     was recorded FAILED."""
     w = world(settings(peers=peers), runs=[(3600.0, 0)])
-    w.put_status("worker-0", STATES.running)
-    w.clock.at(20.0, lambda: w.put_status("worker-0", STATES.failed, reason="its code exited 1"))
+    w.put_status("worker-0", JobState.RUNNING)
+    w.clock.at(20.0, lambda: w.put_status("worker-0", JobState.FAILED, reason="its code exited 1"))
     assert w.agent.run() == EXIT_ENDED
     assert failed_reason(w) == "peer worker-0 recorded FAILED"
     job = w.job_status()
     assert job is not None
-    assert (job.state, job.reason) == (STATES.failed, "peer worker-0 recorded FAILED")
+    assert (job.state, job.reason) == (JobState.FAILED, "peer worker-0 recorded FAILED")
     assert len(w.launcher.started) == 1
     assert w.launcher.children[0].stopped
     assert w.clock.now < 20.0 + Timings().peer_watch + 15
@@ -292,24 +292,24 @@ def test_a_peer_that_records_no_status_within_the_peer_timeout_ends_the_chiefs_c
 
 def test_a_peer_that_records_its_status_late_but_within_the_peer_timeout_is_waited_for() -> None:
     w = world(settings(peer_timeout_seconds=300), runs=[(600.0, 0)])
-    w.clock.at(290.0, lambda: w.put_status("worker-0", STATES.running))
+    w.clock.at(290.0, lambda: w.put_status("worker-0", JobState.RUNNING))
     assert w.agent.run() == 0
 
 
 def earlier_failed(w: World, peer: str) -> None:
     """What ``peer`` recorded in an earlier attempt of the job: FAILED, two days before."""
-    earlier = first_status(peer, STATES.failed, time="2026-11-22T10:00:00.000000Z", incarnation="aaaa")
+    earlier = first_status(peer, JobState.FAILED, time="2026-11-22T10:00:00.000000Z", incarnation="aaaa")
     w.storage.objects[f"{JOB_DIR}/status/{peer}.json"] = earlier.to_json().encode()
 
 
 def test_a_peers_failed_from_before_this_job_started_does_not_end_the_chiefs_code_once_it_boots_again() -> None:
     w = world(settings(peer_timeout_seconds=300), runs=[(900.0, 0)])
     earlier_failed(w, "worker-0")
-    w.clock.at(30.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.clock.at(30.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
     assert w.agent.run() == 0
     chief = w.status("chief")
     assert chief is not None
-    assert chief.state == STATES.succeeded
+    assert chief.state == JobState.SUCCEEDED
 
 
 def test_a_peer_whose_last_word_is_an_earlier_failed_ends_the_chiefs_code_after_the_peer_timeout() -> None:
@@ -327,34 +327,34 @@ def test_a_peer_whose_last_word_is_an_earlier_failed_ends_the_chiefs_code_after_
 
 def test_a_peer_lost_within_the_settle_window_after_the_codes_exit_still_gets_the_code_restarted() -> None:
     w = world(settings(), runs=[(30.0, 3), (10.0, 0)])
-    w.put_status("worker-0", STATES.running)
-    w.clock.at(20.0, lambda: w.put_status("worker-0", STATES.running))
-    w.clock.at(35.0, lambda: w.put_status("worker-0", STATES.preempted))
-    w.clock.at(45.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.put_status("worker-0", JobState.RUNNING)
+    w.clock.at(20.0, lambda: w.put_status("worker-0", JobState.RUNNING))
+    w.clock.at(35.0, lambda: w.put_status("worker-0", JobState.PREEMPTED))
+    w.clock.at(45.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
     assert w.agent.run() == 0
     assert len(w.launcher.started) == 2
 
 
 def test_a_workers_end_is_recorded_as_its_own_and_the_jobs_is_left_to_the_chief() -> None:
     w = world(settings(node="worker-0"), runs=[(30.0, 0)])
-    w.put_job_status(STATES.running)
+    w.put_job_status(JobState.RUNNING)
     for second in range(10, 60, 10):
-        w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
+        w.clock.at(float(second), lambda: w.put_job_status(JobState.RUNNING))
     assert w.agent.run() == 0
     worker = w.status("worker-0")
     assert worker is not None
-    assert worker.state == STATES.succeeded
+    assert worker.state == JobState.SUCCEEDED
     assert not any(uri.endswith("/status/job.json") for uri in w.storage.writes)
 
 
 def test_a_worker_ends_when_the_chief_records_failed() -> None:
     w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
-    w.put_job_status(STATES.running)
-    w.clock.at(100.0, lambda: w.put_job_status(STATES.failed))
+    w.put_job_status(JobState.RUNNING)
+    w.clock.at(100.0, lambda: w.put_job_status(JobState.FAILED))
     assert w.agent.run() == EXIT_ENDED
     worker = w.status("worker-0")
     assert worker is not None
-    assert (worker.state, worker.reason) == (STATES.failed, "the chief recorded the job FAILED")
+    assert (worker.state, worker.reason) == (JobState.FAILED, "the chief recorded the job FAILED")
     assert w.launcher.children[0].stopped
     assert w.clock.now < 100.0 + 15
     assert w.releases == ["stop"]
@@ -376,12 +376,12 @@ def test_after_the_chiefs_success_a_workers_code_gets_a_grace_then_is_ended_and_
     timeout, then recorded FAILED: 10 more minutes of every such machine, and a false failure.
     Code that ends by itself within the grace records its own end."""
     w = world(settings(node="worker-0"), runs=[(runs_for, 0)])
-    w.put_job_status(STATES.running)
-    w.clock.at(100.0, lambda: w.put_job_status(STATES.succeeded))
+    w.put_job_status(JobState.RUNNING)
+    w.clock.at(100.0, lambda: w.put_job_status(JobState.SUCCEEDED))
     assert w.agent.run() == 0
     worker = w.status("worker-0")
     assert worker is not None
-    assert (worker.state, worker.reason) == (STATES.succeeded, reason)
+    assert (worker.state, worker.reason) == (JobState.SUCCEEDED, reason)
     assert w.launcher.children[0].stopped == ended_by_the_node
     # Ended so, nothing of the job (an install still running) outlives the node's end.
     assert w.launcher.stopped_all == int(ended_by_the_node)
@@ -394,17 +394,17 @@ def test_after_the_chiefs_success_a_workers_code_gets_a_grace_then_is_ended_and_
 
 def test_a_failed_left_by_an_earlier_attempt_does_not_end_this_one() -> None:
     w = world(settings(node="worker-0"), runs=[(30.0, 0)])
-    earlier = first_status("chief", STATES.failed, time="2026-11-22T10:00:00.000000Z", incarnation="cccc")
+    earlier = first_status("chief", JobState.FAILED, time="2026-11-22T10:00:00.000000Z", incarnation="cccc")
     w.storage.objects[f"{JOB_DIR}/status/job.json"] = earlier.to_json().encode()
     # The chief's heartbeat goes on, so only the old FAILED could end this node.
     for second in range(10, 60, 10):
-        w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
+        w.clock.at(float(second), lambda: w.put_job_status(JobState.RUNNING))
     assert w.agent.run() == 0
 
 
 def test_a_worker_ends_when_the_chief_falls_silent() -> None:
     w = world(settings(node="worker-0", peer_timeout_seconds=300), runs=[(3600.0, 0)])
-    w.put_job_status(STATES.running)
+    w.put_job_status(JobState.RUNNING)
     assert w.agent.run() == EXIT_ENDED
     worker = w.status("worker-0")
     assert worker is not None
@@ -414,10 +414,10 @@ def test_a_worker_ends_when_the_chief_falls_silent() -> None:
 
 def test_a_worker_counts_the_chiefs_silence_from_its_last_heartbeat() -> None:
     w = world(settings(node="worker-0", peer_timeout_seconds=300), runs=[(3600.0, 0)])
-    w.put_job_status(STATES.running)
+    w.put_job_status(JobState.RUNNING)
     # The chief beats every 30 s for ten minutes, then falls silent.
     for second in range(30, 601, 30):
-        w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
+        w.clock.at(float(second), lambda: w.put_job_status(JobState.RUNNING))
     assert w.agent.run() == EXIT_ENDED
     worker = w.status("worker-0")
     assert worker is not None
@@ -433,10 +433,10 @@ def test_a_preparation_that_fails_records_failed_exit_1_and_its_cause_and_starts
     assert w.agent.run() == 1
     chief, job = w.status("chief"), w.job_status()
     assert chief is not None
-    assert (chief.state, chief.exit_code) == (STATES.failed, 1)
+    assert (chief.state, chief.exit_code) == (JobState.FAILED, 1)
     assert chief.reason == "preparing the job failed: pip install exited 1"
     assert job is not None
-    assert (job.state, job.exit_code, job.reason) == (STATES.failed, 1, chief.reason)
+    assert (job.state, job.exit_code, job.reason) == (JobState.FAILED, 1, chief.reason)
     assert w.launcher.started == []
     assert w.releases == ["stop"]
 
@@ -469,15 +469,15 @@ def test_a_worker_still_preparing_ends_when_the_chief_records_failed() -> None:
         return Prepared(Path("/state/venv/bin/python"), Path("/state/code/x"), Path("/state"))
 
     w = world(settings(node="worker-0"), runs=[(1.0, 0)], prepare=slow)
-    w.put_job_status(STATES.running)
-    w.clock.at(100.0, lambda: w.put_job_status(STATES.failed))
+    w.put_job_status(JobState.RUNNING)
+    w.clock.at(100.0, lambda: w.put_job_status(JobState.FAILED))
     try:
         assert w.agent.run() == EXIT_ENDED
     finally:
         release.set()
     worker = w.status("worker-0")
     assert worker is not None
-    assert (worker.state, worker.exit_code) == (STATES.failed, EXIT_ENDED)
+    assert (worker.state, worker.exit_code) == (JobState.FAILED, EXIT_ENDED)
     assert worker.reason == "the chief recorded the job FAILED"
     assert w.launcher.started == []
 
@@ -485,13 +485,13 @@ def test_a_worker_still_preparing_ends_when_the_chief_records_failed() -> None:
 def test_a_workers_termination_records_its_own_state_and_never_the_jobs() -> None:
     w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
     w.agent._running = True
-    w.put_job_status(STATES.running)
+    w.put_job_status(JobState.RUNNING)
     before = w.job_status()
-    w.board.write_node(STATES.running)
+    w.board.write_node(JobState.RUNNING)
     assert w.agent.on_termination("SIGTERM") == EXIT_ENDED
     worker = w.status("worker-0")
     assert worker is not None
-    assert worker.state == STATES.interrupted
+    assert worker.state == JobState.INTERRUPTED
     assert w.job_status() == before
 
 
@@ -506,11 +506,11 @@ def test_the_chief_refreshes_its_heartbeat_every_heartbeat_period() -> None:
 def test_a_termination_signal_records_preempted_ends_the_children_and_applies_no_on_finish() -> None:
     w = world(settings(node="worker-0"), runs=[(3600.0, 0)])
     w.preempted[0] = True
-    w.board.write_node(STATES.running)
+    w.board.write_node(JobState.RUNNING)
     assert w.agent.on_termination("SIGTERM") == EXIT_ENDED
     worker = w.status("worker-0")
     assert worker is not None
-    assert (worker.state, worker.reason) == (STATES.preempted, "SIGTERM")
+    assert (worker.state, worker.reason) == (JobState.PREEMPTED, "SIGTERM")
     assert w.launcher.stopped_all == 1
     assert w.releases == []
 
@@ -520,7 +520,7 @@ def test_a_termination_signal_that_is_not_a_preemption_records_interrupted() -> 
     assert w.agent.on_termination("SIGHUP") == EXIT_ENDED
     worker = w.status("worker-0")
     assert worker is not None
-    assert worker.state == STATES.interrupted
+    assert worker.state == JobState.INTERRUPTED
 
 
 def test_a_digest_mismatch_while_preparing_fails_naming_the_object_and_releases_the_node() -> None:
@@ -579,9 +579,9 @@ def test_the_chief_ends_its_code_when_a_peer_goes_down_and_restarts_it_once_the_
     """Every step of a synchronous cluster needs every node: waiting for TensorFlow to notice a
     lost peer took up to 36 s in a local run; the chief sees the peer's PREEMPTED itself."""
     w = world(settings(), runs=[(3600.0, 0), (40.0, 0)])
-    w.put_status("worker-0", STATES.running, incarnation="aaaa")
-    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
-    w.clock.at(60.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.put_status("worker-0", JobState.RUNNING, incarnation="aaaa")
+    w.clock.at(25.0, lambda: w.put_status("worker-0", JobState.PREEMPTED, incarnation="aaaa"))
+    w.clock.at(60.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
     assert w.agent.run() == 0
     first, second = w.launcher.children
     assert first.stopped
@@ -594,7 +594,7 @@ def test_the_chief_ends_its_code_when_a_peer_goes_down_and_restarts_it_once_the_
 
 def test_the_chiefs_heartbeat_says_which_peers_are_down_as_soon_as_it_sees_them() -> None:
     w = world(settings(heartbeat_seconds=60), runs=[(3600.0, 0)])
-    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    w.put_status("worker-0", JobState.RUNNING, incarnation="aaaa")
     seen: list[tuple[float, tuple[str, ...]]] = []
 
     def look() -> None:
@@ -602,10 +602,10 @@ def test_the_chiefs_heartbeat_says_which_peers_are_down_as_soon_as_it_sees_them(
         if job is not None:
             seen.append((w.clock.now, job.peers_down))
 
-    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
+    w.clock.at(25.0, lambda: w.put_status("worker-0", JobState.PREEMPTED, incarnation="aaaa"))
     for second in range(26, 32):
         w.clock.at(float(second), look)
-    w.clock.at(40.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.clock.at(40.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
     w.clock.at(45.0, look)
     w.clock.at(50.0, lambda: w.launcher.children[-1].stop())
     w.agent.run()
@@ -615,21 +615,21 @@ def test_the_chiefs_heartbeat_says_which_peers_are_down_as_soon_as_it_sees_them(
 
 def test_a_worker_ends_its_code_when_the_chief_says_a_peer_is_down_and_the_peer_confirms() -> None:
     w = world(settings(node="worker-0", peers=("chief", "worker-0", "worker-1")), runs=[(3600.0, 0), (10.0, 0)])
-    w.put_job_status(STATES.running)
-    w.put_status("worker-1", STATES.running, incarnation="aaaa")
+    w.put_job_status(JobState.RUNNING)
+    w.put_status("worker-1", JobState.RUNNING, incarnation="aaaa")
 
     def worker_1_down() -> None:
-        w.put_status("worker-1", STATES.preempted, incarnation="aaaa")
-        w.put_job_status(STATES.running, peers_down=("worker-1",))
+        w.put_status("worker-1", JobState.PREEMPTED, incarnation="aaaa")
+        w.put_job_status(JobState.RUNNING, peers_down=("worker-1",))
 
     def worker_1_back() -> None:
-        w.put_status("worker-1", STATES.running, incarnation="bbbb")
-        w.put_job_status(STATES.running)
+        w.put_status("worker-1", JobState.RUNNING, incarnation="bbbb")
+        w.put_job_status(JobState.RUNNING)
 
     w.clock.at(30.0, worker_1_down)
     w.clock.at(70.0, worker_1_back)
     for second in range(80, 200, 5):
-        w.clock.at(float(second), lambda: w.put_job_status(STATES.running))
+        w.clock.at(float(second), lambda: w.put_job_status(JobState.RUNNING))
     assert w.agent.run() == 0
     assert w.launcher.children[0].stopped
     assert len(w.launcher.started) == 2
@@ -638,10 +638,10 @@ def test_a_worker_ends_its_code_when_the_chief_says_a_peer_is_down_and_the_peer_
 def test_a_stale_word_from_the_chief_does_not_end_a_workers_code() -> None:
     """The chief's heartbeat lags the peers' own status: the peer's own word decides."""
     w = world(settings(node="worker-0", peers=("chief", "worker-0", "worker-1")), runs=[(60.0, 0)])
-    w.put_status("worker-1", STATES.running, incarnation="aaaa")
-    w.put_job_status(STATES.running, peers_down=("worker-1",))
+    w.put_status("worker-1", JobState.RUNNING, incarnation="aaaa")
+    w.put_job_status(JobState.RUNNING, peers_down=("worker-1",))
     for second in range(5, 80, 5):
-        w.clock.at(float(second), lambda: w.put_job_status(STATES.running, peers_down=("worker-1",)))
+        w.clock.at(float(second), lambda: w.put_job_status(JobState.RUNNING, peers_down=("worker-1",)))
     assert w.agent.run() == 0
     assert len(w.launcher.started) == 1
     assert not w.launcher.children[0].stopped
@@ -650,8 +650,8 @@ def test_a_stale_word_from_the_chief_does_not_end_a_workers_code() -> None:
 def test_with_parameter_servers_the_chief_carries_on_when_a_worker_is_lost() -> None:
     """ParameterServerStrategy's coordinator takes a restarted worker back by itself."""
     w = world(settings(peers=ASYNC), runs=[(100.0, 0)])
-    w.put_status("worker-0", STATES.running, incarnation="aaaa")
-    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
+    w.put_status("worker-0", JobState.RUNNING, incarnation="aaaa")
+    w.clock.at(25.0, lambda: w.put_status("worker-0", JobState.PREEMPTED, incarnation="aaaa"))
     assert w.agent.run() == 0
     assert len(w.launcher.started) == 1
     assert not w.launcher.children[0].stopped
@@ -669,9 +669,9 @@ def test_the_chief_looks_often_at_a_spot_peer_it_knows_is_down() -> None:
         runs=[(3600.0, 0), (10.0, 0)],
         recovery_factory=lambda board, clock, log: CountingRecovery(),
     )
-    w.put_status("worker-0", STATES.running, incarnation="aaaa")
-    w.clock.at(25.0, lambda: w.put_status("worker-0", STATES.preempted, incarnation="aaaa"))
-    w.clock.at(45.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.put_status("worker-0", JobState.RUNNING, incarnation="aaaa")
+    w.clock.at(25.0, lambda: w.put_status("worker-0", JobState.PREEMPTED, incarnation="aaaa"))
+    w.clock.at(45.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
     w.agent.run()
     before = [b - a for a, b in itertools.pairwise(looks) if b <= 25.0]
     during = [b - a for a, b in itertools.pairwise(looks) if a >= 30.0 and b <= 45.0]
@@ -695,24 +695,24 @@ def test_a_peer_preempted_past_the_bound_while_the_chief_looks_for_a_lost_peer_e
         runs=[(30.0, 3)],
         recovery_factory=lambda board, clock, log: BoundedRecovery(),
     )
-    w.put_status("worker-0", STATES.running)
+    w.put_status("worker-0", JobState.RUNNING)
     assert w.agent.run() == EXIT_ENDED
     chief, job = w.status("chief"), w.job_status()
     assert chief is not None
-    assert (chief.state, chief.exit_code, chief.reason) == (STATES.failed, EXIT_ENDED, too_often)
+    assert (chief.state, chief.exit_code, chief.reason) == (JobState.FAILED, EXIT_ENDED, too_often)
     assert job is not None
-    assert (job.state, job.reason) == (STATES.failed, too_often)
+    assert (job.state, job.reason) == (JobState.FAILED, too_often)
     assert len(w.launcher.started) == 1
 
 
 def test_the_chiefs_termination_says_so_of_the_job_too() -> None:
     w = world(settings(), runs=[(3600.0, 0)])
     w.agent._running = True
-    w.board.write_node(STATES.running)
+    w.board.write_node(JobState.RUNNING)
     assert w.agent.on_termination("SIGTERM") == EXIT_ENDED
     job = w.job_status()
     assert job is not None
-    assert (job.state, job.reason) == (STATES.interrupted, "SIGTERM")
+    assert (job.state, job.reason) == (JobState.INTERRUPTED, "SIGTERM")
 
 
 def test_the_shutdown_that_on_finish_asked_for_records_nothing_over_the_jobs_end() -> None:
@@ -728,9 +728,9 @@ def test_the_shutdown_that_on_finish_asked_for_records_nothing_over_the_jobs_end
     assert w.agent.run() == 0
     chief, job = w.status("chief"), w.job_status()
     assert chief is not None
-    assert chief.state == STATES.succeeded
+    assert chief.state == JobState.SUCCEEDED
     assert job is not None
-    assert job.state == STATES.succeeded
+    assert job.state == JobState.SUCCEEDED
 
 
 def test_a_flex_start_node_ends_the_job_before_its_run_ends_saying_why_and_releases_the_machine() -> None:
@@ -741,10 +741,10 @@ def test_a_flex_start_node_ends_the_job_before_its_run_ends_saying_why_and_relea
     assert w.agent.run() == EXIT_ENDED
     chief, job = w.status("chief"), w.job_status()
     assert chief is not None
-    assert chief.state == STATES.failed
+    assert chief.state == JobState.FAILED
     assert chief.reason == why
     assert job is not None
-    assert job.state == STATES.failed
+    assert job.state == JobState.FAILED
     assert job.reason == why
     assert w.launcher.children[0].stopped
     assert w.releases == ["delete"]
@@ -777,8 +777,8 @@ def test_a_restart_says_it_resumes_from_a_backup_only_for_code_that_keeps_one(bu
     job = dataclasses.replace(base.job, module="trainer.task", warm_start=builtin)
     node_settings = dataclasses.replace(base, job=job)
     w = world(node_settings, runs=[(30.0, 1), (10.0, 0)])
-    w.put_status("worker-0", STATES.running, incarnation="aaaa")
-    w.clock.at(20.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+    w.put_status("worker-0", JobState.RUNNING, incarnation="aaaa")
+    w.clock.at(20.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
     assert w.agent.run() == 0
     [line] = [line for line in w.log if "restart 1 of at most" in line]
     assert words in line
@@ -789,15 +789,15 @@ def test_a_restart_says_it_resumes_from_a_backup_only_for_code_that_keeps_one(bu
 def test_a_local_job_directory_is_taken_back_by_the_last_node_to_end_not_the_first() -> None:
     """A node's token lasts until its own job ends: a chief that ended first took a local job
     directory back while worker-0's code still wrote its share (a flaky PermissionError)."""
-    from trainstack_contract import STATES
+    from trainstack_contract.lifecycle import JobState
 
     chief = world(settings("chief", peers=("chief", "worker-0", "worker-1")), runs=[])
-    chief.put_status("worker-0", STATES.running)
-    chief.put_status("worker-1", STATES.succeeded)
+    chief.put_status("worker-0", JobState.RUNNING)
+    chief.put_status("worker-1", JobState.SUCCEEDED)
     assert not chief.agent._last_to_end()
-    chief.put_status("worker-0", STATES.interrupted)  # down, to resume: not the job's end
+    chief.put_status("worker-0", JobState.INTERRUPTED)  # down, to resume: not the job's end
     assert not chief.agent._last_to_end()
-    chief.put_status("worker-0", STATES.failed)
+    chief.put_status("worker-0", JobState.FAILED)
     assert chief.agent._last_to_end()
     alone = world(settings("worker-0", peers=("chief", "worker-0")), runs=[])
     assert alone.agent._last_to_end()  # the chief never wrote a status: it never ran the code

@@ -23,7 +23,8 @@ from trainstack_agent.runend import RunEnd
 from trainstack_agent.services import Services
 from trainstack_agent.settings import NodeSettings
 from trainstack_agent.timings import Timings
-from trainstack_contract import HYPERTUNE_METRIC_FILE_ENV, LAYOUT, METADATA_KEYS, STATES
+from trainstack_contract import HYPERTUNE_METRIC_FILE_ENV, LAYOUT, METADATA_KEYS
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.queue import (
     INDEX_OBJECT,
     MAX_SPEC_BYTES,
@@ -188,13 +189,13 @@ def test_two_queued_jobs_run_one_after_the_other_in_one_boot_and_on_finish_appli
     one, two = status(storage, first, "first"), status(storage, second, "second")
     assert one is not None
     assert two is not None
-    assert (one.state, two.state) == (STATES.succeeded, STATES.succeeded)
+    assert (one.state, two.state) == (JobState.SUCCEEDED, JobState.SUCCEEDED)
     # One boot: the same incarnation in both jobs' status objects, the second started after the first ended.
     assert one.incarnation == two.incarnation == "1111"
     assert two.history[0].time >= one.time
     job = storage.objects.get(f"{queued_job_dir(BUCKET, first, 'first')}/status/job.json")
     assert job is not None
-    assert StatusDocument.from_json(job).state == STATES.succeeded
+    assert StatusDocument.from_json(job).state == JobState.SUCCEEDED
     assert q.releases == [(70.0, "stop")]
     assert "ready" in q.log
     assert "queue: job 1 (q1_first) starting" in q.log
@@ -222,13 +223,13 @@ def test_a_cancelled_running_job_ends_cancelled_and_the_next_starts(tmp_path: Pa
     q = boot(tmp_path, runs=[(500.0, 0), (20.0, 0)], storage=storage)
     q.clock.at(100.0, lambda: cancel(storage, first))
     assert q.queue.run() == 0
-    assert states(storage, first, "first") == [STATES.running, STATES.cancelled]
+    assert states(storage, first, "first") == [JobState.RUNNING, JobState.CANCELLED]
     job = StatusDocument.from_json(storage.objects[f"{queued_job_dir(BUCKET, first, 'first')}/status/job.json"])
-    assert job.state == STATES.cancelled
+    assert job.state == JobState.CANCELLED
     assert q.launcher.children[0].stopped
     # Seen within a peer_poll of the cancel.
     assert 100.0 <= q.launcher.children[1].exits_at - 20.0 <= 100.0 + Timings().peer_poll + 1
-    assert states(storage, second, "second") == [STATES.running, STATES.succeeded]
+    assert states(storage, second, "second") == [JobState.RUNNING, JobState.SUCCEEDED]
     assert "queue: job 1 cancelled: ending its code" in q.log
     # No on_finish at the cancel: once, at the end of the queue.
     assert [action for _, action in q.releases] == ["stop"]
@@ -244,11 +245,11 @@ def test_a_node_ends_its_code_when_the_chief_recorded_the_job_cancelled(tmp_path
 
     def chief_cancels() -> None:
         chief = Board(storage, job_dir, "chief", "cccc", now=q.clock.utc_text)  # type: ignore[arg-type]
-        chief.write_job(STATES.cancelled, None, "job 1 was cancelled")
+        chief.write_job(JobState.CANCELLED, None, "job 1 was cancelled")
 
     q.clock.at(100.0, chief_cancels)
     q.queue.run()
-    assert states(storage, first, "first", node="worker-0") == [STATES.running, STATES.cancelled]
+    assert states(storage, first, "first", node="worker-0") == [JobState.RUNNING, JobState.CANCELLED]
     assert q.launcher.children[0].stopped
 
 
@@ -270,8 +271,8 @@ def test_a_failed_job_does_not_stop_the_queue(tmp_path: Path) -> None:
     assert q.queue.run() == 0
     failed = status(storage, first, "first")
     assert failed is not None
-    assert (failed.state, failed.exit_code) == (STATES.failed, 3)
-    assert states(storage, second, "second") == [STATES.running, STATES.succeeded]
+    assert (failed.state, failed.exit_code) == (JobState.FAILED, 3)
+    assert states(storage, second, "second") == [JobState.RUNNING, JobState.SUCCEEDED]
     assert [action for _, action in q.releases] == ["stop"]
     # The failed job's children were ended without closing the launcher to the next job's.
     assert q.launcher.stopped_all >= 1
@@ -294,7 +295,7 @@ def test_a_refused_digest_stops_the_machine_and_the_queue(tmp_path: Path) -> Non
         node_settings=settings(peers=(), with_job=False, on_finish="keep"),
     )
     assert q.queue.run() == 1
-    assert states(storage, first, "first") == [STATES.running, STATES.failed]
+    assert states(storage, first, "first") == [JobState.RUNNING, JobState.FAILED]
     assert q.launcher.started == []
     assert [action for _, action in q.releases] == ["stop"]
     assert status(storage, 2, "second") is None
@@ -382,7 +383,7 @@ def test_a_spec_that_fails_its_checks_fails_that_job_only_with_a_clear_reason(tm
     assert q.queue.run() == 0
     refused = status(storage, bad, "bad")
     assert refused is not None
-    assert refused.state == STATES.failed
+    assert refused.state == JobState.FAILED
     assert refused.reason is not None
     assert expected in refused.reason
     assert refused.reason.startswith(f"the job's spec {BUCKET}/{spec_object(sha)}")
@@ -400,9 +401,9 @@ def test_a_missing_spec_fails_that_job_only(tmp_path: Path) -> None:
     assert q.queue.run() == 0
     refused = status(storage, 1, "bad")
     assert refused is not None
-    assert refused.state == STATES.failed
+    assert refused.state == JobState.FAILED
     assert "does not exist" in (refused.reason or "")
-    assert states(storage, 2, "good") == [STATES.running, STATES.succeeded]
+    assert states(storage, 2, "good") == [JobState.RUNNING, JobState.SUCCEEDED]
 
 
 def test_a_corrupt_index_does_not_stop_a_running_job_or_lose_its_entries(tmp_path: Path) -> None:
@@ -415,8 +416,8 @@ def test_a_corrupt_index_does_not_stop_a_running_job_or_lose_its_entries(tmp_pat
 
     q.clock.at(20.0, corrupt)
     assert q.queue.run() == 0
-    assert states(storage, first, "first") == [STATES.running, STATES.succeeded]
-    assert states(storage, second, "second") == [STATES.running, STATES.succeeded]
+    assert states(storage, first, "first") == [JobState.RUNNING, JobState.SUCCEEDED]
+    assert states(storage, second, "second") == [JobState.RUNNING, JobState.SUCCEEDED]
     problems = [line for line in q.log if line.startswith(f"queue: cannot read {INDEX_URI} (")]
     # Read every peer_poll and every queue_poll since, said once.
     assert len(problems) == 1
@@ -429,7 +430,7 @@ def test_a_reboot_mid_queue_resumes_the_unfinished_job_not_the_finished_ones(tmp
     first, second, third = submit(storage, "first"), submit(storage, "second"), submit(storage, "third")
     q = boot(tmp_path, runs=[(10.0, 0), (100.0, 0)], storage=storage)
     run_until_sigterm(q, at=50.0)
-    assert states(storage, second, "second") == [STATES.running, STATES.interrupted]
+    assert states(storage, second, "second") == [JobState.RUNNING, JobState.INTERRUPTED]
     assert q.releases == []
     reads: list[str] = []
     storage.read_outage = lambda uri: reads.append(uri) and False
@@ -441,7 +442,7 @@ def test_a_reboot_mid_queue_resumes_the_unfinished_job_not_the_finished_ones(tmp
     ]
     resumed = status(storage, second, "second")
     assert resumed is not None
-    assert resumed.state == STATES.succeeded
+    assert resumed.state == JobState.SUCCEEDED
     assert [entry.incarnation for entry in resumed.history] == ["1111", "1111", "2222", "2222"]
     # The finished job is known done from the node's state directory: its status is not read again.
     first_dir = queued_job_dir(BUCKET, first, "first")
@@ -492,9 +493,9 @@ def test_a_job_that_ended_without_this_node_is_not_run_and_its_own_job_not_run_a
     first, second, third = submit(storage, "first"), submit(storage, "second"), submit(storage, "third")
     worker = replace(settings(node="worker-0", peers=("chief", "worker-0")), heartbeat_seconds=5)
     for job_dir, node, state in (
-        (queued_job_dir(BUCKET, first, "first"), "chief", STATES.failed),
-        (queued_job_dir(BUCKET, second, "second"), "worker-0", STATES.cancelled),
-        (JOB_DIR, "chief", STATES.failed),
+        (queued_job_dir(BUCKET, first, "first"), "chief", JobState.FAILED),
+        (queued_job_dir(BUCKET, second, "second"), "worker-0", JobState.CANCELLED),
+        (JOB_DIR, "chief", JobState.FAILED),
     ):
         board = Board(storage, job_dir, node, "0000")  # type: ignore[arg-type]
         (board.write_job if node == "chief" else board.write_node)(state, 1, "ended before this boot")
@@ -547,7 +548,7 @@ def test_a_flex_start_node_ends_its_job_before_its_run_ends_and_leaves_the_queue
     node = settings(peers=(), with_job=False, on_finish="delete")
     q = boot(tmp_path, runs=[(500.0, 0), (20.0, 0)], node_settings=node, storage=storage, run_end=RunEnd(100.0, why))
     q.queue.run()
-    assert states(storage, first, "first") == [STATES.running, STATES.failed]
+    assert states(storage, first, "first") == [JobState.RUNNING, JobState.FAILED]
     ended = status(storage, first, "first")
     assert ended is not None
     assert ended.reason == why
@@ -603,9 +604,9 @@ def test_one_node_jobs_are_taken_one_per_node_and_a_whole_cluster_job_waits_unti
     # Looking again changes nothing: a node keeps the job it took, and no other takes it.
     again = {node: q.queue.next_job.next(index) for node, q in nodes.items()}
     assert again == picks
-    record_job_state(storage, first, "first", STATES.succeeded)
+    record_job_state(storage, first, "first", JobState.SUCCEEDED)
     assert nodes["worker-1"].queue.next_job.next(index) is None
-    record_job_state(storage, second, "second", STATES.failed)
+    record_job_state(storage, second, "second", JobState.FAILED)
     for q in nodes.values():
         picked = q.queue.next_job.next(index)
         assert picked is not None
@@ -620,9 +621,9 @@ def test_a_one_node_job_runs_alone_as_its_own_chief_on_the_node_that_took_it(tmp
     assert q.queue.run() == 0
     (command,) = q.launcher.started
     assert "TF_CONFIG" not in command.env
-    assert states(storage, job, "alone", node="worker-1") == [STATES.running, STATES.succeeded]
+    assert states(storage, job, "alone", node="worker-1") == [JobState.RUNNING, JobState.SUCCEEDED]
     # It wrote the job's status, as a chief does: no other node runs it.
-    assert states(storage, job, "alone", node="job") == [STATES.running, STATES.succeeded]
+    assert states(storage, job, "alone", node="job") == [JobState.RUNNING, JobState.SUCCEEDED]
     assert taken_by_node(storage, job, "alone") == "worker-1"
     assert "queue: job 1 (q1_alone) runs on one node: this one took it" in q.log
 
@@ -637,7 +638,7 @@ def test_a_node_waiting_for_a_whole_cluster_job_is_not_idle_and_runs_it_once_the
     )
     whole = submit(storage, "whole")
     q = boot(tmp_path, runs=[(20.0, 0)], idle_seconds=60, node_settings=cluster_node("worker-1"), storage=storage)
-    q.clock.at(500.0, lambda: record_job_state(storage, held, "held", STATES.succeeded))
+    q.clock.at(500.0, lambda: record_job_state(storage, held, "held", JobState.SUCCEEDED))
     assert q.queue.run() == 0
     assert q.job_dirs_started() == [queued_job_dir(BUCKET, whole, "whole")]
     # The job started at 500 s, ran 20 s, then the idle wait of 60 s: nothing stopped the node before.
@@ -661,7 +662,7 @@ def test_a_whole_cluster_job_behind_a_one_node_job_whose_node_is_gone_lets_this_
     other node waited for that job to end, never idle, billing until max_run_hours."""
     storage = MemoryStorage()
     held = held_by_the_chief(storage, "held")
-    record_job_state(storage, held, "held", STATES.preempted)
+    record_job_state(storage, held, "held", JobState.PREEMPTED)
     whole = submit(storage, "whole")
     q = boot(tmp_path, runs=[(20.0, 0)], idle_seconds=60, node_settings=cluster_node("worker-1"), storage=storage)
     assert q.queue.run() == 0
@@ -682,7 +683,7 @@ def test_a_one_node_job_whose_status_stops_changing_for_the_peer_timeout_stops_h
 ) -> None:
     storage = MemoryStorage()
     held = held_by_the_chief(storage, "held")
-    record_job_state(storage, held, "held", STATES.running)
+    record_job_state(storage, held, "held", JobState.RUNNING)
     submit(storage, "whole")
     node_settings = replace(cluster_node("worker-1"), peer_timeout_seconds=300)
     q = boot(tmp_path, runs=[(20.0, 0)], idle_seconds=60, node_settings=node_settings, storage=storage)
@@ -702,8 +703,8 @@ def test_a_one_node_job_whose_holder_beats_keeps_this_node_waiting_past_the_peer
     q = boot(tmp_path, runs=[(20.0, 0)], idle_seconds=60, node_settings=node_settings, storage=storage)
     # The holder's heartbeat rewrites the job's status every 60 s until it succeeds at 1000 s.
     for second in range(0, 1000, 60):
-        q.clock.at(float(second), lambda s=second: record_job_state(storage, held, "held", STATES.running, s))
-    q.clock.at(1000.0, lambda: record_job_state(storage, held, "held", STATES.succeeded))
+        q.clock.at(float(second), lambda s=second: record_job_state(storage, held, "held", JobState.RUNNING, s))
+    q.clock.at(1000.0, lambda: record_job_state(storage, held, "held", JobState.SUCCEEDED))
     assert q.queue.run() == 0
     assert q.job_dirs_started() == [queued_job_dir(BUCKET, whole, "whole")]
     assert q.releases[0][0] >= 1000.0 + 20.0 + 60.0
@@ -719,7 +720,7 @@ def test_a_node_that_rebooted_mid_one_node_job_resumes_it(tmp_path: Path) -> Non
     )
     assert again.queue.run() == 0
     assert again.job_dirs_started() == [queued_job_dir(BUCKET, job, "long")]
-    assert states(storage, job, "long", node="worker-0")[-1] == STATES.succeeded
+    assert states(storage, job, "long", node="worker-0")[-1] == JobState.SUCCEEDED
 
 
 def test_a_one_node_jobs_corrupt_taken_by_record_fails_that_job_alone(tmp_path: Path) -> None:
@@ -732,7 +733,7 @@ def test_a_one_node_jobs_corrupt_taken_by_record_fails_that_job_alone(tmp_path: 
     assert q.job_dirs_started() == [queued_job_dir(BUCKET, good, "good")]
     failed = status(storage, bad, "bad", node="job")
     assert failed is not None
-    assert failed.state == STATES.failed
+    assert failed.state == JobState.FAILED
     assert failed.reason == f"job 1 (q1_bad) cannot be run: {TAKEN_BY} names no node"
 
 
@@ -743,10 +744,10 @@ def test_a_cancelled_one_node_job_is_ended_and_recorded_by_the_node_that_took_it
     q = boot(tmp_path, runs=[(500.0, 0), (20.0, 0)], node_settings=cluster_node("worker-1"), storage=storage)
     q.clock.at(100.0, lambda: cancel(storage, job))
     assert q.queue.run() == 0
-    assert states(storage, job, "solo", node="worker-1") == [STATES.running, STATES.cancelled]
-    assert states(storage, job, "solo", node="job") == [STATES.running, STATES.cancelled]
+    assert states(storage, job, "solo", node="worker-1") == [JobState.RUNNING, JobState.CANCELLED]
+    assert states(storage, job, "solo", node="job") == [JobState.RUNNING, JobState.CANCELLED]
     assert q.launcher.children[0].stopped
-    assert states(storage, after, "after", node="job") == [STATES.running, STATES.succeeded]
+    assert states(storage, after, "after", node="job") == [JobState.RUNNING, JobState.SUCCEEDED]
 
 
 def test_a_one_node_job_whose_taker_cannot_be_read_waits_and_is_logged_once(tmp_path: Path) -> None:

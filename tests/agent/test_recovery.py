@@ -24,7 +24,7 @@ from trainstack_agent.outcome import EXIT_ENDED
 from trainstack_agent.processes import JobChild, JobLauncher, Log, Processes, group_running
 from trainstack_agent.recovery import TERMINATED, SpotRecovery
 from trainstack_agent.timings import Timings
-from trainstack_contract import STATES
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.status import first_status
 
 PROJECT, ZONE = "your-gcp-project", "us-central1-a"
@@ -45,7 +45,7 @@ def peer_status(storage: MemoryStorage, clock: FakeClock, state: str) -> None:
     storage.objects[f"{JOB_DIR}/status/worker-0.json"] = document.to_json().encode()
 
 
-@pytest.mark.parametrize("state", [STATES.preempted, STATES.running])
+@pytest.mark.parametrize("state", [JobState.PREEMPTED, JobState.RUNNING])
 def test_a_stopped_peer_that_was_at_work_is_started_again(state: str) -> None:
     recovery, instances, storage, clock, _ = setup()
     instances.statuses["s-worker-0"] = TERMINATED
@@ -54,7 +54,7 @@ def test_a_stopped_peer_that_was_at_work_is_started_again(state: str) -> None:
     assert instances.starts == [(0.0, "s-worker-0")]
 
 
-@pytest.mark.parametrize("state", [STATES.succeeded, STATES.failed, STATES.interrupted])
+@pytest.mark.parametrize("state", [JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED])
 def test_a_peer_that_stopped_at_the_end_of_its_work_or_on_purpose_is_left_alone(state: str) -> None:
     recovery, instances, storage, clock, _ = setup()
     instances.statuses["s-worker-0"] = TERMINATED
@@ -67,7 +67,7 @@ def test_a_peer_that_stopped_at_the_end_of_its_work_or_on_purpose_is_left_alone(
 def test_a_peer_that_is_up_or_on_its_way_is_not_started(status: str) -> None:
     recovery, instances, storage, clock, _ = setup()
     instances.statuses["s-worker-0"] = status
-    peer_status(storage, clock, STATES.preempted)
+    peer_status(storage, clock, JobState.PREEMPTED)
     recovery.look()
     assert instances.starts == []
 
@@ -75,7 +75,7 @@ def test_a_peer_that_is_up_or_on_its_way_is_not_started(status: str) -> None:
 def test_the_start_call_is_repeated_with_doubling_back_off_while_the_peer_stays_stopped() -> None:
     recovery, instances, storage, clock, _ = setup()
     instances.statuses["s-worker-0"] = TERMINATED
-    peer_status(storage, clock, STATES.preempted)
+    peer_status(storage, clock, JobState.PREEMPTED)
     for _ in range(4000):
         recovery.look()
         clock.sleep(1.0)
@@ -91,7 +91,7 @@ def test_a_failed_start_call_is_retried_with_back_off_too() -> None:
     recovery, instances, storage, clock, log = setup()
     instances.statuses["s-worker-0"] = TERMINATED
     instances.start_fails = True
-    peer_status(storage, clock, STATES.preempted)
+    peer_status(storage, clock, JobState.PREEMPTED)
     for _ in range(100):
         recovery.look()
         clock.sleep(1.0)
@@ -104,7 +104,7 @@ def test_each_preemption_counts_once_and_past_the_bound_the_job_ends() -> None:
     instances.statuses["s-worker-0"] = TERMINATED
     reasons = []
     for _ in range(3):
-        peer_status(storage, clock, STATES.preempted)
+        peer_status(storage, clock, JobState.PREEMPTED)
         reasons += [recovery.look(), recovery.look()]
         clock.sleep(5.0)
     assert reasons[:4] == [None] * 4
@@ -115,10 +115,10 @@ def test_a_peer_preempted_again_before_it_could_say_so_still_counts() -> None:
     """Its status is RUNNING from its last boot, with a time of its own: a new outage."""
     recovery, instances, storage, clock, _ = setup(max_restarts=1)
     instances.statuses["s-worker-0"] = TERMINATED
-    peer_status(storage, clock, STATES.preempted)
+    peer_status(storage, clock, JobState.PREEMPTED)
     assert recovery.look() is None
     clock.sleep(60.0)
-    peer_status(storage, clock, STATES.running)
+    peer_status(storage, clock, JobState.RUNNING)
     assert recovery.look() == "worker-0 was preempted 2 times, more than cluster.max_restarts (1)"
 
 
@@ -138,7 +138,7 @@ def test_every_peer_is_looked_at_whatever_the_ones_before_it_are() -> None:
     # worker-0's instance cannot be read, worker-1 is up, worker-2 stopped at the end of its
     # work; only worker-3 was preempted.
     instances.statuses.update({"s-worker-1": "RUNNING", "s-worker-2": TERMINATED, "s-worker-3": TERMINATED})
-    for node, state in (("worker-2", STATES.succeeded), ("worker-3", STATES.preempted)):
+    for node, state in (("worker-2", JobState.SUCCEEDED), ("worker-3", JobState.PREEMPTED)):
         document = first_status(node, state, time=clock.utc_text(), incarnation="aaaa")
         storage.objects[f"{JOB_DIR}/status/{node}.json"] = document.to_json().encode()
     assert recovery.look() is None
@@ -156,7 +156,7 @@ def test_a_look_at_a_hanging_api_stops_at_its_budget_and_the_next_goes_on_from_t
     recovery = SpotRecovery(peers, 3, instances, board, clock.monotonic, log.append, unreadable_bound=600, budget=30.0)
     # worker-0 to worker-6 cannot be read; worker-7 was preempted.
     instances.statuses["s-worker-7"] = TERMINATED
-    document = first_status("worker-7", STATES.preempted, time=clock.utc_text(), incarnation="aaaa")
+    document = first_status("worker-7", JobState.PREEMPTED, time=clock.utc_text(), incarnation="aaaa")
     storage.objects[f"{JOB_DIR}/status/worker-7.json"] = document.to_json().encode()
     looks = []
     while not instances.starts:
@@ -228,15 +228,15 @@ def spot_world(on_finish: str = "stop", peer_timeout_seconds: int = 600) -> tupl
     w = world(node_settings, runs=[(3600.0, 0), (40.0, 0)], recovery_factory=recovery)
     instances.clock = w.clock
     instances.statuses["s-worker-0"] = "RUNNING"
-    w.put_status("worker-0", STATES.running, incarnation="aaaa")
+    w.put_status("worker-0", JobState.RUNNING, incarnation="aaaa")
 
     def preempt() -> None:
-        w.put_status("worker-0", STATES.preempted, incarnation="aaaa")
+        w.put_status("worker-0", JobState.PREEMPTED, incarnation="aaaa")
         instances.statuses["s-worker-0"] = TERMINATED
 
     def boot(instance: str) -> None:
         instances.statuses[instance] = "RUNNING"
-        w.clock.at(w.clock.now + 20.0, lambda: w.put_status("worker-0", STATES.running, incarnation="bbbb"))
+        w.clock.at(w.clock.now + 20.0, lambda: w.put_status("worker-0", JobState.RUNNING, incarnation="bbbb"))
 
     w.clock.at(25.0, preempt)
     instances.on_start = boot
@@ -263,9 +263,9 @@ def test_a_storage_give_up_while_a_spot_peer_is_terminated_does_not_fail_the_job
     assert w.launcher.children[0].stopped
     chief, job = w.status("chief"), w.job_status()
     assert chief is not None
-    assert chief.state == STATES.succeeded
+    assert chief.state == JobState.SUCCEEDED
     assert job is not None
-    assert job.state == STATES.succeeded
+    assert job.state == JobState.SUCCEEDED
     assert any("could not read" in line and "worker-0" in line for line in w.log)
 
 
@@ -280,7 +280,7 @@ def test_a_peers_status_that_stays_unreadable_ends_the_job_within_the_bound(on_f
     assert w.clock.now <= 25.0 + 300.0 + 15.0
     chief = w.status("chief")
     assert chief is not None
-    assert chief.state == STATES.failed
+    assert chief.state == JobState.FAILED
     assert "could not read the status of worker-0 for 300 s" in (chief.reason or "")
     assert w.launcher.children[0].stopped
     assert w.releases == ([] if on_finish == "keep" else ["stop"])
@@ -352,12 +352,12 @@ def test_a_job_recorded_failed_leaves_no_job_process_running_whatever_on_finish_
     node_settings = settings(recover=(("worker-0", "s-worker-0"),), on_finish=on_finish)
     w = world(node_settings, runs=[(3600.0, 0)], recovery_factory=lambda board, clock, log: _BrokenRecovery(clock))
     w.agent.services.launcher = trainer
-    w.put_status("worker-0", STATES.running)
+    w.put_status("worker-0", JobState.RUNNING)
     try:
         assert w.agent.run() == 1
         chief = w.status("chief")
         assert chief is not None
-        assert chief.state == STATES.failed
+        assert chief.state == JobState.FAILED
         assert "an error nobody planned for" in (chief.reason or "")
         assert trainer.running() == []
         assert w.releases == ([] if on_finish == "keep" else ["stop"])

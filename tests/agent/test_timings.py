@@ -16,8 +16,9 @@ import pytest
 from agent_fakes import settings, world
 from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobLauncher, Log, Processes
-from trainstack_agent.timings import TIME_SCALE_VARIABLE, TimeScaleError, Timings, parse_time_scale
-from trainstack_contract import STATES
+from trainstack_agent.timings import Timings
+from trainstack_contract.lifecycle import JobState
+from trainstack_contract.timescale import TIME_SCALE_VARIABLE, TimeScaleError, parse_time_scale
 
 
 @pytest.mark.parametrize(
@@ -47,7 +48,7 @@ def test_scaling_shortens_every_wait_alike() -> None:
 def test_the_settle_window_a_node_waits_after_a_failed_step_is_the_scaled_one() -> None:
     timings = Timings().scaled(0.25)
     w = world(settings(), runs=[(30.0, 3)], timings=timings)
-    w.put_status("worker-0", STATES.running)
+    w.put_status("worker-0", JobState.RUNNING)
     assert w.agent.run() == 3
     assert 30.0 + timings.peer_settle <= w.clock.now < 30.0 + Timings().peer_settle
 

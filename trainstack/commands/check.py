@@ -13,12 +13,12 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.commands.stackargs import add_stack_arguments, read_stack
+from trainstack_contract.policy import PolicyFinding
 
 if TYPE_CHECKING:
     from trainstack.cloud.planning import Plan
@@ -33,15 +33,6 @@ MAX_CONFIG_BYTES = 1024 * 1024
 
 class CheckProblem(Exception):
     """The check could not be run; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    policy: str
-    enforcement: str
-    resource_type: str
-    resource_name: str
-    message: str
 
 
 def policy_python() -> Path:
@@ -70,7 +61,9 @@ def read_policy_config(path: Path | None) -> dict[str, Any]:
         raise CheckProblem(str(problem)) from None
 
 
-def evaluate(stack: str, resources: list[dict[str, Any]], config: dict[str, Any]) -> tuple[list[str], list[Finding]]:
+def evaluate(
+    stack: str, resources: list[dict[str, Any]], config: dict[str, Any]
+) -> tuple[list[str], list[PolicyFinding]]:
     """The pack's policy names and every violation, from the pack's own interpreter."""
     request = json.dumps({"stack": stack, "resources": resources, "config": config})
     try:
@@ -89,10 +82,10 @@ def evaluate(stack: str, resources: list[dict[str, Any]], config: dict[str, Any]
         last = (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[-1]
         raise CheckProblem(f"the policy pack failed: {last.removeprefix('trainstack_policies: ')}")
     result = json.loads(run.stdout)
-    return list(result["policies"]), [Finding(**v) for v in result["violations"]]
+    return list(result["policies"]), [PolicyFinding(**v) for v in result["violations"]]
 
 
-def check_plan(plan: Plan, config: dict[str, Any]) -> tuple[list[str], list[Finding]]:
+def check_plan(plan: Plan, config: dict[str, Any]) -> tuple[list[str], list[PolicyFinding]]:
     return evaluate(plan.stack, plan.resource_documents(), config)
 
 

@@ -110,7 +110,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from trainstack.jobqueue.history import job_state
     from trainstack.jobqueue.queue import CancelRefused, cancel, job_prefix
     from trainstack.jobqueue.store import StoreError
-    from trainstack_contract.queue import ENDED_STATES
+    from trainstack_contract.lifecycle import ENDED_JOB_STATES
     from trainstack_contract.status import utc_now
 
     stack = load_resolved(args)
@@ -126,7 +126,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
         def ended_state(entry: Any) -> str | None:
             state = job_state(place.objects, job_prefix(entry))
-            return state if state in ENDED_STATES else None
+            return state if state in ENDED_JOB_STATES else None
 
         entry = cancel(place.store, args.id, utc_now(), ended_state)
     except (QueueUsageError, StoreError, StatusReadError, CancelRefused) as error:

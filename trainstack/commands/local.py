@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option
 from trainstack.localrun.outcome import EXIT_CODES_HELP, LocalExit
-from trainstack_agent.timings import MIN_TIME_SCALE, TIME_SCALE_VARIABLE
 from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
 from trainstack_contract.names import NODE_NAME
+from trainstack_contract.timescale import MIN_TIME_SCALE, TIME_SCALE_VARIABLE
 
 if TYPE_CHECKING:
     from trainstack.localrun.nodes import TrainerOverrides
@@ -158,7 +158,7 @@ def preempted_nodes(args: argparse.Namespace, stack: ResolvedStack) -> tuple[str
 def check_runnable_here(stack: ResolvedStack) -> None:
     """What this machine needs for the stack: a cluster or TPU VM to run, a Docker engine for
     an image, a valid time scale for the agents' waits."""
-    from trainstack_agent.timings import TimeScaleError, parse_time_scale
+    from trainstack_contract.timescale import TimeScaleError, parse_time_scale
 
     if stack.cluster is None and stack.tpu is None:
         raise LocalRefused(
@@ -183,7 +183,7 @@ def check_runnable_here(stack: ResolvedStack) -> None:
 def standing_note(args: argparse.Namespace, stack: ResolvedStack) -> str:
     """What a user of `local --standing` needs: how many nodes are up, how to queue a job, when
     they stop; refused (LocalRefused) where the stack's nodes run no queue."""
-    from trainstack_agent.timings import parse_time_scale
+    from trainstack_contract.timescale import parse_time_scale
 
     if not stack.runs_queue or stack.idle_seconds is None:
         raise LocalRefused(

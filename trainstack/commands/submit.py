@@ -304,7 +304,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from trainstack.localrun.wheels import FetchError
     from trainstack.localrun.workdir import WorkdirError, claim_workdir
     from trainstack.stackmodel.resolved import one_node_refusal
-    from trainstack_contract.queue import ENDED_STATES
+    from trainstack_contract.lifecycle import ENDED_JOB_STATES
     from trainstack_contract.status import utc_now
 
     try:
@@ -333,7 +333,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             values,
             code,
             utc_now(),
-            lambda queued_entry: job_state(place.objects, job_prefix(queued_entry)) in ENDED_STATES,
+            lambda queued_entry: job_state(place.objects, job_prefix(queued_entry)) in ENDED_JOB_STATES,
             args.one_node,
         )
     except WorkdirError as error:

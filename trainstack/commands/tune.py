@@ -105,11 +105,11 @@ def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace,
     from trainstack.jobqueue.queue import CancelRefused, cancel, job_prefix, read_index, submit
     from trainstack.jobstate.report import node_names
     from trainstack.tuning.engine import TuneServices
-    from trainstack_contract.queue import ENDED_STATES
+    from trainstack_contract.lifecycle import ENDED_JOB_STATES
     from trainstack_contract.status import utc_now
 
     def ended(entry: Any) -> bool:
-        return job_state(place.objects, job_prefix(entry)) in ENDED_STATES
+        return job_state(place.objects, job_prefix(entry)) in ENDED_JOB_STATES
 
     def queue_trial(name: str, values: dict[str, str], submitted: str, one_node: bool) -> Any:
         return submit(place.store, name, values, code, submitted, ended, one_node)
@@ -117,7 +117,7 @@ def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace,
     def cancel_job(job_id: int) -> None:
         def ended_state(entry: Any) -> str | None:
             state = job_state(place.objects, job_prefix(entry))
-            return state if state in ENDED_STATES else None
+            return state if state in ENDED_JOB_STATES else None
 
         # CancelRefused: it has ended or was cancelled already: nothing runs.
         with contextlib.suppress(CancelRefused):
@@ -286,7 +286,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print(f"trainstack: tune: {line}", file=sys.stderr)
         return 1
     print_study(study)
-    return 0 if study.state == "SUCCEEDED" else 1
+    from trainstack_contract.lifecycle import StudyState
+
+    return 0 if study.state == StudyState.SUCCEEDED else 1
 
 
 class _SignalsInterrupt:

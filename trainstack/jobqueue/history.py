@@ -15,11 +15,11 @@ from typing import IO, Any
 from trainstack.base.records import record_json
 from trainstack.jobstate.report import Objects, StatusReadError, parse_time, printable, read_json
 from trainstack.stackmodel.cost import hourly_together
-from trainstack_contract import LAYOUT, STATES
+from trainstack_contract import LAYOUT
 from trainstack_contract.jobenv import HYPERTUNE_RECORD_KEYS
-from trainstack_contract.queue import ENDED_STATES, QueueEntry
+from trainstack_contract.lifecycle import ENDED_JOB_STATES, JobState
+from trainstack_contract.queue import QueueEntry
 
-QUEUED = "QUEUED"
 # The stack's own job (job 0) before its first status: it is not queued, its machines have not run it.
 NO_STATUS = "NO STATUS"
 SECONDS_PER_HOUR = 3600
@@ -131,12 +131,12 @@ def job_row(source: JobSource, node_hourly: Mapping[str, float | None], now: flo
                 break
     except StatusReadError as error:
         return JobRow(source.id, source.name, "UNREADABLE", where, submitted, problem=str(error))
-    state = str((status or {}).get("state") or (QUEUED if entry else NO_STATUS))[:20]
-    ended = str(status.get("time")) if status is not None and state in ENDED_STATES else None
-    if entry is not None and entry.cancelled is not None and state not in ENDED_STATES:
+    state = str((status or {}).get("state") or (JobState.QUEUED if entry else NO_STATUS))[:20]
+    ended = str(status.get("time")) if status is not None and state in ENDED_JOB_STATES else None
+    if entry is not None and entry.cancelled is not None and state not in ENDED_JOB_STATES:
         # Cancelled: a queued job never starts; a running one's nodes are ending it.
-        state, ended = STATES.cancelled, entry.cancelled
-    started = _history_time(status, STATES.running) if status is not None else None
+        state, ended = JobState.CANCELLED, entry.cancelled
+    started = _history_time(status, JobState.RUNNING) if status is not None else None
     duration = _seconds(started, ended, now) if started else None
     hourly = hourly_together([node_hourly[node] for node in (node_states if entry and entry.one_node else node_hourly)])
     cost = None if duration is None or hourly is None else hourly * duration / SECONDS_PER_HOUR
@@ -213,4 +213,4 @@ def outstanding(entries: Sequence[QueueEntry], objects: Objects) -> list[QueueEn
     one a node has still to take)."""
     from trainstack.jobqueue.queue import job_prefix
 
-    return [e for e in entries if e.cancelled is None and job_state(objects, job_prefix(e)) not in ENDED_STATES]
+    return [e for e in entries if e.cancelled is None and job_state(objects, job_prefix(e)) not in ENDED_JOB_STATES]

@@ -31,7 +31,8 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from trainstack.base.googleapis import api_reasons, perimeter_refusal
 from trainstack.base.records import record_json
-from trainstack_contract import LAYOUT, STATES
+from trainstack_contract import LAYOUT
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.status import CLUSTER_PORT_WARNING, MAX_REASON_CHARS, MAX_WARNINGS, TF_CONFIG_DOCS
 
 if TYPE_CHECKING:
@@ -327,7 +328,7 @@ def parse_time(value: object) -> datetime | None:
 
 def heartbeat_age(job_status: dict[str, Any] | None, now: float) -> float | None:
     """Seconds since the chief's heartbeat: ``now`` minus the ``time`` of a RUNNING job status."""
-    if job_status is None or job_status.get("state") != STATES.running:
+    if job_status is None or job_status.get("state") != JobState.RUNNING:
         return None
     written = parse_time(job_status.get("time"))
     return None if written is None else now - written.timestamp()

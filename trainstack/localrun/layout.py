@@ -33,8 +33,9 @@ from trainstack.localrun.workdir import (
     nodes_python3,
 )
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
-from trainstack_agent.jobuser import JOB_USER_NAME
-from trainstack_contract import CHIEF, LAYOUT, STATES
+from trainstack_contract import CHIEF, LAYOUT
+from trainstack_contract.jobuser import JOB_USER_NAME
+from trainstack_contract.lifecycle import JobState
 from trainstack_contract.status import StatusDocument, StatusFormatError, utc_now
 
 
@@ -219,11 +220,11 @@ def record_lost_agents(layout: LocalRunLayout) -> list[str]:
                 document = StatusDocument.from_json(json.dumps(raw)) if raw is not None else None
             except StatusFormatError:
                 continue
-            if document is None or document.state != STATES.running:
+            if document is None or document.state != JobState.RUNNING:
                 continue
             reason = f"the node agent of {local_node.name} ended ({_ended_how(code)}) without recording an end"
             failed = document.then(
-                STATES.failed,
+                JobState.FAILED,
                 time=utc_now(),
                 incarnation=document.incarnation,
                 attempt=document.attempt,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import trainstack_contract as contract
+from trainstack_contract.lifecycle import JobState
 
 
 @dataclass
@@ -44,7 +45,7 @@ class LocalStackRunResult:
 
     @property
     def succeeded(self) -> bool:
-        return self.job_status is not None and self.job_status.get("state") == contract.STATES.succeeded
+        return self.job_status is not None and self.job_status.get("state") == JobState.SUCCEEDED
 
 
 class LocalStackRunInterrupted(Exception):

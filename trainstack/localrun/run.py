@@ -47,6 +47,7 @@ from trainstack.localrun.standins import DirectoryBucket, StandInBucket
 from trainstack.localrun.supervisor import STOP_SECONDS, Supervisor
 from trainstack.localrun.workdir import check_adoptable, clear_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
+from trainstack_contract.overrides import LocalOverrides
 
 # After SIGINT or SIGTERM, how long the nodes get to record INTERRUPTED and end their
 # trainers (each agent gives its trainer 10 s) before what is left is killed.
@@ -69,25 +70,24 @@ def node_environment(local_node: LocalNode, roots: tuple[str, str, str], layout:
         # The python3 the nodes' boot script runs their agent with, as a VM's own: one the
         # job's user can run too (trainstack.localrun.workdir.nodes_python3).
         environment["PATH"] = f"{layout.nodes_bin}{os.pathsep}{environment.get('PATH', '')}"
-    environment.update(
-        TRAINSTACK_METADATA_ROOT=metadata_root,
-        TRAINSTACK_COMPUTE_API=compute_root,
-        TRAINSTACK_STS_API=sts_root,
-        TRAINSTACK_STATE_DIR=str(local_node.state_dir),
-        TRAINSTACK_SELF_STOP_LOG=str(self_stop_log),
-        TRAINSTACK_PROFILE_DIR=str(local_node.state_dir),
+    overrides = LocalOverrides(
+        metadata_root=metadata_root,
+        compute_api=compute_root,
+        sts_api=sts_root,
+        state_dir=str(local_node.state_dir),
+        self_stop_log=str(self_stop_log),
+        profile_dir=str(local_node.state_dir),
         # The local Docker engine pulls with the credentials its user set up.
-        TRAINSTACK_SKIP_REGISTRY_LOGIN="1",
+        skip_registry_login=True,
         # pip on a node installs from what staging.fetch_for_pip put there: nodes reach no index.
-        TRAINSTACK_PIP_FIND_LINKS=str(pip_find_links),
+        pip_find_links=str(pip_find_links),
         # A job's secrets come from this environment, as the caller exported them.
-        TRAINSTACK_SECRETS_FROM_ENVIRONMENT="1",
+        secrets_from_environment=True,
         # gs:// objects (a test's GcsBucket) go to the emulator the client library uses.
-        **(
-            {"TRAINSTACK_STORAGE_API": os.environ["STORAGE_EMULATOR_HOST"]}
-            if "STORAGE_EMULATOR_HOST" in os.environ
-            else {}
-        ),
+        storage_api=os.environ.get("STORAGE_EMULATOR_HOST"),
+    )
+    environment.update(
+        overrides.to_environment(),
         # The machine has no GPU; every node trains on the CPU whatever the stack names.
         CUDA_VISIBLE_DEVICES="",
         TF_CPP_MIN_LOG_LEVEL="2",

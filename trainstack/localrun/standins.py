@@ -25,9 +25,9 @@ from typing import Any, Protocol
 
 import trainstack_contract as contract
 from trainstack.stackmodel.resolved import ResolvedJob
-from trainstack_agent.jobtoken import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, socket_owner
 from trainstack_contract.jobaccess import MAX_BOUNDARY_RULES
 from trainstack_contract.names import ANY_BUCKET_NAME
+from trainstack_contract.tokens import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, socket_owner
 
 # What the metadata server stand-in answers for the project id and the VM's token, and the
 # Compute Engine stand-in accepts.

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from trainstack_agent.processes import popen_in_own_session
+from trainstack_contract.sessions import popen_in_own_session
 
 # How long stop() waits after SIGTERM before it sends SIGKILL.
 STOP_SECONDS = 10.0

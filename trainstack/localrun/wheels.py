@@ -157,7 +157,7 @@ def sandboxed(argv: list[str], python: Path) -> list[str]:
     network namespace of its own. FetchError where neither can be made here."""
     unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
     if os.geteuid() == 0:
-        from trainstack_agent.jobuser import JobUserError, ensure_user
+        from trainstack_contract.jobuser import JobUserError, ensure_user
 
         if unshare is None or setpriv is None:
             raise FetchError("preparing the project's metadata in a sandbox needs unshare and setpriv (util-linux)")
@@ -208,7 +208,7 @@ def project_requirements(python: Path, project: Path) -> list[str]:
         shutil.copytree(project, copy, symlinks=True)
         report = root / "report.json"
         if os.geteuid() == 0:
-            from trainstack_agent.jobuser import ensure_user
+            from trainstack_contract.jobuser import ensure_user
 
             # An interpreter the job's user can run, seeing this one's packages (pip, setuptools).
             python = _sandbox_python(root / "venv")

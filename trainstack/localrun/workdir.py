@@ -12,7 +12,7 @@ import sysconfig
 from pathlib import Path
 
 from trainstack.base.project import PROJECT_ROOT
-from trainstack_agent.jobuser import JOB_USER_NAME
+from trainstack_contract.jobuser import JOB_USER_NAME
 
 # Written into every work directory `trainstack local` creates; `--fresh` deletes nothing else.
 WORKDIR_MARKER = ".trainstack-local-workdir"

@@ -16,7 +16,7 @@ import posixpath
 import random
 import time
 from collections.abc import Callable
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 from trainstack.jobqueue.queue import CancelRefused
 from trainstack.jobqueue.store import ObjectStore, StoreError, update
@@ -25,17 +25,7 @@ from trainstack.tuning import optimizer
 from trainstack.tuning.metrics import MAX_STEPS, MetricReading, read_metric
 from trainstack.tuning.spec import HyperparameterSpec
 from trainstack.tuning.study import (
-    CANCELLED,
-    FAILED,
     MAX_STUDY_BYTES,
-    PENDING,
-    QUEUED,
-    RUNNING,
-    STOPPED,
-    STUDY_ACTIVE,
-    STUDY_FAILED,
-    STUDY_SUCCEEDED,
-    SUCCEEDED,
     Study,
     StudyFormatError,
     Trial,
@@ -44,18 +34,22 @@ from trainstack.tuning.study import (
     trial_job_name,
     worst_case_study_bytes,
 )
-from trainstack_contract import LAYOUT, METADATA_KEYS, STATES, TRIAL_ID_ENV
+from trainstack_contract import LAYOUT, METADATA_KEYS, TRIAL_ID_ENV
+from trainstack_contract.lifecycle import (
+    ENDED_JOB_STATES,
+    REPORTED_JOB_STATES,
+    JobState,
+    StudyState,
+    TrialState,
+    trial_state_after_job,
+)
 from trainstack_contract.queue import (
-    ENDED_STATES,
     MAX_TAKEN_BY_BYTES,
     TAKEN_BY,
     QueueEntry,
     QueueFormatError,
     taken_by,
 )
-
-# Every state a job's status object may hold (what the trial's job.json is checked against).
-JOB_STATES = frozenset(astuple(STATES))
 
 
 class StudyRefused(Exception):
@@ -197,9 +191,9 @@ def _queue(services: TuneServices, study: Study, trial: Trial) -> Study:
 
     def record(current: Study) -> Study | None:
         now = current.trials[trial.number - 1]
-        if now.state != PENDING:
+        if now.state != TrialState.PENDING:
             return None
-        return current.with_trial(replace(now, state=QUEUED, job_id=entry.id, job_dir=job_dir))
+        return current.with_trial(now.moved(TrialState.QUEUED, job_id=entry.id, job_dir=job_dir))
 
     services.log(
         f"trial {trial.number}: job {entry.id} ({entry.job_dir_name}) queued: "
@@ -215,7 +209,7 @@ def _ask(services: TuneServices, name: str) -> Study:
     def add(current: Study) -> Study | None:
         spec = current.spec
         if (
-            current.state != STUDY_ACTIVE
+            current.state != StudyState.ACTIVE
             or len(current.trials) >= spec.max_trials
             or len(current.outstanding) >= spec.parallel_trials
             or current.failed >= spec.failures_allowed
@@ -250,22 +244,18 @@ def _reporting_node(services: TuneServices, study: Study, job_dir: str) -> str:
         return services.chief
 
 
-def _ended(services: TuneServices, study: Study, trial: Trial, state: str, problem: str | None) -> Trial:
+def _ended(services: TuneServices, study: Study, trial: Trial, state: JobState, problem: str | None) -> Trial:
     """The trial once its job has ended in ``state``."""
     now = services.now()
-    if state == STATES.succeeded:
-        assert trial.job_dir is not None
+    if state == JobState.SUCCEEDED:
         reading = _trial_metric(services, study, trial)
-        if reading.final is None:
-            return replace(
-                trial, state=FAILED, problem=reading.missing(study.spec.hyperparameter_metric_tag), ended=now
-            )
-        return replace(
-            trial, state=SUCCEEDED, metric=reading.final, steps=tuple(reading.steps), source=reading.source, ended=now
-        )
-    if state == STATES.cancelled:
-        return replace(trial, state=CANCELLED, problem=problem or "its job was cancelled", ended=now)
-    return replace(trial, state=FAILED, problem=problem or f"its job ended {state}", ended=now)
+        ended = trial_state_after_job(state, metric_reported=reading.final is not None)
+        if ended != TrialState.SUCCEEDED:
+            return trial.moved(ended, problem=reading.missing(study.spec.hyperparameter_metric_tag), ended=now)
+        return trial.moved(ended, metric=reading.final, steps=tuple(reading.steps), source=reading.source, ended=now)
+    ended = trial_state_after_job(state, metric_reported=False)
+    default = "its job was cancelled" if ended == TrialState.CANCELLED else f"its job ended {state}"
+    return trial.moved(ended, problem=problem or default, ended=now)
 
 
 def _observe(services: TuneServices, study: Study, trial: Trial, entry: QueueEntry | None) -> Trial:
@@ -274,17 +264,17 @@ def _observe(services: TuneServices, study: Study, trial: Trial, entry: QueueEnt
     where = posixpath.join(trial.job_dir, LAYOUT.job_status)
     status = read_json(services.objects, where) or {}
     state = status.get("state")
-    if state is not None and (not isinstance(state, str) or state not in JOB_STATES):
+    if state is not None and (not isinstance(state, str) or state not in REPORTED_JOB_STATES):
         raise ObjectContentError(f"{services.objects.location(where)}: state {str(state)[:40]!r} is not a job state")
-    if state in ENDED_STATES:
+    if state in ENDED_JOB_STATES:
         problem = status.get("reason") if isinstance(status.get("reason"), str) else None
-        return _ended(services, study, trial, str(state), problem and f"its job ended {state}: {problem[:300]}")
+        return _ended(services, study, trial, JobState(state), problem and f"its job ended {state}: {problem[:300]}")
     if entry is not None and entry.cancelled is not None and state is None:
         # Cancelled while queued: its job never starts, and no node records it.
-        return _ended(services, study, trial, STATES.cancelled, None)
+        return _ended(services, study, trial, JobState.CANCELLED, None)
     if state is None:
         return trial
-    running = replace(trial, state=RUNNING)
+    running = trial.moved(TrialState.RUNNING)
     last = services.looked.get(trial.number)
     if study.spec.enable_trial_early_stopping and (
         last is None or services.clock() - last >= services.early_stop_seconds
@@ -295,9 +285,8 @@ def _observe(services: TuneServices, study: Study, trial: Trial, entry: QueueEnt
         if optimizer.should_stop(study, running):
             services.cancel(trial.job_id or 0)
             last = running.steps[-1][1] if running.steps else None
-            return replace(
-                running,
-                state=STOPPED,
+            return running.moved(
+                TrialState.STOPPED,
                 metric=last,
                 problem="stopped early: its values were worse than the median of the finished trials'",
                 ended=services.now(),
@@ -310,7 +299,7 @@ def _refresh(services: TuneServices, study: Study) -> Study:
     entries = services.entries()
     updates: dict[int, Trial] = {}
     for trial in study.outstanding:
-        if trial.state == PENDING:
+        if trial.state == TrialState.PENDING:
             study = _queue(services, study, trial)
             continue
         try:
@@ -320,8 +309,8 @@ def _refresh(services: TuneServices, study: Study) -> Study:
             # trial fails (its job, if it still runs, is cancelled) and the study goes on.
             with contextlib.suppress(CancelRefused):  # it has ended, or was cancelled: nothing runs
                 services.cancel(trial.job_id or 0)
-            seen = replace(
-                trial, state=FAILED, problem=f"its job's objects cannot be read: {error}", ended=services.now()
+            seen = trial.moved(
+                TrialState.FAILED, problem=f"its job's objects cannot be read: {error}", ended=services.now()
             )
         except StatusReadError as error:
             services.log(f"trial {trial.number}: cannot read its job's state ({error}); trying again")
@@ -347,7 +336,7 @@ def _transition(study: Study, trial: Trial) -> str:
     what = f"trial {trial.number} {trial.state}"
     if trial.metric is not None:
         what += f": {study.spec.hyperparameter_metric_tag}={trial.metric:.6g}"
-    if trial.state == SUCCEEDED:
+    if trial.state == TrialState.SUCCEEDED:
         best = study.with_trial(trial).best()
         if best is not None and best.number == trial.number:
             what += " (best so far)"
@@ -360,7 +349,7 @@ def _finish(services: TuneServices, study: Study) -> Study:
     """The study's end, when it has come: too many failed trials (the outstanding ones are
     cancelled: nothing goes on billing for a study that has failed), or every trial ended."""
     spec = study.spec
-    if study.state != STUDY_ACTIVE:
+    if study.state != StudyState.ACTIVE:
         return study
     if study.failed >= spec.failures_allowed:
         for trial in study.outstanding:
@@ -376,10 +365,10 @@ def _finish(services: TuneServices, study: Study) -> Study:
 
         def fail(current: Study) -> Study | None:
             trials = tuple(
-                replace(t, state=CANCELLED, problem="the study failed", ended=services.now()) if t.outstanding else t
+                t.moved(TrialState.CANCELLED, problem="the study failed", ended=services.now()) if t.outstanding else t
                 for t in current.trials
             )
-            return replace(current, state=STUDY_FAILED, problem=problem, trials=trials)
+            return current.moved(StudyState.FAILED, problem=problem, trials=trials)
 
         return _change(services, study.name, fail)
     exhausted = len(study.trials) >= spec.max_trials or (
@@ -390,11 +379,11 @@ def _finish(services: TuneServices, study: Study) -> Study:
     best = study.best()
 
     def end(current: Study) -> Study | None:
-        if current.outstanding or current.state != STUDY_ACTIVE:
+        if current.outstanding or current.state != StudyState.ACTIVE:
             return None
         if best is None:
-            return replace(current, state=STUDY_FAILED, problem="no trial succeeded")
-        return replace(current, state=STUDY_SUCCEEDED)
+            return current.moved(StudyState.FAILED, problem="no trial succeeded")
+        return current.moved(StudyState.SUCCEEDED)
 
     return _change(services, study.name, end)
 
@@ -407,7 +396,7 @@ def step(services: TuneServices, name: str) -> Study:
         raise StudyRefused(f"no study {name} at {services.store.location(study_object(name))}")
     study = _refresh(services, study)
     study = _finish(services, study)
-    while study.state == STUDY_ACTIVE:
+    while study.state == StudyState.ACTIVE:
         asked = _ask(services, name)
         if len(asked.trials) == len(study.trials):
             break
@@ -419,6 +408,6 @@ def run(services: TuneServices, name: str, poll_seconds: float, sleep: Callable[
     """Rounds until the study has ended; returns its final state."""
     while True:
         study = step(services, name)
-        if study.state != STUDY_ACTIVE:
+        if study.state != StudyState.ACTIVE:
             return study
         sleep(poll_seconds)

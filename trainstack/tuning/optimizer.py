@@ -32,7 +32,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainstack.tuning.spec import LOG_SCALES, HyperparameterSpec, ParameterSpec
-from trainstack.tuning.study import FAILED, OUTSTANDING, STOPPED, SUCCEEDED, Study, Trial
+from trainstack.tuning.study import Study, Trial
+from trainstack_contract.lifecycle import OUTSTANDING_TRIAL_STATES, TrialState
 
 if TYPE_CHECKING:
     import optuna
@@ -92,19 +93,20 @@ def _direction(spec: HyperparameterSpec) -> Literal["maximize", "minimize"]:
 
 
 def _frozen(spec: HyperparameterSpec, trial: Trial, running: bool = False) -> optuna.trial.FrozenTrial:
-    from optuna.trial import TrialState, create_trial
+    from optuna.trial import TrialState as OptunaState
+    from optuna.trial import create_trial
 
     distributions = {param.parameter_name: _distribution(param) for param in spec.params}
     params = {param.parameter_name: to_internal(param, trial.params[param.parameter_name]) for param in spec.params}
     intermediate = {step: value for step, value in trial.steps}
-    if running or trial.state in OUTSTANDING:
-        state, value = TrialState.RUNNING, None
-    elif trial.state == SUCCEEDED and trial.metric is not None:
-        state, value = TrialState.COMPLETE, trial.metric
-    elif trial.state == STOPPED:
-        state, value = TrialState.PRUNED, None
+    if running or trial.state in OUTSTANDING_TRIAL_STATES:
+        state, value = OptunaState.RUNNING, None
+    elif trial.state == TrialState.SUCCEEDED and trial.metric is not None:
+        state, value = OptunaState.COMPLETE, trial.metric
+    elif trial.state == TrialState.STOPPED:
+        state, value = OptunaState.PRUNED, None
     else:
-        state, value = TrialState.FAIL, None
+        state, value = OptunaState.FAIL, None
     return create_trial(
         state=state, value=value, params=params, distributions=distributions, intermediate_values=intermediate
     )
@@ -161,7 +163,11 @@ def should_stop(study: Study, trial: Trial) -> bool:
         return False
     import optuna
 
-    finished = [other for other in study.trials if other.state in (SUCCEEDED, STOPPED, FAILED) and other.steps]
+    finished = [
+        other
+        for other in study.trials
+        if other.state in (TrialState.SUCCEEDED, TrialState.STOPPED, TrialState.FAILED) and other.steps
+    ]
     pruner = optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS, n_warmup_steps=PRUNER_WARMUP_STEPS)
     optuna_study = _study(study.spec, optuna.samplers.RandomSampler(seed=0), finished, pruner)
     return bool(pruner.prune(optuna_study, _frozen(study.spec, trial, running=True)))

@@ -10,7 +10,8 @@ from typing import IO, Any
 
 from trainstack.jobstate.report import printable
 from trainstack.tuning import optimizer
-from trainstack.tuning.study import STOPPED, SUCCEEDED, Study, Trial
+from trainstack.tuning.study import Study, Trial
+from trainstack_contract.lifecycle import TrialState
 
 
 def _value(value: Any) -> str:
@@ -104,8 +105,8 @@ def write_chart(study: Study, path: Path) -> None:
         axes = axes_grid[index // columns][index % columns]
         param = spec.params[index]
         for state, style in (
-            (SUCCEEDED, {"color": "#3b7dd8"}),
-            (STOPPED, {"facecolors": "none", "edgecolors": "#d8613b"}),
+            (TrialState.SUCCEEDED, {"color": "#3b7dd8"}),
+            (TrialState.STOPPED, {"facecolors": "none", "edgecolors": "#d8613b"}),
         ):
             trials = [trial for trial in measured if trial.state == state]
             if trials:

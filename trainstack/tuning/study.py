@@ -25,6 +25,14 @@ from trainstack.jobstate.report import ListedObjects
 from trainstack.tuning.metrics import MAX_STEPS
 from trainstack.tuning.spec import MAX_INTEGER, MAX_TRIALS, HyperparameterSpec, SpecError, spec_from_mapping
 from trainstack_contract import LAYOUT
+from trainstack_contract.lifecycle import (
+    OUTSTANDING_TRIAL_STATES,
+    STUDY_MOVES,
+    TRIAL_MOVES,
+    StudyState,
+    TrialState,
+    check_move,
+)
 from trainstack_contract.queue import STUDIES_DIR
 
 STUDIES_PREFIX = STUDIES_DIR
@@ -49,22 +57,6 @@ def display_text(text: str | None, limit: int) -> str | None:
     """A trial's or study's free text as recorded: cut to ``limit``, printable ASCII alone (it
     may quote a trial's own file names)."""
     return None if text is None else "".join(c if " " <= c <= "~" else "?" for c in text[:limit])
-
-
-PENDING = "PENDING"  # parameters chosen and recorded; its job not yet known to be queued
-QUEUED = "QUEUED"
-RUNNING = "RUNNING"
-SUCCEEDED = "SUCCEEDED"
-FAILED = "FAILED"
-STOPPED = "STOPPED"  # ended early: its intermediate values were worse than the others' median
-CANCELLED = "CANCELLED"  # its job was cancelled (`trainstack cancel`, or the study ended)
-TRIAL_STATES = (PENDING, QUEUED, RUNNING, SUCCEEDED, FAILED, STOPPED, CANCELLED)
-OUTSTANDING = frozenset({PENDING, QUEUED, RUNNING})
-
-STUDY_ACTIVE = "ACTIVE"
-STUDY_SUCCEEDED = "SUCCEEDED"
-STUDY_FAILED = "FAILED"
-STUDY_STATES = (STUDY_ACTIVE, STUDY_SUCCEEDED, STUDY_FAILED)
 
 
 class StudyFormatError(Exception):
@@ -104,7 +96,7 @@ class Trial:
     number: int
     params: dict[str, Any]
     submitted: str
-    state: str = PENDING
+    state: TrialState = TrialState.PENDING
     job_id: int | None = None
     job_dir: str | None = None
     metric: float | None = None
@@ -115,7 +107,12 @@ class Trial:
 
     @property
     def outstanding(self) -> bool:
-        return self.state in OUTSTANDING
+        return self.state in OUTSTANDING_TRIAL_STATES
+
+    def moved(self, state: TrialState, **changes: Any) -> Trial:
+        """The trial in ``state`` (one of TRIAL_MOVES' from its own), with ``changes``."""
+        check_move(TRIAL_MOVES, self.state, state, "trial")
+        return replace(self, state=state, **changes)
 
     def to_json(self) -> dict[str, Any]:
         return record_json(
@@ -134,7 +131,7 @@ class Study:
     job: dict[str, str]
     created: str
     seed: int
-    state: str = STUDY_ACTIVE
+    state: StudyState = StudyState.ACTIVE
     trials: tuple[Trial, ...] = ()
     problem: str | None = None
     # Each trial runs on one node of the cluster (queued one_node): trials side by side.
@@ -156,8 +153,13 @@ class Study:
         # Compact: a study of 1000 trials with 200 reported steps each must fit MAX_STUDY_BYTES.
         return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
-    def counts(self) -> dict[str, int]:
-        counted = dict.fromkeys(TRIAL_STATES, 0)
+    def moved(self, state: StudyState, **changes: Any) -> Study:
+        """The study in ``state`` (one of STUDY_MOVES' from its own), with ``changes``."""
+        check_move(STUDY_MOVES, self.state, state, "study")
+        return replace(self, state=state, **changes)
+
+    def counts(self) -> dict[TrialState, int]:
+        counted = dict.fromkeys(TrialState, 0)
         for trial in self.trials:
             counted[trial.state] += 1
         return counted
@@ -168,11 +170,11 @@ class Study:
 
     @property
     def failed(self) -> int:
-        return sum(trial.state == FAILED for trial in self.trials)
+        return sum(trial.state == TrialState.FAILED for trial in self.trials)
 
     def best(self) -> Trial | None:
         """The SUCCEEDED trial with the best metric for the spec's goal (the first on ties)."""
-        done = [trial for trial in self.trials if trial.state == SUCCEEDED and trial.metric is not None]
+        done = [trial for trial in self.trials if trial.state == TrialState.SUCCEEDED and trial.metric is not None]
         if not done:
             return None
         sign = 1.0 if self.spec.goal == "MAXIMIZE" else -1.0
@@ -203,7 +205,7 @@ def worst_case_study_bytes(study: Study) -> tuple[int, int]:
         number=MAX_TRIALS,
         params=params,
         submitted="2026-01-01T00:00:00.000000+00:00",
-        state=max(TRIAL_STATES, key=len),
+        state=max(TrialState, key=len),
         job_id=longest_int,
         # The queue names it: jobs/q<ID>_<study>_t<N>, ASCII (queue ID an int64, study STUDY_NAME).
         job_dir=posixpath.join(LAYOUT.jobs, f"q{2**63}_{study.name}_t{MAX_TRIALS}"),
@@ -214,7 +216,7 @@ def worst_case_study_bytes(study: Study) -> tuple[int, int]:
         ended="2026-01-01T00:00:00.000000+00:00",
     )
     one = len(json.dumps(trial.to_json(), separators=(",", ":"), sort_keys=True)) + 1
-    empty = replace(study, trials=(), problem=WORST_CHAR * MAX_PROBLEM_CHARS, state=max(STUDY_STATES, key=len))
+    empty = replace(study, trials=(), problem=WORST_CHAR * MAX_PROBLEM_CHARS, state=max(StudyState, key=len))
     return len(empty.to_json()), one
 
 
@@ -240,8 +242,8 @@ def _trial(value: Any, where: str, names: tuple[str, ...]) -> Trial:
     if sorted(params) != sorted(names):
         raise StudyFormatError(f"{where}: params are not the spec's parameters")
     state = _field(value, "state", str, where)
-    if state not in TRIAL_STATES:
-        raise StudyFormatError(f"{where}: state {state[:20]!r} is not one of {', '.join(TRIAL_STATES)}")
+    if state not in TrialState.__members__:
+        raise StudyFormatError(f"{where}: state {state[:20]!r} is not one of {', '.join(TrialState)}")
     metric = _optional(value, "metric", (int, float), where)
     if metric is not None and not math.isfinite(metric):
         raise StudyFormatError(f"{where}: metric is not a finite number")
@@ -260,7 +262,7 @@ def _trial(value: Any, where: str, names: tuple[str, ...]) -> Trial:
         number=number,
         params=params,
         submitted=_field(value, "submitted", str, where),
-        state=state,
+        state=TrialState(state),
         job_id=_optional(value, "job_id", int, where),
         job_dir=_optional(value, "job_dir", str, where),
         metric=None if metric is None else float(metric),
@@ -296,7 +298,7 @@ def parse_study(data: bytes, where: str) -> Study:
         raise StudyFormatError(f"{where}: trial numbers are not 1, 2, ... in order")
     name = _field(document, "study", str, where)
     state = _field(document, "state", str, where)
-    if STUDY_NAME.fullmatch(name) is None or state not in STUDY_STATES:
+    if STUDY_NAME.fullmatch(name) is None or state not in StudyState.__members__:
         raise StudyFormatError(f"{where}: its name or state is not one trainstack writes")
     return Study(
         name=name,
@@ -304,7 +306,7 @@ def parse_study(data: bytes, where: str) -> Study:
         job=job,
         created=_field(document, "created", str, where),
         seed=_field(document, "seed", int, where),
-        state=state,
+        state=StudyState(state),
         trials=trials,
         problem=_optional(document, "problem", str, where),
         one_node=bool(_optional(document, "one_node", bool, where)),
