@@ -10,11 +10,11 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from polling import wait_until
 
 from stack_helpers import base_config, write_stack
 from trainstack.cloud import bootscripts
@@ -62,11 +62,8 @@ def boots(workdir: Path, node: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def wait_until(predicate: Any, what: str) -> None:
-    deadline = time.monotonic() + HANG_SECONDS
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+def until(predicate: Any, what: str) -> None:
+    wait_until(predicate, what, HANG_SECONDS, interval=0.05)
 
 
 @pytest.fixture
@@ -85,12 +82,12 @@ def test_a_standing_run_names_itself_wakes_exited_nodes_on_sigusr1_and_ends_when
     def drive() -> None:
         """What a user and `submit --local` do while the run is up."""
         try:
-            wait_until(standing.exists, "standing.json was not written")
+            until(standing.exists, "standing.json was not written")
             seen["record"] = json.loads(standing.read_text())
-            wait_until(lambda: boots(workdir, "chief")[-1:] == ["end"], "the chief did not end its first boot")
+            until(lambda: boots(workdir, "chief")[-1:] == ["end"], "the chief did not end its first boot")
             seen["chief_before"] = boots(workdir, "chief")
             os.kill(os.getpid(), signal.SIGUSR1)
-            wait_until(lambda: len(boots(workdir, "chief")) == 4, "SIGUSR1 did not boot the exited chief again")
+            until(lambda: len(boots(workdir, "chief")) == 4, "SIGUSR1 did not boot the exited chief again")
         finally:
             # The workers end: every node has exited, and the run with them.
             (workdir / "release").touch()
@@ -178,7 +175,7 @@ def test_a_standing_run_stopped_by_a_signal_lists_its_jobs_and_says_how_to_resum
     workdir = tmp_path / "work"
 
     def stop() -> None:
-        wait_until((workdir / "standing.json").exists, "standing.json was not written")
+        until((workdir / "standing.json").exists, "standing.json was not written")
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=stop, daemon=True).start()
@@ -206,8 +203,8 @@ def test_a_job_queued_as_every_node_idled_out_boots_them_again_rather_than_wait(
 
     def drive() -> None:
         try:
-            wait_until((workdir / "standing.json").exists, "standing.json was not written")
-            wait_until(lambda: boots(workdir, "chief")[-1:] == ["end"], "the chief did not end its first boot")
+            until((workdir / "standing.json").exists, "standing.json was not written")
+            until(lambda: boots(workdir, "chief")[-1:] == ["end"], "the chief did not end its first boot")
             bucket = workdir / "bucket" / stack.bucket_name
             submit(
                 DirectoryStore(bucket),

@@ -9,13 +9,13 @@ The preemption is triggered by what the job has done (a finished epoch), never b
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from polling import wait_until
 
 from stack_helpers import SHORT_RESUMABLE_JOB
 from trainstack.localrun.nodes import TrainerOverrides
@@ -38,12 +38,16 @@ def stack_with(name: str, directory: Path, **cluster: Any):  # type: ignore[no-u
     return load_stack(path)[0]
 
 
-def wait_until(run: LocalStackRun, what: str, done: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while not done():
-        assert time.monotonic() < deadline, f"{what}: not in time\n" + "\n".join(run.nodes[0].lines)
-        assert run.supervisor.running("chief"), "the chief ended early:\n" + "\n".join(run.nodes[0].lines)
-        time.sleep(0.2)
+def wait_for_run(run: LocalStackRun, what: str, done: Callable[[], bool]) -> None:
+    """Until ``done()``, while the run's chief goes on; its log in the failure."""
+
+    def chief_ended() -> str | None:
+        return None if run.supervisor.running("chief") else "the chief ended early:\n" + "\n".join(run.nodes[0].lines)
+
+    try:
+        wait_until(done, what, DEADLINE_SECONDS, interval=0.2, gone_wrong=chief_ended)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n" + "\n".join(run.nodes[0].lines)) from None
 
 
 def epochs_completed(run: LocalStackRun) -> int:
@@ -63,7 +67,7 @@ def history(result: LocalStackRunResult, node: str) -> list[str]:
 def test_a_preempted_multiworker_spot_worker_is_started_again_and_the_job_resumes(tmp_path: Path) -> None:
     cfg = stack_with("multiworker", tmp_path)
     run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(SHORT_RESUMABLE_JOB), echo=False).start()
-    wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
+    wait_for_run(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
     result = run.wait(timeout=DEADLINE_SECONDS)
 
@@ -116,7 +120,7 @@ def test_a_teams_own_trainer_resumes_from_its_backup_after_a_preemption(
     cfg = team_stack(tmp_path, package, module, args)
     run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(), echo=False).start()
     job_dir = Path(run.job_dir)
-    wait_until(run, "the first epoch's end", lambda: second_epoch_began(run))
+    wait_for_run(run, "the first epoch's end", lambda: second_epoch_began(run))
     run.preempt("worker-0")
     outcome = run.wait(timeout=DEADLINE_SECONDS)
 
@@ -135,7 +139,7 @@ def test_a_preempted_parameter_server_worker_is_started_again_and_the_job_succee
     cfg = stack_with("paramserver", tmp_path)
     overrides = {**SHORT_RESUMABLE_JOB, "--epochs": "4", "--steps-per-epoch": "100"}
     run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
-    wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
+    wait_for_run(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
     result = run.wait(timeout=DEADLINE_SECONDS)
 
@@ -158,14 +162,14 @@ def test_a_node_preempted_more_than_max_restarts_times_fails_the_job_and_every_n
     # which ends it.
     overrides = {**SHORT_RESUMABLE_JOB, "--epochs": "5000"}
     run = LocalStackRun(resolve_stack(cfg), tmp_path / "run", TrainerOverrides(overrides), echo=False).start()
-    wait_until(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
+    wait_for_run(run, "a finished epoch", lambda: epochs_completed(run) >= 1)
     run.preempt("worker-0")
 
     def back_at_work() -> bool:
         text = "\n".join(run.supervisor.lines("worker-0"))
         return text.count("starting the job") >= 2 and run.supervisor.running("worker-0")
 
-    wait_until(run, "worker-0 started again", back_at_work)
+    wait_for_run(run, "worker-0 started again", back_at_work)
     run.preempt("worker-0")
     result = run.wait(timeout=DEADLINE_SECONDS)
 

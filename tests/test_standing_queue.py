@@ -13,13 +13,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from polling import wait_until
 
 from stack_helpers import write_stack
 from trainstack.base.project import PROJECT_ROOT as REPOSITORY_ROOT
@@ -85,17 +85,14 @@ def standing_cluster(stack_file: Path, workdir: Path) -> Iterator[subprocess.Pop
 
 
 def until(predicate: Any, what: str, process: subprocess.Popen[str] | None = None) -> Any:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if process is not None and process.poll() is not None:
-            raise AssertionError(
-                f"the standing run ended before {what}: {process.stdout.read() if process.stdout else ''}"
-            )
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {WAIT_SECONDS} s")
+    """``predicate``'s first true value, while the standing run ``process`` goes on."""
+
+    def ended() -> str | None:
+        if process is None or process.poll() is None:
+            return None
+        return f"the standing run ended: {process.stdout.read() if process.stdout else ''}"
+
+    return wait_until(predicate, what, WAIT_SECONDS, interval=0.2, gone_wrong=ended)
 
 
 def job_state(job_dir: Path) -> str | None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 from trainer_test_helpers import FAST_ARGS, REPOSITORY_ROOT, read_metrics, run_python, run_trainer, trainer_env
 
 from trainstack.localrun.bare_trainers import BareTrainerCluster, run_local_cluster
@@ -29,18 +30,22 @@ DEADLINE_SECONDS = 240
 def wait_for_first_epoch(job_dir: Path, cluster: BareTrainerCluster) -> dict[str, object]:
     """Polls the chief's progress file: training state for epoch 1 is backed up."""
     progress = job_dir / "progress.json"
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        if progress.exists():
-            content = json.loads(progress.read_text())
-            if content["epochs_completed"] >= 1:
-                return content
+
+    def first_epoch_backed_up() -> dict[str, object] | None:
+        content: dict[str, object] = json.loads(progress.read_text()) if progress.exists() else {}
+        return content if int(str(content.get("epochs_completed", 0))) >= 1 else None
+
+    def nodes_exited() -> str | None:
         exited = {name: code for name, code in cluster.supervisor.returncodes().items() if code is not None}
-        assert not exited, f"nodes exited early: {exited}\n" + "\n".join(
+        if not exited:
+            return None
+        return f"nodes exited early: {exited}\n" + "\n".join(
             line for lines in cluster.logs.values() for line in lines[-20:]
         )
-        time.sleep(0.05)
-    raise AssertionError("the first epoch never completed")
+
+    return wait_until(
+        first_epoch_backed_up, "the first epoch's backup", DEADLINE_SECONDS, interval=0.05, gone_wrong=nodes_exited
+    )
 
 
 @pytest.mark.slow
@@ -130,12 +135,14 @@ def interrupted_single_node_job(job_dir: Path) -> None:
         text=True,
     )
     progress = job_dir / "progress.json"
-    deadline = time.monotonic() + DEADLINE_SECONDS
     try:
-        while not (progress.exists() and json.loads(progress.read_text())["epochs_completed"] >= 1):
-            assert trainer.poll() is None, trainer.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "the first epoch never completed"
-            time.sleep(0.05)
+        wait_until(
+            lambda: progress.exists() and json.loads(progress.read_text())["epochs_completed"] >= 1,
+            "the first epoch's end",
+            DEADLINE_SECONDS,
+            interval=0.05,
+            gone_wrong=lambda: None if trainer.poll() is None else trainer.communicate()[1][-3000:],
+        )
     finally:
         trainer.kill()
         trainer.communicate(timeout=60)
