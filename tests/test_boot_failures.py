@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from polling import wait_until
 
 from test_boot_scripts import PROBE_TRAINER, stack
 from test_scripts import shellcheck
@@ -32,22 +33,14 @@ from trainstack.localrun.run import LocalStackRun
 from trainstack.localrun.standins import LOCAL_TOKEN
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.schema import Settings, StackConfig, Tpu
+from trainstack_agent.cap import cap_orders
 from trainstack_agent.cloud import Http, Retry
 from trainstack_agent.endpoints import Endpoints
-from trainstack_agent.main import cap_orders
 from trainstack_agent.metadata import Metadata
 from trainstack_agent.release import Release
 from trainstack_agent.settings import read_settings
 from trainstack_contract import LAYOUT, METADATA_KEYS
 from trainstack_contract.timescale import TIME_SCALE_VARIABLE
-
-
-def wait_for(condition: Any, seconds: float, what: str) -> None:
-    """Polls ``condition`` until it holds; fails naming ``what`` after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def start(cfg: StackConfig, workdir: Path, **kwargs: Any) -> LocalStackRun:
@@ -69,7 +62,7 @@ def test_sigterm_leaves_the_job_resumable_and_applies_no_on_finish(
     cfg = stack("dev")
     monkeypatch.setenv("PROBE_CHIEF_SLEEP", "600")
     local = start(cfg, tmp_path)
-    wait_for(lambda: trainers_started(local), 60, "the trainer to start")
+    wait_until(lambda: trainers_started(local), "the trainer's start", 60)
     local.signal_node("chief", signal.SIGTERM)
     interrupted = local.wait(timeout=60)
     assert interrupted.node_status["chief"] is not None
@@ -106,13 +99,13 @@ def test_after_the_chief_is_killed_the_other_nodes_end_after_the_heartbeat_timeo
     monkeypatch.setenv("PROBE_CHIEF_SLEEP", "600")
     monkeypatch.setenv("PROBE_OTHERS_SLEEP", "600")
     local = start(cfg, tmp_path)
-    wait_for(lambda: trainers_started(local), 60, "every trainer to start")
+    wait_until(lambda: trainers_started(local), "every trainer's start", 60)
     local.signal_node("chief", signal.SIGKILL)
     others = [n for n in local.nodes if n.name != "chief"]
-    wait_for(
+    wait_until(
         lambda: all(n.process is not None and n.process.poll() is not None for n in others),
+        "the other nodes' end",
         60,
-        "the other nodes to end",
     )
     result = local.wait(timeout=10)
     for node in ("worker-0", "worker-1", "ps-0"):
@@ -417,7 +410,7 @@ def test_a_second_boot_of_the_same_node_leaves_the_job_to_the_first(
     """Defect: two boots of one node raced, two trainers on one job directory."""
     monkeypatch.setenv("PROBE_CHIEF_SLEEP", "600")
     local = start(stack("dev"), tmp_path)
-    wait_for(lambda: trainers_started(local), 60, "the trainer to start")
+    wait_until(lambda: trainers_started(local), "the trainer's start", 60)
     chief = local.nodes[0]
     second = subprocess.run(
         local.boot_command(),
@@ -529,7 +522,7 @@ def test_a_local_runs_grpc_ports_are_reachable_from_loopback_inside_its_namespac
     cluster = json.loads(next(iter(local.machines.project_attributes.values())))
     port = int(cluster["chief"][0].rsplit(":", 1)[1])
     listening = local.job_dir / "listening" / "chief"
-    wait_for(listening.exists, 60, "the probe to listen on its TF_CONFIG port")
+    wait_until(listening.exists, "the probe listening on its TF_CONFIG port", 60)
     for address in ("127.0.0.1", socket.gethostbyname(socket.gethostname())):
         with socket.socket() as client, pytest.raises(ConnectionRefusedError):
             client.connect((address, port))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from trainstack_agent.cloud import CloudError
@@ -29,8 +30,22 @@ from trainstack_contract.status import StatusDocument, StatusFormatError, record
 TICK_SECONDS = 0.25
 
 
+@dataclass
+class Duty:
+    """One of a node's periodic duties: ``run(now)`` once its time has come, then again
+    ``interval()`` seconds later (the interval is read as it runs, so it may follow the
+    node's state). A Cloud error the duty does not handle itself is logged, and the duty runs
+    again at its next time; the other duties go on. Only :class:`Ended` ends the node's work."""
+
+    name: str
+    run: Callable[[float], None]
+    interval: Callable[[], float]
+    due: float = float("-inf")
+
+
 class Duties:
-    """What a node does every tick, whatever else it is doing (preparing, waiting, training)."""
+    """What a node does every tick, whatever else it is doing (preparing, waiting, training):
+    its registered :class:`Duty` list, each on its own interval, in order."""
 
     def __init__(self, settings: NodeSettings, services: Services, started_at: datetime) -> None:
         self.settings = settings
@@ -40,11 +55,6 @@ class Duties:
         # When this job's work began here: a peer silent since then for peer_timeout_seconds
         # never started it.
         self.began = now
-        self.next_heartbeat = now
-        self.next_recovery = now
-        self.next_watch = now
-        self.next_peer_watch = now
-        self.next_cancel_look = now
         self.last_seen: bytes | None = None
         self.seen_at = now
         # The chief's last look at each peer's status, and the peers it saw down; on other
@@ -54,32 +64,46 @@ class Duties:
         self.peers_down: tuple[str, ...] = ()
         # On a node other than the chief: when it first saw the chief's SUCCEEDED.
         self.chief_succeeded_at: float | None = None
+        self.heartbeat = Duty("heartbeat", self._heartbeat, lambda: settings.heartbeat_seconds)
+        self.duties = self._registered()
+
+    def _registered(self) -> list[Duty]:
+        timings, settings = self.services.timings, self.settings
+        duties = [Duty("look for a cancel", self._look_for_cancel, lambda: timings.peer_poll)]
+        if settings.is_chief:
+            if settings.other_nodes:
+                duties.append(Duty("watch the peers", self._watch_peers, lambda: timings.peer_watch))
+            duties.append(self.heartbeat)
+            duties.append(Duty("recover Spot peers", self._recover, self._recovery_interval))
+        else:
+            duties.append(
+                Duty("watch the chief", self._watch_chief, lambda: min(timings.peer_poll, settings.heartbeat_seconds))
+            )
+        return duties
 
     def tick(self) -> None:
-        """Raises :class:`Ended` when this node's work must end."""
+        """Runs each duty whose time has come. Raises :class:`Ended` when this node's work must end."""
         run_end = self.services.run_end
         if run_end is not None and self.services.clock.monotonic() >= run_end.at:
             raise Ended(run_end.reason)
-        self._look_for_cancel()
-        if self.settings.is_chief:
-            self._chief()
-        else:
-            self._watch_chief()
+        for duty in self.duties:
+            now = self.services.clock.monotonic()
+            if now < duty.due:
+                continue
+            duty.due = now + duty.interval()
+            try:
+                duty.run(now)
+            except CloudError as error:
+                self.services.log(f"{duty.name}: {error}; again in {duty.interval():g} s")
 
-    def _look_for_cancel(self) -> None:
-        cancelled, now = self.services.cancelled, self.services.clock.monotonic()
-        if cancelled is None or now < self.next_cancel_look:
-            return
-        self.next_cancel_look = now + self.services.timings.peer_poll
-        reason = cancelled()
+    def _look_for_cancel(self, now: float) -> None:
+        # Only a queued job can be cancelled (the queue gives it the look).
+        reason = self.services.cancelled() if self.services.cancelled is not None else None
         if reason is not None:
             raise Cancelled(reason)
 
     def _watch_peers(self, now: float) -> None:
         """The chief reads every peer's status; a change in who is down is written at once."""
-        if not self.settings.other_nodes or now < self.next_peer_watch:
-            return
-        self.next_peer_watch = now + self.services.timings.peer_watch
         try:
             self.peer_documents = {peer: self.services.board.peer(peer) for peer in self.settings.other_nodes}
             self.peer_documents_at = now
@@ -94,32 +118,31 @@ class Duties:
         )
         if down != self.peers_down:
             self.peers_down = down
-            self.next_heartbeat = now
+            self.heartbeat.due = now
 
-    def _chief(self) -> None:
-        services, now = self.services, self.services.clock.monotonic()
-        self._watch_peers(now)
-        if now >= self.next_heartbeat:
-            self.next_heartbeat = now + self.settings.heartbeat_seconds
-            try:
-                services.board.write_job(JobState.RUNNING, peers_down=self.peers_down)
-            except CloudError as error:
-                services.log(f"could not refresh the heartbeat in {services.board.job_uri}: {error}")
-        if services.recovery is not None and now >= self.next_recovery:
-            # A Spot peer known to be down is looked at often: it is started the moment
-            # Compute Engine has stopped it.
-            recovering = any(node in self.peers_down for node, _ in self.settings.recover)
-            timings = services.timings
-            self.next_recovery = now + (timings.recover_fast_poll if recovering else timings.recover_poll)
-            reason = services.recovery.look()
-            if reason is not None:
-                raise Ended(reason)
+    def _heartbeat(self, now: float) -> None:
+        services = self.services
+        try:
+            services.board.write_job(JobState.RUNNING, peers_down=self.peers_down)
+        except CloudError as error:
+            services.log(f"could not refresh the heartbeat in {services.board.job_uri}: {error}")
 
-    def _watch_chief(self) -> None:
-        services, now = self.services, self.services.clock.monotonic()
-        if now < self.next_watch:
+    def _recovery_interval(self) -> float:
+        # A Spot peer known to be down is looked at often: it is started the moment Compute
+        # Engine has stopped it.
+        recovering = any(node in self.peers_down for node, _ in self.settings.recover)
+        timings = self.services.timings
+        return timings.recover_fast_poll if recovering else timings.recover_poll
+
+    def _recover(self, now: float) -> None:
+        if self.services.recovery is None:  # the chief has no Spot peer to start again
             return
-        self.next_watch = now + min(services.timings.peer_poll, self.settings.heartbeat_seconds)
+        reason = self.services.recovery.look()
+        if reason is not None:
+            raise Ended(reason)
+
+    def _watch_chief(self, now: float) -> None:
+        services = self.services
         try:
             raw = services.board.read_raw(services.board.job_uri)
         except CloudError as error:

@@ -27,10 +27,8 @@ from agent_fakes import FakeClock
 from trainstack.cloud import bootscripts
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
-from trainstack_agent.cloud import Http
-from trainstack_agent.compute import Place
-from trainstack_agent.main import (
-    Agent,
+from trainstack_agent.agent import Agent
+from trainstack_agent.cap import (
     CapOrders,
     CapOrdersError,
     cap_orders,
@@ -39,6 +37,8 @@ from trainstack_agent.main import (
     run_cap,
     start_run_time_cap,
 )
+from trainstack_agent.cloud import Http
+from trainstack_agent.compute import Place
 from trainstack_agent.processes import Log
 from trainstack_agent.release import Release
 from trainstack_agent.settings import read_settings

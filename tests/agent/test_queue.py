@@ -460,10 +460,11 @@ def test_a_signal_between_jobs_records_nothing_and_exits(tmp_path: Path) -> None
 def test_the_agents_queue_gives_every_job_this_boots_incarnation_and_leaves_on_finish_to_the_queue(
     tmp_path: Path,
 ) -> None:
-    """How run_node puts a standing node together (trainstack_agent.main.job_queue)."""
+    """How run_node puts a standing node together (trainstack_agent.boot.job_queue)."""
     import io
 
-    from trainstack_agent.main import Agent, job_queue
+    from trainstack_agent.agent import Agent
+    from trainstack_agent.boot import job_queue
     from trainstack_agent.processes import Log, Processes
 
     agent = Agent({"TRAINSTACK_STATE_DIR": str(tmp_path), "TRAINSTACK_SELF_STOP_LOG": str(tmp_path / "stops.log")})

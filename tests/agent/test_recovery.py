@@ -16,10 +16,11 @@ import pytest
 from http_stand_in import scripted_server
 
 from agent_fakes import JOB_DIR, FakeClock, FakeInstances, MemoryStorage, World, settings, world
+from trainstack_agent.agent import Agent
 from trainstack_agent.board import Board
+from trainstack_agent.boot import spot_recovery
 from trainstack_agent.cloud import Http
 from trainstack_agent.job import JobCommand
-from trainstack_agent.main import Agent, spot_recovery
 from trainstack_agent.outcome import EXIT_ENDED
 from trainstack_agent.processes import JobChild, JobLauncher, Log, Processes, group_running
 from trainstack_agent.recovery import TERMINATED, SpotRecovery
