@@ -1,14 +1,17 @@
 """A node's watch on its peers: it waits until none is down, and tells whether one was lost
 while the job's code ran (:class:`PeerWatch`).
 
-A peer is lost to a run of the code when it is down (PREEMPTED or INTERRUPTED) or has rebooted
-since the code started (its incarnation changed, :func:`peer_lost`). A peer that has written no
+A peer is lost to a run of the code when it is down (PREEMPTED or INTERRUPTED), has rebooted
+since the code started (its incarnation changed), or its history shows it down since then (a
+peer that wrote its first status after the look at the start and has rebooted since,
+:func:`peer_lost`). A peer that has written no
 status yet is booting for the first time and counts as up: TensorFlow waits for it (the chief's
 duties end the job when one stays silent for the peer timeout, :class:`~trainstack_agent.duties.Duties`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from trainstack_agent.board import Board
@@ -16,18 +19,29 @@ from trainstack_agent.cloud import CloudError
 from trainstack_agent.duties import TICK_SECONDS, Duties
 from trainstack_agent.outcome import Ended
 from trainstack_contract.lifecycle import DOWN_JOB_STATES, JobState
-from trainstack_contract.status import StatusDocument, recorded_since
+from trainstack_contract.status import StatusDocument, parse_time, recorded_since
 
 
-def peer_lost(peer: str, document: StatusDocument | None, snapshot: dict[str, str]) -> str | None:
-    """What says ``peer`` was lost to code started at ``snapshot`` (peers' incarnations then):
-    it is down now, or it has rebooted since; None otherwise."""
+@dataclass(frozen=True)
+class PeerSnapshot:
+    """The peers as the code started: each readable peer's incarnation, and when that was."""
+
+    incarnations: dict[str, str]
+    taken: datetime
+
+
+def peer_lost(peer: str, document: StatusDocument | None, snapshot: PeerSnapshot) -> str | None:
+    """What says ``peer`` was lost to code started at ``snapshot``: it is down now, it has
+    rebooted since, or its history records it down since; None otherwise."""
     if document is None:
         return None
     if document.state in DOWN_JOB_STATES:
         return f"{peer} was {document.state}"
-    if peer in snapshot and document.incarnation != snapshot[peer]:
+    if peer in snapshot.incarnations and document.incarnation != snapshot.incarnations[peer]:
         return f"{peer} rebooted"
+    for entry in document.history:
+        if entry.state in DOWN_JOB_STATES and parse_time(entry.time) > snapshot.taken:
+            return f"{peer} was {entry.state} since the code started"
     return None
 
 
@@ -95,17 +109,19 @@ class PeerWatch:
             self.log(f"could not read the status of {peer}: {error}")
             return None
 
-    def snapshot(self) -> dict[str, str]:
+    def snapshot(self) -> PeerSnapshot:
         """Each peer's incarnation now: a peer whose incarnation changes has rebooted (one
-        whose status cannot be read now is still seen when it is down)."""
-        snapshot = {}
+        whose status cannot be read now, or that has written none yet, is still seen when it
+        is down, or its history says it was)."""
+        taken = parse_time(self.board.now())
+        incarnations = {}
         for peer in self.settings.other_nodes:
             document = self._peer_or_unknown(peer)
             if document is not None:
-                snapshot[peer] = document.incarnation
-        return snapshot
+                incarnations[peer] = document.incarnation
+        return PeerSnapshot(incarnations, taken)
 
-    def broken(self, snapshot: dict[str, str], started: float) -> str | None:
+    def broken(self, snapshot: PeerSnapshot, started: float) -> str | None:
         """In a synchronous cluster (no parameter servers: every step needs every node), a
         peer that is down, or has rebooted since the job's code started, breaks the code's
         collectives: what says so, as the chief saw it (or, on other nodes, as its heartbeat
@@ -132,7 +148,7 @@ class PeerWatch:
                 return lost
         return None
 
-    def lost(self, snapshot: dict[str, str]) -> str | None:
+    def lost(self, snapshot: PeerSnapshot) -> str | None:
         """What says a peer was lost while the job's code ran: a peer down now, or one that
         has rebooted since (its incarnation changed); None when no peer was lost within
         :attr:`Timings.peer_settle`. A single node has no peers to lose."""

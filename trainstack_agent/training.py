@@ -19,7 +19,7 @@ from trainstack_agent.hypertune import JobMetrics
 from trainstack_agent.job import job_command
 from trainstack_agent.jobtoken import CredentialError
 from trainstack_agent.outcome import Ended, Outcome, ended_outcome
-from trainstack_agent.peers import PeerWatch
+from trainstack_agent.peers import PeerSnapshot, PeerWatch
 from trainstack_agent.secrets import SecretError
 from trainstack_agent.settings import NodeSettings
 from trainstack_contract.lifecycle import JobState
@@ -46,7 +46,7 @@ class CodeRun:
         # The starts of the job's code by this boot (the first included).
         self.starts = 0
 
-    def run(self, prepared: Prepared) -> tuple[Outcome, dict[str, str]]:
+    def run(self, prepared: Prepared) -> tuple[Outcome, PeerSnapshot]:
         """How the code ended, and the peers' incarnations when it started."""
         services = self.services
         snapshot = self.peers.snapshot()
@@ -58,8 +58,8 @@ class CodeRun:
             return self._run(prepared, snapshot, secrets, credentials)
 
     def _run(
-        self, prepared: Prepared, snapshot: dict[str, str], secrets: dict[str, str], credentials: dict[str, str]
-    ) -> tuple[Outcome, dict[str, str]]:
+        self, prepared: Prepared, snapshot: PeerSnapshot, secrets: dict[str, str], credentials: dict[str, str]
+    ) -> tuple[Outcome, PeerSnapshot]:
         services = self.services
         command = job_command(
             self.settings,

@@ -335,6 +335,25 @@ def test_a_peer_lost_within_the_settle_window_after_the_codes_exit_still_gets_th
     assert len(w.launcher.started) == 2
 
 
+def test_a_peer_that_first_wrote_its_status_after_the_code_started_and_rebooted_gets_the_code_restarted() -> None:
+    """The look at the peers as the code starts can come before a peer's first status (found
+    under load: the worker's collective failed only after its preempted peer was back)."""
+    w = world(settings(), runs=[(30.0, 3), (10.0, 0)])
+    w.clock.at(5.0, lambda: w.put_status("worker-0", JobState.RUNNING))
+    w.clock.at(15.0, lambda: w.put_job_status(JobState.RUNNING))
+
+    def preempted_and_back() -> None:
+        document = w.status("worker-0")
+        assert document is not None
+        down = document.then(JobState.PREEMPTED, time=w.clock.utc_text(), incarnation="aaaa", attempt=0)
+        back = down.then(JobState.RUNNING, time=w.clock.utc_text(), incarnation="bbbb", attempt=0)
+        w.storage.objects[f"{JOB_DIR}/status/worker-0.json"] = back.to_json().encode()
+
+    w.clock.at(20.0, preempted_and_back)
+    assert w.agent.run() == 0
+    assert len(w.launcher.started) == 2
+
+
 def test_a_workers_end_is_recorded_as_its_own_and_the_jobs_is_left_to_the_chief() -> None:
     w = world(settings(node="worker-0"), runs=[(30.0, 0)])
     w.put_job_status(JobState.RUNNING)
