@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 
 from trainstack.catalog import load_catalog
-from trainstack.stackmodel.feasibility import check_machine
+from trainstack.stackmodel.catalog_fit import check_machine
 from trainstack.stackmodel.schema import Accelerator
 
 CATALOG_FILES = sorted(p.name for p in resources.files("trainstack.catalog").iterdir() if p.name.endswith(".csv"))

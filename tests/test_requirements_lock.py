@@ -164,7 +164,7 @@ def test_a_tpu_vms_lock_keeps_its_runtimes_tensorflow_and_what_trainstack_adds_t
     against that version and locks/tpu-tf-X.Y.txt."""
     from trainstack.base.project import PROJECT_ROOT
     from trainstack.catalog import load_catalog
-    from trainstack.stackmodel.feasibility import requirement_constraints
+    from trainstack.stackmodel.derived import requirement_constraints
     from trainstack.stackmodel.stackfile import load_checked_stack
 
     cfg, _ = load_checked_stack(PROJECT_ROOT / "stacks" / "Pulumi.tpu.yaml")

@@ -2,7 +2,7 @@
 
 # The figures (machine shapes, GPU limits, zones, prices, TPU runtimes, images) live in data,
 # each row with its source and date; this module only loads them into typed records.
-# The checks that use them are in trainstack.stackmodel.feasibility.
+# The checks that use them are in trainstack.stackmodel.catalog_fit.
 
 from __future__ import annotations
 

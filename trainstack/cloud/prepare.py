@@ -6,7 +6,7 @@ Kept apart from the Pulumi program so that `validate` answers without importing 
 from __future__ import annotations
 
 from trainstack.cloud.bootscripts import BootFiles, boot_files
-from trainstack.stackmodel.feasibility import CheckedFacts
+from trainstack.stackmodel.derived import CheckedFacts
 from trainstack.stackmodel.resolved import ResolvedStack, resolve_stack
 from trainstack.stackmodel.schema import StackConfig
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trainstack.stackmodel.feasibility import CheckedFacts
+    from trainstack.stackmodel.derived import CheckedFacts
     from trainstack.stackmodel.resolved import ResolvedStack
     from trainstack.stackmodel.schema import StackConfig
 

@@ -12,7 +12,7 @@ from trainstack.catalog import catalog_line
 from trainstack.commands.stackargs import add_stack_arguments, load_checked
 
 if TYPE_CHECKING:
-    from trainstack.stackmodel.feasibility import CheckedFacts
+    from trainstack.stackmodel.derived import CheckedFacts
     from trainstack.stackmodel.resolved import ResolvedStack
     from trainstack.stackmodel.schema import StackConfig
 

@@ -13,6 +13,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from trainstack.catalog import HOURS_PER_MONTH, Catalog, load_catalog
+from trainstack.stackmodel.prices import is_flex_start_discounted, machine_hourly_usd, tpu_hourly_usd
 
 if TYPE_CHECKING:
     from trainstack.stackmodel.resolved import ClusterNode, NodeCost, ResolvedStack
@@ -91,7 +92,6 @@ def _job_machine_prices(stack: ResolvedStack, catalog: Catalog, region: str, as_
     list prices: Spot or flex-start where the stack's node is (``as_they_are``), else every one
     on demand."""
     import trainstack_contract as contract
-    from trainstack.stackmodel.resolved import machine_hourly_usd, tpu_hourly_usd
 
     prices: list[float | None] = []
     if stack.cluster is not None:
@@ -123,7 +123,6 @@ def hourly_in_region(stack: ResolvedStack, region: str, catalog: Catalog | None 
     with their GPUs and boot disks, Spot where its nodes are, the notebook) had it been created
     in ``region``; None when the catalog has no price there for some part, never another
     region's figure."""
-    from trainstack.stackmodel.resolved import machine_hourly_usd
 
     catalog = catalog or load_catalog()
     prices = _job_machine_prices(stack, catalog, region, as_they_are=True)
@@ -248,7 +247,6 @@ def flex_start_notes(flex: list[ClusterNode], region: str, catalog: Catalog) -> 
     on-demand price where Google names no discount for the series, or not at all where the
     catalog holds no flex-start price for the machine in the region."""
     from trainstack.catalog import flex_start_rows
-    from trainstack.stackmodel.resolved import is_flex_start_discounted
 
     discounted = [n for n in flex if is_flex_start_discounted(catalog, n.machine_type)]
     priced = [n for n in discounted if n.cost.usd_per_hour is not None]

@@ -119,3 +119,7 @@ KMS_KEY_PATTERN = re.compile(
     rf"projects/(?P<project>{_PROJECT})/locations/(?P<location>[a-z][a-z0-9-]{{0,30}}[a-z0-9])"
     r"/keyRings/(?P<ring>[A-Za-z0-9_-]{1,63})/cryptoKeys/(?P<key>[A-Za-z0-9_-]{1,63})"
 )
+
+# The service accounts the stack's machines run as: <name>-train (cluster nodes), <name>-tpu,
+# <name>-nb (the notebook), in the stack's project (components.stack creates them).
+TRAINING_ACCOUNT_SUFFIX, TPU_ACCOUNT_SUFFIX, NOTEBOOK_ACCOUNT_SUFFIX = "train", "tpu", "nb"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trainstack_contract as contract
-from trainstack.catalog import Catalog, Image, flex_start_gpu_usd_hr, flex_start_machine_usd_hr, load_catalog
+from trainstack.catalog import Catalog, Image, load_catalog
 from trainstack.jobcode.package import (
     CodePackage,
     ExtraRequirements,
@@ -29,17 +29,16 @@ from trainstack.jobcode.package import (
     project_path,
     resolve_image,
 )
-from trainstack.stackmodel.feasibility import (
-    NOTEBOOK_ACCOUNT_SUFFIX,
-    TPU_ACCOUNT_SUFFIX,
-    TRAINING_ACCOUNT_SUFFIX,
+from trainstack.stackmodel.derived import (
     CheckedFacts,
     effective_accelerator,
     is_reservation_bound,
     requirement_constraints,
     resolved_strategy,
 )
+from trainstack.stackmodel.naming import NOTEBOOK_ACCOUNT_SUFFIX, TPU_ACCOUNT_SUFFIX, TRAINING_ACCOUNT_SUFFIX
 from trainstack.stackmodel.places import JobPlaces, job_places
+from trainstack.stackmodel.prices import machine_hourly_usd, tpu_hourly_usd
 from trainstack.stackmodel.schema import (
     DEFAULT_IDLE_MINUTES,
     Accelerator,
@@ -326,53 +325,6 @@ class ResolvedStack:
         names += [self.tpu.vm_name] if self.tpu else []
         names += [self.notebook.instance_name] if self.notebook else []
         return names
-
-
-# --- Prices ------------------------------------------------------------------------------
-def machine_hourly_usd(
-    catalog: Catalog,
-    machine_type: str,
-    accelerator: Accelerator | None,
-    spot: bool,
-    disk_gb: int,
-    disk_type: str,
-    region: str,
-    flex_start: bool = False,
-) -> float | None:
-    """Machine, GPUs and boot disk per hour at ``region``'s list prices; None when a part has none
-    there. ``flex_start``: at Dynamic Workload Scheduler's own SKUs where Google discounts the
-    series (flex_start_prices.csv; None where they are not known), else at the on-demand price."""
-    if flex_start and is_flex_start_discounted(catalog, machine_type):
-        price = flex_start_machine_usd_hr(catalog, machine_type, region)
-        gpu_price = None if accelerator is None else flex_start_gpu_usd_hr(catalog, accelerator.type, region)
-    else:
-        price = catalog.machine_usd_hr(machine_type, region, spot)
-        gpu_price = None if accelerator is None else catalog.gpu_usd_hr(accelerator.type, region, spot)
-    if price is None:
-        return None
-    # Built-in GPUs are priced per GPU like attached ones (the machine row is without them).
-    if accelerator is not None:
-        if gpu_price is None:
-            return None
-        price += accelerator.count * gpu_price
-    disk_price = catalog.disk_usd_gb_hour(disk_type, region)
-    return None if disk_price is None else price + disk_gb * disk_price
-
-
-def is_flex_start_discounted(catalog: Catalog, machine_type: str) -> bool:
-    """Whether Google prices the machine's series below on demand when it is flex-start
-    (capacity_rules.csv flex_start_discounted_series); others bill their on-demand price."""
-    machine = catalog.machine_types.get(machine_type)
-    return machine is not None and machine.series in catalog.capacity.flex_start_discounted_series
-
-
-def tpu_hourly_usd(catalog: Catalog, accelerator_type: str, spot: bool, region: str) -> float | None:
-    found = catalog.tpu_generation_for(accelerator_type)
-    if found is None:
-        return None
-    generation, size = found
-    per_chip = catalog.tpu_chip_usd_hr(generation.generation, region, spot)
-    return None if per_chip is None else per_chip * generation.chips(size)
 
 
 def describe_capacity(capacity: str, reservation: str | None = None, bound: bool = False) -> str:

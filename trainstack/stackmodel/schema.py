@@ -594,7 +594,7 @@ class Job(_Strict):
         SAVE_EVERY_MINUTES.default,
         "backup interval, in minutes of training (a preemption redoes at most about this much); not set: 5",
     )
-    # A team's own code. Checked against the files by trainstack.stackmodel.feasibility.
+    # A team's own code. Checked against the files by trainstack.stackmodel.job_checks.
     package: str | None = Field(default=None, description=f"a team's Python package {_OWN_CODE}")
     module: str | None = Field(default=None, description=f"the package's module the job runs (`python -m`) {_OWN_CODE}")
     requirements: str | None = Field(default=None, description=f"the extra requirements of the package {_OWN_CODE}")

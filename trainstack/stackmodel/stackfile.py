@@ -14,7 +14,8 @@ from typing import Any
 from trainstack.base.errors import Problem, StackConfigError, shorten
 from trainstack.base.files import FileProblem, load_yaml, read_text
 from trainstack.stackmodel.configmap import STACK_FILE_TOP_LEVEL_KEYS
-from trainstack.stackmodel.feasibility import CheckedFacts, parse_check_and_derive
+from trainstack.stackmodel.derived import CheckedFacts
+from trainstack.stackmodel.feasibility import parse_check_and_derive
 from trainstack.stackmodel.naming import stack_name_problem
 from trainstack.stackmodel.schema import StackConfig
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from trainstack.catalog import Catalog, load_catalog
 from trainstack.stackmodel.cost import hourly_in_region
-from trainstack.stackmodel.feasibility import offered_zones, tpu_offered_zones
+from trainstack.stackmodel.derived import offered_zones, tpu_offered_zones
 from trainstack.stackmodel.naming import NAMESPACE
 from trainstack.stackmodel.resolved import ResolvedStack
 

@@ -31,7 +31,7 @@ from trainstack.cloud.components.services import (
     ProjectServicesArgs,
 )
 from trainstack.cloud.components.tpu_vm import TpuVm, TpuVmArgs
-from trainstack.stackmodel.feasibility import NOTEBOOK_ACCOUNT_SUFFIX, TPU_ACCOUNT_SUFFIX, TRAINING_ACCOUNT_SUFFIX
+from trainstack.stackmodel.naming import NOTEBOOK_ACCOUNT_SUFFIX, TPU_ACCOUNT_SUFFIX, TRAINING_ACCOUNT_SUFFIX
 from trainstack.stackmodel.resolved import ResolvedStack
 from trainstack_contract import METADATA_KEYS, STACK_LABEL
 
