@@ -29,7 +29,8 @@ from google.cloud import compute_v1
 from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, write_stack
 from tests.googleapi_fakes import perimeter_refused_body
-from trainstack.commands import machines
+from trainstack.cloud import machines
+from trainstack.commands.machines import run_machines
 from trainstack.commands.main import main
 from trainstack.stackmodel.stackfile import STACKS_DIR
 
@@ -447,7 +448,7 @@ def test_submit_starts_each_stopped_vm_without_awaiting_its_operation(
     from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 
     stack = resolve_stack(load_stack(STACKS_DIR / "Pulumi.multiworker.yaml")[0])
-    assert machines.run_machines(stack, "start", wait=False) == 0
+    assert run_machines(stack, "start", wait=False) == 0
     assert compute.requests == [get(CHIEF), post(CHIEF, "start"), get(WORKER_0), post(WORKER_0, "start"), get(WORKER_1)]
     out, _ = capsys.readouterr()
     assert re.search(rf"chief +{CHIEF} +start requested \(was TERMINATED; operation operation-{CHIEF}-start\)", out)

@@ -249,7 +249,7 @@ def _start_machines(stack: ResolvedStack) -> int:
 def _up_and_idle(stack: ResolvedStack, place: QueuePlace, entry: QueueEntry) -> bool:
     """Every VM of the cluster up, and no job before this one still to end: its nodes are in
     their idle wait, and one may end it as the job comes."""
-    from trainstack.commands.machines import UP, vm_statuses
+    from trainstack.cloud.machines import UP, vm_statuses
     from trainstack.jobqueue.history import outstanding
     from trainstack.jobqueue.queue import read_index
 
@@ -272,7 +272,8 @@ def watch_until_taken(
     """The job came to a cluster whose nodes were all in their idle wait: until a node takes it,
     a node that stops anyway (its wait ended as the job came) is started again once stopped,
     and the submitter is told so. Exit status of the starts, or 0."""
-    from trainstack.commands.machines import STOPPED, STOPPING, run_machines, vm_statuses
+    from trainstack.cloud.machines import STOPPED, STOPPING, vm_statuses
+    from trainstack.commands.machines import run_machines
     from trainstack.jobqueue.history import job_state
     from trainstack.jobqueue.queue import job_prefix
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from trainstack.cloud.machines import RUNNING, STOPPING_NOW, TERMINATED
 from trainstack.localrun.nodes import LocalMachines, LocalNode
 from trainstack.localrun.standins import ComputeApiServer, MetadataServer, TokenServiceServer
 from trainstack.localrun.supervisor import POLL_SECONDS, Supervisor
@@ -27,7 +28,6 @@ PREEMPT_GRACE_SECONDS = 30.0
 # The node agent's line when it starts the job's code (trainstack_agent/training.py).
 JOB_STARTED = "trainstack: starting the job"
 # Compute Engine's instance statuses, as the stand-in reports a node's.
-RUNNING, STOPPING, TERMINATED = "RUNNING", "STOPPING", "TERMINATED"
 
 
 class SpotMachines:
@@ -105,7 +105,7 @@ class SpotMachines:
             return None
         if self.supervisor.running(local_node.name):
             # Still running after the preemption notice: shutting down.
-            return STOPPING if local_node.name in self.preempted else RUNNING
+            return STOPPING_NOW if local_node.name in self.preempted else RUNNING
         return TERMINATED
 
     def start_instance(self, instance: str) -> bool:
