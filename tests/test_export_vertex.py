@@ -20,6 +20,7 @@ import pytest
 import yaml
 from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJobSpec, WorkerPoolSpec
 
+from stack_helpers import write_stack
 from trainstack.catalog import vertex_training_containers
 from trainstack.commands.main import main
 from trainstack.stackmodel.resolved import resolve_stack
@@ -207,18 +208,16 @@ def test_round_trip_import_of_the_export_gives_the_same_nodes(
         assert again.cluster.strategy == original.cluster.strategy
 
 
-def write_stack(tmp_path: Path, cluster: dict) -> Path:
-    path = tmp_path / "Pulumi.x.yaml"
+def cluster_stack(tmp_path: Path, cluster: dict) -> Path:
     config = {"gcp:project": "team-proj-1", "gcp:region": "us-central1", "trainstack:zone": "us-central1-a",
               "trainstack:cluster": cluster, "trainstack:job": {"name": "x"}}  # fmt: skip
-    path.write_text(yaml.safe_dump({"config": config}))
-    return path
+    return write_stack(tmp_path, config, stack="x")
 
 
 def test_multi_worker_mirrored_with_other_gpus_on_the_workers_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    path = write_stack(
+    path = cluster_stack(
         tmp_path,
         {
             "strategy": "multi_worker_mirrored",
@@ -251,7 +250,7 @@ def test_an_all_spot_cluster_runs_on_spot_and_a_mixed_one_says_why_not(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     node = {"machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 1}, "spot": True}
-    path = write_stack(tmp_path, {"chief": copy.deepcopy(node), "workers": {"count": 2, **copy.deepcopy(node)}})
+    path = cluster_stack(tmp_path, {"chief": copy.deepcopy(node), "workers": {"count": 2, **copy.deepcopy(node)}})
     code, out, err = export(capsys, "--stack-file", str(path))
     assert code == 0, err
     assert spec_of(out).scheduling.strategy.name == "SPOT"
@@ -473,7 +472,7 @@ def test_a_teams_package_named_trainer_runs_on_vertex_not_the_built_in_trainer(
 def env_stack(tmp_path: Path, job: dict) -> Path:
     node = {"machine_type": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 1}}
     cluster = {"chief": copy.deepcopy(node), "workers": {"count": 2, **copy.deepcopy(node)}, "max_run_hours": 2.5}
-    path = write_stack(tmp_path, cluster)
+    path = cluster_stack(tmp_path, cluster)
     document = yaml.safe_load(path.read_text())
     document["config"]["trainstack:job"] = job
     path.write_text(yaml.safe_dump(document))
@@ -723,7 +722,7 @@ def test_an_a3_ultra_stack_keeps_its_hyperdisk_boot_disk_on_vertex(
 ) -> None:
     """A3 Ultra cannot boot from Persistent Disk: rewritten to pd-ssd, the exported job failed at
     creation. Vertex AI's DiskSpec takes hyperdisk-balanced (its default for A3 Ultra)."""
-    path = write_stack(tmp_path, {"chief": {"machine_type": "a3-ultragpu-8g", "spot": True}})
+    path = cluster_stack(tmp_path, {"chief": {"machine_type": "a3-ultragpu-8g", "spot": True}})
     config = yaml.safe_load(path.read_text())
     config["config"]["trainstack:zone"] = "us-central1-b"
     path.write_text(yaml.safe_dump(config))

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from stack_helpers import write_stack
 from tests.cloud_quotas_server import cloud_quotas, dimensions_info, quota_info
 from tests.googleapi_fakes import FakeGoogle, api_disabled, error, off_schema, ok
 from trainstack.commands import quota as quota_command
@@ -265,9 +265,7 @@ def a100_stack(tmp_path: Path, capacity: dict[str, str], on_finish: str = "stop"
             "on_finish": on_finish,
         },
     }
-    stack_file = tmp_path / f"Pulumi.a100-{capacity['capacity']}.yaml"
-    stack_file.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
-    return stack_file
+    return write_stack(tmp_path, config, stack=f"a100-{capacity['capacity']}")
 
 
 def test_flex_start_draws_on_the_preemptible_quota_and_a_reserved_node_on_the_standard_one(
@@ -320,9 +318,7 @@ def h100_stack(tmp_path: Path, capacity: str = "on_demand", count: int = 0) -> P
         "trainstack:zone": "us-central1-a",
         "trainstack:cluster": cluster,
     }
-    stack_file = tmp_path / f"Pulumi.h100-{capacity}-{count}.yaml"
-    stack_file.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
-    return stack_file
+    return write_stack(tmp_path, config, stack=f"h100-{capacity}-{count}")
 
 
 def run_with_cloud_quotas(
@@ -429,8 +425,7 @@ def test_spot_h200_without_its_preemptible_quota_draws_on_the_family_quota(
         "trainstack:zone": "us-central1-b",
         "trainstack:cluster": {"chief": {"machine_type": "a3-ultragpu-8g", "capacity": "spot"}, "max_run_hours": 24},
     }
-    stack_file = tmp_path / "Pulumi.h200.yaml"
-    stack_file.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
+    stack_file = write_stack(tmp_path, config, stack="h200")
     quotas = {FAMILY: family_quota(dimensions_info(8, ["global"], gpu_family="NVIDIA_H200"))}
     code, report, names, _ = run_with_cloud_quotas(stack_file, quotas, monkeypatch, capsys)
     assert code == 0
