@@ -35,6 +35,7 @@ LAYERS = (
     "cloud",
     "localrun",
     "interop",
+    "experiments",
     "commands",
 )
 ENTRY_POINTS = {"__init__.py", "__main__.py"}
@@ -127,6 +128,23 @@ def test_the_library_shares_with_the_agent_only_through_the_contract(module: str
     imports the agent nowhere but where it packages it."""
     agent = sorted(target for target in imported_modules(MODULES[module]) if target.split(".")[0] == "trainstack_agent")
     assert agent == [], f"{module} imports the node agent"
+
+
+def verb_modules() -> list[str]:
+    """The modules that register a command (``trainstack.commands.main.VERBS``)."""
+    from trainstack.commands.main import VERBS
+
+    return sorted(verb.__name__ for verb in VERBS)
+
+
+@pytest.mark.parametrize("module", verb_modules())
+def test_a_command_imports_no_other_commands_names(module: str) -> None:
+    """A verb parses its arguments and prints; what two verbs share is in the experiments layer
+    below them (submit, cancel, waking a cluster, listing jobs) or in the command line's own
+    helpers (its parsers and options), never in another verb."""
+    others = set(verb_modules()) - {module}
+    borrowed = sorted(target for target in imported_modules(MODULES[module]) if target in others)
+    assert borrowed == [], f"{module} imports another command's module"
 
 
 def test_the_readme_module_map_names_every_folder() -> None:

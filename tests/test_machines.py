@@ -30,8 +30,8 @@ from recording_commands import install_recording_command, recorded_calls
 from stack_helpers import base_config, write_stack
 from tests.googleapi_fakes import perimeter_refused_body
 from trainstack.cloud import machines
-from trainstack.commands.machines import run_machines
 from trainstack.commands.main import main
+from trainstack.experiments.waking import run_machines
 from trainstack.stackmodel.stackfile import STACKS_DIR
 
 PROJECT = "your-gcp-project"
@@ -456,7 +456,7 @@ def test_submit_starts_each_stopped_vm_without_awaiting_its_operation(
 
 def _queued_place(tmp_path: Path) -> tuple[Any, Any]:
     """A queue (a directory standing in for the bucket) holding one job, and that job."""
-    from trainstack.commands.queueargs import QueuePlace
+    from trainstack.experiments.place import QueuePlace
     from trainstack.jobqueue.queue import submit
     from trainstack.jobqueue.store import DirectoryStore
     from trainstack.jobstate.report import LocalObjects
@@ -472,7 +472,7 @@ def test_a_node_that_stops_as_the_job_comes_is_started_again_once_stopped(
     """The idle-stop race: the job is queued while every node is up and idle; the chief ends its
     idle wait anyway (it looked at the queue just before) and stops. `submit` sees it stopping,
     says so, and starts it once it has stopped: the job never waits for a `submit` to come."""
-    from trainstack.commands.submit import watch_until_taken
+    from trainstack.experiments.waking import watch_until_taken
     from trainstack.stackmodel.resolved import resolve_stack
     from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack
 
@@ -496,7 +496,7 @@ def test_a_node_that_stops_as_the_job_comes_is_started_again_once_stopped(
 def test_a_job_a_node_has_taken_needs_no_start(
     compute: FakeCompute, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainstack.commands.submit import watch_until_taken
+    from trainstack.experiments.waking import watch_until_taken
     from trainstack.jobqueue.queue import job_prefix
     from trainstack.stackmodel.resolved import resolve_stack
     from trainstack.stackmodel.stackfile import STACKS_DIR, load_stack

@@ -254,7 +254,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     with out.open("x", encoding="utf-8") as handle:
         handle.write(text)
     print(f"wrote {out}")
-    from trainstack.commands.validate import validate_file
+    from trainstack.commands.validation import validate_file
 
     # What `validate` says of it, as a user would run it next.
     return validate_file(out)

@@ -17,19 +17,18 @@ queue. A job that has ended (SUCCEEDED, FAILED, CANCELLED) is reported, exit 1, 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 from trainstack.commands.parsers import add_documented_command
-from trainstack.commands.queueargs import QueueUsageError, add_queue_arguments, queue_place, stack_job_objects
+from trainstack.commands.queueargs import add_queue_arguments, queue_place
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
+from trainstack.experiments.listing import job_rows
+from trainstack.experiments.place import QueueUsageError
 from trainstack.jobstate.report import StatusReadError
 
 if TYPE_CHECKING:
-    from trainstack.jobqueue.history import JobRow
-    from trainstack.stackmodel.resolved import ResolvedStack
+    pass
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -41,59 +40,13 @@ def _limit(text: str) -> int:
     return int(text)
 
 
-def job_rows(args: argparse.Namespace, stack: ResolvedStack, limit: int) -> list[JobRow]:
-    """One row per job: the stack's own (job 0), then the latest ``limit`` of the queue;
-    QueueUsageError or StoreError when the queue cannot be read."""
-    from trainstack.jobqueue.history import JobSource, job_row
-    from trainstack.jobqueue.queue import job_prefix, read_index
-    from trainstack.stackmodel.cost import node_hourly
-
-    place = queue_place(args, stack)
-    index = read_index(place.store)
-    sources = []
-    own = stack_job_objects(stack, place.bucket)
-    if own is not None and stack.job is not None:
-        sources.append(JobSource(0, stack.job.name, *own))
-    sources += [
-        JobSource(entry.id, entry.name, place.objects, job_prefix(entry), entry) for entry in index.entries[-limit:]
-    ]
-    prices, now = node_hourly(stack), time.time()
-    return with_trial_metrics([job_row(source, prices, now) for source in sources], place.store)
-
-
-def with_trial_metrics(rows: list[JobRow], store: Any) -> list[JobRow]:
-    """``rows``, where a tuning trial's job reported no metric of its own (no hypertune report,
-    no metrics.json) with the one its study read for it from its summaries."""
-    from trainstack.jobqueue.store import StoreError
-    from trainstack.tuning.engine import read_study
-    from trainstack.tuning.study import StudyFormatError, study_of_trial_job
-
-    studies: dict[str, Any] = {}
-    result = []
-    for row in rows:
-        name = study_of_trial_job(row.name)
-        if row.metric is None and name is not None and row.id > 0:
-            if name not in studies:
-                try:
-                    studies[name] = read_study(store, name)
-                except (StudyFormatError, StoreError):
-                    # A study that cannot be read leaves the row as it is: `tune status` says why.
-                    studies[name] = None
-            study = studies[name]
-            trial = next((t for t in study.trials if t.job_id == row.id), None) if study is not None else None
-            if trial is not None and trial.metric is not None:
-                row = dataclasses.replace(row, metric=(study.spec.hyperparameter_metric_tag, trial.metric))
-        result.append(row)
-    return result
-
-
 def cmd_jobs(args: argparse.Namespace) -> int:
     from trainstack.jobqueue.history import print_json, print_rows
     from trainstack.jobqueue.store import StoreError
 
     stack = load_resolved(args)
     try:
-        rows = job_rows(args, stack, args.limit)
+        rows = job_rows(queue_place(args, stack), stack, args.limit)
     except (QueueUsageError, StoreError) as error:
         print(f"trainstack: jobs: {error}", file=sys.stderr)
         return 1
@@ -107,11 +60,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from trainstack.jobqueue.history import job_state
-    from trainstack.jobqueue.queue import CancelRefused, cancel, job_prefix
+    from trainstack.experiments.queueing import cancel_job
+    from trainstack.jobqueue.queue import CancelRefused
     from trainstack.jobqueue.store import StoreError
-    from trainstack_contract.lifecycle import ENDED_JOB_STATES
-    from trainstack_contract.status import utc_now
 
     stack = load_resolved(args)
     if args.id == 0:
@@ -122,13 +73,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         )
         return 1
     try:
-        place = queue_place(args, stack)
-
-        def ended_state(entry: Any) -> str | None:
-            state = job_state(place.objects, job_prefix(entry))
-            return state if state in ENDED_JOB_STATES else None
-
-        entry = cancel(place.store, args.id, utc_now(), ended_state)
+        entry = cancel_job(queue_place(args, stack), args.id)
     except (QueueUsageError, StoreError, StatusReadError, CancelRefused) as error:
         print(f"trainstack: cancel: {error}", file=sys.stderr)
         return 1

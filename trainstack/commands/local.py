@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainstack.commands.parsers import shell_words
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option
 from trainstack.localrun.outcome import EXIT_CODES_HELP, LocalExit
 from trainstack_contract import BATCH_SIZE_PER_REPLICA, EPOCHS, FLAGS, IMAGE_SIZE, STEPS_PER_EPOCH
@@ -41,21 +42,9 @@ def docker_engine_answers() -> bool:
         return False
 
 
-# As for job.args in a stack file: printable, bounded.
-MAX_LOCAL_ARGS_CHARS = 32 * 1024
 # Options whose value is a command line for the job's code, often starting with "--": the
 # command line binds the word after one to it (main.bind_command_line_values).
 COMMAND_LINE_OPTIONS = ("--args", "--args-replace")
-
-
-def _job_arguments(text: str) -> list[str]:
-    """argparse type for `local --args`: split as a POSIX shell would, never run by one."""
-    if len(text) > MAX_LOCAL_ARGS_CHARS or any(not c.isprintable() for c in text):
-        raise argparse.ArgumentTypeError(f"printable text of at most {MAX_LOCAL_ARGS_CHARS} characters")
-    try:
-        return shlex.split(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r}: {error} (quote as in a shell)") from None
 
 
 # `local --preempt`: node names as the cluster names them (NODE_NAME), a few at a time.
@@ -306,14 +295,13 @@ def standing_interrupted(args: argparse.Namespace, stack: ResolvedStack, interru
 
 def print_standing_jobs(args: argparse.Namespace, stack: ResolvedStack) -> bool:
     """The table `trainstack jobs --local` prints; False (and a line why) when it cannot."""
-    from trainstack.commands.jobs import job_rows
-    from trainstack.commands.queueargs import QueueUsageError
+    from trainstack.experiments.listing import job_rows
+    from trainstack.experiments.place import QueueUsageError, place_of
     from trainstack.jobqueue.history import print_rows
     from trainstack.jobqueue.store import StoreError
 
-    args.local = True
     try:
-        rows = job_rows(args, stack, MAX_STANDING_REPORT)
+        rows = job_rows(place_of(stack, True, args.workdir), stack, MAX_STANDING_REPORT)
     except (QueueUsageError, StoreError) as error:
         print(f"trainstack: the jobs cannot be listed: {error}", file=sys.stderr)
         return False
@@ -365,14 +353,14 @@ def register(subparsers: Any) -> None:
     given = local.add_mutually_exclusive_group()
     given.add_argument(
         "--args",
-        type=_job_arguments,
+        type=shell_words,
         metavar='"ARGS"',
         help="arguments for the job's code overriding job.args flag by flag: a flag given replaces the same flag "
         'and its values, the others are kept, e.g. --args "--learning-rate 0.01"',
     )
     given.add_argument(
         "--args-replace",
-        type=_job_arguments,
+        type=shell_words,
         metavar='"ARGS"',
         help="the job's arguments in place of job.args whole",
     )

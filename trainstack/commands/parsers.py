@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -37,3 +38,18 @@ def pattern_argument(text: str, pattern: re.Pattern[str], refusal: str) -> str:
     if pattern.fullmatch(text) is None:
         raise argparse.ArgumentTypeError(refusal)
     return text
+
+
+# A job's arguments given on the command line, as job.args in a stack file: printable, bounded.
+MAX_JOB_ARGS_CHARS = 32 * 1024
+
+
+def shell_words(text: str) -> list[str]:
+    """argparse type for a job's --args (`local`, `submit`, `tune`): split as a POSIX shell would,
+    never run by one."""
+    if len(text) > MAX_JOB_ARGS_CHARS or any(not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError(f"printable text of at most {MAX_JOB_ARGS_CHARS} characters")
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error} (quote as in a shell)") from None

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.base.errors import ProgramExit
-from trainstack.commands.cost import format_report
 from trainstack.commands.stackargs import add_stack_arguments, read_stack
+from trainstack.stackmodel.cost import report_lines
 from trainstack_contract import EXECUTED_PREFIX
 from trainstack_contract.grants import CREATE_ONLY_ROLE, REPLACE_ROLE
 
@@ -58,7 +58,7 @@ def _print_plan(plan: Plan) -> None:
         details = _describe(resource.inputs)
         print(f"  + {resource.type}  {resource.name}{'  ' + details if details else ''}")
     _print_bucket_access(plan.bucket_access())
-    for line in format_report(plan.cost):
+    for line in report_lines(plan.cost):
         print(line)
 
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainstack.commands.queueargs import stack_job_objects
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
+from trainstack.experiments.place import stack_job_objects
 from trainstack.jobstate.report import (
     GcsObjects,
     LocalObjects,

@@ -34,19 +34,20 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from trainstack.commands.cost import chart_path, save_chart
+from trainstack.commands.charts import chart_path, save_chart
+from trainstack.commands.jobargs import add_job_arguments
 from trainstack.commands.parsers import add_documented_command, number_argument, pattern_argument
-from trainstack.commands.queueargs import QueuePlace, QueueUsageError, add_queue_arguments, queue_place
-from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option
-from trainstack.commands.submit import (
+from trainstack.commands.queueargs import add_queue_arguments, queue_place
+from trainstack.commands.stackargs import add_stack_arguments, load_resolved, stack_option, stack_path
+from trainstack.experiments.place import QueuePlace, QueueUsageError
+from trainstack.experiments.submission import (
     BUILTIN_OPTIONS,
     CODE_OPTIONS,
     SubmitRefused,
-    add_job_arguments,
     checked_job,
+    code_objects,
     fetch_for_local_nodes,
     spec_values,
-    wake_standing,
 )
 from trainstack.jobstate.report import StatusReadError
 from trainstack_contract import METADATA_KEYS
@@ -100,45 +101,37 @@ def _job_options_given(args: argparse.Namespace) -> list[str]:
 
 
 def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace, code: list[Any]) -> TuneServices:
-    from trainstack.commands.submit import _start_machines
-    from trainstack.jobqueue.history import job_state
-    from trainstack.jobqueue.queue import CancelRefused, cancel, job_prefix, read_index, submit
+    from trainstack.experiments import waking
+    from trainstack.experiments.queueing import cancel_job, queue_entry
+    from trainstack.jobqueue.queue import CancelRefused, read_index
     from trainstack.jobstate.report import node_names
     from trainstack.tuning.engine import TuneServices
-    from trainstack_contract.lifecycle import ENDED_JOB_STATES
     from trainstack_contract.status import utc_now
 
-    def ended(entry: Any) -> bool:
-        return job_state(place.objects, job_prefix(entry)) in ENDED_JOB_STATES
-
     def queue_trial(name: str, values: dict[str, str], submitted: str, one_node: bool) -> Any:
-        return submit(place.store, name, values, code, submitted, ended, one_node)
+        return queue_entry(place, name, values, code, submitted, one_node)
 
-    def cancel_job(job_id: int) -> None:
-        def ended_state(entry: Any) -> str | None:
-            state = job_state(place.objects, job_prefix(entry))
-            return state if state in ENDED_JOB_STATES else None
-
+    def cancel_trial(job_id: int) -> None:
         # CancelRefused: it has ended or was cancelled already: nothing runs.
         with contextlib.suppress(CancelRefused):
-            cancel(place.store, job_id, utc_now(), ended_state)
+            cancel_job(place, job_id)
 
     woken: list[bool] = []
 
     def queued() -> None:
         if args.local:
-            said = wake_standing(place, stack, args)
+            said = waking.wake_standing(place, stack, stack_option(args))
             if not woken:
                 print(said)
         elif not woken and not args.no_start:
-            _start_machines(stack)
+            waking.start_machines(stack)
         woken.append(True)
 
     return TuneServices(
         store=place.store,
         objects=place.objects,
         submit=queue_trial,
-        cancel=cancel_job,
+        cancel=cancel_trial,
         entries=lambda: {entry.id: entry for entry in read_index(place.store).entries},
         queued=queued,
         now=utc_now,
@@ -150,7 +143,6 @@ def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace,
 def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, list[Any]]:
     """The stack, its queue and the study: opened from --spec and the job, or (--study without
     --spec) read back from the bucket."""
-    from trainstack.jobqueue.queue import CodeObject
     from trainstack.localrun.workdir import claim_workdir
     from trainstack.stackmodel.resolved import one_node_refusal
     from trainstack.tuning.engine import StudyRefused, open_study, read_study
@@ -176,7 +168,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
         print(f"study {study.name} resumed: {len(study.trials)} trials recorded")
         return stack, place, study, []
     spec = read_spec(args.spec)
-    stack, queued = checked_job(args)
+    stack, queued = checked_job(stack_path(args), None if args.stack_file else args.stack, args)
     if not stack.runs_queue:
         raise SubmitRefused(
             f"stack {stack.stack} runs no queue: set trainstack:cluster.idle_minutes (or tpu.idle_minutes) and "
@@ -196,8 +188,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
     if place.workdir is not None:
         claim_workdir(place.workdir, stack.stack)
         fetch_for_local_nodes(queued, place.workdir)
-    code = [CodeObject(job.package.object_name, job.package.archive)] if job.package else []
-    code += [CodeObject(job.requirements.object_name, job.requirements.data)] if job.requirements else []
+    code = code_objects(queued)
     refusal = one_node_refusal(stack) if args.one_node else None
     if refusal is not None:
         raise SubmitRefused(refusal)

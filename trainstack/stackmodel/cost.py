@@ -379,3 +379,33 @@ def cost_report(stack: ResolvedStack, run_hours: float | None = None, catalog: C
         warnings=tuple(warnings),
         notes=tuple(notes),
     )
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    # Cents hide the small hourly rates (a NAT gateway for 3 VMs is $0.0042/h).
+    return f"${value:,.4f}" if 0 < value < 0.1 else f"${value:,.2f}"
+
+
+def report_lines(report: CostReport) -> list[str]:
+    """The report as `cost` and `plan` print it."""
+    lines = [f"Cost of stack {report.stack} at {report.region} list prices (USD; unknown where the catalog has none)"]
+    lines.append("  while running, per hour:")
+    for node in report.nodes:
+        lines.append(f"    {node.name:<30} {node.description:<46} {_usd(node.usd_per_hour)}")
+    lines.append(f"    {'total':<30} {'':<46} {_usd(report.hourly_usd)}")
+    one_run = _usd(report.one_run_max_usd) if report.columns else "no job machines"
+    lines.append(f"  one run at most (up to the run-time cap):     {one_run}")
+    lines.append(f"  a month left running 24/7:                    {_usd(report.monthly_running_usd)}")
+    lines.append(f"  a month stopped (persistent disks):           {_usd(report.monthly_stopped_usd)}")
+    lines.append(f"  storage, per GB-month kept in the bucket:     {_usd(report.storage_usd_gb_month)}")
+    lines.append(f"  first boot, Cloud NAT data processing:        {_usd(report.first_boot_network_usd)}")
+    lines.append(f"  Cloud NAT gateway, per hour while running:    {_usd(report.nat_gateway_usd_hr)}")
+    if report.columns:
+        lines.append("  the job, two ways:")
+        for column in report.columns:
+            lines.append(f"    {column.name:<32} {_usd(column.usd):>12}  {column.how}")
+    lines += [f"  warning: {w}" for w in report.warnings]
+    lines += [f"  note: {n}" for n in report.notes]
+    return lines

@@ -1,0 +1,60 @@
+"""Where a stack's queue and its jobs' status objects are: the stack's bucket, or the stand-in
+of `trainstack local` in its work directory."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trainstack.jobstate.report import GcsObjects, ListedObjects, LocalObjects, Objects, default_workdir, local_bucket
+from trainstack_contract import LAYOUT
+
+if TYPE_CHECKING:
+    from trainstack.jobqueue.store import ObjectStore
+    from trainstack.stackmodel.resolved import ResolvedStack
+
+
+class QueueUsageError(Exception):
+    """The command line names no usable queue; the message is one line."""
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """The stack's queue (read and written under preconditions) and its jobs' status objects."""
+
+    store: ObjectStore
+    objects: ListedObjects
+    # --local: the run's work directory and its stand-in bucket; None on the cloud.
+    workdir: Path | None = None
+    bucket: Path | None = None
+
+
+def place_of(stack: ResolvedStack, local: bool, workdir: Path | None) -> QueuePlace:
+    """The cloud's queue of ``stack``, or (``local``) its standing local run's in ``workdir``
+    (default .trainstack-local/<stack>)."""
+    from trainstack.jobqueue.store import DirectoryStore, GcsStore
+
+    if workdir is not None and not local:
+        raise QueueUsageError("--workdir is the work directory of a local run: use it with --local")
+    if not local:
+        return QueuePlace(GcsStore(stack.project, stack.bucket_name), GcsObjects(stack.project, stack.bucket_name))
+    workdir = workdir or default_workdir(stack.stack)
+    bucket = local_bucket(workdir, stack)
+    return QueuePlace(DirectoryStore(bucket), LocalObjects(bucket), workdir, bucket)
+
+
+def stack_job_objects(stack: ResolvedStack, bucket: Path | None) -> tuple[Objects, str] | None:
+    """Where the stack's own job (job 0) writes its status objects: the bucket and its prefix
+    there (jobs/<name>, or job.job_dir's folder in the team's bucket). ``bucket``: the
+    stand-in of a local run (which stands in for the team's bucket beside the stack's);
+    None for the cloud. None when the stack has no job."""
+    job = stack.job
+    if job is None:
+        return None
+    prefix = job.job_dir_prefix or posixpath.join(LAYOUT.jobs, job.name)
+    external = job.job_dir_bucket if job.job_dir_prefix else None
+    if bucket is not None:
+        return LocalObjects(bucket.parent / external if external else bucket), prefix
+    return GcsObjects(stack.project, external or stack.bucket_name), prefix
