@@ -22,7 +22,7 @@ from storage_proxies import Grant, IamStorageProxy
 
 from stack_helpers import base_config, plan_of, write_stack
 from test_status import BUCKET, emulator_server  # noqa: F401 (a fixture)
-from trainstack.jobqueue import store as stores
+from trainstack.base import bucket as stores
 from trainstack.localrun.standins import LOCAL_TOKEN, MetadataServer, TokenServiceServer
 from trainstack.tuning.study import study_object
 from trainstack_agent.board import Board
@@ -194,14 +194,14 @@ def test_a_teammate_who_may_submit_may_tune_and_nothing_more_under_trainstack(cl
     client = storage.Client(
         project="test-project-123", credentials=google.oauth2.credentials.Credentials(TEAMMATE_TOKEN)
     )
-    store = stores.GcsStore("test-project-123", BUCKET, client)
-    store.write(study_object("lr_study"), b'{"v": 1}', if_generation_match=0)
-    first = store.read(study_object("lr_study"), 1024)
+    store = stores.GcsBucket("test-project-123", BUCKET, client)
+    store.write_if_generation(study_object("lr_study"), b'{"v": 1}', 0)
+    first = store.read_versioned(study_object("lr_study"), 1024)
     assert first is not None
-    store.write(study_object("lr_study"), b'{"v": 2}', if_generation_match=first.generation)
-    store.write(INDEX_OBJECT, b"{}", if_generation_match=0)
+    store.write_if_generation(study_object("lr_study"), b'{"v": 2}', first.generation)
+    store.write_if_generation(INDEX_OBJECT, b"{}", 0)
     assert cloud.proxy.denied == []
-    with pytest.raises(stores.StoreError, match="403"):
-        store.write("trainstack/agent/trainstack-agent-0123456789abcdef.pyz", b"x", if_generation_match=0)
-    with pytest.raises(stores.StoreError, match="403"):
-        store.write("jobs/q1_lr_low/status/job.json", b"{}", if_generation_match=0)
+    with pytest.raises(stores.BucketError, match="403"):
+        store.write_if_generation("trainstack/agent/trainstack-agent-0123456789abcdef.pyz", b"x", 0)
+    with pytest.raises(stores.BucketError, match="403"):
+        store.write_if_generation("jobs/q1_lr_low/status/job.json", b"{}", 0)

@@ -20,8 +20,8 @@ from storage_proxies import PreconditionProxy
 from stack_helpers import base_config, with_changes, write_stack
 from test_job_code import probe_package
 from test_status import BUCKET, emulator_server  # noqa: F401 (a fixture)
+from trainstack.base import bucket as stores
 from trainstack.commands.main import main
-from trainstack.jobqueue import store as stores
 from trainstack.jobqueue.queue import CodeObject, read_index, submit
 from trainstack.localrun.workdir import claim_workdir
 from trainstack.stackmodel.cost import job_hourly, node_hourly
@@ -53,8 +53,8 @@ def proxy(emulator_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pre
         yield server
 
 
-def gcs_store() -> stores.GcsStore:
-    return stores.GcsStore("test-project-123", BUCKET)
+def gcs_store() -> stores.GcsBucket:
+    return stores.GcsBucket("test-project-123", BUCKET)
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -257,8 +257,8 @@ class Racing:
     def location(self, name: str) -> str:
         return str(self.inner.location(name))
 
-    def read(self, name: str, limit: int) -> Any:
-        result = self.inner.read(name, limit)
+    def read_versioned(self, name: str, limit: int) -> Any:
+        result = self.inner.read_versioned(name, limit)
         if name == INDEX_OBJECT:
             me = threading.get_ident()
             self.index_reads[me] = self.index_reads.get(me, 0) + 1
@@ -267,8 +267,8 @@ class Racing:
                 self.barrier.wait()
         return result
 
-    def write(self, name: str, data: bytes, if_generation_match: int) -> None:
-        self.inner.write(name, data, if_generation_match)
+    def write_if_generation(self, name: str, data: bytes, generation: int) -> None:
+        self.inner.write_if_generation(name, data, generation)
 
 
 def race(store: Any) -> list[int]:
@@ -279,7 +279,7 @@ def race(store: Any) -> list[int]:
     def one(name: str) -> None:
         try:
             spec = {METADATA_KEYS.job_mode: "package", METADATA_KEYS.trainer_args: json.dumps([name])}
-            entry = submit(racing, name, spec, [CodeObject("trainstack/code/x.zip", b"code")], _now(), lambda e: False)
+            entry = submit(racing, name, spec, [CodeObject("trainstack/code/x.zip", b"code")], _now())
             results[name] = entry.id
         except BaseException as error:  # noqa: BLE001 (reported below)
             errors.append(error)
@@ -304,7 +304,7 @@ def _now() -> str:
 
 
 def test_two_submits_at_once_both_land_in_the_local_store(tmp_path: Path) -> None:
-    assert race(stores.DirectoryStore(tmp_path / "bucket")) == [1, 2]
+    assert race(stores.DirectoryBucket(tmp_path / "bucket")) == [1, 2]
 
 
 def test_two_submits_at_once_both_land_in_cloud_storage(proxy: PreconditionProxy) -> None:
@@ -314,15 +314,15 @@ def test_two_submits_at_once_both_land_in_cloud_storage(proxy: PreconditionProxy
 
 def test_the_proxy_refuses_a_write_on_a_stale_generation_as_cloud_storage_does(proxy: PreconditionProxy) -> None:
     store = gcs_store()
-    store.write("trainstack/queue/index.json", b"1", if_generation_match=0)
-    first = store.read("trainstack/queue/index.json", 100)
+    store.write_if_generation("trainstack/queue/index.json", b"1", 0)
+    first = store.read_versioned("trainstack/queue/index.json", 100)
     assert first is not None
     assert first.data == b"1"
-    store.write("trainstack/queue/index.json", b"2", if_generation_match=first.generation)
+    store.write_if_generation("trainstack/queue/index.json", b"2", first.generation)
     with pytest.raises(stores.PreconditionFailed):
-        store.write("trainstack/queue/index.json", b"3", if_generation_match=first.generation)
+        store.write_if_generation("trainstack/queue/index.json", b"3", first.generation)
     with pytest.raises(stores.PreconditionFailed):
-        store.write("trainstack/queue/index.json", b"3", if_generation_match=0)
+        store.write_if_generation("trainstack/queue/index.json", b"3", 0)
     blob = storage.Client(project="test-project-123").bucket(BUCKET).blob("trainstack/queue/index.json")
     assert blob.download_as_bytes() == b"2"
     with pytest.raises(exceptions.PreconditionFailed):
@@ -330,13 +330,13 @@ def test_the_proxy_refuses_a_write_on_a_stale_generation_as_cloud_storage_does(p
 
 
 def test_the_local_store_refuses_a_write_on_a_stale_generation(tmp_path: Path) -> None:
-    store = stores.DirectoryStore(tmp_path)
-    store.write("a.json", b"1", if_generation_match=0)
-    first = store.read("a.json", 100)
+    store = stores.DirectoryBucket(tmp_path)
+    store.write_if_generation("a.json", b"1", 0)
+    first = store.read_versioned("a.json", 100)
     assert first is not None
-    store.write("a.json", b"2", if_generation_match=first.generation)
+    store.write_if_generation("a.json", b"2", first.generation)
     with pytest.raises(stores.PreconditionFailed):
-        store.write("a.json", b"3", if_generation_match=first.generation)
+        store.write_if_generation("a.json", b"3", first.generation)
     assert (tmp_path / "a.json").read_bytes() == b"2"
 
 

@@ -195,8 +195,8 @@ def test_a_job_queued_as_every_node_idled_out_boots_them_again_rather_than_wait(
     """The idle-stop race, locally: the job reaches the queue after each node's last look and
     the wake finds them still up; when they have all stopped, the standing run boots them again
     for it, as `submit` starts a VM that stopped. Twice at most: these fake nodes never take it."""
+    from trainstack.base.bucket import DirectoryBucket
     from trainstack.jobqueue.queue import submit
-    from trainstack.jobqueue.store import DirectoryStore
 
     stack = standing_stack()
     workdir = tmp_path / "work"
@@ -207,7 +207,7 @@ def test_a_job_queued_as_every_node_idled_out_boots_them_again_rather_than_wait(
             until(lambda: boots(workdir, "chief")[-1:] == ["end"], "the chief did not end its first boot")
             bucket = workdir / "bucket" / stack.bucket_name
             submit(
-                DirectoryStore(bucket),
+                DirectoryBucket(bucket),
                 "late",
                 {"trainstack-job-mode": "package"},
                 [],

@@ -456,14 +456,13 @@ def test_submit_starts_each_stopped_vm_without_awaiting_its_operation(
 
 def _queued_place(tmp_path: Path) -> tuple[Any, Any]:
     """A queue (a directory standing in for the bucket) holding one job, and that job."""
+    from trainstack.base.bucket import DirectoryBucket
     from trainstack.experiments.place import QueuePlace
     from trainstack.jobqueue.queue import submit
-    from trainstack.jobqueue.store import DirectoryStore
-    from trainstack.jobstate.report import LocalObjects
 
-    store = DirectoryStore(tmp_path)
-    entry = submit(store, "late", {"trainstack-job-mode": "package"}, [], "2026-11-28T00:00:00Z", lambda e: False)
-    return QueuePlace(store, LocalObjects(tmp_path)), entry
+    store = DirectoryBucket(tmp_path)
+    entry = submit(store, "late", {"trainstack-job-mode": "package"}, [], "2026-11-28T00:00:00Z")
+    return QueuePlace(store), entry
 
 
 def test_a_node_that_stops_as_the_job_comes_is_started_again_once_stopped(

@@ -11,8 +11,7 @@ from collections.abc import Iterator
 import pytest
 from http_stand_in import Scripted
 
-from trainstack.jobqueue.store import GcsStore, StoreError
-from trainstack.jobstate.report import GcsObjects, StatusReadError
+from trainstack.base.bucket import BucketError, GcsBucket
 
 PROJECT, BUCKET = "team-project", "team-bucket"
 VIOLATION = "VQQnKfXtZ16NHnOmdJAy0E92tVT_8fZZRGvnndBWXZLKFx_KItn1EA"
@@ -60,9 +59,9 @@ OBJECT = "jobs/j1/status/chief.json"
 def test_a_status_read_refused_by_the_perimeter_says_so(storage: Scripted) -> None:
     storage.answer(f"/download/storage/v1/b/{BUCKET}/o/{OBJECT.replace('/', '%2F')}", (403, REFUSED))
     storage.answer(f"/storage/v1/b/{BUCKET}/o", (403, REFUSED))
-    objects = GcsObjects(PROJECT, BUCKET)
+    objects = GcsBucket(PROJECT, BUCKET)
     for attempt in (lambda: objects.read(OBJECT), lambda: objects.names("jobs/", 10)):
-        with pytest.raises(StatusReadError) as caught:
+        with pytest.raises(BucketError) as caught:
             attempt()
         line = str(caught.value)
         assert "refused by a VPC Service Controls perimeter" in line, line
@@ -72,15 +71,15 @@ def test_a_status_read_refused_by_the_perimeter_says_so(storage: Scripted) -> No
 
 def test_a_queue_write_refused_by_the_perimeter_says_so(storage: Scripted) -> None:
     storage.answer(f"/upload/storage/v1/b/{BUCKET}/o", (403, REFUSED))
-    with pytest.raises(StoreError) as caught:
-        GcsStore(PROJECT, BUCKET).write("trainstack/queue/index.json", b"{}", if_generation_match=0)
+    with pytest.raises(BucketError) as caught:
+        GcsBucket(PROJECT, BUCKET).write_if_generation("trainstack/queue/index.json", b"{}", 0)
     assert "refused by a VPC Service Controls perimeter" in str(caught.value)
 
 
 def test_a_missing_role_is_still_permission_denied(storage: Scripted) -> None:
     storage.answer(f"/download/storage/v1/b/{BUCKET}/o/{OBJECT.replace('/', '%2F')}", (403, MISSING_ROLE))
-    with pytest.raises(StatusReadError) as caught:
-        GcsObjects(PROJECT, BUCKET).read(OBJECT)
+    with pytest.raises(BucketError) as caught:
+        GcsBucket(PROJECT, BUCKET).read(OBJECT)
     line = str(caught.value)
     assert "permission denied" in line
     assert "storage.objects.get" in line

@@ -18,6 +18,7 @@ from gcp_storage_emulator.server import create_server
 from google.cloud import storage
 
 from stack_helpers import base_config, write_stack
+from trainstack.base import bucket as bucket_module
 from trainstack.commands import status as status_command
 from trainstack.commands.main import main
 from trainstack.jobstate import report as status_report
@@ -230,7 +231,7 @@ def test_a_stack_without_a_job_says_so(tmp_path: Path, capsys: pytest.CaptureFix
         (b'{"state": "RUNNING", ', "is not valid JSON (Expecting property name enclosed in double quotes at line 1"),
         (b'["RUNNING"]', "holds JSON, but not an object"),
         (b"\xff\xfe{}", "is not UTF-8 text"),
-        (b" " * (status_report.MAX_OBJECT_BYTES + 1), f"is larger than {status_report.MAX_OBJECT_BYTES} bytes"),
+        (b" " * (bucket_module.MAX_OBJECT_BYTES + 1), f"is larger than {bucket_module.MAX_OBJECT_BYTES} bytes"),
     ],
     ids=["bad-json", "not-an-object", "not-utf8", "oversized"],
 )
@@ -329,7 +330,7 @@ def test_an_unreachable_endpoint_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
-    monkeypatch.setattr(status_report, "RETRY_SECONDS", 1.0)
+    monkeypatch.setattr(bucket_module, "RETRY_SECONDS", 1.0)
     assert main(["status", "--stack-file", str(stack_file(tmp_path))]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"trainstack: cannot read gs://{BUCKET}/"), err

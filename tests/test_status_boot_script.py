@@ -2,7 +2,7 @@
 wrote there.
 
 A two-node probe job runs through `trainstack local` (LocalStackRun) with its bucket named
-``gs://BUCKET`` (:class:`trainstack.localrun.standins.GcsBucket`): the rendered boot script then reaches it
+``gs://BUCKET`` (:class:`trainstack.base.bucket.GcsBucket`): the rendered boot script then reaches it
 through `gcloud storage`, here a stand-in (fixtures/gcloud_storage_shim.py) that implements only
 the calls the scripts make, against the emulator, through the real client library. Nothing is
 copied up afterwards: what `status` reads is what the nodes wrote.
@@ -25,12 +25,12 @@ from google.cloud import storage
 import test_status
 from recording_commands import recorded_calls
 from test_status import BUCKET, PREFIX, PROBE_TRAINER, stack_file
+from trainstack.base.bucket import GcsBucket
 from trainstack.base.project import PROJECT_ROOT
 from trainstack.jobcode import artifacts
 from trainstack.localrun.nodes import TrainerOverrides
 from trainstack.localrun.outcome import LocalStackRunResult
 from trainstack.localrun.run import LocalStackRun
-from trainstack.localrun.standins import GcsBucket
 from trainstack.stackmodel.resolved import resolve_stack
 from trainstack.stackmodel.stackfile import load_stack
 from trainstack_contract import LAYOUT

@@ -13,8 +13,8 @@ import pytest
 from test_standing_queue import stack_config
 
 from stack_helpers import write_stack
+from trainstack.base.bucket import DirectoryBucket
 from trainstack.commands.main import main
-from trainstack.jobqueue.store import DirectoryStore
 from trainstack.tuning import engine
 from trainstack.tuning.spec import spec_from_mapping
 from trainstack.tuning.study import Trial, study_object
@@ -98,7 +98,7 @@ def test_a_stack_without_a_queue_is_refused(tmp_path: Path, capsys: pytest.Captu
 def test_status_reads_a_study_back_as_a_table_json_and_a_chart(
     tmp_path: Path, target: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store = DirectoryStore(bucket_of(tmp_path))
+    store = DirectoryBucket(bucket_of(tmp_path))
     spec = spec_from_mapping({"goal": "MINIMIZE", "hyperparameterMetricTag": "epoch_loss", "maxTrials": 2, "params": [
         {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0.001, "maxValue": 0.1, "scaleType": "UNIT_LOG_SCALE"},
         {"parameterName": "act", "type": "CATEGORICAL", "categoricalValues": ["relu", "tanh"]},

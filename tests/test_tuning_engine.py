@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
+from trainstack.base.bucket import DirectoryBucket
 from trainstack.jobqueue.queue import cancel, job_prefix, read_index, submit
-from trainstack.jobqueue.store import DirectoryStore
-from trainstack.jobstate.report import LocalObjects
 from trainstack.tuning import engine
 from trainstack.tuning.spec import spec_from_mapping
 from trainstack.tuning.study import study_object
@@ -65,7 +64,7 @@ class Nodes:
     not ended one stage on (QUEUED -> RUNNING -> ended), as the agent records it in the job's
     directory: the cluster runs one job at a time, in submit order."""
 
-    def __init__(self, bucket: Path, store: DirectoryStore, score: Callable[[dict[str, str]], float | None]) -> None:
+    def __init__(self, bucket: Path, store: DirectoryBucket, score: Callable[[dict[str, str]], float | None]) -> None:
         self.bucket, self.store, self.score = bucket, store, score
         self.fail: set[int] = set()
         self.reports: dict[int, list[float]] = {}
@@ -151,15 +150,15 @@ class Log(list[str]):
 
 
 def services(bucket: Path, **overrides: Any) -> engine.TuneServices:
-    store = DirectoryStore(bucket)
-    objects = LocalObjects(bucket)
+    store = DirectoryBucket(bucket)
+    objects = DirectoryBucket(bucket)
     clock = iter(f"2026-11-26T00:{minute // 60:02d}:{minute % 60:02d}.000000Z" for minute in range(10_000))
 
     def queue(name: str, values: dict[str, str], submitted: str, one_node: bool) -> QueueEntry:
-        return submit(store, name, values, [], submitted, lambda entry: False, one_node)
+        return submit(store, name, values, [], submitted, one_node)
 
     def cancel_job(job_id: int) -> None:
-        cancel(store, job_id, "2026-11-26T01:00:00Z", lambda entry: None)
+        cancel(store, job_id, "2026-11-26T01:00:00Z")
 
     fields: dict[str, Any] = {
         "store": store,
@@ -189,12 +188,12 @@ def run_to_end(tune: engine.TuneServices, nodes: Nodes, name: str = "study", rou
 
 def start(bucket: Path, the_spec: Any, name: str = "study") -> None:
     # A fixed seed: the suggestions are the same on every run of the tests.
-    engine.open_study(DirectoryStore(bucket), name, the_spec, dict(JOB), "2026-11-26T00:00:00Z", seed=7)
+    engine.open_study(DirectoryBucket(bucket), name, the_spec, dict(JOB), "2026-11-26T00:00:00Z", seed=7)
 
 
 def test_a_study_runs_max_trials_never_more_than_max_parallel_at_once_and_names_the_best(bucket: Path) -> None:
     start(bucket, spec(maxTrials=6, maxParallelTrials=2))
-    tune, nodes = services(bucket), Nodes(bucket, DirectoryStore(bucket), score)
+    tune, nodes = services(bucket), Nodes(bucket, DirectoryBucket(bucket), score)
     most_outstanding = 0
     for _ in range(100):
         study = engine.step(tune, "study")
@@ -206,7 +205,7 @@ def test_a_study_runs_max_trials_never_more_than_max_parallel_at_once_and_names_
     assert [trial.state for trial in study.trials] == [TrialState.SUCCEEDED] * 6
     assert most_outstanding == 2
     # Six jobs queued, one per trial, each with its trial's parameters and number.
-    entries = read_index(DirectoryStore(bucket)).entries
+    entries = read_index(DirectoryBucket(bucket)).entries
     assert [entry.name for entry in entries] == [f"study_t{n}" for n in range(1, 7)]
     for trial, entry in zip(study.trials, entries, strict=True):
         values = nodes.spec_values(entry)
@@ -232,7 +231,7 @@ def test_a_tune_killed_between_recording_a_trial_and_queueing_it_queues_that_tri
     bucket: Path, crash_at: str
 ) -> None:
     start(bucket, spec(maxTrials=3))
-    store = DirectoryStore(bucket)
+    store = DirectoryBucket(bucket)
     real = services(bucket)
 
     class Killed(Exception):
@@ -259,7 +258,7 @@ def test_a_tune_killed_between_recording_a_trial_and_queueing_it_queues_that_tri
 
 def test_a_resumed_random_study_goes_on_with_new_parameters_not_repeated_ones(bucket: Path) -> None:
     start(bucket, spec(maxTrials=4, algorithm="RANDOM_SEARCH"))
-    store = DirectoryStore(bucket)
+    store = DirectoryBucket(bucket)
     nodes = Nodes(bucket, store, score)
     first = services(bucket)
     for _ in range(4):
@@ -274,7 +273,7 @@ def test_a_resumed_random_study_goes_on_with_new_parameters_not_repeated_ones(bu
 
 def test_failed_trials_end_the_study_at_max_failed_trials_and_cancel_what_is_outstanding(bucket: Path) -> None:
     start(bucket, spec(maxTrials=6, maxParallelTrials=3, maxFailedTrials=2))
-    store = DirectoryStore(bucket)
+    store = DirectoryBucket(bucket)
     nodes = Nodes(bucket, store, score)
     nodes.fail = {1, 2}
     tune = services(bucket)
@@ -295,7 +294,7 @@ def test_failed_trials_end_the_study_at_max_failed_trials_and_cancel_what_is_out
 
 def test_a_trial_whose_code_never_writes_the_tag_fails_naming_the_tags_it_wrote(bucket: Path) -> None:
     start(bucket, spec(maxTrials=1, maxFailedTrials=1))
-    store = DirectoryStore(bucket)
+    store = DirectoryBucket(bucket)
     nodes = Nodes(bucket, store, lambda args: None)
     engine.step(services(bucket), "study")
     nodes.work()
@@ -314,7 +313,7 @@ def test_a_trial_whose_code_never_writes_the_tag_fails_naming_the_tags_it_wrote(
 
 def test_early_stopping_stops_a_trial_worse_than_the_median_and_cancels_its_job(bucket: Path) -> None:
     start(bucket, spec(maxTrials=5, enableTrialEarlyStopping=True, algorithm="RANDOM_SEARCH"))
-    store = DirectoryStore(bucket)
+    store = DirectoryBucket(bucket)
     tune = services(bucket)
     nodes = Nodes(bucket, store, lambda args: 0.9)
     # Three trials finish at 0.9 (0.45, 0.72, 0.9 by step).
@@ -350,13 +349,13 @@ def test_grid_search_tries_every_point_once_and_ends_when_the_grid_is_walked(buc
         ],
     )
     start(bucket, grid)
-    study = run_to_end(services(bucket), Nodes(bucket, DirectoryStore(bucket), lambda args: float(args["units"])))
+    study = run_to_end(services(bucket), Nodes(bucket, DirectoryBucket(bucket), lambda args: float(args["units"])))
     points = sorted((trial.params["units"], trial.params["act"]) for trial in study.trials)
     assert points == sorted((units, act) for units in (16.0, 32.0) for act in ("relu", "tanh", "gelu"))
     assert study.state == StudyState.SUCCEEDED
     # DISCRETE 16 reaches an argparse type=int as 16, not 16.0.
     args = json.loads(
-        Nodes(bucket, DirectoryStore(bucket), score).spec_values(read_index(DirectoryStore(bucket)).entries[0])[
+        Nodes(bucket, DirectoryBucket(bucket), score).spec_values(read_index(DirectoryBucket(bucket)).entries[0])[
             METADATA_KEYS.trainer_args
         ]
     )
@@ -377,13 +376,13 @@ def test_a_corrupt_study_is_refused_in_one_line_and_left_as_it_was(bucket: Path)
     assert path.read_bytes() == corrupt
     path.write_bytes(b"\x00garbage")
     with pytest.raises(engine.StudyRefused, match="is not JSON"):
-        engine.open_study(DirectoryStore(bucket), "study", spec(), dict(JOB), "now")
+        engine.open_study(DirectoryBucket(bucket), "study", spec(), dict(JOB), "now")
     assert path.read_bytes() == b"\x00garbage"
-    assert read_index(DirectoryStore(bucket)).entries == ()
+    assert read_index(DirectoryBucket(bucket)).entries == ()
 
 
 def test_a_study_resumes_only_with_its_own_spec_and_job(bucket: Path) -> None:
-    store = DirectoryStore(bucket)
+    store = DirectoryBucket(bucket)
     start(bucket, spec())
     study, created = engine.open_study(store, "study", spec(), dict(JOB), "later")
     assert not created
@@ -397,7 +396,7 @@ def test_a_study_resumes_only_with_its_own_spec_and_job(bucket: Path) -> None:
 
 
 def test_one_node_trials_are_queued_side_by_side_and_read_from_the_node_that_ran_each(bucket: Path) -> None:
-    store = DirectoryStore(bucket)
+    store = DirectoryBucket(bucket)
     engine.open_study(
         store, "study", spec(maxTrials=3, maxParallelTrials=3), dict(JOB), "2026-11-26T00:00:00Z", 7, True
     )
@@ -455,15 +454,15 @@ def test_early_stopping_reads_a_running_trials_values_at_most_once_per_interval(
     start(bucket, spec(maxTrials=2, enableTrialEarlyStopping=True))
     now = [0.0]
     looks: list[str] = []
-    objects = LocalObjects(bucket)
+    objects = DirectoryBucket(bucket)
 
-    class Counting(LocalObjects):
+    class Counting(DirectoryBucket):
         def names(self, prefix: str, limit: int) -> list[str]:
             looks.append(prefix)
             return objects.names(prefix, limit)
 
     tune = services(bucket, objects=Counting(bucket), early_stop_seconds=30.0, clock=lambda: now[0])
-    nodes = Nodes(bucket, DirectoryStore(bucket), score)
+    nodes = Nodes(bucket, DirectoryBucket(bucket), score)
     engine.step(tune, "study")
     nodes.work()  # the first trial runs
     for _ in range(5):
@@ -477,9 +476,9 @@ def test_early_stopping_reads_a_running_trials_values_at_most_once_per_interval(
 def test_the_engine_never_reads_a_job_directory_outside_the_trials_own(bucket: Path) -> None:
     start(bucket, spec(maxTrials=1))
     read: list[str] = []
-    objects = LocalObjects(bucket)
+    objects = DirectoryBucket(bucket)
 
-    class Watching(LocalObjects):
+    class Watching(DirectoryBucket):
         def read_upto(self, name: str, limit: int) -> bytes | None:
             read.append(name)
             return objects.read_upto(name, limit)
@@ -488,7 +487,7 @@ def test_the_engine_never_reads_a_job_directory_outside_the_trials_own(bucket: P
             read.append(name)
             return objects.read(name)
 
-    study = run_to_end(services(bucket, objects=Watching(bucket)), Nodes(bucket, DirectoryStore(bucket), score))
+    study = run_to_end(services(bucket, objects=Watching(bucket)), Nodes(bucket, DirectoryBucket(bucket), score))
     job_dir = study.trials[0].job_dir
     assert job_dir is not None
     assert read
@@ -511,13 +510,13 @@ LONG_CATEGORIES = [
 
 def test_a_spec_whose_largest_study_cannot_be_read_back_is_refused_naming_what_fits(bucket: Path) -> None:
     with pytest.raises(engine.StudyRefused) as refused:
-        engine.open_study(DirectoryStore(bucket), "big", _spec_of(1000, LONG_CATEGORIES), dict(JOB), "now", seed=1)
+        engine.open_study(DirectoryBucket(bucket), "big", _spec_of(1000, LONG_CATEGORIES), dict(JOB), "now", seed=1)
     message = str(refused.value)
     assert message.startswith("maxTrials 1000: at its largest")
     fits = int(message.rsplit("at most ", 1)[1].split()[0])
     assert 500 < fits < 1000
     assert not list(bucket.rglob("*"))
-    engine.open_study(DirectoryStore(bucket), "fits", _spec_of(fits, LONG_CATEGORIES), dict(JOB), "now", seed=1)
+    engine.open_study(DirectoryBucket(bucket), "fits", _spec_of(fits, LONG_CATEGORIES), dict(JOB), "now", seed=1)
 
 
 def test_the_worst_case_bound_holds_a_study_written_at_its_worst(bucket: Path) -> None:
@@ -582,14 +581,14 @@ def _hostile(case: str, job_dir: Path) -> None:
 @pytest.mark.parametrize("case", ["state-is-a-list", "odd-scalar-payload", "too-many-objects"])
 def test_whatever_a_trial_writes_it_fails_alone_in_one_line_and_the_study_goes_on(bucket: Path, case: str) -> None:
     start(bucket, spec(maxTrials=2, maxFailedTrials=2))
-    tune, nodes = services(bucket), Nodes(bucket, DirectoryStore(bucket), score)
+    tune, nodes = services(bucket), Nodes(bucket, DirectoryBucket(bucket), score)
     injected = False
     for _ in range(50):
         study = engine.step(tune, "study")
         if study.state != "ACTIVE":
             break
         nodes.work()
-        [first, *_] = read_index(DirectoryStore(bucket)).entries
+        [first, *_] = read_index(DirectoryBucket(bucket)).entries
         if not injected and nodes.state(first) == "SUCCEEDED":
             # Its job has ended; what it wrote is read at the study's next step.
             _hostile(case, bucket / job_prefix(first))

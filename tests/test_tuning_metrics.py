@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from test_status import BUCKET, emulator_server  # noqa: F401 (a fixture)
-from trainstack.jobstate.report import GcsObjects, LocalObjects, StatusReadError
+from trainstack.base.bucket import BucketError, DirectoryBucket, GcsBucket
 from trainstack.tuning.metrics import read_metric
 from trainstack_contract import LAYOUT
 
@@ -65,7 +65,7 @@ def test_the_hypertune_report_gives_the_last_value_reported_and_each_step(bucket
     report = bucket / JOB / LAYOUT.hypertune_metrics("chief")
     report.parent.mkdir(parents=True)
     report.write_text(REPORT)
-    reading = read_metric(LocalObjects(bucket), JOB, "accuracy", "chief")
+    reading = read_metric(DirectoryBucket(bucket), JOB, "accuracy", "chief")
     assert reading.final == 0.75
     assert reading.steps == [(100, 0.5), (200, 0.875), (300, 0.75)]
     assert reading.source == str(report)
@@ -75,7 +75,7 @@ def test_a_workers_report_is_not_the_trials_metric(bucket: Path) -> None:
     report = bucket / JOB / LAYOUT.hypertune_metrics("worker-0")
     report.parent.mkdir(parents=True)
     report.write_text(REPORT)
-    reading = read_metric(LocalObjects(bucket), JOB, "accuracy", "chief")
+    reading = read_metric(DirectoryBucket(bucket), JOB, "accuracy", "chief")
     assert reading.final is None
 
 
@@ -83,7 +83,7 @@ def test_lines_that_are_not_records_are_skipped_and_said(bucket: Path) -> None:
     report = bucket / JOB / LAYOUT.hypertune_metrics("chief")
     report.parent.mkdir(parents=True)
     report.write_text('not json\n{"accuracy": "NaN", "global_step": "1"}\n[1]\n' + REPORT.splitlines()[0] + "\n")
-    reading = read_metric(LocalObjects(bucket), JOB, "accuracy", "chief")
+    reading = read_metric(DirectoryBucket(bucket), JOB, "accuracy", "chief")
     assert reading.final == 0.5
     assert reading.problems == [f"{report}: 3 line(s) are not cloudml-hypertune records with a number"]
 
@@ -91,7 +91,7 @@ def test_lines_that_are_not_records_are_skipped_and_said(bucket: Path) -> None:
 @pytest.mark.slow
 def test_keras_summaries_give_the_held_out_value_of_the_last_epoch(bucket: Path) -> None:
     write_keras_like_summaries(bucket / JOB)
-    reading = read_metric(LocalObjects(bucket), JOB, "epoch_accuracy", "chief")
+    reading = read_metric(DirectoryBucket(bucket), JOB, "epoch_accuracy", "chief")
     assert reading.final == pytest.approx(0.65)
     assert reading.steps == [(0, pytest.approx(0.4)), (1, pytest.approx(0.6)), (2, pytest.approx(0.65))]
     assert reading.source == str(bucket / JOB / "logs" / "validation")
@@ -99,24 +99,24 @@ def test_keras_summaries_give_the_held_out_value_of_the_last_epoch(bucket: Path)
 
 def test_tf1_simple_values_are_read_too_and_a_report_with_the_tag_comes_first(bucket: Path) -> None:
     write_simple_values(bucket / JOB / "eval", "accuracy", [0.1, 0.2])
-    assert read_metric(LocalObjects(bucket), JOB, "accuracy", "chief").final == pytest.approx(0.2)
+    assert read_metric(DirectoryBucket(bucket), JOB, "accuracy", "chief").final == pytest.approx(0.2)
     report = bucket / JOB / LAYOUT.hypertune_metrics("chief")
     report.parent.mkdir(parents=True)
     report.write_text(REPORT)
-    assert read_metric(LocalObjects(bucket), JOB, "accuracy", "chief").final == 0.75
+    assert read_metric(DirectoryBucket(bucket), JOB, "accuracy", "chief").final == 0.75
     # A report without the tag leaves the summaries to say it.
     report.write_text(REPORT.replace('"accuracy"', '"loss"'))
-    assert read_metric(LocalObjects(bucket), JOB, "accuracy", "chief").final == pytest.approx(0.2)
+    assert read_metric(DirectoryBucket(bucket), JOB, "accuracy", "chief").final == pytest.approx(0.2)
 
 
 def test_a_tag_never_written_names_the_tags_that_were(bucket: Path) -> None:
     write_keras_like_summaries(bucket / JOB)
-    reading = read_metric(LocalObjects(bucket), JOB, "val_acc", "chief")
+    reading = read_metric(DirectoryBucket(bucket), JOB, "val_acc", "chief")
     assert reading.final is None
     assert reading.missing("val_acc") == (
         "the metric tag 'val_acc' was never written; the tags written were: epoch_accuracy, epoch_loss"
     )
-    empty = read_metric(LocalObjects(bucket), "jobs/nothing", "val_acc", "chief")
+    empty = read_metric(DirectoryBucket(bucket), "jobs/nothing", "val_acc", "chief")
     assert empty.missing("val_acc").endswith("it wrote no summary and no cloudml-hypertune report")
 
 
@@ -126,7 +126,7 @@ def test_a_corrupt_event_file_is_said_and_the_others_still_read(bucket: Path) ->
     bad.parent.mkdir(parents=True)
     # A record frame whose payload is no Event.
     bad.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00" + b"\x00" * 4 + b"\xff" * 5 + b"\x00" * 4)
-    reading = read_metric(LocalObjects(bucket), JOB, "accuracy", "chief")
+    reading = read_metric(DirectoryBucket(bucket), JOB, "accuracy", "chief")
     assert reading.final == pytest.approx(0.3)
 
 
@@ -135,8 +135,8 @@ def test_a_job_directory_with_too_many_objects_is_refused_not_read_whole(bucket:
     many.mkdir(parents=True)
     for index in range(5001):
         (many / f"{index}").write_bytes(b"")
-    with pytest.raises(StatusReadError, match="holds more than 5000 objects"):
-        read_metric(LocalObjects(bucket), JOB, "accuracy", "chief")
+    with pytest.raises(BucketError, match="holds more than 5000 objects"):
+        read_metric(DirectoryBucket(bucket), JOB, "accuracy", "chief")
 
 
 @pytest.fixture
@@ -157,11 +157,11 @@ def test_the_same_reading_from_cloud_storage(gcs_bucket: Any, tmp_path: Path) ->
     for path in sorted(local.rglob("*")):
         if path.is_file():
             gcs_bucket.blob(path.relative_to(local).as_posix()).upload_from_filename(str(path))
-    objects = GcsObjects("test-project-123", BUCKET)
+    objects = GcsBucket("test-project-123", BUCKET)
     reading = read_metric(objects, JOB, "epoch_accuracy", "chief")
     assert reading.final == pytest.approx(0.65)
     assert reading.source == f"gs://{BUCKET}/{JOB}/logs/validation"
     assert reading.tags_seen == {"epoch_accuracy", "epoch_loss", "other"}
     assert json.loads(json.dumps(reading.steps))[-1][0] == 2
-    with pytest.raises(StatusReadError, match="holds more than 2 objects"):
+    with pytest.raises(BucketError, match="holds more than 2 objects"):
         objects.names(JOB + "/", 2)

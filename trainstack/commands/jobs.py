@@ -20,12 +20,12 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from trainstack.base.bucket import BucketError
 from trainstack.commands.parsers import add_documented_command
 from trainstack.commands.queueargs import add_queue_arguments, queue_place
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.experiments.listing import job_rows
 from trainstack.experiments.place import QueueUsageError
-from trainstack.jobstate.report import StatusReadError
 
 if TYPE_CHECKING:
     pass
@@ -42,12 +42,11 @@ def _limit(text: str) -> int:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from trainstack.jobqueue.history import print_json, print_rows
-    from trainstack.jobqueue.store import StoreError
 
     stack = load_resolved(args)
     try:
         rows = job_rows(queue_place(args, stack), stack, args.limit)
-    except (QueueUsageError, StoreError) as error:
+    except (QueueUsageError, BucketError) as error:
         print(f"trainstack: jobs: {error}", file=sys.stderr)
         return 1
     if args.json:
@@ -62,7 +61,6 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from trainstack.experiments.queueing import cancel_job
     from trainstack.jobqueue.queue import CancelRefused
-    from trainstack.jobqueue.store import StoreError
 
     stack = load_resolved(args)
     if args.id == 0:
@@ -74,7 +72,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return 1
     try:
         entry = cancel_job(queue_place(args, stack), args.id)
-    except (QueueUsageError, StoreError, StatusReadError, CancelRefused) as error:
+    except (QueueUsageError, BucketError, CancelRefused) as error:
         print(f"trainstack: cancel: {error}", file=sys.stderr)
         return 1
     print(

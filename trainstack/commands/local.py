@@ -295,14 +295,14 @@ def standing_interrupted(args: argparse.Namespace, stack: ResolvedStack, interru
 
 def print_standing_jobs(args: argparse.Namespace, stack: ResolvedStack) -> bool:
     """The table `trainstack jobs --local` prints; False (and a line why) when it cannot."""
+    from trainstack.base.bucket import BucketError
     from trainstack.experiments.listing import job_rows
     from trainstack.experiments.place import QueueUsageError, place_of
     from trainstack.jobqueue.history import print_rows
-    from trainstack.jobqueue.store import StoreError
 
     try:
         rows = job_rows(place_of(stack, True, args.workdir), stack, MAX_STANDING_REPORT)
-    except (QueueUsageError, StoreError) as error:
+    except (QueueUsageError, BucketError) as error:
         print(f"trainstack: the jobs cannot be listed: {error}", file=sys.stderr)
         return False
     if rows:

@@ -8,18 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from trainstack.base.bucket import Bucket, BucketError, DirectoryBucket, GcsBucket
 from trainstack.commands.stackargs import add_stack_arguments, load_resolved
 from trainstack.experiments.place import stack_job_objects
-from trainstack.jobstate.report import (
-    GcsObjects,
-    LocalObjects,
-    Objects,
-    StatusReadError,
-    build_report,
-    default_workdir,
-    local_bucket,
-    print_report,
-)
+from trainstack.jobstate.report import build_report, default_workdir, local_bucket, print_report
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -41,14 +33,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 1
     # job.job_dir: `local` stands in for the team's bucket beside the stack's.
     where = stack_job_objects(stack, bucket)
-    objects: Objects = (
-        where[0] if where else (LocalObjects(bucket) if bucket else GcsObjects(stack.project, stack.bucket_name))
+    objects: Bucket = (
+        where[0] if where else (DirectoryBucket(bucket) if bucket else GcsBucket(stack.project, stack.bucket_name))
     )
     job_dir = objects.location(where[1]) if where else None
     source = "local" if args.local else "gcs"
     try:
         report = build_report(stack, objects, source, job_dir)
-    except StatusReadError as error:
+    except BucketError as error:
         print(f"trainstack: {error}", file=sys.stderr)
         if source == "gcs" and local_bucket(default_workdir(stack.stack), stack).is_dir():
             print(

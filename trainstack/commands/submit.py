@@ -23,13 +23,13 @@ import shlex
 import sys
 from typing import Any
 
+from trainstack.base.bucket import BucketError
 from trainstack.commands.jobargs import add_job_arguments
 from trainstack.commands.parsers import add_documented_command
 from trainstack.commands.queueargs import add_queue_arguments, queue_place
 from trainstack.commands.stackargs import add_stack_arguments, stack_option, stack_path
 from trainstack.experiments.place import QueueUsageError
 from trainstack.experiments.submission import SubmitRefused
-from trainstack.jobstate.report import StatusReadError
 from trainstack_contract import METADATA_KEYS
 
 
@@ -37,7 +37,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from trainstack.experiments import waking
     from trainstack.experiments.submission import checked_job, fetch_for_local_nodes, queue_job, spec_values
     from trainstack.jobqueue.queue import job_prefix
-    from trainstack.jobqueue.store import StoreError
     from trainstack.localrun.wheels import FetchError
     from trainstack.localrun.workdir import WorkdirError, claim_workdir
     from trainstack.stackmodel.resolved import one_node_refusal
@@ -67,14 +66,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
             f"trainstack: submit: {error}; the nodes of `local` install from what this machine fetches", file=sys.stderr
         )
         return 1
-    except (SubmitRefused, QueueUsageError, StoreError, StatusReadError) as error:
+    except (SubmitRefused, QueueUsageError, BucketError) as error:
         for line in str(error).splitlines():
             print(f"trainstack: submit: {line}", file=sys.stderr)
         return 1
     where = " to run on one node" if entry.one_node else ""
     print(
         f"job {entry.id} ({entry.job_dir_name}) queued{where} on stack {stack.stack}: "
-        f"{place.objects.location(job_prefix(entry))}"
+        f"{place.bucket.location(job_prefix(entry))}"
     )
     print(f"its code's arguments (after --job-dir): {shlex.join(json.loads(values[METADATA_KEYS.trainer_args]))}")
     if args.no_start:

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from trainstack.base.bucket import BucketError
 from trainstack.commands.charts import chart_path, save_chart
 from trainstack.commands.jobargs import add_job_arguments
 from trainstack.commands.parsers import add_documented_command, number_argument, pattern_argument
@@ -49,7 +50,6 @@ from trainstack.experiments.submission import (
     fetch_for_local_nodes,
     spec_values,
 )
-from trainstack.jobstate.report import StatusReadError
 from trainstack_contract import METADATA_KEYS
 
 if TYPE_CHECKING:
@@ -128,11 +128,11 @@ def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace,
         woken.append(True)
 
     return TuneServices(
-        store=place.store,
-        objects=place.objects,
+        store=place.bucket,
+        objects=place.bucket,
         submit=queue_trial,
         cancel=cancel_trial,
-        entries=lambda: {entry.id: entry for entry in read_index(place.store).entries},
+        entries=lambda: {entry.id: entry for entry in read_index(place.bucket).entries},
         queued=queued,
         now=utc_now,
         log=lambda line: print(line, flush=True),
@@ -162,7 +162,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
             )
         stack = load_resolved(args)
         place = queue_place(args, stack)
-        study = read_study(place.store, args.study)
+        study = read_study(place.bucket, args.study)
         if study is None:
             raise StudyRefused(f"no study {args.study} on stack {stack.stack}: start it with --spec FILE")
         print(f"study {study.name} resumed: {len(study.trials)} trials recorded")
@@ -193,7 +193,7 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
     if refusal is not None:
         raise SubmitRefused(refusal)
     values = spec_values(queued, args.local, args.one_node)
-    study, created = open_study(place.store, name, spec, values, utc_now(), one_node=args.one_node)
+    study, created = open_study(place.bucket, name, spec, values, utc_now(), one_node=args.one_node)
     if created:
         print(f"study {name} started on stack {stack.stack}: {spec.max_trials} trials of {spec.algorithm}")
         shown = shlex.join(json.loads(values[METADATA_KEYS.trainer_args]))
@@ -226,7 +226,6 @@ def _parallel_note(stack: ResolvedStack, study: Study) -> str | None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from trainstack.jobqueue.store import StoreError
     from trainstack.localrun.wheels import FetchError
     from trainstack.localrun.workdir import WorkdirError
     from trainstack.tuning import engine
@@ -272,7 +271,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     except FetchError as error:
         print(f"trainstack: tune: {error}", file=sys.stderr)
         return 1
-    except (SubmitRefused, QueueUsageError, StoreError, StatusReadError, engine.StudyRefused) as error:
+    except (SubmitRefused, QueueUsageError, BucketError, engine.StudyRefused) as error:
         for line in str(error).splitlines():
             print(f"trainstack: tune: {line}", file=sys.stderr)
         return 1
@@ -299,7 +298,6 @@ class _SignalsInterrupt:
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from trainstack.jobqueue.store import StoreError
     from trainstack.tuning.engine import StudyRefused, read_study
     from trainstack.tuning.report import print_study, study_json, write_chart
     from trainstack.tuning.study import study_names
@@ -309,7 +307,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         place = queue_place(args, stack)
         name = args.study
         if name is None:
-            names = study_names(place.objects)
+            names = study_names(place.bucket)
             if len(names) != 1:
                 known = ", ".join(names) or "none"
                 print(
@@ -318,8 +316,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 )
                 return 1
             name = names[0]
-        study = read_study(place.store, name)
-    except (QueueUsageError, StoreError, StatusReadError, StudyRefused) as error:
+        study = read_study(place.bucket, name)
+    except (QueueUsageError, BucketError, StudyRefused) as error:
         print(f"trainstack: tune status: {error}", file=sys.stderr)
         return 1
     if study is None:

@@ -16,27 +16,27 @@ if TYPE_CHECKING:
 
 def job_rows(place: QueuePlace, stack: ResolvedStack, limit: int) -> list[JobRow]:
     """One row per job: the stack's own (job 0), then the latest ``limit`` of the queue;
-    StoreError when the queue cannot be read."""
+    BucketError when the queue cannot be read."""
     from trainstack.jobqueue.history import JobSource, job_row
     from trainstack.jobqueue.queue import job_prefix, read_index
     from trainstack.stackmodel.cost import node_hourly
 
-    index = read_index(place.store)
+    index = read_index(place.bucket)
     sources = []
-    own = stack_job_objects(stack, place.bucket)
+    own = stack_job_objects(stack, place.bucket_dir)
     if own is not None and stack.job is not None:
         sources.append(JobSource(0, stack.job.name, *own))
     sources += [
-        JobSource(entry.id, entry.name, place.objects, job_prefix(entry), entry) for entry in index.entries[-limit:]
+        JobSource(entry.id, entry.name, place.bucket, job_prefix(entry), entry) for entry in index.entries[-limit:]
     ]
     prices, now = node_hourly(stack), time.time()
-    return with_trial_metrics([job_row(source, prices, now) for source in sources], place.store)
+    return with_trial_metrics([job_row(source, prices, now) for source in sources], place.bucket)
 
 
 def with_trial_metrics(rows: list[JobRow], store: Any) -> list[JobRow]:
     """``rows``, where a tuning trial's job reported no metric of its own (no hypertune report,
     no metrics.json) with the one its study read for it from its summaries."""
-    from trainstack.jobqueue.store import StoreError
+    from trainstack.base.bucket import BucketError
     from trainstack.tuning.engine import read_study
     from trainstack.tuning.study import StudyFormatError, study_of_trial_job
 
@@ -48,7 +48,7 @@ def with_trial_metrics(rows: list[JobRow], store: Any) -> list[JobRow]:
             if name not in studies:
                 try:
                     studies[name] = read_study(store, name)
-                except (StudyFormatError, StoreError):
+                except (StudyFormatError, BucketError):
                     # A study that cannot be read leaves the row as it is: `tune status` says why.
                     studies[name] = None
             study = studies[name]

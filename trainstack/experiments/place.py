@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainstack.jobstate.report import GcsObjects, ListedObjects, LocalObjects, Objects, default_workdir, local_bucket
+from trainstack.base.bucket import Bucket, DirectoryBucket, GcsBucket
+from trainstack.jobstate.report import default_workdir, local_bucket
 from trainstack_contract import LAYOUT
 
 if TYPE_CHECKING:
-    from trainstack.jobqueue.store import ObjectStore
+    from trainstack.base.bucket import Bucket
     from trainstack.stackmodel.resolved import ResolvedStack
 
 
@@ -24,28 +25,27 @@ class QueueUsageError(Exception):
 class QueuePlace:
     """The stack's queue (read and written under preconditions) and its jobs' status objects."""
 
-    store: ObjectStore
-    objects: ListedObjects
-    # --local: the run's work directory and its stand-in bucket; None on the cloud.
+    bucket: Bucket
+    # --local: the run's work directory and its stand-in bucket's directory; None on the cloud.
     workdir: Path | None = None
-    bucket: Path | None = None
+    bucket_dir: Path | None = None
 
 
 def place_of(stack: ResolvedStack, local: bool, workdir: Path | None) -> QueuePlace:
     """The cloud's queue of ``stack``, or (``local``) its standing local run's in ``workdir``
     (default .trainstack-local/<stack>)."""
-    from trainstack.jobqueue.store import DirectoryStore, GcsStore
+    from trainstack.base.bucket import DirectoryBucket, GcsBucket
 
     if workdir is not None and not local:
         raise QueueUsageError("--workdir is the work directory of a local run: use it with --local")
     if not local:
-        return QueuePlace(GcsStore(stack.project, stack.bucket_name), GcsObjects(stack.project, stack.bucket_name))
+        return QueuePlace(GcsBucket(stack.project, stack.bucket_name))
     workdir = workdir or default_workdir(stack.stack)
     bucket = local_bucket(workdir, stack)
-    return QueuePlace(DirectoryStore(bucket), LocalObjects(bucket), workdir, bucket)
+    return QueuePlace(DirectoryBucket(bucket), workdir, bucket)
 
 
-def stack_job_objects(stack: ResolvedStack, bucket: Path | None) -> tuple[Objects, str] | None:
+def stack_job_objects(stack: ResolvedStack, bucket: Path | None) -> tuple[Bucket, str] | None:
     """Where the stack's own job (job 0) writes its status objects: the bucket and its prefix
     there (jobs/<name>, or job.job_dir's folder in the team's bucket). ``bucket``: the
     stand-in of a local run (which stands in for the team's bucket beside the stack's);
@@ -56,5 +56,5 @@ def stack_job_objects(stack: ResolvedStack, bucket: Path | None) -> tuple[Object
     prefix = job.job_dir_prefix or posixpath.join(LAYOUT.jobs, job.name)
     external = job.job_dir_bucket if job.job_dir_prefix else None
     if bucket is not None:
-        return LocalObjects(bucket.parent / external if external else bucket), prefix
-    return GcsObjects(stack.project, external or stack.bucket_name), prefix
+        return DirectoryBucket(bucket.parent / external if external else bucket), prefix
+    return GcsBucket(stack.project, external or stack.bucket_name), prefix

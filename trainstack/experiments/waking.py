@@ -56,8 +56,8 @@ def up_and_idle(stack: ResolvedStack, place: QueuePlace, entry: QueueEntry) -> b
     statuses = vm_statuses(stack)
     if len(statuses) != len(stack.cluster.nodes) or not all(status in UP for status in statuses.values()):
         return False
-    earlier = [e for e in read_index(place.store).entries if e.id < entry.id]
-    return not outstanding(earlier, place.objects)
+    earlier = [e for e in read_index(place.bucket).entries if e.id < entry.id]
+    return not outstanding(earlier, place.bucket)
 
 
 def watch_until_taken(
@@ -71,12 +71,11 @@ def watch_until_taken(
     a node that stops anyway (its wait ended as the job came) is started again once stopped,
     and the submitter is told so. Exit status of the starts, or 0."""
     from trainstack.cloud.machines import STOPPED, STOPPING, vm_statuses
-    from trainstack.jobqueue.history import job_state
-    from trainstack.jobqueue.queue import job_prefix
+    from trainstack.jobqueue.queue import job_prefix, job_state
 
     deadline, told = time.monotonic() + seconds, False
     while time.monotonic() < deadline:
-        if job_state(place.objects, job_prefix(entry)) is not None:
+        if job_state(place.bucket, job_prefix(entry)) is not None:
             return 0  # a node has taken it (RUNNING, or ended already)
         statuses = vm_statuses(stack)
         stopped = [node for node, status in statuses.items() if status in STOPPED]

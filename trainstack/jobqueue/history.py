@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from trainstack.base.bucket import Bucket, BucketError, read_json
 from trainstack.base.records import record_json
-from trainstack.jobstate.report import Objects, StatusReadError, parse_time, printable, read_json
+from trainstack.jobqueue.queue import job_prefix, job_state
+from trainstack.jobstate.report import parse_time, printable
 from trainstack.stackmodel.cost import hourly_together
 from trainstack_contract import LAYOUT
 from trainstack_contract.jobenv import HYPERTUNE_RECORD_KEYS
@@ -33,7 +35,7 @@ class JobSource:
 
     id: int
     name: str
-    objects: Objects
+    objects: Bucket
     prefix: str
     entry: QueueEntry | None = None  # None for job 0, the stack's own
 
@@ -129,7 +131,7 @@ def job_row(source: JobSource, node_hourly: Mapping[str, float | None], now: flo
             )
             if reported is not None:
                 break
-    except StatusReadError as error:
+    except BucketError as error:
         return JobRow(source.id, source.name, "UNREADABLE", where, submitted, problem=str(error))
     state = str((status or {}).get("state") or (JobState.QUEUED if entry else NO_STATUS))[:20]
     ended = str(status.get("time")) if status is not None and state in ENDED_JOB_STATES else None
@@ -201,16 +203,7 @@ def print_json(rows: Sequence[JobRow], out: IO[str] | None = None) -> None:
     print(file=out or sys.stdout)
 
 
-def job_state(objects: Objects, prefix: str) -> str | None:
-    """The state status/job.json of the job directory ``prefix`` says, None before it has one."""
-    status = read_json(objects, posixpath.join(prefix, LAYOUT.job_status))
-    state = (status or {}).get("state")
-    return state if isinstance(state, str) else None
-
-
-def outstanding(entries: Sequence[QueueEntry], objects: Objects) -> list[QueueEntry]:
+def outstanding(entries: Sequence[QueueEntry], objects: Bucket) -> list[QueueEntry]:
     """The queue's jobs still to end: neither cancelled nor ended (a job with no status yet is
     one a node has still to take)."""
-    from trainstack.jobqueue.queue import job_prefix
-
     return [e for e in entries if e.cancelled is None and job_state(objects, job_prefix(e)) not in ENDED_JOB_STATES]

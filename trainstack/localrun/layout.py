@@ -10,8 +10,9 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
+from trainstack.base.bucket import DirectoryBucket
 from trainstack.cloud import bootscripts
 from trainstack.jobcode.package import BUILTIN_SOURCE, builtin_package
 from trainstack.localrun import staging
@@ -24,7 +25,7 @@ from trainstack.localrun.nodes import (
     tpu_machine,
 )
 from trainstack.localrun.outcome import LocalStackRunResult
-from trainstack.localrun.standins import DirectoryBucket, JobDirectory, StandInBucket, job_directory
+from trainstack.localrun.standins import JobDirectory, StandInBucket, job_directory, stand_in_json
 from trainstack.localrun.workdir import (
     FIND_LINKS_DIR,
     JobUserUnreachable,
@@ -136,7 +137,7 @@ def lay_out(
 
     ``bucket``: where the nodes' storage is; by default the directory
     ``<workdir>/bucket/<bucket name>``. A test passes a
-    :class:`~trainstack.localrun.standins.GcsBucket` to have the boot script write its status
+    :class:`~trainstack.base.bucket.GcsBucket` to have the boot script write its status
     objects to Cloud Storage (an emulator) through ``gcloud storage``: the code archive and
     requirements are then uploaded there, the metadata names ``gs://NAME``, the status
     objects are read from there, and ``job_dir`` is a gs:// URI; node state and
@@ -166,7 +167,11 @@ def collect_result(
     """What the run's nodes recorded (status objects, exits, self-stops, output) and what the
     stand-ins saw (Compute Engine calls, preemptions)."""
     directory = layout.job_directory
-    read = directory.bucket.read_json
+    bucket = directory.bucket
+
+    def read(name: str) -> dict[str, Any] | None:
+        return stand_in_json(bucket, name)
+
     self_stop_log = layout.self_stop_log
     return LocalStackRunResult(
         job_status=read(posixpath.join(directory.prefix, LAYOUT.job_status)),
@@ -215,7 +220,7 @@ def record_lost_agents(layout: LocalRunLayout) -> list[str]:
         names = [LAYOUT.node_status(local_node.name)] + ([LAYOUT.job_status] if local_node.role == CHIEF else [])
         for name in names:
             path = posixpath.join(directory.prefix, name)
-            raw = directory.bucket.read_json(path)
+            raw = stand_in_json(directory.bucket, path)
             try:
                 document = StatusDocument.from_json(json.dumps(raw)) if raw is not None else None
             except StatusFormatError:

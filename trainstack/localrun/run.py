@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Unpack
 
+from trainstack.base.bucket import DirectoryBucket
 from trainstack.localrun.layout import LayoutOptions, LocalRunLayout, collect_result, lay_out, record_lost_agents
 from trainstack.localrun.netns import LoopbackNetwork, NamespaceUnavailable
 from trainstack.localrun.nodelogs import NodeLogWriter, is_runtime_noise
@@ -43,7 +44,7 @@ from trainstack.localrun.outcome import LocalStackRunInterrupted, LocalStackRunR
 from trainstack.localrun.run_settings import write_record
 from trainstack.localrun.spot import PREEMPT_GRACE_SECONDS, SpotMachines, serve_stand_ins
 from trainstack.localrun.standing import WAKE_SIGNAL, remove_standing, write_standing
-from trainstack.localrun.standins import DirectoryBucket, StandInBucket
+from trainstack.localrun.standins import StandInBucket
 from trainstack.localrun.supervisor import STOP_SECONDS, Supervisor
 from trainstack.localrun.workdir import check_adoptable, clear_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
@@ -286,19 +287,17 @@ MAX_BOOTS_FOR_A_QUEUED_JOB = 2
 
 def queued_job(run: LocalStackRun) -> int | None:
     """The id of a job of the queue that has not ended and is not cancelled, if any."""
+    from trainstack.base.bucket import BucketError, DirectoryBucket
     from trainstack.jobqueue.history import outstanding
     from trainstack.jobqueue.queue import read_index
-    from trainstack.jobqueue.store import DirectoryStore, StoreError
-    from trainstack.jobstate.report import LocalObjects, StatusReadError
-    from trainstack.localrun.standins import DirectoryBucket
     from trainstack_contract.queue import QueueFormatError
 
     bucket = run.layout.bucket
     if not isinstance(bucket, DirectoryBucket):
         return None
     try:
-        left = outstanding(read_index(DirectoryStore(bucket.root)).entries, LocalObjects(bucket.root))
-    except (StoreError, StatusReadError, QueueFormatError):
+        left = outstanding(read_index(bucket).entries, bucket)
+    except (BucketError, QueueFormatError):
         return None
     return left[0].id if left else None
 

@@ -13,7 +13,6 @@ import os
 import posixpath
 import re
 import secrets
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import trainstack_contract as contract
+from trainstack.base.bucket import DirectoryBucket
 from trainstack.stackmodel.resolved import ResolvedJob
 from trainstack_contract.jobaccess import MAX_BOUNDARY_RULES
 from trainstack_contract.names import ANY_BUCKET_NAME
@@ -326,7 +326,8 @@ class _TokenServiceHandler(BaseHTTPRequestHandler):
 
 
 class StandInBucket(Protocol):
-    """The bucket a local run's nodes use: what their metadata names, how :class:`LocalStackRun`
+    """The bucket a local run's nodes use (trainstack.base.bucket's DirectoryBucket, or a
+    test's GcsBucket on an emulator): what their metadata names, how :class:`LocalStackRun`
     puts the job's code into it, and how it reads the status objects back."""
 
     @property
@@ -338,71 +339,19 @@ class StandInBucket(Protocol):
         """Stores object ``name``, which ``write`` writes as a file at the path it is given."""
         ...
 
-    def read_json(self, name: str) -> dict[str, Any] | None:
-        """Object ``name`` as a JSON object, or None."""
+    def read(self, name: str) -> bytes | None:
+        """Object ``name``, bounded (trainstack.base.bucket.Bucket.read)."""
         ...
 
 
-@dataclass(frozen=True)
-class DirectoryBucket:
-    """The default stand-in: a directory whose layout is the bucket's; the boot script uses
-    its plain paths as they are."""
+def stand_in_json(bucket: StandInBucket, name: str) -> dict[str, Any] | None:
+    """Object ``name`` as a JSON object; None when it is absent, cannot be read or is not one."""
+    from trainstack.base.bucket import BucketError
 
-    root: Path
-
-    @property
-    def uri(self) -> str:
-        return str(self.root)
-
-    def put(self, name: str, write: Callable[[Path], object]) -> None:
-        destination = self.root / name
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        write(destination)
-
-    def read_json(self, name: str) -> dict[str, Any] | None:
-        return _read_json(self.root / name)
-
-
-class GcsBucket:
-    """A Cloud Storage bucket, for tests: the nodes' metadata names ``gs://NAME``, so the boot
-    script reaches it through ``gcloud storage`` (a test puts a stand-in for gcloud on PATH);
-    :class:`LocalStackRun` uploads the job's code with the client library and reads the status
-    objects with the reader `trainstack status` uses (:class:`trainstack.commands.status.GcsObjects`).
-    The client honours ``STORAGE_EMULATOR_HOST``, which points it at an emulator."""
-
-    def __init__(self, project: str, name: str, client: Any = None) -> None:
-        """``client``: a ``google.cloud.storage.Client``; by default one made on first use."""
-        self.project = project
-        self.name = name
-        self._client = client
-
-    @property
-    def uri(self) -> str:
-        return f"gs://{self.name}"
-
-    def client(self) -> Any:
-        if self._client is None:
-            from google.cloud.storage import Client  # type: ignore[import-untyped]
-
-            self._client = Client(project=self.project)
-        return self._client
-
-    def put(self, name: str, write: Callable[[Path], object]) -> None:
-        with tempfile.TemporaryDirectory(prefix="trainstack-upload-") as staging:
-            path = Path(staging) / posixpath.basename(name)
-            write(path)
-            self.client().bucket(self.name).blob(name).upload_from_filename(str(path))
-
-    def read_json(self, name: str) -> dict[str, Any] | None:
-        from trainstack.jobstate.report import GcsObjects, read_json
-
-        return read_json(GcsObjects(self.project, self.name, self.client()), name)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = bucket.read(name)
+        value = json.loads(data.decode("utf-8")) if data is not None else None
+    except (BucketError, ValueError):
         return None
     return value if isinstance(value, dict) else None
 

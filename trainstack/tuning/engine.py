@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from trainstack.base.bucket import Bucket, BucketError, ObjectContentError, read_json
 from trainstack.jobqueue.queue import CancelRefused
-from trainstack.jobqueue.store import ObjectStore, StoreError, update
-from trainstack.jobstate.report import ListedObjects, ObjectContentError, StatusReadError, read_json
+from trainstack.jobqueue.store import update
 from trainstack.tuning import optimizer
 from trainstack.tuning.metrics import MAX_STEPS, MetricReading, read_metric
 from trainstack.tuning.spec import HyperparameterSpec
@@ -60,8 +60,8 @@ class StudyRefused(Exception):
 class TuneServices:
     """What the engine acts through: the study's store, the jobs' objects, and the queue."""
 
-    store: ObjectStore
-    objects: ListedObjects
+    store: Bucket
+    objects: Bucket
     # Queues a trial's job (name, spec values, submit time, on one node); the same queue it once only.
     submit: Callable[[str, dict[str, str], str, bool], QueueEntry]
     cancel: Callable[[int], None]
@@ -106,9 +106,9 @@ def bounded(data: bytes, where: str) -> bytes:
     return data
 
 
-def read_study(store: ObjectStore, name: str) -> Study | None:
+def read_study(store: Bucket, name: str) -> Study | None:
     where = store.location(study_object(name))
-    current = store.read(study_object(name), MAX_STUDY_BYTES)
+    current = store.read_versioned(study_object(name), MAX_STUDY_BYTES)
     if current is None:
         return None
     try:
@@ -118,7 +118,7 @@ def read_study(store: ObjectStore, name: str) -> Study | None:
 
 
 def open_study(
-    store: ObjectStore,
+    store: Bucket,
     name: str,
     spec: HyperparameterSpec,
     job: dict[str, str],
@@ -240,7 +240,7 @@ def _reporting_node(services: TuneServices, study: Study, job_dir: str) -> str:
     try:
         data = services.objects.read_upto(posixpath.join(job_dir, TAKEN_BY), MAX_TAKEN_BY_BYTES)
         return services.chief if data is None else taken_by(data)
-    except (StatusReadError, QueueFormatError):
+    except (BucketError, QueueFormatError):
         return services.chief
 
 
@@ -312,7 +312,7 @@ def _refresh(services: TuneServices, study: Study) -> Study:
             seen = trial.moved(
                 TrialState.FAILED, problem=f"its job's objects cannot be read: {error}", ended=services.now()
             )
-        except StatusReadError as error:
+        except BucketError as error:
             services.log(f"trial {trial.number}: cannot read its job's state ({error}); trying again")
             continue
         if seen != trial:
@@ -356,7 +356,7 @@ def _finish(services: TuneServices, study: Study) -> Study:
             if trial.job_id is not None:
                 try:
                     services.cancel(trial.job_id)
-                except StoreError as error:
+                except BucketError as error:
                     services.log(f"trial {trial.number}: its job {trial.job_id} could not be cancelled: {error}")
         problem = (
             f"{study.failed} trials failed; the study stops at {spec.failures_allowed} "

@@ -24,7 +24,7 @@ import math
 import posixpath
 from dataclasses import dataclass, field
 
-from trainstack.jobstate.report import ListedObjects, StatusReadError
+from trainstack.base.bucket import Bucket, BucketError
 from trainstack_contract import LAYOUT, MAX_HYPERTUNE_METRICS_BYTES
 from trainstack_contract.jobenv import HYPERTUNE_RECORD_KEYS
 
@@ -142,7 +142,7 @@ def _scalars(data: bytes, tag: str, tags_seen: set[str]) -> list[tuple[float, in
     return found
 
 
-def read_summaries(objects: ListedObjects, names: list[str], tag: str, reading: MetricReading) -> None:
+def read_summaries(objects: Bucket, names: list[str], tag: str, reading: MetricReading) -> None:
     """The tag's scalars in the event files among ``names``, into ``reading``."""
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
@@ -154,7 +154,7 @@ def read_summaries(objects: ListedObjects, names: list[str], tag: str, reading: 
     for name in event_files:
         try:
             data = objects.read_upto(name, MAX_EVENT_FILE_BYTES)
-        except StatusReadError as error:
+        except BucketError as error:
             reading.problems.append(str(error))
             continue
         if not data:
@@ -177,9 +177,9 @@ def read_summaries(objects: ListedObjects, names: list[str], tag: str, reading: 
     reading.source = objects.location(directory)
 
 
-def read_metric(objects: ListedObjects, job_prefix: str, tag: str, chief: str) -> MetricReading:
+def read_metric(objects: Bucket, job_prefix: str, tag: str, chief: str) -> MetricReading:
     """The tag's value in the trial's job directory: the chief's cloudml-hypertune report when
-    it carries the tag, else the TensorFlow summaries. :class:`StatusReadError` when the
+    it carries the tag, else the TensorFlow summaries. :class:`BucketError` when the
     directory cannot be listed."""
     reading = MetricReading()
     names = objects.names(job_prefix.rstrip("/") + "/", MAX_JOB_OBJECTS)
@@ -187,7 +187,7 @@ def read_metric(objects: ListedObjects, job_prefix: str, tag: str, chief: str) -
     if report in names:
         try:
             data = objects.read_upto(report, MAX_HYPERTUNE_METRICS_BYTES)
-        except StatusReadError as error:
+        except BucketError as error:
             reading.problems.append(str(error))
             data = None
         if data and read_hypertune(data, tag, reading, objects.location(report)):

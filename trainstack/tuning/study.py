@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trainstack.base.bucket import Bucket
 from trainstack.base.records import record_json
-from trainstack.jobstate.report import ListedObjects
 from trainstack.tuning.metrics import MAX_STEPS
 from trainstack.tuning.spec import MAX_INTEGER, MAX_TRIALS, HyperparameterSpec, SpecError, spec_from_mapping
 from trainstack_contract import LAYOUT
@@ -40,7 +40,7 @@ STUDY_OBJECT = "study.json"
 # A study's name: its trials' jobs are <study>_t<N> on the queue (at most 100 characters).
 STUDY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 VERSION = 1
-# Objects listed under trainstack/tune/ to find a stack's studies.
+# Bucket listed under trainstack/tune/ to find a stack's studies.
 MAX_STUDIES = 10_000
 # 1000 trials of a few hundred bytes and up to 200 intermediate values each.
 MAX_STUDY_BYTES = 16 << 20
@@ -67,7 +67,7 @@ def study_object(study: str) -> str:
     return posixpath.join(STUDIES_PREFIX, study, STUDY_OBJECT)
 
 
-def study_names(objects: ListedObjects, limit: int = MAX_STUDIES) -> list[str]:
+def study_names(objects: Bucket, limit: int = MAX_STUDIES) -> list[str]:
     """The studies of a stack: the names under trainstack/tune/ that hold a study object."""
     names = set()
     for name in objects.names(STUDIES_PREFIX + "/", limit):
