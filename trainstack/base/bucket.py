@@ -71,6 +71,11 @@ class Versioned:
 
 
 class Bucket(Protocol):
+    @property
+    def uri(self) -> str:
+        """The bucket as a node's metadata names it: ``gs://NAME``, or the stand-in's directory."""
+        ...
+
     def location(self, name: str) -> str:
         """Where the object is, for messages: ``gs://bucket/name`` or a local path."""
         ...
@@ -96,6 +101,11 @@ class Bucket(Protocol):
     def write_if_generation(self, name: str, data: bytes, generation: int) -> None:
         """Writes the object when its generation is ``generation`` (0: absent);
         :class:`PreconditionFailed` otherwise, with nothing written."""
+        ...
+
+    def put(self, name: str, write: Callable[[Path], object]) -> None:
+        """Object ``name``, which ``write`` writes as a file at the path it is given (what
+        `trainstack local` puts in its stand-in for its nodes)."""
         ...
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from trainstack.base.bucket import DirectoryBucket
+from trainstack.base.bucket import Bucket, DirectoryBucket
 from trainstack.cloud import bootscripts
 from trainstack.jobcode.package import BUILTIN_SOURCE, builtin_package
 from trainstack.localrun import staging
@@ -25,7 +25,7 @@ from trainstack.localrun.nodes import (
     tpu_machine,
 )
 from trainstack.localrun.outcome import LocalStackRunResult
-from trainstack.localrun.standins import JobDirectory, StandInBucket, job_directory, stand_in_json
+from trainstack.localrun.standins import JobDirectory, job_directory, stand_in_json
 from trainstack.localrun.workdir import (
     FIND_LINKS_DIR,
     JobUserUnreachable,
@@ -47,7 +47,7 @@ class LayoutOptions(TypedDict, total=False):
     kind: bootscripts.NodeKind | None
     environment_installed: bool
     gpu_count: int
-    bucket: StandInBucket | None
+    bucket: Bucket | None
     preempt: tuple[str, ...]
     idle_seconds: int | None
 
@@ -57,7 +57,7 @@ class LocalRunLayout:
     stack: ResolvedStack
     workdir: Path
     kind: bootscripts.NodeKind
-    bucket: StandInBucket
+    bucket: Bucket
     # The job as the nodes' metadata names it: its job directory is the stand-in's.
     job: ResolvedJob | None
     job_directory: JobDirectory
@@ -122,7 +122,7 @@ def lay_out(
     kind: bootscripts.NodeKind | None = None,
     environment_installed: bool = True,
     gpu_count: int = 0,
-    bucket: StandInBucket | None = None,
+    bucket: Bucket | None = None,
     preempt: tuple[str, ...] = (),
     idle_seconds: int | None = None,
 ) -> LocalRunLayout:
@@ -195,7 +195,7 @@ def _ended_how(code: int) -> str:
     return f"exit {code}"
 
 
-def _write_status(bucket: StandInBucket, name: str, document: StatusDocument) -> None:
+def _write_status(bucket: Bucket, name: str, document: StatusDocument) -> None:
     def write(destination: Path) -> None:
         partial = destination.with_name(destination.name + ".partial")
         partial.write_text(document.to_json())

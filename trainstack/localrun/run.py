@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Unpack
 
-from trainstack.base.bucket import DirectoryBucket
+from trainstack.base.bucket import Bucket, DirectoryBucket
 from trainstack.localrun.layout import LayoutOptions, LocalRunLayout, collect_result, lay_out, record_lost_agents
 from trainstack.localrun.netns import LoopbackNetwork, NamespaceUnavailable
 from trainstack.localrun.nodelogs import NodeLogWriter, is_runtime_noise
@@ -44,7 +44,6 @@ from trainstack.localrun.outcome import LocalStackRunInterrupted, LocalStackRunR
 from trainstack.localrun.run_settings import write_record
 from trainstack.localrun.spot import PREEMPT_GRACE_SECONDS, SpotMachines, serve_stand_ins
 from trainstack.localrun.standing import WAKE_SIGNAL, remove_standing, write_standing
-from trainstack.localrun.standins import StandInBucket
 from trainstack.localrun.supervisor import STOP_SECONDS, Supervisor
 from trainstack.localrun.workdir import check_adoptable, clear_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
@@ -125,7 +124,7 @@ def run_notes(machine_notes: list[str], network_note: str | None, job: ResolvedJ
 
 
 def loopback_network(
-    allow_shared: bool, bucket: StandInBucket, job: ResolvedJob | None
+    allow_shared: bool, bucket: Bucket, job: ResolvedJob | None
 ) -> tuple[LoopbackNetwork | None, str | None]:
     """A namespace with nothing but loopback for the nodes and the stand-ins they call. Where
     none can be had (no root, or a bucket or an image that lives in this machine's own network:

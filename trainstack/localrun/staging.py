@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import trainstack_contract as contract
+from trainstack.base.bucket import Bucket
 from trainstack.jobcode import artifacts
 from trainstack.jobcode.package import Wheelhouse
 from trainstack.localrun import workdir
 from trainstack.localrun.nodes import LocalNode
-from trainstack.localrun.standins import StandInBucket
 from trainstack.localrun.wheels import fetch_for_nodes
 from trainstack.stackmodel.resolved import ResolvedJob
 
@@ -24,7 +24,7 @@ def _copy_into(source: Path, destination: Path) -> None:
 
 
 def upload_objects(
-    bucket: StandInBucket, job: ResolvedJob | None, wheelhouse: Wheelhouse | None, lock: artifacts.BuiltArtifact
+    bucket: Bucket, job: ResolvedJob | None, wheelhouse: Wheelhouse | None, lock: artifacts.BuiltArtifact
 ) -> None:
     """The objects ``pulumi up`` uploads: the node agent, the nodes' lock, the wheelhouse with
     its manifest, the job's code archive and requirements."""

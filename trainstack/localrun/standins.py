@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import trainstack_contract as contract
-from trainstack.base.bucket import DirectoryBucket
+from trainstack.base.bucket import Bucket, DirectoryBucket
 from trainstack.stackmodel.resolved import ResolvedJob
 from trainstack_contract.jobaccess import MAX_BOUNDARY_RULES
 from trainstack_contract.names import ANY_BUCKET_NAME
@@ -325,26 +325,7 @@ class _TokenServiceHandler(BaseHTTPRequestHandler):
         """Quiet: the agents log what fails."""
 
 
-class StandInBucket(Protocol):
-    """The bucket a local run's nodes use (trainstack.base.bucket's DirectoryBucket, or a
-    test's GcsBucket on an emulator): what their metadata names, how :class:`LocalStackRun`
-    puts the job's code into it, and how it reads the status objects back."""
-
-    @property
-    def uri(self) -> str:
-        """The bucket as the nodes' metadata names it: a directory path, or ``gs://NAME``."""
-        ...
-
-    def put(self, name: str, write: Callable[[Path], object]) -> None:
-        """Stores object ``name``, which ``write`` writes as a file at the path it is given."""
-        ...
-
-    def read(self, name: str) -> bytes | None:
-        """Object ``name``, bounded (trainstack.base.bucket.Bucket.read)."""
-        ...
-
-
-def stand_in_json(bucket: StandInBucket, name: str) -> dict[str, Any] | None:
+def stand_in_json(bucket: Bucket, name: str) -> dict[str, Any] | None:
     """Object ``name`` as a JSON object; None when it is absent, cannot be read or is not one."""
     from trainstack.base.bucket import BucketError
 
@@ -361,12 +342,12 @@ class JobDirectory:
     """A local run's job directory: the stand-in bucket holding it, its object prefix there
     (``jobs/<job>``), and the path or URI the nodes' metadata names."""
 
-    bucket: StandInBucket
+    bucket: Bucket
     prefix: str
     uri: str
 
 
-def job_directory(bucket: StandInBucket, job: ResolvedJob | None, workdir: Path) -> JobDirectory:
+def job_directory(bucket: Bucket, job: ResolvedJob | None, workdir: Path) -> JobDirectory:
     """The job directory in ``bucket``; a ``job.job_dir`` in a team's own bucket gets a
     directory of that bucket's name in ``workdir`` as its stand-in too."""
     if job is not None and job.job_dir_bucket and job.job_dir_prefix:
