@@ -24,7 +24,6 @@ trials run one after another; maxParallelTrials is how many are queued or runnin
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shlex
 import signal
@@ -46,9 +45,6 @@ from trainstack.experiments.submission import (
     CODE_OPTIONS,
     SubmitRefused,
     checked_job,
-    code_objects,
-    fetch_for_local_nodes,
-    spec_values,
 )
 from trainstack_contract import METADATA_KEYS
 
@@ -102,19 +98,7 @@ def _job_options_given(args: argparse.Namespace) -> list[str]:
 
 def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace, code: list[Any]) -> TuneServices:
     from trainstack.experiments import waking
-    from trainstack.experiments.queueing import cancel_job, queue_entry
-    from trainstack.jobqueue.queue import CancelRefused, read_index
-    from trainstack.jobstate.report import node_names
-    from trainstack.tuning.engine import TuneServices
-    from trainstack_contract.status import utc_now
-
-    def queue_trial(name: str, values: dict[str, str], submitted: str, one_node: bool) -> Any:
-        return queue_entry(place, name, values, code, submitted, one_node)
-
-    def cancel_trial(job_id: int) -> None:
-        # CancelRefused: it has ended or was cancelled already: nothing runs.
-        with contextlib.suppress(CancelRefused):
-            cancel_job(place, job_id)
+    from trainstack.experiments.studies import study_services
 
     woken: list[bool] = []
 
@@ -127,28 +111,14 @@ def _services(args: argparse.Namespace, stack: ResolvedStack, place: QueuePlace,
             waking.start_machines(stack)
         woken.append(True)
 
-    return TuneServices(
-        store=place.bucket,
-        objects=place.bucket,
-        submit=queue_trial,
-        cancel=cancel_trial,
-        entries=lambda: {entry.id: entry for entry in read_index(place.bucket).entries},
-        queued=queued,
-        now=utc_now,
-        log=lambda line: print(line, flush=True),
-        chief=node_names(stack)[0],
-    )
+    return study_services(place, stack, code, queued, lambda line: print(line, flush=True))
 
 
 def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, list[Any]]:
     """The stack, its queue and the study: opened from --spec and the job, or (--study without
     --spec) read back from the bucket."""
-    from trainstack.localrun.workdir import claim_workdir
-    from trainstack.stackmodel.resolved import one_node_refusal
-    from trainstack.tuning.engine import StudyRefused, open_study, read_study
-    from trainstack.tuning.spec import read_spec, reserved_parameter_problems
-    from trainstack.tuning.study import STUDY_NAME
-    from trainstack_contract.status import utc_now
+    from trainstack.experiments.studies import opened_study, resumed_study
+    from trainstack.tuning.spec import read_spec
 
     if args.spec is None:
         if args.study is None:
@@ -162,44 +132,21 @@ def _open(args: argparse.Namespace) -> tuple[ResolvedStack, QueuePlace, Study, l
             )
         stack = load_resolved(args)
         place = queue_place(args, stack)
-        study = read_study(place.bucket, args.study)
-        if study is None:
-            raise StudyRefused(f"no study {args.study} on stack {stack.stack}: start it with --spec FILE")
+        study = resumed_study(place, stack, args.study)
         print(f"study {study.name} resumed: {len(study.trials)} trials recorded")
         return stack, place, study, []
     spec = read_spec(args.spec)
     stack, queued = checked_job(stack_path(args), None if args.stack_file else args.stack, args)
-    if not stack.runs_queue:
-        raise SubmitRefused(
-            f"stack {stack.stack} runs no queue: set trainstack:cluster.idle_minutes (or tpu.idle_minutes) and "
-            "`pulumi up` first; trials are jobs on the queue"
-        )
-    job = queued.job
-    assert job is not None
-    reserved = reserved_parameter_problems(spec, job.reserved_flags)
-    if reserved:
-        raise SubmitRefused(f"{args.spec}: " + "; ".join(reserved))
-    name = args.study or job.name
-    if STUDY_NAME.fullmatch(name) is None:
-        raise SubmitRefused(
-            f"the job's name {name[:40]!r} is too long for a study's: give --study NAME (up to 64 characters)"
-        )
     place = queue_place(args, stack)
-    if place.workdir is not None:
-        claim_workdir(place.workdir, stack.stack)
-        fetch_for_local_nodes(queued, place.workdir)
-    code = code_objects(queued)
-    refusal = one_node_refusal(stack) if args.one_node else None
-    if refusal is not None:
-        raise SubmitRefused(refusal)
-    values = spec_values(queued, args.local, args.one_node)
-    study, created = open_study(place.bucket, name, spec, values, utc_now(), one_node=args.one_node)
+    study, created, values, code = opened_study(
+        place, stack, queued, spec, str(args.spec), args.study, args.local, args.one_node
+    )
     if created:
-        print(f"study {name} started on stack {stack.stack}: {spec.max_trials} trials of {spec.algorithm}")
+        print(f"study {study.name} started on stack {stack.stack}: {spec.max_trials} trials of {spec.algorithm}")
         shown = shlex.join(json.loads(values[METADATA_KEYS.trainer_args]))
         print(f"each trial's code gets (after --job-dir) {shown} and then the trial's parameters")
     else:
-        print(f"study {name} resumed: {len(study.trials)} trials recorded")
+        print(f"study {study.name} resumed: {len(study.trials)} trials recorded")
     return stack, place, study, code
 
 
