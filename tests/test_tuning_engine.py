@@ -149,9 +149,8 @@ class Log(list[str]):
         self.append(line)
 
 
-def services(bucket: Path, **overrides: Any) -> engine.TuneServices:
-    store = DirectoryBucket(bucket)
-    objects = DirectoryBucket(bucket)
+def services(root: Path, **overrides: Any) -> engine.TuneServices:
+    store = DirectoryBucket(root)
     clock = iter(f"2026-11-26T00:{minute // 60:02d}:{minute % 60:02d}.000000Z" for minute in range(10_000))
 
     def queue(name: str, values: dict[str, str], submitted: str, one_node: bool) -> QueueEntry:
@@ -161,8 +160,7 @@ def services(bucket: Path, **overrides: Any) -> engine.TuneServices:
         cancel(store, job_id, "2026-11-26T01:00:00Z")
 
     fields: dict[str, Any] = {
-        "store": store,
-        "objects": objects,
+        "bucket": store,
         "submit": queue,
         "cancel": cancel_job,
         "entries": lambda: {entry.id: entry for entry in read_index(store).entries},
@@ -461,7 +459,7 @@ def test_early_stopping_reads_a_running_trials_values_at_most_once_per_interval(
             looks.append(prefix)
             return objects.names(prefix, limit)
 
-    tune = services(bucket, objects=Counting(bucket), early_stop_seconds=30.0, clock=lambda: now[0])
+    tune = services(bucket, bucket=Counting(bucket), early_stop_seconds=30.0, clock=lambda: now[0])
     nodes = Nodes(bucket, DirectoryBucket(bucket), score)
     engine.step(tune, "study")
     nodes.work()  # the first trial runs
@@ -487,7 +485,7 @@ def test_the_engine_never_reads_a_job_directory_outside_the_trials_own(bucket: P
             read.append(name)
             return objects.read(name)
 
-    study = run_to_end(services(bucket, objects=Watching(bucket)), Nodes(bucket, DirectoryBucket(bucket), score))
+    study = run_to_end(services(bucket, bucket=Watching(bucket)), Nodes(bucket, DirectoryBucket(bucket), score))
     job_dir = study.trials[0].job_dir
     assert job_dir is not None
     assert read

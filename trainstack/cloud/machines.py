@@ -430,6 +430,16 @@ def machine_kinds(factory: Callable[[], ComputeClients] | None = None) -> tuple[
     return (ComputeEngineVms(factory), GcloudMachines("tpu"), GcloudMachines("notebook"))
 
 
+def refusals(action: Action, stack: ResolvedStack, machines: Sequence[Machine]) -> list[Outcome]:
+    """What ``action`` is refused on before any request: a Spot TPU's start (it can only be
+    created anew)."""
+    return [
+        Outcome(m, False, spot_tpu_refusal(stack, m))
+        for m in machines
+        if action == "start" and m.kind == "tpu" and m.spot
+    ]
+
+
 def act_on_machines(
     action: Action,
     stack: ResolvedStack,
@@ -440,11 +450,7 @@ def act_on_machines(
 ) -> list[Outcome]:
     """``action`` on each machine, by its kind, within ``timeout`` seconds for all; the outcomes
     in the stack's order. A Spot TPU is refused a start (it can only be created anew)."""
-    refused = [
-        Outcome(m, False, spot_tpu_refusal(stack, m))
-        for m in machines
-        if action == "start" and m.kind == "tpu" and m.spot
-    ]
+    refused = refusals(action, stack, machines)
     deadline = time.monotonic() + timeout
     outcomes = list(refused)
     awaiting = []

@@ -78,7 +78,11 @@ def opened_study(
 
 
 def study_services(
-    place: QueuePlace, stack: ResolvedStack, code: list[Any], wake: Callable[[], None], log: Callable[[str], None]
+    place: QueuePlace,
+    stack: ResolvedStack,
+    code: list[CodeObject],
+    wake: Callable[[], None],
+    log: Callable[[str], None],
 ) -> TuneServices:
     """What the study's engine runs with: its trials queued (with ``code``) and cancelled on the
     stack's queue, ``wake`` called as each is queued, ``log`` for its lines."""
@@ -97,8 +101,7 @@ def study_services(
             cancel_job(place, job_id)
 
     return TuneServices(
-        store=place.bucket,
-        objects=place.bucket,
+        bucket=place.bucket,
         submit=queue_trial,
         cancel=cancel_trial,
         entries=lambda: {entry.id: entry for entry in read_index(place.bucket).entries},

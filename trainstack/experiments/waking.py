@@ -19,8 +19,8 @@ from trainstack.cloud.machines import (
     Outcome,
     act_on_machines,
     dry_run_lines,
+    refusals,
     select_machines,
-    spot_tpu_refusal,
     stack_machines,
 )
 from trainstack.experiments.place import QueuePlace
@@ -123,11 +123,7 @@ def run_machines(
         print(f"trainstack: {action}: {error}", file=sys.stderr)
         return 2
     if dry_run:
-        refused = [
-            Outcome(m, False, spot_tpu_refusal(stack, m))
-            for m in machines
-            if action == "start" and m.kind == "tpu" and m.spot
-        ]
+        refused = refusals(action, stack, machines)
         allowed = [m for m in machines if m not in {o.machine for o in refused}]
         for line in dry_run_lines(action, stack, allowed):
             print(line)

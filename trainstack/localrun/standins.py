@@ -326,15 +326,14 @@ class _TokenServiceHandler(BaseHTTPRequestHandler):
 
 
 def stand_in_json(bucket: Bucket, name: str) -> dict[str, Any] | None:
-    """Object ``name`` as a JSON object; None when it is absent, cannot be read or is not one."""
-    from trainstack.base.bucket import BucketError
+    """Object ``name`` as a JSON object; None when it is absent, cannot be read or is not one
+    (a node may be writing it as the run ends)."""
+    from trainstack.base.bucket import BucketError, read_json
 
     try:
-        data = bucket.read(name)
-        value = json.loads(data.decode("utf-8")) if data is not None else None
-    except (BucketError, ValueError):
+        return read_json(bucket, name)
+    except BucketError:
         return None
-    return value if isinstance(value, dict) else None
 
 
 @dataclass(frozen=True)

@@ -58,10 +58,10 @@ class StudyRefused(Exception):
 
 @dataclass
 class TuneServices:
-    """What the engine acts through: the study's store, the jobs' objects, and the queue."""
+    """What the engine acts through: the stack's bucket (the study, the trials' job
+    directories) and its queue."""
 
-    store: Bucket
-    objects: Bucket
+    bucket: Bucket
     # Queues a trial's job (name, spec values, submit time, on one node); the same queue it once only.
     submit: Callable[[str, dict[str, str], str, bool], QueueEntry]
     cancel: Callable[[int], None]
@@ -83,7 +83,7 @@ class TuneServices:
 
 def _change(services: TuneServices, name: str, change: Callable[[Study], Study | None]) -> Study:
     """Applies ``change`` to the study's current object under a precondition (None: no change)."""
-    store = services.store
+    store = services.bucket
     where = store.location(study_object(name))
 
     def apply(data: bytes | None) -> tuple[bytes | None, Study]:
@@ -229,7 +229,7 @@ def _trial_metric(services: TuneServices, study: Study, trial: Trial) -> MetricR
     """The trial's metric as its job directory holds it now."""
     assert trial.job_dir is not None
     tag = study.spec.hyperparameter_metric_tag
-    return read_metric(services.objects, trial.job_dir, tag, _reporting_node(services, study, trial.job_dir))
+    return read_metric(services.bucket, trial.job_dir, tag, _reporting_node(services, study, trial.job_dir))
 
 
 def _reporting_node(services: TuneServices, study: Study, job_dir: str) -> str:
@@ -238,7 +238,7 @@ def _reporting_node(services: TuneServices, study: Study, job_dir: str) -> str:
     if not study.one_node:
         return services.chief
     try:
-        data = services.objects.read_upto(posixpath.join(job_dir, TAKEN_BY), MAX_TAKEN_BY_BYTES)
+        data = services.bucket.read_upto(posixpath.join(job_dir, TAKEN_BY), MAX_TAKEN_BY_BYTES)
         return services.chief if data is None else taken_by(data)
     except (BucketError, QueueFormatError):
         return services.chief
@@ -262,10 +262,10 @@ def _observe(services: TuneServices, study: Study, trial: Trial, entry: QueueEnt
     """The trial as its job's status objects (and the queue's cancel mark) tell it now."""
     assert trial.job_dir is not None
     where = posixpath.join(trial.job_dir, LAYOUT.job_status)
-    status = read_json(services.objects, where) or {}
+    status = read_json(services.bucket, where) or {}
     state = status.get("state")
     if state is not None and (not isinstance(state, str) or state not in REPORTED_JOB_STATES):
-        raise ObjectContentError(f"{services.objects.location(where)}: state {str(state)[:40]!r} is not a job state")
+        raise ObjectContentError(f"{services.bucket.location(where)}: state {str(state)[:40]!r} is not a job state")
     if state in ENDED_JOB_STATES:
         problem = status.get("reason") if isinstance(status.get("reason"), str) else None
         return _ended(services, study, trial, JobState(state), problem and f"its job ended {state}: {problem[:300]}")
@@ -391,9 +391,9 @@ def _finish(services: TuneServices, study: Study) -> Study:
 def step(services: TuneServices, name: str) -> Study:
     """One round: outstanding trials brought up to date, the study ended if it has, new trials
     asked and queued while there is room."""
-    study = read_study(services.store, name)
+    study = read_study(services.bucket, name)
     if study is None:
-        raise StudyRefused(f"no study {name} at {services.store.location(study_object(name))}")
+        raise StudyRefused(f"no study {name} at {services.bucket.location(study_object(name))}")
     study = _refresh(services, study)
     study = _finish(services, study)
     while study.state == StudyState.ACTIVE:
