@@ -3,6 +3,7 @@ records INTERRUPTED, and no process of the run is left; the job resumes from whe
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -179,3 +180,73 @@ def test_an_interrupted_teams_job_is_not_said_to_resume_from_a_backup_it_may_not
     team = resumes(stack("ownpackage"))
     assert "backup" not in team
     assert "resumes from what its code saved in its job directory, if anything" in team
+
+
+def read_to_end(stream: int) -> bytes:
+    """Everything left on a pipe, up to its end (every writer gone); bounded."""
+    shown = b""
+    deadline = time.monotonic() + HANG_SECONDS
+    while time.monotonic() < deadline:
+        if select.select([stream], [], [], 1.0)[0]:
+            chunk = os.read(stream, 65536)
+            if not chunk:
+                return shown
+            shown += chunk
+    raise AssertionError(
+        f"a process of the killed run still holds its output: {shown.decode(errors='replace')[-2000:]}"
+    )
+
+
+@pytest.mark.slow
+def test_a_killed_local_run_leaves_no_namespace_holder_and_its_output_ends(tmp_path: Path) -> None:
+    """SIGKILL (an OOM kill, `kill -9`) gives `local` no chance to stop anything. Defect: the
+    sleeping process that holds the nodes' network namespace outlived it, holding the run's
+    output open, so a caller reading that output to its end waited for ever."""
+    command = [sys.executable, "-m", "trainstack", "local", "--stack", "dev", "--fresh"]
+    command += ["--epochs", "50", "--steps-per-epoch", "200", "--image-size", "32"]
+    reader, writer = os.pipe()
+    cli = subprocess.Popen([*command, "--workdir", str(tmp_path / "work")], cwd=REPO, stdout=writer, stderr=writer)
+    os.close(writer)
+    run: dict[int, str | None] = {}
+    try:
+        shown = b""
+        deadline = time.monotonic() + HANG_SECONDS
+        while b"training from the start" not in shown:
+            assert time.monotonic() < deadline, shown.decode(errors="replace")[-2000:]
+            assert cli.poll() is None, shown.decode(errors="replace")[-2000:]
+            if select.select([reader], [], [], 1.0)[0]:
+                shown += os.read(reader, 65536)
+        run = {pid: start_time(pid) for pid in descendants(cli.pid)}
+        holder = b"sleep\0infinity"  # unshare --net -- sleep infinity, after its exec
+        holders = [pid for pid in run if holder in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert holders, "no namespace holder"
+        cli.kill()
+        cli.wait(timeout=HANG_SECONDS)
+        read_to_end(reader)
+        assert wait_gone(holders[0], run[holders[0]])
+    finally:
+        os.close(reader)
+        # The nodes are not bound to `local` (a stand-in's restart starts them from any thread):
+        # a killed run's agents are ended here.
+        for pid, when in run.items():
+            if when and start_time(pid) == when:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def wait_gone(pid: int, when: str | None) -> bool:
+    """Whether the process is gone (or a zombie) within the hang guard."""
+    deadline = time.monotonic() + HANG_SECONDS
+    while time.monotonic() < deadline:
+        if start_time(pid) != when or zombie(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def zombie(pid: int) -> bool:
+    """Whether the process has ended and waits only to be reaped."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True

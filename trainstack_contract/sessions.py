@@ -16,7 +16,7 @@ from typing import Any
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent: int) -> Callable[[], None]:
+def ends_with_parent(parent: int) -> Callable[[], None]:
     """What a child runs between fork and exec so that it ends (SIGKILL) when the process that
     started it ends, even by SIGKILL: no trainer outlives a killed agent. The kernel clears
     this setting on a change of user, and CPython switches the user (``user=``) before it
@@ -60,6 +60,6 @@ def popen_in_own_session(
         errors="replace",
         start_new_session=True,
         pass_fds=tuple(pass_fds),
-        preexec_fn=_die_with_parent(os.getpid()) if die_with_parent else None,  # noqa: PLW1509 - the prctl must run in the child
+        preexec_fn=ends_with_parent(os.getpid()) if die_with_parent else None,  # noqa: PLW1509 - the prctl must run in the child
         **switch,
     )

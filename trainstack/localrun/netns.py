@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from trainstack_contract.sessions import ends_with_parent
+
 T = TypeVar("T")
 _CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
@@ -61,8 +63,15 @@ class LoopbackNetwork:
         unshare = shutil.which("unshare")
         if unshare is None or shutil.which("nsenter") is None:
             raise NamespaceUnavailable("unshare and nsenter (util-linux) are not installed")
+        # Bound to this process (a `trainstack local` killed outright leaves no holder behind)
+        # and holding none of its output: whoever reads the run's output sees it end.
         holder = subprocess.Popen(
-            [unshare, "--net", "--", "sleep", "infinity"], stdin=subprocess.DEVNULL, start_new_session=True
+            [unshare, "--net", "--", "sleep", "infinity"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=ends_with_parent(os.getpid()),  # noqa: PLW1509 - the prctl must run in the child
         )
         network = cls(holder)
         deadline = time.monotonic() + _READY_SECONDS
