@@ -88,6 +88,8 @@ class ProgressCallback(keras.callbacks.Callback):  # type: ignore[misc]  # tf-ke
         self._record.epoch_losses.append(float(logs.get("loss", float("nan"))))
         self._record.epoch_accuracies.append(float(logs.get("accuracy", float("nan"))))
         self._record.epochs_completed = epoch + 1
+        if self._record.first_epoch_ended_at is None:
+            self._record.first_epoch_ended_at = time.time()
         if is_writer(self._strategy):
             # A backup of this epoch's end written in the background is on disk before the
             # progress file says the epoch is done.
@@ -99,6 +101,7 @@ class ProgressCallback(keras.callbacks.Callback):  # type: ignore[misc]  # tf-ke
                     "loss": self._record.epoch_losses[-1],
                     "accuracy": self._record.epoch_accuracies[-1],
                     "time": time.time(),
+                    "first_epoch_time": self._record.first_epoch_ended_at,
                 },
             )
 

@@ -205,6 +205,9 @@ class RunRecord:
     first_epoch: int | None = None
     first_step: int | None = None
     epochs_completed: int = 0
+    # When this run (this attempt at the job) first ended an epoch (seconds since the epoch):
+    # with its start, how long the trainer took to get going.
+    first_epoch_ended_at: float | None = None
     epoch_losses: list[float] = dataclasses.field(default_factory=list)
     epoch_accuracies: list[float] = dataclasses.field(default_factory=list)
     epoch_seconds: list[float] = dataclasses.field(default_factory=list)
