@@ -16,9 +16,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, Protocol, TextIO
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.jobscope import JobScope, end_abandoned_scopes
@@ -88,6 +88,19 @@ class Log:
                 journal.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 journal.kill()
+
+
+class ChildProcess(Protocol):
+    """A process of the agent's and its process group, however it was started."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def signal(self, signum: int) -> None: ...
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> int: ...
 
 
 class Child:
@@ -165,7 +178,7 @@ class Processes:
         # File descriptors every child inherits (the boot lock: held while anything of this
         # boot still runs).
         self.keep_fds = tuple(keep_fds)
-        self._children: list[Child] = []
+        self._children: list[ChildProcess] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -198,6 +211,13 @@ class Processes:
             self._children.append(child)
             return child
 
+    def track(self, child: ChildProcess) -> None:
+        """A process started otherwise (a warm interpreter forked by the zygote), ended with
+        the others."""
+        with self._lock:
+            self._children = [each for each in self._children if each.poll() is None]
+            self._children.append(child)
+
     def _pump(self, stream: IO[str] | None) -> None:
         if stream is None:
             return
@@ -224,14 +244,14 @@ class Processes:
         child.reader.join(timeout=5)
         return child.popen.returncode
 
-    def stop_all(self, grace: float | None = None, close: bool = True, keep: Child | None = None) -> None:
-        """Ends every child still running but ``keep`` (SIGKILL after ``grace``, by default this
+    def stop_all(self, grace: float | None = None, close: bool = True, keep: Collection[ChildProcess] = ()) -> None:
+        """Ends every child still running but those of ``keep`` (SIGKILL after ``grace``, by default this
         boot's stop grace); with ``close``, none starts after this (a standing node's job that
         ended leaves the next one free to start, and the warm interpreter waiting for it)."""
         grace = self.stop_grace if grace is None else grace
         with self._lock:
             self._closed = self._closed or close
-            children = [child for child in self._children if child is not keep]
+            children = [child for child in self._children if not any(child is kept for kept in keep)]
         for child in children:
             child.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -253,7 +273,7 @@ class JobChild:
 
     def __init__(
         self,
-        child: Child,
+        child: ChildProcess,
         container: str | None,
         stop_grace: float = STOP_GRACE_SECONDS,
         scope: JobScope | None = None,
@@ -302,8 +322,8 @@ class JobLauncher:
         scope.adopt(child.pid)
         return JobChild(child, command.container, self.processes.stop_grace, scope)
 
-    def stop_all(self, close: bool = True, keep: Child | None = None) -> None:
-        """Every child of this boot (installs included) but ``keep``, whatever each job's code
+    def stop_all(self, close: bool = True, keep: Collection[ChildProcess] = ()) -> None:
+        """Every child of this boot (installs included) but those of ``keep``, whatever each job's code
         started (its scope), and the job's containers."""
         self.processes.stop_all(close=close, keep=keep)
         for scope in self._scopes:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobChild, JobLauncher
+from trainstack_agent.zygote import BIRTH_SECONDS, ForkedChild, Forks
 from trainstack_contract import (
     BUILTIN_MODULE,
     HYPERTUNE_METRIC_FILE_ENV,
@@ -165,6 +166,8 @@ class WarmStarts:
         self.log = log
         self.preload = preload
         self._warm: _Warm | None = None
+        # Where the warm interpreters come from (trainstack_agent.zygote).
+        self.forks = Forks(launcher.processes, RUNNER, preload, preload)
         # The warm starts so far: a figure for the log and the tests.
         self.handed = 0
         # The last command started: what the next job's is likely to be.
@@ -182,14 +185,13 @@ class WarmStarts:
         env = warm_environment(template.env)
         read, write = os.pipe()
         try:
-            argv = (template.argv[0], "-c", RUNNER, str(read), *self.preload)
-            processes = self.launcher.processes
-            child = processes.start(argv, env, template.cwd, template.user, pass_fds=(read,))
+            child = self.forks.interpreter(template.argv[0], template.cwd, template.user, env, read)
         except BaseException:
             os.close(write)
             raise
         finally:
             os.close(read)
+        processes = self.launcher.processes
         user = template.user
         self._warm = _Warm(
             JobChild(child, None, processes.stop_grace), write, template.argv[0], str(template.cwd), user, env
@@ -214,9 +216,13 @@ class WarmStarts:
             payload = json.dumps(
                 {"module": module, "args": list(command.argv[3:]), "env": env, "path": code_path}
             ).encode()
-            if len(payload) <= MAX_HANDOFF_BYTES:
+            forked = warm.child.child
+            if isinstance(forked, ForkedChild) and not forked.born(BIRTH_SECONDS):
+                self.log("the zygote did not fork the warm interpreter in time; starting a new one")
+                scope.end()
+            elif len(payload) <= MAX_HANDOFF_BYTES:
                 # Into the job's cgroup while it still waits: whatever it starts is the job's.
-                scope.adopt(warm.child.child.pid)
+                scope.adopt(forked.pid)
                 warm.child.scope = scope
                 try:
                     os.write(warm.pipe, payload)
@@ -245,13 +251,20 @@ class WarmStarts:
         warm.child.stop()
 
     def stop_all(self, close: bool = True) -> None:
-        """Every child of the boot; between jobs (not ``close``) the warm interpreter waiting
-        for the next job is left to wait."""
-        if close or self._warm is None or self._warm.child.poll() is not None:
+        """Every child of the boot; between jobs (not ``close``) the zygote and the warm
+        interpreter waiting for the next job are left to wait."""
+        if close:
             self.discard()
             self.launcher.stop_all(close)
+            self.forks.close()
             return
-        self.launcher.stop_all(close, keep=self._warm.child.child)
+        # Between jobs the zygote stays, and so does a warm interpreter that waits.
+        keep = self.forks.kept()
+        if self._warm is None or self._warm.child.poll() is not None:
+            self.discard()
+        else:
+            keep.append(self._warm.child.child)
+        self.launcher.stop_all(close, keep=keep)
 
     def for_job(self, allowed: bool) -> JobStarts:
         """The launcher of one job: ``allowed``, its code is the built-in trainer's."""

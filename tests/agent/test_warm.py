@@ -16,6 +16,7 @@ import pytest
 from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobLauncher, Log, Processes
 from trainstack_agent.warm import WarmStarts, warm_environment
+from trainstack_agent.zygote import ForkedChild
 from trainstack_contract import BUILTIN_MODULE, ONEDNN_SWITCH
 
 # Stands in for the built-in trainer: records where and how it ran, then exits with the code
@@ -66,6 +67,14 @@ def wait(child: object) -> int:
     return int(code)
 
 
+def pid_of(warm: object) -> int:
+    """The process id of a waiting warm interpreter, once the zygote has forked it."""
+    child = warm.child.child  # type: ignore[attr-defined]
+    if isinstance(child, ForkedChild):
+        assert child.born(60)
+    return int(child.pid)
+
+
 @pytest.fixture
 def starts() -> WarmStarts:
     processes = Processes(Log(stream=io.StringIO(), journal=False))
@@ -85,7 +94,7 @@ def test_the_next_builtin_job_runs_in_the_interpreter_started_before_it(
     child = starts.start(second)
     assert wait(child) == 3
     record = json.loads((tmp_path / "second.json").read_text())
-    assert record["pid"] == waiting.child.child.pid
+    assert record["pid"] == pid_of(waiting)
     assert record["preloaded"] is True
     # As `python -m trainer.task --job-dir DIR ARGS` runs it.
     out = str(tmp_path / "second.json")
@@ -108,11 +117,12 @@ def test_a_job_with_other_environment_starts_a_new_interpreter(code: Path, tmp_p
     starts.prepare(command(code, tmp_path, tmp_path / "a.json", "{}"), allowed=True)
     waiting = starts._warm
     assert waiting is not None
+    waiting_pid = pid_of(waiting)
     other = command(code, tmp_path, tmp_path / "b.json", "{}", "--exit", "0", TF_USE_LEGACY_KERAS="1")
     child = starts.start(other)
     assert wait(child) == 0
     record = json.loads((tmp_path / "b.json").read_text())
-    assert record["pid"] != waiting.child.child.pid
+    assert record["pid"] != waiting_pid
     assert record["preloaded"] is False
     assert starts.handed == 0
     # The interpreter that waited in vain is ended, not left behind.
@@ -173,7 +183,7 @@ def test_a_job_started_on_a_standing_node_readies_the_next_ones_interpreter_whil
     assert waiting.child.poll() is None
     child = starts.for_job(allowed=True).start(command(code, tmp_path, tmp_path / "b.json", "{}", "--exit", "0"))
     assert wait(child) == 0
-    assert json.loads((tmp_path / "b.json").read_text())["pid"] == waiting.child.child.pid
+    assert json.loads((tmp_path / "b.json").read_text())["pid"] == pid_of(waiting)
     # Ending the boot (close) ends the one the second job readied in turn.
     again = starts._warm
     assert again is not None
