@@ -115,7 +115,10 @@ def incarnations(job_dir: Path) -> dict[str, str]:
 def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_idle_nodes_stop(
     tmp_path: Path,
 ) -> None:
-    stack_file = write_stack(tmp_path, stack_config(), stack="loop")
+    config = stack_config()
+    # Equal jobs train to equal figures (threads otherwise sum in any order).
+    config["trainstack:job"]["env"] = {"TF_DETERMINISTIC_OPS": "1"}
+    stack_file = write_stack(tmp_path, config, stack="loop")
     workdir = tmp_path / "work"
     with standing_cluster(stack_file, workdir) as standing:
         target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
@@ -157,6 +160,14 @@ def test_jobs_run_one_after_the_other_on_a_standing_cluster_cancel_ends_one_and_
     # writes no status there (a slow worker on a loaded machine did, in CI).
     assert all(seen[index] == seen[0] for index in (1, 3)), seen
     assert seen[2].items() <= seen[0].items(), seen
+    # Job 1 is job 0 again: every node's warm interpreter made its strategy and model once job 0
+    # had ended (trainer.rehearsal), and it trained exactly as job 0's new processes did.
+    for node in ("chief", "worker-0", "worker-1"):
+        log = (workdir / "nodes" / node / "boot.log").read_text()
+        assert "the job's code starts in the rehearsed warm interpreter" in log, log[-3000:]
+    first, again = (json.loads((job_dirs[index] / "metrics.json").read_text()) for index in (0, 1))
+    for figure in ("loss_history", "eval_loss", "eval_accuracy"):
+        assert first[figure] == again[figure], (figure, first, again)
     # Idle for idle_minutes: every node applied on_finish (stop) once, and nothing runs.
     stops = (workdir / "self-stop.log").read_text().split("\n")
     assert sorted(line.split()[-1] for line in stops if line) == ["chief", "worker-0", "worker-1"], stops
@@ -241,3 +252,48 @@ def test_one_node_jobs_run_side_by_side_on_two_nodes_and_a_whole_cluster_job_fol
     started = min(status_time(jobs_dir / "q3_after", node, "RUNNING") for node in ("chief", "worker-0", "worker-1"))
     for name, (node,) in ran_on.items():
         assert status_time(jobs_dir / name, node, "SUCCEEDED") <= started
+
+
+def rehearsed_interpreter(workdir: Path, node: str) -> int:
+    """The process id of ``node``'s warm interpreter (the one started with the agent's runner)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if b"trainstack-rehearsal" in command and f"/nodes/{node}/" in cwd + "/":
+            return int(entry.name)
+    raise AssertionError(f"no warm interpreter of {node}")
+
+
+@pytest.mark.slow
+def test_a_node_whose_rehearsed_interpreter_died_runs_the_next_job_with_the_others_all_the_same(
+    tmp_path: Path,
+) -> None:
+    # Idle long enough (2 minutes, time-scaled) for the rehearsals on a loaded machine.
+    config = stack_config(idle_minutes=8)
+    config["trainstack:cluster"]["workers"]["count"] = 1
+    stack_file = write_stack(tmp_path, config, stack="lost")
+    workdir = tmp_path / "work"
+    with standing_cluster(stack_file, workdir) as standing:
+        target = ["--stack-file", str(stack_file), "--local", "--workdir", str(workdir)]
+
+        def rehearsed(node: str) -> bool:
+            log = workdir / "nodes" / node / "boot.log"
+            return log.exists() and "trainstack warm interpreter: rehearsed:" in log.read_text()
+
+        until(lambda: rehearsed("chief") and rehearsed("worker-0"), "both nodes' rehearsals", standing)
+        # The worker's interpreter dies (out of memory, say) after it made the strategy with
+        # the chief's: the chief's next job starts with that strategy, the worker's in a new
+        # process.
+        os.kill(rehearsed_interpreter(workdir, "worker-0"), 9)
+        submitted = trainstack("submit", *target, "--name", "after", *SHORT)
+        assert submitted.returncode == 0, submitted.stderr
+        jobs_dir = until(lambda: next(iter(workdir.glob("bucket/*/jobs")), None), "the bucket's jobs/", standing)
+        until(lambda: job_state(jobs_dir / "q1_after") in ("SUCCEEDED", "FAILED"), "job 1's end", standing)
+        standing.kill()
+        output = standing.communicate()[0]
+    assert job_state(jobs_dir / "q1_after") == "SUCCEEDED", output[-4000:]

@@ -14,15 +14,25 @@ import sys
 import time
 from typing import Any
 
-from trainer import checkpointing, data_checks, data_pipeline, data_sources, job_settings, jobdir, kernels
+from trainer import (
+    checkpointing,
+    data_checks,
+    data_pipeline,
+    data_sources,
+    job_settings,
+    jobdir,
+    kernels,
+    prepared,
+    warm_agreement,
+)
 from trainer import precision as precisions
 from trainer import strategy as strategies
 from trainer.checkpointing import RunRecord
 from trainer.config import TrainerConfig
 from trainer.data_sources import DataSource
 from trainer.jobdir import JobLayout
-from trainer.strategy import ClusterInfo
-from trainstack_contract import FINISHED, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
+from trainer.strategy import ClusterInfo, StrategyError
+from trainstack_contract import CHIEF, FINISHED, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER, WORKER
 
 log = logging.getLogger(__name__)
 
@@ -126,17 +136,32 @@ class TrainingOutcome:
     writes: bool
 
 
-def set_up(config: TrainerConfig, cluster: ClusterInfo, source: DataSource, layout: JobLayout) -> TrainingSetup:
+def set_up(
+    config: TrainerConfig, cluster: ClusterInfo, source: DataSource, layout: JobLayout, rehearsing: bool = False
+) -> TrainingSetup:
     """The strategy, and the settings every replica trains with: decided once for the job
-    (:mod:`trainer.job_settings`), whatever this node measures on its own."""
+    (:mod:`trainer.job_settings`), whatever this node measures on its own. A job's nodes first
+    agree whether they start with the strategy they rehearsed (:mod:`trainer.warm_agreement`);
+    a rehearsal (``rehearsing``) has none to agree on."""
     import tensorflow as tf
     import tf_keras as keras
 
-    strategies.configure_logical_cpus(config.logical_cpus)
+    rehearsed = prepared.held() is not None
+    if not rehearsed:
+        # A rehearsal made its strategy with one device per CPU: it rehearses no other.
+        strategies.configure_logical_cpus(config.logical_cpus)
     num_gpus = len(tf.config.list_physical_devices("GPU"))
     kind = strategies.choose_strategy(config.strategy, cluster, num_gpus, config.tpu, config.logical_cpus)
+    if rehearsed and config.logical_cpus > 1:
+        raise StrategyError("--logical-cpus must split the CPU before TensorFlow starts; start the trainer anew")
+    if kind == MULTI_WORKER_MIRRORED and not rehearsing and cluster.task_type in (CHIEF, WORKER):
+        agreed = warm_agreement.Agreement(layout, cluster).agree(prepared.rehearsal_token())
+        if rehearsed and not agreed:
+            prepared.start_anew()
     keras.utils.set_random_seed(config.seed)
-    strategy = strategies.build_strategy(kind, config.tpu)
+    strategy = prepared.strategy_for(kind, os.environ)
+    if strategy is None:
+        strategy = strategies.build_strategy(kind, config.tpu)
     task_type, task_id = strategies.task_identity(strategy)
     # Not before: counting and the precision probe run TensorFlow ops, which must follow the
     # strategy's set-up.
@@ -215,8 +240,10 @@ def node_choice(
 def run_training(config: TrainerConfig, cluster: ClusterInfo, layout: JobLayout, source: DataSource) -> TrainingOutcome:
     """Trains on this node; returns its metrics (written to metrics.json by the chief)."""
     setup = set_up(config, cluster, source, layout)
-    with setup.strategy.scope():
-        model = build_and_compile(config, setup.source, setup.steps_per_execution, setup.use_xla)
+    model = prepared.take_model(prepared.model_key(config, setup), config.learning_rate)
+    if model is None:
+        with setup.strategy.scope():
+            model = build_and_compile(config, setup.source, setup.steps_per_execution, setup.use_xla)
     record = RunRecord(steps_per_epoch=setup.steps)
     stop_on_sigterm(record)
     try:
@@ -394,4 +421,5 @@ def finish(outcome: TrainingOutcome, layout: JobLayout) -> None:
     jobdir.write_json_atomically(layout.metrics_path, outcome.metrics)
     # The backup only serves an interrupted run; a finished one must not resume from it.
     jobdir.remove_tree_if_exists(layout.backup_dir)
+    warm_agreement.remove(layout)
     jobdir.remove_dir_if_empty(layout.tmp_dir)

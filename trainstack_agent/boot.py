@@ -181,7 +181,7 @@ def job_queue(
 ) -> JobQueue:
     """A standing node's boot: its own job, then the queue (``trainstack_agent.jobqueue``),
     the built-in trainer's jobs started in a warm interpreter where they can be."""
-    warm = WarmStarts(JobLauncher(processes), agent.log)
+    warm = WarmStarts(JobLauncher(processes), agent.log, keep_apart=settings.gpu_count == 0)
     services = QueueServices(
         storage=agent.storage,
         board=lambda job_dir: Board(agent.storage, job_dir, settings.node, incarnation),

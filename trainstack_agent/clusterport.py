@@ -131,7 +131,10 @@ class ClusterPortWatch:
         if busy is None:
             self._blind("this machine has no /proc/net/tcp to read")
         elif busy:
-            self._blind("something on this node already listens on it before the job's code starts")
+            self._blind(
+                "something on this node already listens on it before the job's code starts (on a standing "
+                "node, the warm interpreter that made the built-in trainer's strategy before the job came)"
+            )
 
     def look(self, now: float) -> None:
         """Every tick while the code runs; reads /proc at most every poll interval."""

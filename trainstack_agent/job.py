@@ -42,6 +42,9 @@ class JobCommand:
     container: str | None = None
     # The unprivileged user it runs as (None: the agent's own user).
     user: JobUser | None = None
+    # The sha256 of the code archive it runs (None: no archive): a warm interpreter that
+    # rehearsed with one job's code takes only a job of the same code (trainstack_agent.warm).
+    code_digest: str | None = None
 
 
 def vertex_directories(job_dir: str) -> dict[str, str]:
@@ -115,11 +118,12 @@ def job_command(
             env["PYTHONPATH"] = str(code_dir)
         # From the state directory, so nothing in the boot directory shadows the job's code.
         argv = (str(python), "-m", job.module, FLAGS.job_dir, job.job_dir, *job.trainer_args)
+        digest = job.code.sha256 if job.code is not None else None
         if user is None:
-            return JobCommand(argv, env, state_dir)
+            return JobCommand(argv, env, state_dir, code_digest=digest)
         # Its own HOME and working directory: nothing of root's (HOME=/root) is named to it.
         env.update(HOME=str(user.home), USER=user.name, LOGNAME=user.name)
-        return JobCommand(argv, env, user.workdir, user=user)
+        return JobCommand(argv, env, user.workdir, user=user, code_digest=digest)
     assert job.image is not None
     container = f"trainstack-{settings.node}"
     options = ["--rm", "--init", "--name", container, "--network", "host"]

@@ -26,17 +26,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from trainstack_agent.job import JobCommand
+from trainstack_agent.jobscope import JobScope
 from trainstack_agent.processes import JobChild, JobLauncher
 from trainstack_agent.zygote import BIRTH_SECONDS, ForkedChild, Forks
 from trainstack_contract import (
     BUILTIN_MODULE,
     HYPERTUNE_METRIC_FILE_ENV,
     ONEDNN_SWITCH,
+    REHEARSAL_MODULE,
     TRIAL_ID_ENV,
     VERTEX_CHECKPOINT_DIR_ENV,
     VERTEX_MODEL_DIR_ENV,
     VERTEX_TENSORBOARD_DIR_ENV,
 )
+from trainstack_contract.tf_config import cluster_key
 
 # What the built-in trainer imports: loaded before the job is known.
 PRELOAD = ("tensorflow", "tf_keras")
@@ -60,22 +63,36 @@ LATE_VARIABLES = frozenset(
         VERTEX_TENSORBOARD_DIR_ENV,
     }
 )
-# A pipe holds 64 KiB on Linux: a job that fits is handed over without waiting for the reader.
-MAX_HANDOFF_BYTES = 60 * 1024
+# A pipe holds 64 KiB on Linux: a rehearsal and a job that fit in it together are handed over
+# without waiting for the reader (the pipe is written without blocking, all or nothing).
+MAX_HANDOFF_BYTES = 30 * 1024
+# How long a job that came while the rehearsal still runs waits for it before it starts in a
+# new interpreter: a rehearsal ends in seconds once every node takes part, and one that waits
+# for a peer that never comes must not hold the job.
+REHEARSAL_WAIT_SECONDS = 20.0
 
 # The warm interpreter: imports PRELOAD at the lowest priority (a standing node prepares it
-# while a job runs, and the job must not feel it), reads one job from the pipe named by its
-# first argument, takes back a job's own priority, waits for the imports and runs the job as
-# `python -m MODULE ARGS` would. The lowest priority is nice 19 for the importing thread and,
-# where Linux groups processes by session (autogroup: the agent starts each child in a session
-# of its own, and nice then only weighs threads within their group), for the process's group
-# too, which any process may set back to 0. Linux takes one such change in 0.1 s from all the
-# processes without CAP_SYS_ADMIN together (EAGAIN otherwise: a cluster's nodes on one machine
-# ask at once), so each is tried again, a bounded number of times. An empty pipe (the agent
-# ended it without a job) ends it quietly.
+# while a job runs, and the job must not feel it), then reads messages, one JSON line each,
+# from the pipe named by its first argument. The lowest priority is nice 19 for the importing
+# thread and, where Linux groups processes by session (autogroup: the agent starts each child in
+# a session of its own, and nice then only weighs threads within their group), for the
+# process's group too, which any process may set back to 0. Linux takes one such change in 0.1 s
+# from all the processes without CAP_SYS_ADMIN together (EAGAIN otherwise: a cluster's nodes on
+# one machine ask at once), so each is tried again, a bounded number of times.
+#
+# A job: it takes back a job's own priority, waits for the imports and runs the job as
+# `python -m MODULE ARGS` would. A rehearsal first (a job like the one that ended, the
+# trainer's REHEARSAL_MODULE to call): once the imports are done it runs the rehearsal in a
+# thread, with the ended job's environment, while it waits for the job. When the job comes it
+# waits for the rehearsal at most its second argument's seconds; a rehearsal that failed or is
+# still running leaves TensorFlow in a state no job may inherit, so the job then starts in a new
+# interpreter (exec: the same process, its cgroup and its output). After a rehearsal, the
+# modules it imported from the ended job's code are dropped: the job imports its own, which the
+# agent checked against its digest. An empty pipe (the agent ended it without a job) ends it
+# quietly.
 RUNNER = """\
-import json, os, runpy, sys, threading, time
-pipe, preload = int(sys.argv[1]), sys.argv[2:]
+import importlib, json, os, runpy, sys, threading, time
+pipe, wait_seconds, preload = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 lock, group = threading.Lock(), {"niced": False, "job": False}
 def group_nice(value):
     for attempt in range(40):
@@ -103,22 +120,57 @@ def load():
             pass
 loader = threading.Thread(target=load, name="trainstack-preload", daemon=True)
 loader.start()
-with os.fdopen(pipe, "rb") as source:
-    data = source.read()
-if not data:
+source = os.fdopen(pipe, "rb")
+base_path = list(sys.path)
+def next_message():
+    line = source.readline()
+    return json.loads(line) if line.strip() else None
+def enter(message):
+    os.environ.clear()
+    os.environ.update(message["env"])
+    sys.path[:] = base_path
+    sys.path[0] = os.getcwd()
+    sys.path[1:1] = message["path"]
+def say(line):
+    print("trainstack warm interpreter: " + line, file=sys.stderr, flush=True)
+message = next_message()
+if message is None:
     os._exit(0)
+rehearsal, outcome = None, {}
+if message.get("rehearse"):
+    rehearsal = message
+    loader.join()
+    enter(rehearsal)
+    def rehearse():
+        try:
+            outcome["said"] = importlib.import_module(rehearsal["module"]).rehearse(rehearsal["args"])
+            say("rehearsed: " + str(outcome["said"]))
+        except BaseException as error:
+            outcome["error"] = type(error).__name__ + ": " + str(error)[:300]
+    worker = threading.Thread(target=rehearse, name="trainstack-rehearsal", daemon=True)
+    worker.start()
+    message = next_message()
+    if message is None:
+        os._exit(0)
 with lock:
     group["job"] = True
     if group["niced"]:
         group_nice(0)
 loader.join()
-job = json.loads(data)
-os.environ.clear()
-os.environ.update(job["env"])
-sys.path[0] = os.getcwd()
-sys.path[1:1] = job["path"]
-sys.argv = [job["module"], *job["args"]]
-runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
+if rehearsal is not None:
+    worker.join(wait_seconds)
+    if worker.is_alive() or "error" in outcome:
+        say("the rehearsal " + ("failed: " + outcome["error"] if "error" in outcome else "did not end in time")
+            + "; the job starts in a new interpreter")
+        os.execve(sys.executable, [sys.executable, "-m", message["module"], *message["args"]], message["env"])
+    roots = tuple(os.path.join(os.path.abspath(entry), "") for entry in rehearsal["path"])
+    for name, module in list(sys.modules.items()):
+        if roots and (getattr(module, "__file__", None) or "").startswith(roots):
+            del sys.modules[name]
+    importlib.invalidate_caches()
+enter(message)
+sys.argv = [message["module"], *message["args"]]
+runpy.run_module(message["module"], run_name="__main__", alter_sys=True)
 """
 
 
@@ -139,6 +191,15 @@ def builtin_module(command: JobCommand) -> str | None:
     return argv[2]
 
 
+@dataclass(frozen=True)
+class Rehearsal:
+    """What a warm interpreter rehearsed with: the cluster its strategy is bound to (empty: none)
+    and the code it imported. Only a job of the same cluster and code may take it."""
+
+    cluster: str
+    code_digest: str
+
+
 @dataclass
 class _Warm:
     child: JobChild
@@ -147,8 +208,14 @@ class _Warm:
     cwd: str
     user: object
     env: dict[str, str]
+    rehearsal: Rehearsal | None = None
 
     def matches(self, command: JobCommand) -> bool:
+        if self.rehearsal is not None and (
+            command.code_digest != self.rehearsal.code_digest
+            or cluster_key(command.env.get("TF_CONFIG")) != self.rehearsal.cluster
+        ):
+            return False
         return (
             command.argv[0] == self.python
             and str(command.cwd) == self.cwd
@@ -156,30 +223,96 @@ class _Warm:
             and warm_environment(command.env) == self.env
         )
 
+    def alive(self) -> bool:
+        return self.child.poll() is None
+
+    def send(self, message: dict[str, object]) -> str | None:
+        """Writes one message; what went wrong, or None. Never blocks: a reader that does not
+        read leaves the job to a new interpreter."""
+        payload = json.dumps(message).encode() + b"\n"
+        if len(payload) > MAX_HANDOFF_BYTES:
+            return f"{len(payload)} bytes of settings, over {MAX_HANDOFF_BYTES}"
+        try:
+            os.set_blocking(self.pipe, False)
+            written = os.write(self.pipe, payload)
+        except OSError as error:
+            return str(error)
+        return None if written == len(payload) else "the pipe is full"
+
+    def take(self, module: str, command: JobCommand, scope: JobScope) -> str | None:
+        """Hands ``command`` over; what went wrong. The interpreter joins the job's cgroup
+        while it still waits: whatever it starts is the job's."""
+        forked = self.child.child
+        if isinstance(forked, ForkedChild) and not forked.born(BIRTH_SECONDS):
+            scope.end()
+            return "the zygote did not fork it in time"
+        scope.adopt(forked.pid)
+        self.child.scope = scope
+        problem = self.send(_message(module, command, {**command.env, **scope.env}))
+        if problem is None:
+            with contextlib.suppress(OSError):
+                os.close(self.pipe)
+        return problem
+
+    def rehearse(self, last: JobCommand, code_digest: str) -> str | None:
+        """Hands over the ended job's command to rehearse (trainer.rehearsal); what went wrong."""
+        problem = self.send({"rehearse": True, **_message(REHEARSAL_MODULE, last, last.env)})
+        if problem is None:
+            self.rehearsal = Rehearsal(cluster_key(last.env.get("TF_CONFIG")), code_digest)
+        return problem
+
+    def holds_cluster_apart_from(self, command: JobCommand) -> bool:
+        """Rehearsed for a cluster whose port ``command``, a job of this node alone, leaves free:
+        it may wait for the cluster's next job while that one runs."""
+        return (
+            self.alive()
+            and self.rehearsal is not None
+            and bool(self.rehearsal.cluster)
+            and not cluster_key(command.env.get("TF_CONFIG"))
+        )
+
+
+def _message(module: str, command: JobCommand, env: Mapping[str, str]) -> dict[str, object]:
+    code_path = [entry for entry in command.env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    return {"module": module, "args": list(command.argv[3:]), "env": dict(env), "path": code_path}
+
 
 class WarmStarts:
     """The job launcher of a standing node: a warm interpreter for the built-in trainer's next
     job when one matches, a new process otherwise (the launcher's own start)."""
 
-    def __init__(self, launcher: JobLauncher, log: Callable[[str], None], preload: tuple[str, ...] = PRELOAD) -> None:
+    def __init__(
+        self,
+        launcher: JobLauncher,
+        log: Callable[[str], None],
+        preload: tuple[str, ...] = PRELOAD,
+        rehearsal_wait: float = REHEARSAL_WAIT_SECONDS,
+        keep_apart: bool = True,
+    ) -> None:
         self.launcher = launcher
         self.log = log
         self.preload = preload
+        self.rehearsal_wait = rehearsal_wait
+        # Whether a rehearsed interpreter may wait while a job of this node alone runs: not on
+        # a GPU node, where its TensorFlow holds the GPU's memory.
+        self.keep_apart = keep_apart
         self._warm: _Warm | None = None
         # Where the warm interpreters come from (trainstack_agent.zygote).
-        self.forks = Forks(launcher.processes, RUNNER, preload, preload)
-        # The warm starts so far: a figure for the log and the tests.
+        self.forks = Forks(launcher.processes, RUNNER, preload, (f"{rehearsal_wait:g}", *preload))
+        # The warm starts so far, and of those the rehearsed: figures for the log and the tests.
         self.handed = 0
+        self.rehearsed = 0
         # The last command started: what the next job's is likely to be.
         self.last: JobCommand | None = None
 
     def prepare(self, template: JobCommand, allowed: bool) -> None:
         """Starts a warm interpreter for jobs like ``template`` (the job that just ended), if
-        ``allowed`` (the built-in trainer's job) and none is waiting for such a job already."""
+        ``allowed`` (the built-in trainer's job) and none is waiting for such a job already. A
+        rehearsed one is kept: it waits for the next job of its cluster."""
         if not allowed or builtin_module(template) is None:
             return
         if self._warm is not None:
-            if self._warm.child.poll() is None and self._warm.matches(template):
+            if self._warm.alive() and (self._warm.rehearsal is not None or self._warm.matches(template)):
                 return
             self.discard()
         env = warm_environment(template.env)
@@ -200,41 +333,44 @@ class WarmStarts:
 
     def prepare_next(self, allowed: bool) -> None:
         """After a job's end: a warm interpreter for a job like the last one started, if
-        ``allowed`` (it was the built-in trainer's). Called from the agent's main thread."""
-        if self.last is not None:
-            self.prepare(self.last, allowed)
+        ``allowed`` (it was the built-in trainer's), which rehearses that job (its strategy,
+        with every node of the cluster, and its model: trainer.rehearsal) while it waits.
+        Called from the agent's main thread."""
+        last = self.last
+        if last is None:
+            return
+        self.prepare(last, allowed)
+        warm = self._warm
+        if not allowed or warm is None or warm.rehearsal is not None or last.code_digest is None:
+            return
+        if TRIAL_ID_ENV in last.env:
+            # A study's next trial is submitted as soon as this one's metric is read: a rehearsal
+            # would lie on its path. Every node knows it from the same job, so every node
+            # rehearses, or none does (their collectives must be the same).
+            return
+        if warm.matches(last):
+            problem = warm.rehearse(last, last.code_digest)
+            if problem is not None:
+                self.log(f"the warm interpreter did not take the rehearsal ({problem})")
+                self.discard()
+                return
+            self.log("the warm interpreter rehearses the next job like the last: its strategy and its model")
 
     def start(self, command: JobCommand) -> JobChild:
         self.last = command
         warm, self._warm = self._warm, None
         module = builtin_module(command)
-        if warm is not None and module is not None and warm.child.poll() is None and warm.matches(command):
-            code_path = [entry for entry in command.env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-            # The job's scope: the warm interpreter joins the job's cgroup as it takes the job.
-            scope = self.launcher.scope(command.user)
-            env = {**command.env, **scope.env}
-            payload = json.dumps(
-                {"module": module, "args": list(command.argv[3:]), "env": env, "path": code_path}
-            ).encode()
-            forked = warm.child.child
-            if isinstance(forked, ForkedChild) and not forked.born(BIRTH_SECONDS):
-                self.log("the zygote did not fork the warm interpreter in time; starting a new one")
-                scope.end()
-            elif len(payload) <= MAX_HANDOFF_BYTES:
-                # Into the job's cgroup while it still waits: whatever it starts is the job's.
-                scope.adopt(forked.pid)
-                warm.child.scope = scope
-                try:
-                    os.write(warm.pipe, payload)
-                    os.close(warm.pipe)
-                except OSError as error:
-                    self.log(f"the warm interpreter did not take the job ({error}); starting a new one")
-                else:
-                    self.handed += 1
-                    self.log("the job's code starts in the warm interpreter")
-                    return warm.child
-            else:
-                scope.end()  # an empty cgroup, removed
+        if warm is not None and module is not None and warm.alive() and warm.matches(command):
+            problem = warm.take(module, command, self.launcher.scope(command.user))
+            if problem is None:
+                self.handed += 1
+                self.rehearsed += warm.rehearsal is not None
+                self.log(f"the job's code starts in the{' rehearsed' if warm.rehearsal else ''} warm interpreter")
+                return warm.child
+            self.log(f"the warm interpreter did not take the job ({problem}); starting a new one")
+        elif self.keep_apart and warm is not None and warm.holds_cluster_apart_from(command):
+            self._warm = warm
+            return self.launcher.start(command)
         if warm is not None:
             self._end(warm)
         return self.launcher.start(command)
@@ -260,7 +396,7 @@ class WarmStarts:
             return
         # Between jobs the zygote stays, and so does a warm interpreter that waits.
         keep = self.forks.kept()
-        if self._warm is None or self._warm.child.poll() is not None:
+        if self._warm is None or not self._warm.alive():
             self.discard()
         else:
             keep.append(self._warm.child.child)

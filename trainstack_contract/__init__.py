@@ -199,6 +199,9 @@ BUILTIN_PACKAGE: Final = "trainer"
 # This package: the built-in trainer imports it, so it ships beside the trainer.
 CONTRACT_PACKAGE: Final = "trainstack_contract"
 BUILTIN_MODULE: Final = "trainer.task"
+# Its rehearsal (trainer.rehearsal.rehearse): a standing node's warm interpreter prepares the
+# next job's strategy and model with it (trainstack_agent.warm).
+REHEARSAL_MODULE: Final = "trainer.rehearsal"
 
 
 # TensorFlow's switch for oneDNN's CPU kernels, read once as it loads: the built-in trainer asks

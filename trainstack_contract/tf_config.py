@@ -55,6 +55,25 @@ class TfConfig:
         return self.cluster[self.task_type][self.task_id]
 
 
+def cluster_key(raw: str | None) -> str:
+    """What a process that made its strategy from TF_CONFIG ``raw`` is bound to, as one string:
+    the cluster and this node's task, where the cluster has more than one task (a lone task
+    makes no server: an empty key, as for no TF_CONFIG). A tuning trial's number
+    (``task.trial``) names no process and is left out. A TF_CONFIG that does not parse is its
+    own key."""
+    if not raw:
+        return ""
+    try:
+        parsed = json.loads(raw)
+        cluster = parsed.get("cluster") or {}
+        task = parsed.get("task") or {}
+        if sum(len(addresses) for addresses in cluster.values()) <= 1:
+            return ""
+        return json.dumps({"cluster": cluster, "type": task.get("type"), "index": task.get("index")}, sort_keys=True)
+    except (ValueError, AttributeError, TypeError):
+        return raw
+
+
 def tf_cluster(members: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     """The ``cluster`` of TF_CONFIG from (role, "host:port") pairs, in the order given:
     a role's list index is its task index."""

@@ -17,7 +17,8 @@ from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobLauncher, Log, Processes
 from trainstack_agent.warm import WarmStarts, warm_environment
 from trainstack_agent.zygote import ForkedChild
-from trainstack_contract import BUILTIN_MODULE, ONEDNN_SWITCH
+from trainstack_contract import BUILTIN_MODULE, ONEDNN_SWITCH, TRIAL_ID_ENV
+from trainstack_contract.tf_config import cluster_key
 
 # Stands in for the built-in trainer: records where and how it ran, then exits with the code
 # its arguments name.
@@ -239,3 +240,162 @@ def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path:
             assert (record["preload_group"], record["job_group"]) == ("19", "0")
     finally:
         warm.stop_all()
+
+
+# --- A rehearsal: the next job's strategy and model made before it comes (trainer.rehearsal) ---
+
+# Stands in for trainer.rehearsal: records its arguments, environment and process, marks the
+# package it was imported with, and fails or hangs when its arguments say so.
+REHEARSAL_PROBE = """\
+import json, os, sys, time
+def rehearse(argv):
+    if "--fail-rehearsal" in argv:
+        raise RuntimeError("the rehearsal failed")
+    if "--hang-rehearsal" in argv:
+        time.sleep(600)
+    sys.modules["trainer"].rehearsed_here = True
+    out = argv[argv.index("--out") + 1] + ".rehearsal"
+    record = {"pid": os.getpid(), "argv": list(argv), "tf_config": os.environ.get("TF_CONFIG")}
+    with open(out, "w") as handle:
+        json.dump(record, handle)
+    return "the probe rehearsed"
+"""
+CLUSTER = '{"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]}, "task": {"type": "chief", "index": 0}}'
+TRIAL = CLUSTER[:-2] + ', "trial": "2"}}'
+OTHER_CLUSTER = CLUSTER.replace("localhost:2", "localhost:3")
+ONE_NODE = '{"cluster": {"chief": ["localhost:9"]}, "task": {"type": "chief", "index": 0, "trial": "3"}}'
+DIGEST = "a" * 64
+
+
+@pytest.fixture
+def rehearsing_code(code: Path) -> Path:
+    (code / "trainer" / "rehearsal.py").write_text(REHEARSAL_PROBE)
+    # The job records whether it was imported afresh (the rehearsal's package is dropped) and
+    # what the rehearsal left it.
+    (code / "trainer" / "task.py").write_text(
+        PROBE.replace(
+            '"name": __name__,',
+            '"name": __name__, "fresh_package": not getattr(sys.modules["trainer"], "rehearsed_here", False),',
+        )
+    )
+    return code
+
+
+def rehearsed_command(code: Path, workdir: Path, out: Path, tf_config: str, *args: str, **env: str) -> JobCommand:
+    plain = command(code, workdir, out, tf_config, *args, **env)
+    return JobCommand(plain.argv, plain.env, plain.cwd, code_digest=DIGEST)
+
+
+def rehearsed_after(starts: WarmStarts, code: Path, tmp_path: Path, tf_config: str, *args: str, **env: str) -> object:
+    """Runs a first job, then readies and rehearses the next like it; the interpreter that waits."""
+    first = rehearsed_command(code, tmp_path, tmp_path / "first.json", tf_config, *args, "--exit", "0", **env)
+    assert wait(starts.start(first)) == 0
+    starts.prepare_next(allowed=True)
+    waiting = starts._warm
+    assert waiting is not None
+    pid_of(waiting)
+    return waiting
+
+
+def test_after_a_builtin_job_the_next_one_like_it_runs_where_it_was_rehearsed(
+    rehearsing_code: Path, tmp_path: Path, starts: WarmStarts
+) -> None:
+    waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
+    assert waiting.rehearsal is not None  # type: ignore[attr-defined]
+    # A tuning trial's number names no process: the same cluster.
+    second = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "second.json", TRIAL, "--lr", "0.1", "--exit", "0")
+    assert wait(starts.start(second)) == 0
+    rehearsal = json.loads((tmp_path / "first.json.rehearsal").read_text())
+    record = json.loads((tmp_path / "second.json").read_text())
+    # The rehearsal ran the ended job's arguments, with its environment, in the process the next
+    # job then ran in; the job imported its own code afresh, with its own TF_CONFIG.
+    assert rehearsal["pid"] == record["pid"] == pid_of(waiting)
+    assert rehearsal["argv"] == [
+        "--job-dir",
+        str(tmp_path / "job"),
+        "--out",
+        str(tmp_path / "first.json"),
+        "--exit",
+        "0",
+    ]
+    assert rehearsal["tf_config"] == CLUSTER
+    assert record["fresh_package"] is True
+    assert record["tf_config"] == TRIAL
+    assert record["argv"][-4:] == ["--lr", "0.1", "--exit", "0"]
+    assert (starts.handed, starts.rehearsed) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("tf_config", "digest"), [(OTHER_CLUSTER, DIGEST), (CLUSTER, "b" * 64), (CLUSTER, None)], ids=str
+)
+def test_a_job_of_another_cluster_or_other_code_starts_a_new_interpreter(
+    tf_config: str, digest: str | None, rehearsing_code: Path, tmp_path: Path, starts: WarmStarts
+) -> None:
+    waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
+    plain = command(rehearsing_code, tmp_path, tmp_path / "second.json", tf_config, "--exit", "0")
+    assert wait(starts.start(JobCommand(plain.argv, plain.env, plain.cwd, code_digest=digest))) == 0
+    assert json.loads((tmp_path / "second.json").read_text())["pid"] != pid_of(waiting)
+    # Its strategy holds the cluster's port: it is ended before the new job's code starts.
+    assert waiting.child.poll() is not None  # type: ignore[attr-defined]
+    assert starts.handed == 0
+
+
+def test_a_one_node_job_leaves_the_rehearsed_interpreter_to_the_clusters_next_job(
+    rehearsing_code: Path, tmp_path: Path, starts: WarmStarts
+) -> None:
+    waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
+    lone = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "lone.json", ONE_NODE, "--exit", "0")
+    assert wait(starts.for_job(allowed=True).start(lone)) == 0
+    assert json.loads((tmp_path / "lone.json").read_text())["pid"] != pid_of(waiting)
+    assert starts._warm is waiting
+    cluster_job = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "next.json", CLUSTER, "--exit", "0")
+    assert wait(starts.start(cluster_job)) == 0
+    assert json.loads((tmp_path / "next.json").read_text())["pid"] == pid_of(waiting)
+
+
+def test_on_a_gpu_node_a_one_node_job_ends_the_rehearsed_interpreter_which_holds_the_gpus_memory(
+    rehearsing_code: Path, tmp_path: Path
+) -> None:
+    processes = Processes(Log(stream=io.StringIO(), journal=False))
+    starts = WarmStarts(JobLauncher(processes), lambda line: None, preload=("decimal",), keep_apart=False)
+    try:
+        waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
+        lone = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "lone.json", ONE_NODE, "--exit", "0")
+        assert wait(starts.start(lone)) == 0
+        assert waiting.child.poll() is not None  # type: ignore[attr-defined]
+    finally:
+        starts.stop_all()
+
+
+@pytest.mark.parametrize("trouble", ["--fail-rehearsal", "--hang-rehearsal"])
+def test_a_rehearsal_that_fails_or_does_not_end_leaves_the_job_to_a_new_interpreter_in_its_process(
+    trouble: str, rehearsing_code: Path, tmp_path: Path
+) -> None:
+    processes = Processes(Log(stream=io.StringIO(), journal=False))
+    starts = WarmStarts(JobLauncher(processes), lambda line: None, preload=("decimal",), rehearsal_wait=1.0)
+    try:
+        waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER, trouble)
+        second = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "second.json", CLUSTER, "--exit", "4")
+        assert wait(starts.start(second)) == 4
+        record = json.loads((tmp_path / "second.json").read_text())
+        # The same process (its cgroup, its output), a new interpreter: nothing loaded before.
+        assert record["pid"] == pid_of(waiting)
+        assert record["preloaded"] is False
+        assert record["tf_config"] == CLUSTER
+    finally:
+        starts.stop_all()
+
+
+def test_a_trials_job_is_not_rehearsed_its_studys_next_trial_comes_at_once(
+    rehearsing_code: Path, tmp_path: Path, starts: WarmStarts
+) -> None:
+    waiting = rehearsed_after(starts, rehearsing_code, tmp_path, TRIAL, **{TRIAL_ID_ENV: "2"})
+    assert waiting.rehearsal is None  # type: ignore[attr-defined]
+
+
+def test_a_rehearsal_takes_the_cluster_and_task_not_the_trials_number() -> None:
+    assert cluster_key(CLUSTER) == cluster_key(TRIAL) != cluster_key(OTHER_CLUSTER)
+    worker = CLUSTER.replace('"type": "chief"', '"type": "worker"')
+    assert cluster_key(worker) != cluster_key(CLUSTER)
+    # A lone task makes no server: as no cluster at all.
+    assert cluster_key(ONE_NODE) == cluster_key(None) == cluster_key("") == ""
