@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from trainstack_agent.job import JobCommand
@@ -277,6 +277,25 @@ def _message(module: str, command: JobCommand, env: Mapping[str, str]) -> dict[s
     return {"module": module, "args": list(command.argv[3:]), "env": dict(env), "path": code_path}
 
 
+def runner_arguments(preload: Sequence[str], rehearsal_wait: float = REHEARSAL_WAIT_SECONDS) -> tuple[str, ...]:
+    """RUNNER's arguments after its pipe."""
+    return (f"{rehearsal_wait:g}", *preload)
+
+
+def _new_warm(forks: Forks, template: JobCommand, stop_grace: float) -> _Warm:
+    """A warm interpreter for jobs like ``template``, and the pipe it reads."""
+    env = warm_environment(template.env)
+    read, write = os.pipe()
+    try:
+        child = forks.interpreter(template.argv[0], template.cwd, template.user, env, read)
+    except BaseException:
+        os.close(write)
+        raise
+    finally:
+        os.close(read)
+    return _Warm(JobChild(child, None, stop_grace), write, template.argv[0], str(template.cwd), template.user, env)
+
+
 class WarmStarts:
     """The job launcher of a standing node: a warm interpreter for the built-in trainer's next
     job when one matches, a new process otherwise (the launcher's own start)."""
@@ -298,7 +317,7 @@ class WarmStarts:
         self.keep_apart = keep_apart
         self._warm: _Warm | None = None
         # Where the warm interpreters come from (trainstack_agent.zygote).
-        self.forks = Forks(launcher.processes, RUNNER, preload, (f"{rehearsal_wait:g}", *preload))
+        self.forks = Forks(launcher.processes, RUNNER, preload, runner_arguments(preload, rehearsal_wait))
         # The warm starts so far, and of those the rehearsed: figures for the log and the tests.
         self.handed = 0
         self.rehearsed = 0
@@ -315,20 +334,7 @@ class WarmStarts:
             if self._warm.alive() and (self._warm.rehearsal is not None or self._warm.matches(template)):
                 return
             self.discard()
-        env = warm_environment(template.env)
-        read, write = os.pipe()
-        try:
-            child = self.forks.interpreter(template.argv[0], template.cwd, template.user, env, read)
-        except BaseException:
-            os.close(write)
-            raise
-        finally:
-            os.close(read)
-        processes = self.launcher.processes
-        user = template.user
-        self._warm = _Warm(
-            JobChild(child, None, processes.stop_grace), write, template.argv[0], str(template.cwd), user, env
-        )
+        self._warm = _new_warm(self.forks, template, self.launcher.processes.stop_grace)
         self.log("a warm interpreter with TensorFlow loaded waits for the built-in trainer's next job")
 
     def prepare_next(self, allowed: bool) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobLauncher, Log, Processes
-from trainstack_agent.warm import RUNNER, WarmStarts
+from trainstack_agent.warm import RUNNER, WarmStarts, runner_arguments
 from trainstack_agent.zygote import ForkedChild, Zygote
 from trainstack_contract import BUILTIN_MODULE
 
@@ -137,7 +137,9 @@ def test_a_forked_job_stopped_with_the_boot_gets_its_grace_and_nothing_is_left(
 def test_a_waiting_interpreter_ends_with_its_zygote(code: Path, tmp_path: Path) -> None:
     processes = Processes(Log(stream=io.StringIO(), journal=False))
     template = command(code, tmp_path, "unused.json", "--exit", "0")
-    zygote = Zygote.start(processes, sys.executable, RUNNER, ("counted",), ("counted",), template.env, code, None)
+    zygote = Zygote.start(
+        processes, sys.executable, RUNNER, ("counted",), runner_arguments(("counted",)), template.env, code, None
+    )
     read, write = os.pipe()
     number = zygote.request(read)
     os.close(read)
@@ -174,8 +176,9 @@ def test_two_forked_interpreters_train_as_one_multi_worker_cluster(tmp_path: Pat
     )
     processes = Processes(Log(stream=io.StringIO(), journal=False))
     env = {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    preload = ("tensorflow", "tf_keras")
     zygote = Zygote.start(
-        processes, sys.executable, RUNNER, ("tensorflow", "tf_keras"), ("tensorflow",), env, trainer.parent, None
+        processes, sys.executable, RUNNER, preload, runner_arguments(preload), env, trainer.parent, None
     )
     ports = [free_port(), free_port()]
     children = []
