@@ -151,6 +151,12 @@ class PythonEnvironment:
         marker.write_text(archive.sha256 + "\n")
 
 
+def unpacked_number(name: str) -> int:
+    """Which unpacking of a node's code a directory is: its ``.N`` suffix, 0 without one."""
+    head, _, tail = name.rpartition(".")
+    return int(tail) if head and tail.isdigit() and len(tail) < 10 else 0
+
+
 class Environment:
     """Everything the job's code needs before it starts: its Python environment
     (:class:`PythonEnvironment`) and code archive, or its image; and the job's user."""
@@ -183,14 +189,27 @@ class Environment:
         run_step(self.processes, argv, timeout, what)
 
     def code(self, archive: Artifact) -> Path:
-        """The job's code archive, verified and unpacked afresh at every boot into a
-        directory named after it."""
+        """The job's code archive, verified and unpacked afresh for every job into a directory
+        of its own, named after it. The directory of the job before stays until the next one:
+        a standing node's warm interpreter may still import from it as it rehearses that job
+        (trainstack_agent.warm), and must not see it half removed or half unpacked."""
         code_root = self.state_dir / "code"
-        shutil.rmtree(code_root, ignore_errors=True)
+        code_root.mkdir(parents=True, exist_ok=True)
+        # In the order they were made (a suffix counts them: a directory's time changes when a
+        # job writes into it).
+        earlier = sorted(code_root.iterdir(), key=lambda entry: unpacked_number(entry.name))
+        for stale in earlier[:-1]:
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
         downloaded = artifacts.fetch_verified(
             self.storage, archive, self.state_dir / "code.zip", artifacts.MAX_ARCHIVE_BYTES
         )
-        destination = code_root / archive.name.removesuffix(".zip")
+        stem = archive.name.removesuffix(".zip")
+        number = unpacked_number(earlier[-1].name) + 1 if earlier else 0
+        destination = code_root / (f"{stem}.{number}" if number else stem)
+        shutil.rmtree(destination, ignore_errors=True)
         artifacts.unpack(downloaded, destination)
         return destination
 
