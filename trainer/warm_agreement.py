@@ -3,29 +3,34 @@ every node afresh.
 
 A rehearsed strategy (:mod:`trainer.prepared`) is bound to the servers and collectives of the
 processes that made it together. If one node's rehearsed interpreter is gone before the next
-job (killed, out of memory, its rehearsal failed), that node starts the job in a new process,
-and the others must not start with their rehearsed strategy: their collectives would meet a
-process that never took part in them. So before any node touches its strategy, the nodes
-agree, through small files in the job's temporary directory (``tmp/warm-start/``, local or
-gs://, removed with the rest of it when the job ends):
+job (killed, out of memory, its rehearsal failed), that node starts the job in a new process.
+No node may then make its strategy while another still holds a rehearsed one: the new
+process's collectives would meet the rehearsal's (a mismatched collective, a peer of another
+incarnation, and the job fails). So before any node touches its strategy, the nodes agree,
+through small files in the job's temporary directory (``tmp/warm-start/``, local or gs://,
+removed with the rest of it when the job ends):
 
 - every node but the decider (the chief, else worker 0) writes its claim: the token of the
   rehearsal it holds (the same on every node that rehearsed together: the chief's, broadcast
   over the rehearsal's own strategy), or none, and a nonce of its own;
-- the decider, if it holds a rehearsal, waits for every claim (at most ``CLAIMS_SECONDS``):
-  all with its own token, it writes the decision "rehearsed" naming the claims' nonces;
-  anything else (a fresh node, a claim that never came), "fresh". A decider that holds no
-  rehearsal writes "fresh" at once;
-- a node that holds a rehearsal waits for the decision (at most ``DECISION_SECONDS``, longer
-  than the decider's wait): "rehearsed" counts only where it names this node's nonce, so no
-  decision of another start is taken for this one's. With none in time it withdraws its claim
-  and starts afresh. A node without a rehearsal starts afresh without waiting.
+- a decider that holds a rehearsal waits for every claim (at most ``CLAIMS_SECONDS``): all with
+  its own token, it writes "rehearsed" naming the claims' nonces. Anything else (a fresh node,
+  a claim that never came) is "release", and it replaces its own process (a new interpreter
+  running the same job, ``prepared.start_anew``), which decides again, without a rehearsal;
+- a decider that holds none writes "release" while any claim still names a rehearsal, and
+  "fresh" once every node's claim names none (at most ``RELEASE_SECONDS``: a node that never
+  claims is one the strategy will wait for anyway);
+- a node that holds a rehearsal waits for the decision: "rehearsed" naming its nonce, it
+  starts with the rehearsal; "release" or "fresh", it replaces its process, whose claim then
+  names none. A node that holds none waits for "fresh". No node makes its strategy before.
 - so that no "rehearsed" is written after a node stopped waiting for it, each claim says until
   when (the wall clock, which Compute Engine keeps in step) its node waits, and the decider
-  writes "rehearsed" only while every claim still has ``DECISION_MARGIN_SECONDS`` to run; a
-  decider that comes later decides "fresh".
+  writes "rehearsed" only while every claim still has ``DECISION_MARGIN_SECONDS`` to run.
+  A node that waits ``DECISION_SECONDS`` for nothing (its decider is gone) starts afresh.
 
-A node that starts afresh while holding a rehearsal replaces its process (``prepared.start_anew``).
+Rehearsals run only between jobs, never between the attempts of one job, so a claim left by an
+earlier attempt's process that named none still tells the truth, and a "fresh" decision holds
+for every later attempt of the job.
 """
 
 from __future__ import annotations
@@ -45,12 +50,18 @@ log = logging.getLogger(__name__)
 
 AGREEMENT_DIR = "warm-start"
 DECISION = "decision.json"
+# The decisions: every node starts with the rehearsal; every node that holds one lets it go
+# (a new process) and the others wait; every node starts afresh.
+REHEARSED, RELEASE, FRESH = "rehearsed", "release", "fresh"
 # How long the decider waits for the other nodes' claims: a standing cluster's nodes take a
 # queued job within a poll of each other.
 CLAIMS_SECONDS = 10.0
-# How long a rehearsed node waits for the decision: past the decider's own wait, so that a
-# decider that waited its whole bound has written it.
-DECISION_SECONDS = 30.0
+# How long a decider without a rehearsal waits for every node's claim to name none: the nodes
+# that held one start a new interpreter (TensorFlow's import) and claim again.
+RELEASE_SECONDS = 120.0
+# How long a node waits for the decision: past the decider's own waits, so that a decider that
+# waited its whole bound has written it.
+DECISION_SECONDS = 180.0
 # What a "rehearsed" decision leaves of every claimant's wait, at least: time to write the
 # decision and for the claimant to read it.
 DECISION_MARGIN_SECONDS = 5.0
@@ -83,6 +94,7 @@ class Agreement:
         sleep: Callable[[float], None] = time.sleep,
         claims_seconds: float = CLAIMS_SECONDS,
         decision_seconds: float = DECISION_SECONDS,
+        release_seconds: float = RELEASE_SECONDS,
     ) -> None:
         self.directory = jobdir.join(layout.tmp_dir, AGREEMENT_DIR)
         self.cluster = cluster
@@ -92,6 +104,7 @@ class Agreement:
         self.sleep = sleep
         self.claims_seconds = claims_seconds
         self.decision_seconds = decision_seconds
+        self.release_seconds = release_seconds
         self.poll = REMOTE_POLL_SECONDS if "://" in layout.tmp_dir else LOCAL_POLL_SECONDS
         self.nonce = secrets.token_hex(8)
 
@@ -107,31 +120,55 @@ class Agreement:
     def _path(self, name: str) -> str:
         return jobdir.join(self.directory, name)
 
-    def _decide(self, token: str | None) -> bool:
+    def _claims(self) -> dict[str, dict[str, Any]]:
+        """The other nodes' claims, by node, of those present."""
         others = [name for name in participants(self.cluster) if name != self.me]
-        seen: dict[str, str] = {}
-        agreed = False
+        claims = {name: jobdir.read_json(self._path(f"{name}.json")) for name in others}
+        return {name: claim for name, claim in claims.items() if isinstance(claim, dict)}
+
+    def _write(self, decision: str, claims: dict[str, dict[str, Any]], token: str | None = None) -> None:
+        nonces = {name: str(claim.get("nonce")) for name, claim in claims.items()}
+        record = {"decision": decision, "rehearsal": token, "claims": nonces}
+        jobdir.write_json_atomically(self._path(DECISION), record)
+
+    def _decide(self, token: str | None) -> bool:
+        others = len(participants(self.cluster)) - 1
         if token is not None:
             deadline = self.clock() + self.claims_seconds
             while True:
-                claims = {name: jobdir.read_json(self._path(f"{name}.json")) for name in others}
-                present = {name: claim for name, claim in claims.items() if claim is not None}
+                present = self._claims()
                 if any(claim.get("rehearsal") != token for claim in present.values()):
                     break
-                if len(present) == len(others):
-                    if not self._every_claimant_waits(present.values()):
-                        log.warning("a node's wait for this decision is (nearly) over: every node starts afresh")
-                        break
-                    seen = {name: str(claim.get("nonce")) for name, claim in present.items()}
-                    agreed = True
+                if len(present) == others:
+                    if self._every_claimant_waits(present.values()):
+                        self._write(REHEARSED, present, token)
+                        return True
+                    log.warning("a node's wait for this decision is (nearly) over: every node starts afresh")
                     break
                 if self.clock() >= deadline:
                     log.warning("not every node's claim came in %.0f s: every node starts afresh", self.claims_seconds)
                     break
                 self.sleep(self.poll)
-        decision: dict[str, Any] = {"rehearsal": token if agreed else None, "claims": seen}
-        jobdir.write_json_atomically(self._path(DECISION), decision)
-        return agreed
+            # This process lets its rehearsal go too: the one that replaces it decides again.
+            self._write(RELEASE, self._claims())
+            return False
+        deadline = self.clock() + self.release_seconds
+        released: set[str] = set()
+        while True:
+            present = self._claims()
+            holding = {name for name, claim in present.items() if claim.get("rehearsal") is not None}
+            if not holding and len(present) == others:
+                break
+            if self.clock() >= deadline:
+                log.warning("not every node let its rehearsal go or claimed in %.0f s", self.release_seconds)
+                break
+            if holding - released:
+                # Written again only for a node that came to hold one since: few writes to a bucket.
+                self._write(RELEASE, present)
+                released |= holding
+            self.sleep(self.poll)
+        self._write(FRESH, present)
+        return False
 
     def _every_claimant_waits(self, claims: Iterable[dict[str, Any]]) -> bool:
         """Whether every claimant still waits for the decision, with the margin to spare."""
@@ -147,19 +184,21 @@ class Agreement:
         waits_until = self.wall_clock() + self.decision_seconds
         claim = {"rehearsal": token, "nonce": self.nonce, "waits_until": waits_until}
         jobdir.write_json_atomically(claim_path, claim)
-        if token is None:
-            return False
         deadline = self.clock() + self.decision_seconds
         while self.clock() < deadline:
             decision = jobdir.read_json(self._path(DECISION))
-            if decision is not None:
-                if decision.get("rehearsal") is None:
-                    return False
-                if decision.get("rehearsal") == token and decision.get("claims", {}).get(self.me) == self.nonce:
+            kind = decision.get("decision") if isinstance(decision, dict) else None
+            if kind == FRESH:
+                return False
+            if token is not None and isinstance(decision, dict):
+                named = decision.get("claims", {}).get(self.me) == self.nonce
+                if kind == REHEARSED and named and decision.get("rehearsal") == token:
                     return True
+                if kind == RELEASE:
+                    return False
             self.sleep(self.poll)
-        log.warning("no decision on the rehearsed start came in %.0f s: this node starts afresh", self.decision_seconds)
-        jobdir.write_json_atomically(claim_path, {"rehearsal": None, "nonce": self.nonce})
+        log.warning("no decision on the start came in %.0f s: this node starts afresh", self.decision_seconds)
+        jobdir.write_json_atomically(claim_path, {"rehearsal": None, "nonce": self.nonce, "waits_until": 0})
         return False
 
 

@@ -13,6 +13,7 @@ from trainer.strategy import ClusterInfo
 
 CLUSTER = {"chief": ["10.0.0.2:2222"], "worker": ["10.0.0.3:2222", "10.0.0.4:2222"]}
 NODES = (("chief", 0), ("worker", 0), ("worker", 1))
+NAMES = ("chief", "worker-0", "worker-1")
 TOKEN = "00000000000000aa-00000000000000bb"
 
 
@@ -54,6 +55,10 @@ def node(tmp_path: Path, role: str, index: int, ticks: Ticks | None = None) -> w
     )
 
 
+def role_of(name: str) -> tuple[str, int]:
+    return NODES[NAMES.index(name)]
+
+
 def all_at_once(tmp_path: Path, tokens: dict[str, str | None]) -> dict[str, bool]:
     agreements = {name: node(tmp_path, role, index) for (role, index), name in zip(NODES, tokens, strict=True)}
     with concurrent.futures.ThreadPoolExecutor(len(NODES)) as pool:
@@ -69,16 +74,42 @@ def test_nodes_that_rehearsed_together_all_start_with_the_rehearsal(tmp_path: Pa
     }
 
 
-def test_one_fresh_worker_makes_every_node_start_afresh(tmp_path: Path) -> None:
-    chosen = all_at_once(tmp_path, {"chief": TOKEN, "worker-0": None, "worker-1": TOKEN})
-    assert chosen == {"chief": False, "worker-0": False, "worker-1": False}
+def test_one_fresh_worker_waits_until_no_node_holds_a_rehearsal_then_every_node_starts_afresh(
+    tmp_path: Path,
+) -> None:
+    """Defect: the fresh worker made its strategy at once, while the chief's rehearsal still held
+    the cluster: their collectives met, and the job failed."""
+    agreements = {name: node(tmp_path, role, index) for (role, index), name in zip(NODES, NAMES, strict=True)}
+    with concurrent.futures.ThreadPoolExecutor(len(NODES)) as pool:
+        fresh = pool.submit(agreements["worker-0"].agree, None)
+        holders = {name: pool.submit(agreements[name].agree, TOKEN) for name in ("chief", "worker-1")}
+        # Both holders let their rehearsal go (each then replaces its process).
+        assert {name: future.result(timeout=300) for name, future in holders.items()} == {
+            "chief": False,
+            "worker-1": False,
+        }
+        decision = jobdir.read_json(f"{layout(tmp_path).tmp_dir}/warm-start/decision.json")
+        assert decision is not None
+        assert decision["decision"] == "release"
+        assert not fresh.done()
+        # Their new processes hold none: now every node starts afresh, the waiting one too.
+        again = {name: pool.submit(node(tmp_path, *role_of(name)).agree, None) for name in ("chief", "worker-1")}
+        assert [future.result(timeout=300) for future in again.values()] == [False, False]
+        assert fresh.result(timeout=300) is False
+    decision = jobdir.read_json(f"{layout(tmp_path).tmp_dir}/warm-start/decision.json")
+    assert decision is not None
+    assert decision["decision"] == "fresh"
 
 
-def test_a_fresh_chief_makes_every_node_start_afresh_without_waiting_out_the_bound(tmp_path: Path) -> None:
+def test_fresh_nodes_start_together_once_every_claim_is_in(tmp_path: Path) -> None:
     ticks = Ticks()
+    directory = f"{layout(tmp_path).tmp_dir}/warm-start"
+    for worker in ("worker-0", "worker-1"):
+        jobdir.write_json_atomically(f"{directory}/{worker}.json", {"rehearsal": None, "nonce": worker})
     assert node(tmp_path, "chief", 0, ticks).agree(None) is False
-    assert node(tmp_path, "worker", 0, ticks).agree(TOKEN) is False
     assert ticks.sleeps == 0
+    assert node(tmp_path, "worker", 0, ticks).agree(TOKEN) is False
+    assert node(tmp_path, "worker", 1, ticks).agree(None) is False
 
 
 def test_another_rehearsals_token_is_no_agreement(tmp_path: Path) -> None:
@@ -87,7 +118,7 @@ def test_another_rehearsals_token_is_no_agreement(tmp_path: Path) -> None:
     assert set(chosen.values()) == {False}
 
 
-def test_the_chief_decides_afresh_when_a_claim_never_comes(tmp_path: Path) -> None:
+def test_the_chief_lets_its_rehearsal_go_when_a_claim_never_comes(tmp_path: Path) -> None:
     ticks = Ticks()
     # worker-0 has claimed the chief's rehearsal; worker-1 never claims.
     directory = f"{layout(tmp_path).tmp_dir}/warm-start"
@@ -96,7 +127,7 @@ def test_the_chief_decides_afresh_when_a_claim_never_comes(tmp_path: Path) -> No
     assert node(tmp_path, "chief", 0, ticks).agree(TOKEN) is False
     assert 0 < ticks.sleeps <= 5
     decision = jobdir.read_json(f"{layout(tmp_path).tmp_dir}/warm-start/decision.json")
-    assert decision == {"rehearsal": None, "claims": {}}
+    assert decision == {"decision": "release", "rehearsal": None, "claims": {"worker-0": "1" * 16}}
 
 
 def test_a_decision_of_another_start_is_not_taken_and_a_worker_that_gives_up_withdraws_its_claim(
@@ -104,7 +135,8 @@ def test_a_decision_of_another_start_is_not_taken_and_a_worker_that_gives_up_wit
 ) -> None:
     directory = f"{layout(tmp_path).tmp_dir}/warm-start"
     # A rehearsed decision left by an earlier start, naming another process's nonce.
-    jobdir.write_json_atomically(f"{directory}/decision.json", {"rehearsal": TOKEN, "claims": {"worker-0": "0" * 16}})
+    stale = {"decision": "rehearsed", "rehearsal": TOKEN, "claims": {"worker-0": "0" * 16}}
+    jobdir.write_json_atomically(f"{directory}/decision.json", stale)
     ticks = Ticks()
     assert node(tmp_path, "worker", 0, ticks).agree(TOKEN) is False
     assert ticks.sleeps > 0
@@ -140,7 +172,9 @@ def test_a_decider_that_comes_as_a_claimants_wait_runs_out_decides_afresh(tmp_pa
         layout(tmp_path), cluster, clock=ticks.clock, wall_clock=lambda: now, sleep=ticks.sleep
     )
     assert chief.agree(TOKEN) is False
-    assert jobdir.read_json(f"{directory}/decision.json") == {"rehearsal": None, "claims": {}}
+    decision = jobdir.read_json(f"{directory}/decision.json")
+    assert decision is not None
+    assert decision["decision"] == "release"
     # With time to spare on both, the same claims are agreed.
     jobdir.write_json_atomically(f"{directory}/worker-1.json", {**nearly_over, "waits_until": now + 60})
     assert chief.agree(TOKEN) is True
