@@ -151,10 +151,8 @@ class PythonEnvironment:
         marker.write_text(archive.sha256 + "\n")
 
 
-def unpacked_number(name: str) -> int:
-    """Which unpacking of a node's code a directory is: its ``.N`` suffix, 0 without one."""
-    head, _, tail = name.rpartition(".")
-    return int(tail) if head and tail.isdigit() and len(tail) < 10 else 0
+# Written into a code directory once its archive is wholly unpacked: the archive's sha256.
+UNPACKED_MARKER = ".trainstack-unpacked"
 
 
 class Environment:
@@ -189,28 +187,32 @@ class Environment:
         run_step(self.processes, argv, timeout, what)
 
     def code(self, archive: Artifact) -> Path:
-        """The job's code archive, verified and unpacked afresh for every job into a directory
-        of its own, named after it. The directory of the job before stays until the next one:
-        a standing node's warm interpreter may still import from it as it rehearses that job
-        (trainstack_agent.warm), and must not see it half removed or half unpacked."""
+        """The job's code archive, verified and unpacked into a directory named after it, once
+        for as long as the node's jobs run that code: a standing node's warm interpreter may
+        still import from it as it rehearses the job before (trainstack_agent.warm), and must
+        not see it removed or half unpacked. It is the agent's, and the job's user may only
+        read it. A directory a stopped unpacking left incomplete is unpacked afresh, and the
+        code of other archives goes."""
         code_root = self.state_dir / "code"
-        code_root.mkdir(parents=True, exist_ok=True)
-        # In the order they were made (a suffix counts them: a directory's time changes when a
-        # job writes into it).
-        earlier = sorted(code_root.iterdir(), key=lambda entry: unpacked_number(entry.name))
-        for stale in earlier[:-1]:
-            if stale.is_dir() and not stale.is_symlink():
-                shutil.rmtree(stale, ignore_errors=True)
-            else:
-                stale.unlink(missing_ok=True)
-        downloaded = artifacts.fetch_verified(
-            self.storage, archive, self.state_dir / "code.zip", artifacts.MAX_ARCHIVE_BYTES
-        )
-        stem = archive.name.removesuffix(".zip")
-        number = unpacked_number(earlier[-1].name) + 1 if earlier else 0
-        destination = code_root / (f"{stem}.{number}" if number else stem)
-        shutil.rmtree(destination, ignore_errors=True)
-        artifacts.unpack(downloaded, destination)
+        destination = code_root / archive.name.removesuffix(".zip")
+        marker = destination / UNPACKED_MARKER
+        try:
+            unpacked = marker.read_text(encoding="utf-8").strip() == archive.sha256
+        except OSError:
+            unpacked = False
+        if not unpacked:
+            shutil.rmtree(destination, ignore_errors=True)
+            downloaded = artifacts.fetch_verified(
+                self.storage, archive, self.state_dir / "code.zip", artifacts.MAX_ARCHIVE_BYTES
+            )
+            artifacts.unpack(downloaded, destination)
+            marker.write_text(archive.sha256 + "\n", encoding="utf-8")
+        for other in code_root.iterdir():
+            if other != destination:
+                if other.is_dir() and not other.is_symlink():
+                    shutil.rmtree(other, ignore_errors=True)
+                else:
+                    other.unlink(missing_ok=True)
         return destination
 
     def docker(self, image: str) -> None:
