@@ -377,7 +377,10 @@ class Forks:
             self.zygote, self._settings = zygote, settings
         number = zygote.request(pipe)
         if number is None:
-            raise OSError("the zygote is gone")
+            # Gone since it was last seen (killed, out of memory): the next call starts another.
+            self.close()
+            argv = (python, "-c", self.runner, str(pipe), *self.runner_args)
+            return self.processes.start(argv, env, cwd, user, pass_fds=(pipe,))
         child = ForkedChild(zygote, number)
         self.processes.track(child)
         return child

@@ -219,3 +219,24 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("localhost", 0))
         return int(probe.getsockname()[1])
+
+
+def test_a_job_after_its_zygote_was_killed_still_runs_and_the_next_gets_a_new_zygote(
+    code: Path, tmp_path: Path, starts: WarmStarts
+) -> None:
+    job = starts.for_job(allowed=True)
+    assert wait(job.start(command(code, tmp_path, "first.json", "--exit", "0"))) == 0
+    job.stop_all(close=False)
+    killed = starts.forks.zygote
+    assert killed is not None
+    # Out of memory, say: the zygote and the interpreter it forked for the next job go.
+    os.kill(killed.child.pid, signal.SIGKILL)
+    assert wait(killed.child) != 0
+    job = starts.for_job(allowed=True)
+    assert wait(job.start(command(code, tmp_path, "second.json", "--exit", "0"))) == 0
+    job.stop_all(close=False)
+    assert starts.forks.zygote is not None
+    assert starts.forks.zygote is not killed
+    third = starts.start(command(code, tmp_path, "third.json", "--exit", "0"))
+    assert wait(third) == 0
+    assert json.loads((tmp_path / "third.json").read_text())["parent"] == starts.forks.zygote.child.pid
