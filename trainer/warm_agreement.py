@@ -191,7 +191,8 @@ class Agreement:
             if kind == FRESH:
                 return False
             if token is not None and isinstance(decision, dict):
-                named = decision.get("claims", {}).get(self.me) == self.nonce
+                claims = decision.get("claims")
+                named = isinstance(claims, dict) and claims.get(self.me) == self.nonce
                 if kind == REHEARSED and named and decision.get("rehearsal") == token:
                     return True
                 if kind == RELEASE:

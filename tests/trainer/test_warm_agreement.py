@@ -178,3 +178,13 @@ def test_a_decider_that_comes_as_a_claimants_wait_runs_out_decides_afresh(tmp_pa
     # With time to spare on both, the same claims are agreed.
     jobdir.write_json_atomically(f"{directory}/worker-1.json", {**nearly_over, "waits_until": now + 60})
     assert chief.agree(TOKEN) is True
+
+
+def test_a_decision_file_of_the_wrong_shape_is_no_decision(tmp_path: Path) -> None:
+    """The job's own code can write its temporary directory: what it leaves there is not taken
+    for a decision, and does not crash the trainer's start."""
+    directory = f"{layout(tmp_path).tmp_dir}/warm-start"
+    jobdir.write_json_atomically(f"{directory}/decision.json", {"decision": "rehearsed", "claims": ["worker-0"]})
+    ticks = Ticks()
+    assert node(tmp_path, "worker", 0, ticks).agree(TOKEN) is False
+    assert ticks.sleeps > 0
