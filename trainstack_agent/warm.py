@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from trainstack_agent.job import JobCommand
 from trainstack_agent.jobscope import JobScope
 from trainstack_agent.processes import JobChild, JobLauncher
-from trainstack_agent.zygote import BIRTH_SECONDS, ForkedChild, Forks
+from trainstack_agent.zygote import BIRTH_SECONDS, LOW_PRIORITY, ForkedChild, Forks
 from trainstack_contract import (
     BUILTIN_MODULE,
     HYPERTUNE_METRIC_FILE_ENV,
@@ -73,12 +73,8 @@ REHEARSAL_WAIT_SECONDS = 20.0
 
 # The warm interpreter: imports PRELOAD at the lowest priority (a standing node prepares it
 # while a job runs, and the job must not feel it), then reads messages, one JSON line each,
-# from the pipe named by its first argument. The lowest priority is nice 19 for the importing
-# thread and, where Linux groups processes by session (autogroup: the agent starts each child in
-# a session of its own, and nice then only weighs threads within their group), for the
-# process's group too, which any process may set back to 0. Linux takes one such change in 0.1 s
-# from all the processes without CAP_SYS_ADMIN together (EAGAIN otherwise: a cluster's nodes on
-# one machine ask at once), so each is tried again, a bounded number of times.
+# from the pipe named by its first argument. The lowest priority is the importing thread's and
+# its process group's (trainstack_agent.zygote.LOW_PRIORITY).
 #
 # A job: it takes back a job's own priority, waits for the imports and runs the job as
 # `python -m MODULE ARGS` would. A rehearsal first (a job like the one that ended, the
@@ -90,34 +86,20 @@ REHEARSAL_WAIT_SECONDS = 20.0
 # modules it imported from the ended job's code are dropped: the job imports its own, which the
 # agent checked against its digest. An empty pipe (the agent ended it without a job) ends it
 # quietly.
-RUNNER = """\
+RUNNER = (
+    """\
 import importlib, json, os, runpy, sys, threading, time
 pipe, wait_seconds, preload = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 lock, group = threading.Lock(), {"niced": False, "job": False}
-def group_nice(value):
-    for attempt in range(40):
-        try:
-            with open("/proc/self/autogroup", "w") as handle:
-                handle.write(str(value))
-            return True
-        except BlockingIOError:
-            time.sleep(0.03 + 0.05 * (attempt % 3))
-        except OSError:
-            return False
-    return False
+"""
+    + LOW_PRIORITY
+    + """\
 def load():
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):
-        pass
+    lower_this_thread()
     with lock:
         if not group["job"]:
             group["niced"] = group_nice(19)
-    for name in preload:
-        try:
-            __import__(name)
-        except ImportError:
-            pass
+    import_all(preload)
 loader = threading.Thread(target=load, name="trainstack-preload", daemon=True)
 loader.start()
 source = os.fdopen(pipe, "rb")
@@ -172,6 +154,7 @@ enter(message)
 sys.argv = [message["module"], *message["args"]]
 runpy.run_module(message["module"], run_name="__main__", alter_sys=True)
 """
+)
 
 
 def warm_environment(env: Mapping[str, str]) -> dict[str, str]:

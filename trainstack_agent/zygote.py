@@ -54,39 +54,57 @@ BIRTH_SECONDS = 120.0
 # Between looks at a forked interpreter that is ending.
 POLL_SECONDS = 0.01
 
+# What both the zygote and the warm interpreter (trainstack_agent.warm.RUNNER) run to import
+# at the lowest priority: nice 19 for the importing thread and, where Linux groups processes by
+# session (autogroup), for the process's group, which any process may set back to 0. Linux
+# takes one such change in 0.1 s from all the processes without CAP_SYS_ADMIN together (EAGAIN
+# otherwise: a cluster's nodes on one machine ask at once), so each is tried again, a bounded
+# number of times. Needs os, threading and time imported.
+LOW_PRIORITY = """\
+def group_nice(value):
+    for attempt in range(40):
+        try:
+            with open("/proc/self/autogroup", "w") as handle:
+                handle.write(str(value))
+            return True
+        except BlockingIOError:
+            time.sleep(0.03 + 0.05 * (attempt % 3))
+        except OSError:
+            return False
+    return False
+def lower_this_thread():
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+def import_all(names):
+    for name in names:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+"""
+
 # The zygote: argv is the socket's descriptor, the warm interpreter's RUNNER, the modules to
 # preload (a JSON list), then RUNNER's own arguments after its pipe. It imports those
 # modules in a thread at the lowest priority (the thread, and its autogroup), so that its main
 # thread, whose priority every fork inherits, keeps its own. A forked child leaves the loop
 # with its pipe, takes a session of its own (and so an autogroup of its own, at the usual
 # priority), binds itself to the zygote's end, and runs RUNNER as `python -c` would.
-ZYGOTE = """\
+ZYGOTE = (
+    """\
 import ctypes, json, os, select, signal, socket, sys, threading, time
 control = socket.socket(fileno=int(sys.argv[1]))
 runner, preload, runner_args = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4:]
 ending = []
 signal.signal(signal.SIGTERM, lambda signum, frame: ending.append(signum))
-def group_nice(value):
-    for attempt in range(40):
-        try:
-            with open("/proc/self/autogroup", "w") as handle:
-                handle.write(str(value))
-            return
-        except BlockingIOError:
-            time.sleep(0.03 + 0.05 * (attempt % 3))
-        except OSError:
-            return
+"""
+    + LOW_PRIORITY
+    + """\
 def load():
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):
-        pass
+    lower_this_thread()
     group_nice(19)
-    for name in preload:
-        try:
-            __import__(name)
-        except ImportError:
-            pass
+    import_all(preload)
 loader = threading.Thread(target=load, name="trainstack-zygote-preload", daemon=True)
 loader.start()
 loader.join()
@@ -132,6 +150,7 @@ signal.signal(signal.SIGTERM, signal.SIG_DFL)
 sys.argv = ["-c", str(pipe), *runner_args]
 exec(compile(runner, "<trainstack-warm>", "exec"))
 """
+)
 
 
 class Zygote:
