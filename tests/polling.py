@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 Value = TypeVar("Value")
 
@@ -35,3 +35,21 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} did not happen within {seconds:g} s")
         time.sleep(interval)
+
+
+class Polled(Protocol):
+    def poll(self) -> int | None: ...
+
+
+def exit_status(child: Polled, seconds: float = 300.0) -> int:
+    """The exit status of a started process (anything with ``poll()``) once it has ended."""
+    codes: list[int] = []
+
+    def ended() -> bool:
+        code = child.poll()
+        if code is not None:
+            codes.append(int(code))
+        return code is not None
+
+    wait_until(ended, "the process's end", seconds, interval=0.02)
+    return codes[0]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import exit_status
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobLauncher, Log, Processes
@@ -58,16 +59,6 @@ def command(code: Path, workdir: Path, out: Path, tf_config: str, *args: str, **
     return JobCommand(argv, environment, workdir)
 
 
-def wait(child: object) -> int:
-    code = child.poll()  # type: ignore[attr-defined]
-    while code is None:
-        import time
-
-        time.sleep(0.05)
-        code = child.poll()  # type: ignore[attr-defined]
-    return int(code)
-
-
 def pid_of(warm: object) -> int:
     """The process id of a waiting warm interpreter, once the zygote has forked it."""
     child = warm.child.child  # type: ignore[attr-defined]
@@ -93,7 +84,7 @@ def test_the_next_builtin_job_runs_in_the_interpreter_started_before_it(
     assert waiting is not None
     second = command(code, tmp_path, tmp_path / "second.json", '{"task": 2}', "--epochs", "3", "--exit", "3")
     child = starts.start(second)
-    assert wait(child) == 3
+    assert exit_status(child) == 3
     record = json.loads((tmp_path / "second.json").read_text())
     assert record["pid"] == pid_of(waiting)
     assert record["preloaded"] is True
@@ -110,7 +101,7 @@ def test_the_next_builtin_job_runs_in_the_interpreter_started_before_it(
 def test_an_exception_in_the_job_exits_1_as_python_does(code: Path, tmp_path: Path, starts: WarmStarts) -> None:
     starts.prepare(command(code, tmp_path, tmp_path / "a.json", "{}"), allowed=True)
     child = starts.start(command(code, tmp_path, tmp_path / "b.json", "{}", "--raise", "--exit", "0"))
-    assert wait(child) == 1
+    assert exit_status(child) == 1
     assert starts.handed == 1
 
 
@@ -121,7 +112,7 @@ def test_a_job_with_other_environment_starts_a_new_interpreter(code: Path, tmp_p
     waiting_pid = pid_of(waiting)
     other = command(code, tmp_path, tmp_path / "b.json", "{}", "--exit", "0", TF_USE_LEGACY_KERAS="1")
     child = starts.start(other)
-    assert wait(child) == 0
+    assert exit_status(child) == 0
     record = json.loads((tmp_path / "b.json").read_text())
     assert record["pid"] != waiting_pid
     assert record["preloaded"] is False
@@ -150,7 +141,7 @@ def test_processes_stopped_without_closing_still_start_the_next_job(tmp_path: Pa
     processes = Processes(Log(stream=io.StringIO(), journal=False))
     processes.stop_all(grace=1, close=False)
     child = processes.start([sys.executable, "-c", "pass"])
-    assert wait(child) == 0
+    assert exit_status(child) == 0
     processes.stop_all(grace=1)
     with pytest.raises(RuntimeError):
         processes.start([sys.executable, "-c", "pass"])
@@ -160,11 +151,11 @@ def test_after_a_builtin_job_the_queue_readies_a_warm_interpreter_for_the_next(
     code: Path, tmp_path: Path, starts: WarmStarts
 ) -> None:
     first = command(code, tmp_path, tmp_path / "a.json", "{}", "--exit", "0")
-    assert wait(starts.start(first)) == 0
+    assert exit_status(starts.start(first)) == 0
     starts.prepare_next(allowed=True)
     assert starts._warm is not None
     child = starts.start(command(code, tmp_path, tmp_path / "b.json", "{}", "--exit", "0"))
-    assert wait(child) == 0
+    assert exit_status(child) == 0
     assert json.loads((tmp_path / "b.json").read_text())["preloaded"] is True
 
 
@@ -178,12 +169,12 @@ def test_a_job_started_on_a_standing_node_readies_the_next_ones_interpreter_whil
     waiting = starts._warm
     assert waiting is not None
     assert waiting.child.poll() is None
-    assert wait(first) == 0
+    assert exit_status(first) == 0
     # The job's end stops its processes, not the interpreter waiting for the next job.
     job.stop_all(close=False)
     assert waiting.child.poll() is None
     child = starts.for_job(allowed=True).start(command(code, tmp_path, tmp_path / "b.json", "{}", "--exit", "0"))
-    assert wait(child) == 0
+    assert exit_status(child) == 0
     assert json.loads((tmp_path / "b.json").read_text())["pid"] == pid_of(waiting)
     # Ending the boot (close) ends the one the second job readied in turn.
     again = starts._warm
@@ -194,7 +185,7 @@ def test_a_job_started_on_a_standing_node_readies_the_next_ones_interpreter_whil
 
 def test_a_job_not_allowed_a_warm_start_readies_nothing(code: Path, tmp_path: Path, starts: WarmStarts) -> None:
     child = starts.for_job(allowed=False).start(command(code, tmp_path, tmp_path / "a.json", "{}", "--exit", "0"))
-    assert wait(child) == 0
+    assert exit_status(child) == 0
     assert starts._warm is None
 
 
@@ -231,7 +222,7 @@ def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path:
             assert time.monotonic() < deadline, "the preload did not run"
             time.sleep(0.05)
         child = warm.start(JobCommand(argv, environment, tmp_path))
-        assert wait(child) == 0
+        assert exit_status(child) == 0
         record = json.loads(out.read_text())
         # The job runs at the agent's own priority (the test's: a niced test run starts above 0).
         assert (record["preload"], record["job"]) == (19, os.getpriority(os.PRIO_PROCESS, 0))
@@ -289,7 +280,7 @@ def rehearsed_command(code: Path, workdir: Path, out: Path, tf_config: str, *arg
 def rehearsed_after(starts: WarmStarts, code: Path, tmp_path: Path, tf_config: str, *args: str, **env: str) -> object:
     """Runs a first job, then readies and rehearses the next like it; the interpreter that waits."""
     first = rehearsed_command(code, tmp_path, tmp_path / "first.json", tf_config, *args, "--exit", "0", **env)
-    assert wait(starts.start(first)) == 0
+    assert exit_status(starts.start(first)) == 0
     starts.prepare_next(allowed=True)
     waiting = starts._warm
     assert waiting is not None
@@ -304,7 +295,7 @@ def test_after_a_builtin_job_the_next_one_like_it_runs_where_it_was_rehearsed(
     assert waiting.rehearsal is not None  # type: ignore[attr-defined]
     # A tuning trial's number names no process: the same cluster.
     second = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "second.json", TRIAL, "--lr", "0.1", "--exit", "0")
-    assert wait(starts.start(second)) == 0
+    assert exit_status(starts.start(second)) == 0
     rehearsal = json.loads((tmp_path / "first.json.rehearsal").read_text())
     record = json.loads((tmp_path / "second.json").read_text())
     # The rehearsal ran the ended job's arguments, with its environment, in the process the next
@@ -333,7 +324,7 @@ def test_a_job_of_another_cluster_or_other_code_starts_a_new_interpreter(
 ) -> None:
     waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
     plain = command(rehearsing_code, tmp_path, tmp_path / "second.json", tf_config, "--exit", "0")
-    assert wait(starts.start(JobCommand(plain.argv, plain.env, plain.cwd, code_digest=digest))) == 0
+    assert exit_status(starts.start(JobCommand(plain.argv, plain.env, plain.cwd, code_digest=digest))) == 0
     assert json.loads((tmp_path / "second.json").read_text())["pid"] != pid_of(waiting)
     # Its strategy holds the cluster's port: it is ended before the new job's code starts.
     assert waiting.child.poll() is not None  # type: ignore[attr-defined]
@@ -345,11 +336,11 @@ def test_a_one_node_job_leaves_the_rehearsed_interpreter_to_the_clusters_next_jo
 ) -> None:
     waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
     lone = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "lone.json", ONE_NODE, "--exit", "0")
-    assert wait(starts.for_job(allowed=True).start(lone)) == 0
+    assert exit_status(starts.for_job(allowed=True).start(lone)) == 0
     assert json.loads((tmp_path / "lone.json").read_text())["pid"] != pid_of(waiting)
     assert starts._warm is waiting
     cluster_job = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "next.json", CLUSTER, "--exit", "0")
-    assert wait(starts.start(cluster_job)) == 0
+    assert exit_status(starts.start(cluster_job)) == 0
     assert json.loads((tmp_path / "next.json").read_text())["pid"] == pid_of(waiting)
 
 
@@ -361,7 +352,7 @@ def test_on_a_gpu_node_a_one_node_job_ends_the_rehearsed_interpreter_which_holds
     try:
         waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
         lone = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "lone.json", ONE_NODE, "--exit", "0")
-        assert wait(starts.start(lone)) == 0
+        assert exit_status(starts.start(lone)) == 0
         assert waiting.child.poll() is not None  # type: ignore[attr-defined]
     finally:
         starts.stop_all()
@@ -376,7 +367,7 @@ def test_a_rehearsal_that_fails_or_does_not_end_leaves_the_job_to_a_new_interpre
     try:
         waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER, trouble)
         second = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "second.json", CLUSTER, "--exit", "4")
-        assert wait(starts.start(second)) == 4
+        assert exit_status(starts.start(second)) == 4
         record = json.loads((tmp_path / "second.json").read_text())
         # The same process (its cgroup, its output), a new interpreter: nothing loaded before.
         assert record["pid"] == pid_of(waiting)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import exit_status
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobLauncher, Log, Processes
@@ -70,16 +71,6 @@ def command(code: Path, tmp_path: Path, out: str, *args: str) -> JobCommand:
     return JobCommand(argv, env, code)
 
 
-def wait(child: object, seconds: float = 60) -> int:
-    deadline = time.monotonic() + seconds
-    code = child.poll()  # type: ignore[attr-defined]
-    while code is None:
-        assert time.monotonic() < deadline, "the job did not end"
-        time.sleep(0.02)
-        code = child.poll()  # type: ignore[attr-defined]
-    return int(code)
-
-
 @pytest.fixture
 def starts() -> WarmStarts:
     processes = Processes(Log(stream=io.StringIO(), journal=False))
@@ -95,7 +86,7 @@ def test_every_job_runs_in_its_own_fork_of_one_zygote_which_imported_once(
     for number, exit_code in enumerate((0, 3, 0)):
         job = starts.for_job(allowed=True)
         child = job.start(command(code, tmp_path, f"{number}.json", "--exit", str(exit_code)))
-        assert wait(child) == exit_code
+        assert exit_status(child) == exit_code
         job.stop_all(close=False)
         records.append(json.loads((tmp_path / f"{number}.json").read_text()))
     zygote = starts.forks.zygote
@@ -203,7 +194,7 @@ def test_two_forked_interpreters_train_as_one_multi_worker_cluster(tmp_path: Pat
             os.write(write, json.dumps(job).encode())
             os.close(write)
             children.append(forked)
-        assert [wait(child, 300) for child in children] == [0, 0]
+        assert [exit_status(child, 300) for child in children] == [0, 0]
     finally:
         for child in children:
             child.stop(1)
@@ -225,18 +216,18 @@ def test_a_job_after_its_zygote_was_killed_still_runs_and_the_next_gets_a_new_zy
     code: Path, tmp_path: Path, starts: WarmStarts
 ) -> None:
     job = starts.for_job(allowed=True)
-    assert wait(job.start(command(code, tmp_path, "first.json", "--exit", "0"))) == 0
+    assert exit_status(job.start(command(code, tmp_path, "first.json", "--exit", "0"))) == 0
     job.stop_all(close=False)
     killed = starts.forks.zygote
     assert killed is not None
     # Out of memory, say: the zygote and the interpreter it forked for the next job go.
     os.kill(killed.child.pid, signal.SIGKILL)
-    assert wait(killed.child) != 0
+    assert exit_status(killed.child) != 0
     job = starts.for_job(allowed=True)
-    assert wait(job.start(command(code, tmp_path, "second.json", "--exit", "0"))) == 0
+    assert exit_status(job.start(command(code, tmp_path, "second.json", "--exit", "0"))) == 0
     job.stop_all(close=False)
     assert starts.forks.zygote is not None
     assert starts.forks.zygote is not killed
     third = starts.start(command(code, tmp_path, "third.json", "--exit", "0"))
-    assert wait(third) == 0
+    assert exit_status(third) == 0
     assert json.loads((tmp_path / "third.json").read_text())["parent"] == starts.forks.zygote.child.pid
