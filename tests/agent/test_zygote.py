@@ -71,6 +71,17 @@ def command(code: Path, tmp_path: Path, out: str, *args: str) -> JobCommand:
     return JobCommand(argv, env, code)
 
 
+def forked_interpreter(zygote: Zygote) -> tuple[ForkedChild, int]:
+    """An interpreter the zygote forked, and the write end of the pipe it reads its job from."""
+    read, write = os.pipe()
+    number = zygote.request(read)
+    os.close(read)
+    assert number is not None
+    forked = ForkedChild(zygote, number)
+    assert forked.born(300)
+    return forked, write
+
+
 @pytest.fixture
 def starts() -> WarmStarts:
     processes = Processes(Log(stream=io.StringIO(), journal=False))
@@ -131,12 +142,7 @@ def test_a_waiting_interpreter_ends_with_its_zygote(code: Path, tmp_path: Path) 
     zygote = Zygote.start(
         processes, sys.executable, RUNNER, ("counted",), runner_arguments(("counted",)), template.env, code, None
     )
-    read, write = os.pipe()
-    number = zygote.request(read)
-    os.close(read)
-    assert number is not None
-    forked = ForkedChild(zygote, number)
-    assert forked.born(60)
+    forked, write = forked_interpreter(zygote)
     # SIGKILL: the zygote cannot say anything; its child goes with it (PR_SET_PDEATHSIG).
     os.kill(zygote.child.pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
@@ -175,12 +181,7 @@ def test_two_forked_interpreters_train_as_one_multi_worker_cluster(tmp_path: Pat
     children = []
     try:
         for index in range(2):
-            read, write = os.pipe()
-            number = zygote.request(read)
-            os.close(read)
-            assert number is not None
-            forked = ForkedChild(zygote, number)
-            assert forked.born(300)
+            forked, write = forked_interpreter(zygote)
             tf_config = {
                 "cluster": {"worker": [f"localhost:{port}" for port in ports]},
                 "task": {"type": "worker", "index": index},
