@@ -28,6 +28,7 @@ def _load(name: str) -> ModuleType:
 cpu_peak = _load("cpu_peak")
 throughput = _load("trainer_throughput")
 resnet50 = _load("resnet50_throughput")
+profile = _load("profile_trainer")
 
 
 def cpuinfo(
@@ -335,3 +336,19 @@ def test_resnet50_bench_finds_nvidias_figure_by_gpu_name_and_none_where_nvidia_p
     # ResNet-50 at 224 px: about 24.6 GFLOP a training image; a quarter of that at 112 px.
     assert bench.training_flops_per_image(224) == pytest.approx(24.6e9)
     assert bench.training_flops_per_image(112) == pytest.approx(24.6e9 / 4)
+
+
+def test_the_profile_charges_each_op_to_the_layer_pass_or_optimizer_its_scope_names() -> None:
+    """Scopes as TensorFlow's profiler names the ops of a tf-keras train function (seen in a trace of the CNN)."""
+    owners = frozenset({"conv2d", "conv2d_1", "max_pooling2d", "dense", "Adam"})
+    body = "while/body/_1/"
+    assert profile.part_of(body + "while/sequential/conv2d_1/Relu", owners) == "conv2d_1"
+    assert profile.part_of(body + "gradient_tape/while/sequential/conv2d_1/Conv2D/Conv2DBackpropFilter", owners) == (
+        "conv2d_1 (backward)"
+    )
+    assert profile.part_of(body + "gradient_tape/while/sequential/max_pooling2d/MaxPool/MaxPoolGrad", owners) == (
+        "max_pooling2d (backward)"
+    )
+    # Adam's update of the dense layer's kernel is Adam's time, not the layer's.
+    assert profile.part_of(body + "while/Adam/ResourceApplyAdam_4", owners) == "Adam"
+    assert profile.part_of(body + "while/sparse_categorical_crossentropy/Sum", owners) == "other"
