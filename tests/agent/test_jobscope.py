@@ -4,6 +4,7 @@ of an agent that is gone are ended and removed by the next one, another live age
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -72,7 +73,9 @@ def test_without_a_cgroup_the_jobs_mark_finds_what_it_left(tmp_path: Path) -> No
 
 
 def test_the_cgroups_of_an_agent_that_is_gone_are_ended_and_another_agents_kept(tmp_path: Path) -> None:
-    root = require_cgroup2()
+    # A hierarchy of the test's own: an agent that starts meanwhile (a test running beside this
+    # one) sweeps the machine's, and would remove the abandoned cgroup before its process is in.
+    root = require_cgroup2() / f"trainstack-test-{os.getpid()}"
     gone = subprocess.Popen(["true"])
     gone.wait()
     parent = root / CGROUP_PARENT
@@ -82,10 +85,13 @@ def test_the_cgroups_of_an_agent_that_is_gone_are_ended_and_another_agents_kept(
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     (abandoned / "cgroup.procs").write_text(f"{sleeper.pid}\n")
     try:
-        end_abandoned_scopes(lambda line: None)
+        end_abandoned_scopes(lambda line: None, root)
         sleeper.wait(timeout=5)
         assert not abandoned.exists()
         assert live.exists()
     finally:
         sleeper.kill()
         live.rmdir()
+        for directory in (parent, root):  # empty unless the sweep failed, which the test reports
+            with contextlib.suppress(OSError):
+                directory.rmdir()
