@@ -250,3 +250,39 @@ def zombie(pid: int) -> bool:
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except (OSError, IndexError):
         return True
+
+
+def test_stopping_after_the_terminal_hung_up_records_a_lost_agent_without_failing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hung-up terminal answers every write with EIO: the line saying that a node's agent was
+    lost must not turn the interrupted run into a failed `local` (exit 1 instead of 130)."""
+    import errno
+
+    from trainstack.localrun import run
+
+    class HungUp:
+        def write(self, text: str) -> int:
+            raise OSError(errno.EIO, "Input/output error")
+
+        def flush(self) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+    class Stopped:
+        stopped = False
+
+        def stop(self, timeout: float) -> None:
+            self.stopped = True
+
+    recorded: list[object] = []
+
+    def lost_agents(layout: object) -> list[str]:
+        recorded.append(layout)
+        return ["chief", "worker-0"]
+
+    monkeypatch.setattr(run, "record_lost_agents", lost_agents)
+    monkeypatch.setattr(sys, "stdout", HungUp())
+    supervisor = Stopped()
+    run.stop_nodes(supervisor, "the layout", echo=True, timeout=1)  # type: ignore[arg-type]
+    assert supervisor.stopped
+    assert recorded == ["the layout"]

@@ -30,6 +30,7 @@ import functools
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -44,7 +45,7 @@ from trainstack.localrun.outcome import LocalStackRunInterrupted, LocalStackRunR
 from trainstack.localrun.run_settings import write_record
 from trainstack.localrun.spot import PREEMPT_GRACE_SECONDS, SpotMachines, serve_stand_ins
 from trainstack.localrun.standing import WAKE_SIGNAL, remove_standing, write_standing
-from trainstack.localrun.supervisor import STOP_SECONDS, Supervisor
+from trainstack.localrun.supervisor import STOP_SECONDS, Supervisor, print_flushed
 from trainstack.localrun.workdir import check_adoptable, clear_workdir
 from trainstack.stackmodel.resolved import ResolvedJob, ResolvedStack
 from trainstack_contract.overrides import LocalOverrides
@@ -156,7 +157,10 @@ def stop_nodes(supervisor: Supervisor, layout: LocalRunLayout, echo: bool, timeo
     supervisor.stop(timeout=timeout)
     for name in record_lost_agents(layout):
         if echo:
-            print(f"[local] {name}: its node agent ended without recording an end; recorded FAILED", flush=True)
+            # After SIGHUP the terminal answers EIO: the record stands, the line is lost.
+            echo = print_flushed(
+                f"[local] {name}: its node agent ended without recording an end; recorded FAILED", sys.stdout
+            )
 
 
 class LocalStackRun:
