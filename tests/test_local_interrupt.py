@@ -124,6 +124,14 @@ def read_until(master: int, text: str, process: subprocess.Popen[bytes]) -> str:
     return shown.decode(errors="replace")
 
 
+def login_session() -> None:
+    """In the child: the pseudo-terminal (its stdin) becomes its controlling terminal, and SIGHUP
+    its default action, as in a login shell's session. A test suite started under `nohup` hands
+    its children SIGHUP ignored, which `local` rightly keeps ignoring: it then trained to the end."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_a_closed_terminal_stops_every_process_of_the_run_and_records_it_interrupted(tmp_path: Path) -> None:
     """A closed terminal or a dropped ssh session hangs up `local`'s terminal: the kernel sends
@@ -141,7 +149,7 @@ def test_a_closed_terminal_stops_every_process_of_the_run_and_records_it_interru
         stderr=terminal,
         # A session of its own whose controlling terminal is the pseudo-terminal, as a login shell's.
         start_new_session=True,
-        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # noqa: PLW1509
+        preexec_fn=login_session,  # noqa: PLW1509
     )
     os.close(terminal)
     try:
