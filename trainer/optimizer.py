@@ -2,8 +2,8 @@
 
 tf-keras' Adam updates each weight with about ten separate element-wise ops (two
 moments, their squares, the bias corrections, the step), each one a pass over the
-weight's memory. On a CPU, where XLA does not fuse them, that was 14 % of the flowers
-CNN's training step: its first dense layer has four million weights.
+weight's memory. On a CPU, where XLA does not fuse them, that was 11.5 % of the flowers
+CNN's op time (bench/profile_trainer.py): its first dense layer has four million weights.
 ``ResourceApplyAdam`` does the same arithmetic in one pass (TensorFlow's own kernel,
 with CPU, GPU and XLA implementations), so the trainer's Adam hands it the dense
 updates and leaves everything else (sparse gradients, AMSGrad, adaptive epsilon,

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from polling import exit_status
+from polling import exit_status, wait_until
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobLauncher, Log, Processes
@@ -198,10 +198,7 @@ def group_priority(pid: int) -> str:
 
 
 def wait_for_group_priority(pid: int, nice: str) -> None:
-    deadline = time.monotonic() + 30
-    while group_priority(pid) != nice:
-        assert time.monotonic() < deadline, f"the interpreter's group stayed at nice {group_priority(pid)}"
-        time.sleep(0.02)
+    wait_until(lambda: group_priority(pid) == nice, f"the interpreter's group at nice {nice}", 30, interval=0.02)
 
 
 def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path: Path) -> None:
@@ -340,10 +337,7 @@ def test_a_rehearsal_runs_at_the_lowest_priority_and_the_rehearsed_interpreter_w
     rehearsing_code: Path, tmp_path: Path, starts: WarmStarts
 ) -> None:
     waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "first.json.rehearsal").exists():
-        assert time.monotonic() < deadline, "the rehearsal did not run"
-        time.sleep(0.05)
+    wait_until((tmp_path / "first.json.rehearsal").exists, "the rehearsal", 60)
     if AUTOGROUPS:
         assert json.loads((tmp_path / "first.json.rehearsal").read_text())["group"] == "19"
         wait_for_group_priority(pid_of(waiting), "0")
