@@ -74,11 +74,7 @@ REHEARSAL_WAIT_SECONDS = 20.0
 # The warm interpreter: imports PRELOAD at the lowest priority (a standing node prepares it
 # while a job runs, and the job must not feel it), then reads messages, one JSON line each,
 # from the pipe named by its first argument. The lowest priority is the importing thread's and
-# its process group's (trainstack_agent.zygote.LOW_PRIORITY). The group takes the usual
-# priority back as soon as the imports (or a rehearsal, which lowers it again) are done: an idle
-# interpreter slows no one, and the job then starts without asking for it. Asked for when the
-# job came, it held the job's start by 0.03 to 0.4 s on a cluster's nodes on one machine: a group
-# at nice 19 waits behind every other one for the CPU, and Linux takes one such change in 0.1 s.
+# its process group's (trainstack_agent.zygote.LOW_PRIORITY).
 #
 # A job: it takes back a job's own priority, waits for the imports and runs the job as
 # `python -m MODULE ARGS` would. A rehearsal first (a job like the one that ended, the
@@ -98,19 +94,12 @@ lock, group = threading.Lock(), {"niced": False, "job": False}
 """
     + LOW_PRIORITY
     + """\
-def lower_group():
-    with lock:
-        if not group["job"] and not group["niced"]:
-            group["niced"] = group_nice(19)
-def restore_group():
-    with lock:
-        if group["niced"]:
-            group["niced"] = not group_nice(0)
 def load():
     lower_this_thread()
-    lower_group()
+    with lock:
+        if not group["job"]:
+            group["niced"] = group_nice(19)
     import_all(preload)
-    restore_group()
 loader = threading.Thread(target=load, name="trainstack-preload", daemon=True)
 loader.start()
 source = os.fdopen(pipe, "rb")
@@ -135,13 +124,11 @@ if message.get("rehearse"):
     loader.join()
     enter(rehearsal)
     def rehearse():
-        lower_group()
         try:
             outcome["said"] = importlib.import_module(rehearsal["module"]).rehearse(rehearsal["args"])
             say("rehearsed: " + str(outcome["said"]))
         except BaseException as error:
             outcome["error"] = type(error).__name__ + ": " + str(error)[:300]
-        restore_group()
     worker = threading.Thread(target=rehearse, name="trainstack-rehearsal", daemon=True)
     worker.start()
     message = next_message()
@@ -149,7 +136,8 @@ if message.get("rehearse"):
         os._exit(0)
 with lock:
     group["job"] = True
-restore_group()
+    if group["niced"]:
+        group_nice(0)
 loader.join()
 if rehearsal is not None:
     worker.join(wait_seconds)

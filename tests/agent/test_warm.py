@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from polling import exit_status, wait_until
+from polling import exit_status
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobLauncher, Log, Processes
@@ -189,18 +189,6 @@ def test_a_job_not_allowed_a_warm_start_readies_nothing(code: Path, tmp_path: Pa
     assert starts._warm is None
 
 
-AUTOGROUPS = Path("/proc/self/autogroup").exists()
-
-
-def group_priority(pid: int) -> str:
-    """The nice value of a process's autogroup ("/autogroup-123 nice 19")."""
-    return Path(f"/proc/{pid}/autogroup").read_text().split()[-1]
-
-
-def wait_for_group_priority(pid: int, nice: str) -> None:
-    wait_until(lambda: group_priority(pid) == nice, f"the interpreter's group at nice {nice}", 30, interval=0.02)
-
-
 def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path: Path) -> None:
     # The preload records its thread's nice value; the job records its own (the main thread's).
     # The module sits in the interpreter's working directory: on its path before the job's code.
@@ -233,17 +221,13 @@ def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path:
         while not (tmp_path / "preloaded.json").exists():
             assert time.monotonic() < deadline, "the preload did not run"
             time.sleep(0.05)
-        if AUTOGROUPS:
-            # Idle once the imports are done, the interpreter's group is back at the usual
-            # priority before the job comes: the job's start does not wait for that change.
-            wait_for_group_priority(pid_of(warm._warm), "0")
         child = warm.start(JobCommand(argv, environment, tmp_path))
         assert exit_status(child) == 0
         record = json.loads(out.read_text())
         # The job runs at the agent's own priority (the test's: a niced test run starts above 0).
         assert (record["preload"], record["job"]) == (19, os.getpriority(os.PRIO_PROCESS, 0))
         # Where Linux groups processes by session (autogroup), the group's priority too.
-        if AUTOGROUPS:
+        if Path("/proc/self/autogroup").exists():
             assert (record["preload_group"], record["job_group"]) == ("19", "0")
     finally:
         warm.stop_all()
@@ -262,8 +246,7 @@ def rehearse(argv):
         time.sleep(600)
     sys.modules["trainer"].rehearsed_here = True
     out = argv[argv.index("--out") + 1] + ".rehearsal"
-    group = open("/proc/self/autogroup").read().split()[-1] if os.path.exists("/proc/self/autogroup") else None
-    record = {"pid": os.getpid(), "argv": list(argv), "tf_config": os.environ.get("TF_CONFIG"), "group": group}
+    record = {"pid": os.getpid(), "argv": list(argv), "tf_config": os.environ.get("TF_CONFIG")}
     with open(out, "w") as handle:
         json.dump(record, handle)
     return "the probe rehearsed"
@@ -331,19 +314,6 @@ def test_after_a_builtin_job_the_next_one_like_it_runs_where_it_was_rehearsed(
     assert record["tf_config"] == TRIAL
     assert record["argv"][-4:] == ["--lr", "0.1", "--exit", "0"]
     assert (starts.handed, starts.rehearsed) == (1, 1)
-
-
-def test_a_rehearsal_runs_at_the_lowest_priority_and_the_rehearsed_interpreter_waits_at_the_usual_one(
-    rehearsing_code: Path, tmp_path: Path, starts: WarmStarts
-) -> None:
-    waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER)
-    wait_until((tmp_path / "first.json.rehearsal").exists, "the rehearsal", 60)
-    if AUTOGROUPS:
-        assert json.loads((tmp_path / "first.json.rehearsal").read_text())["group"] == "19"
-        wait_for_group_priority(pid_of(waiting), "0")
-    second = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "second.json", CLUSTER, "--exit", "0")
-    assert exit_status(starts.start(second)) == 0
-    assert json.loads((tmp_path / "second.json").read_text())["pid"] == pid_of(waiting)
 
 
 @pytest.mark.parametrize(
