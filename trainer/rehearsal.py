@@ -10,7 +10,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from trainer import checkpointing, data_pipeline, data_sources, job_settings, training
 from trainer import strategy as strategies
@@ -18,7 +18,15 @@ from trainer.config import parse_args
 from trainer.jobdir import JobLayout
 from trainer.precision import MIXED_FLOAT16
 from trainer.prepared import Prepared, held, hold, model_key
-from trainstack_contract import CHIEF, MIRRORED, MULTI_WORKER_MIRRORED, ONE_DEVICE, SYNTHETIC_DATA, WORKER
+from trainstack_contract import (
+    CHIEF,
+    MIRRORED,
+    MULTI_WORKER_MIRRORED,
+    ONE_DEVICE,
+    REHEARSAL_STRATEGY_MADE,
+    SYNTHETIC_DATA,
+    WORKER,
+)
 from trainstack_contract.tf_config import cluster_key
 
 # Strategies a rehearsal prepares: a parameter-server cluster's workers make no strategy, and
@@ -35,10 +43,11 @@ def rehearsal_token(setup: training.TrainingSetup) -> str:
     return "-".join(f"{number:016x}" for number in numbers)
 
 
-def rehearse(argv: Sequence[str]) -> str:
+def rehearse(argv: Sequence[str], report: Callable[[str], None] = lambda line: None) -> str:
     """Prepares for a job like the one ``argv`` (the built-in trainer's arguments) describes;
     returns what was prepared, for the agent's log. Run in the warm interpreter, every node of
-    the cluster at once."""
+    the cluster at once; ``report`` tells the agent once the strategy is made (the agent waits
+    longer for a rehearsal that every node has joined)."""
     if held() is not None:
         return "prepared already"
     config = parse_args(list(argv))
@@ -57,7 +66,9 @@ def rehearse(argv: Sequence[str]) -> str:
         rehearsal = dataclasses.replace(config, data=SYNTHETIC_DATA, job_dir=scratch, overwrite=True)
         layout = JobLayout.from_config(rehearsal)
         source = data_sources.describe_data(rehearsal)
-        setup = training.set_up(rehearsal, cluster, source, layout, rehearsing=True)
+        setup = training.set_up(
+            rehearsal, cluster, source, layout, rehearsing=True, strategy_made=lambda: report(REHEARSAL_STRATEGY_MADE)
+        )
         made = time.monotonic()
         token = rehearsal_token(setup)
         hold(Prepared(cluster_key(os.environ.get("TF_CONFIG")), setup.kind, setup.strategy, token))

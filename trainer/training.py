@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from trainer import (
@@ -137,12 +138,18 @@ class TrainingOutcome:
 
 
 def set_up(
-    config: TrainerConfig, cluster: ClusterInfo, source: DataSource, layout: JobLayout, rehearsing: bool = False
+    config: TrainerConfig,
+    cluster: ClusterInfo,
+    source: DataSource,
+    layout: JobLayout,
+    rehearsing: bool = False,
+    strategy_made: Callable[[], None] = lambda: None,
 ) -> TrainingSetup:
     """The strategy, and the settings every replica trains with: decided once for the job
     (:mod:`trainer.job_settings`), whatever this node measures on its own. A job's nodes first
     agree whether they start with the strategy they rehearsed (:mod:`trainer.warm_agreement`);
-    a rehearsal (``rehearsing``) has none to agree on."""
+    a rehearsal (``rehearsing``) has none to agree on. ``strategy_made`` is called once the
+    strategy is made (a multi-worker one once every node has joined it)."""
     import tensorflow as tf
     import tf_keras as keras
 
@@ -162,6 +169,7 @@ def set_up(
     strategy = prepared.strategy_for(kind, os.environ)
     if strategy is None:
         strategy = strategies.build_strategy(kind, config.tpu)
+    strategy_made()
     task_type, task_id = strategies.task_identity(strategy)
     # Not before: counting and the precision probe run TensorFlow ops, which must follow the
     # strategy's set-up.

@@ -4,11 +4,11 @@ Between a standing cluster's jobs the node has nothing to do; a new trainer proc
 spends most of its start importing TensorFlow (5 s of the 14 s from `trainstack local` to the
 first step on this project's 2-core machines). So, as soon as a built-in trainer's job has
 started (and again once it has ended, if that one is gone), the agent starts the job user's
-Python importing TensorFlow at the lowest priority, then waiting on a pipe; the next
+Python importing TensorFlow at the lowest priority, then waiting on a socket; the next
 job of the built-in trainer that would start with the same interpreter, user, working
 directory and environment (but for the variables its code reads only once it runs: TF_CONFIG,
 NODE_NAME, the ``AIP_*`` directories, the hypertune report file, the code's path) is handed to
-it whole through that pipe and runs as ``python -m`` would run it. Anything else (a team's code, which may set variables
+it whole through that socket and runs as ``python -m`` would run it. Anything else (a team's code, which may set variables
 before it imports TensorFlow; a job with its own env or secrets; a restart) starts a new
 interpreter as before. The warm interpreter is a child of the agent like the job's code: it
 ends with the agent, and a termination signal or an idle stop ends it.
@@ -22,8 +22,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
+import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.jobscope import JobScope
@@ -34,6 +37,7 @@ from trainstack_contract import (
     HYPERTUNE_METRIC_FILE_ENV,
     ONEDNN_SWITCH,
     REHEARSAL_MODULE,
+    REHEARSAL_STRATEGY_MADE,
     TRIAL_ID_ENV,
     VERTEX_CHECKPOINT_DIR_ENV,
     VERTEX_MODEL_DIR_ENV,
@@ -63,36 +67,51 @@ LATE_VARIABLES = frozenset(
         VERTEX_TENSORBOARD_DIR_ENV,
     }
 )
-# A pipe holds 64 KiB on Linux: a rehearsal and a job that fit in it together are handed over
-# without waiting for the reader (the pipe is written without blocking, all or nothing).
+# A Unix socket's buffer holds over 200 KiB on Linux: a rehearsal and a job that fit in it
+# together are handed over without waiting for the reader (written without blocking).
 MAX_HANDOFF_BYTES = 30 * 1024
-# How long a job that came while the rehearsal still runs waits for it before it starts in a
-# new interpreter: a rehearsal ends in seconds once every node takes part, and one that waits
-# for a peer that never comes must not hold the job.
+# How long a job that came while the rehearsal still runs waits for its strategy, then for the
+# rest, before it starts in a new process. A strategy is made in seconds once every node takes
+# part (a rehearsal that waits for a peer that never comes must not hold the job); the imports
+# before it and the model and its traced step after it depend on this node alone, and take
+# longer on a loaded machine.
 REHEARSAL_WAIT_SECONDS = 20.0
+REHEARSAL_REST_SECONDS = 120.0
+# What a warm interpreter tells the agent of its rehearsal, a line each: its imports done (the
+# rehearsal starts), then (trainer.rehearsal) its strategy made, then how it ended: REHEARSED,
+# or "failed: WHY".
+IMPORTED = "imported"
+REHEARSED = "rehearsed"
 
 # The warm interpreter: imports PRELOAD at the lowest priority (a standing node prepares it
 # while a job runs, and the job must not feel it), then reads messages, one JSON line each,
-# from the pipe named by its first argument. The lowest priority is the importing thread's and
-# its process group's (trainstack_agent.zygote.LOW_PRIORITY).
+# from the socket named by its first argument. The lowest priority is the importing thread's and
+# its process group's (trainstack_agent.zygote.LOW_PRIORITY). The group takes the usual
+# priority back as soon as the imports are done: an idle interpreter slows no one, and the job
+# then starts without asking for it (asked for when the job came, it held the job's start by
+# 0.03 to 0.4 s on a cluster's nodes on one machine: a group at nice 19 waits behind every other
+# one for the CPU, and Linux takes one such change in 0.1 s).
 #
-# A job: it takes back a job's own priority, waits for the imports and runs the job as
-# `python -m MODULE ARGS` would. A rehearsal first (a job like the one that ended, the
-# trainer's REHEARSAL_MODULE to call): once the imports are done it runs the rehearsal in a
-# thread, with the ended job's environment, while it waits for the job. When the job comes it
-# waits for the rehearsal at most its second argument's seconds; a rehearsal that failed or is
-# still running leaves TensorFlow in a state no job may inherit, so the job then starts in a new
-# interpreter (exec: the same process, its cgroup and its output). After a rehearsal, the
+# A job: it waits for the imports and runs the job as `python -m MODULE ARGS` would. A
+# rehearsal first (a job like the one that ended, the trainer's REHEARSAL_MODULE to call): once
+# the imports are done it runs the rehearsal in a thread, with the ended job's environment, at
+# the usual priority (it runs once this node's job has ended, and the next job waits for it),
+# and writes back on the socket IMPORTED, then REHEARSAL_STRATEGY_MADE once its strategy is
+# made, then REHEARSED, or "failed: WHY". The agent hands a job to a rehearsed interpreter only once it
+# has read REHEARSED, and ends the interpreter otherwise: the wait for the rehearsal is the
+# agent's, because TensorFlow holds Python's lock while its strategy waits for the cluster's
+# other nodes, and no thread of the interpreter could then keep time. After a rehearsal, the
 # modules it imported from the ended job's code are dropped: the job imports its own, which the
-# agent checked against its digest. An empty pipe (the agent ended it without a job) ends it
+# agent checked against its digest. An empty read (the agent ended it without a job) ends it
 # quietly.
 RUNNER = (
     """\
 import importlib, json, os, runpy, sys, threading, time
-pipe, wait_seconds, preload = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+channel, wait_seconds, preload = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 lock, group = threading.Lock(), {"niced": False, "job": False}
 """
     + LOW_PRIORITY
+    + f"IMPORTED, REHEARSED = {IMPORTED!r}, {REHEARSED!r}\n"
     + """\
 def load():
     lower_this_thread()
@@ -100,9 +119,14 @@ def load():
         if not group["job"]:
             group["niced"] = group_nice(19)
     import_all(preload)
+    restore_group()
+def restore_group():
+    with lock:
+        if group["niced"]:
+            group["niced"] = not group_nice(0)
 loader = threading.Thread(target=load, name="trainstack-preload", daemon=True)
 loader.start()
-source = os.fdopen(pipe, "rb")
+source = os.fdopen(channel, "rb")
 base_path = list(sys.path)
 def next_message():
     line = source.readline()
@@ -115,31 +139,43 @@ def enter(message):
     sys.path[1:1] = message["path"]
 def say(line):
     print("trainstack warm interpreter: " + line, file=sys.stderr, flush=True)
+def tell(line):
+    try:
+        os.write(channel, (line.replace("\\n", " ") + "\\n").encode())
+    except OSError:
+        pass
 message = next_message()
 if message is None:
     os._exit(0)
+def to_the_foreground():
+    with lock:
+        group["job"] = True
+    restore_group()
 rehearsal, outcome = None, {}
 if message.get("rehearse"):
     rehearsal = message
+    to_the_foreground()
     loader.join()
+    tell(IMPORTED)
     enter(rehearsal)
     def rehearse():
         try:
-            outcome["said"] = importlib.import_module(rehearsal["module"]).rehearse(rehearsal["args"])
+            outcome["said"] = importlib.import_module(rehearsal["module"]).rehearse(rehearsal["args"], tell)
             say("rehearsed: " + str(outcome["said"]))
         except BaseException as error:
             outcome["error"] = type(error).__name__ + ": " + str(error)[:300]
+            say("the rehearsal failed: " + outcome["error"])
+        tell("failed: " + outcome["error"] if "error" in outcome else REHEARSED)
     worker = threading.Thread(target=rehearse, name="trainstack-rehearsal", daemon=True)
     worker.start()
     message = next_message()
     if message is None:
         os._exit(0)
-with lock:
-    group["job"] = True
-    if group["niced"]:
-        group_nice(0)
+to_the_foreground()
 loader.join()
 if rehearsal is not None:
+    # Told it ended well before the job was sent: a moment's wait. Otherwise (an agent that
+    # sent it anyway) TensorFlow's state is no job's to inherit: a new interpreter.
     worker.join(wait_seconds)
     if worker.is_alive() or "error" in outcome:
         say("the rehearsal " + ("failed: " + outcome["error"] if "error" in outcome else "did not end in time")
@@ -184,14 +220,72 @@ class Rehearsal:
 
 
 @dataclass
+class RehearsalReports:
+    """What a warm interpreter says of its rehearsal on its socket (``channel``), a line each:
+    its imports done, its strategy made, then how it ended."""
+
+    channel: int
+    said: list[str] = field(default_factory=list)
+
+    def ending(self) -> str | None:
+        return next((line for line in self.said if line not in (IMPORTED, REHEARSAL_STRATEGY_MADE)), None)
+
+    def listen(self, seconds: float) -> None:
+        """Reads what the interpreter says in ``seconds`` at most."""
+        if self.ending() is None and select.select([self.channel], [], [], seconds)[0]:
+            try:
+                lines = os.read(self.channel, 4096).decode(errors="replace").splitlines()
+            except OSError as error:
+                lines = [f"failed: {error}"]
+            self.said += [line.strip() for line in lines if line.strip()] or ["failed: the interpreter ended"]
+
+    def until(self, said: str | None, seconds: float) -> bool:
+        """Whether the interpreter says ``said`` (None: how its rehearsal ended), or has ended
+        it, within ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while self.ending() is None and (said is None or said not in self.said):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.listen(left)
+        return True
+
+    def problem(self, wait: float, rest: float = 0.0) -> str | None:
+        """None once the rehearsal has ended well; what went wrong if it failed, or did not end
+        in time (its interpreter is then no job's to take): ``rest`` seconds for each part that
+        depends on this node alone (its imports; the model and its traced step), ``wait`` for
+        the strategy, which waits for every node."""
+        if not self.until(IMPORTED, rest):
+            return f"its imports did not end in {rest:g} s"
+        if not self.until(REHEARSAL_STRATEGY_MADE, wait):
+            return f"its rehearsal made no strategy in {wait:g} s: a node did not take part"
+        if not self.until(None, rest):
+            return f"its rehearsal did not end in {rest:g} s after its strategy was made"
+        ending = self.ending()
+        return None if ending == REHEARSED else f"its rehearsal {ending}"
+
+    def failed(self) -> bool:
+        """Whether it said its rehearsal failed."""
+        self.listen(0)
+        ending = self.ending()
+        return ending is not None and ending != REHEARSED
+
+
+@dataclass
 class _Warm:
     child: JobChild
-    pipe: int
+    # The agent's end of the socket the interpreter reads its messages from and writes what
+    # became of its rehearsal to.
+    channel: int
     python: str
     cwd: str
     user: object
     env: dict[str, str]
     rehearsal: Rehearsal | None = None
+    reports: RehearsalReports = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reports = RehearsalReports(self.channel)
 
     def matches(self, command: JobCommand) -> bool:
         if self.rehearsal is not None and (
@@ -209,6 +303,15 @@ class _Warm:
     def alive(self) -> bool:
         return self.child.poll() is None
 
+    def end(self) -> None:
+        """Ends the interpreter. One whose rehearsal did not end well may be stuck in TensorFlow
+        (which may keep SIGTERM for itself) and hold the cluster's port the job's new process
+        needs: at once."""
+        stuck = self.rehearsal is not None and self.alive() and self.reports.problem(0, 0) is not None
+        with contextlib.suppress(OSError):  # closed already
+            os.close(self.channel)
+        self.child.stop(grace=0 if stuck else None)
+
     def send(self, message: dict[str, object]) -> str | None:
         """Writes one message; what went wrong, or None. Never blocks: a reader that does not
         read leaves the job to a new interpreter."""
@@ -216,11 +319,11 @@ class _Warm:
         if len(payload) > MAX_HANDOFF_BYTES:
             return f"{len(payload)} bytes of settings, over {MAX_HANDOFF_BYTES}"
         try:
-            os.set_blocking(self.pipe, False)
-            written = os.write(self.pipe, payload)
+            os.set_blocking(self.channel, False)
+            written = os.write(self.channel, payload)
         except OSError as error:
             return str(error)
-        return None if written == len(payload) else "the pipe is full"
+        return None if written == len(payload) else "the socket's buffer is full"
 
     def take(self, module: str, command: JobCommand, scope: JobScope) -> str | None:
         """Hands ``command`` over; what went wrong. The interpreter joins the job's cgroup
@@ -234,7 +337,7 @@ class _Warm:
         problem = self.send(_message(module, command, {**command.env, **scope.env}))
         if problem is None:
             with contextlib.suppress(OSError):
-                os.close(self.pipe)
+                os.close(self.channel)
         return problem
 
     def rehearse(self, last: JobCommand, code_digest: str) -> str | None:
@@ -261,22 +364,24 @@ def _message(module: str, command: JobCommand, env: Mapping[str, str]) -> dict[s
 
 
 def runner_arguments(preload: Sequence[str], rehearsal_wait: float = REHEARSAL_WAIT_SECONDS) -> tuple[str, ...]:
-    """RUNNER's arguments after its pipe."""
+    """RUNNER's arguments after its channel."""
     return (f"{rehearsal_wait:g}", *preload)
 
 
 def _new_warm(forks: Forks, template: JobCommand, stop_grace: float) -> _Warm:
-    """A warm interpreter for jobs like ``template``, and the pipe it reads."""
+    """A warm interpreter for jobs like ``template``, and the agent's end of its socket."""
     env = warm_environment(template.env)
-    read, write = os.pipe()
+    ours, theirs = socket.socketpair()
     try:
-        child = forks.interpreter(template.argv[0], template.cwd, template.user, env, read)
+        child = forks.interpreter(template.argv[0], template.cwd, template.user, env, theirs.fileno())
     except BaseException:
-        os.close(write)
+        ours.close()
         raise
     finally:
-        os.close(read)
-    return _Warm(JobChild(child, None, stop_grace), write, template.argv[0], str(template.cwd), template.user, env)
+        theirs.close()
+    return _Warm(
+        JobChild(child, None, stop_grace), ours.detach(), template.argv[0], str(template.cwd), template.user, env
+    )
 
 
 class WarmStarts:
@@ -290,11 +395,13 @@ class WarmStarts:
         preload: tuple[str, ...] = PRELOAD,
         rehearsal_wait: float = REHEARSAL_WAIT_SECONDS,
         keep_apart: bool = True,
+        rehearsal_rest: float = REHEARSAL_REST_SECONDS,
     ) -> None:
         self.launcher = launcher
         self.log = log
         self.preload = preload
         self.rehearsal_wait = rehearsal_wait
+        self.rehearsal_rest = rehearsal_rest
         # Whether a rehearsed interpreter may wait while a job of this node alone runs: not on
         # a GPU node, where its TensorFlow holds the GPU's memory.
         self.keep_apart = keep_apart
@@ -314,7 +421,9 @@ class WarmStarts:
         if not allowed or builtin_module(template) is None:
             return
         if self._warm is not None:
-            if self._warm.alive() and (self._warm.rehearsal is not None or self._warm.matches(template)):
+            warm = self._warm
+            failed = warm.rehearsal is not None and warm.reports.failed()
+            if warm.alive() and not failed and (warm.rehearsal is not None or warm.matches(template)):
                 return
             self.discard()
         self._warm = _new_warm(self.forks, template, self.launcher.processes.stop_grace)
@@ -350,7 +459,11 @@ class WarmStarts:
         warm, self._warm = self._warm, None
         module = builtin_module(command)
         if warm is not None and module is not None and warm.alive() and warm.matches(command):
-            problem = warm.take(module, command, self.launcher.scope(command.user))
+            problem = None
+            if warm.rehearsal is not None:
+                problem = warm.reports.problem(self.rehearsal_wait, self.rehearsal_rest)
+            if problem is None:
+                problem = warm.take(module, command, self.launcher.scope(command.user))
             if problem is None:
                 self.handed += 1
                 self.rehearsed += warm.rehearsal is not None
@@ -361,19 +474,14 @@ class WarmStarts:
             self._warm = warm
             return self.launcher.start(command)
         if warm is not None:
-            self._end(warm)
+            warm.end()
         return self.launcher.start(command)
 
     def discard(self) -> None:
         """Ends a waiting warm interpreter (before an idle stop, or when jobs change)."""
         warm, self._warm = self._warm, None
         if warm is not None:
-            self._end(warm)
-
-    def _end(self, warm: _Warm) -> None:
-        with contextlib.suppress(OSError):  # closed already
-            os.close(warm.pipe)
-        warm.child.stop()
+            warm.end()
 
     def stop_all(self, close: bool = True) -> None:
         """Every child of the boot; between jobs (not ``close``) the zygote and the warm

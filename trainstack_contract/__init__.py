@@ -202,6 +202,9 @@ BUILTIN_MODULE: Final = "trainer.task"
 # Its rehearsal (trainer.rehearsal.rehearse): a standing node's warm interpreter prepares the
 # next job's strategy and model with it (trainstack_agent.warm).
 REHEARSAL_MODULE: Final = "trainer.rehearsal"
+# What the rehearsal tells the agent once its strategy is made, every node of the cluster with
+# it: what remains (the model, one traced step) depends on no node that has not come.
+REHEARSAL_STRATEGY_MADE: Final = "strategy made"
 
 
 # TensorFlow's switch for oneDNN's CPU kernels, read once as it loads: the built-in trainer asks

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from polling import exit_status
+from polling import exit_status, wait_until
 
 from trainstack_agent.job import JobCommand
 from trainstack_agent.processes import JobLauncher, Log, Processes
@@ -189,6 +189,14 @@ def test_a_job_not_allowed_a_warm_start_readies_nothing(code: Path, tmp_path: Pa
     assert starts._warm is None
 
 
+AUTOGROUPS = Path("/proc/self/autogroup").exists()
+
+
+def group_priority(pid: int) -> str:
+    """The nice value of a process's autogroup ("/autogroup-123 nice 19")."""
+    return Path(f"/proc/{pid}/autogroup").read_text().split()[-1]
+
+
 def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path: Path) -> None:
     # The preload records its thread's nice value; the job records its own (the main thread's).
     # The module sits in the interpreter's working directory: on its path before the job's code.
@@ -221,13 +229,18 @@ def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path:
         while not (tmp_path / "preloaded.json").exists():
             assert time.monotonic() < deadline, "the preload did not run"
             time.sleep(0.05)
+        if AUTOGROUPS:
+            # Idle once the imports are done, the interpreter's group is back at the usual
+            # priority before the job comes: the job's start does not wait for that change.
+            pid = pid_of(warm._warm)
+            wait_until(lambda: group_priority(pid) == "0", "the interpreter's group back at nice 0", 30)
         child = warm.start(JobCommand(argv, environment, tmp_path))
         assert exit_status(child) == 0
         record = json.loads(out.read_text())
         # The job runs at the agent's own priority (the test's: a niced test run starts above 0).
         assert (record["preload"], record["job"]) == (19, os.getpriority(os.PRIO_PROCESS, 0))
         # Where Linux groups processes by session (autogroup), the group's priority too.
-        if Path("/proc/self/autogroup").exists():
+        if AUTOGROUPS:
             assert (record["preload_group"], record["job_group"]) == ("19", "0")
     finally:
         warm.stop_all()
@@ -236,17 +249,27 @@ def test_the_imports_run_at_the_lowest_priority_and_the_job_at_its_own(tmp_path:
 # --- A rehearsal: the next job's strategy and model made before it comes (trainer.rehearsal) ---
 
 # Stands in for trainer.rehearsal: records its arguments, environment and process, marks the
-# package it was imported with, and fails or hangs when its arguments say so.
+# package it was imported with, and fails or hangs when its arguments say so: hangs sleeping, or
+# in a C call that keeps Python's lock, as TensorFlow's strategy does while it waits for the
+# cluster's other nodes.
 REHEARSAL_PROBE = """\
-import json, os, sys, time
-def rehearse(argv):
+import ctypes, json, os, sys, time
+def rehearse(argv, report):
     if "--fail-rehearsal" in argv:
         raise RuntimeError("the rehearsal failed")
     if "--hang-rehearsal" in argv:
         time.sleep(600)
+    if "--hang-rehearsal-holding-the-gil" in argv:
+        ctypes.PyDLL(None).sleep(600)
+    report("strategy made")
+    if "--slow-model" in argv:
+        time.sleep(3)
+    if "--hang-after-the-strategy" in argv:
+        time.sleep(600)
     sys.modules["trainer"].rehearsed_here = True
     out = argv[argv.index("--out") + 1] + ".rehearsal"
-    record = {"pid": os.getpid(), "argv": list(argv), "tf_config": os.environ.get("TF_CONFIG")}
+    group = open("/proc/self/autogroup").read().split()[-1] if os.path.exists("/proc/self/autogroup") else None
+    record = {"pid": os.getpid(), "argv": list(argv), "tf_config": os.environ.get("TF_CONFIG"), "group": group}
     with open(out, "w") as handle:
         json.dump(record, handle)
     return "the probe rehearsed"
@@ -310,6 +333,9 @@ def test_after_a_builtin_job_the_next_one_like_it_runs_where_it_was_rehearsed(
         "0",
     ]
     assert rehearsal["tf_config"] == CLUSTER
+    # Once this node's job has ended the rehearsal is on the next one's path: the usual priority.
+    if AUTOGROUPS:
+        assert rehearsal["group"] == "0"
     assert record["fresh_package"] is True
     assert record["tf_config"] == TRIAL
     assert record["argv"][-4:] == ["--lr", "0.1", "--exit", "0"]
@@ -358,21 +384,54 @@ def test_on_a_gpu_node_a_one_node_job_ends_the_rehearsed_interpreter_which_holds
         starts.stop_all()
 
 
-@pytest.mark.parametrize("trouble", ["--fail-rehearsal", "--hang-rehearsal"])
-def test_a_rehearsal_that_fails_or_does_not_end_leaves_the_job_to_a_new_interpreter_in_its_process(
-    trouble: str, rehearsing_code: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("trouble", "said"),
+    [
+        ("--fail-rehearsal", "its rehearsal failed: RuntimeError: the rehearsal failed"),
+        ("--hang-rehearsal", "its rehearsal made no strategy in 1 s: a node did not take part"),
+        ("--hang-rehearsal-holding-the-gil", "its rehearsal made no strategy in 1 s: a node did not take part"),
+        ("--hang-after-the-strategy", "its rehearsal did not end in 2 s after its strategy was made"),
+    ],
+)
+def test_a_rehearsal_that_fails_or_does_not_end_leaves_the_job_to_a_new_process(
+    trouble: str, said: str, rehearsing_code: Path, tmp_path: Path
 ) -> None:
     processes = Processes(Log(stream=io.StringIO(), journal=False))
-    starts = WarmStarts(JobLauncher(processes), lambda line: None, preload=("decimal",), rehearsal_wait=1.0)
+    lines: list[str] = []
+    starts = WarmStarts(
+        JobLauncher(processes), lines.append, preload=("decimal",), rehearsal_wait=1.0, rehearsal_rest=2.0
+    )
     try:
         waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER, trouble)
         second = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "second.json", CLUSTER, "--exit", "4")
-        assert exit_status(starts.start(second)) == 4
+        child = starts.start(second)
+        # The rehearsed interpreter (which holds the cluster's port) is gone before the job starts.
+        assert waiting.child.poll() is not None  # type: ignore[attr-defined]
+        assert exit_status(child) == 4
         record = json.loads((tmp_path / "second.json").read_text())
-        # The same process (its cgroup, its output), a new interpreter: nothing loaded before.
-        assert record["pid"] == pid_of(waiting)
+        assert record["pid"] != pid_of(waiting)
         assert record["preloaded"] is False
         assert record["tf_config"] == CLUSTER
+        assert f"the warm interpreter did not take the job ({said}); starting a new one" in lines
+        assert starts.handed == 0
+    finally:
+        starts.stop_all()
+
+
+def test_a_rehearsal_whose_strategy_is_made_is_waited_for_longer_than_one_whose_nodes_have_not_come(
+    rehearsing_code: Path, tmp_path: Path
+) -> None:
+    processes = Processes(Log(stream=io.StringIO(), journal=False))
+    starts = WarmStarts(
+        JobLauncher(processes), lambda line: None, preload=("decimal",), rehearsal_wait=1.0, rehearsal_rest=60.0
+    )
+    try:
+        # Its model takes 3 s, past the wait for a strategy: the job still runs where it was rehearsed.
+        waiting = rehearsed_after(starts, rehearsing_code, tmp_path, CLUSTER, "--slow-model")
+        second = rehearsed_command(rehearsing_code, tmp_path, tmp_path / "second.json", CLUSTER, "--exit", "0")
+        assert exit_status(starts.start(second)) == 0
+        assert json.loads((tmp_path / "second.json").read_text())["pid"] == pid_of(waiting)
+        assert (starts.handed, starts.rehearsed) == (1, 1)
     finally:
         starts.stop_all()
 

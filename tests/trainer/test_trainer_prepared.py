@@ -17,7 +17,7 @@ REHEARSED_THEN_RUN = """\
 import sys
 from trainer import rehearsal, task
 rehearsed, job = sys.argv[1].split(), sys.argv[2].split()
-print("rehearsal:", rehearsal.rehearse(rehearsed), flush=True)
+print("rehearsal:", rehearsal.rehearse(rehearsed, lambda line: print("told:", line, flush=True)), flush=True)
 sys.exit(task.main(job))
 """
 REUSED = "the model was built and its training step traced before the job arrived"
@@ -55,6 +55,8 @@ def test_a_job_after_a_rehearsal_trains_as_a_fresh_process_would(
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "rehearsal: a one_device strategy" in run.stdout
+    # It told the agent once its strategy was made, before the model (the agent then waits longer).
+    assert run.stdout.index("told: strategy made") < run.stdout.index("rehearsal:")
     assert (REUSED in run.stderr) is reused
     assert (NOT_FITTING in run.stderr) is (not reused and "mixed_float16" not in job_change)
     # The rehearsal wrote nothing in the directory of the job it was given.
