@@ -97,9 +97,9 @@ REHEARSED = "rehearsed"
 # the imports are done it runs the rehearsal in a thread, with the ended job's environment, at
 # the usual priority (it runs once this node's job has ended, and the next job waits for it),
 # and writes back on the socket IMPORTED, then REHEARSAL_STRATEGY_MADE once its strategy is
-# made, then REHEARSED, or "failed: WHY". The agent hands a job to a rehearsed interpreter only once it
-# has read REHEARSED, and ends the interpreter otherwise: the wait for the rehearsal is the
-# agent's, because TensorFlow holds Python's lock while its strategy waits for the cluster's
+# made, then REHEARSED, or "failed: WHY". The agent hands a job to a rehearsed interpreter only
+# once it has read REHEARSED, and ends the interpreter otherwise: the wait for the rehearsal is
+# the agent's, because TensorFlow holds Python's lock while its strategy waits for the cluster's
 # other nodes, and no thread of the interpreter could then keep time. After a rehearsal, the
 # modules it imported from the ended job's code are dropped: the job imports its own, which the
 # agent checked against its digest. An empty read (the agent ended it without a job) ends it
@@ -239,15 +239,19 @@ class RehearsalReports:
                 lines = [f"failed: {error}"]
             self.said += [line.strip() for line in lines if line.strip()] or ["failed: the interpreter ended"]
 
+    def heard(self, said: str | None) -> bool:
+        """Whether it has said ``said`` (None: how its rehearsal ended), or ended it."""
+        return self.ending() is not None or (said is not None and said in self.said)
+
     def until(self, said: str | None, seconds: float) -> bool:
-        """Whether the interpreter says ``said`` (None: how its rehearsal ended), or has ended
-        it, within ``seconds``."""
+        """Whether the interpreter says ``said`` (as :meth:`heard`) within ``seconds``; with 0,
+        from what it has said so far."""
         deadline = time.monotonic() + seconds
-        while self.ending() is None and (said is None or said not in self.said):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
+        while not self.heard(said):
+            left = max(0.0, deadline - time.monotonic())
             self.listen(left)
+            if left == 0.0:
+                return self.heard(said)
         return True
 
     def problem(self, wait: float, rest: float = 0.0) -> str | None:
@@ -265,10 +269,8 @@ class RehearsalReports:
         return None if ending == REHEARSED else f"its rehearsal {ending}"
 
     def failed(self) -> bool:
-        """Whether it said its rehearsal failed."""
-        self.listen(0)
-        ending = self.ending()
-        return ending is not None and ending != REHEARSED
+        """Whether it has said its rehearsal failed."""
+        return self.until(None, 0) and self.ending() != REHEARSED
 
 
 @dataclass
